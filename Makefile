@@ -1,0 +1,29 @@
+# Thin wrapper over scripts/bootstrap.sh, CMake presets and ctest. See README.md.
+JOBS ?= $(shell nproc)
+
+.PHONY: run test build debug asan bootstrap clean
+
+bootstrap:
+	scripts/bootstrap.sh
+
+build: bootstrap
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS)
+
+run: build
+	build/release/sluice serve
+
+test: build
+	ctest --preset release -j $(JOBS)
+
+debug: bootstrap
+	cmake --preset debug
+	cmake --build --preset debug -j $(JOBS)
+
+asan: bootstrap
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS)
+	ctest --preset asan -j $(JOBS)
+
+clean:
+	rm -rf build

@@ -1,0 +1,102 @@
+// sluice/limit.h — what a limit is and what a decision says.
+//
+// A `Limit` is one rate limit: an algorithm, N requests per window W, and an optional burst.
+// A `Decision` is the answer to one request against one limit. Both are plain values: copy them
+// freely and share them between threads.
+//
+// Time is integer microseconds (`_us`) everywhere. Reported durations are the exact value rounded
+// up to the microsecond, so a denied request never reports retry_after_us == 0.
+
+#ifndef SLUICE_LIMIT_H_
+#define SLUICE_LIMIT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace sluice {
+
+enum class Algorithm : uint8_t {
+  kTokenBucket,    // "token_bucket", alias "gcra": refills continuously, bursts up to capacity
+  kLeakyBucket,    // "leaky_bucket": a queue drained at N per W; admitted requests get a delay
+  kFixedWindow,    // "fixed_window": epoch-aligned windows, a counter per window
+  kSlidingLog,     // "sliding_log": exact; remembers every admitted request of the last W
+  kSlidingWindow,  // "sliding_window": weighted two-window counter estimate (approximate)
+};
+
+// The canonical name ("token_bucket", ...). Never fails.
+std::string_view AlgorithmName(Algorithm algorithm);
+
+// Parses a canonical name or the alias "gcra". Unknown names are InvalidArgument, with the list
+// of known names in the message.
+absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name);
+
+// Bounds that keep every computation inside 64/128-bit integers (see docs/algorithms.md).
+inline constexpr uint64_t kMaxRequests = 0xFFFFFFFFu;  // requests per window (uint32, as Envoy)
+inline constexpr uint64_t kMaxBurst = 0xFFFFFFFFu;
+inline constexpr int64_t kMaxWindowUs = int64_t{10} * 366 * 24 * 3600 * 1000000;  // ~10 years
+inline constexpr int64_t kMaxTimeUs = (int64_t{1} << 62) - 1;  // latest usable instant
+
+struct Limit {
+  Algorithm algorithm = Algorithm::kTokenBucket;
+  // N: requests admitted per window. 0 is valid and denies everything.
+  uint64_t requests = 0;
+  // W: the window, or for the buckets the time to refill/drain N. At least 1 µs.
+  int64_t window_us = 0;
+  // B. token_bucket: capacity (default N, must be >= 1). leaky_bucket: queue depth (default 0).
+  // The window algorithms ignore it.
+  std::optional<uint64_t> burst;
+
+  // token_bucket: the bucket size. leaky_bucket: B + 1, the most admitted at one instant.
+  // fixed/sliding windows and sliding_log: N.
+  uint64_t Capacity() const;
+
+  friend bool operator==(const Limit&, const Limit&) = default;
+};
+
+// Checks the bounds above; the message names the offending field.
+absl::Status ValidateLimit(const Limit& limit);
+
+// A 64-bit identity of the definition (algorithm, N, W, B). Equal limits have equal ids, so state
+// kept under an id survives a reload that does not change the limit.
+uint64_t LimitId(const Limit& limit);
+
+// "10/1s token_bucket burst=20", for logs and `explain`.
+std::string DescribeLimit(const Limit& limit);
+
+// Parses durations such as "250ms", "1s", "30s", "5m", "1h", "1d", "1w", "1500us" and sums such
+// as "1h30m". The result is positive and at most kMaxWindowUs.
+absl::StatusOr<int64_t> ParseDuration(std::string_view text);
+
+// The shortest exact spelling of a duration: 1500000 -> "1500ms", 60000000 -> "1m".
+std::string FormatDuration(int64_t duration_us);
+
+// The answer for one request against one limit.
+struct Decision {
+  bool allowed = false;
+  // Requests of cost 1 that would still be admitted right after this decision (for leaky_bucket:
+  // admitted one after another at this instant, each queued behind the previous). Never negative.
+  int64_t remaining = 0;
+  // 0 when allowed; the wait until the same request would be admitted with no other traffic;
+  // kNever when it can never be admitted (cost above the capacity, or N == 0).
+  int64_t retry_after_us = 0;
+  // Time until the key's state is back to its initial state (bucket full, window over).
+  int64_t reset_after_us = 0;
+  // leaky_bucket only: how long the caller must hold an admitted request before forwarding it.
+  int64_t delay_us = 0;
+
+  static constexpr int64_t kNever = -1;
+
+  friend bool operator==(const Decision&, const Decision&) = default;
+};
+
+// Rounds microseconds up to whole milliseconds; kNever stays kNever.
+inline int64_t CeilMillis(int64_t us) { return us < 0 ? us : (us + 999) / 1000; }
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMIT_H_

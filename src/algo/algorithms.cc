@@ -1,0 +1,224 @@
+#include "algo/algorithms.h"
+
+#include <algorithm>
+
+#include "algo/arith.h"
+
+namespace sluice::algo {
+namespace {
+
+int64_t ToInt64(i128 v) { return static_cast<int64_t>(v); }
+
+// token_bucket and leaky_bucket are one computation (GCRA) with different capacities; see
+// docs/algorithms.md. Time is scaled by N so that the emission interval W/N is exact:
+// D = (TAT - now) * N >= 0 is how far the bucket is from full, in 1/N µs, and the bucket holds
+// C - D/W tokens.
+Decision DecideBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost,
+                      bool report_delay) {
+  const uint64_t n = limit.requests;
+  const i128 w = limit.window_us;
+  const uint64_t capacity = limit.Capacity();
+  Decision d;
+  if (n == 0) {  // nothing ever refills
+    d.allowed = cost == 0;
+    d.retry_after_us = d.allowed ? 0 : Decision::kNever;
+    return d;
+  }
+  const i128 now_scaled = static_cast<i128>(now_us) * n;
+  i128 debt = 0;  // D
+  if (!state.IsIdle(now_us)) {
+    const int64_t tat_floor = state.idle_at_us - (state.aux != 0 ? 1 : 0);
+    debt = Max(0, static_cast<i128>(tat_floor) * n + state.aux - now_scaled);
+  }
+  const i128 full = static_cast<i128>(capacity) * w;  // C * W
+  const i128 need = static_cast<i128>(cost) * w;
+  d.allowed = cost <= capacity && debt + need <= full;
+  if (d.allowed) {
+    if (report_delay) d.delay_us = ToInt64(CeilDiv(debt, n));
+    if (cost > 0) {
+      debt += need;
+      // TAT' = now + D'/N exactly: whole µs plus a remainder in 1/N µs.
+      const int64_t whole = ToInt64(FloorDiv(debt, n));
+      const uint64_t frac = static_cast<uint64_t>(debt - static_cast<i128>(whole) * n);
+      state.idle_at_us = now_us + whole + (frac != 0 ? 1 : 0);
+      state.aux = frac;
+    }
+  } else if (cost > capacity) {
+    d.retry_after_us = Decision::kNever;
+  } else {
+    d.retry_after_us = ToInt64(CeilDiv(debt - (full - need), n));
+  }
+  d.remaining = std::max<int64_t>(0, static_cast<int64_t>(capacity) - ToInt64(CeilDiv(debt, w)));
+  d.reset_after_us = ToInt64(CeilDiv(debt, n));
+  return d;
+}
+
+}  // namespace
+
+Decision DecideTokenBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  return DecideBucket(state, now_us, limit, cost, /*report_delay=*/false);
+}
+
+Decision DecideLeakyBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  return DecideBucket(state, now_us, limit, cost, /*report_delay=*/true);
+}
+
+Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  const uint64_t n = limit.requests;
+  int64_t end_us;
+  uint64_t count;
+  if (state.IsIdle(now_us)) {
+    end_us = WindowStart(now_us, limit.window_us) + limit.window_us;
+    count = 0;
+  } else {
+    end_us = state.idle_at_us;
+    count = state.aux;
+  }
+  Decision d;
+  d.allowed = cost <= n && count + cost <= n;
+  if (d.allowed && cost > 0) {
+    count += cost;
+    state = {end_us, count};
+  }
+  d.remaining = static_cast<int64_t>(n - std::min(n, count));
+  d.reset_after_us = end_us - now_us;
+  if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
+  return d;
+}
+
+Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& limit,
+                             uint64_t cost) {
+  const uint64_t n = limit.requests;
+  const int64_t w = limit.window_us;
+  const int64_t current_start = WindowStart(now_us, w);
+  int64_t start_us = current_start;
+  uint64_t prev = 0, cur = 0;
+  if (!state.IsIdle(now_us)) {
+    prev = state.aux >> 32;
+    cur = state.aux & 0xFFFFFFFFu;
+    start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
+    if (current_start >= start_us + 2 * w) {
+      prev = cur = 0;
+      start_us = current_start;
+    } else if (current_start == start_us + w) {
+      prev = cur;
+      cur = 0;
+      start_us = current_start;
+    }
+  }
+  const int64_t elapsed = std::clamp<int64_t>(now_us - start_us, 0, w - 1);  // e
+  const i128 prev_weight = static_cast<i128>(prev) * (w - elapsed);          // p * (W - e)
+  const i128 limit_scaled = static_cast<i128>(n) * w;                        // N * W
+  Decision d;
+  d.allowed = cost <= n && prev_weight + static_cast<i128>(cur + cost) * w <= limit_scaled;
+  if (d.allowed && cost > 0) {
+    cur += cost;
+    state.idle_at_us = start_us + 2 * w;
+    state.aux = prev << 32 | cur;
+  }
+  const i128 estimate_ceil = cur + CeilDiv(prev_weight, w);
+  d.remaining = estimate_ceil >= n ? 0 : ToInt64(n - estimate_ceil);
+  d.reset_after_us = cur > 0 ? start_us + 2 * w - now_us : prev > 0 ? start_us + w - now_us : 0;
+  if (!d.allowed) {
+    if (cost > n) {
+      d.retry_after_us = Decision::kNever;
+    } else {
+      // The estimate falls linearly to `cur` at the end of this window, then to 0 over the next.
+      const i128 excess = prev_weight + static_cast<i128>(cur + cost) * w - limit_scaled;
+      const int64_t to_window_end = w - elapsed;
+      int64_t wait = -1;
+      if (prev > 0) {
+        const i128 x = CeilDiv(excess, prev);
+        if (x <= to_window_end) wait = ToInt64(x);
+      }
+      if (wait < 0) {
+        // In the next window the estimate is cur * (W - e') / W: admitted once
+        // e' >= (cur + cost - N) * W / cur.
+        i128 into_next = 0;
+        if (cur > 0 && cur + cost > n) into_next = CeilDiv(static_cast<i128>(cur + cost - n) * w, cur);
+        wait = to_window_end + ToInt64(into_next);
+      }
+      d.retry_after_us = wait;
+    }
+  }
+  return d;
+}
+
+Decision DecideCompact(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  switch (limit.algorithm) {
+    case Algorithm::kTokenBucket:
+      return DecideTokenBucket(state, now_us, limit, cost);
+    case Algorithm::kLeakyBucket:
+      return DecideLeakyBucket(state, now_us, limit, cost);
+    case Algorithm::kFixedWindow:
+      return DecideFixedWindow(state, now_us, limit, cost);
+    case Algorithm::kSlidingWindow:
+      return DecideSlidingWindow(state, now_us, limit, cost);
+    case Algorithm::kSlidingLog:
+      break;
+  }
+  return Decision{.allowed = false, .retry_after_us = Decision::kNever};
+}
+
+Decision EvaluateSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  const uint64_t n = limit.requests;
+  const int64_t w = limit.window_us;
+  auto& e = state.entries;
+  if (state.head < e.size()) now_us = std::max(now_us, e.back().at_us);  // never backwards
+  // An entry admitted at s counts while now - s < W.
+  while (state.head < e.size() && e[state.head].at_us + w <= now_us) {
+    state.sum -= e[state.head].cost;
+    ++state.head;
+  }
+  if (state.head == e.size()) {
+    e.clear();
+    state.head = 0;
+  } else if (state.head >= 32 && state.head * 2 >= e.size()) {
+    e.erase(e.begin(), e.begin() + static_cast<std::ptrdiff_t>(state.head));
+    state.head = 0;
+  }
+  Decision d;
+  d.allowed = cost <= n && state.sum + cost <= n;
+  d.remaining = static_cast<int64_t>(n - std::min(n, state.sum));
+  d.reset_after_us = state.head < e.size() ? e.back().at_us + w - now_us : 0;
+  if (!d.allowed) {
+    if (cost > n) {
+      d.retry_after_us = Decision::kNever;
+    } else {
+      // Wait for the oldest entries to stop counting until the request fits.
+      uint64_t left = state.sum;
+      for (size_t i = state.head; i < e.size(); ++i) {
+        left -= e[i].cost;
+        if (left + cost <= n) {
+          d.retry_after_us = e[i].at_us + w - now_us;
+          break;
+        }
+      }
+    }
+  }
+  return d;
+}
+
+void CommitSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost,
+                      Decision& decision) {
+  if (cost == 0) return;
+  auto& e = state.entries;
+  if (state.head < e.size()) now_us = std::max(now_us, e.back().at_us);
+  if (state.head < e.size() && e.back().at_us == now_us) {
+    e.back().cost += cost;
+  } else {
+    e.push_back({now_us, cost});
+  }
+  state.sum += cost;
+  state.idle_at_us = now_us + limit.window_us;
+  decision.remaining = static_cast<int64_t>(limit.requests - std::min(limit.requests, state.sum));
+  decision.reset_after_us = limit.window_us;
+}
+
+Decision DecideSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  Decision d = EvaluateSlidingLog(state, now_us, limit, cost);
+  if (d.allowed) CommitSlidingLog(state, now_us, limit, cost, d);
+  return d;
+}
+
+}  // namespace sluice::algo

@@ -1,0 +1,180 @@
+#include "cli/bench_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::cli {
+namespace {
+
+// Resident set size of this process, from /proc/self/statm.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t total_pages = 0, resident_pages = 0;
+  statm >> total_pages >> resident_pages;
+  return resident_pages * sysconf(_SC_PAGESIZE);
+}
+
+// splitmix64: a small, fast generator; each thread has its own.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform01() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  uint64_t Below(uint64_t n) {
+    __extension__ using u128 = unsigned __int128;
+    return static_cast<uint64_t>((static_cast<u128>(Next()) * n) >> 64);
+  }
+};
+
+// Zipf(exponent) over ranks 1..n without tables: rejection-inversion sampling (Hörmann and
+// Derflinger, "Rejection-inversion to generate variates from monotone discrete distributions").
+class ZipfSampler {
+ public:
+  ZipfSampler(uint64_t n, double exponent) : n_(static_cast<double>(n)), s_(exponent) {
+    h_integral_x1_ = HIntegral(1.5) - 1.0;
+    h_integral_n_ = HIntegral(n_ + 0.5);
+    threshold_ = 2.0 - HIntegralInverse(HIntegral(2.5) - H(2.0));
+  }
+
+  // A rank in [0, n).
+  uint64_t Sample(Rng& rng) const {
+    for (;;) {
+      const double u = h_integral_n_ + rng.Uniform01() * (h_integral_x1_ - h_integral_n_);
+      const double x = HIntegralInverse(u);
+      double k = std::floor(x + 0.5);
+      k = std::clamp(k, 1.0, n_);
+      if (k - x <= threshold_ || u >= HIntegral(k + 0.5) - H(k)) {
+        return static_cast<uint64_t>(k) - 1;
+      }
+    }
+  }
+
+ private:
+  static double Helper1(double x) {  // log1p(x) / x
+    return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x));
+  }
+  static double Helper2(double x) {  // expm1(x) / x
+    return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0 * (1.0 + 0.25 * x));
+  }
+  double H(double x) const { return std::exp(-s_ * std::log(x)); }
+  double HIntegral(double x) const {
+    const double log_x = std::log(x);
+    return Helper2((1.0 - s_) * log_x) * log_x;
+  }
+  double HIntegralInverse(double x) const {
+    double t = x * (1.0 - s_);
+    if (t < -1.0) t = -1.0;
+    return std::exp(Helper1(t) * x);
+  }
+
+  double n_, s_;
+  double h_integral_x1_, h_integral_n_, threshold_;
+};
+
+// Keys are made on the fly ("key:<n>") so that nothing outside the store grows with K.
+struct KeyBuffer {
+  char data[32] = {'k', 'e', 'y', ':'};
+  std::string_view Make(uint64_t n) {
+    const auto r = std::to_chars(data + 4, data + sizeof data, n);
+    return {data, static_cast<size_t>(r.ptr - data)};
+  }
+};
+
+}  // namespace
+
+int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostream& err) {
+  if (options.keys == 0 || options.threads < 1 || !(options.seconds > 0)) {
+    err << "bench store: --keys and --threads must be at least 1 and --seconds positive\n";
+    return 2;
+  }
+  if (options.distribution != "uniform" && options.distribution != "zipf") {
+    err << "bench store: --distribution must be uniform or zipf\n";
+    return 2;
+  }
+  const uint64_t keys = options.keys;
+  const int threads = options.threads;
+  const Clock* clock = SystemClock::Get();
+  store::MemoryStore::Options store_options;
+  store_options.max_entries = std::max<size_t>(store_options.max_entries, keys + keys / 4);
+  store::MemoryStore store(store_options, clock);
+  const Limit& limit = options.limit;
+  const uint64_t limit_id = LimitId(limit);
+
+  // Phase 1: every key once, split over the threads; RSS growth per key.
+  const int64_t rss_before = ResidentBytes();
+  {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        KeyBuffer key;
+        for (uint64_t k = static_cast<uint64_t>(t); k < keys; k += static_cast<uint64_t>(threads)) {
+          store.Decide(limit, limit_id, key.Make(k), 1);
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+  }
+  const int64_t rss_after = ResidentBytes();
+
+  // Phase 2: timed decisions.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> decisions{0}, allowed{0};
+  const ZipfSampler zipf(keys, 0.99);
+  const bool use_zipf = options.distribution == "zipf";
+  std::vector<std::thread> workers;
+  const auto start = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      Rng rng{0x5EEDull * static_cast<uint64_t>(t + 1)};
+      KeyBuffer key;
+      uint64_t local = 0, local_allowed = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 1024; ++i) {
+          const uint64_t k = keys == 1 ? 0 : use_zipf ? zipf.Sample(rng) : rng.Below(keys);
+          local_allowed += store.Decide(limit, limit_id, key.Make(k), 1).allowed;
+        }
+        local += 1024;
+      }
+      decisions.fetch_add(local);
+      allowed.fetch_add(local_allowed);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
+  stop.store(true);
+  for (auto& w : workers) w.join();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const uint64_t total = decisions.load();
+  const double per_sec = static_cast<double>(total) / elapsed;
+  const int64_t rss_growth = std::max<int64_t>(0, rss_after - rss_before);
+  out << fmt::format(
+      "{{\"algorithm\":\"{}\",\"keys\":{},\"threads\":{},\"seconds\":{:.3f},\"decisions\":{},"
+      "\"decisions_per_sec\":{:.0f},\"ns_per_decision\":{:.2f},\"rss_bytes\":{},"
+      "\"bytes_per_key\":{:.2f},\"distribution\":\"{}\",\"limit\":\"{}\",\"allowed\":{},"
+      "\"store_entries\":{}}}\n",
+      AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
+      elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
+      static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
+      DescribeLimit(limit), allowed.load(), store.GetStats().entries);
+  return 0;
+}
+
+}  // namespace sluice::cli

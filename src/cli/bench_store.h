@@ -1,0 +1,28 @@
+// `sluice bench store`: decisions per second and bytes per key of the in-memory store.
+
+#ifndef SLUICE_CLI_BENCH_STORE_H_
+#define SLUICE_CLI_BENCH_STORE_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "sluice/limit.h"
+
+namespace sluice::cli {
+
+struct BenchStoreOptions {
+  Limit limit;
+  uint64_t keys = 1;
+  int threads = 1;
+  double seconds = 1;
+  std::string distribution = "uniform";  // or "zipf" (exponent 0.99)
+};
+
+// Touches every key once (measuring RSS growth), then lets `threads` threads decide on keys drawn
+// from `distribution` for `seconds`. Prints one JSON line to `out`. Returns the exit status.
+int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace sluice::cli
+
+#endif  // SLUICE_CLI_BENCH_STORE_H_

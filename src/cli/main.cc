@@ -1,0 +1,133 @@
+// The sluice command line: serve, replay, bench store.
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "cli/bench_store.h"
+#include "cli/default_config.h"
+#include "cli/replay.h"
+#include "sluice/limit.h"
+
+namespace sluice::cli {
+namespace {
+
+constexpr int kUsageError = 2;
+
+// The --algorithm/--limit/--window/--burst flags shared by replay and bench.
+struct LimitFlags {
+  std::string algorithm;
+  uint64_t requests = 0;
+  std::string window;
+  std::optional<uint64_t> burst;
+
+  void Add(CLI::App* app, bool required) {
+    auto* a = app->add_option("--algorithm", algorithm,
+                              "token_bucket (alias gcra), leaky_bucket, fixed_window, sliding_log, "
+                              "sliding_window");
+    auto* n = app->add_option("--limit", requests, "N: requests per window");
+    auto* w = app->add_option("--window", window, "W: a duration such as 250ms, 1s, 5m, 1h, 1d");
+    app->add_option("--burst", burst,
+                    "B: token_bucket capacity (default N); leaky_bucket queue depth (default 0)");
+    if (required) {
+      a->required();
+      n->required();
+      w->required();
+    }
+  }
+
+  // The limit, or a message on stderr and nullopt.
+  std::optional<Limit> ToLimit(std::string_view command) const {
+    Limit limit;
+    auto algo = ParseAlgorithm(algorithm);
+    if (!algo.ok()) {
+      std::cerr << command << ": " << algo.status().message() << "\n";
+      return std::nullopt;
+    }
+    limit.algorithm = *algo;
+    limit.requests = requests;
+    auto w = ParseDuration(window);
+    if (!w.ok()) {
+      std::cerr << command << ": --window: " << w.status().message() << "\n";
+      return std::nullopt;
+    }
+    limit.window_us = *w;
+    limit.burst = burst;
+    if (absl::Status s = ValidateLimit(limit); !s.ok()) {
+      std::cerr << command << ": " << s.message() << "\n";
+      return std::nullopt;
+    }
+    return limit;
+  }
+};
+
+int Main(int argc, char** argv) {
+  std::ios::sync_with_stdio(false);
+  CLI::App app{"sluice: a rate limiter for HTTP APIs"};
+  app.require_subcommand(1);
+
+  auto* serve = app.add_subcommand("serve", "run the rate limit service");
+  std::string config_path, listen = "127.0.0.1:8080", admin = "127.0.0.1:9091";
+  int serve_threads = 0;
+  serve->add_option("--config", config_path, "settings file or rules directory");
+  serve->add_option("--listen", listen, "data plane address");
+  serve->add_option("--admin", admin, "admin address");
+  serve->add_option("--threads", serve_threads, "worker threads");
+
+  auto* replay = app.add_subcommand("replay", "run one limit over a trace of requests");
+  LimitFlags replay_flags;
+  replay_flags.Add(replay, /*required=*/true);
+  std::string input;
+  replay->add_option("--input", input, "trace file (default: stdin)");
+
+  auto* bench = app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  auto* bench_store = bench->add_subcommand("store", "decisions/s and bytes/key of the memory store");
+  LimitFlags bench_flags{.algorithm = "token_bucket", .requests = 1000, .window = "1h", .burst = {}};
+  bench_flags.Add(bench_store, /*required=*/false);
+  BenchStoreOptions bench_options;
+  bench_store->add_option("--keys", bench_options.keys, "distinct keys K")->required();
+  bench_store->add_option("--threads", bench_options.threads, "threads T")->required();
+  bench_store->add_option("--seconds", bench_options.seconds, "duration S")->required();
+  bench_store->add_option("--distribution", bench_options.distribution, "uniform or zipf");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kUsageError;
+  }
+
+  if (serve->parsed()) {
+    std::cout << "sluice serve: the HTTP server is not built yet; it would listen on " << listen
+              << " (admin " << admin << ") with "
+              << (config_path.empty() ? "the embedded default configuration:\n" : config_path)
+              << (config_path.empty() ? kDefaultConfig : "") << "\n";
+    return 0;
+  }
+  if (replay->parsed()) {
+    auto limit = replay_flags.ToLimit("replay");
+    if (!limit) return kUsageError;
+    if (input.empty()) return RunReplay(*limit, std::cin, std::cout, std::cerr);
+    std::ifstream file(input);
+    if (!file) {
+      std::cerr << "replay: cannot open " << input << "\n";
+      return kUsageError;
+    }
+    return RunReplay(*limit, file, std::cout, std::cerr);
+  }
+  if (bench_store->parsed()) {
+    auto limit = bench_flags.ToLimit("bench store");
+    if (!limit) return kUsageError;
+    bench_options.limit = *limit;
+    return RunBenchStore(bench_options, std::cout, std::cerr);
+  }
+  return kUsageError;
+}
+
+}  // namespace
+}  // namespace sluice::cli
+
+int main(int argc, char** argv) { return sluice::cli::Main(argc, argv); }

@@ -1,0 +1,116 @@
+#include "store/compact_table.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace sluice::store {
+
+CompactTable::CompactTable(size_t max_entries)
+    : max_entries_(std::max<size_t>(max_entries, 1)),
+      max_capacity_(std::max(kMinCapacity, max_entries_ * 10 / 9 + 2)) {
+  Rehash(std::min(kMinCapacity, max_capacity_));
+}
+
+CompactTable::Slot* CompactTable::Find(uint64_t hash) {
+  size_t i = Home(hash);
+  for (size_t dist = 0;; ++dist, i = Next(i)) {
+    const uint64_t h = slots_[i].hash;
+    if (h == hash) return &slots_[i];
+    // Robin Hood invariant: had hash been here, it would sit before any entry closer to home.
+    if (h == 0 || Distance(h, i) < dist) return nullptr;
+  }
+}
+
+CompactTable::Slot* CompactTable::Insert(uint64_t hash, const algo::CompactState& state) {
+  if (size_ >= max_entries_) return nullptr;
+  if (NeedsGrowth()) {
+    if (capacity_ >= max_capacity_) return nullptr;
+    Rehash(std::min(max_capacity_, std::max(capacity_ + 1, capacity_ * 6 / 5)));
+  }
+  ++size_;
+  return Place(hash, state);
+}
+
+CompactTable::Slot* CompactTable::Place(uint64_t hash, const algo::CompactState& state) {
+  Slot carry{hash, state};
+  Slot* placed = nullptr;
+  size_t i = Home(hash);
+  for (size_t dist = 0;; ++dist, i = Next(i)) {
+    Slot& s = slots_[i];
+    if (s.hash == 0) {
+      s = carry;
+      return placed != nullptr ? placed : &s;
+    }
+    const size_t resident = Distance(s.hash, i);
+    if (resident < dist) {  // take from the rich: the resident moves on instead
+      std::swap(carry, s);
+      if (placed == nullptr) placed = &s;
+      dist = resident;
+    }
+  }
+}
+
+void CompactTable::Erase(Slot* slot) { EraseAt(static_cast<size_t>(slot - slots_.get())); }
+
+void CompactTable::EraseAt(size_t i) {
+  // Backward shift: pull the following run one step towards home.
+  for (size_t j = Next(i); slots_[j].hash != 0 && Distance(slots_[j].hash, j) > 0; j = Next(j)) {
+    slots_[i] = slots_[j];
+    i = j;
+  }
+  slots_[i].hash = 0;
+  --size_;
+}
+
+size_t CompactTable::EraseIdle(int64_t now_us) {
+  size_t erased = 0;
+  for (size_t i = 0; i < capacity_;) {
+    if (slots_[i].hash != 0 && slots_[i].state.IsIdle(now_us)) {
+      EraseAt(i);  // a later entry may have moved into i: look at it again
+      ++erased;
+    } else {
+      ++i;
+    }
+  }
+  return erased;
+}
+
+size_t CompactTable::SweepSome(int64_t now_us, size_t count) {
+  size_t erased = 0;
+  for (size_t n = 0; n < count; ++n) {
+    if (sweep_cursor_ >= capacity_) sweep_cursor_ = 0;
+    Slot& s = slots_[sweep_cursor_];
+    if (s.hash != 0 && s.state.IsIdle(now_us)) {
+      EraseAt(sweep_cursor_);
+      ++erased;
+    } else {
+      ++sweep_cursor_;
+    }
+  }
+  return erased;
+}
+
+CompactTable::Slot* CompactTable::EvictionCandidate(uint64_t hash, size_t sample) {
+  Slot* best = nullptr;
+  size_t i = Home(hash);
+  for (size_t seen = 0, scanned = 0; seen < sample && scanned < capacity_; ++scanned, i = Next(i)) {
+    Slot& s = slots_[i];
+    if (s.hash == 0) continue;
+    ++seen;
+    if (best == nullptr || s.state.idle_at_us < best->state.idle_at_us) best = &s;
+  }
+  return best;
+}
+
+void CompactTable::Rehash(size_t new_capacity) {
+  std::unique_ptr<Slot[]> old = std::move(slots_);
+  const size_t old_capacity = capacity_;
+  slots_ = std::make_unique<Slot[]>(new_capacity);  // value-initialised: every hash 0
+  capacity_ = new_capacity;
+  sweep_cursor_ = 0;
+  for (size_t i = 0; i < old_capacity; ++i) {
+    if (old[i].hash != 0) Place(old[i].hash, old[i].state);
+  }
+}
+
+}  // namespace sluice::store

@@ -104,6 +104,10 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
     err << "bench store: --keys and --threads must be at least 1 and --seconds positive\n";
     return 2;
   }
+  if (options.clock_every < 1) {
+    err << "bench store: --clock-every must be at least 1\n";
+    return 2;
+  }
   if (options.distribution != "uniform" && options.distribution != "zipf") {
     err << "bench store: --distribution must be uniform or zipf\n";
     return 2;
@@ -145,10 +149,12 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       Rng rng{0x5EEDull * static_cast<uint64_t>(t + 1)};
       KeyBuffer key;
       uint64_t local = 0, local_allowed = 0;
+      int64_t now = clock->NowMicros();
       while (!stop.load(std::memory_order_relaxed)) {
         for (int i = 0; i < 1024; ++i) {
+          if (i % options.clock_every == 0) now = clock->NowMicros();
           const uint64_t k = keys == 1 ? 0 : use_zipf ? zipf.Sample(rng) : rng.Below(keys);
-          local_allowed += store.Decide(limit, limit_id, key.Make(k), 1).allowed;
+          local_allowed += store.DecideAt(limit, limit_id, key.Make(k), 1, now).allowed;
         }
         local += 1024;
       }
@@ -169,11 +175,11 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       "{{\"algorithm\":\"{}\",\"keys\":{},\"threads\":{},\"seconds\":{:.3f},\"decisions\":{},"
       "\"decisions_per_sec\":{:.0f},\"ns_per_decision\":{:.2f},\"rss_bytes\":{},"
       "\"bytes_per_key\":{:.2f},\"distribution\":\"{}\",\"limit\":\"{}\",\"allowed\":{},"
-      "\"store_entries\":{}}}\n",
+      "\"store_entries\":{},\"clock_every\":{}}}\n",
       AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
       elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
       static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
-      DescribeLimit(limit), allowed.load(), store.GetStats().entries);
+      DescribeLimit(limit), allowed.load(), store.GetStats().entries, options.clock_every);
   return 0;
 }
 

@@ -17,6 +17,9 @@ struct BenchStoreOptions {
   int threads = 1;
   double seconds = 1;
   std::string distribution = "uniform";  // or "zipf" (exponent 0.99)
+  // Read the system clock once per this many decisions, as a server reads it once per
+  // event-loop pass. 1 = every decision (clock_gettime alone can cost ~45 ns on a VM).
+  int clock_every = 1;
 };
 
 // Touches every key once (measuring RSS growth), then lets `threads` threads decide on keys drawn

@@ -92,6 +92,8 @@ int Main(int argc, char** argv) {
   bench_store->add_option("--threads", bench_options.threads, "threads T")->required();
   bench_store->add_option("--seconds", bench_options.seconds, "duration S")->required();
   bench_store->add_option("--distribution", bench_options.distribution, "uniform or zipf");
+  bench_store->add_option("--clock-every", bench_options.clock_every,
+                          "read the clock once per this many decisions (default 1)");
 
   try {
     app.parse(argc, argv);

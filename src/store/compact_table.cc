@@ -1,9 +1,40 @@
 #include "store/compact_table.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <utility>
 
 namespace sluice::store {
+namespace {
+
+constexpr size_t kMapThresholdBytes = size_t{64} << 10;
+
+}  // namespace
+
+CompactTable::SlotArray CompactTable::AllocateSlots(size_t capacity) {
+  const size_t bytes = capacity * sizeof(Slot);
+  void* memory;
+  if (bytes >= kMapThresholdBytes) {
+    memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+  } else {
+    memory = std::calloc(capacity, sizeof(Slot));
+    if (memory == nullptr) throw std::bad_alloc();
+  }
+  return SlotArray(static_cast<Slot*>(memory), SlotArrayDeleter{capacity});
+}
+
+void CompactTable::SlotArrayDeleter::operator()(Slot* slots) const {
+  const size_t bytes = capacity * sizeof(Slot);
+  if (bytes >= kMapThresholdBytes) {
+    munmap(slots, bytes);
+  } else {
+    std::free(slots);
+  }
+}
 
 CompactTable::CompactTable(size_t max_entries)
     : max_entries_(std::max<size_t>(max_entries, 1)),
@@ -103,9 +134,9 @@ CompactTable::Slot* CompactTable::EvictionCandidate(uint64_t hash, size_t sample
 }
 
 void CompactTable::Rehash(size_t new_capacity) {
-  std::unique_ptr<Slot[]> old = std::move(slots_);
+  SlotArray old = std::move(slots_);
   const size_t old_capacity = capacity_;
-  slots_ = std::make_unique<Slot[]>(new_capacity);  // value-initialised: every hash 0
+  slots_ = AllocateSlots(new_capacity);  // zeroed: every hash 0
   capacity_ = new_capacity;
   sweep_cursor_ = 0;
   for (size_t i = 0; i < old_capacity; ++i) {

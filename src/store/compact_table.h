@@ -86,7 +86,17 @@ class CompactTable {
   Slot* Place(uint64_t hash, const algo::CompactState& state);
   void EraseAt(size_t i);
 
-  std::unique_ptr<Slot[]> slots_;
+  // Slot arrays of 64 KiB and more are mapped straight from the kernel and unmapped when the
+  // table grows, so their memory goes back to the system at once instead of lingering in the
+  // allocator's heap; fresh anonymous pages are already zero, i.e. empty slots.
+  struct SlotArrayDeleter {
+    size_t capacity;
+    void operator()(Slot* slots) const;
+  };
+  using SlotArray = std::unique_ptr<Slot[], SlotArrayDeleter>;
+  static SlotArray AllocateSlots(size_t capacity);
+
+  SlotArray slots_;
   size_t capacity_ = 0;
   size_t size_ = 0;
   size_t max_entries_;

@@ -14,10 +14,11 @@ constexpr size_t kEvictionSample = 8;    // entries compared when one must be ev
 
 }  // namespace
 
-struct MemoryStore::Shard {
+// Aligned so that neighbouring shards' locks never share a cache line.
+struct alignas(64) MemoryStore::Shard {
   explicit Shard(size_t max_entries) : max_entries(max_entries), table(max_entries) {}
 
-  mutable absl::Mutex mu;
+  mutable util::SpinLock mu;
   const size_t max_entries;
   CompactTable table ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, algo::LogState> logs ABSL_GUARDED_BY(mu);
@@ -60,7 +61,7 @@ Decision MemoryStore::DecideAt(const Limit& limit, uint64_t limit_id, std::strin
   const int64_t now = MonotonicNow(now_us);
   const uint64_t hash = Hash(limit_id, key);
   Shard& shard = ShardFor(hash);
-  absl::MutexLock lock(&shard.mu);
+  util::SpinLockHolder lock(&shard.mu);
 
   if (limit.algorithm == Algorithm::kSlidingLog) {
     auto it = shard.logs.find(hash);
@@ -118,7 +119,7 @@ void MemoryStore::MakeRoom(Shard& shard, uint64_t hash, int64_t now) {
 bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
   const uint64_t hash = Hash(limit_id, key);
   Shard& shard = ShardFor(hash);
-  absl::MutexLock lock(&shard.mu);
+  util::SpinLockHolder lock(&shard.mu);
   if (CompactTable::Slot* slot = shard.table.Find(hash)) {
     shard.table.Erase(slot);
     return true;
@@ -129,7 +130,7 @@ bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
 MemoryStore::Stats MemoryStore::GetStats() const {
   Stats stats;
   for (const auto& shard : shards_) {
-    absl::MutexLock lock(&shard->mu);
+    util::SpinLockHolder lock(&shard->mu);
     stats.entries += shard->Entries();
     stats.memory_bytes += shard->table.memory_bytes();
   }

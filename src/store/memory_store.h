@@ -1,7 +1,7 @@
 // MemoryStore: limiter state in this process, keyed by (limit id, key).
 //
 // Safe for concurrent use without external synchronization. The key space is split over
-// independent shards, each behind its own mutex; a decision locks exactly one shard.
+// independent shards, each behind its own lock; a decision locks exactly one shard.
 //
 // Bounded: at most Options::max_entries live (limit, key) states. Idle states — back to their
 // initial value: a full bucket, a window that is over — are reclaimed as the store goes (a few
@@ -29,11 +29,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "algo/algorithms.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "store/compact_table.h"
+#include "util/spin_lock.h"
 
 namespace sluice::store {
 

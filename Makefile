@@ -1,7 +1,7 @@
 # Thin wrapper over scripts/bootstrap.sh, CMake presets and ctest. See README.md.
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build debug asan bootstrap clean
+.PHONY: run test build debug asan tsan bootstrap clean
 
 bootstrap:
 	scripts/bootstrap.sh
@@ -24,6 +24,11 @@ asan: bootstrap
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
+
+tsan: bootstrap
+	cmake --preset tsan
+	cmake --build --preset tsan -j $(JOBS)
+	ctest --preset tsan -j $(JOBS)
 
 clean:
 	rm -rf build

@@ -63,17 +63,20 @@ Decision DecideLeakyBucket(CompactState& state, int64_t now_us, const Limit& lim
   return DecideBucket(state, now_us, limit, cost, /*report_delay=*/true);
 }
 
+namespace {
+
+// The current window of a fixed_window state: its end and its count so far.
+std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
+                                           int64_t window_us) {
+  if (state.IsIdle(now_us)) return {WindowStart(now_us, window_us) + window_us, 0};
+  return {state.idle_at_us, state.aux};
+}
+
+}  // namespace
+
 Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
   const uint64_t n = limit.requests;
-  int64_t end_us;
-  uint64_t count;
-  if (state.IsIdle(now_us)) {
-    end_us = WindowStart(now_us, limit.window_us) + limit.window_us;
-    count = 0;
-  } else {
-    end_us = state.idle_at_us;
-    count = state.aux;
-  }
+  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
   Decision d;
   d.allowed = cost <= n && count + cost <= n;
   if (d.allowed && cost > 0) {
@@ -81,6 +84,22 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
     state = {end_us, count};
   }
   d.remaining = static_cast<int64_t>(n - std::min(n, count));
+  d.reset_after_us = end_us - now_us;
+  if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
+  return d;
+}
+
+Decision DecideFixedWindowCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
+                                         uint64_t cost) {
+  const uint64_t n = limit.requests;
+  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+  if (cost > 0) {
+    count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;  // saturate
+    state = {end_us, count};
+  }
+  Decision d;
+  d.allowed = count <= n;
+  d.remaining = d.allowed ? static_cast<int64_t>(n - count) : 0;
   d.reset_after_us = end_us - now_us;
   if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
   return d;

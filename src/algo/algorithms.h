@@ -43,6 +43,12 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
 Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& limit,
                              uint64_t cost);
 
+// fixed_window as envoyproxy/ratelimit counts: every request is added to the window's count,
+// admitted or not (`count_denied: true`). Admitted iff the count after adding is <= N;
+// remaining is 0 once over.
+Decision DecideFixedWindowCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
+                                         uint64_t cost);
+
 // Dispatches on limit.algorithm; limit.algorithm must not be kSlidingLog.
 Decision DecideCompact(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost);
 

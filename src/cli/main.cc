@@ -1,6 +1,8 @@
 // The sluice command line: serve, replay, bench store.
 
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -9,6 +11,8 @@
 #include "cli/bench_store.h"
 #include "cli/default_config.h"
 #include "cli/replay.h"
+#include "cli/rules_commands.h"
+#include "rules/loader.h"
 #include "sluice/limit.h"
 
 namespace sluice::cli {
@@ -27,10 +31,12 @@ struct LimitFlags {
     auto* a = app->add_option("--algorithm", algorithm,
                               "token_bucket (alias gcra), leaky_bucket, fixed_window, sliding_log, "
                               "sliding_window");
-    auto* n = app->add_option("--limit", requests, "N: requests per window");
+    auto* n = app->add_option("--limit", requests, "N: requests per window")
+                  ->check(CLI::NonNegativeNumber);
     auto* w = app->add_option("--window", window, "W: a duration such as 250ms, 1s, 5m, 1h, 1d");
     app->add_option("--burst", burst,
-                    "B: token_bucket capacity (default N); leaky_bucket queue depth (default 0)");
+                    "B: token_bucket capacity (default N); leaky_bucket queue depth (default 0)")
+        ->check(CLI::NonNegativeNumber);
     if (required) {
       a->required();
       n->required();
@@ -63,6 +69,28 @@ struct LimitFlags {
   }
 };
 
+// Opens a trace file for replay; a message on stderr when it is not a readable file.
+bool OpenInput(const std::string& path, std::ifstream* file) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::cerr << "replay: " << path << " is a directory\n";
+    return false;
+  }
+  file->open(path);
+  if (!*file) {
+    std::cerr << "replay: cannot open " << path << "\n";
+    return false;
+  }
+  return true;
+}
+
+// Loads a rules configuration for a one-shot command; errors to stderr.
+std::shared_ptr<const rules::Config> LoadRules(const std::string& path, std::string_view command) {
+  rules::LoadResult result = rules::LoadConfig({path});
+  for (const auto& e : result.errors) std::cerr << command << ": " << e.ToString() << "\n";
+  return result.config;
+}
+
 int Main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
   CLI::App app{"sluice: a rate limiter for HTTP APIs"};
@@ -76,11 +104,23 @@ int Main(int argc, char** argv) {
   serve->add_option("--admin", admin, "admin address");
   serve->add_option("--threads", serve_threads, "worker threads");
 
-  auto* replay = app.add_subcommand("replay", "run one limit over a trace of requests");
+  auto* replay = app.add_subcommand("replay", "run a limit or a rules config over a trace");
   LimitFlags replay_flags;
-  replay_flags.Add(replay, /*required=*/true);
-  std::string input;
+  replay_flags.Add(replay, /*required=*/false);
+  std::string input, replay_config, replay_domain;
   replay->add_option("--input", input, "trace file (default: stdin)");
+  replay->add_option("--config", replay_config, "rules: a file or directory (instead of a limit)");
+  replay->add_option("--domain", replay_domain, "the domain of the rules to use, with --config");
+
+  auto* check = app.add_subcommand("check-config", "validate configuration files");
+  std::vector<std::string> check_paths;
+  check->add_option("paths", check_paths, "files or directories")->required();
+
+  auto* explain = app.add_subcommand("explain", "show which rules and limits a request matches");
+  std::string explain_config, explain_domain, explain_descriptors;
+  explain->add_option("--config", explain_config, "rules: a file or directory")->required();
+  explain->add_option("--domain", explain_domain, "the domain")->required();
+  explain->add_option("descriptors", explain_descriptors, "k=v,k=v;k=v")->required();
 
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -103,21 +143,49 @@ int Main(int argc, char** argv) {
   }
 
   if (serve->parsed()) {
-    std::cout << "sluice serve: the HTTP server is not built yet; it would listen on " << listen
-              << " (admin " << admin << ") with "
-              << (config_path.empty() ? "the embedded default configuration:\n" : config_path)
-              << (config_path.empty() ? kDefaultConfig : "") << "\n";
+    rules::LoadResult loaded = config_path.empty()
+                                   ? rules::LoadConfigText("<embedded default>", kDefaultConfig)
+                                   : rules::LoadConfig({config_path});
+    for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
+    if (!loaded.config) return 1;
+    std::cout << "sluice serve: configuration "
+              << (config_path.empty() ? "<embedded default>" : config_path) << " version "
+              << loaded.config->version << ": " << loaded.config->domains.size() << " domains, "
+              << loaded.config->limit_count << " limits\n"
+              << "The HTTP server is not built yet; it will listen on " << listen << " (admin "
+              << admin << ").\n";
+    if (config_path.empty()) std::cout << "The embedded default configuration:\n" << kDefaultConfig;
     return 0;
   }
+  if (check->parsed()) return RunCheckConfig(check_paths, std::cout);
+  if (explain->parsed()) {
+    auto loaded = LoadRules(explain_config, "explain");
+    if (!loaded) return kUsageError;
+    return RunExplain(*loaded, explain_domain, explain_descriptors, std::cout, std::cerr);
+  }
+  if (replay->parsed() && !replay_config.empty()) {
+    if (replay_domain.empty()) {
+      std::cerr << "replay: --config needs --domain\n";
+      return kUsageError;
+    }
+    auto loaded = LoadRules(replay_config, "replay");
+    if (!loaded) return kUsageError;
+    if (input.empty()) return RunRulesReplay(*loaded, replay_domain, std::cin, std::cout, std::cerr);
+    std::ifstream file;
+    if (!OpenInput(input, &file)) return kUsageError;
+    return RunRulesReplay(*loaded, replay_domain, file, std::cout, std::cerr);
+  }
   if (replay->parsed()) {
+    if (replay_flags.algorithm.empty() || replay_flags.window.empty() ||
+        replay->count("--limit") == 0) {
+      std::cerr << "replay: give --algorithm, --limit and --window, or --config and --domain\n";
+      return kUsageError;
+    }
     auto limit = replay_flags.ToLimit("replay");
     if (!limit) return kUsageError;
     if (input.empty()) return RunReplay(*limit, std::cin, std::cout, std::cerr);
-    std::ifstream file(input);
-    if (!file) {
-      std::cerr << "replay: cannot open " << input << "\n";
-      return kUsageError;
-    }
+    std::ifstream file;
+    if (!OpenInput(input, &file)) return kUsageError;
     return RunReplay(*limit, file, std::cout, std::cerr);
   }
   if (bench_store->parsed()) {

@@ -12,12 +12,6 @@
 namespace sluice::cli {
 namespace {
 
-struct TraceLine {
-  std::string_view t_ms_text;
-  int64_t t_ms = 0;
-  std::string_view key;
-  uint64_t cost = 1;
-};
 
 // Splits on runs of spaces and tabs.
 std::vector<std::string_view> SplitFields(std::string_view line) {
@@ -53,7 +47,7 @@ NumberError ParseNumber(std::string_view token, T* value) {
 }
 
 // Returns an empty reason when the line is a request (filled into *out).
-std::string ParseLine(std::string_view line, TraceLine* out) {
+std::string ParseLine(std::string_view line, TraceRequest* out) {
   std::vector<std::string_view> fields = SplitFields(line);
   if (fields.size() < 2) return "missing key (expected: T_MS KEY [COST])";
   if (fields.size() > 3) return "too many fields (expected: T_MS KEY [COST])";
@@ -89,34 +83,53 @@ std::string ParseLine(std::string_view line, TraceLine* out) {
 
 }  // namespace
 
-int RunReplay(const Limit& limit, std::istream& in, std::ostream& out, std::ostream& err) {
-  ManualClock clock;  // decisions use the trace's times, never the machine's
-  store::MemoryStore store(store::MemoryStore::Options{}, &clock);
-  const uint64_t limit_id = LimitId(limit);
+int ReplayTrace(std::istream& in, std::ostream& out, std::ostream& err,
+                const TraceDecider& decide) {
   fmt::memory_buffer buf;
+  const auto flush = [&] {
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    buf.clear();
+  };
   std::string line;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
     std::string_view text = Strip(line);
     if (text.empty() || text[0] == '#') continue;
-    TraceLine req;
-    if (std::string why = ParseLine(text, &req); !why.empty()) {
-      out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    TraceRequest req;
+    std::string why = ParseLine(text, &req);
+    std::optional<Decision> d;
+    if (why.empty()) d = decide(req, &why);
+    if (!d) {
+      flush();
       out.flush();
       err << "line " << line_no << ": " << why << "\n";
       return 2;
     }
-    const Decision d = store.DecideAt(limit, limit_id, req.key, req.cost, req.t_ms * 1000);
     fmt::format_to(std::back_inserter(buf), "{}\t{}\t{}\t{}\t{}\t{}\t{}\n", req.t_ms_text, req.key,
-                   d.allowed ? "allow" : "deny", d.remaining, CeilMillis(d.retry_after_us),
-                   CeilMillis(d.reset_after_us), CeilMillis(d.delay_us));
-    if (buf.size() > (1 << 16)) {
-      out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-      buf.clear();
-    }
+                   d->allowed ? "allow" : "deny", d->remaining, CeilMillis(d->retry_after_us),
+                   CeilMillis(d->reset_after_us), CeilMillis(d->delay_us));
+    if (buf.size() > (1 << 16)) flush();
   }
-  out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  flush();
   out.flush();
+  if (in.bad()) {
+    err << "replay: error reading the trace\n";
+    return 2;
+  }
+  if (!out) {
+    err << "replay: error writing the output\n";
+    return 2;
+  }
   return 0;
+}
+
+int RunReplay(const Limit& limit, std::istream& in, std::ostream& out, std::ostream& err) {
+  ManualClock clock;  // decisions use the trace's times, never the machine's
+  store::MemoryStore store(store::MemoryStore::Options{}, &clock);
+  const uint64_t limit_id = LimitId(limit);
+  return ReplayTrace(in, out, err, [&](const TraceRequest& req, std::string*) {
+    return std::optional<Decision>(
+        store.DecideAt(limit, limit_id, req.key, req.cost, req.t_ms * 1000));
+  });
 }
 
 }  // namespace sluice::cli

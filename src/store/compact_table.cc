@@ -11,6 +11,7 @@ namespace sluice::store {
 namespace {
 
 constexpr size_t kMapThresholdBytes = size_t{64} << 10;
+constexpr size_t kHugePageThresholdBytes = size_t{4} << 20;
 
 }  // namespace
 
@@ -20,6 +21,9 @@ CompactTable::SlotArray CompactTable::AllocateSlots(size_t capacity) {
   if (bytes >= kMapThresholdBytes) {
     memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) throw std::bad_alloc();
+    // Random probes into a big table miss the TLB on every lookup with 4 KiB pages; transparent
+    // huge pages (where the system allows them) make most of those misses go away.
+    if (bytes >= kHugePageThresholdBytes) madvise(memory, bytes, MADV_HUGEPAGE);
   } else {
     memory = std::calloc(capacity, sizeof(Slot));
     if (memory == nullptr) throw std::bad_alloc();

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -63,6 +64,26 @@ class MemoryStore {
   Decision DecideAt(const Limit& limit, uint64_t limit_id, std::string_view key, uint64_t cost,
                     int64_t now_us);
 
+  // One limit of a request, for DecideAll.
+  struct Item {
+    const Limit* limit = nullptr;
+    uint64_t limit_id = 0;
+    std::string_view key;
+    uint64_t cost = 1;
+    // fixed_window only: count the request even when denied (envoyproxy/ratelimit's counting);
+    // such items are consumed whatever the other items decide.
+    bool count_denied = false;
+    // A shadow item's deny does not deny the request.
+    bool shadow = false;
+  };
+
+  // Decides several limits of one request at once, all-or-nothing: if every non-shadow item
+  // allows, each consumes its cost; if any denies, none consumes anything (but count_denied
+  // items). out[i] receives item i's decision; an item that would have allowed a denied request
+  // reports allowed with nothing consumed. Returns whether the request is allowed.
+  // Atomic with respect to every other decision: the shards involved are locked together.
+  bool DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out);
+
   // Forgets the state of one key ("unblock this customer"). True if there was one.
   bool Reset(uint64_t limit_id, std::string_view key);
 
@@ -79,6 +100,9 @@ class MemoryStore {
   // Makes room for one more entry in `shard`: reclaims idle entries, evicts if still full.
   // Requires shard.mu.
   void MakeRoom(Shard& shard, uint64_t hash, int64_t now);
+  // Stores the state of a key seen for the first time (after MakeRoom). Require shard.mu.
+  void StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state, int64_t now);
+  void StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& log, int64_t now);
 
   const Clock* clock_;
   std::vector<std::unique_ptr<Shard>> shards_;

@@ -1,1 +1,555 @@
-// placeholder, replaced below
+#include "store/memory_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <latch>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "algo/algorithms.h"
+#include "gtest/gtest.h"
+#include "sluice/clock.h"
+#include "sluice/limit.h"
+
+namespace sluice::store {
+namespace {
+
+constexpr int64_t kSecond = 1000000;
+constexpr int64_t kMs = 1000;
+// A realistic unix time, deliberately not aligned to any window.
+constexpr int64_t kT0 = 1700000000 * kSecond + 123457;
+
+// Builds "<prefix><n>" in a buffer it owns, without allocating; the view lives until the next call.
+class KeyName {
+ public:
+  std::string_view operator()(std::string_view prefix, uint64_t n) {
+    std::copy(prefix.begin(), prefix.end(), buf_);
+    char* end = std::to_chars(buf_ + prefix.size(), buf_ + sizeof buf_, n).ptr;
+    return std::string_view(buf_, static_cast<size_t>(end - buf_));
+  }
+
+ private:
+  char buf_[64];
+};
+
+// The state a pure-function model keeps for one key, whatever the algorithm.
+struct ModelState {
+  algo::CompactState compact;
+  algo::LogState log;
+};
+
+Decision ModelDecide(ModelState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  if (limit.algorithm == Algorithm::kSlidingLog) {
+    return algo::DecideSlidingLog(state.log, now_us, limit, cost);
+  }
+  return algo::DecideCompact(state.compact, now_us, limit, cost);
+}
+
+Limit MakeLimit(Algorithm algorithm, uint64_t n, int64_t window_us,
+                std::optional<uint64_t> burst = std::nullopt) {
+  return {.algorithm = algorithm, .requests = n, .window_us = window_us, .burst = burst};
+}
+
+Limit TokenBucket(uint64_t n, int64_t window_us, std::optional<uint64_t> burst = std::nullopt) {
+  return MakeLimit(Algorithm::kTokenBucket, n, window_us, burst);
+}
+
+// A worked limit per algorithm, capacity 10 or more so that costs above 1 matter.
+std::vector<Limit> OneLimitPerAlgorithm() {
+  return {
+      TokenBucket(10, kSecond, 20),
+      MakeLimit(Algorithm::kLeakyBucket, 10, kSecond, 5),
+      MakeLimit(Algorithm::kFixedWindow, 10, kSecond),
+      MakeLimit(Algorithm::kSlidingLog, 10, kSecond),
+      MakeLimit(Algorithm::kSlidingWindow, 10, kSecond),
+  };
+}
+
+std::string LimitTestName(const testing::TestParamInfo<Limit>& info) {
+  return std::string(AlgorithmName(info.param.algorithm));
+}
+
+uint64_t RandomCost(std::mt19937_64& rng, const Limit& limit) {
+  const uint64_t dice = rng() % 100;
+  if (dice < 10) return 0;  // a peek
+  if (dice < 70) return 1;
+  if (dice < 95) return 2 + rng() % 3;
+  return limit.Capacity() + 1 + rng() % 3;  // never admissible
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-algorithm behaviour through the store.
+
+class StoreAlgorithmTest : public testing::TestWithParam<Limit> {};
+
+TEST_P(StoreAlgorithmTest, DecisionsEqualThePureFunction) {
+  const Limit limit = GetParam();
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  std::map<std::string, ModelState> model;
+  std::mt19937_64 rng(31);
+  KeyName name;
+  int64_t now = kT0;
+  int allowed = 0, denied = 0;
+  for (int step = 0; step < 30000; ++step) {
+    const uint64_t gap = rng() % 100;
+    if (gap < 40) {
+      // same instant
+    } else if (gap < 98) {
+      now += static_cast<int64_t>(rng() % (150 * kMs));
+    } else {
+      now += static_cast<int64_t>(rng() % (20 * kSecond));  // long idle: states become initial
+    }
+    const std::string_view key = name("user-", rng() % 25);
+    const uint64_t cost = RandomCost(rng, limit);
+    const Decision expected = ModelDecide(model[std::string(key)], now, limit, cost);
+    Decision got;
+    if (step % 2 == 0) {
+      got = store.DecideAt(limit, id, key, cost, now);
+    } else {
+      clock.Set(now);  // the same through the injected clock
+      got = store.Decide(limit, id, key, cost);
+    }
+    ASSERT_EQ(got, expected) << "step " << step << " key " << key << " cost " << cost << " at "
+                             << now;
+    (got.allowed ? allowed : denied)++;
+  }
+  // The trace exercised both outcomes.
+  EXPECT_GT(allowed, 1000);
+  EXPECT_GT(denied, 1000);
+}
+
+TEST_P(StoreAlgorithmTest, TimeThatRunsBackwardsCountsAsTheLatestTime) {
+  const Limit limit = GetParam();
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  std::map<std::string, ModelState> model;
+  std::mt19937_64 rng(37);
+  KeyName name;
+  int64_t now = kT0, latest = kT0;
+  for (int step = 0; step < 20000; ++step) {
+    // A random walk that steps back a third of the time.
+    const int64_t jump = static_cast<int64_t>(rng() % (300 * kMs));
+    now = rng() % 3 == 0 ? std::max<int64_t>(0, now - jump) : now + jump / 2;
+    latest = std::max(latest, now);
+    const std::string_view key = name("k", rng() % 10);
+    const uint64_t cost = RandomCost(rng, limit);
+    const Decision expected = ModelDecide(model[std::string(key)], latest, limit, cost);
+    const Decision got = store.DecideAt(limit, id, key, cost, now);
+    ASSERT_EQ(got, expected) << "step " << step << " asked at " << now << ", latest " << latest;
+  }
+}
+
+TEST_P(StoreAlgorithmTest, KeysAndLimitIdsHaveIndependentState) {
+  const Limit limit = GetParam();
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  const uint64_t capacity = limit.Capacity();
+  // Exhaust ("alice", limit 1).
+  for (uint64_t i = 0; i < capacity; ++i) ASSERT_TRUE(store.Decide(limit, 1, "alice", 1).allowed);
+  const Decision exhausted = store.Decide(limit, 1, "alice", 1);
+  EXPECT_FALSE(exhausted.allowed);
+  EXPECT_GT(exhausted.retry_after_us, 0);
+
+  ModelState fresh;
+  const Decision first = ModelDecide(fresh, kT0, limit, 1);
+  ASSERT_TRUE(first.allowed);
+  EXPECT_EQ(store.Decide(limit, 1, "bob", 1), first) << "another key";
+  EXPECT_EQ(store.Decide(limit, 2, "alice", 1), first) << "the same key under another limit id";
+  EXPECT_EQ(store.Decide(limit, 1, "alice2", 1), first);
+  EXPECT_EQ(store.Decide(limit, 1, "alic", 1), first);
+  EXPECT_EQ(store.Decide(limit, 1, "", 1), first) << "the empty key is a key like any other";
+  EXPECT_FALSE(store.Decide(limit, 1, "alice", 1).allowed) << "alice is still exhausted";
+
+  // Resetting one (limit, key) leaves the same key under the other limit alone.
+  EXPECT_TRUE(store.Reset(2, "alice"));
+  EXPECT_FALSE(store.Decide(limit, 1, "alice", 1).allowed);
+}
+
+TEST_P(StoreAlgorithmTest, ResetForgetsOneKey) {
+  const Limit limit = GetParam();
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  EXPECT_FALSE(store.Reset(id, "alice")) << "nothing to forget yet";
+  for (uint64_t i = 0; i < limit.Capacity(); ++i) store.Decide(limit, id, "alice", 1);
+  store.Decide(limit, id, "bob", 1);
+  ASSERT_FALSE(store.Decide(limit, id, "alice", 1).allowed);
+  ASSERT_EQ(store.GetStats().entries, 2u);
+
+  EXPECT_TRUE(store.Reset(id, "alice"));
+  EXPECT_EQ(store.GetStats().entries, 1u);
+  ModelState fresh;
+  EXPECT_EQ(store.Decide(limit, id, "alice", 1), ModelDecide(fresh, kT0, limit, 1))
+      << "alice starts over as a new key";
+  EXPECT_FALSE(store.Reset(id + 1, "alice")) << "wrong limit id";
+  EXPECT_FALSE(store.Reset(id, "carol"));
+  // bob kept his state: one request used.
+  ModelState bob;
+  ModelDecide(bob, kT0, limit, 1);
+  EXPECT_EQ(store.Decide(limit, id, "bob", 0), ModelDecide(bob, kT0, limit, 0));
+}
+
+TEST_P(StoreAlgorithmTest, PeeksAndDeniedNewKeysTakeNoRoom) {
+  const Limit limit = GetParam();
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  KeyName name;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const Decision peek = store.Decide(limit, id, name("p", i), 0);
+    EXPECT_TRUE(peek.allowed);
+    EXPECT_EQ(peek.remaining, static_cast<int64_t>(limit.Capacity()));
+    const Decision never = store.Decide(limit, id, name("n", i), limit.Capacity() + 1);
+    EXPECT_FALSE(never.allowed);
+    EXPECT_EQ(never.retry_after_us, Decision::kNever);
+  }
+  EXPECT_EQ(store.GetStats().entries, 0u);
+  // A peek at a known key does not consume.
+  ASSERT_TRUE(store.Decide(limit, id, "k", 1).allowed);
+  const Decision a = store.Decide(limit, id, "k", 0);
+  const Decision b = store.Decide(limit, id, "k", 0);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.remaining, static_cast<int64_t>(limit.Capacity()) - 1);
+}
+
+// 8 threads hammer one hot key and 500 cold keys at an instant that does not move: every key
+// admits exactly its capacity, never one more, and the hot key's admissions were serialised
+// (each saw a different `remaining`).
+TEST_P(StoreAlgorithmTest, ConcurrentDecisionsAdmitExactlyTheCapacity) {
+  Limit limit = GetParam();
+  limit.requests = 50;
+  if (limit.algorithm == Algorithm::kTokenBucket) limit.burst.reset();  // C = 50
+  if (limit.algorithm == Algorithm::kLeakyBucket) limit.burst = 49;     // C = B + 1 = 50
+  ASSERT_EQ(limit.Capacity(), 50u);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+
+  constexpr int kThreads = 8, kRounds = 10, kColdKeys = 500;
+  std::vector<std::atomic<int>> cold_allowed(kColdKeys);
+  std::vector<std::vector<int64_t>> hot_remaining(kThreads);
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      KeyName name;
+      start.arrive_and_wait();
+      for (int r = 0; r < kRounds; ++r) {
+        for (int i = 0; i < kColdKeys; ++i) {
+          const int k = (i + t * 61) % kColdKeys;  // threads walk the keys from different places
+          if (store.Decide(limit, id, name("cold-", k), 1).allowed) cold_allowed[k]++;
+          const Decision hot = store.Decide(limit, id, "hot", 1);
+          if (hot.allowed) hot_remaining[t].push_back(hot.remaining);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+
+  for (int k = 0; k < kColdKeys; ++k) ASSERT_EQ(cold_allowed[k].load(), 50) << "cold key " << k;
+  std::vector<int64_t> all;
+  for (const auto& v : hot_remaining) all.insert(all.end(), v.begin(), v.end());
+  ASSERT_EQ(all.size(), 50u) << "hot key";
+  std::sort(all.begin(), all.end());
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(all[static_cast<size_t>(i)], i);
+  EXPECT_EQ(store.GetStats().entries, static_cast<size_t>(kColdKeys) + 1);
+}
+
+// The same with time moving under the threads' feet (each decision advances the clock): the
+// number admitted never exceeds what the rate allows over the elapsed time.
+TEST_P(StoreAlgorithmTest, ConcurrentDecisionsWithAMovingClockStayWithinTheRate) {
+  Limit limit = GetParam();
+  limit.requests = 50;
+  limit.window_us = 100 * kMs;
+  if (limit.algorithm == Algorithm::kTokenBucket) limit.burst.reset();
+  if (limit.algorithm == Algorithm::kLeakyBucket) limit.burst = 49;
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+
+  constexpr int kThreads = 8, kDecisions = 20000;
+  std::atomic<int64_t> allowed{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  const int64_t begin = clock.NowMicros();
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kDecisions; ++i) {
+        clock.Advance(7);
+        if (store.Decide(limit, id, "hot", 1).allowed) allowed++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const int64_t end = clock.NowMicros();
+  ASSERT_EQ(end - begin, int64_t{7} * kThreads * kDecisions);
+
+  const int64_t n = static_cast<int64_t>(limit.requests), w = limit.window_us;
+  int64_t bound = 0;
+  switch (limit.algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
+      // A full bucket plus what refills (drains) over the elapsed time.
+      bound = static_cast<int64_t>(limit.Capacity()) + n * (end - begin) / w;
+      break;
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingWindow:
+      // At most N counted in each epoch-aligned window touched.
+      bound = n * (end / w - begin / w + 1);
+      break;
+    case Algorithm::kSlidingLog:
+      // At most N in any W: the span splits into ceil((span + 1) / W) windows.
+      bound = n * ((end - begin + 1 + w - 1) / w);
+      break;
+  }
+  EXPECT_LE(allowed.load(), bound);
+  EXPECT_GE(allowed.load(), bound / 2) << "the rate is actually granted";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, StoreAlgorithmTest,
+                         testing::ValuesIn(OneLimitPerAlgorithm()), LimitTestName);
+
+// ---------------------------------------------------------------------------------------------
+// Time.
+
+TEST(MemoryStoreTest, MonotonicNowNeverGoesBackAndStaysInRange) {
+  ManualClock clock(0);
+  MemoryStore store({}, &clock);
+  EXPECT_EQ(store.MonotonicNow(-5), 0);
+  EXPECT_EQ(store.MonotonicNow(100), 100);
+  EXPECT_EQ(store.MonotonicNow(50), 100);
+  EXPECT_EQ(store.MonotonicNow(101), 101);
+  EXPECT_EQ(store.MonotonicNow(std::numeric_limits<int64_t>::max()), kMaxTimeUs);
+  EXPECT_EQ(store.MonotonicNow(5), kMaxTimeUs);
+}
+
+TEST(MemoryStoreTest, GoingBackInTimeMintsNoTokens) {
+  // 1 token per second, bucket of 1.
+  const Limit limit = TokenBucket(1, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(100 * kSecond);
+  MemoryStore store({}, &clock);
+  ASSERT_TRUE(store.Decide(limit, id, "k", 1).allowed);
+  clock.Set(101 * kSecond);
+  ASSERT_TRUE(store.Decide(limit, id, "k", 1).allowed);  // one refilled
+  // Stepping back: still the state of t = 101 s, the next token 1 s away (not 51 s or 0).
+  clock.Set(50 * kSecond);
+  Decision d = store.Decide(limit, id, "k", 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_us, kSecond);
+  d = store.DecideAt(limit, id, "k", 1, 100 * kSecond + 500 * kMs);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_us, kSecond);
+  // Back to the present and a bit: still nothing until t = 102 s.
+  EXPECT_FALSE(store.DecideAt(limit, id, "k", 1, 101 * kSecond + 999999).allowed);
+  EXPECT_TRUE(store.DecideAt(limit, id, "k", 1, 102 * kSecond).allowed);
+  // Over the whole dance, 3 admitted in [100 s, 102 s]: C + N * 2 s / W.
+}
+
+TEST(MemoryStoreTest, AStoreUsesOneClockForAllKeys) {
+  // A new key decided at an earlier time than another key already used gets the latest time:
+  // here the fixed window [10 s, 11 s), not [9 s, 10 s).
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 3, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(0);
+  MemoryStore store({}, &clock);
+  EXPECT_EQ(store.DecideAt(limit, id, "a", 1, 10 * kSecond).reset_after_us, kSecond);
+  const Decision b = store.DecideAt(limit, id, "b", 1, 9 * kSecond + 500 * kMs);
+  EXPECT_TRUE(b.allowed);
+  EXPECT_EQ(b.reset_after_us, kSecond);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded memory: idle reclaim and eviction.
+
+TEST(MemoryStoreTest, IdleKeysAreReclaimedAsNewKeysArrive) {
+  // Each key makes one request: its bucket is full again 100 ms later.
+  const Limit limit = TokenBucket(10, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  KeyName name;
+  constexpr uint64_t kPerRound = 10000;
+  constexpr int kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    for (uint64_t i = 0; i < kPerRound; ++i) {
+      ASSERT_TRUE(store.Decide(limit, id, name("r", round * kPerRound + i), 1).allowed);
+    }
+    const MemoryStore::Stats stats = store.GetStats();
+    SCOPED_TRACE(round);
+    EXPECT_EQ(stats.evictions, 0u);
+    EXPECT_EQ(stats.entries + stats.reclaimed, (round + 1) * kPerRound) << "every state accounted";
+    // Only this round's keys are busy; older ones go as new keys come, so what the store holds
+    // follows the keys of about one round, not all the keys it has seen.
+    EXPECT_LE(stats.entries, kPerRound * 3 / 2);
+    EXPECT_LE(stats.memory_bytes, 32 * kPerRound * 3 / 2);
+    if (round >= 2) {
+      EXPECT_GE(stats.reclaimed, (round - 1) * kPerRound);
+    }
+    clock.Advance(kSecond);
+  }
+}
+
+TEST(MemoryStoreTest, IdleSlidingLogsAreReclaimedAsNewKeysArrive) {
+  const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  KeyName name;
+  constexpr uint64_t kPerRound = 5000;
+  for (int round = 0; round < 6; ++round) {
+    for (uint64_t i = 0; i < kPerRound; ++i) {
+      ASSERT_TRUE(store.Decide(limit, id, name("r", round * kPerRound + i), 1).allowed);
+    }
+    const MemoryStore::Stats stats = store.GetStats();
+    SCOPED_TRACE(round);
+    EXPECT_EQ(stats.evictions, 0u);
+    EXPECT_EQ(stats.entries + stats.reclaimed, (round + 1) * kPerRound);
+    EXPECT_LE(stats.entries, 3 * kPerRound);
+    clock.Advance(2 * kSecond);
+  }
+  EXPECT_GE(store.GetStats().reclaimed, 3 * kPerRound);
+}
+
+TEST(MemoryStoreTest, IdleKeysAreReclaimedBeforeAnythingIsEvicted) {
+  const Limit limit = TokenBucket(10, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 4096, .shards = 4}, &clock);
+  KeyName name;
+  // Twice the bound in all, but the first half is idle by the time the second half comes.
+  for (uint64_t i = 0; i < 3000; ++i) store.Decide(limit, id, name("old", i), 1);
+  clock.Advance(kSecond);
+  for (uint64_t i = 0; i < 3000; ++i) store.Decide(limit, id, name("new", i), 1);
+  clock.Advance(kSecond);
+  for (uint64_t i = 0; i < 3000; ++i) store.Decide(limit, id, name("newer", i), 1);
+  const MemoryStore::Stats stats = store.GetStats();
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_LE(stats.entries, 4096u);
+  EXPECT_GE(stats.reclaimed, 3000u);
+  EXPECT_EQ(stats.entries + stats.reclaimed, 9000u);
+}
+
+TEST(MemoryStoreTest, FullStoreEvictsToStayWithinMaxEntries) {
+  // Busy keys (the clock does not move), a hundred times the bound.
+  const Limit limit = TokenBucket(5, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 1024, .shards = 4}, &clock);
+  KeyName name;
+  constexpr uint64_t kKeys = 100000;
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    const Decision d = store.Decide(limit, id, name("flood-", i), 1);
+    ASSERT_TRUE(d.allowed) << "the store never denies for lack of room";
+    if (i % 1000 == 999) {
+      ASSERT_LE(store.GetStats().entries, 1024u) << "after " << i + 1;
+    }
+  }
+  const MemoryStore::Stats stats = store.GetStats();
+  EXPECT_LE(stats.entries, 1024u);
+  EXPECT_GE(stats.entries, 900u) << "evicts one for one, not in bulk";
+  EXPECT_EQ(stats.reclaimed, 0u) << "nothing was idle";
+  EXPECT_EQ(stats.evictions, kKeys - stats.entries);
+  EXPECT_LE(stats.memory_bytes, 32u * 1024);
+
+  // Exactly the keys still held remember their request; evicted ones start fresh (remaining 5).
+  uint64_t remembered = 0, fresh = 0;
+  for (uint64_t i = 0; i < kKeys; ++i) {
+    const int64_t remaining = store.Decide(limit, id, name("flood-", i), 0).remaining;
+    ASSERT_TRUE(remaining == 4 || remaining == 5) << remaining;
+    (remaining == 4 ? remembered : fresh)++;
+  }
+  EXPECT_EQ(remembered, stats.entries);
+  EXPECT_EQ(fresh, stats.evictions);
+}
+
+TEST(MemoryStoreTest, FullStoreEvictsSlidingLogsToo) {
+  const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 256, .shards = 2}, &clock);
+  KeyName name;
+  for (uint64_t i = 0; i < 5000; ++i) {
+    ASSERT_TRUE(store.Decide(limit, id, name("log-", i), 1).allowed);
+  }
+  const MemoryStore::Stats stats = store.GetStats();
+  EXPECT_LE(stats.entries, 256u);
+  EXPECT_EQ(stats.evictions, 5000 - stats.entries);
+}
+
+TEST(MemoryStoreTest, EvictionSparesStateThatStaysLongest) {
+  // Eight keys whose state lasts an hour among a flood whose state lasts a second: eviction takes
+  // the entry that becomes idle first among those it samples, so the long ones survive.
+  const Limit hourly = TokenBucket(1, 3600 * kSecond);
+  const Limit flood = TokenBucket(1, kSecond);
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 256, .shards = 1}, &clock);
+  KeyName name;
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(store.Decide(hourly, LimitId(hourly), name("vip-", i), 1).allowed);
+  }
+  for (uint64_t i = 0; i < 20000; ++i) store.Decide(flood, LimitId(flood), name("f", i), 1);
+  const MemoryStore::Stats stats = store.GetStats();
+  EXPECT_GT(stats.evictions, 19000u);
+  for (uint64_t i = 0; i < 8; ++i) {
+    EXPECT_FALSE(store.Decide(hourly, LimitId(hourly), name("vip-", i), 1).allowed)
+        << "vip-" << i << " was evicted and started over";
+  }
+}
+
+// The bound is for the whole store, whatever the shard count: 100000 is not a multiple of the
+// default 64 shards, and shards that each rounded their share up would hold 100032.
+TEST(MemoryStoreTest, FloodOfAMillionUniqueKeysStaysWithinMaxEntries) {
+  const Limit limit = TokenBucket(10, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 100000}, &clock);
+  KeyName name;
+  constexpr uint64_t kKeys = 1000000;
+  for (uint64_t i = 0; i < kKeys; ++i) store.Decide(limit, id, name("u", i), 1);
+  const MemoryStore::Stats stats = store.GetStats();
+  EXPECT_LE(stats.entries, 100000u);
+  EXPECT_GE(stats.entries, 90000u);
+  EXPECT_EQ(stats.evictions + stats.entries, kKeys);
+  EXPECT_LE(stats.memory_bytes, 32u * 100000) << "bounded by max_entries, not by the flood";
+}
+
+// Same bound when max_entries is smaller than the number of shards (not one entry per shard).
+TEST(MemoryStoreTest, MaxEntriesBelowTheShardCountIsStillTheBound) {
+  const Limit limit = TokenBucket(10, kSecond);
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 10, .shards = 64}, &clock);
+  KeyName name;
+  for (uint64_t i = 0; i < 10000; ++i) store.Decide(limit, LimitId(limit), name("u", i), 1);
+  EXPECT_LE(store.GetStats().entries, 10u);
+}
+
+TEST(MemoryStoreTest, AMillionTokenBucketKeysTakeAtMost32BytesEach) {
+  const Limit limit = TokenBucket(10, kSecond);
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  KeyName name;
+  constexpr uint64_t kKeys = 1000000;
+  for (uint64_t i = 0; i < kKeys; ++i) store.Decide(limit, id, name("user:", i), 1);
+  const MemoryStore::Stats stats = store.GetStats();
+  EXPECT_EQ(stats.entries, kKeys) << "all busy, none evicted (hash collisions aside)";
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_LE(static_cast<double>(stats.memory_bytes) / static_cast<double>(stats.entries), 32.0);
+}
+
+}  // namespace
+}  // namespace sluice::store

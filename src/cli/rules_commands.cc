@@ -1,0 +1,186 @@
+#include "cli/rules_commands.h"
+
+#include "cli/replay.h"
+#include "fmt/format.h"
+#include "rules/loader.h"
+#include "rules/matcher.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::cli {
+namespace {
+
+std::string Where(const rules::Position& p) {
+  return fmt::format("{}:{}:{}", p.file, p.line, p.column);
+}
+
+std::string DescribeRule(const rules::LimitRule& rule) {
+  std::string s = DescribeLimit(rule.limit);
+  if (!rule.name.empty()) s += fmt::format(" name={}", rule.name);
+  if (rule.shadow_mode) s += " shadow";
+  return s;
+}
+
+}  // namespace
+
+std::optional<std::vector<engine::Descriptor>> ParseDescriptorList(std::string_view text,
+                                                                   std::string* error) {
+  std::vector<engine::Descriptor> out;
+  if (text.empty()) {
+    *error = "empty descriptor list";
+    return std::nullopt;
+  }
+  for (std::string_view rest = text; ;) {
+    const size_t semi = rest.find(';');
+    std::string_view one = rest.substr(0, semi);
+    engine::Descriptor d;
+    for (std::string_view entries = one;;) {
+      const size_t comma = entries.find(',');
+      const std::string_view entry = entries.substr(0, comma);
+      const size_t eq = entry.find('=');
+      if (eq == std::string_view::npos || eq == 0) {
+        *error = fmt::format("bad descriptor entry '{}' (expected k=v,k=v;k=v)", entry);
+        return std::nullopt;
+      }
+      d.entries.push_back({std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1))});
+      if (comma == std::string_view::npos) break;
+      entries.remove_prefix(comma + 1);
+    }
+    out.push_back(std::move(d));
+    if (semi == std::string_view::npos) break;
+    rest.remove_prefix(semi + 1);
+  }
+  return out;
+}
+
+int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
+  const rules::LoadResult result = rules::LoadConfig(paths);
+  if (!result.errors.empty()) {
+    for (const auto& e : result.errors) out << e.ToString() << "\n";
+    return 1;
+  }
+  out << fmt::format("ok: {} domains, {} limits\n", result.config->domains.size(),
+                     result.config->limit_count);
+  return 0;
+}
+
+int RunRulesReplay(const rules::Config& config, const std::string& domain, std::istream& in,
+                   std::ostream& out, std::ostream& err) {
+  if (config.FindDomain(domain) == nullptr) {
+    err << "replay: unknown domain '" << domain << "'\n";
+    return 2;
+  }
+  ManualClock clock;
+  store::MemoryStore store(store::MemoryStore::Options{.max_entries = config.settings.max_entries,
+                                                       .shards = 64},
+                           &clock);
+  engine::Engine engine(&store);
+  engine::Request request;
+  request.domain = domain;
+  return ReplayTrace(in, out, err, [&](const TraceRequest& line, std::string* error) {
+    auto descriptors = ParseDescriptorList(line.key, error);
+    if (!descriptors) return std::optional<Decision>();
+    request.descriptors = std::move(*descriptors);
+    request.hits_addend = line.cost;
+    const engine::Response response = engine.Check(config, request, line.t_ms * 1000);
+    Decision d;
+    d.allowed = response.allowed;
+    d.remaining = response.remaining;
+    if (const engine::AppliedLimit* headline = response.Headline()) {
+      d.retry_after_us = response.allowed ? 0 : headline->decision.retry_after_us;
+      d.reset_after_us = headline->decision.reset_after_us;
+    }
+    for (const auto& desc : response.descriptors) {
+      for (const auto& limit : desc.limits) d.delay_us = std::max(d.delay_us, limit.decision.delay_us);
+    }
+    return std::optional<Decision>(d);
+  });
+}
+
+int RunExplain(const rules::Config& config, const std::string& domain_name,
+               std::string_view descriptors, std::ostream& out, std::ostream& err) {
+  const rules::Domain* domain = config.FindDomain(domain_name);
+  if (domain == nullptr) {
+    err << "explain: unknown domain '" << domain_name << "' (requests for it are allowed without "
+        << "limits)\n";
+    return 2;
+  }
+  std::string error;
+  auto list = ParseDescriptorList(descriptors, &error);
+  if (!list) {
+    err << "explain: " << error << "\n";
+    return 2;
+  }
+  out << fmt::format("domain {} ({})\n", domain->name, domain->file);
+  std::vector<const rules::RuleNode*> matched;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const auto& entries = (*list)[i].entries;
+    out << fmt::format("descriptor {}:", i + 1);
+    for (const auto& e : entries) out << fmt::format(" ({}, {})", e.key, e.value);
+    out << "\n";
+    const rules::RuleNode* node = &domain->root;
+    const rules::RuleNode* result = nullptr;
+    for (size_t level = 0; level < entries.size(); ++level) {
+      rules::MatchKind kind;
+      const rules::RuleNode* child = rules::MatchLevel(*node, entries[level], &kind);
+      if (child == nullptr) {
+        out << fmt::format("  level {}: no rule for key '{}' here: stop\n", level + 1,
+                           entries[level].key);
+        break;
+      }
+      const char* how = kind == rules::MatchKind::kExact      ? "exact value"
+                        : kind == rules::MatchKind::kWildcard ? "wildcard"
+                                                              : "key only (any value, counted per value)";
+      out << fmt::format("  level {}: {} matches {} by {} at {}\n", level + 1,
+                         entries[level].key + "=" + entries[level].value, child->path, how,
+                         Where(child->position));
+      const bool last = level + 1 == entries.size();
+      if (last && child->has_rate_limit) result = child;
+      if (last && !child->has_rate_limit) {
+        out << "  that rule has no rate limit of its own: no limit\n";
+      }
+      if (child->children.empty()) {
+        if (!last) out << "  that rule has no deeper rules but the descriptor goes on: no limit\n";
+        break;
+      }
+      node = child;
+    }
+    matched.push_back(result);
+  }
+  for (size_t i = 0; i < matched.size(); ++i) {
+    const rules::RuleNode* node = matched[i];
+    out << fmt::format("descriptor {} result: ", i + 1);
+    if (node == nullptr) {
+      out << "no limit (allowed)\n";
+      continue;
+    }
+    bool replaced = false;
+    for (const auto* other : matched) {
+      if (other == nullptr || node->rate_limit_name.empty()) continue;
+      for (const auto& r : other->replaces) replaced = replaced || r == node->rate_limit_name;
+    }
+    if (replaced) {
+      out << fmt::format("rule {} is replaced by another matched rule: no limit\n", node->path);
+    } else if (node->unlimited) {
+      out << fmt::format("rule {} is unlimited\n", node->path);
+    } else if (!node->plan_from.empty()) {
+      out << fmt::format("rule {} takes its limits from the plan named by '{}'", node->path,
+                         node->plan_from);
+      out << fmt::format(" (default {}{})\n", domain->default_plan,
+                         domain->clients ? ", or the clients file by value" : "");
+      for (const auto& [name, plan] : domain->plans) {
+        for (const auto& rule : plan.limits) {
+          out << fmt::format("  plan {}: {}\n", name, DescribeRule(rule));
+        }
+      }
+    } else {
+      out << fmt::format("rule {}, {} limit(s)\n", node->path, node->limits.size());
+      for (const auto& rule : node->limits) {
+        out << fmt::format("  {} at {}\n", DescribeRule(rule), Where(rule.position));
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,198 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "fmt/format.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace sluice::engine {
+namespace {
+
+using rules::Domain;
+using rules::LimitRule;
+using rules::RuleNode;
+
+// The key a descriptor's state is kept under: its entries, with a shared wildcard's pattern in
+// place of the value (share_threshold). Separators cannot be confused with text.
+std::string StateKey(const std::vector<Entry>& entries, const std::vector<const RuleNode*>& path) {
+  std::string key;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const bool shared = i < path.size() && path[i]->share_threshold;
+    key += entries[i].key;
+    key += '\x1f';
+    key += shared ? path[i]->value : entries[i].value;
+    key += '\x1e';
+  }
+  return key;
+}
+
+const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
+                               const std::vector<Entry>& entries) {
+  const Entry* named = nullptr;
+  for (const Entry& e : entries) {
+    if (e.key == node.plan_from) named = &e;
+  }
+  if (named != nullptr) {
+    auto it = domain.plans.find(named->value);
+    if (it != domain.plans.end()) return &it->second;
+  } else if (domain.clients != nullptr && !entries.empty()) {
+    // No plan in the request: look the client up by the value this rule matched.
+    if (const rules::Plan* plan = domain.clients->Find(entries.back().value)) return plan;
+  }
+  auto it = domain.plans.find(domain.default_plan);
+  return it == domain.plans.end() ? nullptr : &it->second;
+}
+
+// Is `a` more restrictive than `b`? A deny beats an allow; between denies the longer wait
+// (never = longest); between allows the lower remaining, then the later reset.
+bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b) {
+  const bool a_denies = !a.decision.allowed && !a.shadow;
+  const bool b_denies = !b.decision.allowed && !b.shadow;
+  if (a_denies != b_denies) return a_denies;
+  if (a_denies) {
+    const auto wait = [](const Decision& d) {
+      return d.retry_after_us == Decision::kNever ? INT64_MAX : d.retry_after_us;
+    };
+    return wait(a.decision) > wait(b.decision);
+  }
+  if (a.decision.remaining != b.decision.remaining) {
+    return a.decision.remaining < b.decision.remaining;
+  }
+  return a.decision.reset_after_us > b.decision.reset_after_us;
+}
+
+}  // namespace
+
+uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, node_path.data(), node_path.size());
+  XXH3_64bits_update(&state, "\0", 1);
+  XXH3_64bits_update(&state, plan.data(), plan.size());
+  const uint64_t definition = LimitId(limit);
+  XXH3_64bits_update(&state, &definition, sizeof definition);
+  return XXH3_64bits_digest(&state);
+}
+
+Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
+  Response response;
+  const size_t n = request.descriptors.size();
+  response.descriptors.resize(n);
+  const Domain* domain = config.FindDomain(request.domain);
+  response.domain_found = domain != nullptr;
+  if (domain == nullptr) return response;
+
+  const bool count_denied = domain->count_denied.value_or(config.settings.count_denied);
+  const bool domain_shadow = domain->shadow_mode || config.settings.shadow_mode;
+
+  // Match every descriptor, then drop the rules another matched rule replaces.
+  std::vector<const RuleNode*> matched(n, nullptr);
+  std::vector<std::vector<const RuleNode*>> paths(n);
+  absl::flat_hash_set<std::string> replaced;
+  for (size_t i = 0; i < n; ++i) {
+    if (request.descriptors[i].limit.has_value()) continue;
+    matched[i] = rules::MatchDescriptor(*domain, request.descriptors[i].entries, &paths[i]);
+    if (matched[i] != nullptr) replaced.insert(matched[i]->replaces.begin(), matched[i]->replaces.end());
+  }
+
+  // The limits of each descriptor, with the key and id of their state.
+  struct Pending {
+    size_t descriptor;
+    uint64_t limit_id;
+    uint64_t cost;
+  };
+  std::vector<std::string> keys(n);
+  std::vector<Pending> pending;
+  for (size_t i = 0; i < n; ++i) {
+    const Descriptor& d = request.descriptors[i];
+    DescriptorResult& result = response.descriptors[i];
+    // A descriptor's own hits_addend (0 = peek) wins; the request's counts as at least 1.
+    const uint64_t cost = d.hits_addend.value_or(std::max<uint64_t>(1, request.hits_addend));
+    if (d.limit.has_value()) {
+      Limit limit{.algorithm = Algorithm::kFixedWindow,
+                  .requests = d.limit->requests_per_unit,
+                  .window_us = d.limit->window_us,
+                  .burst = std::nullopt};
+      if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
+      result.limits.push_back({limit, "", d.limit->unit, false, {}});
+      keys[i] = StateKey(d.entries, {});
+      pending.push_back({i, RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost});
+      continue;
+    }
+    const RuleNode* node = matched[i];
+    if (node == nullptr || (!node->rate_limit_name.empty() && replaced.contains(node->rate_limit_name))) {
+      continue;
+    }
+    result.rule = node;
+    if (node->unlimited) {
+      result.unlimited = true;
+      continue;
+    }
+    const std::vector<LimitRule>* limits = &node->limits;
+    std::string_view plan_name;
+    if (!node->plan_from.empty()) {
+      const rules::Plan* plan = ResolvePlan(*domain, *node, d.entries);
+      if (plan == nullptr) continue;
+      limits = &plan->limits;
+      plan_name = plan->name;
+      result.plan = plan->name;
+    }
+    keys[i] = StateKey(d.entries, paths[i]);
+    for (const LimitRule& rule : *limits) {
+      result.limits.push_back(
+          {rule.limit, rule.name, rule.unit, rule.shadow_mode || node->shadow_mode || domain_shadow, {}});
+      pending.push_back({i, RuleLimitId(node->path, plan_name, rule.limit), cost});
+    }
+  }
+
+  // Decide them all at once. (result.limits no longer grow: pointers into them are stable.)
+  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  absl::InlinedVector<AppliedLimit*, 8> applied;
+  std::vector<size_t> next_limit(n, 0);
+  for (const Pending& p : pending) {
+    AppliedLimit& limit = response.descriptors[p.descriptor].limits[next_limit[p.descriptor]++];
+    applied.push_back(&limit);
+    items.push_back({.limit = &limit.limit,
+                     .limit_id = p.limit_id,
+                     .key = keys[p.descriptor],
+                     .cost = p.cost,
+                     .count_denied = count_denied,
+                     .shadow = limit.shadow});
+  }
+  absl::InlinedVector<Decision, 8> decisions(items.size());
+  response.allowed = store_->DecideAll(std::span(items.data(), items.size()), now_us,
+                                       std::span(decisions.data(), decisions.size()));
+  for (size_t k = 0; k < items.size(); ++k) {
+    applied[k]->decision = decisions[k];
+    if (applied[k]->shadow && !decisions[k].allowed) applied[k]->decision.remaining = 0;
+  }
+
+  for (size_t i = 0; i < n; ++i) {
+    DescriptorResult& result = response.descriptors[i];
+    for (size_t j = 0; j < result.limits.size(); ++j) {
+      const AppliedLimit& limit = result.limits[j];
+      if (!limit.decision.allowed && !limit.shadow) result.code = DescriptorResult::Code::kOverLimit;
+      if (result.headline < 0 || MoreRestrictive(limit, result.limits[result.headline])) {
+        result.headline = static_cast<int>(j);
+      }
+    }
+    for (const AppliedLimit& limit : result.limits) {
+      if (response.remaining < 0 || limit.decision.remaining < response.remaining) {
+        response.remaining = limit.decision.remaining;
+      }
+    }
+    if (result.headline >= 0 &&
+        (response.headline_descriptor < 0 ||
+         MoreRestrictive(result.limits[result.headline], *response.Headline()))) {
+      response.headline_descriptor = static_cast<int>(i);
+      response.headline_limit = result.headline;
+    }
+  }
+  return response;
+}
+
+}  // namespace sluice::engine

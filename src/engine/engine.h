@@ -1,0 +1,101 @@
+// The decision engine: request -> matched limits -> store -> response.
+//
+// Frontends (replay, HTTP, gRPC) turn their input into a Request and render the Response; the
+// engine matches rules on an immutable Config snapshot and decides every matched limit of the
+// request at once, all-or-nothing. Safe for concurrent use.
+
+#ifndef SLUICE_ENGINE_ENGINE_H_
+#define SLUICE_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rules/config.h"
+#include "rules/matcher.h"
+#include "sluice/limit.h"
+#include "store/memory_store.h"
+
+namespace sluice::engine {
+
+using rules::Entry;
+
+// A limit sent with the request instead of the configured ones (RLS RateLimitOverride):
+// requests_per_unit per unit, an epoch-aligned fixed window, as envoyproxy/ratelimit does.
+struct LimitOverride {
+  uint64_t requests_per_unit = 0;
+  int64_t window_us = 0;
+  std::string unit;  // "second", ... as received
+};
+
+struct Descriptor {
+  std::vector<Entry> entries;
+  std::optional<LimitOverride> limit;
+  std::optional<uint64_t> hits_addend;  // overrides the request's; 0 = look without consuming
+};
+
+struct Request {
+  std::string domain;
+  std::vector<Descriptor> descriptors;
+  uint64_t hits_addend = 1;  // 0 counts as 1, as in RLS
+};
+
+// One limit applied to one descriptor.
+struct AppliedLimit {
+  Limit limit;
+  std::string name;
+  std::string unit;  // as configured with `unit:`, else empty
+  bool shadow = false;
+  Decision decision;
+};
+
+struct DescriptorResult {
+  enum class Code { kOk, kOverLimit };
+  Code code = Code::kOk;
+  bool unlimited = false;          // matched an `unlimited: true` rule
+  const rules::RuleNode* rule = nullptr;  // null: no rule (or an override)
+  std::string plan;                // the plan whose limits applied, if any
+  std::vector<AppliedLimit> limits;
+  // Index into `limits` of the one that speaks for the descriptor (see Response::headline), or -1.
+  int headline = -1;
+};
+
+struct Response {
+  bool domain_found = false;
+  bool allowed = true;
+  std::vector<DescriptorResult> descriptors;
+  // The most restrictive limit over the whole request: on a deny the denying limit with the
+  // longest retry_after; otherwise the lowest remaining. -1 when no limit applied.
+  int headline_descriptor = -1;
+  int headline_limit = -1;
+  // The lowest remaining over every applied limit (on a deny: with nothing consumed); -1 when
+  // no limit applied.
+  int64_t remaining = -1;
+
+  const AppliedLimit* Headline() const {
+    if (headline_descriptor < 0) return nullptr;
+    return &descriptors[static_cast<size_t>(headline_descriptor)]
+                .limits[static_cast<size_t>(headline_limit)];
+  }
+};
+
+class Engine {
+ public:
+  // `store` is not owned and must outlive the engine.
+  explicit Engine(store::MemoryStore* store) : store_(store) {}
+
+  Response Check(const rules::Config& config, const Request& request, int64_t now_us);
+
+ private:
+  store::MemoryStore* store_;
+};
+
+// The identity under which a configured limit keeps its state: a hash of where it sits (domain,
+// descriptor path, plan) and of its definition, so that it survives any reload that leaves it
+// unchanged.
+uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit);
+
+}  // namespace sluice::engine
+
+#endif  // SLUICE_ENGINE_ENGINE_H_

@@ -1,0 +1,179 @@
+// The rules configuration: domains of descriptor trees (envoyproxy/ratelimit's YAML format plus
+// sluice's extensions), plans, per-domain HTTP mapping and server-wide settings.
+//
+// A Config is built whole by the loader (loader.h), validated, and then never changes: it is
+// shared between threads as std::shared_ptr<const Config> and replaced as a unit on reload.
+// docs/configuration.md describes every key.
+
+#ifndef SLUICE_RULES_CONFIG_H_
+#define SLUICE_RULES_CONFIG_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "sluice/limit.h"
+
+namespace sluice::rules {
+
+// Where something was written: 1-based line and column.
+struct Position {
+  std::string file;
+  int line = 0;
+  int column = 0;
+};
+
+// One limit on a descriptor node or in a plan.
+struct LimitRule {
+  Limit limit;
+  std::string name;          // `name:`, echoed in responses and used by `replaces`
+  bool shadow_mode = false;  // evaluated and reported, never denies
+  // The window as written with `unit:` ("minute"), for RLS current_limit; empty with `window:`.
+  std::string unit;
+  Position position;
+};
+
+enum class FailureMode { kOpen, kClosed, kLocal };
+
+// One node of a domain's descriptor tree.
+struct RuleNode {
+  std::string key;
+  std::string value;         // empty with has_value == false: matches any value of `key`
+  bool has_value = false;
+  bool wildcard = false;     // value contains '*'
+  bool share_threshold = false;
+  bool unlimited = false;
+  bool has_rate_limit = false;      // rate_limit or limits given (unlimited counts)
+  std::vector<LimitRule> limits;    // empty when unlimited or plan-driven
+  std::string rate_limit_name;      // rate_limit.name (also the name of its limits)
+  std::vector<std::string> replaces;
+  bool shadow_mode = false;
+  bool detailed_metric = false;
+  std::string plan_from;            // entry key naming the plan; limits come from the plan
+  std::string path;                 // "domain.key_value.key": for stats, explain, state ids
+  Position position;
+
+  // Children, indexed for matching by hash lookups (see matcher.h): by entry key, then by
+  // exact value; wildcard values in file order; the key-only child.
+  struct KeyIndex {
+    absl::flat_hash_map<std::string, const RuleNode*> by_value;
+    std::vector<const RuleNode*> wildcards;
+    const RuleNode* any_value = nullptr;
+  };
+  std::vector<std::unique_ptr<RuleNode>> children;
+  absl::flat_hash_map<std::string, KeyIndex> index;
+};
+
+struct Plan {
+  std::string name;
+  std::vector<LimitRule> limits;
+};
+
+// The plan mapping file (`clients:`, CSV `key,plan`): which plan each client key is on. The keys
+// point into the file's bytes, kept here, so a million rows cost one allocation, not a million.
+struct ClientPlans {
+  std::string text;
+  absl::flat_hash_map<absl::string_view, const Plan*> by_key;  // plans of the owning Domain
+
+  const Plan* Find(std::string_view key) const {
+    auto it = by_key.find(absl::string_view(key.data(), key.size()));
+    return it == by_key.end() ? nullptr : it->second;
+  }
+  size_t size() const { return by_key.size(); }
+};
+
+// One HTTP action: how one descriptor entry is taken from a request (Envoy route vocabulary).
+struct HttpAction {
+  enum class Kind { kRequestHeaders, kRemoteAddress, kGenericKey, kPath, kMethod };
+  Kind kind = Kind::kGenericKey;
+  std::string header_name;       // request_headers
+  std::string descriptor_key;    // defaults per kind (remote_address, generic_key, path, method)
+  std::string descriptor_value;  // generic_key
+  bool skip_if_absent = false;   // request_headers: accepted for Envoy compatibility; a missing
+                                 // header always skips just this descriptor
+};
+
+struct HttpRoute {
+  std::string prefix;            // match.prefix, or
+  std::string path;              // match.path (exact)
+  std::vector<std::string> methods;  // empty = any
+  std::vector<std::vector<HttpAction>> rate_limits;  // each yields one descriptor
+  Position position;
+};
+
+struct Cidr {
+  std::array<uint8_t, 16> address{};  // IPv4 as IPv4-mapped IPv6
+  int prefix_bits = 0;                // out of 128
+};
+
+struct HttpSection {
+  int deny_status = 429;
+  std::vector<Cidr> trusted_proxies;
+  std::vector<HttpRoute> routes;
+  std::string upstream;                 // reverse proxy target, e.g. http://127.0.0.1:9000
+  std::vector<std::string> refund_on;   // 5xx, connect_error, timeout
+};
+
+struct Domain {
+  std::string name;
+  std::string file;
+  RuleNode root;  // key-less; its children are the top-level descriptors
+  FailureMode failure_mode = FailureMode::kOpen;
+  std::optional<bool> count_denied;  // unset: the global setting
+  bool shadow_mode = false;
+  std::optional<HttpSection> http;
+  std::map<std::string, Plan> plans;
+  std::string default_plan;
+  std::string clients_path;  // CSV `key,plan`
+  // Loaded from clients_path.
+  std::shared_ptr<const ClientPlans> clients;
+  size_t limit_count = 0;
+};
+
+// Server-wide settings (the settings file, conventionally sluice.yaml; flags override).
+struct Settings {
+  std::string file;        // where they came from; empty = defaults
+  std::string rules_path;  // `rules:`
+  std::string listen = "127.0.0.1:8080";
+  std::string admin_listen = "127.0.0.1:9091";
+  std::string admin_token_file;
+  std::string grpc_listen = "127.0.0.1:8081";
+  int threads = 0;  // 0 = hardware concurrency
+  std::string backend = "memory";  // memory | redis
+  std::string redis_url;
+  bool redis_cluster = false;
+  std::vector<std::string> redis_nodes;
+  std::string redis_key_prefix = "sluice:";
+  int64_t redis_timeout_us = 10000;
+  int local_instances = 1;  // failure_mode local: the limit is divided by this
+  std::vector<std::string> headers = {"x_ratelimit", "ietf"};
+  size_t max_entries = size_t{1} << 24;
+  size_t max_header_bytes = 16 << 10;
+  size_t max_body_bytes = 1 << 20;
+  size_t max_key_bytes = 4 << 10;
+  bool count_denied = false;
+  bool shadow_mode = false;
+  bool allow_unknown_domain = false;
+};
+
+struct Config {
+  std::vector<std::unique_ptr<Domain>> domains;
+  absl::flat_hash_map<std::string, const Domain*> by_name;
+  Settings settings;
+  size_t limit_count = 0;
+  std::string version;  // hex hash of every loaded file's bytes
+
+  const Domain* FindDomain(const std::string& name) const {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  }
+};
+
+}  // namespace sluice::rules
+
+#endif  // SLUICE_RULES_CONFIG_H_

@@ -1,0 +1,190 @@
+#include "rules/config_manager.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <filesystem>
+
+#include "spdlog/spdlog.h"
+
+namespace sluice::rules {
+namespace fs = std::filesystem;
+namespace {
+
+std::atomic<ConfigManager*> g_sighup_target{nullptr};
+
+void OnSighup(int) {
+  if (ConfigManager* m = g_sighup_target.load()) m->TriggerReload();
+}
+
+constexpr uint32_t kWatchMask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM |
+                                IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF |
+                                IN_MOVE_SELF;
+
+}  // namespace
+
+ConfigManager::ConfigManager(std::vector<std::string> paths, std::string embedded_text)
+    : paths_(std::move(paths)), embedded_text_(std::move(embedded_text)) {}
+
+ConfigManager::~ConfigManager() {
+  StopWatching();
+  ConfigManager* self = this;
+  g_sighup_target.compare_exchange_strong(self, nullptr);
+}
+
+ConfigManager::ReloadOutcome ConfigManager::Reload() {
+  std::lock_guard<std::mutex> lock(reload_mu_);
+  LoadResult result =
+      paths_.empty() ? LoadConfigText("<embedded default>", embedded_text_) : LoadConfig(paths_);
+  ReloadOutcome outcome;
+  std::shared_ptr<const Config> active = Current();
+  if (!result.errors.empty()) {
+    failures_.fetch_add(1);
+    for (const ConfigError& e : result.errors) spdlog::error("config: {}", e.ToString());
+    spdlog::error("config: {} error(s); keeping version {}", result.errors.size(),
+                  active ? active->version : "none");
+    outcome.errors = std::move(result.errors);
+    outcome.version = active ? active->version : "";
+    return outcome;
+  }
+  if (active && active->version == result.config->version) {
+    outcome.unchanged = true;
+    outcome.version = active->version;
+    return outcome;
+  }
+  outcome.version = result.config->version;
+  current_.store(std::move(result.config), std::memory_order_release);
+  successes_.fetch_add(1);
+  outcome.applied = true;
+  spdlog::info("config: loaded version {}", outcome.version);
+  return outcome;
+}
+
+void ConfigManager::AddWatches() {
+  // Each path, every directory below it, and its parent (where a symlink swap or an atomic
+  // rename replaces it; there only events about the path's own name count). Adding a watch that
+  // exists returns the same descriptor.
+  const auto watch = [this](const fs::path& dir) {
+    const int wd = inotify_add_watch(inotify_fd_, dir.c_str(), kWatchMask);
+    return wd >= 0 ? &watches_[wd] : nullptr;
+  };
+  for (const std::string& p : paths_) {
+    std::error_code ec;
+    fs::path path = fs::absolute(p, ec).lexically_normal();
+    if (path.filename().empty()) path = path.parent_path();  // "rules/" -> "rules"
+    const bool is_directory = fs::is_directory(path, ec);
+    if (WatchInterest* parent = watch(path.parent_path())) {
+      parent->names.insert(path.filename().string());
+      // A file of a Kubernetes ConfigMap volume is a symlink through `..data`, which the
+      // kubelet swaps by renaming a new link over it.
+      if (!is_directory) parent->names.insert("..data");
+    }
+    if (!is_directory) continue;
+    if (WatchInterest* self = watch(path)) self->all = true;
+    for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      if (!it->is_directory(ec)) continue;
+      if (WatchInterest* sub = watch(it->path())) sub->all = true;
+    }
+  }
+}
+
+absl::Status ConfigManager::StartWatching(int debounce_ms) {
+  if (watcher_.joinable()) return absl::OkStatus();
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
+  if (!paths_.empty()) {
+    inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotify_fd_ < 0) return absl::InternalError("inotify_init1 failed");
+    AddWatches();
+  }
+  stopping_ = false;
+  watcher_ = std::thread([this, debounce_ms] { WatchLoop(debounce_ms); });
+  return absl::OkStatus();
+}
+
+void ConfigManager::StopWatching() {
+  if (!watcher_.joinable()) return;
+  stopping_ = true;
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+  watcher_.join();
+  if (inotify_fd_ >= 0) close(inotify_fd_);
+  close(wake_fd_);
+  inotify_fd_ = wake_fd_ = -1;
+}
+
+void ConfigManager::TriggerReload() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+}
+
+void ConfigManager::ReloadOnSighup() {
+  g_sighup_target.store(this);
+  struct sigaction sa {};
+  sa.sa_handler = OnSighup;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGHUP, &sa, nullptr);
+}
+
+void ConfigManager::WatchLoop(int debounce_ms) {
+  alignas(inotify_event) char buffer[16 * 1024];
+  using Clock = std::chrono::steady_clock;
+  // A reload waits for debounce_ms of quiet, but never more than kMaxDelay debounces in all.
+  constexpr int kMaxDelay = 5;
+  bool pending = false;
+  Clock::time_point first_change{};
+  while (!stopping_) {
+    int timeout_ms = -1;
+    if (pending) {
+      const auto deadline = first_change + std::chrono::milliseconds(kMaxDelay * debounce_ms);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, debounce_ms));
+    }
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
+    const int ready = poll(fds, inotify_fd_ >= 0 ? 2 : 1, timeout_ms);
+    if (ready < 0) continue;  // EINTR
+    if (ready == 0) {
+      // Quiet for debounce_ms after a change (or changing for too long): reload, and watch any
+      // new directories.
+      pending = false;
+      Reload();
+      if (inotify_fd_ >= 0) AddWatches();
+      continue;
+    }
+    bool changed = false;
+    if (fds[0].revents & POLLIN) {
+      uint64_t count;
+      (void)!read(wake_fd_, &count, sizeof count);
+      if (stopping_) break;
+      changed = true;  // SIGHUP or a manual trigger: debounced like a file change
+    }
+    if (inotify_fd_ >= 0 && (fds[1].revents & POLLIN)) {
+      ssize_t n;
+      while ((n = read(inotify_fd_, buffer, sizeof buffer)) > 0) {
+        for (ssize_t off = 0; off < n;) {
+          const auto* event = reinterpret_cast<const inotify_event*>(buffer + off);
+          off += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+          auto w = watches_.find(event->wd);
+          if (w == watches_.end() || w->second.all ||
+              (event->len > 0 && w->second.names.contains(event->name))) {
+            changed = true;
+          }
+        }
+      }
+    }
+    if (changed && !pending) {
+      pending = true;
+      first_change = Clock::now();
+    }
+  }
+}
+
+}  // namespace sluice::rules

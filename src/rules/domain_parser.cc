@@ -1,0 +1,482 @@
+// Domain files: envoyproxy/ratelimit's format plus sluice's keys (docs/configuration.md).
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "fmt/format.h"
+#include "rules/parsers.h"
+
+namespace sluice::rules {
+namespace {
+
+// Every key upstream accepts in a descriptor, plus sluice's `limits` and `plan_from`.
+const std::vector<std::string_view> kDescriptorKeys = {
+    "key",          "value",       "rate_limit",      "limits",          "descriptors",
+    "shadow_mode",  "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
+    "metadata",     "plan_from"};
+const std::vector<std::string_view> kRateLimitKeys = {
+    "unit", "requests_per_unit", "unlimited", "name",     "replaces",
+    "algorithm", "burst",        "window",    "requests", "shadow_mode"};
+const std::vector<std::string_view> kLimitEntryKeys = {
+    "requests", "requests_per_unit", "window", "unit", "algorithm", "burst", "name", "shadow_mode"};
+const std::vector<std::string_view> kDomainKeys = {
+    "domain",       "descriptors", "plans",       "default_plan", "clients",
+    "failure_mode", "count_denied", "shadow_mode", "http"};
+
+class DomainParser {
+ public:
+  DomainParser(YamlReader& reader, Domain& domain) : r_(reader), domain_(domain) {}
+
+  void Parse(const YAML::Node& doc) {
+    r_.CheckMap(doc, "domain file", kDomainKeys);
+    auto name = r_.String(doc, "domain");
+    if (!name || name->empty()) {
+      r_.ErrorAt(r_.FieldPosition(doc, "domain"), "config file cannot have empty domain");
+    } else {
+      domain_.name = *name;
+    }
+    domain_.root.path = domain_.name;
+    domain_.root.position = r_.PositionOf(doc);
+    if (auto v = r_.Bool(doc, "count_denied")) domain_.count_denied = *v;
+    domain_.shadow_mode = r_.Bool(doc, "shadow_mode").value_or(false);
+    if (auto mode = r_.String(doc, "failure_mode")) {
+      if (*mode == "open") {
+        domain_.failure_mode = FailureMode::kOpen;
+      } else if (*mode == "closed") {
+        domain_.failure_mode = FailureMode::kClosed;
+      } else if (*mode == "local") {
+        domain_.failure_mode = FailureMode::kLocal;
+      } else {
+        r_.Error(doc["failure_mode"],
+                 fmt::format("unknown failure_mode '{}' (open, closed or local)", *mode));
+      }
+    }
+    if (auto clients = r_.String(doc, "clients")) domain_.clients_path = *clients;
+    ParsePlans(doc);
+    if (const YAML::Node list = doc["descriptors"]; list.IsDefined() && !list.IsNull()) {
+      ParseDescriptors(list, domain_.root);
+    }
+    if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) ParseHttp(http);
+  }
+
+ private:
+  void ParsePlans(const YAML::Node& doc) {
+    const YAML::Node plans = doc["plans"];
+    if (plans.IsDefined() && !plans.IsNull()) {
+      if (!plans.IsMap()) {
+        r_.Error(plans, "plans must be a map of plan names");
+      } else {
+        for (auto it = plans.begin(); it != plans.end(); ++it) {
+          auto name = r_.AsString(it->first, "plan name");
+          if (!name) continue;
+          Plan plan{.name = *name, .limits = {}};
+          if (r_.CheckMap(it->second, fmt::format("plan '{}'", *name), {"limits"})) {
+            plan.limits = ParseLimitList(it->second["limits"], fmt::format("plan '{}'", *name));
+          }
+          domain_.plans.emplace(*name, std::move(plan));
+        }
+      }
+    }
+    if (const YAML::Node def = doc["default_plan"]; def.IsDefined() && !def.IsNull()) {
+      if (auto name = r_.AsString(def, "default_plan")) {
+        domain_.default_plan = *name;
+        if (!domain_.plans.contains(*name)) {
+          r_.Error(def, fmt::format("unknown plan '{}'{}", *name, KnownPlans()));
+        }
+      }
+    } else if (!domain_.plans.empty()) {
+      r_.Error(plans, "plans need a default_plan (used when a request names no known plan)");
+    }
+  }
+
+  std::string KnownPlans() const {
+    std::string names;
+    for (const auto& [name, plan] : domain_.plans) {
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", name);
+    }
+    return names.empty() ? " (no plans are defined)" : fmt::format(" (plans: {})", names);
+  }
+
+  void ParseDescriptors(const YAML::Node& list, RuleNode& parent) {
+    if (!r_.CheckSequence(list, "descriptors")) return;
+    for (const YAML::Node& item : list) {
+      if (!item.IsMap()) {
+        r_.Error(item, "descriptors must be a list of maps");
+        continue;
+      }
+      auto node = std::make_unique<RuleNode>();
+      if (ParseDescriptor(item, parent, *node)) {
+        const RuleNode* child = node.get();
+        const std::string composite =
+            child->has_value ? fmt::format("{}_{}", child->key, child->value) : child->key;
+        RuleNode::KeyIndex& index = parent.index[child->key];
+        bool fresh;
+        if (child->wildcard) {
+          fresh = std::none_of(index.wildcards.begin(), index.wildcards.end(),
+                               [&](const RuleNode* w) { return w->value == child->value; });
+          if (fresh) index.wildcards.push_back(child);
+        } else if (child->has_value) {
+          fresh = index.by_value.emplace(child->value, child).second;
+        } else {
+          fresh = index.any_value == nullptr;
+          if (fresh) index.any_value = child;
+        }
+        if (!fresh) {
+          r_.Error(item, fmt::format("duplicate descriptor composite key '{}.{}'", parent.path,
+                                     composite));
+          continue;
+        }
+        parent.children.push_back(std::move(node));
+      }
+    }
+  }
+
+  bool ParseDescriptor(const YAML::Node& item, const RuleNode& parent, RuleNode& node) {
+    const size_t errors_before = r_.error_count();
+    r_.CheckMap(item, "descriptor", kDescriptorKeys);
+    node.position = r_.PositionOf(item);
+    auto key = r_.String(item, "key");
+    if (!key || key->empty()) {
+      r_.ErrorAt(r_.FieldPosition(item, "key"), "descriptor has empty key");
+      return false;
+    }
+    node.key = *key;
+    if (const YAML::Node value = item["value"]; value.IsDefined() && !value.IsNull()) {
+      // An empty value is the same as none (key-only), as upstream stores it.
+      if (auto v = r_.AsString(value, "value"); v && !v->empty()) {
+        node.value = *v;
+        node.has_value = true;
+        node.wildcard = v->find('*') != std::string::npos;
+      }
+    }
+    node.path = fmt::format("{}.{}", parent.path,
+                            node.has_value ? fmt::format("{}_{}", node.key, node.value) : node.key);
+    node.shadow_mode = r_.Bool(item, "shadow_mode").value_or(false);
+    node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
+    r_.Bool(item, "value_to_metric");
+    r_.Bool(item, "quota_mode");
+    node.share_threshold = r_.Bool(item, "share_threshold").value_or(false);
+    if (node.share_threshold && !node.wildcard) {
+      r_.Error(item["share_threshold"],
+               fmt::format("share_threshold can only be used with wildcard values (containing "
+                           "'*'), but found key '{}'",
+                           node.key));
+    }
+    const YAML::Node rate_limit = item["rate_limit"];
+    const YAML::Node limits = item["limits"];
+    const bool has_rate_limit = rate_limit.IsDefined() && !rate_limit.IsNull();
+    const bool has_limits = limits.IsDefined() && !limits.IsNull();
+    if (auto plan_from = r_.String(item, "plan_from")) {
+      node.plan_from = *plan_from;
+      node.has_rate_limit = true;
+      if (domain_.plans.empty()) {
+        r_.Error(item["plan_from"], "plan_from needs top-level plans");
+      }
+      if (has_rate_limit || has_limits) {
+        r_.Error(item["plan_from"], "a descriptor with plan_from takes its limits from the plan; "
+                                    "remove rate_limit/limits");
+      }
+    }
+    if (has_rate_limit && has_limits) {
+      r_.Error(limits, "use either rate_limit or limits on a descriptor, not both");
+    } else if (has_rate_limit) {
+      ParseRateLimit(rate_limit, node);
+    } else if (has_limits) {
+      node.has_rate_limit = true;
+      node.limits = ParseLimitList(limits, "limits");
+    }
+    if (const YAML::Node children = item["descriptors"]; children.IsDefined() && !children.IsNull()) {
+      ParseDescriptors(children, node);
+    }
+    return r_.error_count() == errors_before;
+  }
+
+  void ParseRateLimit(const YAML::Node& rl, RuleNode& node) {
+    node.has_rate_limit = true;
+    if (!r_.CheckMap(rl, "rate_limit", kRateLimitKeys)) return;
+    if (auto name = r_.String(rl, "name")) node.rate_limit_name = *name;
+    if (const YAML::Node replaces = rl["replaces"]; replaces.IsDefined() && !replaces.IsNull()) {
+      if (r_.CheckSequence(replaces, "replaces")) {
+        for (const YAML::Node& entry : replaces) {
+          if (!r_.CheckMap(entry, "replaces entry", {"name"})) continue;
+          auto name = r_.String(entry, "name");
+          if (!name || name->empty()) {
+            r_.Error(entry, "should not have an empty replaces entry");
+          } else if (*name == node.rate_limit_name) {
+            r_.Error(entry, "replaces should not contain name of same descriptor");
+          } else {
+            node.replaces.push_back(*name);
+          }
+        }
+      }
+    }
+    if (r_.Bool(rl, "unlimited").value_or(false)) {
+      node.unlimited = true;
+      if (rl["unit"].IsDefined() || rl["window"].IsDefined()) {
+        r_.Error(rl["unit"].IsDefined() ? rl["unit"] : rl["window"],
+                 "should not specify rate limit unit when unlimited");
+      }
+      return;
+    }
+    if (auto limit = ParseLimit(rl, "rate_limit")) {
+      limit->name = node.rate_limit_name;
+      node.limits.push_back(std::move(*limit));
+    }
+  }
+
+  std::vector<LimitRule> ParseLimitList(const YAML::Node& list, const std::string& what) {
+    std::vector<LimitRule> out;
+    if (!list.IsDefined() || list.IsNull()) {
+      return out;
+    }
+    if (!r_.CheckSequence(list, what)) return out;
+    for (const YAML::Node& entry : list) {
+      if (!r_.CheckMap(entry, "limits entry", kLimitEntryKeys)) continue;
+      if (auto limit = ParseLimit(entry, "limits entry")) {
+        if (auto name = r_.String(entry, "name")) limit->name = *name;
+        out.push_back(std::move(*limit));
+      }
+    }
+    return out;
+  }
+
+  // The common part of rate_limit and limits entries.
+  std::optional<LimitRule> ParseLimit(const YAML::Node& map, std::string_view what) {
+    const size_t errors_before = r_.error_count();
+    LimitRule rule;
+    rule.position = r_.PositionOf(map);
+    rule.limit.algorithm = Algorithm::kFixedWindow;  // envoyproxy/ratelimit's only algorithm
+    if (auto name = r_.String(map, "algorithm")) {
+      auto algorithm = ParseAlgorithm(*name);
+      if (algorithm.ok()) {
+        rule.limit.algorithm = *algorithm;
+      } else {
+        r_.Error(map["algorithm"], std::string(algorithm.status().message()));
+      }
+    }
+    if (map["requests"].IsDefined() && map["requests_per_unit"].IsDefined()) {
+      r_.Error(map["requests"], fmt::format("{}: give requests or requests_per_unit, not both", what));
+    }
+    const char* requests_key = map["requests"].IsDefined() ? "requests" : "requests_per_unit";
+    // A missing count is 0, which denies everything, as upstream.
+    rule.limit.requests = r_.Unsigned(map, requests_key, kMaxRequests).value_or(0);
+    const bool has_unit = map["unit"].IsDefined() && !map["unit"].IsNull();
+    const bool has_window = map["window"].IsDefined() && !map["window"].IsNull();
+    if (has_unit && has_window) {
+      r_.Error(map["window"], fmt::format("{}: give unit or window, not both", what));
+    } else if (has_unit) {
+      if (auto unit = r_.String(map, "unit")) {
+        rule.limit.window_us = UnitMicros(*unit);
+        rule.unit = *unit;
+        std::transform(rule.unit.begin(), rule.unit.end(), rule.unit.begin(),
+                       [](unsigned char c) { return std::tolower(c); });
+        if (rule.limit.window_us == 0) {
+          r_.Error(map["unit"], fmt::format("invalid rate limit unit '{}'", *unit));
+        }
+      }
+    } else if (has_window) {
+      rule.limit.window_us = r_.Duration(map, "window").value_or(0);
+    } else {
+      r_.Error(map, fmt::format("{} needs a unit (second, minute, hour, day, week, month, year) "
+                                "or a window (e.g. 30s)", what));
+    }
+    if (const YAML::Node burst = map["burst"]; burst.IsDefined() && !burst.IsNull()) {
+      if (auto b = r_.AsUnsigned(burst, "burst", kMaxBurst)) {
+        if (rule.limit.algorithm == Algorithm::kTokenBucket && *b < 1) {
+          r_.Error(burst, "burst of a token_bucket must be at least 1");
+        } else if (rule.limit.algorithm != Algorithm::kTokenBucket &&
+                   rule.limit.algorithm != Algorithm::kLeakyBucket) {
+          r_.Error(burst, fmt::format("burst applies to token_bucket and leaky_bucket, not {}",
+                                      AlgorithmName(rule.limit.algorithm)));
+        } else {
+          rule.limit.burst = *b;
+        }
+      }
+    }
+    rule.shadow_mode = r_.Bool(map, "shadow_mode").value_or(false);
+    if (r_.error_count() != errors_before) return std::nullopt;
+    if (absl::Status s = ValidateLimit(rule.limit); !s.ok()) {
+      r_.Error(map, std::string(s.message()));
+      return std::nullopt;
+    }
+    return rule;
+  }
+
+  void ParseHttp(const YAML::Node& http) {
+    if (!r_.CheckMap(http, "http",
+                     {"deny_status", "trusted_proxies", "routes", "upstream", "refund_on"})) {
+      return;
+    }
+    HttpSection section;
+    if (auto status = r_.Unsigned(http, "deny_status", 599)) {
+      if (*status < 200) {
+        r_.Error(http["deny_status"], "deny_status must be an HTTP status between 200 and 599");
+      }
+      section.deny_status = static_cast<int>(*status);
+    }
+    if (auto proxies = r_.Strings(http, "trusted_proxies")) {
+      for (size_t i = 0; i < proxies->size(); ++i) {
+        if (auto cidr = ParseCidr((*proxies)[i])) {
+          section.trusted_proxies.push_back(*cidr);
+        } else {
+          r_.Error(http["trusted_proxies"][i],
+                   fmt::format("bad address or CIDR '{}' in trusted_proxies", (*proxies)[i]));
+        }
+      }
+    }
+    if (auto upstream = r_.String(http, "upstream")) {
+      if (upstream->rfind("http://", 0) != 0) {
+        r_.Error(http["upstream"], "upstream must be an http:// URL");
+      }
+      section.upstream = *upstream;
+    }
+    if (auto refund = r_.Strings(http, "refund_on")) {
+      for (size_t i = 0; i < refund->size(); ++i) {
+        const std::string& what = (*refund)[i];
+        if (what != "5xx" && what != "connect_error" && what != "timeout") {
+          r_.Error(http["refund_on"][i],
+                   fmt::format("unknown refund_on '{}' (5xx, connect_error, timeout)", what));
+        }
+      }
+      section.refund_on = *refund;
+    }
+    if (const YAML::Node routes = http["routes"]; routes.IsDefined() && !routes.IsNull()) {
+      if (r_.CheckSequence(routes, "routes")) {
+        for (const YAML::Node& route : routes) ParseRoute(route, section);
+      }
+    }
+    domain_.http = std::move(section);
+  }
+
+  void ParseRoute(const YAML::Node& node, HttpSection& section) {
+    if (!r_.CheckMap(node, "route", {"match", "rate_limits"})) return;
+    HttpRoute route;
+    route.position = r_.PositionOf(node);
+    const YAML::Node match = node["match"];
+    if (match.IsDefined() && r_.CheckMap(match, "match", {"prefix", "path", "methods"})) {
+      route.prefix = r_.String(match, "prefix").value_or("");
+      route.path = r_.String(match, "path").value_or("");
+      if (!route.prefix.empty() && !route.path.empty()) {
+        r_.Error(match, "match takes prefix or path, not both");
+      }
+      route.methods = r_.Strings(match, "methods").value_or(std::vector<std::string>{});
+    }
+    if (route.prefix.empty() && route.path.empty()) route.prefix = "/";
+    const YAML::Node limits = node["rate_limits"];
+    if (limits.IsDefined() && r_.CheckSequence(limits, "rate_limits")) {
+      for (const YAML::Node& item : limits) {
+        if (!r_.CheckMap(item, "rate_limits entry", {"actions"})) continue;
+        const YAML::Node actions = item["actions"];
+        if (!actions.IsDefined() || !r_.CheckSequence(actions, "actions")) {
+          r_.Error(item, "a rate_limits entry needs a list of actions");
+          continue;
+        }
+        std::vector<HttpAction> parsed;
+        for (const YAML::Node& a : actions) {
+          if (auto action = ParseAction(a)) parsed.push_back(std::move(*action));
+        }
+        route.rate_limits.push_back(std::move(parsed));
+      }
+    }
+    section.routes.push_back(std::move(route));
+  }
+
+  std::optional<HttpAction> ParseAction(const YAML::Node& node) {
+    static const std::vector<std::string_view> kKinds = {"request_headers", "remote_address",
+                                                         "generic_key", "path", "method"};
+    if (!r_.CheckMap(node, "action", kKinds)) return std::nullopt;
+    if (node.size() != 1) {
+      r_.Error(node, "an action has exactly one of request_headers, remote_address, "
+                     "generic_key, path, method");
+      return std::nullopt;
+    }
+    const std::string kind = node.begin()->first.Scalar();
+    const YAML::Node body = node.begin()->second;
+    HttpAction action;
+    const auto check = [&](const std::vector<std::string_view>& keys) {
+      return body.IsNull() || r_.CheckMap(body, kind, keys);
+    };
+    if (kind == "request_headers") {
+      action.kind = HttpAction::Kind::kRequestHeaders;
+      if (!check({"header_name", "descriptor_key", "skip_if_absent"})) return std::nullopt;
+      action.header_name = r_.String(body, "header_name").value_or("");
+      action.descriptor_key = r_.String(body, "descriptor_key").value_or("");
+      action.skip_if_absent = r_.Bool(body, "skip_if_absent").value_or(false);
+      if (action.header_name.empty() || action.descriptor_key.empty()) {
+        r_.Error(body, "request_headers needs header_name and descriptor_key");
+        return std::nullopt;
+      }
+    } else if (kind == "remote_address") {
+      action.kind = HttpAction::Kind::kRemoteAddress;
+      if (!check({"descriptor_key"})) return std::nullopt;
+      action.descriptor_key =
+          body.IsNull() ? "remote_address" : r_.String(body, "descriptor_key").value_or("remote_address");
+    } else if (kind == "generic_key") {
+      action.kind = HttpAction::Kind::kGenericKey;
+      if (!check({"descriptor_value", "descriptor_key"})) return std::nullopt;
+      action.descriptor_value = body.IsNull() ? "" : r_.String(body, "descriptor_value").value_or("");
+      action.descriptor_key =
+          body.IsNull() ? "generic_key" : r_.String(body, "descriptor_key").value_or("generic_key");
+      if (action.descriptor_value.empty()) {
+        r_.Error(node, "generic_key needs a descriptor_value");
+        return std::nullopt;
+      }
+    } else {
+      const bool is_path = kind == "path";
+      action.kind = is_path ? HttpAction::Kind::kPath : HttpAction::Kind::kMethod;
+      if (!check({"descriptor_key"})) return std::nullopt;
+      action.descriptor_key =
+          body.IsNull() ? kind : r_.String(body, "descriptor_key").value_or(kind);
+    }
+    return action;
+  }
+
+  YamlReader& r_;
+  Domain& domain_;
+};
+
+}  // namespace
+
+std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const YAML::Node& doc) {
+  auto domain = std::make_unique<Domain>();
+  domain->file = reader.file();
+  const size_t errors_before = reader.error_count();
+  DomainParser(reader, *domain).Parse(doc);
+  if (reader.error_count() != errors_before) return nullptr;
+  return domain;
+}
+
+std::optional<Cidr> ParseCidr(std::string_view text) {
+  std::string address(text);
+  int bits = -1;
+  if (const size_t slash = address.find('/'); slash != std::string::npos) {
+    const std::string_view digits = std::string_view(address).substr(slash + 1);
+    if (digits.empty() || digits.size() > 3 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
+    }
+    bits = std::stoi(std::string(digits));
+    address.resize(slash);
+  }
+  Cidr cidr;
+  in_addr v4;
+  in6_addr v6;
+  if (inet_pton(AF_INET, address.c_str(), &v4) == 1) {
+    if (bits > 32) return std::nullopt;
+    cidr.address[10] = cidr.address[11] = 0xFF;  // ::ffff:a.b.c.d
+    std::memcpy(&cidr.address[12], &v4, 4);
+    cidr.prefix_bits = 96 + (bits < 0 ? 32 : bits);
+  } else if (inet_pton(AF_INET6, address.c_str(), &v6) == 1) {
+    if (bits > 128) return std::nullopt;
+    std::memcpy(cidr.address.data(), &v6, 16);
+    cidr.prefix_bits = bits < 0 ? 128 : bits;
+  } else {
+    return std::nullopt;
+  }
+  return cidr;
+}
+
+}  // namespace sluice::rules

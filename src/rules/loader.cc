@@ -1,0 +1,270 @@
+#include "rules/loader.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+
+#include "fmt/format.h"
+#include "rules/parsers.h"
+#include "rules/yaml_reader.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace sluice::rules {
+namespace fs = std::filesystem;
+namespace {
+
+bool IsYamlName(const fs::path& p) {
+  const std::string ext = p.extension().string();
+  return ext == ".yaml" || ext == ".yml";
+}
+
+// Reads a whole file; false when it cannot.
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return false;
+  const std::streamoff size = in.tellg();
+  if (size < 0) return false;
+  out->resize(static_cast<size_t>(size));
+  in.seekg(0);
+  return static_cast<bool>(in.read(out->data(), size));
+}
+
+size_t CountLimits(const RuleNode& node) {
+  size_t n = node.limits.size();
+  for (const auto& child : node.children) n += CountLimits(*child);
+  return n;
+}
+
+class Loader {
+ public:
+  void AddPath(const std::string& path, bool named_directly) {
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (ec || !fs::exists(status)) {
+      Fail(path, 0, 0, "no such file or directory");
+      return;
+    }
+    if (fs::is_directory(status)) {
+      std::vector<std::string> files;
+      CollectYaml(path, &files);
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) AddFile(f, /*named_directly=*/false);
+    } else {
+      AddFile(path, named_directly);
+    }
+  }
+
+  void AddText(const std::string& file, std::string_view text, bool named_directly) {
+    XXH3_64bits_update(&hash_state_, file.data(), file.size());
+    XXH3_64bits_update(&hash_state_, text.data(), text.size());
+    YAML::Node doc;
+    try {
+      doc = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      Fail(file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1,
+           fmt::format("YAML syntax error: {}", e.msg));
+      return;
+    }
+    if (!doc.IsDefined() || doc.IsNull()) return;  // an empty file holds nothing
+    YamlReader reader(file, &errors_);
+    if (doc.IsMap() && doc["domain"].IsDefined()) {
+      if (auto domain = ParseDomain(reader, doc)) domains_.push_back(std::move(domain));
+      return;
+    }
+    if (!doc.IsMap()) {
+      reader.Error(doc, "a config file must be a map (a domain file has `domain:`)");
+      return;
+    }
+    if (settings_) {
+      reader.Error(doc, fmt::format("a second settings file (a document without `domain:`); the "
+                                    "first is {}", settings_->file));
+      return;
+    }
+    settings_ = ParseSettings(reader, doc);
+    if (named_directly && !settings_->rules_path.empty()) {
+      fs::path rules = settings_->rules_path;
+      if (rules.is_relative()) rules = fs::path(file).parent_path() / rules;
+      AddPath(rules.string(), /*named_directly=*/false);
+    }
+  }
+
+  LoadResult Finish() {
+    auto config = std::make_shared<Config>();
+    if (settings_) config->settings = *settings_;
+    for (auto& domain : domains_) {
+      auto [it, fresh] = config->by_name.emplace(domain->name, domain.get());
+      if (!fresh) {
+        const Position& at = domain->root.position;
+        Fail(at.file, at.line, at.column,
+             fmt::format("duplicate domain '{}' in config file (also in {})", domain->name,
+                         it->second->file));
+        continue;
+      }
+      LoadClients(*domain);
+      domain->limit_count = CountLimits(domain->root);
+      for (const auto& [name, plan] : domain->plans) domain->limit_count += plan.limits.size();
+      config->limit_count += domain->limit_count;
+    }
+    if (!errors_.empty()) {
+      std::stable_sort(errors_.begin(), errors_.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.position.file, a.position.line, a.position.column) <
+               std::tie(b.position.file, b.position.line, b.position.column);
+      });
+      return {nullptr, std::move(errors_)};
+    }
+    config->domains = std::move(domains_);
+    config->version = fmt::format("{:016x}", XXH3_64bits_digest(&hash_state_));
+    return {std::move(config), {}};
+  }
+
+  Loader() { XXH3_64bits_reset(&hash_state_); }
+
+ private:
+  void CollectYaml(const fs::path& dir, std::vector<std::string>* out) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (p.filename().string().starts_with(".")) continue;  // dot files, ConfigMap internals
+      std::error_code sec;
+      if (fs::is_directory(p, sec)) {
+        CollectYaml(p, out);
+      } else if (IsYamlName(p) && fs::is_regular_file(p, sec)) {
+        out->push_back(p.string());
+      }
+    }
+  }
+
+  void AddFile(const std::string& path, bool named_directly) {
+    std::string text;
+    if (!ReadFile(path, &text)) {
+      Fail(path, 0, 0, "cannot read file");
+      return;
+    }
+    AddText(path, text, named_directly);
+  }
+
+  // The plan mapping file: CSV lines `key,plan`; blank lines, `#` comments and a `key,plan`
+  // header are skipped.
+  void LoadClients(Domain& domain) {
+    if (domain.clients_path.empty()) return;
+    fs::path path = domain.clients_path;
+    if (path.is_relative()) path = fs::path(domain.file).parent_path() / path;
+    auto clients = std::make_shared<ClientPlans>();
+    if (!ReadFile(path.string(), &clients->text)) {
+      Fail(path.string(), 0, 0, "cannot read clients file");
+      return;
+    }
+    const std::string& text = clients->text;
+    XXH3_64bits_update(&hash_state_, text.data(), text.size());
+    clients->by_key.reserve(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
+    const Plan* last_plan = nullptr;  // rows tend to repeat a handful of plans
+    std::string_view rest = text;
+    for (int line_no = 1; !rest.empty(); ++line_no) {
+      const size_t eol = rest.find('\n');
+      std::string_view line = rest.substr(0, eol);
+      rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || line[0] == '#' || (line_no == 1 && line == "key,plan")) continue;
+      const size_t comma = line.find(',');
+      if (comma == std::string_view::npos || comma == 0 || comma + 1 == line.size()) {
+        Fail(path.string(), line_no, 1, "expected `key,plan`");
+        continue;
+      }
+      const std::string_view plan_name = line.substr(comma + 1);
+      const Plan* plan = last_plan;
+      if (plan == nullptr || plan->name != plan_name) {
+        auto it = domain.plans.find(std::string(plan_name));
+        plan = it == domain.plans.end() ? nullptr : &it->second;
+      }
+      if (plan == nullptr) {
+        Fail(path.string(), line_no, static_cast<int>(comma) + 2,
+             fmt::format("unknown plan '{}'", plan_name));
+        continue;
+      }
+      last_plan = plan;
+      clients->by_key.insert_or_assign(absl::string_view(line.data(), comma), plan);
+    }
+    domain.clients = std::move(clients);
+  }
+
+  void Fail(const std::string& file, int line, int column, std::string message) {
+    ConfigError error;
+    error.position.file = file;
+    error.position.line = line;
+    error.position.column = column;
+    error.message = std::move(message);
+    errors_.push_back(std::move(error));
+  }
+
+  std::vector<ConfigError> errors_;
+  std::vector<std::unique_ptr<Domain>> domains_;
+  std::optional<Settings> settings_;
+  XXH3_state_t hash_state_;
+};
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string ConfigError::ToString() const {
+  if (position.line <= 0) return fmt::format("{}: {}", position.file, message);
+  return fmt::format("{}:{}:{}: {}", position.file, position.line, position.column, message);
+}
+
+std::string Suggest(std::string_view word, const std::vector<std::string_view>& candidates) {
+  std::string_view best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (std::string_view c : candidates) {
+    const size_t d = EditDistance(word, c);
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return std::string(best);
+}
+
+int64_t UnitMicros(std::string_view unit) {
+  std::string lower(unit);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  constexpr int64_t kSecond = 1000000;
+  if (lower == "second") return kSecond;
+  if (lower == "minute") return 60 * kSecond;
+  if (lower == "hour") return 3600 * kSecond;
+  if (lower == "day") return 86400 * kSecond;
+  if (lower == "week") return 7 * 86400 * kSecond;
+  if (lower == "month") return 30 * 86400 * kSecond;
+  if (lower == "year") return 365 * 86400 * kSecond;
+  return 0;
+}
+
+LoadResult LoadConfig(const std::vector<std::string>& paths) {
+  Loader loader;
+  for (const auto& p : paths) loader.AddPath(p, /*named_directly=*/true);
+  return loader.Finish();
+}
+
+LoadResult LoadConfigText(const std::string& file, std::string_view text) {
+  Loader loader;
+  loader.AddText(file, text, /*named_directly=*/false);
+  return loader.Finish();
+}
+
+}  // namespace sluice::rules

@@ -1,0 +1,53 @@
+// Loading and validating the rules configuration.
+//
+// Input is any mix of files and directories. A directory contributes every `*.yaml`/`*.yml`
+// file below it (entries whose names start with '.' are skipped, which also skips the
+// `..data`/`..2024_…` directories of a Kubernetes ConfigMap mount while following its symlinks).
+// A YAML document with `domain:` is a domain file; one without is the settings file (at most one).
+// When the settings file is named directly and has `rules: PATH`, the rules come from PATH
+// (relative to the settings file).
+//
+// Everything is parsed and validated before anything is returned: the result is either a
+// complete Config or a list of errors, each `FILE:LINE:COL: message`.
+
+#ifndef SLUICE_RULES_LOADER_H_
+#define SLUICE_RULES_LOADER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rules/config.h"
+
+namespace sluice::rules {
+
+struct ConfigError {
+  Position position;
+  std::string message;
+
+  // "FILE:LINE:COL: message" (LINE:COL omitted when unknown).
+  std::string ToString() const;
+};
+
+struct LoadResult {
+  std::shared_ptr<const Config> config;  // null iff errors is non-empty
+  std::vector<ConfigError> errors;
+};
+
+// Loads files and directories (see above).
+LoadResult LoadConfig(const std::vector<std::string>& paths);
+
+// Loads one in-memory document, named `file` in errors (the embedded default, tests).
+LoadResult LoadConfigText(const std::string& file, std::string_view text);
+
+// Closest candidate within a small edit distance, or empty: the "did you mean" of errors.
+std::string Suggest(std::string_view word, const std::vector<std::string_view>& candidates);
+
+// envoyproxy/ratelimit units: second minute hour day week month (30 d) year (365 d),
+// case-insensitive. 0 when unknown.
+int64_t UnitMicros(std::string_view unit);
+
+}  // namespace sluice::rules
+
+#endif  // SLUICE_RULES_LOADER_H_

@@ -1,0 +1,62 @@
+#include "rules/matcher.h"
+
+namespace sluice::rules {
+
+bool WildcardMatch(std::string_view pattern, std::string_view text) {
+  // Iterative glob: remember the last '*' and retry from one character further on mismatch.
+  size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (p < pattern.size() && pattern[p] == text[t]) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind) {
+  auto it = node.index.find(absl::string_view(entry.key.data(), entry.key.size()));
+  if (it == node.index.end()) return nullptr;
+  const RuleNode::KeyIndex& index = it->second;
+  auto v = index.by_value.find(absl::string_view(entry.value.data(), entry.value.size()));
+  if (v != index.by_value.end()) {
+    *kind = MatchKind::kExact;
+    return v->second;
+  }
+  for (const RuleNode* w : index.wildcards) {
+    if (WildcardMatch(w->value, entry.value)) {
+      *kind = MatchKind::kWildcard;
+      return w;
+    }
+  }
+  *kind = MatchKind::kKeyOnly;
+  return index.any_value;
+}
+
+const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
+                                std::vector<const RuleNode*>* path) {
+  if (path != nullptr) path->clear();
+  const RuleNode* node = &domain.root;
+  const RuleNode* result = nullptr;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    MatchKind kind;
+    const RuleNode* child = MatchLevel(*node, entries[i], &kind);
+    if (child == nullptr) break;
+    if (path != nullptr) path->push_back(child);
+    if (i + 1 == entries.size() && child->has_rate_limit) result = child;
+    if (child->children.empty()) break;
+    node = child;
+  }
+  return result;
+}
+
+}  // namespace sluice::rules

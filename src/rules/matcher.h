@@ -1,0 +1,41 @@
+// Matching a request descriptor against a domain's descriptor tree, exactly as
+// envoyproxy/ratelimit does (see ../shared/reference/envoy-ratelimit-config.md §2):
+// level by level, exact value > first matching wildcard (file order) > key-only; greedy, no
+// backtracking; a rule applies only at the depth of the descriptor's last entry.
+// Each level is one or two hash lookups; no rule scanning, no regular expressions.
+
+#ifndef SLUICE_RULES_MATCHER_H_
+#define SLUICE_RULES_MATCHER_H_
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rules/config.h"
+
+namespace sluice::rules {
+
+struct Entry {
+  std::string key;
+  std::string value;
+  friend bool operator==(const Entry&, const Entry&) = default;
+};
+
+// The node that sets the descriptor's limits (has_rate_limit, at the last entry's depth), or
+// nullptr. When `path` is given it receives the node matched at each level (up to the result).
+const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
+                                std::vector<const RuleNode*>* path = nullptr);
+
+enum class MatchKind { kExact, kWildcard, kKeyOnly };
+
+// One level: the child of `node` that `entry` selects (exact value, else the first wildcard that
+// matches, else the key-only child), or nullptr; *kind says which.
+const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind);
+
+// Glob match where '*' matches any run of characters (including none).
+bool WildcardMatch(std::string_view pattern, std::string_view text);
+
+}  // namespace sluice::rules
+
+#endif  // SLUICE_RULES_MATCHER_H_

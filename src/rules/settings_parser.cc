@@ -1,0 +1,94 @@
+// The settings file (sluice.yaml): server-wide settings, see docs/configuration.md.
+
+#include "fmt/format.h"
+#include "rules/parsers.h"
+
+namespace sluice::rules {
+
+Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
+  Settings s;
+  s.file = r.file();
+  if (doc.IsNull()) return s;  // an empty file: all defaults
+  if (!r.CheckMap(doc, "settings",
+                  {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
+                   "headers", "http", "count_denied", "shadow_mode", "unknown_domain"})) {
+    return s;
+  }
+  s.rules_path = r.String(doc, "rules").value_or("");
+  s.listen = r.String(doc, "listen").value_or(s.listen);
+  s.threads = static_cast<int>(r.Unsigned(doc, "threads", 1024).value_or(0));
+  s.count_denied = r.Bool(doc, "count_denied").value_or(false);
+  s.shadow_mode = r.Bool(doc, "shadow_mode").value_or(false);
+  if (auto unknown = r.String(doc, "unknown_domain")) {
+    if (*unknown != "allow" && *unknown != "deny") {
+      r.Error(doc["unknown_domain"], "unknown_domain must be allow or deny");
+    }
+    s.allow_unknown_domain = *unknown == "allow";
+  }
+  if (const YAML::Node admin = doc["admin"]; admin.IsDefined() && !admin.IsNull()) {
+    if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
+      s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
+      s.admin_token_file = r.String(admin, "token_file").value_or("");
+    }
+  }
+  if (const YAML::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {
+    if (r.CheckMap(grpc, "grpc", {"listen"})) {
+      s.grpc_listen = r.String(grpc, "listen").value_or(s.grpc_listen);
+    }
+  }
+  if (auto backend = r.String(doc, "backend")) {
+    if (*backend != "memory" && *backend != "redis") {
+      r.Error(doc["backend"], fmt::format("unknown backend '{}' (memory or redis)", *backend));
+    }
+    s.backend = *backend;
+  }
+  if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
+    if (r.CheckMap(redis, "redis",
+                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances"})) {
+      s.redis_url = r.String(redis, "url").value_or("");
+      s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
+      s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
+      s.redis_key_prefix = r.String(redis, "key_prefix").value_or(s.redis_key_prefix);
+      s.redis_timeout_us = r.Duration(redis, "timeout").value_or(s.redis_timeout_us);
+      s.local_instances = static_cast<int>(r.Unsigned(redis, "instances", 10000).value_or(1));
+      if (s.local_instances < 1) r.Error(redis["instances"], "instances must be at least 1");
+      const auto check_url = [&](const std::string& url, const YAML::Node& at) {
+        if (url.rfind("redis://", 0) != 0) {
+          r.Error(at, fmt::format("bad Redis URL '{}' (redis://[user:pass@]host:port[/db])", url));
+        }
+      };
+      if (!s.redis_url.empty()) check_url(s.redis_url, redis["url"]);
+      for (size_t i = 0; i < s.redis_nodes.size(); ++i) check_url(s.redis_nodes[i], redis["nodes"][i]);
+      if (s.redis_cluster && s.redis_nodes.empty() && s.redis_url.empty()) {
+        r.Error(redis, "a Redis cluster needs seed nodes");
+      }
+    }
+  }
+  if (const YAML::Node store = doc["store"]; store.IsDefined() && !store.IsNull()) {
+    if (r.CheckMap(store, "store", {"max_entries"})) {
+      s.max_entries = r.Unsigned(store, "max_entries", uint64_t{1} << 32).value_or(s.max_entries);
+    }
+  }
+  if (auto headers = r.Strings(doc, "headers")) {
+    for (size_t i = 0; i < headers->size(); ++i) {
+      const std::string& h = (*headers)[i];
+      if (h != "x_ratelimit" && h != "ietf" && h != "none") {
+        r.Error(doc["headers"][i], fmt::format("unknown header style '{}' (x_ratelimit, ietf, none)", h));
+      }
+    }
+    s.headers = *headers;
+  }
+  if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
+    if (r.CheckMap(http, "http", {"max_header_bytes", "max_body_bytes", "max_key_bytes"})) {
+      s.max_header_bytes = r.Unsigned(http, "max_header_bytes", 1 << 20).value_or(s.max_header_bytes);
+      s.max_body_bytes = r.Unsigned(http, "max_body_bytes", 1 << 30).value_or(s.max_body_bytes);
+      s.max_key_bytes = r.Unsigned(http, "max_key_bytes", 1 << 20).value_or(s.max_key_bytes);
+    }
+  }
+  if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty()) {
+    r.Error(doc["backend"], "backend redis needs redis.url or redis.nodes");
+  }
+  return s;
+}
+
+}  // namespace sluice::rules

@@ -1,0 +1,161 @@
+#include "rules/yaml_reader.h"
+
+#include <charconv>
+
+#include "absl/container/flat_hash_set.h"
+#include "fmt/format.h"
+
+namespace sluice::rules {
+
+Position YamlReader::PositionOf(const YAML::Node& node) const {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return {file_, 0, 0};
+  return {file_, mark.line + 1, mark.column + 1};
+}
+
+void YamlReader::Error(const YAML::Node& node, std::string message) {
+  ErrorAt(PositionOf(node), std::move(message));
+}
+
+Position YamlReader::FieldPosition(const YAML::Node& map, const char* key) const {
+  if (map.IsMap()) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        return PositionOf(it->second.IsNull() ? it->first : it->second);
+      }
+    }
+  }
+  return PositionOf(map);
+}
+
+void YamlReader::ErrorAt(const Position& position, std::string message) {
+  ConfigError error;
+  error.position = position;
+  error.message = std::move(message);
+  errors_->push_back(std::move(error));
+}
+
+bool YamlReader::CheckMap(const YAML::Node& node, std::string_view what,
+                          const std::vector<std::string_view>& known) {
+  if (!node.IsMap()) {
+    Error(node, fmt::format("{} must be a map", what));
+    return false;
+  }
+  bool ok = true;
+  absl::flat_hash_set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node& key = it->first;
+    if (!key.IsScalar()) {
+      Error(key, fmt::format("{}: key is not a string", what));
+      ok = false;
+      continue;
+    }
+    const std::string& name = key.Scalar();
+    if (!seen.insert(name).second) {
+      Error(key, fmt::format("duplicate key '{}' in {}", name, what));
+      ok = false;
+    }
+    bool found = false;
+    for (std::string_view k : known) found = found || k == name;
+    if (!found) {
+      const std::string hint = Suggest(name, known);
+      Error(key, fmt::format("unknown key '{}' in {}{}", name, what,
+                             hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+bool YamlReader::CheckSequence(const YAML::Node& node, std::string_view what) {
+  if (node.IsSequence()) return true;
+  Error(node, fmt::format("{} must be a list", what));
+  return false;
+}
+
+std::optional<std::string> YamlReader::AsString(const YAML::Node& node, std::string_view what) {
+  if (!node.IsScalar()) {
+    Error(node, fmt::format("{} must be a string", what));
+    return std::nullopt;
+  }
+  return node.Scalar();
+}
+
+std::optional<uint64_t> YamlReader::AsUnsigned(const YAML::Node& node, std::string_view what,
+                                               uint64_t max) {
+  if (!node.IsScalar()) {
+    Error(node, fmt::format("{} must be an integer", what));
+    return std::nullopt;
+  }
+  const std::string& text = node.Scalar();
+  if (!text.empty() && text[0] == '-') {
+    Error(node, fmt::format("{} must not be negative, got {}", what, text));
+    return std::nullopt;
+  }
+  uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && value > max)) {
+    Error(node, fmt::format("{} must be at most {}, got {}", what, max, text));
+    return std::nullopt;
+  }
+  if (ec != std::errc() || ptr != text.data() + text.size()) {
+    Error(node, fmt::format("{} must be an integer, got '{}'", what, text));
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::string> YamlReader::String(const YAML::Node& map, const char* key) {
+  const YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+  return AsString(node, key);
+}
+
+std::optional<bool> YamlReader::Bool(const YAML::Node& map, const char* key) {
+  const YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    Error(node, fmt::format("{} must be true or false", key));
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<uint64_t> YamlReader::Unsigned(const YAML::Node& map, const char* key,
+                                             uint64_t max) {
+  const YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+  return AsUnsigned(node, key, max);
+}
+
+std::optional<int64_t> YamlReader::Duration(const YAML::Node& map, const char* key) {
+  const YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+  if (!node.IsScalar()) {
+    Error(node, fmt::format("{} must be a duration such as 30s", key));
+    return std::nullopt;
+  }
+  auto d = ParseDuration(node.Scalar());
+  if (!d.ok()) {
+    Error(node, fmt::format("{}: {}", key, std::string(d.status().message())));
+    return std::nullopt;
+  }
+  return *d;
+}
+
+std::optional<std::vector<std::string>> YamlReader::Strings(const YAML::Node& map,
+                                                            const char* key) {
+  const YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+  if (!CheckSequence(node, key)) return std::nullopt;
+  std::vector<std::string> out;
+  for (const YAML::Node& item : node) {
+    auto s = AsString(item, key);
+    if (!s) return std::nullopt;
+    out.push_back(*s);
+  }
+  return out;
+}
+
+}  // namespace sluice::rules

@@ -1,0 +1,61 @@
+// YamlReader: typed, position-aware access to a parsed YAML document.
+//
+// Every problem becomes a ConfigError at the offending node's FILE:LINE:COL and parsing goes on,
+// so one run reports every error in a file. yaml-cpp's exceptions never leave this class.
+
+#ifndef SLUICE_RULES_YAML_READER_H_
+#define SLUICE_RULES_YAML_READER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "rules/config.h"
+#include "rules/loader.h"
+
+namespace sluice::rules {
+
+class YamlReader {
+ public:
+  YamlReader(std::string file, std::vector<ConfigError>* errors)
+      : file_(std::move(file)), errors_(errors) {}
+
+  const std::string& file() const { return file_; }
+  Position PositionOf(const YAML::Node& node) const;
+  void Error(const YAML::Node& node, std::string message);
+  void ErrorAt(const Position& position, std::string message);
+  // Where a field is: its value, or its key when the value is empty (yaml-cpp marks an empty
+  // value at the next token), or the map itself when the field is absent.
+  Position FieldPosition(const YAML::Node& map, const char* key) const;
+  size_t error_count() const { return errors_->size(); }
+
+  // True if `node` is a map whose keys are all strings in `known`, each once. Unknown keys are
+  // reported with a did-you-mean suggestion; `what` names the context ("rate_limit").
+  bool CheckMap(const YAML::Node& node, std::string_view what,
+                const std::vector<std::string_view>& known);
+  bool CheckSequence(const YAML::Node& node, std::string_view what);
+
+  // Typed fields of a map; nullopt when absent (no error) or malformed (error reported).
+  std::optional<std::string> String(const YAML::Node& map, const char* key);
+  std::optional<bool> Bool(const YAML::Node& map, const char* key);
+  std::optional<uint64_t> Unsigned(const YAML::Node& map, const char* key, uint64_t max);
+  std::optional<int64_t> Duration(const YAML::Node& map, const char* key);
+  // A list of strings.
+  std::optional<std::vector<std::string>> Strings(const YAML::Node& map, const char* key);
+
+  // The same conversions for a node in hand.
+  std::optional<std::string> AsString(const YAML::Node& node, std::string_view what);
+  std::optional<uint64_t> AsUnsigned(const YAML::Node& node, std::string_view what, uint64_t max);
+
+ private:
+  std::string file_;
+  std::vector<ConfigError>* errors_;
+};
+
+}  // namespace sluice::rules
+
+#endif  // SLUICE_RULES_YAML_READER_H_

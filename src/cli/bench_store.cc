@@ -97,11 +97,17 @@ struct KeyBuffer {
   }
 };
 
+constexpr int kMaxPrefetch = 64;
+
 }  // namespace
 
 int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostream& err) {
   if (options.keys == 0 || options.threads < 1 || !(options.seconds > 0)) {
     err << "bench store: --keys and --threads must be at least 1 and --seconds positive\n";
+    return 2;
+  }
+  if (options.prefetch < 0 || options.prefetch > kMaxPrefetch) {
+    err << "bench store: --prefetch must be between 0 and " << kMaxPrefetch << "\n";
     return 2;
   }
   if (options.clock_every < 1) {
@@ -123,6 +129,7 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
 
   // Phase 1: every key once, split over the threads; RSS growth per key.
   const int64_t rss_before = ResidentBytes();
+  const auto warmup_start = std::chrono::steady_clock::now();
   {
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t) {
@@ -136,6 +143,8 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
     for (auto& w : workers) w.join();
   }
   const int64_t rss_after = ResidentBytes();
+  const double warmup_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
 
   // Phase 2: timed decisions.
   std::atomic<bool> stop{false};
@@ -147,14 +156,33 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       Rng rng{0x5EEDull * static_cast<uint64_t>(t + 1)};
-      KeyBuffer key;
+      // The next `prefetch` keys are drawn ahead (a small ring, not an array of all keys) so
+      // their state can be prefetched while the current one is decided.
+      const int ahead = options.prefetch;
+      KeyBuffer ring[kMaxPrefetch + 1];
+      std::string_view pending[kMaxPrefetch + 1];
+      const auto draw = [&](KeyBuffer& buffer) {
+        const uint64_t k = keys == 1 ? 0 : use_zipf ? zipf.Sample(rng) : rng.Below(keys);
+        return buffer.Make(k);
+      };
+      for (int i = 0; i < ahead; ++i) pending[i] = draw(ring[i]);
       uint64_t local = 0, local_allowed = 0;
       int64_t now = clock->NowMicros();
+      size_t slot = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         for (int i = 0; i < 1024; ++i) {
           if (i % options.clock_every == 0) now = clock->NowMicros();
-          const uint64_t k = keys == 1 ? 0 : use_zipf ? zipf.Sample(rng) : rng.Below(keys);
-          local_allowed += store.DecideAt(limit, limit_id, key.Make(k), 1, now).allowed;
+          std::string_view key;
+          if (ahead == 0) {
+            key = draw(ring[0]);
+          } else {
+            const size_t next = (slot + static_cast<size_t>(ahead)) % (ahead + 1);
+            pending[next] = draw(ring[next]);
+            store.Prefetch(limit_id, pending[next]);
+            key = pending[slot];
+            slot = (slot + 1) % (ahead + 1);
+          }
+          local_allowed += store.DecideAt(limit, limit_id, key, 1, now).allowed;
         }
         local += 1024;
       }
@@ -175,11 +203,11 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       "{{\"algorithm\":\"{}\",\"keys\":{},\"threads\":{},\"seconds\":{:.3f},\"decisions\":{},"
       "\"decisions_per_sec\":{:.0f},\"ns_per_decision\":{:.2f},\"rss_bytes\":{},"
       "\"bytes_per_key\":{:.2f},\"distribution\":\"{}\",\"limit\":\"{}\",\"allowed\":{},"
-      "\"store_entries\":{},\"clock_every\":{}}}\n",
+      "\"store_entries\":{},\"clock_every\":{},\"prefetch\":{},\"warmup_seconds\":{:.3f}}}\n",
       AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
       elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
       static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
-      DescribeLimit(limit), allowed.load(), store.GetStats().entries, options.clock_every);
+      DescribeLimit(limit), allowed.load(), store.GetStats().entries, options.clock_every, options.prefetch, warmup_seconds);
   return 0;
 }
 

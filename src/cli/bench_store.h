@@ -20,6 +20,9 @@ struct BenchStoreOptions {
   // Read the system clock once per this many decisions, as a server reads it once per
   // event-loop pass. 1 = every decision (clock_gettime alone can cost ~45 ns on a VM).
   int clock_every = 1;
+  // Prefetch the state of the key this many decisions ahead (0 = off), as a server with several
+  // decisions at hand can (MemoryStore::Prefetch).
+  int prefetch = 0;
 };
 
 // Touches every key once (measuring RSS growth), then lets `threads` threads decide on keys drawn

@@ -134,6 +134,8 @@ int Main(int argc, char** argv) {
   bench_store->add_option("--distribution", bench_options.distribution, "uniform or zipf");
   bench_store->add_option("--clock-every", bench_options.clock_every,
                           "read the clock once per this many decisions (default 1)");
+  bench_store->add_option("--prefetch", bench_options.prefetch,
+                          "prefetch the state this many decisions ahead (default 0 = off)");
 
   try {
     app.parse(argc, argv);

@@ -142,6 +142,8 @@ void CompactTable::Rehash(size_t new_capacity) {
   const size_t old_capacity = capacity_;
   slots_ = AllocateSlots(new_capacity);  // zeroed: every hash 0
   capacity_ = new_capacity;
+  slots_view_.store(slots_.get(), std::memory_order_relaxed);
+  capacity_view_.store(capacity_, std::memory_order_relaxed);
   sweep_cursor_ = 0;
   for (size_t i = 0; i < old_capacity; ++i) {
     if (old[i].hash != 0) Place(old[i].hash, old[i].state);

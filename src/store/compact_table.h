@@ -17,6 +17,7 @@
 #ifndef SLUICE_STORE_COMPACT_TABLE_H_
 #define SLUICE_STORE_COMPACT_TABLE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,19 @@ class CompactTable {
 
   // The slot holding hash, or nullptr.
   Slot* Find(uint64_t hash);
+
+  // Starts loading hash's home slot into the cache. Safe to call without the table's lock and
+  // concurrently with anything: it reads a possibly stale view of the slot array, and a prefetch
+  // of a stale address is harmless.
+  void Prefetch(uint64_t hash) const {
+    const Slot* slots = slots_view_.load(std::memory_order_relaxed);
+    const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
+    __extension__ using u128 = unsigned __int128;
+    const Slot* home = slots + static_cast<size_t>((static_cast<u128>(hash) * capacity) >> 64);
+    // A 24-byte slot and its Robin Hood neighbours often straddle two cache lines.
+    __builtin_prefetch(home, 1);
+    __builtin_prefetch(reinterpret_cast<const char*>(home) + 64, 1);
+  }
 
   // Adds hash (which must be absent) with state, growing if needed. nullptr when the table holds
   // max_entries already: the caller reclaims or evicts first.
@@ -98,6 +112,8 @@ class CompactTable {
 
   SlotArray slots_;
   size_t capacity_ = 0;
+  std::atomic<const Slot*> slots_view_{nullptr};  // for Prefetch only
+  std::atomic<size_t> capacity_view_{0};
   size_t size_ = 0;
   size_t max_entries_;
   size_t max_capacity_;

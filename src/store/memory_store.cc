@@ -128,6 +128,11 @@ void MemoryStore::MakeRoom(Shard& shard, uint64_t hash, int64_t now) {
   evictions_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void MemoryStore::Prefetch(uint64_t limit_id, std::string_view key) const {
+  const uint64_t hash = Hash(limit_id, key);
+  ShardFor(hash).table.Prefetch(hash);  // NOLINT: deliberately unlocked, see CompactTable
+}
+
 bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
   const uint64_t hash = Hash(limit_id, key);
   Shard& shard = ShardFor(hash);

@@ -84,6 +84,11 @@ class MemoryStore {
   // Atomic with respect to every other decision: the shards involved are locked together.
   bool DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out);
 
+  // Starts fetching the state of (limit_id, key) into the cache, without locking: a caller with
+  // several decisions at hand prefetches the next ones while deciding the current one, so that
+  // their memory latencies overlap. Purely a hint.
+  void Prefetch(uint64_t limit_id, std::string_view key) const;
+
   // Forgets the state of one key ("unblock this customer"). True if there was one.
   bool Reset(uint64_t limit_id, std::string_view key);
 

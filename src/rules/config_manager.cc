@@ -30,12 +30,15 @@ constexpr uint32_t kWatchMask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_F
 }  // namespace
 
 ConfigManager::ConfigManager(std::vector<std::string> paths, std::string embedded_text)
-    : paths_(std::move(paths)), embedded_text_(std::move(embedded_text)) {}
+    : paths_(std::move(paths)),
+      embedded_text_(std::move(embedded_text)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 ConfigManager::~ConfigManager() {
-  StopWatching();
   ConfigManager* self = this;
-  g_sighup_target.compare_exchange_strong(self, nullptr);
+  g_sighup_target.compare_exchange_strong(self, nullptr);  // no signal reaches us from now on
+  StopWatching();
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 ConfigManager::ReloadOutcome ConfigManager::Reload() {
@@ -59,7 +62,11 @@ ConfigManager::ReloadOutcome ConfigManager::Reload() {
     return outcome;
   }
   outcome.version = result.config->version;
-  current_.store(std::move(result.config), std::memory_order_release);
+  {
+    util::SpinLockHolder lock(&current_mu_);
+    current_.swap(result.config);
+  }
+  result.config.reset();  // the old config goes outside the lock
   successes_.fetch_add(1);
   outcome.applied = true;
   spdlog::info("config: loaded version {}", outcome.version);
@@ -96,7 +103,6 @@ void ConfigManager::AddWatches() {
 
 absl::Status ConfigManager::StartWatching(int debounce_ms) {
   if (watcher_.joinable()) return absl::OkStatus();
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
   if (!paths_.empty()) {
     inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -115,8 +121,8 @@ void ConfigManager::StopWatching() {
   (void)!write(wake_fd_, &one, sizeof one);
   watcher_.join();
   if (inotify_fd_ >= 0) close(inotify_fd_);
-  close(wake_fd_);
-  inotify_fd_ = wake_fd_ = -1;
+  inotify_fd_ = -1;
+  watches_.clear();
 }
 
 void ConfigManager::TriggerReload() {

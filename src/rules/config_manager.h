@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "rules/loader.h"
+#include "util/spin_lock.h"
 
 namespace sluice::rules {
 
@@ -46,11 +47,16 @@ class ConfigManager {
   // Loads the configuration again and, if it is valid and different, makes it current.
   ReloadOutcome Reload();
 
-  // The active config; null until a first load succeeded.
-  std::shared_ptr<const Config> Current() const { return current_.load(std::memory_order_acquire); }
+  // The active config; null until a first load succeeded. Never waits for a load: the lock it
+  // takes only ever guards a pointer copy or swap.
+  std::shared_ptr<const Config> Current() const {
+    util::SpinLockHolder lock(&current_mu_);
+    return current_;
+  }
 
   // Watches the paths for changes and reloads after `debounce_ms` of quiet. Also reloads when
-  // TriggerReload() is called (e.g. from a SIGHUP handler: it is async-signal-safe).
+  // TriggerReload() is called (e.g. from a SIGHUP handler: it is async-signal-safe); triggers
+  // that come before StartWatching are acted on once it starts.
   absl::Status StartWatching(int debounce_ms = 200);
   void StopWatching();
   void TriggerReload();
@@ -67,7 +73,10 @@ class ConfigManager {
 
   const std::vector<std::string> paths_;
   const std::string embedded_text_;
-  std::atomic<std::shared_ptr<const Config>> current_;
+  // (Not std::atomic<std::shared_ptr>: GCC 12's releases its internal lock with relaxed order,
+  // which ThreadSanitizer rightly reports as a race.)
+  mutable util::SpinLock current_mu_;
+  std::shared_ptr<const Config> current_ ABSL_GUARDED_BY(current_mu_);
   std::mutex reload_mu_;  // one reload at a time
   std::atomic<uint64_t> successes_{0};
   std::atomic<uint64_t> failures_{0};
@@ -80,7 +89,7 @@ class ConfigManager {
   };
   std::map<int, WatchInterest> watches_;  // by watch descriptor; used by the watcher only
   int inotify_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd: TriggerReload and StopWatching
+  const int wake_fd_;  // eventfd for TriggerReload and StopWatching; lives as long as this
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

@@ -364,7 +364,7 @@ class DomainParser {
       }
       route.methods = r_.Strings(match, "methods").value_or(std::vector<std::string>{});
     }
-    if (route.prefix.empty() && route.path.empty()) route.prefix = "/";
+    if (route.prefix.empty() && route.path.empty()) route.prefix.push_back('/');  // everything
     const YAML::Node limits = node["rate_limits"];
     if (limits.IsDefined() && r_.CheckSequence(limits, "rate_limits")) {
       for (const YAML::Node& item : limits) {

@@ -44,7 +44,7 @@ bool YamlReader::CheckMap(const YAML::Node& node, std::string_view what,
   bool ok = true;
   absl::flat_hash_set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key = it->first;
+    const YAML::Node key = it->first;  // a copy: it->first is a temporary
     if (!key.IsScalar()) {
       Error(key, fmt::format("{}: key is not a string", what));
       ok = false;

@@ -548,13 +548,7 @@ TEST(ConfigManagerTest, LimiterStateSurvivesAReloadOnlyForUnchangedLimits) {
 // Readers keep deciding while the config is swapped under them; each decision must see one
 // complete config: both of its domains, from the same generation.
 //
-// FAILS UNDER THREADSANITIZER (tsan preset; passes otherwise): TSan reports a data race between
-// ConfigManager::Reload (current_.store) and ConfigManager::Current (current_.load). The race is
-// inside libstdc++ 12's std::atomic<std::shared_ptr>: load() reads the raw pointer under a lock
-// bit that it then releases with memory_order_relaxed, so the read is not ordered before the
-// next store's write (google/sanitizers#1558; a ten-line program with no sluice code shows the
-// same report at -O0). Holding a plain shared_ptr under a util::SpinLock (copied under the
-// lock, swapped under it, the old config destroyed outside it) makes this test TSan-clean.
+// Run it under the tsan preset too: the snapshot pointer must be published race-free.
 TEST(ConfigManagerTest, ReloadDuringConcurrentDecisions) {
   TempDir dir;
   // Generation g: both domain files limit api_key to kBase * (g + 1) per minute.

@@ -97,7 +97,7 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
 
   auto* serve = app.add_subcommand("serve", "run the rate limit service");
-  std::string config_path, listen = "127.0.0.1:8080", admin = "127.0.0.1:9091";
+  std::string config_path, listen, admin;
   int serve_threads = 0;
   serve->add_option("--config", config_path, "settings file or rules directory");
   serve->add_option("--listen", listen, "data plane address");
@@ -125,7 +125,7 @@ int Main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   auto* bench_store = bench->add_subcommand("store", "decisions/s and bytes/key of the memory store");
-  LimitFlags bench_flags{.algorithm = "token_bucket", .requests = 1000, .window = "1h", .burst = {}};
+  LimitFlags bench_flags{.algorithm = "token_bucket", .requests = 1000, .window = "1d", .burst = {}};
   bench_flags.Add(bench_store, /*required=*/false);
   BenchStoreOptions bench_options;
   bench_store->add_option("--keys", bench_options.keys, "distinct keys K")->required();
@@ -150,12 +150,18 @@ int Main(int argc, char** argv) {
                                    : rules::LoadConfig({config_path});
     for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
     if (!loaded.config) return 1;
+    // Flags override the settings file.
+    const rules::Settings& settings = loaded.config->settings;
+    if (serve->count("--listen") == 0) listen = settings.listen;
+    if (serve->count("--admin") == 0) admin = settings.admin_listen;
+    if (serve->count("--threads") == 0) serve_threads = settings.threads;
     std::cout << "sluice serve: configuration "
               << (config_path.empty() ? "<embedded default>" : config_path) << " version "
               << loaded.config->version << ": " << loaded.config->domains.size() << " domains, "
               << loaded.config->limit_count << " limits\n"
               << "The HTTP server is not built yet; it will listen on " << listen << " (admin "
-              << admin << ").\n";
+              << admin << ", " << serve_threads << " threads, backend " << settings.backend
+              << ").\n";
     if (config_path.empty()) std::cout << "The embedded default configuration:\n" << kDefaultConfig;
     return 0;
   }

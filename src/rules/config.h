@@ -129,7 +129,7 @@ struct Domain {
   std::optional<HttpSection> http;
   std::map<std::string, Plan> plans;
   std::string default_plan;
-  std::string clients_path;  // CSV `key,plan`
+  std::string clients_path;  // CSV `key,plan`; once loaded, resolved against the domain file
   // Loaded from clients_path.
   std::shared_ptr<const ClientPlans> clients;
   size_t limit_count = 0;

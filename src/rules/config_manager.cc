@@ -81,6 +81,20 @@ void ConfigManager::AddWatches() {
     const int wd = inotify_add_watch(inotify_fd_, dir.c_str(), kWatchMask);
     return wd >= 0 ? &watches_[wd] : nullptr;
   };
+  // Plan mapping files may live outside the rules directories: watch them by name too.
+  std::vector<std::string> files;
+  if (std::shared_ptr<const Config> config = Current()) {
+    for (const auto& domain : config->domains) {
+      if (!domain->clients_path.empty()) files.push_back(domain->clients_path);
+    }
+  }
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const fs::path path = fs::absolute(f, ec).lexically_normal();
+    if (WatchInterest* parent = watch(path.parent_path())) {
+      parent->names.insert(path.filename().string());
+    }
+  }
   for (const std::string& p : paths_) {
     std::error_code ec;
     fs::path path = fs::absolute(p, ec).lexically_normal();

@@ -300,6 +300,36 @@ TEST(ConfigManagerTest, WatcherPicksUpAValidEdit) {
   manager.StopWatching();
 }
 
+// The plan mapping file may live outside the rules directory; editing it reloads too.
+TEST(ConfigManagerTest, WatcherPicksUpAnEditedClientsFileOutsideTheRulesDirectory) {
+  TempDir dir;
+  const std::string csv = (dir.root() / "clients.csv").string();
+  WriteFile(csv, "key,plan\nk1,free\n");
+  WriteFile(dir / "plans.yaml",
+            "domain: plans\n"
+            "plans:\n"
+            "  free: {limits: [{requests: 1, window: 1s}]}\n"
+            "  pro: {limits: [{requests: 100, window: 1s}]}\n"
+            "default_plan: free\n"
+            "clients: " + csv + "\n"
+            "descriptors:\n"
+            "  - key: api_key\n"
+            "    plan_from: plan\n");
+  ConfigManager manager({dir.path().string()}, "");
+  ASSERT_TRUE(manager.Reload().applied);
+  const auto plan_of = [&](const std::string& key) -> std::string {
+    const std::shared_ptr<const Config> config = manager.Current();
+    const rules::Plan* plan = config->FindDomain("plans")->clients->Find(key);
+    return plan == nullptr ? "" : plan->name;
+  };
+  ASSERT_EQ(plan_of("k1"), "free");
+  ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
+
+  WriteFile(csv, "key,plan\nk1,pro\nk2,pro\n");
+  EXPECT_TRUE(WaitFor([&] { return plan_of("k1") == "pro" && plan_of("k2") == "pro"; }));
+  manager.StopWatching();
+}
+
 TEST(ConfigManagerTest, WatcherPicksUpAtomicRenameOverAFileInTheDirectory) {
   TempDir dir;
   const std::string file = dir / "api.yaml";

@@ -152,6 +152,7 @@ class Loader {
     if (domain.clients_path.empty()) return;
     fs::path path = domain.clients_path;
     if (path.is_relative()) path = fs::path(domain.file).parent_path() / path;
+    domain.clients_path = path.string();  // resolved: the watcher watches it
     auto clients = std::make_shared<ClientPlans>();
     if (!ReadFile(path.string(), &clients->text)) {
       Fail(path.string(), 0, 0, "cannot read clients file");

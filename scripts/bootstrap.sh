@@ -8,8 +8,9 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries (see ../shared/DESIGN.md for why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler
+  # tests and benchmarks: real HTTP clients, promtool for the metrics exposition
+  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus
 )
 
 missing=()

@@ -9,9 +9,9 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/bench_store.h"
-#include "cli/default_config.h"
 #include "cli/replay.h"
 #include "cli/rules_commands.h"
+#include "cli/serve.h"
 #include "rules/loader.h"
 #include "sluice/limit.h"
 
@@ -145,25 +145,12 @@ int Main(int argc, char** argv) {
   }
 
   if (serve->parsed()) {
-    rules::LoadResult loaded = config_path.empty()
-                                   ? rules::LoadConfigText("<embedded default>", kDefaultConfig)
-                                   : rules::LoadConfig({config_path});
-    for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
-    if (!loaded.config) return 1;
-    // Flags override the settings file.
-    const rules::Settings& settings = loaded.config->settings;
-    if (serve->count("--listen") == 0) listen = settings.listen;
-    if (serve->count("--admin") == 0) admin = settings.admin_listen;
-    if (serve->count("--threads") == 0) serve_threads = settings.threads;
-    std::cout << "sluice serve: configuration "
-              << (config_path.empty() ? "<embedded default>" : config_path) << " version "
-              << loaded.config->version << ": " << loaded.config->domains.size() << " domains, "
-              << loaded.config->limit_count << " limits\n"
-              << "The HTTP server is not built yet; it will listen on " << listen << " (admin "
-              << admin << ", " << serve_threads << " threads, backend " << settings.backend
-              << ").\n";
-    if (config_path.empty()) std::cout << "The embedded default configuration:\n" << kDefaultConfig;
-    return 0;
+    ServeFlags flags;
+    flags.config = config_path;
+    if (serve->count("--listen") > 0) flags.listen = listen;
+    if (serve->count("--admin") > 0) flags.admin = admin;
+    if (serve->count("--threads") > 0) flags.threads = serve_threads;
+    return RunServe(flags);
   }
   if (check->parsed()) return RunCheckConfig(check_paths, std::cout);
   if (explain->parsed()) {

@@ -17,15 +17,15 @@ using rules::LimitRule;
 using rules::RuleNode;
 
 // The key a descriptor's state is kept under: its entries, with a shared wildcard's pattern in
-// place of the value (share_threshold). Separators cannot be confused with text.
+// place of the value (share_threshold). Each part is length-prefixed, so no two different entry
+// lists give the same key whatever bytes the values hold.
 std::string StateKey(const std::vector<Entry>& entries, const std::vector<const RuleNode*>& path) {
   std::string key;
   for (size_t i = 0; i < entries.size(); ++i) {
     const bool shared = i < path.size() && path[i]->share_threshold;
-    key += entries[i].key;
-    key += '\x1f';
-    key += shared ? path[i]->value : entries[i].value;
-    key += '\x1e';
+    const std::string& value = shared ? path[i]->value : entries[i].value;
+    fmt::format_to(std::back_inserter(key), "{}:{}{}:{}", entries[i].key.size(), entries[i].key,
+                   value.size(), value);
   }
   return key;
 }

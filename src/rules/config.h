@@ -156,6 +156,9 @@ struct Settings {
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
   size_t max_key_bytes = 4 << 10;
+  int64_t header_timeout_us = 10 * 1000000;  // a request must arrive whole within this
+  int64_t idle_timeout_us = 60 * 1000000;    // keep-alive connections idle longer are closed
+  size_t max_connections = 10000;
   bool count_denied = false;
   bool shadow_mode = false;
   bool allow_unknown_domain = false;

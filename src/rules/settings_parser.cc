@@ -1,5 +1,7 @@
 // The settings file (sluice.yaml): server-wide settings, see docs/configuration.md.
 
+#include <algorithm>
+
 #include "fmt/format.h"
 #include "rules/parsers.h"
 
@@ -76,13 +78,24 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
         r.Error(doc["headers"][i], fmt::format("unknown header style '{}' (x_ratelimit, ietf, none)", h));
       }
     }
+    if (headers->size() > 1 &&
+        std::find(headers->begin(), headers->end(), "none") != headers->end()) {
+      r.Error(doc["headers"], "headers: 'none' cannot be combined with other styles");
+    }
     s.headers = *headers;
   }
   if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
-    if (r.CheckMap(http, "http", {"max_header_bytes", "max_body_bytes", "max_key_bytes"})) {
+    if (r.CheckMap(http, "http",
+                   {"max_header_bytes", "max_body_bytes", "max_key_bytes", "header_timeout",
+                    "idle_timeout", "max_connections"})) {
+      s.header_timeout_us = r.Duration(http, "header_timeout").value_or(s.header_timeout_us);
+      s.idle_timeout_us = r.Duration(http, "idle_timeout").value_or(s.idle_timeout_us);
+      s.max_connections =
+          r.Unsigned(http, "max_connections", 1000000).value_or(s.max_connections);
       s.max_header_bytes = r.Unsigned(http, "max_header_bytes", 1 << 20).value_or(s.max_header_bytes);
       s.max_body_bytes = r.Unsigned(http, "max_body_bytes", 1 << 30).value_or(s.max_body_bytes);
       s.max_key_bytes = r.Unsigned(http, "max_key_bytes", 1 << 20).value_or(s.max_key_bytes);
+      if (s.max_key_bytes == 0) r.Error(http["max_key_bytes"], "max_key_bytes must be at least 1");
     }
   }
   if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty()) {

@@ -1,0 +1,128 @@
+#include "cli/serve.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "cli/default_config.h"
+#include "http/server.h"
+#include "http/service.h"
+#include "rules/config_manager.h"
+#include "spdlog/spdlog.h"
+#include "store/memory_store.h"
+
+namespace sluice::cli {
+namespace {
+
+bool IsLoopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address.rfind("[::1]", 0) == 0 ||
+         address.rfind("localhost:", 0) == 0;
+}
+
+// The admin token from `admin.token_file`: its first line, without surrounding white space.
+std::optional<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token)) return std::nullopt;
+  while (!token.empty() && isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  while (!token.empty() && isspace(static_cast<unsigned char>(token.front()))) token.erase(0, 1);
+  if (token.empty()) return std::nullopt;
+  return token;
+}
+
+}  // namespace
+
+int RunServe(const ServeFlags& flags) {
+  rules::ConfigManager manager(flags.config.empty() ? std::vector<std::string>{}
+                                                    : std::vector<std::string>{flags.config},
+                               std::string(kDefaultConfig));
+  const rules::ConfigManager::ReloadOutcome loaded = manager.Reload();
+  if (!loaded.errors.empty()) {
+    for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
+    return 1;
+  }
+  const rules::Settings settings = manager.Current()->settings;
+  const std::string listen = flags.listen.value_or(settings.listen);
+  const std::string admin = flags.admin.value_or(settings.admin_listen);
+  int threads = flags.threads.value_or(settings.threads);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  std::string token;
+  if (!settings.admin_token_file.empty()) {
+    auto t = ReadToken(settings.admin_token_file);
+    if (!t) {
+      std::cerr << "serve: cannot read an admin token from " << settings.admin_token_file << "\n";
+      return 1;
+    }
+    token = *t;
+  }
+  if (token.empty() && !IsLoopback(admin)) {
+    std::cerr << "serve: refusing to serve the admin API on " << admin
+              << " without a token: set admin.token_file in the settings file, or bind it to "
+                 "127.0.0.1\n";
+    return 1;
+  }
+
+  // SIGTERM and SIGINT are taken by one thread with sigwait: blocked here, before any other
+  // thread starts, so every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  store::MemoryStore store({.max_entries = settings.max_entries, .shards = 64},
+                           SystemClock::Get());
+  http::Service service(&manager, &store, SystemClock::Get(), token);
+  http::HttpServer server(
+      {.threads = threads,
+       .max_header_bytes = settings.max_header_bytes,
+       .max_body_bytes = settings.max_body_bytes,
+       .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
+       .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
+       .max_connections = settings.max_connections});
+  auto data_port = server.Listen(listen, [&](const http::HttpRequest& req, const std::string& peer,
+                                             http::HttpResponse& res) {
+    service.HandleData(req, peer, res);
+  });
+  if (!data_port.ok()) {
+    std::cerr << "serve: " << data_port.status().message() << "\n";
+    return 1;
+  }
+  auto admin_port = server.Listen(admin, [&](const http::HttpRequest& req, const std::string& peer,
+                                             http::HttpResponse& res) {
+    service.HandleAdmin(req, peer, res);
+  });
+  if (!admin_port.ok()) {
+    std::cerr << "serve: " << admin_port.status().message() << "\n";
+    return 1;
+  }
+  if (auto s = manager.StartWatching(); !s.ok()) {
+    spdlog::warn("config: not watching for changes: {}", std::string(s.message()));
+  }
+  manager.ReloadOnSighup();
+
+  std::thread signal_waiter([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    spdlog::info("sluice: signal {}, shutting down", signal);
+    server.Stop();
+  });
+  signal_waiter.detach();
+
+  const auto host = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
+  // Machine-readable start-up lines (tests and scripts read the ports from them).
+  std::cout << "sluice: data plane listening on " << host(listen) << ":" << *data_port << "\n"
+            << "sluice: admin listening on " << host(admin) << ":" << *admin_port << "\n"
+            << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
+            << " version " << loaded.version << ", " << threads << " threads" << std::endl;
+  server.Run();
+  manager.StopWatching();
+  spdlog::info("sluice: stopped");
+  return 0;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,22 @@
+// `sluice serve`: runs the HTTP service until SIGTERM or SIGINT.
+
+#ifndef SLUICE_CLI_SERVE_H_
+#define SLUICE_CLI_SERVE_H_
+
+#include <optional>
+#include <string>
+
+namespace sluice::cli {
+
+struct ServeFlags {
+  std::string config;  // empty: the embedded default
+  std::optional<std::string> listen, admin;
+  std::optional<int> threads;
+};
+
+// Returns the process exit status: 0 after a graceful shutdown, 1 when it cannot start.
+int RunServe(const ServeFlags& flags);
+
+}  // namespace sluice::cli
+
+#endif  // SLUICE_CLI_SERVE_H_

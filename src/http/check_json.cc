@@ -1,0 +1,445 @@
+#include "http/check_json.h"
+
+#include <simdjson.h>
+
+#include <array>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <utility>
+
+#include "fmt/format.h"
+#include "rules/loader.h"
+#include "sluice/limit.h"
+
+namespace sluice::http {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+// Client text quoted in an error message is cut to this many bytes.
+constexpr size_t kMaxEchoBytes = 64;
+// Bodies up to this size are parsed by a thread-local parser that keeps its buffers.
+constexpr size_t kRetainedParserBytes = 64 << 10;
+// cost, hits_addend and requests_per_unit are uint32 in RLS; kMaxRequests is the same bound.
+constexpr uint64_t kMaxCount = kMaxRequests;
+
+std::string_view TypeName(element_type type) {
+  switch (type) {
+    case element_type::ARRAY:
+      return "an array";
+    case element_type::OBJECT:
+      return "an object";
+    case element_type::INT64:
+    case element_type::UINT64:
+    case element_type::DOUBLE:
+      return "a number";
+    case element_type::STRING:
+      return "a string";
+    case element_type::BOOL:
+      return "a boolean";
+    case element_type::NULL_VALUE:
+      return "null";
+  }
+  return "a value";
+}
+
+// Client text for an error message: at most kMaxEchoBytes, cut before a UTF-8 continuation byte.
+std::string Echo(std::string_view text) {
+  if (text.size() <= kMaxEchoBytes) return std::string(text);
+  size_t cut = kMaxEchoBytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  std::string echo(text.substr(0, cut));
+  echo += "...";
+  return echo;
+}
+
+// Where a value sits in the body: a chain of steps on the stack, spelled out
+// ("descriptors[1].entries[0].key") only when a problem is reported, so a good body costs no
+// string building.
+struct Where {
+  const Where* parent = nullptr;
+  std::string_view field;   // ".field" (no dot at the top), or
+  size_t index = SIZE_MAX;  // "[index]"
+
+  Where Field(std::string_view name) const { return Where{this, name, SIZE_MAX}; }
+  Where Index(size_t i) const { return Where{this, {}, i}; }
+
+  void AppendTo(std::string* out) const {
+    if (parent != nullptr) parent->AppendTo(out);
+    if (index != SIZE_MAX) {
+      fmt::format_to(std::back_inserter(*out), "[{}]", index);
+    } else {
+      if (!out->empty()) *out += '.';
+      *out += field;
+    }
+  }
+};
+
+absl::Status Problem(const Where& where, std::string_view problem) {
+  std::string message;
+  where.AppendTo(&message);
+  message += ": ";
+  message += problem;
+  return absl::InvalidArgumentError(message);
+}
+
+// The fields of one JSON object, by position in a fixed list of known names. Unknown and
+// repeated fields are errors.
+template <size_t N>
+absl::Status ReadFields(simdjson::dom::object object, const Where& where,
+                        const std::array<std::string_view, N>& known,
+                        std::array<std::optional<element>, N>* fields) {
+  for (const simdjson::dom::key_value_pair field : object) {
+    size_t i = 0;
+    while (i < N && known[i] != field.key) ++i;
+    if (i == N) {
+      std::string list(known[0]);
+      for (size_t k = 1; k < N; ++k) {
+        list += ", ";
+        list += known[k];
+      }
+      const std::string name = Echo(field.key);
+      return Problem(where.Field(name), fmt::format("unknown field (known: {})", list));
+    }
+    if ((*fields)[i].has_value()) return Problem(where.Field(known[i]), "given twice");
+    (*fields)[i] = field.value;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<simdjson::dom::object> AsObject(element value, const Where& where) {
+  simdjson::dom::object object;
+  if (value.get(object) != simdjson::SUCCESS) {
+    return Problem(where, fmt::format("expected an object, got {}", TypeName(value.type())));
+  }
+  return object;
+}
+
+absl::StatusOr<simdjson::dom::array> AsArray(element value, const Where& where) {
+  simdjson::dom::array array;
+  if (value.get(array) != simdjson::SUCCESS) {
+    return Problem(where, fmt::format("expected an array, got {}", TypeName(value.type())));
+  }
+  return array;
+}
+
+// A string of at most `max_bytes` bytes (decoded), non-empty unless `may_be_empty`.
+absl::StatusOr<std::string_view> AsString(element value, const Where& where, size_t max_bytes,
+                                          bool may_be_empty) {
+  std::string_view text;
+  if (value.get(text) != simdjson::SUCCESS) {
+    return Problem(where, fmt::format("expected a string, got {}", TypeName(value.type())));
+  }
+  if (text.empty() && !may_be_empty) return Problem(where, "empty");
+  if (text.size() > max_bytes) {
+    return Problem(where,
+                   fmt::format("{} bytes, longer than the maximum of {} (http.max_key_bytes)",
+                               text.size(), max_bytes));
+  }
+  return text;
+}
+
+// An integer in 0 .. kMaxCount.
+absl::StatusOr<uint64_t> AsCount(element value, const Where& where) {
+  switch (value.type()) {
+    case element_type::INT64: {
+      const int64_t n = value.get_int64().value_unsafe();
+      if (n < 0) return Problem(where, fmt::format("must not be negative, got {}", n));
+      if (static_cast<uint64_t>(n) > kMaxCount) {
+        return Problem(where, fmt::format("{} is above the maximum of {}", n, kMaxCount));
+      }
+      return static_cast<uint64_t>(n);
+    }
+    case element_type::UINT64:  // only values above INT64_MAX are typed UINT64
+      return Problem(where, fmt::format("{} is above the maximum of {}",
+                                        value.get_uint64().value_unsafe(), kMaxCount));
+    case element_type::DOUBLE:
+      return Problem(where, "expected an integer, got a number with a fraction or an exponent");
+    default:
+      return Problem(where, fmt::format("expected an integer, got {}", TypeName(value.type())));
+  }
+}
+
+// Present and not null: optional fields given as null are absent.
+bool IsGiven(const std::optional<element>& value) { return value.has_value() && !value->is_null(); }
+
+absl::StatusOr<engine::LimitOverride> ParseLimit(element value, const Where& where) {
+  auto object = AsObject(value, where);
+  if (!object.ok()) return object.status();
+  static constexpr std::array<std::string_view, 2> kFields = {"requests_per_unit", "unit"};
+  std::array<std::optional<element>, 2> fields;
+  if (absl::Status s = ReadFields(*object, where, kFields, &fields); !s.ok()) return s;
+  engine::LimitOverride limit;
+
+  const Where requests_where = where.Field(kFields[0]);
+  if (!fields[0].has_value()) return Problem(requests_where, "missing");
+  auto requests = AsCount(*fields[0], requests_where);
+  if (!requests.ok()) return requests.status();
+  limit.requests_per_unit = *requests;
+
+  const Where unit_where = where.Field(kFields[1]);
+  if (!fields[1].has_value()) return Problem(unit_where, "missing");
+  std::string_view unit;
+  if (fields[1]->get(unit) != simdjson::SUCCESS) {
+    return Problem(unit_where,
+                   fmt::format("expected a string, got {}", TypeName(fields[1]->type())));
+  }
+  limit.window_us = rules::UnitMicros(unit);
+  if (limit.window_us == 0) {
+    static constexpr std::string_view kUnits =
+        "second, minute, hour, day, week, month (30 days), year (365 days)";
+    std::string hint;
+    if (unit.size() <= 16) {  // Suggest is quadratic; a long word is no typo of a unit anyway
+      const std::string suggestion =
+          rules::Suggest(unit, {"second", "minute", "hour", "day", "week", "month", "year"});
+      if (!suggestion.empty()) hint = fmt::format("; did you mean '{}'?", suggestion);
+    }
+    return Problem(unit_where,
+                   fmt::format("unknown unit '{}' (known: {}){}", Echo(unit), kUnits, hint));
+  }
+  limit.unit = std::string(unit);
+  return limit;
+}
+
+absl::StatusOr<rules::Entry> ParseEntry(element value, const Where& where, size_t max_key_bytes) {
+  auto object = AsObject(value, where);
+  if (!object.ok()) return object.status();
+  static constexpr std::array<std::string_view, 2> kFields = {"key", "value"};
+  std::array<std::optional<element>, 2> fields;
+  if (absl::Status s = ReadFields(*object, where, kFields, &fields); !s.ok()) return s;
+  rules::Entry entry;
+  for (size_t i = 0; i < 2; ++i) {
+    const Where field_where = where.Field(kFields[i]);
+    if (!fields[i].has_value()) return Problem(field_where, "missing");
+    auto text = AsString(*fields[i], field_where, max_key_bytes, /*may_be_empty=*/i == 1);
+    if (!text.ok()) return text.status();
+    (i == 0 ? entry.key : entry.value) = std::string(*text);
+  }
+  return entry;
+}
+
+absl::StatusOr<engine::Descriptor> ParseDescriptor(element value, const Where& where,
+                                                   size_t max_key_bytes) {
+  auto object = AsObject(value, where);
+  if (!object.ok()) return object.status();
+  static constexpr std::array<std::string_view, 3> kFields = {"entries", "limit", "hits_addend"};
+  std::array<std::optional<element>, 3> fields;
+  if (absl::Status s = ReadFields(*object, where, kFields, &fields); !s.ok()) return s;
+  engine::Descriptor descriptor;
+
+  const Where entries_where = where.Field(kFields[0]);
+  if (!fields[0].has_value()) return Problem(entries_where, "missing");
+  auto entries = AsArray(*fields[0], entries_where);
+  if (!entries.ok()) return entries.status();
+  if (entries->size() == 0) return Problem(entries_where, "empty (a descriptor needs an entry)");
+  descriptor.entries.reserve(entries->size());
+  size_t index = 0;
+  for (const element e : *entries) {
+    auto entry = ParseEntry(e, entries_where.Index(index++), max_key_bytes);
+    if (!entry.ok()) return entry.status();
+    descriptor.entries.push_back(*std::move(entry));
+  }
+
+  if (IsGiven(fields[1])) {
+    auto limit = ParseLimit(*fields[1], where.Field(kFields[1]));
+    if (!limit.ok()) return limit.status();
+    descriptor.limit = *std::move(limit);
+  }
+  if (IsGiven(fields[2])) {
+    auto hits = AsCount(*fields[2], where.Field(kFields[2]));
+    if (!hits.ok()) return hits.status();
+    descriptor.hits_addend = *hits;
+  }
+  return descriptor;
+}
+
+// Length of the valid UTF-8 sequence (RFC 3629: no overlongs, no surrogates, at most U+10FFFF)
+// at the start of `s`, or 0 if there is none.
+size_t Utf8SequenceLength(std::string_view s) {
+  const auto at = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto in = [&](size_t i, unsigned char lo, unsigned char hi) {
+    return i < s.size() && at(i) >= lo && at(i) <= hi;
+  };
+  const unsigned char c = at(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return in(1, 0x80, 0xBF) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned char lo = c == 0xE0 ? 0xA0 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : 0xBF;
+    return in(1, lo, hi) && in(2, 0x80, 0xBF) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned char lo = c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xF4 ? 0x8F : 0xBF;
+    return in(1, lo, hi) && in(2, 0x80, 0xBF) && in(3, 0x80, 0xBF) ? 4 : 0;
+  }
+  return 0;
+}
+
+void AppendStatus(std::string* out, const engine::DescriptorResult& result) {
+  *out += R"({"name":)";
+  AppendJsonString(out, StatusName(result));
+  if (result.headline < 0) {
+    *out += R"(,"limit":null,"remaining":-1,"reset_after_ms":0,"retry_after_ms":0})";
+    return;
+  }
+  const engine::AppliedLimit& limit = result.limits[static_cast<size_t>(result.headline)];
+  const Decision& d = limit.decision;
+  // A shadow limit reports its deny but never denies: there is nothing to wait for.
+  const int64_t retry_after_ms = d.allowed || limit.shadow ? 0 : CeilMillis(d.retry_after_us);
+  fmt::format_to(std::back_inserter(*out),
+                 R"(,"limit":{},"remaining":{},"reset_after_ms":{},"retry_after_ms":{}}})",
+                 limit.limit.requests, d.remaining, CeilMillis(d.reset_after_us), retry_after_ms);
+}
+
+}  // namespace
+
+absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t max_key_bytes) {
+  // A parser keeps buffers of about 15 bytes per byte of the largest document it has parsed:
+  // each thread keeps one for ordinary bodies, and a larger body gets a parser of its own.
+  thread_local simdjson::dom::parser small_parser;
+  std::optional<simdjson::dom::parser> large_parser;
+  simdjson::dom::parser& parser =
+      body.size() <= kRetainedParserBytes ? small_parser : large_parser.emplace();
+  // parse(..., realloc_if_needed = true) copies the body into the parser's own padded buffer, so
+  // simdjson never reads past `body`.
+  const Where document{nullptr, "body", SIZE_MAX};
+  element root;
+  if (const simdjson::error_code error =
+          parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root);
+      error != simdjson::SUCCESS) {
+    if (error == simdjson::EMPTY) return Problem(document, "empty (expected a JSON object)");
+    return Problem(document, fmt::format("not valid JSON: {}", simdjson::error_message(error)));
+  }
+  auto object = AsObject(root, document);
+  if (!object.ok()) return object.status();
+  static constexpr std::array<std::string_view, 3> kFields = {"domain", "descriptors", "cost"};
+  std::array<std::optional<element>, 3> fields;
+  const Where top;  // the request's fields are named without a prefix
+  if (absl::Status s = ReadFields(*object, top, kFields, &fields); !s.ok()) return s;
+  engine::Request request;
+
+  const Where domain_where = top.Field(kFields[0]);
+  if (!fields[0].has_value()) return Problem(domain_where, "missing");
+  auto domain = AsString(*fields[0], domain_where, max_key_bytes, /*may_be_empty=*/false);
+  if (!domain.ok()) return domain.status();
+  request.domain = std::string(*domain);
+
+  const Where descriptors_where = top.Field(kFields[1]);
+  if (!fields[1].has_value()) return Problem(descriptors_where, "missing");
+  auto descriptors = AsArray(*fields[1], descriptors_where);
+  if (!descriptors.ok()) return descriptors.status();
+  if (descriptors->size() == 0) {
+    return Problem(descriptors_where, "empty (at least one is needed)");
+  }
+  request.descriptors.reserve(descriptors->size());
+  size_t index = 0;
+  for (const element d : *descriptors) {
+    auto descriptor = ParseDescriptor(d, descriptors_where.Index(index++), max_key_bytes);
+    if (!descriptor.ok()) return descriptor.status();
+    request.descriptors.push_back(*std::move(descriptor));
+  }
+
+  uint64_t cost = 1;
+  if (IsGiven(fields[2])) {
+    auto parsed = AsCount(*fields[2], top.Field(kFields[2]));
+    if (!parsed.ok()) return parsed.status();
+    cost = *parsed;
+  }
+  // The engine counts a request-level 0 as 1 (RLS); here 0 peeks, so it goes to the descriptors.
+  request.hits_addend = cost == 0 ? 1 : cost;
+  if (cost == 0) {
+    for (engine::Descriptor& d : request.descriptors) {
+      if (!d.hits_addend.has_value()) d.hits_addend = 0;
+    }
+  }
+  return request;
+}
+
+std::string StatusName(const engine::DescriptorResult& result) {
+  if (result.headline < 0) return "";
+  const engine::AppliedLimit& applied = result.limits[static_cast<size_t>(result.headline)];
+  if (!applied.name.empty()) return applied.name;
+  return fmt::format("{}-per-{}", applied.limit.requests, FormatDuration(applied.limit.window_us));
+}
+
+std::string RenderCheckResponse(const engine::Response& response) {
+  std::string out;
+  out.reserve(32 + 112 * response.descriptors.size());
+  out += response.allowed ? R"({"allowed":true,"statuses":[)" : R"({"allowed":false,"statuses":[)";
+  for (size_t i = 0; i < response.descriptors.size(); ++i) {
+    if (i > 0) out += ',';
+    AppendStatus(&out, response.descriptors[i]);
+  }
+  out += "]}";
+  return out;
+}
+
+std::string RenderError(std::string_view message) {
+  std::string out = R"({"error":)";
+  AppendJsonString(&out, message);
+  out += '}';
+  return out;
+}
+
+void AppendJsonString(std::string* out, std::string_view text) {
+  out->reserve(out->size() + text.size() + 2);
+  *out += '"';
+  size_t i = 0;
+  while (i < text.size()) {
+    // Copy the run of bytes that need no attention in one go.
+    size_t run = i;
+    while (run < text.size()) {
+      const auto c = static_cast<unsigned char>(text[run]);
+      if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) break;
+      ++run;
+    }
+    out->append(text.data() + i, run - i);
+    i = run;
+    if (i == text.size()) break;
+
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const size_t length = Utf8SequenceLength(text.substr(i));
+      if (length == 0) {
+        *out += "\\ufffd";
+        ++i;
+      } else {
+        out->append(text.data() + i, length);
+        i += length;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      default:
+        fmt::format_to(std::back_inserter(*out), "\\u{:04x}", c);
+    }
+    ++i;
+  }
+  *out += '"';
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,198 @@
+#include "http/rate_limit_headers.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "fmt/format.h"
+#include "sluice/limit.h"
+
+namespace sluice::http {
+namespace {
+
+constexpr int64_t kSecondUs = 1000000;
+
+int64_t ClampField(int64_t value) { return std::clamp<int64_t>(value, 0, kMaxFieldInteger); }
+
+int64_t ClampField(uint64_t value) {
+  return static_cast<int64_t>(std::min<uint64_t>(value, kMaxFieldInteger));
+}
+
+// Whole seconds, rounded up (1 µs -> 1, 1000000 µs -> 1, 1000001 µs -> 2); 0 for <= 0.
+int64_t CeilSeconds(int64_t us) {
+  if (us <= 0) return 0;
+  return us / kSecondUs + (us % kSecondUs != 0 ? 1 : 0);
+}
+
+// The `t` of one limit (see the header): the wait when it denied, else the time to reset.
+int64_t TSeconds(const Decision& decision) {
+  if (decision.allowed) return ClampField(CeilSeconds(decision.reset_after_us));
+  if (decision.retry_after_us == Decision::kNever) return kNeverRetryAfterSeconds;
+  return ClampField(CeilSeconds(decision.retry_after_us));
+}
+
+// RFC 9651 §3.3.3: an sf-string holds printable ASCII only.
+char Printable(char c) { return c >= 0x20 && c <= 0x7E ? c : '?'; }
+
+bool SameFieldName(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Printable(a[i]) != Printable(b[i])) return false;
+  }
+  return true;
+}
+
+void AppendSfString(std::string_view text, fmt::memory_buffer* out) {
+  out->push_back('"');
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out->push_back('\\');
+    out->push_back(Printable(c));
+  }
+  out->push_back('"');
+}
+
+// One applied limit on its way into the IETF lists.
+struct Item {
+  const engine::AppliedLimit* applied = nullptr;
+  size_t index = 0;  // position in the response: the last tie-breaker, for a stable order
+  bool headline = false;
+  bool enforced_deny = false;  // denied and not shadow: it is why the response is a deny
+  int64_t t = 0;
+  bool duplicate = false;  // an earlier (more constrained) item has the same name
+  // "<N>-per-<window>" for an unnamed limit.
+  char derived_name[64];
+  size_t derived_size = 0;
+
+  std::string_view Name() const {
+    return applied->name.empty() ? std::string_view(derived_name, derived_size)
+                                 : std::string_view(applied->name);
+  }
+};
+
+// Most constrained first, as the engine chooses its headline (engine.cc MoreRestrictive), with
+// the headline itself always first.
+bool MoreConstrained(const Item& a, const Item& b) {
+  if (a.headline != b.headline) return a.headline;
+  if (a.enforced_deny != b.enforced_deny) return a.enforced_deny;
+  const Decision& da = a.applied->decision;
+  const Decision& db = b.applied->decision;
+  if (a.enforced_deny) {
+    const auto wait = [](const Decision& d) {
+      return d.retry_after_us == Decision::kNever ? INT64_MAX : d.retry_after_us;
+    };
+    if (wait(da) != wait(db)) return wait(da) > wait(db);
+  } else {
+    if (da.remaining != db.remaining) return da.remaining < db.remaining;
+    if (da.reset_after_us != db.reset_after_us) return da.reset_after_us > db.reset_after_us;
+  }
+  return a.index < b.index;
+}
+
+void Emit(absl::FunctionRef<void(std::string_view, std::string_view)> emit, std::string_view name,
+          int64_t value) {
+  const fmt::format_int text(value);
+  emit(name, std::string_view(text.data(), text.size()));
+}
+
+}  // namespace
+
+absl::StatusOr<HeaderStyles> ParseHeaderStyles(std::span<const std::string> names) {
+  HeaderStyles styles{.x_ratelimit = false, .ietf = false};
+  bool none = false;
+  for (const std::string& name : names) {
+    if (name == "x_ratelimit") {
+      styles.x_ratelimit = true;
+    } else if (name == "ietf") {
+      styles.ietf = true;
+    } else if (name == "none") {
+      none = true;
+    } else {
+      return absl::InvalidArgumentError(
+          fmt::format("unknown header style '{}' (x_ratelimit, ietf, none)", name));
+    }
+  }
+  if (none && (styles.x_ratelimit || styles.ietf)) {
+    return absl::InvalidArgumentError("header style 'none' cannot be combined with another style");
+  }
+  return styles;
+}
+
+void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles& styles,
+                            absl::FunctionRef<void(std::string_view, std::string_view)> emit) {
+  const engine::AppliedLimit* headline = response.Headline();
+  absl::InlinedVector<Item, 8> items;
+  for (const engine::DescriptorResult& descriptor : response.descriptors) {
+    for (const engine::AppliedLimit& applied : descriptor.limits) {
+      Item& item = items.emplace_back();
+      item.applied = &applied;
+      item.index = items.size() - 1;
+      item.headline = &applied == headline;
+      item.enforced_deny = !applied.decision.allowed && !applied.shadow;
+      item.t = TSeconds(applied.decision);
+    }
+  }
+  if (items.empty()) return;  // no limit applied: nothing to say (reference §6.5)
+
+  if (styles.x_ratelimit && headline != nullptr) {
+    Emit(emit, "X-RateLimit-Limit", ClampField(headline->limit.requests));
+    Emit(emit, "X-RateLimit-Remaining", ClampField(response.remaining));
+    Emit(emit, "X-RateLimit-Reset", TSeconds(headline->decision));
+  }
+
+  if (styles.ietf) {
+    for (Item& item : items) {
+      if (!item.applied->name.empty()) continue;
+      const Limit& limit = item.applied->limit;
+      const auto result = fmt::format_to_n(item.derived_name, sizeof item.derived_name, "{}-per-{}",
+                                           limit.requests, FormatDuration(limit.window_us));
+      item.derived_size = std::min(result.size, sizeof item.derived_name);
+    }
+    std::sort(items.begin(), items.end(), MoreConstrained);
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (size_t j = 0; j < i && !items[i].duplicate; ++j) {
+        items[i].duplicate = !items[j].duplicate && SameFieldName(items[i].Name(), items[j].Name());
+      }
+    }
+
+    fmt::memory_buffer field;
+    const auto append_list = [&](auto append_params) {
+      field.clear();
+      for (const Item& item : items) {
+        if (item.duplicate) continue;
+        if (field.size() != 0) field.append(std::string_view(", "));
+        AppendSfString(item.Name(), &field);
+        append_params(item);
+      }
+    };
+    append_list([&](const Item& item) {
+      const Limit& limit = item.applied->limit;
+      fmt::format_to(std::back_inserter(field), ";q={};w={}", ClampField(limit.requests),
+                     std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))));
+    });
+    emit("RateLimit-Policy", std::string_view(field.data(), field.size()));
+    append_list([&](const Item& item) {
+      fmt::format_to(std::back_inserter(field), ";r={};t={}",
+                     ClampField(item.applied->decision.remaining), item.t);
+    });
+    emit("RateLimit", std::string_view(field.data(), field.size()));
+  }
+
+  if (!response.allowed) {
+    int64_t retry_after = 1;
+    for (const Item& item : items) {
+      if (item.enforced_deny) retry_after = std::max(retry_after, item.t);
+    }
+    Emit(emit, "Retry-After", retry_after);
+  }
+}
+
+void AppendRateLimitHeaders(const engine::Response& response, const HeaderStyles& styles,
+                            std::vector<Header>* out) {
+  ForEachRateLimitHeader(response, styles, [out](std::string_view name, std::string_view value) {
+    out->push_back(Header{std::string(name), std::string(value)});
+  });
+}
+
+}  // namespace sluice::http

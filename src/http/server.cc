@@ -1,0 +1,291 @@
+#include "http/server.h"
+
+#include <list>
+#include <vector>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+// Splits "host:port" / "[v6]:port".
+absl::StatusOr<tcp::endpoint> ParseAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(fmt::format("bad address '{}' (HOST:PORT)", address));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = -1;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(fmt::format("bad port in '{}'", address));
+  }
+  boost::system::error_code ec;
+  const asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        fmt::format("bad address '{}': give an IP address, e.g. 127.0.0.1:8080", address));
+  }
+  return tcp::endpoint(ip, static_cast<unsigned short>(port));
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  class Session;
+
+  struct Listener {
+    std::unique_ptr<tcp::acceptor> acceptor;
+    Handler handler;
+  };
+
+  Impl(const ServerOptions& o, ServerStats* s)
+      : options(o), stats(s), contexts(static_cast<size_t>(std::max(1, o.threads))) {
+    for (auto& c : contexts) {
+      c = std::make_unique<asio::io_context>(1);
+      guards.emplace_back(asio::make_work_guard(*c));
+    }
+  }
+
+  asio::io_context& NextContext() {
+    return *contexts[next_context.fetch_add(1, std::memory_order_relaxed) % contexts.size()];
+  }
+
+  void Accept(Listener& listener);
+  void Track(const std::shared_ptr<Session>& session);
+
+  const ServerOptions options;
+  ServerStats* stats;
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
+  std::atomic<size_t> next_context{0};
+  std::list<Listener> listeners;
+  std::atomic<bool> stopping{false};
+
+  // Every open session, for Stop(); expired entries are dropped every so often.
+  std::mutex sessions_mu;
+  std::vector<std::weak_ptr<Session>> sessions;  // guarded by sessions_mu
+  size_t tracked_since_prune = 0;                // guarded by sessions_mu
+};
+
+// One connection. Owns itself through shared_from_this while an operation is pending.
+class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, Impl* server, const Handler* handler)
+      : stream_(std::move(socket)), server_(server), handler_(handler) {
+    boost::system::error_code ec;
+    const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+    if (!ec) {
+      const asio::ip::address a = peer.address();
+      peer_ = a.is_v6() && a.to_v6().is_v4_mapped()
+                  ? asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string()
+                  : a.to_string();
+    }
+  }
+
+  ~Session() {
+    server_->stats->connections_open.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void Start() { WaitForRequest(); }
+
+  // Closes the connection unless a request is being handled or written.
+  void CloseIfIdle() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->busy_) self->Close();
+    });
+  }
+
+ private:
+  // Between requests: wait up to the idle timeout for the first byte of the next one.
+  void WaitForRequest() {
+    if (server_->stopping.load()) return Close();
+    if (buffer_.size() > 0) return ReadRequest();
+    stream_.expires_after(server_->options.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](
+                                                       beast::error_code ec, size_t n) {
+      if (ec) return self->Close();
+      self->buffer_.commit(n);
+      self->ReadRequest();
+    });
+  }
+
+  // A request has begun: the whole of it must arrive within the header timeout.
+  void ReadRequest() {
+    busy_ = true;
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
+    parser_->body_limit(server_->options.max_body_bytes);
+    stream_.expires_after(server_->options.header_timeout);
+    beast_http::async_read(stream_, buffer_, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                             self->OnRead(ec);
+                           });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == beast_http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
+      return Close();
+    }
+    response_ = {};
+    if (ec == beast_http::error::header_limit) {
+      return Fail(beast_http::status::request_header_fields_too_large,
+                  "request header block too large");
+    }
+    if (ec == beast_http::error::body_limit) {
+      return Fail(beast_http::status::payload_too_large, "request body too large");
+    }
+    if (ec) return Fail(beast_http::status::bad_request, fmt::format("bad request: {}", ec.message()));
+    HttpRequest request = parser_->release();
+    response_.version(request.version());
+    response_.keep_alive(request.keep_alive() && !server_->stopping.load());
+    response_.result(beast_http::status::ok);
+    (*handler_)(request, peer_, response_);
+    response_.prepare_payload();
+    Write();
+  }
+
+  void Fail(beast_http::status status, std::string message) {
+    response_.version(11);
+    response_.result(status);
+    response_.set(beast_http::field::content_type, "application/json");
+    response_.body() = fmt::format("{{\"error\":\"{}\"}}", message);
+    response_.keep_alive(false);
+    response_.prepare_payload();
+    Write();
+  }
+
+  void Write() {
+    stream_.expires_after(server_->options.idle_timeout);
+    beast_http::async_write(stream_, response_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              self->busy_ = false;
+                              if (ec || !self->response_.keep_alive()) return self->Close();
+                              self->WaitForRequest();
+                            });
+  }
+
+  void Close() {
+    busy_ = false;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
+  HttpResponse response_;
+  Impl* server_;
+  const Handler* handler_;
+  std::string peer_;
+  bool busy_ = false;
+};
+
+void HttpServer::Impl::Accept(Listener& listener) {
+  listener.acceptor->async_accept(
+      asio::make_strand(NextContext()), [this, &listener](beast::error_code ec, tcp::socket socket) {
+        if (ec) {
+          if (!stopping.load() && ec != asio::error::operation_aborted) {
+            spdlog::warn("accept: {}", ec.message());
+            Accept(listener);
+          }
+          return;
+        }
+        stats->connections_total.fetch_add(1, std::memory_order_relaxed);
+        if (stats->connections_open.load(std::memory_order_relaxed) >= options.max_connections) {
+          stats->connections_rejected.fetch_add(1, std::memory_order_relaxed);
+          beast::error_code ignored;
+          socket.close(ignored);
+        } else {
+          stats->connections_open.fetch_add(1, std::memory_order_relaxed);
+          auto session = std::make_shared<Session>(std::move(socket), this, &listener.handler);
+          Track(session);
+          session->Start();
+        }
+        if (!stopping.load()) Accept(listener);
+      });
+}
+
+void HttpServer::Impl::Track(const std::shared_ptr<Session>& session) {
+  std::lock_guard<std::mutex> lock(sessions_mu);
+  if (++tracked_since_prune >= sessions.size() / 2 + 64) {  // amortised O(1), bounded size
+    tracked_since_prune = 0;
+    std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+  }
+  sessions.push_back(session);
+}
+
+HttpServer::HttpServer(const ServerOptions& options)
+    : impl_(std::make_unique<Impl>(options, &stats_)) {}
+
+HttpServer::~HttpServer() = default;
+
+absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler) {
+  auto endpoint = ParseAddress(address);
+  if (!endpoint.ok()) return endpoint.status();
+  auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
+  boost::system::error_code ec;
+  acceptor->open(endpoint->protocol(), ec);
+  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(*endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(fmt::format("cannot listen on {}: {}", address, ec.message()));
+  }
+  const int port = acceptor->local_endpoint().port();
+  impl_->listeners.push_back({std::move(acceptor), std::move(handler)});
+  impl_->Accept(impl_->listeners.back());
+  return port;
+}
+
+void HttpServer::Run() {
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < impl_->contexts.size(); ++i) {
+    threads.emplace_back([this, i] { impl_->contexts[i]->run(); });
+  }
+  impl_->contexts[0]->run();
+  for (auto& t : threads) t.join();
+}
+
+void HttpServer::Stop() {
+  if (impl_->stopping.exchange(true)) return;
+  asio::post(*impl_->contexts[0], [impl = impl_.get()] {
+    for (auto& l : impl->listeners) {
+      beast::error_code ec;
+      l.acceptor->close(ec);
+    }
+    std::vector<std::shared_ptr<Impl::Session>> open;
+    {
+      std::lock_guard<std::mutex> lock(impl->sessions_mu);
+      for (auto& w : impl->sessions) {
+        if (auto s = w.lock()) open.push_back(std::move(s));
+      }
+      impl->sessions.clear();
+    }
+    for (auto& s : open) s->CloseIfIdle();
+    // Busy sessions finish their response and then close (keep-alive is off while stopping);
+    // once no work is left, every io_context's run() returns.
+    impl->guards.clear();
+  });
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,150 @@
+#include "http/service.h"
+
+#include "fmt/format.h"
+#include "http/check_json.h"
+#include "rls/codec.h"
+
+namespace sluice::http {
+namespace {
+
+void SetJson(HttpResponse& response, beast_http::status status, std::string body) {
+  response.result(status);
+  response.set(beast_http::field::content_type, "application/json");
+  response.body() = std::move(body);
+}
+
+void SetText(HttpResponse& response, beast_http::status status, std::string body) {
+  response.result(status);
+  response.set(beast_http::field::content_type, "text/plain; charset=utf-8");
+  response.body() = std::move(body);
+}
+
+// The path of a request target, without the query.
+std::string_view PathOf(const HttpRequest& request) {
+  const std::string_view target(request.target().data(), request.target().size());
+  return target.substr(0, target.find('?'));
+}
+
+std::string JsonString(std::string_view s) {
+  std::string out;
+  AppendJsonString(&out, s);
+  return out;
+}
+
+void MethodNotAllowed(HttpResponse& response, const char* allowed) {
+  response.set(beast_http::field::allow, allowed);
+  SetJson(response, beast_http::status::method_not_allowed,
+          fmt::format("{{\"error\":\"method not allowed; use {}\"}}", allowed));
+}
+
+}  // namespace
+
+Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
+                 std::string admin_token)
+    : config_(config), store_(store), engine_(store), clock_(clock),
+      admin_token_(std::move(admin_token)) {}
+
+void Service::HandleData(const HttpRequest& request, const std::string&, HttpResponse& response) {
+  const std::string_view path = PathOf(request);
+  if (path == "/v1/check") {
+    if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
+    return Check(request, response);
+  }
+  if (path == "/json") return Json(request, response);
+  if (path == "/healthcheck") {  // envoyproxy/ratelimit's health endpoint
+    return SetText(response, beast_http::status::ok, "OK");
+  }
+  SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
+}
+
+void Service::Check(const HttpRequest& request, HttpResponse& response) {
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  auto parsed = ParseCheckRequest(request.body(), config->settings.max_key_bytes);
+  if (!parsed.ok()) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError(std::string(parsed.status().message())));
+  }
+  if (!config->settings.allow_unknown_domain && config->FindDomain(parsed->domain) == nullptr) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
+  }
+  const engine::Response decision = engine_.Check(*config, *parsed, clock_->NowMicros());
+  std::vector<Header> headers;
+  // The settings were validated when loaded; a bad list cannot reach here.
+  const HeaderStyles styles = ParseHeaderStyles(config->settings.headers).value_or(HeaderStyles{});
+  AppendRateLimitHeaders(decision, styles, &headers);
+  for (const Header& h : headers) response.set(h.name, h.value);
+  SetJson(response,
+          decision.allowed ? beast_http::status::ok : beast_http::status::too_many_requests,
+          RenderCheckResponse(decision));
+}
+
+void Service::Json(const HttpRequest& request, HttpResponse& response) {
+  // envoyproxy/ratelimit's JSON endpoint: the RLS messages in proto3 JSON, its status codes.
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  const int64_t now_us = clock_->NowMicros();
+  const rls::JsonResult result =
+      rls::HandleJson(request.body(), [&](const rls::RateLimitRequest& rpc) {
+        return rls::ShouldRateLimit(engine_, config.get(), rpc, now_us);
+      });
+  response.result(static_cast<beast_http::status>(result.status));
+  response.set(beast_http::field::content_type,
+               std::string(result.content_type.data(), result.content_type.size()));
+  if (result.nosniff) response.set("X-Content-Type-Options", "nosniff");
+  response.body() = result.body;
+}
+
+bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
+  if (admin_token_.empty()) return true;
+  const auto it = request.find(beast_http::field::authorization);
+  if (it != request.end() &&
+      std::string_view(it->value().data(), it->value().size()) == "Bearer " + admin_token_) {
+    return true;
+  }
+  response.set(beast_http::field::www_authenticate, "Bearer");
+  SetJson(response, beast_http::status::unauthorized,
+          R"({"error":"this endpoint needs Authorization: Bearer <admin token>"})");
+  return false;
+}
+
+void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response) {
+  const std::string_view path = PathOf(request);
+  if (path == "/healthz") return SetText(response, beast_http::status::ok, "ok\n");
+  if (path == "/readyz") {
+    if (config_->Current() == nullptr) {
+      return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
+    }
+    return SetText(response, beast_http::status::ok, "ready\n");
+  }
+  if (path == "/v1/rules") {
+    if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
+    const std::shared_ptr<const rules::Config> config = config_->Current();
+    std::string domains;
+    for (const auto& d : config->domains) {
+      domains += fmt::format("{}{{\"name\":{},\"file\":{},\"limits\":{}}}", domains.empty() ? "" : ",",
+                             JsonString(d->name), JsonString(d->file), d->limit_count);
+    }
+    return SetJson(response, beast_http::status::ok,
+                   fmt::format("{{\"version\":{},\"domains\":[{}],\"limits\":{},"
+                               "\"reload_successes\":{},\"reload_failures\":{}}}",
+                               JsonString(config->version), domains, config->limit_count,
+                               config_->reload_successes(), config_->reload_failures()));
+  }
+  if (path == "/v1/reload") {
+    if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
+    if (!Authorized(request, response)) return;
+    const rules::ConfigManager::ReloadOutcome outcome = config_->Reload();
+    std::string errors;
+    for (const auto& e : outcome.errors) {
+      errors += fmt::format("{}{}", errors.empty() ? "" : ",", JsonString(e.ToString()));
+    }
+    return SetJson(response,
+                   outcome.errors.empty() ? beast_http::status::ok : beast_http::status::unprocessable_entity,
+                   fmt::format("{{\"applied\":{},\"unchanged\":{},\"version\":{},\"errors\":[{}]}}",
+                               outcome.applied, outcome.unchanged, JsonString(outcome.version),
+                               errors));
+  }
+  SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
+}
+
+}  // namespace sluice::http

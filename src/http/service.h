@@ -1,0 +1,46 @@
+// The HTTP endpoints of `sluice serve`: the data plane and the admin API, on top of HttpServer.
+//
+//   data plane: POST /v1/check (sluice's JSON API), POST /json (envoyproxy/ratelimit's),
+//               GET /healthcheck
+//   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload
+//
+// Handlers read the current config snapshot per request and never block. Safe for concurrent use.
+
+#ifndef SLUICE_HTTP_SERVICE_H_
+#define SLUICE_HTTP_SERVICE_H_
+
+#include <string>
+
+#include "engine/engine.h"
+#include "http/rate_limit_headers.h"
+#include "http/server.h"
+#include "rules/config_manager.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::http {
+
+class Service {
+ public:
+  // Nothing is owned; everything must outlive the service. `admin_token` empty: no auth.
+  Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
+          std::string admin_token);
+
+  void HandleData(const HttpRequest& request, const std::string& peer, HttpResponse& response);
+  void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response);
+
+ private:
+  void Check(const HttpRequest& request, HttpResponse& response);
+  void Json(const HttpRequest& request, HttpResponse& response);
+  bool Authorized(const HttpRequest& request, HttpResponse& response) const;
+
+  rules::ConfigManager* config_;
+  store::MemoryStore* store_;
+  engine::Engine engine_;
+  const Clock* clock_;
+  const std::string admin_token_;
+};
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_SERVICE_H_

@@ -1,0 +1,278 @@
+#include "rls/codec.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
+#include "envoy/type/v3/ratelimit_unit.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace sluice::rls {
+namespace {
+
+using ::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+using ::envoy::type::v3::RateLimitUnit;
+using Unit = RateLimitResponse::RateLimit::Unit;
+
+constexpr int64_t kSecondUs = 1000000;
+constexpr int64_t kDayUs = 86400 * kSecondUs;
+
+struct UnitSpan {
+  Unit unit;
+  int64_t us;
+  bool scalable;  // used for windows that are not exactly one unit (WEEK is not: older Envoys)
+};
+
+// Envoy's window lengths (§4, X-RateLimit headers), which are also rules::UnitMicros's.
+constexpr std::array<UnitSpan, 7> kUnits = {{
+    {RateLimitResponse::RateLimit::SECOND, kSecondUs, true},
+    {RateLimitResponse::RateLimit::MINUTE, 60 * kSecondUs, true},
+    {RateLimitResponse::RateLimit::HOUR, 3600 * kSecondUs, true},
+    {RateLimitResponse::RateLimit::DAY, kDayUs, true},
+    {RateLimitResponse::RateLimit::WEEK, 7 * kDayUs, false},
+    {RateLimitResponse::RateLimit::MONTH, 30 * kDayUs, true},
+    {RateLimitResponse::RateLimit::YEAR, 365 * kDayUs, true},
+}};
+
+// RateLimitUnit -> (window, the lower-case name rules::UnitMicros knows). The numbers of
+// RateLimitUnit and RateLimit.Unit coincide (§2.2) but are mapped by name here, not cast.
+struct OverrideUnit {
+  int64_t window_us;
+  std::string_view name;
+};
+
+bool OverrideUnitOf(int unit, OverrideUnit* out) {
+  switch (unit) {
+    case ::envoy::type::v3::SECOND:
+      *out = {kSecondUs, "second"};
+      return true;
+    case ::envoy::type::v3::MINUTE:
+      *out = {60 * kSecondUs, "minute"};
+      return true;
+    case ::envoy::type::v3::HOUR:
+      *out = {3600 * kSecondUs, "hour"};
+      return true;
+    case ::envoy::type::v3::DAY:
+      *out = {kDayUs, "day"};
+      return true;
+    case ::envoy::type::v3::MONTH:
+      *out = {30 * kDayUs, "month"};
+      return true;
+    case ::envoy::type::v3::YEAR:
+      *out = {365 * kDayUs, "year"};
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint32_t ClampU32(int64_t value) {
+  if (value <= 0) return 0;
+  return value >= int64_t{kUnlimitedRemaining} ? kUnlimitedRemaining : static_cast<uint32_t>(value);
+}
+
+// floor(n * unit_us / window_us), capped at UINT32_MAX. n < 2^64, unit_us < 2^45: fits 128 bits.
+uint32_t ScaledRequests(uint64_t n, int64_t unit_us, int64_t window_us) {
+  __extension__ using u128 = unsigned __int128;
+  const u128 v = static_cast<u128>(n) * static_cast<u128>(unit_us) / static_cast<u128>(window_us);
+  return v >= kUnlimitedRemaining ? kUnlimitedRemaining : static_cast<uint32_t>(v);
+}
+
+// Seconds, rounded up, of a non-negative duration.
+int64_t CeilSeconds(int64_t us) { return us <= 0 ? 0 : (us + kSecondUs - 1) / kSecondUs; }
+
+void FillStatus(const engine::DescriptorResult& result,
+                RateLimitResponse::DescriptorStatus* status) {
+  status->set_code(result.code == engine::DescriptorResult::Code::kOverLimit
+                       ? RateLimitResponse::OVER_LIMIT
+                       : RateLimitResponse::OK);
+  if (result.unlimited) {
+    status->set_limit_remaining(kUnlimitedRemaining);
+    return;
+  }
+  if (result.headline < 0) return;  // no limit applied: OK with nothing else (§3)
+  const engine::AppliedLimit& limit = result.limits[static_cast<size_t>(result.headline)];
+  RateLimitResponse::RateLimit* current = status->mutable_current_limit();
+  *current = CurrentLimit(limit.limit);
+  current->set_name(limit.name);
+  status->set_limit_remaining(
+      status->code() == RateLimitResponse::OVER_LIMIT ? 0 : ClampU32(limit.decision.remaining));
+  status->mutable_duration_until_reset()->set_seconds(CeilSeconds(limit.decision.reset_after_us));
+}
+
+}  // namespace
+
+absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request) {
+  if (request.domain().empty()) {
+    return absl::InvalidArgumentError("rate limit domain must not be empty");
+  }
+  if (request.descriptors().empty()) {
+    return absl::InvalidArgumentError("rate limit descriptor list must not be empty");
+  }
+  engine::Request out;
+  out.domain = request.domain();
+  out.hits_addend = std::max<uint64_t>(1, request.hits_addend());
+  out.descriptors.reserve(static_cast<size_t>(request.descriptors_size()));
+  for (int i = 0; i < request.descriptors_size(); ++i) {
+    const RateLimitDescriptor& in = request.descriptors(i);
+    if (in.entries().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rate limit descriptor ", i, " has no entries"));
+    }
+    engine::Descriptor& d = out.descriptors.emplace_back();
+    d.entries.reserve(static_cast<size_t>(in.entries_size()));
+    for (int j = 0; j < in.entries_size(); ++j) {
+      const RateLimitDescriptor::Entry& entry = in.entries(j);
+      if (entry.key().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rate limit descriptor ", i, ", entry ", j, ": key must not be empty"));
+      }
+      d.entries.push_back({entry.key(), entry.value()});
+    }
+    if (in.has_limit()) {
+      const int unit = in.limit().unit();
+      OverrideUnit spec;
+      if (!OverrideUnitOf(unit, &spec)) {
+        const std::string name =
+            ::envoy::type::v3::RateLimitUnit_IsValid(unit)
+                ? ::envoy::type::v3::RateLimitUnit_Name(static_cast<RateLimitUnit>(unit))
+                : absl::StrCat(unit);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rate limit descriptor ", i, ": limit override unit ", name,
+            ::envoy::type::v3::RateLimitUnit_IsValid(unit) ? " is not a time unit"
+                                                           : " is not a RateLimitUnit"));
+      }
+      d.limit = engine::LimitOverride{.requests_per_unit = in.limit().requests_per_unit(),
+                                      .window_us = spec.window_us,
+                                      .unit = std::string(spec.name)};
+    }
+    if (in.has_hits_addend()) d.hits_addend = in.hits_addend().value();
+  }
+  return out;
+}
+
+RateLimitResponse::RateLimit CurrentLimit(const Limit& limit) {
+  RateLimitResponse::RateLimit out;
+  const int64_t w = std::max<int64_t>(1, limit.window_us);
+  for (const UnitSpan& u : kUnits) {
+    if (u.us == w) {
+      out.set_unit(u.unit);
+      out.set_requests_per_unit(
+          static_cast<uint32_t>(std::min<uint64_t>(limit.requests, kUnlimitedRemaining)));
+      return out;
+    }
+  }
+  // Not a single unit: the same rate over the longest scalable unit no longer than W.
+  const UnitSpan* below = nullptr;
+  const UnitSpan* above = nullptr;
+  for (const UnitSpan& u : kUnits) {
+    if (!u.scalable) continue;
+    if (u.us <= w) {
+      below = &u;
+    } else if (above == nullptr) {
+      above = &u;
+    }
+  }
+  if (below == nullptr) below = kUnits.data();  // under a second: scale up to SECOND
+  uint32_t n = ScaledRequests(limit.requests, below->us, w);
+  const UnitSpan* unit = below;
+  if (n == 0 && limit.requests > 0) {
+    if (above != nullptr && below->us <= w) {
+      unit = above;
+      n = ScaledRequests(limit.requests, above->us, w);
+    } else {
+      n = 1;  // longer than a year: never read a positive limit as a block
+    }
+  }
+  out.set_unit(unit->unit);
+  out.set_requests_per_unit(n);
+  return out;
+}
+
+RateLimitResponse ToProto(const engine::Response& response,
+                          std::span<const HeaderField> response_headers) {
+  RateLimitResponse out;
+  bool over_limit = !response.allowed;
+  out.mutable_statuses()->Reserve(static_cast<int>(response.descriptors.size()));
+  for (const engine::DescriptorResult& result : response.descriptors) {
+    RateLimitResponse::DescriptorStatus* status = out.add_statuses();
+    FillStatus(result, status);
+    over_limit = over_limit || status->code() == RateLimitResponse::OVER_LIMIT;
+  }
+  out.set_overall_code(over_limit ? RateLimitResponse::OVER_LIMIT : RateLimitResponse::OK);
+  for (const HeaderField& field : response_headers) {
+    ::envoy::config::core::v3::HeaderValue* header = out.add_response_headers_to_add();
+    header->set_key(field.name);
+    header->set_value(field.value);
+  }
+  return out;
+}
+
+absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
+                                                  const rules::Config* config,
+                                                  const RateLimitRequest& request, int64_t now_us,
+                                                  const RlsOptions& options) {
+  if (config == nullptr) {
+    return absl::FailedPreconditionError("no rate limit configuration loaded");
+  }
+  absl::StatusOr<engine::Request> converted = FromProto(request);
+  if (!converted.ok()) return converted.status();
+  if (options.reject_unknown_domain && config->FindDomain(converted->domain) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown rate limit domain \"", converted->domain, "\""));
+  }
+  const engine::Response response = engine.Check(*config, *converted, now_us);
+  std::vector<HeaderField> headers;
+  if (options.response_headers) options.response_headers(response, &headers);
+  return ToProto(response, headers);
+}
+
+JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit) {
+  // Go's http.Error(w, http.StatusText(code), code): the text and a newline.
+  const auto text = [](int status, std::string_view message) {
+    std::string body(message);
+    body += '\n';
+    return JsonResult{.status = status,
+                      .content_type = kTextContentType,
+                      .body = std::move(body),
+                      .nosniff = true};
+  };
+  // Go's protojson rejects an empty document; protobuf's C++ parser would accept it as `{}`.
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return text(400, "Bad Request");
+
+  RateLimitRequest request;
+  google::protobuf::util::JsonParseOptions parse_options;
+  parse_options.ignore_unknown_fields = false;  // upstream's protojson is strict
+  if (!google::protobuf::util::JsonStringToMessage(
+           google::protobuf::StringPiece(body.data(), body.size()), &request, parse_options)
+           .ok()) {
+    return text(400, "Bad Request");
+  }
+  const absl::StatusOr<RateLimitResponse> response = should_rate_limit(request);
+  if (!response.ok()) return text(400, "Bad Request");
+
+  JsonResult result{.status = 200, .content_type = kJsonContentType, .body = {}, .nosniff = false};
+  // Default options = protojson.Marshal: lowerCamelCase, enum names, zero values omitted, compact.
+  if (!google::protobuf::util::MessageToJsonString(*response, &result.body,
+                                                   google::protobuf::util::JsonPrintOptions())
+           .ok()) {
+    return text(500, "Internal Server Error");
+  }
+  switch (response->overall_code()) {
+    case RateLimitResponse::OK:
+      result.status = 200;
+      break;
+    case RateLimitResponse::OVER_LIMIT:
+      result.status = 429;
+      break;
+    default:
+      result.status = 500;
+      break;
+  }
+  return result;
+}
+
+}  // namespace sluice::rls

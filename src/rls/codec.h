@@ -1,0 +1,161 @@
+// The Envoy Rate Limit Service (RLS v3) codec: RateLimitRequest -> engine::Request, and
+// engine::Response -> RateLimitResponse, plus envoyproxy/ratelimit's `/json` endpoint as a pure
+// function. Every frontend that speaks RLS (gRPC ShouldRateLimit, HTTP /json) goes through here,
+// so the two answer identically. shared/reference/rls-v3.md is the contract; section numbers
+// below refer to it.
+//
+// The messages are sluice's own .proto files (src/rls/proto), wire-identical to Envoy's.
+//
+// What the answer says (§3, copied from envoyproxy/ratelimit):
+//
+//   descriptor i                      statuses[i]
+//   no rule matched, unknown domain,  code OK; no current_limit, limit_remaining 0, no
+//   rule dropped by `replaces`,       duration_until_reset
+//   plan not resolved
+//   `unlimited: true` rule            code OK; no current_limit; limit_remaining 4294967295
+//   limited                           code OK or OVER_LIMIT; current_limit, limit_remaining,
+//                                     duration_until_reset of the descriptor's headline limit
+//
+// * A descriptor with several limits (sluice's `limits:` and plans) reports its headline limit
+//   (DescriptorResult::headline): the denying one with the longest wait, else the one with the
+//   lowest remaining. Envoy's X-RateLimit headers pick the lowest limit_remaining over the
+//   statuses, so they name the most constrained limit of the request.
+// * limit_remaining: Decision::remaining clamped to [0, 4294967295]; 0 on an OVER_LIMIT status
+//   (as upstream, even when a request of cost > 1 was denied with a few units left). A shadow-mode
+//   limit that would deny reports code OK, remaining 0 (§3 shadow_mode row).
+// * duration_until_reset: Decision::reset_after_us in whole seconds rounded up, nanos 0. For
+//   fixed_window (and overrides) this equals upstream's `divider - now % divider`; for the other
+//   algorithms it is the time until the key's state is back to initial (a full bucket), so it can
+//   be 0 ("0s") when there is nothing to reset. Always present for a limited descriptor.
+// * current_limit: see CurrentLimit below (the limit's N per W as requests_per_unit + unit, and
+//   its `name`).
+// * overall_code: OVER_LIMIT iff a status is OVER_LIMIT or the engine denied; never UNKNOWN.
+//   Note the engine is all-or-nothing: when one descriptor is denied, no descriptor consumes, so
+//   the other statuses report their remaining with nothing consumed (upstream consumes them).
+//
+// Thread safety: every function here is a pure function of its arguments, except
+// ShouldRateLimit, which is as thread-safe as the Engine it is given (Engine is safe for
+// concurrent use).
+
+#ifndef SLUICE_RLS_CODEC_H_
+#define SLUICE_RLS_CODEC_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "rules/config.h"
+#include "sluice/limit.h"
+
+namespace sluice::rls {
+
+using RateLimitRequest = ::envoy::service::ratelimit::v3::RateLimitRequest;
+using RateLimitResponse = ::envoy::service::ratelimit::v3::RateLimitResponse;
+
+// limit_remaining of an `unlimited: true` descriptor (§3): UINT32_MAX.
+inline constexpr uint32_t kUnlimitedRemaining = 0xFFFFFFFFu;
+
+// Checks a RateLimitRequest and converts it for Engine::Check.
+//
+// InvalidArgument, with the message upstream uses where it has one:
+//   "rate limit domain must not be empty"
+//   "rate limit descriptor list must not be empty"
+//   "rate limit descriptor 2 has no entries"                    (Envoy's validate rule, re-done)
+//   "rate limit descriptor 2, entry 0: key must not be empty"   (idem)
+//   "rate limit descriptor 2: limit override unit UNKNOWN is not a time unit"  (upstream panics)
+//   "rate limit descriptor 2: limit override unit 9 is not a RateLimitUnit"
+// Semantics (§2.2, §4 GetHitsAddends): request hits_addend 0/unset -> 1; a descriptor's
+// hits_addend, when present, replaces it for that descriptor (0 = check without consuming);
+// a `limit` override becomes LimitOverride{requests_per_unit, window_us = the unit (MONTH 30 d,
+// YEAR 365 d, as rules::UnitMicros), unit = "second" ... "year"}. Entry values may be empty.
+absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request);
+
+// A header field already rendered by the caller (e.g. the IETF RateLimit / RateLimit-Policy
+// fields of src/http), to be carried in response_headers_to_add.
+struct HeaderField {
+  std::string name;
+  std::string value;
+};
+
+// Renders the engine's answer (§3, see the banner). `response_headers` go, in order, into
+// response_headers_to_add (key = name, value = value; raw_value never set). Pass none to
+// answer exactly as envoyproxy/ratelimit does by default (LIMIT_RESPONSE_HEADERS_ENABLED off):
+// that is sluice's default, and then the /json body holds only overallCode and statuses.
+// request_headers_to_add, raw_body, dynamic_metadata and quota are never set.
+RateLimitResponse ToProto(const engine::Response& response,
+                          std::span<const HeaderField> response_headers = {});
+
+// A limit's N per W as RLS current_limit (requests_per_unit, unit; name left empty). RLS can
+// only say "N per one unit", so:
+// * W exactly one unit (SECOND, MINUTE, HOUR, DAY, WEEK = 7 d, MONTH = 30 d, YEAR = 365 d):
+//   N per that unit, exactly. This covers every rule written with `unit:` and every override.
+//   WEEK (= 7) is understood by Envoy since Dec 2024; older Envoys skip that policy item.
+// * Otherwise the same rate over the longest unit no longer than W (WEEK excluded, for older
+//   Envoys): floor(N * unit / W), e.g. 100 per 10 s -> 10 per SECOND, 5 per 90 min -> 3 per
+//   HOUR. The rate is never overstated; the implied burst is smaller than the real one, so a
+//   client pacing itself by it is never denied for it. When that rounds to 0 (N >= 1), the
+//   shortest unit longer than W instead (1 per 90 s -> 40 per HOUR, 1 per 5 s -> 12 per
+//   MINUTE). W under a second: N / W scaled to SECOND (1 per 100 ms -> 10 per SECOND).
+//   W over a year: YEAR, at least 1 when N >= 1.
+// * requests_per_unit is capped at 4294967295. N == 0 stays 0 (a block).
+// * For token/leaky buckets N per W is the refill rate; the burst is not expressible.
+RateLimitResponse::RateLimit CurrentLimit(const Limit& limit);
+
+// How ShouldRateLimit answers beyond the engine.
+struct RlsOptions {
+  // envoyproxy/ratelimit answers an unknown domain with OK and no limits (§3), and so does
+  // sluice by default. When true, an unknown domain is NotFound("unknown rate limit domain
+  // \"D\"") instead (the /json endpoint turns any error into 400).
+  bool reject_unknown_domain = false;
+  // When set, its fields go into response_headers_to_add (off by default: upstream's answer).
+  std::function<void(const engine::Response&, std::vector<HeaderField>*)> response_headers;
+};
+
+// The whole ShouldRateLimit RPC on one config snapshot: FromProto, Engine::Check at `now_us`,
+// ToProto. `config` may be null: FailedPrecondition("no rate limit configuration loaded"), as
+// upstream. Other errors are FromProto's and the unknown-domain one above. gRPC frontends map a
+// non-OK status to a gRPC error; upstream sends its errors as grpc-status 2 (UNKNOWN).
+absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
+                                                  const rules::Config* config,
+                                                  const RateLimitRequest& request, int64_t now_us,
+                                                  const RlsOptions& options = {});
+
+// The answer of the /json endpoint, ready to send.
+struct JsonResult {
+  int status = 200;
+  std::string_view content_type;  // static storage
+  std::string body;
+  // Go's http.Error also sends `X-Content-Type-Options: nosniff` with its text answers.
+  bool nosniff = false;
+};
+
+inline constexpr std::string_view kJsonContentType = "application/json";
+inline constexpr std::string_view kTextContentType = "text/plain; charset=utf-8";
+
+// envoyproxy/ratelimit's `/json` handler (§6.1), byte for byte where the reference pins bytes.
+// `body` is a RateLimitRequest in proto3 JSON (strict: an unknown field is an error; snake_case
+// and lowerCamelCase names both accepted; enums as names or numbers; uint64 as number or
+// string). `should_rate_limit` is the RPC (normally ShouldRateLimit above, bound to an engine and
+// a config snapshot); it is called at most once.
+//   empty body, invalid JSON or proto JSON, or should_rate_limit error
+//       -> 400, text/plain; charset=utf-8, "Bad Request\n"
+//   JSON printing failure -> 500, text/plain; charset=utf-8, "Internal Server Error\n"
+//   otherwise the response in proto3 JSON (lowerCamelCase names, enum names, zero values and
+//   unset fields omitted, no whitespace, fields in number order), application/json, with
+//       overall_code OK -> 200, OVER_LIMIT -> 429, UNKNOWN -> 500 (body `{}` when empty).
+// The method is not checked (upstream does not). response_headers_to_add appear in the body
+// only, never as HTTP headers of this answer.
+using ShouldRateLimitFn =
+    absl::FunctionRef<absl::StatusOr<RateLimitResponse>(const RateLimitRequest&)>;
+JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit);
+
+}  // namespace sluice::rls
+
+#endif  // SLUICE_RLS_CODEC_H_

@@ -136,6 +136,13 @@ start_s=$(date +%s)
 raw 'GET /healthcheck HTTP/1.1\r\nHost: x\r\n' >/dev/null  # never finishes its headers
 check "slow headers are cut off by the header timeout" 1 "$(( $(date +%s) - start_s <= 2 ))"
 
+# --- Prometheus metrics: promtool-clean, and counting what happened above
+curl -s "http://$ADMIN/metrics" >"$tmp/metrics"
+check "promtool check metrics (exit 0, no lint output)" "0:" "$(promtool check metrics <"$tmp/metrics" >"$tmp/lint" 2>&1; echo "$?:$(cat "$tmp/lint")")"
+check_contains "decisions counted by domain/limit/decision" 'sluice_decisions_total{domain="api",limit="per_user",decision="denied"}' "$(cat "$tmp/metrics")"
+check_contains "responses counted by status" 'sluice_http_requests_total{code="429"}' "$(cat "$tmp/metrics")"
+check_contains "decision latency histogram" 'sluice_decision_duration_seconds_bucket' "$(cat "$tmp/metrics")"
+
 # --- reload through the admin API while serving
 sed -i 's/requests: 2, window: 10s/requests: 7, window: 10s/' "$tmp/rules/api.yaml"
 reload=$(curl -s -X POST "http://$ADMIN/v1/reload")

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "cli/default_config.h"
@@ -84,6 +85,45 @@ int RunServe(const ServeFlags& flags) {
        .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
        .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
        .max_connections = settings.max_connections});
+  const int64_t start_us = SystemClock::Get()->NowMicros();
+  http::Registry registry;
+  auto metrics = http::ServerMetrics::Register(
+      &registry,
+      {.store =
+           [&store] {
+             const auto st = store.GetStats();
+             return http::ServerMetrics::StoreStats{static_cast<double>(st.entries),
+                                                    static_cast<double>(st.memory_bytes),
+                                                    static_cast<double>(st.evictions),
+                                                    static_cast<double>(st.reclaimed)};
+           },
+       .config =
+           [&manager] {
+             const auto current = manager.Current();
+             return http::ServerMetrics::ConfigStats{
+                 current ? current->version : "",
+                 static_cast<double>(manager.reload_successes()),
+                 static_cast<double>(manager.reload_failures())};
+           },
+       .now_us = [] { return SystemClock::Get()->NowMicros(); },
+       .start_time_us = start_us,
+       .max_decision_series = 10000});
+  if (!metrics.ok()) {
+    std::cerr << "serve: metrics: " << metrics.status().message() << "\n";
+    return 1;
+  }
+  // The server counts connections itself; each scrape brings the metrics up to date.
+  std::mutex scrape_mu;
+  const auto catch_up = [](http::Counter* counter, uint64_t total) {
+    if (total > counter->Value()) counter->Inc(total - counter->Value());
+  };
+  service.SetMetrics(&registry, &*metrics, [&] {
+    std::lock_guard<std::mutex> lock(scrape_mu);
+    const http::ServerStats& st = server.stats();
+    metrics->http_open_connections->Set(static_cast<double>(st.connections_open.load()));
+    catch_up(metrics->http_connections, st.connections_total.load());
+    catch_up(metrics->http_connections_rejected, st.connections_rejected.load());
+  });
   auto data_port = server.Listen(listen, [&](const http::HttpRequest& req, const std::string& peer,
                                              http::HttpResponse& res) {
     service.HandleData(req, peer, res);

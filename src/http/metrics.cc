@@ -48,17 +48,17 @@ constexpr std::string_view kAbbreviatedUnits[] = {"s",  "ms", "us", "ns", "sec",
 constexpr std::string_view kTypeNames[] = {"counter", "gauge", "histogram", "summary"};
 // promlint's units: unit -> base unit.
 constexpr std::pair<std::string_view, std::string_view> kUnits[] = {
-    {"amperes", "amperes"}, {"bytes", "bytes"},       {"celsius", "celsius"},
-    {"grams", "grams"},     {"joules", "joules"},     {"kelvin", "kelvin"},
-    {"meters", "meters"},   {"metres", "metres"},     {"seconds", "seconds"},
-    {"volts", "volts"},     {"minutes", "seconds"},   {"hours", "seconds"},
-    {"days", "seconds"},    {"weeks", "seconds"},     {"kelvins", "kelvin"},
+    {"amperes", "amperes"},    {"bytes", "bytes"},     {"celsius", "celsius"},
+    {"grams", "grams"},        {"joules", "joules"},   {"kelvin", "kelvin"},
+    {"meters", "meters"},      {"metres", "metres"},   {"seconds", "seconds"},
+    {"volts", "volts"},        {"minutes", "seconds"}, {"hours", "seconds"},
+    {"days", "seconds"},       {"weeks", "seconds"},   {"kelvins", "kelvin"},
     {"fahrenheit", "celsius"}, {"rankine", "celsius"}, {"inches", "meters"},
-    {"yards", "meters"},    {"miles", "meters"},      {"bits", "bytes"},
-    {"calories", "joules"}, {"pounds", "grams"},      {"ounces", "grams"}};
+    {"yards", "meters"},       {"miles", "meters"},    {"bits", "bytes"},
+    {"calories", "joules"},    {"pounds", "grams"},    {"ounces", "grams"}};
 constexpr std::string_view kUnitPrefixes[] = {
-    "", "pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto",
-    "kilo", "kibi", "mega", "mibi", "giga", "gibi", "tera", "tebi", "peta", "pebi"};
+    "",     "pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto", "kilo",
+    "kibi", "mega", "mibi", "giga",  "gibi",  "tera",  "tebi", "peta", "pebi"};
 
 // The base unit to use instead of `component`, or empty if it is no unit or already a base one.
 std::string_view NonBaseUnit(std::string_view component) {
@@ -454,9 +454,8 @@ void Family<T>::AppendTo(std::string* out) const {
     for (const auto& child : children_) children.push_back(child.get());
   }
   if (children.empty()) return;
-  std::sort(children.begin(), children.end(), [](const Child* a, const Child* b) {
-    return a->label_values < b->label_values;
-  });
+  std::sort(children.begin(), children.end(),
+            [](const Child* a, const Child* b) { return a->label_values < b->label_values; });
   AppendHeader(out, desc_, type_);
   const std::string& name = desc_.name;
   const std::vector<std::string>& labels = desc_.label_names;
@@ -475,10 +474,10 @@ void Family<T>::AppendTo(std::string* out) const {
       uint64_t cumulative = 0;
       for (size_t i = 0; i < counts.size(); ++i) {
         cumulative += counts[i];
-        const std::string le = i < bounds_.size()
-                                   ? FormatMetricValue(Scaled(static_cast<uint64_t>(bounds_[i]),
-                                                              unit_divisor_))
-                                   : std::string("+Inf");
+        const std::string le =
+            i < bounds_.size()
+                ? FormatMetricValue(Scaled(static_cast<uint64_t>(bounds_[i]), unit_divisor_))
+                : std::string("+Inf");
         AppendSeries(out, name, "_bucket", labels, child->label_values, "le", le,
                      fmt::format("{}", cumulative));
       }
@@ -521,9 +520,8 @@ absl::StatusOr<Family<T>*> Registry::AddFamily(MetricDesc desc, MetricType type,
     if (absl::Status s = ValidateBuckets(desc.name, buckets); !s.ok()) return s;
   }
   std::string name = desc.name;
-  auto family =
-      std::make_unique<Family<T>>(std::move(desc), type, std::move(buckets.bounds),
-                                  buckets.unit_divisor);
+  auto family = std::make_unique<Family<T>>(std::move(desc), type, std::move(buckets.bounds),
+                                            buckets.unit_divisor);
   Family<T>* raw = family.get();
   families_.emplace(std::move(name), std::move(family));
   return raw;
@@ -559,14 +557,18 @@ absl::Status Registry::AddCallbackGauge(std::string name, std::string help,
                                         std::function<double()> fn) {
   if (!fn) return InvalidName(name, "no callback");
   return AddCallback({.name = std::move(name), .help = std::move(help)}, MetricType::kGauge,
-                     [fn = std::move(fn)] { return std::vector<CallbackSample>{{{}, fn()}}; });
+                     [fn = std::move(fn)] {
+                       return std::vector<CallbackSample>{{{}, fn()}};
+                     });
 }
 
 absl::Status Registry::AddCallbackCounter(std::string name, std::string help,
                                           std::function<double()> fn) {
   if (!fn) return InvalidName(name, "no callback");
   return AddCallback({.name = std::move(name), .help = std::move(help)}, MetricType::kCounter,
-                     [fn = std::move(fn)] { return std::vector<CallbackSample>{{{}, fn()}}; });
+                     [fn = std::move(fn)] {
+                       return std::vector<CallbackSample>{{{}, fn()}};
+                     });
 }
 
 std::string Registry::Render() const {
@@ -676,16 +678,16 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = registry->AddCallback(
-            {.name = "sluice_config_reloads_total",
-             .help = "Configuration reloads, by result.",
-             .label_names = {"result"}},
-            MetricType::kCounter,
-            [config] {
-              const ConfigStats stats = (*config)();
-              return std::vector<CallbackSample>{{{"failure"}, stats.reload_failures},
-                                                 {{"success"}, stats.reload_successes}};
-            });
+    if (absl::Status s = registry->AddCallback({.name = "sluice_config_reloads_total",
+                                                .help = "Configuration reloads, by result.",
+                                                .label_names = {"result"}},
+                                               MetricType::kCounter,
+                                               [config] {
+                                                 const ConfigStats stats = (*config)();
+                                                 return std::vector<CallbackSample>{
+                                                     {{"failure"}, stats.reload_failures},
+                                                     {{"success"}, stats.reload_successes}};
+                                               });
         !s.ok()) {
       return s;
     }

@@ -70,8 +70,8 @@ inline constexpr size_t kMaxHistogramBounds = 32;
 enum class MetricType { kCounter, kGauge, kHistogram };
 
 struct MetricDesc {
-  std::string name = {};  // snake_case; see Registry for the naming rules
-  std::string help = {};  // non-empty; may hold any text (escaped on output)
+  std::string name = {};                      // snake_case; see Registry for the naming rules
+  std::string help = {};                      // non-empty; may hold any text (escaped on output)
   std::vector<std::string> label_names = {};  // snake_case, distinct, not `le`/`quantile`/`__*`
   // Label sets before the overflow child, in [1, 2^20].
   size_t max_children = kDefaultMaxChildren;
@@ -125,7 +125,7 @@ class alignas(64) Histogram {
     sum_.fetch_add(v, std::memory_order_relaxed);
   }
 
-  uint64_t Count() const;  // observations so far
+  uint64_t Count() const;                                                // observations so far
   uint64_t Sum() const { return sum_.load(std::memory_order_relaxed); }  // in the observed unit
   // Observations per bucket (not cumulative); the last one is `+Inf`'s own.
   std::vector<uint64_t> BucketCounts() const;
@@ -203,8 +203,8 @@ class Family final : public internal::FamilyBase {
   // always reach an empty slot. Slots are only ever filled (release) and read (acquire).
   size_t slot_mask_;
   std::unique_ptr<std::atomic<const Child*>[]> slots_;
-  std::atomic<bool> full_{false};          // max_children regular children exist
-  std::atomic<T*> overflow_{nullptr};      // the overflow child, once it exists
+  std::atomic<bool> full_{false};      // max_children regular children exist
+  std::atomic<T*> overflow_{nullptr};  // the overflow child, once it exists
 
   // Creation and listing only, never a lookup of an existing child. (A SpinLock rather than
   // absl::Mutex: Debian's absl is not built for ThreadSanitizer, which then cannot see it.)
@@ -263,8 +263,7 @@ class Registry {
   absl::Status Validate(const MetricDesc& desc, MetricType type) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   template <typename T>
-  absl::StatusOr<Family<T>*> AddFamily(MetricDesc desc, MetricType type,
-                                       HistogramBuckets buckets);
+  absl::StatusOr<Family<T>*> AddFamily(MetricDesc desc, MetricType type, HistogramBuckets buckets);
 
   // Held while registering and rendering (callbacks included); registration is rare.
   mutable util::SpinLock mu_;

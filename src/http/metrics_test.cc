@@ -80,8 +80,8 @@ TEST(MetricsRender, CounterFamilySortsChildrenByLabelValues) {
 
 TEST(MetricsRender, SameLabelValuesReturnTheSameChild) {
   Registry registry;
-  auto family = registry.AddCounter(
-      {.name = "test_hits_total", .help = "Hits.", .label_names = {"a", "b"}});
+  auto family =
+      registry.AddCounter({.name = "test_hits_total", .help = "Hits.", .label_names = {"a", "b"}});
   ASSERT_TRUE(family.ok());
   Counter* first = (*family)->WithLabels({"x", "y"});
   std::string a = "x", b = "y";  // other storage, same values
@@ -142,28 +142,29 @@ TEST(MetricsRender, CallbackGaugeIsEvaluatedAtEveryScrape) {
                   .AddCallbackGauge("test_entries", "Entries.",
                                     [&calls] { return static_cast<double>(++calls * 10); })
                   .ok());
-  EXPECT_EQ(registry.Render(), "# HELP test_entries Entries.\n# TYPE test_entries gauge\n"
-                               "test_entries 10\n");
-  EXPECT_EQ(registry.Render(), "# HELP test_entries Entries.\n# TYPE test_entries gauge\n"
-                               "test_entries 20\n");
+  EXPECT_EQ(registry.Render(),
+            "# HELP test_entries Entries.\n# TYPE test_entries gauge\n"
+            "test_entries 10\n");
+  EXPECT_EQ(registry.Render(),
+            "# HELP test_entries Entries.\n# TYPE test_entries gauge\n"
+            "test_entries 20\n");
 }
 
 TEST(MetricsRender, CallbackFamilySortsKeepsFirstOfDuplicatesAndSkipsBadSamples) {
   Registry registry;
   ASSERT_TRUE(registry
-                  .AddCallback({.name = "test_reloads_total",
-                                .help = "Reloads.",
-                                .label_names = {"result"}},
-                               MetricType::kCounter,
-                               [] {
-                                 return std::vector<CallbackSample>{
-                                     {{"success"}, 5},
-                                     {{"failure"}, 1},
-                                     {{"success"}, 99},         // duplicate: dropped
-                                     {{"a", "b"}, 3},           // wrong arity: skipped
-                                     {{std::string("\xff")}, 4},  // not UTF-8: skipped
-                                 };
-                               })
+                  .AddCallback(
+                      {.name = "test_reloads_total", .help = "Reloads.", .label_names = {"result"}},
+                      MetricType::kCounter,
+                      [] {
+                        return std::vector<CallbackSample>{
+                            {{"success"}, 5},
+                            {{"failure"}, 1},
+                            {{"success"}, 99},           // duplicate: dropped
+                            {{"a", "b"}, 3},             // wrong arity: skipped
+                            {{std::string("\xff")}, 4},  // not UTF-8: skipped
+                        };
+                      })
                   .ok());
   EXPECT_EQ(registry.Render(),
             "# HELP test_reloads_total Reloads.\n"
@@ -205,9 +206,9 @@ TEST(MetricsRender, HistogramHasCumulativeBucketsSumAndCountInSeconds) {
 
 TEST(MetricsRender, EmptyHistogramRendersZeros) {
   Registry registry;
-  ASSERT_TRUE(registry.AddHistogram({.name = "test_size_bytes", .help = "Sizes."},
-                                    {.bounds = {0, 1024}})
-                  .ok());
+  ASSERT_TRUE(
+      registry.AddHistogram({.name = "test_size_bytes", .help = "Sizes."}, {.bounds = {0, 1024}})
+          .ok());
   EXPECT_EQ(registry.Render(),
             "# HELP test_size_bytes Sizes.\n"
             "# TYPE test_size_bytes histogram\n"
@@ -293,13 +294,13 @@ TEST(MetricsRegistration, RejectsNamesPromtoolWouldReject) {
       {"camelCase_total", MetricType::kCounter},
       {"with:colon", MetricType::kGauge},
       {"__reserved", MetricType::kGauge},
-      {"requests", MetricType::kCounter},               // counter without _total
-      {"queue_total", MetricType::kGauge},              // _total on a gauge
-      {"latency_total", MetricType::kHistogram},        // _total on a histogram
-      {"latency_bucket", MetricType::kGauge},           // reserved suffixes
+      {"requests", MetricType::kCounter},         // counter without _total
+      {"queue_total", MetricType::kGauge},        // _total on a gauge
+      {"latency_total", MetricType::kHistogram},  // _total on a histogram
+      {"latency_bucket", MetricType::kGauge},     // reserved suffixes
       {"latency_sum", MetricType::kHistogram},
       {"latency_count", MetricType::kGauge},
-      {"latency_ms", MetricType::kGauge},               // abbreviated units
+      {"latency_ms", MetricType::kGauge},  // abbreviated units
       {"latency_us", MetricType::kHistogram},
       {"uptime_s", MetricType::kGauge},
       {"size_kb_total", MetricType::kCounter},
@@ -308,7 +309,7 @@ TEST(MetricsRegistration, RejectsNamesPromtoolWouldReject) {
       {"uptime_minutes", MetricType::kGauge},
       {"read_kilobytes_total", MetricType::kCounter},
       {"sent_bits_total", MetricType::kCounter},
-      {"hits_counter_total", MetricType::kCounter},      // type names
+      {"hits_counter_total", MetricType::kCounter},  // type names
       {"queue_gauge", MetricType::kGauge},
       {"latency_histogram", MetricType::kHistogram},
   };
@@ -356,21 +357,20 @@ TEST(MetricsRegistration, RejectsBadLabelNamesHelpAndDuplicates) {
   EXPECT_EQ(bad_labels({"bad-dash"}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad_labels({""}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad_labels({"domain", "domain"}), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram({.name = "test_h_seconds", .help = "H.", .label_names = {"le"}},
-                                  {{1}})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      registry.AddHistogram({.name = "test_h_seconds", .help = "H.", .label_names = {"le"}}, {{1}})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.AddGauge({.name = "test_no_help"}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry
-                .AddCounter({.name = "test_cap_total",
-                             .help = "H.",
-                             .label_names = {"a"},
-                             .max_children = 0})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      registry
+          .AddCounter(
+              {.name = "test_cap_total", .help = "H.", .label_names = {"a"}, .max_children = 0})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 
   ASSERT_TRUE(registry.AddGauge({.name = "test_once", .help = "H."}).ok());
   EXPECT_EQ(registry.AddGauge({.name = "test_once", .help = "H."}).status().code(),
@@ -406,9 +406,9 @@ TEST(MetricsRegistration, CallbackMustBeCounterOrGaugeAndPresent) {
                              [] { return std::vector<CallbackSample>(); })
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddCallback({.name = "test_cb", .help = "H."}, MetricType::kGauge, nullptr)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      registry.AddCallback({.name = "test_cb", .help = "H."}, MetricType::kGauge, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // ---- Bounded cardinality -----------------------------------------------------------------------
@@ -482,9 +482,9 @@ TEST(MetricsCardinality, UnacceptableLabelValuesGoToOther) {
   Counter* other = f->WithLabels({"x"});  // wrong number of values
   EXPECT_EQ(f->WithLabels({"x", "y", "z"}), other);
   EXPECT_EQ(f->Get(), other);
-  EXPECT_EQ(f->WithLabels({"\xc3\x28", "y"}), other);          // invalid UTF-8
-  EXPECT_EQ(f->WithLabels({"\xed\xa0\x80", "y"}), other);      // a UTF-16 surrogate
-  EXPECT_EQ(f->WithLabels({"\xc0\xaf", "y"}), other);          // overlong
+  EXPECT_EQ(f->WithLabels({"\xc3\x28", "y"}), other);      // invalid UTF-8
+  EXPECT_EQ(f->WithLabels({"\xed\xa0\x80", "y"}), other);  // a UTF-16 surrogate
+  EXPECT_EQ(f->WithLabels({"\xc0\xaf", "y"}), other);      // overlong
   const std::string long_value(kMaxLabelValueBytes + 1, 'k');
   EXPECT_EQ(f->WithLabels({long_value, "y"}), other);
   const std::string longest(kMaxLabelValueBytes, 'k');
@@ -501,8 +501,8 @@ TEST(MetricsConcurrency, EightThreadsIncrementingGiveAnExactTotal) {
   constexpr int kLabelSets = 16;
   Registry registry;
   auto plain = registry.AddCounter({.name = "test_plain_total", .help = "P."});
-  auto labelled = registry.AddCounter(
-      {.name = "test_labelled_total", .help = "L.", .label_names = {"shard"}});
+  auto labelled =
+      registry.AddCounter({.name = "test_labelled_total", .help = "L.", .label_names = {"shard"}});
   auto latency = registry.AddHistogram({.name = "test_lat_seconds", .help = "H."},
                                        {.bounds = {10, 100}, .unit_divisor = kSecondUs});
   auto level = registry.AddGauge({.name = "test_level", .help = "G."});
@@ -584,8 +584,14 @@ constexpr int64_t kStartUs = int64_t{1700000000} * kSecondUs;
 
 ServerMetrics::Sources FixedSources() {
   return {
-      .store = [] { return ServerMetrics::StoreStats{3, 4096, 1, 2}; },
-      .config = [] { return ServerMetrics::ConfigStats{"abc123", 2, 1}; },
+      .store =
+          [] {
+            return ServerMetrics::StoreStats{3, 4096, 1, 2};
+          },
+      .config =
+          [] {
+            return ServerMetrics::ConfigStats{"abc123", 2, 1};
+          },
       .now_us = [] { return kStartUs + 90 * kSecondUs + kSecondUs / 2; },
       .start_time_us = kStartUs,
   };
@@ -597,9 +603,9 @@ TEST(ServerMetrics, FreshRegistryExposesTheDocumentedFamilies) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   const std::string hist = "sluice_decision_duration_seconds";
   std::string buckets;
-  for (const char* le : {"1e-06", "2e-06", "5e-06", "1e-05", "2e-05", "3e-05", "5e-05", "7.5e-05",
-                         "0.0001", "0.0002", "0.0005", "0.001", "0.0025", "0.01", "0.1", "1",
-                         "+Inf"}) {
+  for (const char* le :
+       {"1e-06", "2e-06", "5e-06", "1e-05", "2e-05", "3e-05", "5e-05", "7.5e-05", "0.0001",
+        "0.0002", "0.0005", "0.001", "0.0025", "0.01", "0.1", "1", "+Inf"}) {
     buckets += hist + "_bucket{le=\"" + le + "\"} 0\n";
   }
   EXPECT_EQ(registry.Render(),
@@ -691,11 +697,10 @@ std::string RealisticExposition(bool fresh) {
   for (const char* code : {"200", "429", "400", "431", "413", "502"}) {
     m.http_requests->WithLabels({code})->Inc(5);
   }
-  auto extra = registry.AddHistogram(
-      {.name = "sluice_upstream_response_seconds",
-       .help = "Extra: a labelled histogram.",
-       .label_names = {"upstream"}},
-      {.bounds = {1000, 10000, 100000}, .unit_divisor = kSecondUs});
+  auto extra = registry.AddHistogram({.name = "sluice_upstream_response_seconds",
+                                      .help = "Extra: a labelled histogram.",
+                                      .label_names = {"upstream"}},
+                                     {.bounds = {1000, 10000, 100000}, .unit_divisor = kSecondUs});
   EXPECT_TRUE(extra.ok());
   if (extra.ok()) {
     (*extra)->WithLabels({"http://127.0.0.1:9000"})->Observe(4321);
@@ -715,8 +720,8 @@ TEST(ServerMetrics, RealisticExpositionHasUniqueSeries) {
   EXPECT_THAT(busy, HasSubstr("sluice_decision_duration_seconds_sum 2.004286\n"));
 
   if (const char* dir = std::getenv("SLUICE_METRICS_DUMP_DIR")) {
-    for (const auto& [file, text] : {std::pair<std::string, std::string>{"busy.prom", busy},
-                                     {"fresh.prom", fresh}}) {
+    for (const auto& [file, text] :
+         {std::pair<std::string, std::string>{"busy.prom", busy}, {"fresh.prom", fresh}}) {
       std::ofstream out(std::string(dir) + "/" + file, std::ios::binary);
       out << text;
       ASSERT_TRUE(out.good()) << dir << "/" << file;

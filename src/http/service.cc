@@ -44,7 +44,24 @@ Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const 
     : config_(config), store_(store), engine_(store), clock_(clock),
       admin_token_(std::move(admin_token)) {}
 
-void Service::HandleData(const HttpRequest& request, const std::string&, HttpResponse& response) {
+void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
+                         std::function<void()> before_render) {
+  registry_ = registry;
+  metrics_ = metrics;
+  before_render_ = std::move(before_render);
+}
+
+void Service::HandleData(const HttpRequest& request, const std::string& peer,
+                         HttpResponse& response) {
+  Route(request, peer, response);
+  if (metrics_ != nullptr) {
+    const std::string code = std::to_string(response.result_int());
+    const std::string_view labels[] = {code};
+    metrics_->http_requests->WithLabels(labels)->Inc();
+  }
+}
+
+void Service::Route(const HttpRequest& request, const std::string&, HttpResponse& response) {
   const std::string_view path = PathOf(request);
   if (path == "/v1/check") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
@@ -68,7 +85,18 @@ void Service::Check(const HttpRequest& request, HttpResponse& response) {
     return SetJson(response, beast_http::status::bad_request,
                    RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
   }
-  const engine::Response decision = engine_.Check(*config, *parsed, clock_->NowMicros());
+  const int64_t now_us = clock_->NowMicros();
+  const engine::Response decision = engine_.Check(*config, *parsed, now_us);
+  if (metrics_ != nullptr) {
+    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
+    for (const auto& d : decision.descriptors) {
+      for (const auto& limit : d.limits) {
+        const std::string_view labels[] = {parsed->domain, limit.name,
+                                           limit.decision.allowed ? "allowed" : "denied"};
+        metrics_->decisions->WithLabels(labels)->Inc();
+      }
+    }
+  }
   std::vector<Header> headers;
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config->settings.headers).value_or(HeaderStyles{});
@@ -110,6 +138,12 @@ bool Service::Authorized(const HttpRequest& request, HttpResponse& response) con
 void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response) {
   const std::string_view path = PathOf(request);
   if (path == "/healthz") return SetText(response, beast_http::status::ok, "ok\n");
+  if (path == "/metrics" && registry_ != nullptr) {
+    if (before_render_) before_render_();
+    response.set(beast_http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    response.body() = registry_->Render();
+    return;
+  }
   if (path == "/readyz") {
     if (config_->Current() == nullptr) {
       return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");

@@ -2,16 +2,18 @@
 //
 //   data plane: POST /v1/check (sluice's JSON API), POST /json (envoyproxy/ratelimit's),
 //               GET /healthcheck
-//   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload
+//   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload, GET /metrics
 //
 // Handlers read the current config snapshot per request and never block. Safe for concurrent use.
 
 #ifndef SLUICE_HTTP_SERVICE_H_
 #define SLUICE_HTTP_SERVICE_H_
 
+#include <functional>
 #include <string>
 
 #include "engine/engine.h"
+#include "http/metrics.h"
 #include "http/rate_limit_headers.h"
 #include "http/server.h"
 #include "rules/config_manager.h"
@@ -26,10 +28,16 @@ class Service {
   Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
           std::string admin_token);
 
+  // Enables GET /metrics on the admin port and the counting of decisions and responses.
+  // `before_render` runs before each scrape (e.g. to copy the server's connection counts).
+  // Not owned; must outlive the service. Call before serving.
+  void SetMetrics(Registry* registry, ServerMetrics* metrics, std::function<void()> before_render);
+
   void HandleData(const HttpRequest& request, const std::string& peer, HttpResponse& response);
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response);
 
  private:
+  void Route(const HttpRequest& request, const std::string& peer, HttpResponse& response);
   void Check(const HttpRequest& request, HttpResponse& response);
   void Json(const HttpRequest& request, HttpResponse& response);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
@@ -39,6 +47,9 @@ class Service {
   engine::Engine engine_;
   const Clock* clock_;
   const std::string admin_token_;
+  Registry* registry_ = nullptr;
+  ServerMetrics* metrics_ = nullptr;
+  std::function<void()> before_render_;
 };
 
 }  // namespace sluice::http

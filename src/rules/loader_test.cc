@@ -595,7 +595,7 @@ redis:
   timeout: 25ms
   instances: 3
 store: {max_entries: 1000}
-headers: [ietf, none]
+headers: [ietf]
 http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512}
 count_denied: true
 shadow_mode: true
@@ -617,7 +617,7 @@ unknown_domain: allow
   EXPECT_EQ(s.redis_timeout_us, 25000);
   EXPECT_EQ(s.local_instances, 3);
   EXPECT_EQ(s.max_entries, 1000u);
-  EXPECT_THAT(s.headers, ElementsAre("ietf", "none"));
+  EXPECT_THAT(s.headers, ElementsAre("ietf"));
   EXPECT_EQ(s.max_header_bytes, 8192u);
   EXPECT_EQ(s.max_body_bytes, 4096u);
   EXPECT_EQ(s.max_key_bytes, 512u);

@@ -88,6 +88,15 @@ check_contains "RateLimit field" '"per_user";r=0' "$(header RateLimit)"
 check_contains "body says denied" '"allowed":false' "$(cat "$tmp/body")"
 check "another user is independent" 200 "$(post /v1/check '{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u2"}]}]}')"
 
+# --- inspect and reset a key through the admin API
+limits_url="http://$ADMIN/v1/limits?domain=api&descriptors=user%3Du1"
+check_contains "inspect shows the exhausted key" '"remaining":0' "$(curl -s "$limits_url")"
+check_contains "inspecting consumed nothing" '"remaining":0' "$(curl -s "$limits_url")"
+check "check still denied after inspecting" 429 "$(post /v1/check "$req")"
+check_contains "DELETE forgets the key" '"reset":1' "$(curl -s -X DELETE "$limits_url")"
+check "allowed again after the reset" 200 "$(post /v1/check "$req")"
+check "inspect without descriptors -> 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADMIN/v1/limits?domain=api")"
+
 # --- all or nothing across two limits: 3/day and 5/s on a tenant; a cost-2 request against
 # 1 left is denied and consumes nothing
 treq() { echo "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"tenant\",\"value\":\"t1\"}]}],\"cost\":$1}"; }
@@ -169,6 +178,7 @@ mkdir -p "$tmp/rules2" && cp "$fixtures/api.yaml" "$tmp/rules2/"
 printf 'rules: rules2\nadmin: {token_file: %s}\n' "$tmp/token" >"$tmp/auth.yaml"
 start auth --config "$tmp/auth.yaml"
 check "reload without token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://$ADMIN/v1/reload")"
+check "DELETE /v1/limits without token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://$ADMIN/v1/limits?domain=api&descriptors=user=u1")"
 check "reload with token -> 200" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' -X POST "http://$ADMIN/v1/reload")"
 stop
 check "SIGTERM exits 0 (auth)" 0 "$STATUS"

@@ -23,36 +23,6 @@ std::string DescribeRule(const rules::LimitRule& rule) {
 
 }  // namespace
 
-std::optional<std::vector<engine::Descriptor>> ParseDescriptorList(std::string_view text,
-                                                                   std::string* error) {
-  std::vector<engine::Descriptor> out;
-  if (text.empty()) {
-    *error = "empty descriptor list";
-    return std::nullopt;
-  }
-  for (std::string_view rest = text; ;) {
-    const size_t semi = rest.find(';');
-    std::string_view one = rest.substr(0, semi);
-    engine::Descriptor d;
-    for (std::string_view entries = one;;) {
-      const size_t comma = entries.find(',');
-      const std::string_view entry = entries.substr(0, comma);
-      const size_t eq = entry.find('=');
-      if (eq == std::string_view::npos || eq == 0) {
-        *error = fmt::format("bad descriptor entry '{}' (expected k=v,k=v;k=v)", entry);
-        return std::nullopt;
-      }
-      d.entries.push_back({std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1))});
-      if (comma == std::string_view::npos) break;
-      entries.remove_prefix(comma + 1);
-    }
-    out.push_back(std::move(d));
-    if (semi == std::string_view::npos) break;
-    rest.remove_prefix(semi + 1);
-  }
-  return out;
-}
-
 int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
   const rules::LoadResult result = rules::LoadConfig(paths);
   if (!result.errors.empty()) {
@@ -78,7 +48,7 @@ int RunRulesReplay(const rules::Config& config, const std::string& domain, std::
   engine::Request request;
   request.domain = domain;
   return ReplayTrace(in, out, err, [&](const TraceRequest& line, std::string* error) {
-    auto descriptors = ParseDescriptorList(line.key, error);
+    auto descriptors = engine::ParseDescriptorList(line.key, error);
     if (!descriptors) return std::optional<Decision>();
     request.descriptors = std::move(*descriptors);
     request.hits_addend = line.cost;
@@ -106,7 +76,7 @@ int RunExplain(const rules::Config& config, const std::string& domain_name,
     return 2;
   }
   std::string error;
-  auto list = ParseDescriptorList(descriptors, &error);
+  auto list = engine::ParseDescriptorList(descriptors, &error);
   if (!list) {
     err << "explain: " << error << "\n";
     return 2;

@@ -15,11 +15,6 @@
 
 namespace sluice::cli {
 
-// Parses `k=v,k=v;k=v` (descriptors separated by ';', entries by ','; the value is everything
-// after the first '='). nullopt and *error on malformed input.
-std::optional<std::vector<engine::Descriptor>> ParseDescriptorList(std::string_view text,
-                                                                   std::string* error);
-
 // `sluice check-config PATH...`: "ok: D domains, L limits" and 0, or one FILE:LINE:COL line per
 // error and 1.
 int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out);

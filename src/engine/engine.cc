@@ -79,6 +79,17 @@ uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Li
 }
 
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
+  return Evaluate(config, request, now_us, /*reset=*/false, nullptr);
+}
+
+size_t Engine::Reset(const rules::Config& config, const Request& request) {
+  size_t forgotten = 0;
+  Evaluate(config, request, 0, /*reset=*/true, &forgotten);
+  return forgotten;
+}
+
+Response Engine::Evaluate(const rules::Config& config, const Request& request, int64_t now_us,
+                          bool reset, size_t* forgotten) {
   Response response;
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
@@ -163,6 +174,10 @@ Response Engine::Check(const rules::Config& config, const Request& request, int6
                      .count_denied = count_denied,
                      .shadow = limit.shadow});
   }
+  if (reset) {
+    for (const auto& item : items) *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
+    return response;
+  }
   absl::InlinedVector<Decision, 8> decisions(items.size());
   response.allowed = store_->DecideAll(std::span(items.data(), items.size()), now_us,
                                        std::span(decisions.data(), decisions.size()));
@@ -193,6 +208,36 @@ Response Engine::Check(const rules::Config& config, const Request& request, int6
     }
   }
   return response;
+}
+
+std::optional<std::vector<Descriptor>> ParseDescriptorList(std::string_view text,
+                                                                   std::string* error) {
+  std::vector<engine::Descriptor> out;
+  if (text.empty()) {
+    *error = "empty descriptor list";
+    return std::nullopt;
+  }
+  for (std::string_view rest = text; ;) {
+    const size_t semi = rest.find(';');
+    std::string_view one = rest.substr(0, semi);
+    Descriptor d;
+    for (std::string_view entries = one;;) {
+      const size_t comma = entries.find(',');
+      const std::string_view entry = entries.substr(0, comma);
+      const size_t eq = entry.find('=');
+      if (eq == std::string_view::npos || eq == 0) {
+        *error = fmt::format("bad descriptor entry '{}' (expected k=v,k=v;k=v)", entry);
+        return std::nullopt;
+      }
+      d.entries.push_back({std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1))});
+      if (comma == std::string_view::npos) break;
+      entries.remove_prefix(comma + 1);
+    }
+    out.push_back(std::move(d));
+    if (semi == std::string_view::npos) break;
+    rest.remove_prefix(semi + 1);
+  }
+  return out;
 }
 
 }  // namespace sluice::engine

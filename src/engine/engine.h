@@ -7,6 +7,7 @@
 #ifndef SLUICE_ENGINE_ENGINE_H_
 #define SLUICE_ENGINE_ENGINE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -87,9 +88,22 @@ class Engine {
 
   Response Check(const rules::Config& config, const Request& request, int64_t now_us);
 
+  // Forgets the state of every limit the request's descriptors match ("unblock this customer").
+  // Returns how many states there were.
+  size_t Reset(const rules::Config& config, const Request& request);
+
  private:
+  Response Evaluate(const rules::Config& config, const Request& request, int64_t now_us,
+                    bool reset, size_t* forgotten);
+
   store::MemoryStore* store_;
 };
+
+// Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by
+// ','; the value is everything after the first '='), as used by replay, explain and the admin
+// API. nullopt and *error on malformed input.
+std::optional<std::vector<Descriptor>> ParseDescriptorList(std::string_view text,
+                                                           std::string* error);
 
 // The identity under which a configured limit keeps its state: a hash of where it sits (domain,
 // descriptor path, plan) and of its definition, so that it survives any reload that leaves it

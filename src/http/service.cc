@@ -1,5 +1,7 @@
 #include "http/service.h"
 
+#include <optional>
+
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "rls/codec.h"
@@ -29,6 +31,39 @@ std::string JsonString(std::string_view s) {
   std::string out;
   AppendJsonString(&out, s);
   return out;
+}
+
+// The value of query parameter `name`, percent-decoded ('+' is a space); nullopt if absent.
+std::optional<std::string> QueryParam(const HttpRequest& request, std::string_view name) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest.remove_prefix(amp == std::string_view::npos ? rest.size() : amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    const std::string_view raw = eq == std::string_view::npos ? "" : pair.substr(eq + 1);
+    std::string value;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+      };
+      if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+        value += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+        i += 2;
+      } else {
+        value += raw[i] == '+' ? ' ' : raw[i];
+      }
+    }
+    return value;
+  }
+  return std::nullopt;
 }
 
 void MethodNotAllowed(HttpResponse& response, const char* allowed) {
@@ -122,6 +157,38 @@ void Service::Json(const HttpRequest& request, HttpResponse& response) {
   response.body() = result.body;
 }
 
+// GET /v1/limits?domain=D&descriptors=k=v,...: the current state of a key, consuming nothing.
+// DELETE the same: forget it ("unblock this customer").
+void Service::Limits(const HttpRequest& request, HttpResponse& response) {
+  const bool remove = request.method() == beast_http::verb::delete_;
+  if (!remove && request.method() != beast_http::verb::get) {
+    return MethodNotAllowed(response, "GET, DELETE");
+  }
+  if (remove && !Authorized(request, response)) return;
+  const auto domain = QueryParam(request, "domain");
+  const auto text = QueryParam(request, "descriptors");
+  if (!domain || domain->empty() || !text) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError("give ?domain=D&descriptors=k=v,k=v;k=v"));
+  }
+  std::string error;
+  auto descriptors = engine::ParseDescriptorList(*text, &error);
+  if (!descriptors) return SetJson(response, beast_http::status::bad_request, RenderError(error));
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  if (config->FindDomain(*domain) == nullptr) {
+    return SetJson(response, beast_http::status::not_found,
+                   RenderError(fmt::format("unknown domain '{}'", *domain)));
+  }
+  engine::Request query{.domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
+  if (remove) {
+    const size_t forgotten = engine_.Reset(*config, query);
+    return SetJson(response, beast_http::status::ok, fmt::format("{{\"reset\":{}}}", forgotten));
+  }
+  for (auto& d : query.descriptors) d.hits_addend = 0;  // look, don't consume
+  SetJson(response, beast_http::status::ok,
+          RenderCheckResponse(engine_.Check(*config, query, clock_->NowMicros())));
+}
+
 bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
   if (admin_token_.empty()) return true;
   const auto it = request.find(beast_http::field::authorization);
@@ -164,6 +231,7 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
                                JsonString(config->version), domains, config->limit_count,
                                config_->reload_successes(), config_->reload_failures()));
   }
+  if (path == "/v1/limits") return Limits(request, response);
   if (path == "/v1/reload") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
     if (!Authorized(request, response)) return;

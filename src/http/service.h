@@ -2,7 +2,8 @@
 //
 //   data plane: POST /v1/check (sluice's JSON API), POST /json (envoyproxy/ratelimit's),
 //               GET /healthcheck
-//   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload, GET /metrics
+//   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload, GET /metrics,
+//               GET|DELETE /v1/limits?domain=D&descriptors=k=v,...
 //
 // Handlers read the current config snapshot per request and never block. Safe for concurrent use.
 
@@ -40,6 +41,7 @@ class Service {
   void Route(const HttpRequest& request, const std::string& peer, HttpResponse& response);
   void Check(const HttpRequest& request, HttpResponse& response);
   void Json(const HttpRequest& request, HttpResponse& response);
+  void Limits(const HttpRequest& request, HttpResponse& response);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
 
   rules::ConfigManager* config_;

@@ -47,6 +47,8 @@ const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
   return it == domain.plans.end() ? nullptr : &it->second;
 }
 
+}  // namespace
+
 // Is `a` more restrictive than `b`? A deny beats an allow; between denies the longer wait
 // (never = longest); between allows the lower remaining, then the later reset.
 bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b) {
@@ -64,8 +66,6 @@ bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b) {
   }
   return a.decision.reset_after_us > b.decision.reset_after_us;
 }
-
-}  // namespace
 
 uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit) {
   XXH3_state_t state;

@@ -99,6 +99,11 @@ class Engine {
   store::MemoryStore* store_;
 };
 
+// Is `a` more restrictive than `b`? A deny (not in shadow mode) beats an allow; between denies
+// the longer wait (never = longest); between allows the lower remaining, then the later reset.
+// The order the engine picks headlines by; renderers that list limits use it too.
+bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b);
+
 // Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by
 // ','; the value is everything after the first '='), as used by replay, explain and the admin
 // API. nullopt and *error on malformed input.

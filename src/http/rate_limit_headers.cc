@@ -71,22 +71,11 @@ struct Item {
   }
 };
 
-// Most constrained first, as the engine chooses its headline (engine.cc MoreRestrictive), with
-// the headline itself always first.
+// Most constrained first, in the engine's own order, with the headline itself always first.
 bool MoreConstrained(const Item& a, const Item& b) {
   if (a.headline != b.headline) return a.headline;
-  if (a.enforced_deny != b.enforced_deny) return a.enforced_deny;
-  const Decision& da = a.applied->decision;
-  const Decision& db = b.applied->decision;
-  if (a.enforced_deny) {
-    const auto wait = [](const Decision& d) {
-      return d.retry_after_us == Decision::kNever ? INT64_MAX : d.retry_after_us;
-    };
-    if (wait(da) != wait(db)) return wait(da) > wait(db);
-  } else {
-    if (da.remaining != db.remaining) return da.remaining < db.remaining;
-    if (da.reset_after_us != db.reset_after_us) return da.reset_after_us > db.reset_after_us;
-  }
+  if (engine::MoreRestrictive(*a.applied, *b.applied)) return true;
+  if (engine::MoreRestrictive(*b.applied, *a.applied)) return false;
   return a.index < b.index;
 }
 

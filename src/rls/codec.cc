@@ -9,6 +9,7 @@
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "rules/loader.h"
 
 namespace sluice::rls {
 namespace {
@@ -45,28 +46,31 @@ struct OverrideUnit {
 };
 
 bool OverrideUnitOf(int unit, OverrideUnit* out) {
+  std::string_view name;
   switch (unit) {
     case ::envoy::type::v3::SECOND:
-      *out = {kSecondUs, "second"};
-      return true;
+      name = "second";
+      break;
     case ::envoy::type::v3::MINUTE:
-      *out = {60 * kSecondUs, "minute"};
-      return true;
+      name = "minute";
+      break;
     case ::envoy::type::v3::HOUR:
-      *out = {3600 * kSecondUs, "hour"};
-      return true;
+      name = "hour";
+      break;
     case ::envoy::type::v3::DAY:
-      *out = {kDayUs, "day"};
-      return true;
+      name = "day";
+      break;
     case ::envoy::type::v3::MONTH:
-      *out = {30 * kDayUs, "month"};
-      return true;
+      name = "month";
+      break;
     case ::envoy::type::v3::YEAR:
-      *out = {365 * kDayUs, "year"};
-      return true;
+      name = "year";
+      break;
     default:
       return false;
   }
+  *out = {rules::UnitMicros(name), name};  // the same lengths as the YAML's `unit:`
+  return true;
 }
 
 uint32_t ClampU32(int64_t value) {

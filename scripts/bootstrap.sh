@@ -9,8 +9,9 @@ packages=(
   # libraries (see ../shared/DESIGN.md for why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler
-  # tests and benchmarks: real HTTP clients, promtool for the metrics exposition
-  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus
+  # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
+  # forward-auth (auth_request), wrk for bench/compare.sh
+  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk
 )
 
 missing=()

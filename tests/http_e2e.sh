@@ -6,56 +6,9 @@ fixtures=$1
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
-tmp=$(mktemp -d /tmp/sluice-http.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-passed=0 failed=0
-check() {  # check NAME EXPECTED ACTUAL
-  if [[ $2 == "$3" ]]; then
-    passed=$((passed + 1)); echo "ok   $1"
-  else
-    failed=$((failed + 1)); echo "FAIL $1: expected [$2], got [$3]"
-  fi
-}
-check_contains() {  # check_contains NAME NEEDLE HAYSTACK
-  if [[ $3 == *"$2"* ]]; then
-    passed=$((passed + 1)); echo "ok   $1"
-  else
-    failed=$((failed + 1)); echo "FAIL $1: [$2] not in [$3]"
-  fi
-}
-
-# start NAME CONFIG [ARGS...]: starts `sluice serve`, waits for its ports (DATA, ADMIN, PID).
-start() {
-  local name=$1; shift
-  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  PID=$!
-  pids+=("$PID")
-  for _ in $(seq 200); do
-    grep -q '^sluice: admin listening on' "$tmp/$name.out" 2>/dev/null && break
-    sleep 0.05
-  done
-  DATA=$(sed -n 's/^sluice: data plane listening on //p' "$tmp/$name.out")
-  ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$tmp/$name.out")
-  [[ -n $DATA && -n $ADMIN ]] || { echo "sluice did not start:"; cat "$tmp/$name.err"; }
-}
-
-# stop: SIGTERM, then STATUS = the exit status (bounded wait; killed after 5 s).
-stop() {
-  kill -TERM "$PID"
-  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
-  kill -9 "$PID" 2>/dev/null
-  wait "$PID" 2>/dev/null
-  STATUS=$?
-}
+source "$(dirname "$0")/lib.sh"
 
 post() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -X POST --data-binary "$2" "http://$DATA$1"; }
-header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
 mkdir -p "$tmp/rules"
 cp "$fixtures/api.yaml" "$tmp/rules/"
@@ -188,5 +141,4 @@ check "SIGTERM exits 0 (auth)" 0 "$STATUS"
 check "non-loopback admin without token refused" 1 "$?"
 check_contains "refusal explains itself" "without a token" "$(cat "$tmp/refuse.out")"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

@@ -78,30 +78,34 @@ uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Li
   return XXH3_64bits_digest(&state);
 }
 
-Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
-  return Evaluate(config, request, now_us, /*reset=*/false, nullptr);
-}
+namespace {
 
-size_t Engine::Reset(const rules::Config& config, const Request& request) {
-  size_t forgotten = 0;
-  Evaluate(config, request, 0, /*reset=*/true, &forgotten);
-  return forgotten;
-}
+// One limit of one descriptor waiting for its decision.
+struct Pending {
+  size_t response;    // which request of the batch
+  size_t descriptor;  // which descriptor of it
+  size_t key;         // index into the batch's keys
+  uint64_t limit_id;
+  uint64_t cost;
+  bool count_denied;
+};
 
-Response Engine::Evaluate(const rules::Config& config, const Request& request, int64_t now_us,
-                          bool reset, size_t* forgotten) {
-  Response response;
+// Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
+// apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
+// keys appended to `keys`.
+void Collect(const rules::Config& config, const Request& request, size_t index,
+             Response& response, std::vector<std::string>& keys, std::vector<Pending>& pending) {
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
   const Domain* domain = config.FindDomain(request.domain);
   response.domain_found = domain != nullptr;
-  if (domain == nullptr) return response;
+  if (domain == nullptr) return;
 
   const bool count_denied = domain->count_denied.value_or(config.settings.count_denied);
   const bool domain_shadow = domain->shadow_mode || config.settings.shadow_mode;
 
   // Match every descriptor, then drop the rules another matched rule replaces.
-  std::vector<const RuleNode*> matched(n, nullptr);
+  absl::InlinedVector<const RuleNode*, 4> matched(n, nullptr);
   std::vector<std::vector<const RuleNode*>> paths(n);
   absl::flat_hash_set<std::string> replaced;
   for (size_t i = 0; i < n; ++i) {
@@ -110,14 +114,6 @@ Response Engine::Evaluate(const rules::Config& config, const Request& request, i
     if (matched[i] != nullptr) replaced.insert(matched[i]->replaces.begin(), matched[i]->replaces.end());
   }
 
-  // The limits of each descriptor, with the key and id of their state.
-  struct Pending {
-    size_t descriptor;
-    uint64_t limit_id;
-    uint64_t cost;
-  };
-  std::vector<std::string> keys(n);
-  std::vector<Pending> pending;
   for (size_t i = 0; i < n; ++i) {
     const Descriptor& d = request.descriptors[i];
     DescriptorResult& result = response.descriptors[i];
@@ -130,8 +126,10 @@ Response Engine::Evaluate(const rules::Config& config, const Request& request, i
                   .burst = std::nullopt};
       if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
       result.limits.push_back({limit, "", d.limit->unit, false, {}});
-      keys[i] = StateKey(d.entries, {});
-      pending.push_back({i, RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost});
+      keys.push_back(StateKey(d.entries, {}));
+      pending.push_back({index, i, keys.size() - 1,
+                         RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
+                         count_denied});
       continue;
     }
     const RuleNode* node = matched[i];
@@ -152,41 +150,20 @@ Response Engine::Evaluate(const rules::Config& config, const Request& request, i
       plan_name = plan->name;
       result.plan = plan->name;
     }
-    keys[i] = StateKey(d.entries, paths[i]);
+    keys.push_back(StateKey(d.entries, paths[i]));
     for (const LimitRule& rule : *limits) {
       result.limits.push_back(
           {rule.limit, rule.name, rule.unit, rule.shadow_mode || node->shadow_mode || domain_shadow, {}});
-      pending.push_back({i, RuleLimitId(node->path, plan_name, rule.limit), cost});
+      pending.push_back({index, i, keys.size() - 1, RuleLimitId(node->path, plan_name, rule.limit),
+                         cost, count_denied});
     }
   }
+}
 
-  // Decide them all at once. (result.limits no longer grow: pointers into them are stable.)
-  absl::InlinedVector<store::MemoryStore::Item, 8> items;
-  absl::InlinedVector<AppliedLimit*, 8> applied;
-  std::vector<size_t> next_limit(n, 0);
-  for (const Pending& p : pending) {
-    AppliedLimit& limit = response.descriptors[p.descriptor].limits[next_limit[p.descriptor]++];
-    applied.push_back(&limit);
-    items.push_back({.limit = &limit.limit,
-                     .limit_id = p.limit_id,
-                     .key = keys[p.descriptor],
-                     .cost = p.cost,
-                     .count_denied = count_denied,
-                     .shadow = limit.shadow});
-  }
-  if (reset) {
-    for (const auto& item : items) *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
-    return response;
-  }
-  absl::InlinedVector<Decision, 8> decisions(items.size());
-  response.allowed = store_->DecideAll(std::span(items.data(), items.size()), now_us,
-                                       std::span(decisions.data(), decisions.size()));
-  for (size_t k = 0; k < items.size(); ++k) {
-    applied[k]->decision = decisions[k];
-    if (applied[k]->shadow && !decisions[k].allowed) applied[k]->decision.remaining = 0;
-  }
-
-  for (size_t i = 0; i < n; ++i) {
+// With every decision in place: each descriptor's code and headline, the request's headline and
+// lowest remaining.
+void Finish(Response& response) {
+  for (size_t i = 0; i < response.descriptors.size(); ++i) {
     DescriptorResult& result = response.descriptors[i];
     for (size_t j = 0; j < result.limits.size(); ++j) {
       const AppliedLimit& limit = result.limits[j];
@@ -207,7 +184,80 @@ Response Engine::Evaluate(const rules::Config& config, const Request& request, i
       response.headline_limit = result.headline;
     }
   }
+}
+
+}  // namespace
+
+Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
+  Response response;
+  Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr);
   return response;
+}
+
+std::vector<Response> Engine::CheckAll(const rules::Config& config,
+                                       std::span<const Request> requests, int64_t now_us) {
+  std::vector<Response> responses(requests.size());
+  Evaluate(config, requests, std::span(responses), now_us, nullptr);
+  return responses;
+}
+
+size_t Engine::Reset(const rules::Config& config, const Request& request) {
+  Response response;
+  size_t forgotten = 0;
+  Evaluate(config, std::span(&request, 1), std::span(&response, 1), 0, &forgotten);
+  return forgotten;
+}
+
+void Engine::Evaluate(const rules::Config& config, std::span<const Request> requests,
+                      std::span<Response> responses, int64_t now_us, size_t* forgotten) {
+  std::vector<std::string> keys;
+  std::vector<Pending> pending;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    Collect(config, requests[r], r, responses[r], keys, pending);
+  }
+
+  // (No result.limits grows any more: pointers into them are stable.)
+  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  absl::InlinedVector<AppliedLimit*, 8> applied;
+  std::vector<std::vector<size_t>> next_limit(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) next_limit[r].resize(responses[r].descriptors.size());
+  for (const Pending& p : pending) {
+    AppliedLimit& limit =
+        responses[p.response].descriptors[p.descriptor].limits[next_limit[p.response][p.descriptor]++];
+    applied.push_back(&limit);
+    items.push_back({.limit = &limit.limit,
+                     .limit_id = p.limit_id,
+                     .key = keys[p.key],
+                     .cost = p.cost,
+                     .count_denied = p.count_denied,
+                     .shadow = limit.shadow});
+  }
+  if (forgotten != nullptr) {  // Reset
+    for (const auto& item : items) *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
+    return;
+  }
+  absl::InlinedVector<Decision, 8> decisions(items.size());
+  const bool allowed = store_->DecideAll(std::span(items.data(), items.size()), now_us,
+                                         std::span(decisions.data(), decisions.size()));
+  for (size_t k = 0; k < items.size(); ++k) {
+    applied[k]->decision = decisions[k];
+    if (applied[k]->shadow && !decisions[k].allowed) applied[k]->decision.remaining = 0;
+  }
+  for (Response& response : responses) {
+    response.allowed = allowed;
+    Finish(response);
+  }
+}
+
+Response Combine(std::vector<Response> parts) {
+  Response combined;
+  for (Response& part : parts) {
+    combined.domain_found = combined.domain_found || part.domain_found;
+    combined.allowed = combined.allowed && part.allowed;
+    for (DescriptorResult& d : part.descriptors) combined.descriptors.push_back(std::move(d));
+  }
+  Finish(combined);
+  return combined;
 }
 
 std::optional<std::vector<Descriptor>> ParseDescriptorList(std::string_view text,

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,13 +89,20 @@ class Engine {
 
   Response Check(const rules::Config& config, const Request& request, int64_t now_us);
 
+  // Decides several requests (e.g. one per domain) as one: all-or-nothing over every limit of
+  // every request, so either all consume or none does. Each response's `allowed` is the
+  // batch's. One response per request, in order.
+  std::vector<Response> CheckAll(const rules::Config& config, std::span<const Request> requests,
+                                 int64_t now_us);
+
   // Forgets the state of every limit the request's descriptors match ("unblock this customer").
   // Returns how many states there were.
   size_t Reset(const rules::Config& config, const Request& request);
 
  private:
-  Response Evaluate(const rules::Config& config, const Request& request, int64_t now_us,
-                    bool reset, size_t* forgotten);
+  // Decides (or, with `forgotten`, resets) every limit of `requests` into `responses`.
+  void Evaluate(const rules::Config& config, std::span<const Request> requests,
+                std::span<Response> responses, int64_t now_us, size_t* forgotten);
 
   store::MemoryStore* store_;
 };
@@ -103,6 +111,10 @@ class Engine {
 // the longer wait (never = longest); between allows the lower remaining, then the later reset.
 // The order the engine picks headlines by; renderers that list limits use it too.
 bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b);
+
+// One response for several requests decided together by CheckAll: their descriptors in order,
+// with the headline and the lowest remaining over all of them.
+Response Combine(std::vector<Response> parts);
 
 // Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by
 // ','; the value is everything after the first '='), as used by replay, explain and the admin

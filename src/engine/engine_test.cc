@@ -679,6 +679,38 @@ TEST_F(EngineTest, CountDeniedFromTheSettingsFileAndPerDomainOverride) {
   EXPECT_TRUE(Check1("local", {{"ip", "1"}}).allowed);
 }
 
+TEST_F(EngineTest, CheckAllIsAllOrNothingAcrossDomains) {
+  TempDir dir;
+  dir.Write("a.yaml",
+            "domain: a\ndescriptors:\n  - key: ip\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 5}\n");
+  dir.Write("b.yaml",
+            "domain: b\ndescriptors:\n  - key: user\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 2}\n");
+  LoadPaths({dir.path()});
+  ASSERT_NE(config_, nullptr);
+  const std::vector<Request> both = {Req("a", {Desc({{"ip", "1"}})}), Req("b", {Desc({{"user", "x"}})})};
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<Response> r = engine_.CheckAll(*config_, both, clock_.NowMicros());
+    ASSERT_THAT(r, SizeIs(2));
+    EXPECT_TRUE(r[0].allowed && r[1].allowed);
+  }
+  // b is out: the batch is denied and a consumes nothing.
+  std::vector<Response> r = engine_.CheckAll(*config_, both, clock_.NowMicros());
+  EXPECT_FALSE(r[0].allowed);
+  EXPECT_FALSE(r[1].allowed);
+  EXPECT_EQ(r[0].descriptors[0].code, Code::kOk);
+  EXPECT_EQ(r[1].descriptors[0].code, Code::kOverLimit);
+  EXPECT_EQ(Remaining(Check(Req("a", {Peek({{"ip", "1"}})}))), 3);
+
+  // Combine: descriptors in order, the headline is b's denying limit.
+  const Response combined = Combine(std::move(r));
+  EXPECT_FALSE(combined.allowed);
+  ASSERT_THAT(combined.descriptors, SizeIs(2));
+  EXPECT_EQ(combined.headline_descriptor, 1);
+  EXPECT_EQ(combined.remaining, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Plans.
 

@@ -4,6 +4,7 @@
 
 #include "fmt/format.h"
 #include "http/check_json.h"
+#include "http/http_routes.h"
 #include "rls/codec.h"
 
 namespace sluice::http {
@@ -96,8 +97,9 @@ void Service::HandleData(const HttpRequest& request, const std::string& peer,
   }
 }
 
-void Service::Route(const HttpRequest& request, const std::string&, HttpResponse& response) {
+void Service::Route(const HttpRequest& request, const std::string& peer, HttpResponse& response) {
   const std::string_view path = PathOf(request);
+  if (path == "/v1/auth" || path.starts_with("/v1/auth/")) return Auth(request, peer, response);
   if (path == "/v1/check") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
     return Check(request, response);
@@ -124,22 +126,82 @@ void Service::Check(const HttpRequest& request, HttpResponse& response) {
   const engine::Response decision = engine_.Check(*config, *parsed, now_us);
   if (metrics_ != nullptr) {
     metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
-    for (const auto& d : decision.descriptors) {
-      for (const auto& limit : d.limits) {
-        const std::string_view labels[] = {parsed->domain, limit.name,
-                                           limit.decision.allowed ? "allowed" : "denied"};
-        metrics_->decisions->WithLabels(labels)->Inc();
-      }
+    CountDecisions(parsed->domain, decision);
+  }
+  SetDecision(*config, decision,
+              decision.allowed ? beast_http::status::ok : beast_http::status::too_many_requests,
+              response);
+}
+
+// Forward-auth (nginx auth_request, Traefik ForwardAuth, Envoy ext_authz over HTTP): the
+// original request is described by X-Original-URI / X-Forwarded-Uri and X-Original-Method /
+// X-Forwarded-Method, else by the path after /v1/auth (ext_authz's path_prefix) and this
+// request's own method. Every domain with an `http:` section must allow it; all are decided as
+// one (nothing is consumed unless all allow).
+void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response) {
+  // The first of two header fields present.
+  const auto either = [&](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
+    auto it = request.find(a);
+    if (it == request.end()) it = request.find(b);
+    if (it == request.end()) return std::nullopt;
+    return std::string_view(it->value().data(), it->value().size());
+  };
+  const std::string_view method =
+      either("X-Original-Method", "X-Forwarded-Method")
+          .value_or(std::string_view(request.method_string().data(), request.method_string().size()));
+  std::string_view uri;
+  if (auto original = either("X-Original-URI", "X-Forwarded-Uri")) {
+    uri = *original;
+  } else {
+    uri = std::string_view(request.target().data(), request.target().size()).substr(8);
+    if (uri.empty() || uri.front() == '?') uri = "/";
+  }
+  const std::string_view path = uri.substr(0, uri.find('?'));
+
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  auto checks = BuildRouteChecks(*config, {.method = method, .path = path, .peer = peer,
+                                           .headers = &request});
+  if (!checks.ok()) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError(std::string(checks.status().message())));
+  }
+  const int64_t now_us = clock_->NowMicros();
+  std::vector<engine::Response> decisions = engine_.CheckAll(*config, checks->requests, now_us);
+  int status = 200;
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    if (metrics_ != nullptr) CountDecisions(checks->requests[i].domain, decisions[i]);
+    if (status != 200) continue;
+    for (const auto& d : decisions[i].descriptors) {
+      if (d.code == engine::DescriptorResult::Code::kOverLimit) status = checks->sections[i]->deny_status;
     }
   }
+  if (metrics_ != nullptr && !decisions.empty()) {
+    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
+  }
+  const engine::Response combined = engine::Combine(std::move(decisions));
+  if (!combined.allowed && status == 200) status = 429;
+  SetDecision(*config, combined, static_cast<beast_http::status>(status), response);
+}
+
+void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
+  for (const auto& d : decision.descriptors) {
+    for (const auto& limit : d.limits) {
+      const std::string_view labels[] = {domain, limit.name,
+                                         limit.decision.allowed ? "allowed" : "denied"};
+      metrics_->decisions->WithLabels(labels)->Inc();
+    }
+  }
+}
+
+// The answer to a decision: the rate-limit headers in the configured styles, the JSON body.
+void Service::SetDecision(const rules::Config& config, const engine::Response& decision,
+                          beast_http::status status, HttpResponse& response) {
   std::vector<Header> headers;
   // The settings were validated when loaded; a bad list cannot reach here.
-  const HeaderStyles styles = ParseHeaderStyles(config->settings.headers).value_or(HeaderStyles{});
+  const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
   AppendRateLimitHeaders(decision, styles, &headers);
   for (const Header& h : headers) response.set(h.name, h.value);
-  SetJson(response,
-          decision.allowed ? beast_http::status::ok : beast_http::status::too_many_requests,
-          RenderCheckResponse(decision));
+  SetJson(response, status, RenderCheckResponse(decision));
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response) {

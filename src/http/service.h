@@ -1,7 +1,7 @@
 // The HTTP endpoints of `sluice serve`: the data plane and the admin API, on top of HttpServer.
 //
 //   data plane: POST /v1/check (sluice's JSON API), POST /json (envoyproxy/ratelimit's),
-//               GET /healthcheck
+//               any method /v1/auth[/original/path] (forward-auth), GET /healthcheck
 //   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload, GET /metrics,
 //               GET|DELETE /v1/limits?domain=D&descriptors=k=v,...
 //
@@ -40,6 +40,10 @@ class Service {
  private:
   void Route(const HttpRequest& request, const std::string& peer, HttpResponse& response);
   void Check(const HttpRequest& request, HttpResponse& response);
+  void Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response);
+  void CountDecisions(std::string_view domain, const engine::Response& decision);
+  void SetDecision(const rules::Config& config, const engine::Response& decision,
+                   beast_http::status status, HttpResponse& response);
   void Json(const HttpRequest& request, HttpResponse& response);
   void Limits(const HttpRequest& request, HttpResponse& response);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;

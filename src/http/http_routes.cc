@@ -1,0 +1,149 @@
+#include "http/http_routes.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "fmt/format.h"
+#include "rules/parsers.h"
+
+namespace sluice::http {
+namespace {
+
+using rules::HttpAction;
+
+std::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool Contains(const rules::Cidr& cidr, const rules::Cidr& address) {
+  const int full = cidr.prefix_bits / 8;
+  if (!std::equal(cidr.address.begin(), cidr.address.begin() + full, address.address.begin())) {
+    return false;
+  }
+  const int rest = cidr.prefix_bits % 8;
+  if (rest == 0) return true;
+  const auto mask = static_cast<uint8_t>(0xFF << (8 - rest));
+  return (cidr.address[full] & mask) == (address.address[full] & mask);
+}
+
+bool Trusted(std::string_view address, const std::vector<rules::Cidr>& trusted) {
+  if (address.find('/') != std::string_view::npos) return false;
+  const std::optional<rules::Cidr> parsed = rules::ParseCidr(address);
+  if (!parsed) return false;
+  return std::any_of(trusted.begin(), trusted.end(),
+                     [&](const rules::Cidr& c) { return Contains(c, *parsed); });
+}
+
+bool IsAddress(std::string_view address) {
+  return address.find('/') == std::string_view::npos && rules::ParseCidr(address).has_value();
+}
+
+const rules::HttpRoute* FindRoute(const rules::HttpSection& http, std::string_view method,
+                                  std::string_view path) {
+  for (const rules::HttpRoute& route : http.routes) {
+    const bool path_matches = !route.path.empty() ? path == route.path : path.starts_with(route.prefix);
+    if (!path_matches) continue;
+    if (!route.methods.empty() &&
+        std::find(route.methods.begin(), route.methods.end(), method) == route.methods.end()) {
+      continue;
+    }
+    return &route;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ClientAddress(std::string_view peer, const std::vector<std::string_view>& forwarded,
+                          const std::vector<rules::Cidr>& trusted) {
+  if (trusted.empty() || !Trusted(peer, trusted)) return std::string(peer);
+  std::string_view client = peer;
+  // Hops from the nearest (rightmost) to the farthest; each was added by the one before it.
+  for (auto field = forwarded.rbegin(); field != forwarded.rend(); ++field) {
+    std::string_view rest = *field;
+    while (!rest.empty()) {
+      const size_t comma = rest.rfind(',');
+      const std::string_view hop =
+          Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
+      if (hop.empty()) continue;
+      if (!IsAddress(hop)) return std::string(client);  // garbage: stop at the last good hop
+      client = hop;
+      if (!Trusted(hop, trusted)) return std::string(client);
+    }
+  }
+  return std::string(client);  // every hop trusted: the farthest one
+}
+
+absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
+                                             const OriginalRequest& original) {
+  RouteChecks checks;
+  std::vector<std::string_view> forwarded;
+  if (original.headers != nullptr) {
+    auto range = original.headers->equal_range("X-Forwarded-For");
+    for (auto it = range.first; it != range.second; ++it) forwarded.push_back(View(it->value()));
+  }
+  for (const auto& domain : config.domains) {
+    if (!domain->http) continue;
+    const rules::HttpSection& http = *domain->http;
+    const rules::HttpRoute* route = FindRoute(http, original.method, original.path);
+    if (route == nullptr) continue;
+    std::optional<std::string> client;  // computed on first use
+    engine::Request request;
+    request.domain = domain->name;
+    for (const std::vector<HttpAction>& actions : route->rate_limits) {
+      engine::Descriptor descriptor;
+      bool skip = false;
+      for (const HttpAction& action : actions) {
+        std::string value;
+        switch (action.kind) {
+          case HttpAction::Kind::kRequestHeaders: {
+            const auto it = original.headers == nullptr ? HttpRequest::const_iterator()
+                                                        : original.headers->find(action.header_name);
+            if (original.headers == nullptr || it == original.headers->end()) {
+              skip = true;
+            } else {
+              value = std::string(View(it->value()));
+            }
+            break;
+          }
+          case HttpAction::Kind::kRemoteAddress:
+            if (!client) client = ClientAddress(original.peer, forwarded, http.trusted_proxies);
+            value = *client;
+            break;
+          case HttpAction::Kind::kGenericKey:
+            value = action.descriptor_value;
+            break;
+          case HttpAction::Kind::kPath:
+            value = std::string(original.path);
+            break;
+          case HttpAction::Kind::kMethod:
+            value = std::string(original.method);
+            break;
+        }
+        if (skip) break;
+        if (value.size() > config.settings.max_key_bytes) {
+          return absl::InvalidArgumentError(fmt::format(
+              "the value for descriptor key '{}' is {} bytes, longer than the maximum of {} "
+              "(http.max_key_bytes)",
+              action.descriptor_key, value.size(), config.settings.max_key_bytes));
+        }
+        rules::Entry entry;
+        entry.key = action.descriptor_key;
+        entry.value = std::move(value);
+        descriptor.entries.push_back(std::move(entry));
+      }
+      if (!skip && !descriptor.entries.empty()) request.descriptors.push_back(std::move(descriptor));
+    }
+    if (request.descriptors.empty()) continue;
+    checks.requests.push_back(std::move(request));
+    checks.sections.push_back(&http);
+  }
+  return checks;
+}
+
+}  // namespace sluice::http

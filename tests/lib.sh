@@ -1,0 +1,70 @@
+# Shared by the end-to-end test scripts: a temp dir and cleanup, checks and their tally,
+# starting and stopping `sluice serve`. Source it after setting `sluice` (the binary).
+# Every process a script starts goes into `pids` and is killed by pid on exit.
+
+tmp=$(mktemp -d /tmp/sluice-e2e.XXXXXX)
+pids=()
+cleanup_hooks=()
+cleanup() {
+  for h in "${cleanup_hooks[@]}"; do $h; done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+passed=0 failed=0
+check() {  # check NAME EXPECTED ACTUAL
+  if [[ $2 == "$3" ]]; then
+    passed=$((passed + 1)); echo "ok   $1"
+  else
+    failed=$((failed + 1)); echo "FAIL $1: expected [$2], got [$3]"
+  fi
+}
+check_contains() {  # check_contains NAME NEEDLE HAYSTACK
+  if [[ $3 == *"$2"* ]]; then
+    passed=$((passed + 1)); echo "ok   $1"
+  else
+    failed=$((failed + 1)); echo "FAIL $1: [$2] not in [$3]"
+  fi
+}
+finish() {  # prints the tally; the script's exit status
+  echo "$passed passed, $failed failed"
+  ((failed == 0))
+}
+
+# start NAME [ARGS...]: starts `sluice serve` on free ports, waits for them (DATA, ADMIN, PID).
+start() {
+  local name=$1; shift
+  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  PID=$!
+  pids+=("$PID")
+  for _ in $(seq 200); do
+    grep -q '^sluice: admin listening on' "$tmp/$name.out" 2>/dev/null && break
+    sleep 0.05
+  done
+  DATA=$(sed -n 's/^sluice: data plane listening on //p' "$tmp/$name.out")
+  ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$tmp/$name.out")
+  [[ -n $DATA && -n $ADMIN ]] || { echo "sluice did not start:"; cat "$tmp/$name.err"; }
+}
+
+# stop: SIGTERM, then STATUS = the exit status (bounded wait; killed after 5 s).
+stop() {
+  kill -TERM "$PID"
+  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+  kill -9 "$PID" 2>/dev/null
+  wait "$PID" 2>/dev/null
+  STATUS=$?
+}
+
+# free_port: a loopback TCP port nobody listens on now (random, probed).
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 30000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+  done
+  echo "no free port found" >&2; return 1
+}
+
+# The headers of the last request made with -D "$tmp/headers".
+header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }

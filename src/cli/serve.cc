@@ -18,6 +18,10 @@
 namespace sluice::cli {
 namespace {
 
+// The admin listener's own connection cap: a flood on the data plane never locks operators and
+// scrapers out, and the admin port cannot be used to exhaust the process either.
+constexpr size_t kAdminMaxConnections = 128;
+
 bool IsLoopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address.rfind("[::1]", 0) == 0 ||
          address.rfind("localhost:", 0) == 0;
@@ -135,7 +139,7 @@ int RunServe(const ServeFlags& flags) {
   auto admin_port = server.Listen(admin, [&](const http::HttpRequest& req, const std::string& peer,
                                              http::HttpResponse& res) {
     service.HandleAdmin(req, peer, res);
-  });
+  }, kAdminMaxConnections);
   if (!admin_port.ok()) {
     std::cerr << "serve: " << admin_port.status().message() << "\n";
     return 1;

@@ -54,6 +54,8 @@ struct HttpServer::Impl {
   struct Listener {
     std::unique_ptr<tcp::acceptor> acceptor;
     Handler handler;
+    size_t max_connections = 0;
+    std::atomic<size_t> open{0};  // this listener's connections
   };
 
   Impl(const ServerOptions& o, ServerStats* s)
@@ -88,8 +90,9 @@ struct HttpServer::Impl {
 // One connection. Owns itself through shared_from_this while an operation is pending.
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, Impl* server, const Handler* handler)
-      : stream_(std::move(socket)), server_(server), handler_(handler) {
+  Session(tcp::socket socket, Impl* server, Listener* listener)
+      : stream_(std::move(socket)), server_(server), listener_(listener),
+        handler_(&listener->handler) {
     boost::system::error_code ec;
     const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
     if (!ec) {
@@ -102,6 +105,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
 
   ~Session() {
     server_->stats->connections_open.fetch_sub(1, std::memory_order_relaxed);
+    listener_->open.fetch_sub(1, std::memory_order_relaxed);
   }
 
   void Start() { WaitForRequest(); }
@@ -195,6 +199,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
   HttpResponse response_;
   Impl* server_;
+  Listener* listener_;
   const Handler* handler_;
   std::string peer_;
   bool busy_ = false;
@@ -211,13 +216,14 @@ void HttpServer::Impl::Accept(Listener& listener) {
           return;
         }
         stats->connections_total.fetch_add(1, std::memory_order_relaxed);
-        if (stats->connections_open.load(std::memory_order_relaxed) >= options.max_connections) {
+        if (listener.open.load(std::memory_order_relaxed) >= listener.max_connections) {
           stats->connections_rejected.fetch_add(1, std::memory_order_relaxed);
           beast::error_code ignored;
           socket.close(ignored);
         } else {
           stats->connections_open.fetch_add(1, std::memory_order_relaxed);
-          auto session = std::make_shared<Session>(std::move(socket), this, &listener.handler);
+          listener.open.fetch_add(1, std::memory_order_relaxed);
+          auto session = std::make_shared<Session>(std::move(socket), this, &listener);
           Track(session);
           session->Start();
         }
@@ -239,7 +245,8 @@ HttpServer::HttpServer(const ServerOptions& options)
 
 HttpServer::~HttpServer() = default;
 
-absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler) {
+absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
+                                       size_t max_connections) {
   auto endpoint = ParseAddress(address);
   if (!endpoint.ok()) return endpoint.status();
   auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
@@ -252,7 +259,10 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
     return absl::UnavailableError(fmt::format("cannot listen on {}: {}", address, ec.message()));
   }
   const int port = acceptor->local_endpoint().port();
-  impl_->listeners.push_back({std::move(acceptor), std::move(handler)});
+  Impl::Listener& listener = impl_->listeners.emplace_back();
+  listener.acceptor = std::move(acceptor);
+  listener.handler = std::move(handler);
+  listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
   impl_->Accept(impl_->listeners.back());
   return port;
 }

@@ -4,8 +4,9 @@
 // is one self-owning Session (see server.cc) with every limit in one place: a header block limit
 // (431), a body limit decided from Content-Length before the body is read (413), a header read
 // timeout and an idle keep-alive timeout (slowloris cannot hold a connection), malformed requests
-// (400, connection closed). Keep-alive and pipelined requests are served in order. At most
-// `max_connections` connections are open; more are closed at once.
+// (400, connection closed). Keep-alive and pipelined requests are served in order. Each listener
+// has its own cap on open connections (so a flood on one cannot lock out another, e.g. admin);
+// connections over it are closed at once.
 //
 // Handlers run on the connection's thread and must not block. Stop() stops accepting, lets
 // requests in flight finish and closes idle connections, then returns; Run() returns after that.
@@ -41,7 +42,7 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;
   std::chrono::milliseconds header_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
-  size_t max_connections = 10000;
+  size_t max_connections = 10000;  // per listener, unless Listen() says otherwise
 };
 
 struct ServerStats {
@@ -56,8 +57,10 @@ class HttpServer {
   ~HttpServer();
 
   // Listens on "HOST:PORT" (IPv6 as "[::1]:PORT"; port 0 picks a free one). Call before Run().
-  // Returns the bound port.
-  absl::StatusOr<int> Listen(const std::string& address, Handler handler);
+  // Returns the bound port. At most `max_connections` connections of this listener are open at
+  // once (0: ServerOptions::max_connections).
+  absl::StatusOr<int> Listen(const std::string& address, Handler handler,
+                             size_t max_connections = 0);
 
   // Serves until Stop(); runs the worker threads and returns when they are done.
   void Run();

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Many slow and idle connections against `sluice serve` (one thread): slowloris cannot hold the
+# server, the connection cap closes extra connections at once, and everything recovers.
+# Usage: SLUICE=path/to/sluice tests/robustness_e2e.sh
+set -u
+sluice=${SLUICE:?set SLUICE to the sluice binary}
+command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
+
+source "$(dirname "$0")/lib.sh"
+trap "" PIPE  # writes to connections the server closed must not kill the script
+
+cat >"$tmp/sluice.yaml" <<YAML
+http: {header_timeout: 1s, idle_timeout: 2s, max_connections: 150}
+YAML
+start main --config "$tmp/sluice.yaml" --threads 1
+host=${DATA%:*} port=${DATA##*:}
+healthy() { curl -s -m 2 -o /dev/null -w '%{http_code}' "http://$DATA/healthcheck"; }
+
+# open_slow N: N connections that each send an unfinished request header block.
+slow_fds=()
+open_slow() {
+  local fd
+  for _ in $(seq "$1"); do
+    exec {fd}<>"/dev/tcp/$host/$port" || continue
+    printf 'GET /healthcheck HTTP/1.1\r\nHost: x\r\nX-Slow: ' >&"$fd" 2>/dev/null
+    slow_fds+=("$fd")
+  done
+}
+# closed_count: how many of slow_fds the server has closed (reads EOF at once).
+closed_count() {
+  local n=0 fd
+  for fd in "${slow_fds[@]}"; do
+    # EOF at once: closed (status 1, or 0 if an error response came first); a timeout (>128):
+    # still open.
+    local line
+    read -r -t 0.05 -u "$fd" line 2>/dev/null
+    (($? <= 1)) && n=$((n + 1))
+  done
+  echo "$n"
+}
+close_all() {
+  local fd
+  for fd in "${slow_fds[@]}"; do exec {fd}<&-; done
+  slow_fds=()
+}
+
+# --- slowloris: 100 unfinished requests; the server still answers, then cuts them all off
+open_slow 100
+check "100 slow connections opened" 100 "${#slow_fds[@]}"
+check "the server answers while they hang" 200 "$(healthy)"
+# Trickle one more byte on each: a request must arrive whole within the header timeout anyway.
+for fd in "${slow_fds[@]}"; do printf 'a' >&"$fd" 2>/dev/null; done
+sleep 1.6
+check "every slow connection is closed after the header timeout" 100 "$(closed_count)"
+close_all
+check "still healthy afterwards" 200 "$(healthy)"
+
+# --- the connection cap: 200 idle connections against max_connections 150, on a server whose
+# header timeout is long enough that nothing times out while we count
+stop
+printf 'http: {header_timeout: 30s, idle_timeout: 30s, max_connections: 150}\n' >"$tmp/cap.yaml"
+start cap --config "$tmp/cap.yaml" --threads 1
+host=${DATA%:*} port=${DATA##*:}
+open_slow 200
+sleep 0.3
+check "the admin port still answers while the data plane is full" 200 "$(curl -s -m 2 -o /dev/null -w '%{http_code}' "http://$ADMIN/healthz")"
+check "a new data-plane connection is refused while full" 000 "$(healthy)"
+closed=$(closed_count)
+check "connections over the cap are closed at once (50 of 200, and the refused one)" 50 "$closed"
+check "rejections are counted" "sluice_http_connections_rejected_total 51" "$(curl -s -m 2 "http://$ADMIN/metrics" | grep '^sluice_http_connections_rejected_total')"
+close_all
+sleep 0.3
+check "after they close, new connections are served" 200 "$(healthy)"
+stop
+printf 'http: {header_timeout: 1s, idle_timeout: 2s}\n' >"$tmp/idle.yaml"
+start idle --config "$tmp/idle.yaml" --threads 1
+host=${DATA%:*} port=${DATA##*:}
+
+# --- idle keep-alive connections go away after the idle timeout
+exec {idle}<>"/dev/tcp/$host/$port"
+printf 'GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n' >&"$idle"
+first=$(timeout 1 head -c 12 <&"$idle")
+check "keep-alive answer" "HTTP/1.1 200" "$first"
+start_s=$(date +%s%N)
+timeout 5 cat <&"$idle" >/dev/null
+elapsed_ms=$(( ($(date +%s%N) - start_s) / 1000000 ))
+check "idle keep-alive connection closed by the server within ~2 s" 1 "$(( elapsed_ms >= 1500 && elapsed_ms < 4000 ))"
+exec {idle}<&-
+
+stop
+check "SIGTERM exits 0" 0 "$STATUS"
+finish

@@ -9,6 +9,7 @@ packages=(
   # libraries (see ../shared/DESIGN.md for why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus
 )

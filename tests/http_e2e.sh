@@ -33,7 +33,7 @@ check_contains() {  # check_contains NAME NEEDLE HAYSTACK
 # start NAME CONFIG [ARGS...]: starts `sluice serve`, waits for its ports (DATA, ADMIN, PID).
 start() {
   local name=$1; shift
-  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   PID=$!
   pids+=("$PID")
   for _ in $(seq 200); do

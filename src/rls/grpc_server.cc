@@ -117,7 +117,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& opt
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl), port));
 }
 
-GrpcServer::GrpcServer(std::unique_ptr<Impl> impl, int port) : impl_(std::move(impl)), port_(port) {}
+GrpcServer::GrpcServer(std::unique_ptr<Impl> impl, int port)
+    : impl_(std::move(impl)), port_(port) {}
 
 GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
 

@@ -234,8 +234,8 @@ TEST_F(GrpcServerTest, DeadlineAlreadyPassedIsDeadlineExceededAndTheServerCarrie
 }
 
 TEST_F(GrpcServerTest, APortInUseIsAnErrorNotASharedPort) {
-  const auto second = GrpcServer::Start(
-      {.address = "127.0.0.1:" + std::to_string(server_->port())}, &config_, &store_, &clock_);
+  const auto second = GrpcServer::Start({.address = "127.0.0.1:" + std::to_string(server_->port())},
+                                        &config_, &store_, &clock_);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 

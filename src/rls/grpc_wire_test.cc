@@ -61,9 +61,8 @@ class GrpcWireTest : public ::testing::Test {
     auto server = GrpcServer::Start({.address = "127.0.0.1:0"}, &config_, &store_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = std::make_unique<::grpc::GenericStub>(
-        ::grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                              ::grpc::InsecureChannelCredentials()));
+    stub_ = std::make_unique<::grpc::GenericStub>(::grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), ::grpc::InsecureChannelCredentials()));
   }
 
   // One unary call of `method` with `request` as the exact message bytes.
@@ -159,7 +158,7 @@ TEST_F(GrpcWireTest, EmptyDomainIsInvalidArgument) {
 
 TEST_F(GrpcWireTest, UnparsableRequestBytesAreAnErrorNotACrash) {
   // A length prefix that runs past the end of the message.
-  const RawResult r = RawCall(kShouldRateLimit, std::string("\x0a\x7f" "edge", 6));
+  const RawResult r = RawCall(kShouldRateLimit, std::string("\x0a\x7f", 2) + "edge");
   EXPECT_FALSE(r.status.ok());
   EXPECT_TRUE(RawCall(kShouldRateLimit, UserRequest("dave", 1)).status.ok());
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages that building and testing sluice needs.
-# Idempotent: only packages that are missing are installed, with --no-install-recommends.
+# Installs the Debian 12 packages that building and testing sluice needs, and the Node.js
+# packages of the gRPC test client (tests/grpc). Idempotent: only what is missing is installed
+# (Debian packages with --no-install-recommends).
 set -euo pipefail
 
 packages=(
@@ -9,10 +10,16 @@ packages=(
   # libraries (see ../shared/DESIGN.md for why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
   # forward-auth (auth_request), wrk for bench/compare.sh
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk
 )
+# The gRPC end-to-end test's client runs on Node.js; a node already on the PATH (from any
+# source) will do, otherwise Debian's.
+if ! command -v node >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -21,16 +28,24 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  echo "bootstrap: missing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: not root; install them with:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "bootstrap: missing Debian packages: ${missing[*]}"
-if [ "$(id -u)" -ne 0 ]; then
-  echo "bootstrap: not root; install them with:" >&2
-  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
-  exit 1
+# The Node.js test client's packages, pinned by tests/grpc/package-lock.json. Not fatal: the
+# build does not need them, and tests/grpc_e2e.sh tries again (and fails saying why).
+grpc_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/grpc"
+if [ ! -d "$grpc_tests/node_modules/@grpc/grpc-js" ] || [ ! -d "$grpc_tests/node_modules/@grpc/proto-loader" ]; then
+  echo "bootstrap: npm ci in tests/grpc"
+  if ! (cd "$grpc_tests" && npm ci --no-audit --no-fund); then
+    echo "bootstrap: npm ci failed; the grpc_e2e test will not pass until it succeeds" >&2
+  fi
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"

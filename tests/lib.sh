@@ -32,19 +32,24 @@ finish() {  # prints the tally; the script's exit status
   ((failed == 0))
 }
 
-# start NAME [ARGS...]: starts `sluice serve` on free ports, waits for them (DATA, ADMIN, PID).
+# start NAME [ARGS...]: starts `sluice serve` on free ports and waits until it is up (it prints
+# its config line last) or has exited. Sets PID, DATA, ADMIN and GRPC (empty when not serving).
+# gRPC is off unless ARGS name --grpc or KEEP_GRPC=1 (its default is a fixed port).
 start() {
   local name=$1; shift
-  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  local grpc=(--grpc 0)
+  [[ " $* " == *" --grpc "* || ${KEEP_GRPC:-0} == 1 ]] && grpc=()
+  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "${grpc[@]}" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   PID=$!
   pids+=("$PID")
   for _ in $(seq 200); do
-    grep -q '^sluice: admin listening on' "$tmp/$name.out" 2>/dev/null && break
+    grep -q '^sluice: config' "$tmp/$name.out" 2>/dev/null && break
+    kill -0 "$PID" 2>/dev/null || break
     sleep 0.05
   done
   DATA=$(sed -n 's/^sluice: data plane listening on //p' "$tmp/$name.out")
   ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$tmp/$name.out")
-  [[ -n $DATA && -n $ADMIN ]] || { echo "sluice did not start:"; cat "$tmp/$name.err"; }
+  GRPC=$(sed -n 's/^sluice: grpc listening on //p' "$tmp/$name.out")
 }
 
 # stop: SIGTERM, then STATUS = the exit status (bounded wait; killed after 5 s).

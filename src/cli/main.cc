@@ -97,11 +97,12 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
 
   auto* serve = app.add_subcommand("serve", "run the rate limit service");
-  std::string config_path, listen, admin;
+  std::string config_path, listen, admin, grpc_listen;
   int serve_threads = 0;
   serve->add_option("--config", config_path, "settings file or rules directory");
   serve->add_option("--listen", listen, "data plane address");
   serve->add_option("--admin", admin, "admin address");
+  serve->add_option("--grpc", grpc_listen, "gRPC (Envoy RLS) address; 0 disables it");
   serve->add_option("--threads", serve_threads, "worker threads");
 
   auto* replay = app.add_subcommand("replay", "run a limit or a rules config over a trace");
@@ -149,6 +150,7 @@ int Main(int argc, char** argv) {
     flags.config = config_path;
     if (serve->count("--listen") > 0) flags.listen = listen;
     if (serve->count("--admin") > 0) flags.admin = admin;
+    if (serve->count("--grpc") > 0) flags.grpc = grpc_listen;
     if (serve->count("--threads") > 0) flags.threads = serve_threads;
     return RunServe(flags);
   }

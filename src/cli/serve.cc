@@ -3,14 +3,18 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "cli/default_config.h"
 #include "http/server.h"
 #include "http/service.h"
+#include "rls/grpc_server.h"
 #include "rules/config_manager.h"
 #include "spdlog/spdlog.h"
 #include "store/memory_store.h"
@@ -52,6 +56,8 @@ int RunServe(const ServeFlags& flags) {
   const rules::Settings settings = manager.Current()->settings;
   const std::string listen = flags.listen.value_or(settings.listen);
   const std::string admin = flags.admin.value_or(settings.admin_listen);
+  const std::string grpc = flags.grpc.value_or(settings.grpc_listen);
+  const bool grpc_enabled = !grpc.empty() && grpc != "0";
   int threads = flags.threads.value_or(settings.threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
@@ -144,6 +150,19 @@ int RunServe(const ServeFlags& flags) {
     std::cerr << "serve: " << admin_port.status().message() << "\n";
     return 1;
   }
+  std::unique_ptr<rls::GrpcServer> grpc_server;
+  if (grpc_enabled) {
+    auto started = rls::GrpcServer::Start(
+        {.address = grpc,
+         .max_message_bytes = static_cast<int>(std::min<size_t>(
+             settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max())))},
+        &manager, &store, SystemClock::Get());
+    if (!started.ok()) {
+      std::cerr << "serve: " << started.status().message() << "\n";
+      return 1;
+    }
+    grpc_server = *std::move(started);
+  }
   if (auto s = manager.StartWatching(); !s.ok()) {
     spdlog::warn("config: not watching for changes: {}", std::string(s.message()));
   }
@@ -153,6 +172,7 @@ int RunServe(const ServeFlags& flags) {
     int signal = 0;
     sigwait(&stop_signals, &signal);
     spdlog::info("sluice: signal {}, shutting down", signal);
+    if (grpc_server) grpc_server->StartDraining();
     server.Stop();
   });
   signal_waiter.detach();
@@ -160,10 +180,15 @@ int RunServe(const ServeFlags& flags) {
   const auto host = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
   // Machine-readable start-up lines (tests and scripts read the ports from them).
   std::cout << "sluice: data plane listening on " << host(listen) << ":" << *data_port << "\n"
-            << "sluice: admin listening on " << host(admin) << ":" << *admin_port << "\n"
-            << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
+            << "sluice: admin listening on " << host(admin) << ":" << *admin_port << "\n";
+  if (grpc_server) {
+    std::cout << "sluice: grpc listening on " << host(grpc) << ":" << grpc_server->port() << "\n";
+  }
+  std::cout << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
             << " version " << loaded.version << ", " << threads << " threads" << std::endl;
   server.Run();
+  // The HTTP side has drained; calls still in flight on the gRPC port get a short grace.
+  if (grpc_server) grpc_server->Shutdown(std::chrono::seconds(2));
   manager.StopWatching();
   spdlog::info("sluice: stopped");
   return 0;

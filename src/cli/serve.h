@@ -1,4 +1,4 @@
-// `sluice serve`: runs the HTTP service until SIGTERM or SIGINT.
+// `sluice serve`: runs the HTTP service and the gRPC (Envoy RLS) port until SIGTERM or SIGINT.
 
 #ifndef SLUICE_CLI_SERVE_H_
 #define SLUICE_CLI_SERVE_H_
@@ -11,6 +11,7 @@ namespace sluice::cli {
 struct ServeFlags {
   std::string config;  // empty: the embedded default
   std::optional<std::string> listen, admin;
+  std::optional<std::string> grpc;  // "0" (or empty): no gRPC port
   std::optional<int> threads;
 };
 

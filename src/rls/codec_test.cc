@@ -18,6 +18,7 @@
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rls/wire_testing.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
 #include "store/memory_store.h"
@@ -29,6 +30,13 @@ using ::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+using wire::Decode;
+using wire::kLen;
+using wire::kVarint;
+using wire::LenField;
+using wire::Shape;
+using wire::VarintField;
+using wire::WireField;
 using RateLimit = RateLimitResponse::RateLimit;
 using Status = RateLimitResponse::DescriptorStatus;
 
@@ -774,89 +782,8 @@ TEST(HandleJsonTest, UpstreamHandlerCases) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Wire check: bytes built and read here from the field numbers of §2, never by generated code.
-
-std::string Varint(uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-  return out;
-}
-
-constexpr int kVarint = 0;
-constexpr int kLen = 2;
-
-std::string VarintField(uint32_t number, uint64_t value) {
-  std::string out = Varint((uint64_t{number} << 3) | kVarint);
-  out += Varint(value);
-  return out;
-}
-
-std::string LenField(uint32_t number, std::string_view payload) {
-  std::string out = Varint((uint64_t{number} << 3) | kLen);
-  out += Varint(payload.size());
-  out.append(payload);
-  return out;
-}
-
-struct WireField {
-  uint32_t number = 0;
-  int wire_type = -1;
-  uint64_t varint = 0;
-  std::string bytes;
-};
-
-// Decodes one message level. Only varint and length-delimited fields are expected in RLS;
-// anything else is a test failure.
-std::vector<WireField> Decode(std::string_view in) {
-  std::vector<WireField> out;
-  size_t pos = 0;
-  const auto read_varint = [&](uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= in.size()) return false;
-      const auto byte = static_cast<uint8_t>(in[pos++]);
-      *v |= uint64_t{byte & 0x7Fu} << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  };
-  while (pos < in.size()) {
-    uint64_t key = 0;
-    if (!read_varint(&key)) {
-      ADD_FAILURE() << "truncated key";
-      return out;
-    }
-    WireField f;
-    f.number = static_cast<uint32_t>(key >> 3);
-    f.wire_type = static_cast<int>(key & 7);
-    if (f.wire_type == kVarint) {
-      if (!read_varint(&f.varint)) ADD_FAILURE() << "truncated varint";
-    } else if (f.wire_type == kLen) {
-      uint64_t size = 0;
-      if (!read_varint(&size) || size > in.size() - pos) {
-        ADD_FAILURE() << "bad length";
-        return out;
-      }
-      f.bytes = std::string(in.substr(pos, size));
-      pos += size;
-    } else {
-      ADD_FAILURE() << "unexpected wire type " << f.wire_type << " for field " << f.number;
-      return out;
-    }
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
-std::vector<std::pair<uint32_t, int>> Shape(const std::vector<WireField>& fields) {
-  std::vector<std::pair<uint32_t, int>> out;
-  for (const WireField& f : fields) out.emplace_back(f.number, f.wire_type);
-  return out;
-}
+// Wire check: bytes built and read from the field numbers of §2 (rls/wire_testing.h), never by
+// generated code.
 
 TEST(WireTest, HandEncodedRequestParsesIntoTheGeneratedClass) {
   // RateLimitRequest{domain=1, descriptors=2, hits_addend=3}

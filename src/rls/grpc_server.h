@@ -1,0 +1,78 @@
+// The gRPC port of `sluice serve`: Envoy's Rate Limit Service and gRPC health checking.
+//
+//   /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   (shared/reference/rls-v3.md §1)
+//   /grpc.health.v1.Health/Check                                   (§5)
+//
+// ShouldRateLimit is rls::ShouldRateLimit (codec.h) on the config snapshot current when the call
+// arrives, at the clock's now: the same function /json calls, so both answer identically. Its
+// errors become the gRPC status of the same code with the same message (FromProto's
+// InvalidArgument -> INVALID_ARGUMENT "rate limit domain must not be empty", ...). Upstream sends
+// every error as UNKNOWN; Envoy treats any non-OK status alike (failure_mode_deny decides).
+//
+// Health: service names "" (the whole server) and "ratelimit" (envoyproxy/ratelimit's name) are
+// SERVING while a config is loaded and the server is not draining, else NOT_SERVING; any other
+// name fails with NOT_FOUND, as the health protocol says. Unlike upstream, "" follows
+// "ratelimit" into NOT_SERVING when draining, so a checker of either name sees the drain.
+//
+// Handlers use gRPC's callback API and never block: the decision is made inline on a gRPC
+// thread. Safe for concurrent use.
+
+#ifndef SLUICE_RLS_GRPC_SERVER_H_
+#define SLUICE_RLS_GRPC_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rules/config_manager.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::rls {
+
+class GrpcServer {
+ public:
+  struct Options {
+    // HOST:PORT as gRPC parses it ("127.0.0.1:8081", "[::1]:8081"); port 0 picks a free port.
+    std::string address;
+    // Larger requests are refused with RESOURCE_EXHAUSTED (gRPC's own check).
+    int max_message_bytes = 1 << 20;
+  };
+
+  // Binds and starts serving. Nothing is owned; `config`, `store` and `clock` must outlive the
+  // server. Unavailable when the address cannot be bound (SO_REUSEPORT is off, so a port in use
+  // is an error rather than a silently shared port).
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const Options& options,
+                                                           rules::ConfigManager* config,
+                                                           store::MemoryStore* store,
+                                                           const Clock* clock);
+
+  // Shuts down with no grace if Shutdown was not called.
+  ~GrpcServer();
+
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // The bound port (the chosen one when the address asked for port 0).
+  int port() const { return port_; }
+
+  // Health turns NOT_SERVING; calls are still answered. Safe from any thread, at any time
+  // before destruction (e.g. from the thread that receives SIGTERM).
+  void StartDraining();
+
+  // Stops accepting calls, lets the calls in flight finish for up to `grace`, then cancels the
+  // rest and returns. Idempotent; call from one thread.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  struct Impl;
+  GrpcServer(std::unique_ptr<Impl> impl, int port);
+
+  std::unique_ptr<Impl> impl_;
+  int port_;
+};
+
+}  // namespace sluice::rls
+
+#endif  // SLUICE_RLS_GRPC_SERVER_H_

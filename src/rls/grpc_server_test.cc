@@ -1,0 +1,254 @@
+// The gRPC port (grpc_server.h) over a real loopback connection, with the generated C++ stubs:
+// ShouldRateLimit answers as the codec does (allow, OVER_LIMIT, several descriptors, overrides,
+// hits_addend at both levels, unknown domain, errors as gRPC statuses), health checking, and
+// the transport edges (a deadline already passed, a port already in use).
+// Time is a ManualClock at t0 = 1700000000 s: 20 s into a minute.
+
+#include "rls/grpc_server.h"
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "rules/config_manager.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::rls {
+namespace {
+
+using ::envoy::service::ratelimit::v3::RateLimitRequest;
+using ::envoy::service::ratelimit::v3::RateLimitResponse;
+using ::envoy::service::ratelimit::v3::RateLimitService;
+using ::grpc::health::v1::Health;
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using RateLimit = RateLimitResponse::RateLimit;
+
+constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
+
+constexpr char kConfig[] = R"yaml(domain: edge
+descriptors:
+  - key: user
+    rate_limit: {name: per-user, unit: minute, requests_per_unit: 2}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 10}
+)yaml";
+
+// A descriptor as (key, value) entries.
+using Entries = std::vector<std::pair<std::string, std::string>>;
+
+RateLimitRequest Request(std::string domain, const std::vector<Entries>& descriptors) {
+  RateLimitRequest request;
+  request.set_domain(std::move(domain));
+  for (const Entries& entries : descriptors) {
+    auto* d = request.add_descriptors();
+    for (const auto& [key, value] : entries) {
+      auto* e = d->add_entries();
+      e->set_key(key);
+      e->set_value(value);
+    }
+  }
+  return request;
+}
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto loaded = config_.Reload();
+    ASSERT_TRUE(loaded.errors.empty()) << loaded.errors[0].ToString();
+    auto server = GrpcServer::Start({.address = "127.0.0.1:0"}, &config_, &store_, &clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_GT(server_->port(), 0);
+    channel_ = ::grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                     ::grpc::InsecureChannelCredentials());
+    rls_ = RateLimitService::NewStub(channel_);
+    health_ = Health::NewStub(channel_);
+  }
+
+  // Every call has a deadline, so a broken server fails the test instead of hanging it.
+  static void SetDeadline(::grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  ::grpc::Status Call(const RateLimitRequest& request, RateLimitResponse* response) {
+    ::grpc::ClientContext context;
+    SetDeadline(&context);
+    return rls_->ShouldRateLimit(&context, request, response);
+  }
+
+  RateLimitResponse Ok(const RateLimitRequest& request) {
+    RateLimitResponse response;
+    const ::grpc::Status status = Call(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+    return response;
+  }
+
+  ::grpc::Status CheckHealth(const std::string& service, HealthCheckResponse* response) {
+    ::grpc::ClientContext context;
+    SetDeadline(&context);
+    HealthCheckRequest request;
+    request.set_service(service);
+    return health_->Check(&context, request, response);
+  }
+
+  ManualClock clock_{kT0};
+  rules::ConfigManager config_{{}, kConfig};
+  store::MemoryStore store_{store::MemoryStore::Options{.max_entries = 1 << 12, .shards = 4},
+                            &clock_};
+  std::unique_ptr<GrpcServer> server_;
+  std::shared_ptr<::grpc::Channel> channel_;
+  std::unique_ptr<RateLimitService::Stub> rls_;
+  std::unique_ptr<Health::Stub> health_;
+};
+
+TEST_F(GrpcServerTest, AllowsWithinTheLimitAndReportsIt) {
+  const RateLimitResponse r = Ok(Request("edge", {{{"user", "alice"}}}));
+  EXPECT_EQ(r.overall_code(), RateLimitResponse::OK);
+  ASSERT_EQ(r.statuses_size(), 1);
+  EXPECT_EQ(r.statuses(0).code(), RateLimitResponse::OK);
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 2u);
+  EXPECT_EQ(r.statuses(0).current_limit().unit(), RateLimit::MINUTE);
+  EXPECT_EQ(r.statuses(0).current_limit().name(), "per-user");
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 1u);
+  EXPECT_EQ(r.statuses(0).duration_until_reset().seconds(), 40);
+}
+
+TEST_F(GrpcServerTest, DeniesOverTheLimitWithOverLimit) {
+  const RateLimitRequest request = Request("edge", {{{"user", "bob"}}});
+  Ok(request);
+  Ok(request);
+  const RateLimitResponse r = Ok(request);  // a gRPC OK carrying OVER_LIMIT: Envoy's 429
+  EXPECT_EQ(r.overall_code(), RateLimitResponse::OVER_LIMIT);
+  ASSERT_EQ(r.statuses_size(), 1);
+  EXPECT_EQ(r.statuses(0).code(), RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(r.statuses(0).duration_until_reset().seconds(), 40);
+  // A new window allows again.
+  clock_.Advance(int64_t{40} * 1000000);
+  EXPECT_EQ(Ok(request).overall_code(), RateLimitResponse::OK);
+}
+
+TEST_F(GrpcServerTest, SeveralDescriptorsAnswerInRequestOrder) {
+  const RateLimitResponse r =
+      Ok(Request("edge", {{{"path", "/a"}}, {{"nothing", "matches"}}, {{"user", "carol"}}}));
+  EXPECT_EQ(r.overall_code(), RateLimitResponse::OK);
+  ASSERT_EQ(r.statuses_size(), 3);
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 10u);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 9u);
+  EXPECT_FALSE(r.statuses(1).has_current_limit());
+  EXPECT_EQ(r.statuses(1).code(), RateLimitResponse::OK);
+  EXPECT_EQ(r.statuses(2).current_limit().name(), "per-user");
+  EXPECT_EQ(r.statuses(2).limit_remaining(), 1u);
+}
+
+TEST_F(GrpcServerTest, LimitOverrideReplacesTheConfiguredLimit) {
+  RateLimitRequest request = Request("edge", {{{"path", "/b"}}});
+  auto* limit = request.mutable_descriptors(0)->mutable_limit();
+  limit->set_requests_per_unit(1);
+  limit->set_unit(::envoy::type::v3::HOUR);
+  RateLimitResponse r = Ok(request);
+  EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 1u);
+  EXPECT_EQ(r.statuses(0).current_limit().unit(), RateLimit::HOUR);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+  r = Ok(request);
+  EXPECT_EQ(r.overall_code(), RateLimitResponse::OVER_LIMIT);
+}
+
+TEST_F(GrpcServerTest, RequestHitsAddendConsumesThatMany) {
+  RateLimitRequest request = Request("edge", {{{"path", "/c"}}});
+  request.set_hits_addend(4);
+  EXPECT_EQ(Ok(request).statuses(0).limit_remaining(), 6u);
+  request.set_hits_addend(7);
+  EXPECT_EQ(Ok(request).overall_code(), RateLimitResponse::OVER_LIMIT);  // 6 left
+}
+
+TEST_F(GrpcServerTest, DescriptorHitsAddendZeroPeeksAndOtherwiseWins) {
+  RateLimitRequest request = Request("edge", {{{"path", "/d"}}});
+  request.set_hits_addend(3);
+  request.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  EXPECT_EQ(Ok(request).statuses(0).limit_remaining(), 10u);
+  EXPECT_EQ(Ok(request).statuses(0).limit_remaining(), 10u);
+  request.mutable_descriptors(0)->mutable_hits_addend()->set_value(2);
+  EXPECT_EQ(Ok(request).statuses(0).limit_remaining(), 8u);
+}
+
+TEST_F(GrpcServerTest, UnknownDomainIsOkWithoutLimits) {
+  const RateLimitResponse r = Ok(Request("nowhere", {{{"user", "dave"}}}));
+  EXPECT_EQ(r.overall_code(), RateLimitResponse::OK);
+  ASSERT_EQ(r.statuses_size(), 1);
+  EXPECT_EQ(r.statuses(0).code(), RateLimitResponse::OK);
+  EXPECT_FALSE(r.statuses(0).has_current_limit());
+}
+
+TEST_F(GrpcServerTest, InvalidRequestsAreInvalidArgumentWithTheCodecsMessage) {
+  RateLimitResponse response;
+  ::grpc::Status status = Call(Request("", {{{"user", "eve"}}}), &response);
+  EXPECT_EQ(status.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "rate limit domain must not be empty");
+  status = Call(Request("edge", {}), &response);
+  EXPECT_EQ(status.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "rate limit descriptor list must not be empty");
+}
+
+TEST_F(GrpcServerTest, HealthServesEmptyAndRatelimitAndRejectsOtherNames) {
+  HealthCheckResponse response;
+  ASSERT_TRUE(CheckHealth("", &response).ok());
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+  ASSERT_TRUE(CheckHealth("ratelimit", &response).ok());
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth("envoy.service.ratelimit.v3.RateLimitService", &response).error_code(),
+            ::grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcServerTest, DrainingTurnsHealthNotServingButStillAnswers) {
+  server_->StartDraining();
+  HealthCheckResponse response;
+  ASSERT_TRUE(CheckHealth("ratelimit", &response).ok());
+  EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(CheckHealth("", &response).ok());
+  EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Ok(Request("edge", {{{"user", "frank"}}})).overall_code(), RateLimitResponse::OK);
+}
+
+TEST_F(GrpcServerTest, DeadlineAlreadyPassedIsDeadlineExceededAndTheServerCarriesOn) {
+  ::grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
+  RateLimitResponse response;
+  const ::grpc::Status status =
+      rls_->ShouldRateLimit(&context, Request("edge", {{{"user", "gina"}}}), &response);
+  EXPECT_EQ(status.error_code(), ::grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(Ok(Request("edge", {{{"user", "gina"}}})).statuses(0).limit_remaining(), 1u);
+}
+
+TEST_F(GrpcServerTest, APortInUseIsAnErrorNotASharedPort) {
+  const auto second = GrpcServer::Start({.address = "127.0.0.1:" + std::to_string(server_->port())},
+                                        &config_, &store_, &clock_);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
+  server_->Shutdown(std::chrono::milliseconds(100));
+  server_->Shutdown(std::chrono::milliseconds(100));
+  RateLimitResponse response;
+  ::grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const ::grpc::Status status =
+      rls_->ShouldRateLimit(&context, Request("edge", {{{"user", "hank"}}}), &response);
+  EXPECT_FALSE(status.ok());
+}
+
+}  // namespace
+}  // namespace sluice::rls

@@ -9,11 +9,11 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries (see ../shared/DESIGN.md for why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
-  libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler
+  libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler libhiredis-dev
   libgrpc++-dev protobuf-compiler-grpc
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
-  # forward-auth (auth_request), wrk for bench/compare.sh
-  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk
+  # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
+  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools
 )
 # The gRPC end-to-end test's client runs on Node.js; a node already on the PATH (from any
 # source) will do, otherwise Debian's.

@@ -1,0 +1,320 @@
+#include "redis/connection.h"
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <mutex>
+
+#include <boost/asio.hpp>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::redis {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+class AsioConnection : public Connection, public std::enable_shared_from_this<AsioConnection> {
+ public:
+  AsioConnection(asio::io_context& io, Options options)
+      : io_(io), options_(std::move(options)), socket_(io), resolver_(io), timer_(io),
+        retry_timer_(io), backoff_(options_.min_backoff) {}
+
+  void Begin() {
+    asio::post(io_, [self = shared_from_this()] { self->Connect(); });
+  }
+
+  void Send(std::string command, Callback done, size_t replies) override {
+    asio::post(io_, [self = shared_from_this(), command = std::move(command), done = std::move(done),
+                     replies]() mutable {
+      self->Enqueue(std::move(command), std::move(done), replies);
+    });
+  }
+
+  void Close() override {
+    asio::post(io_, [self = shared_from_this()] {
+      self->closed_ = true;
+      self->retry_timer_.cancel();
+      self->Drop("connection closed");
+      self->SetState(State::kClosed, "closed");
+    });
+  }
+
+  State state() const override { return state_.load(std::memory_order_acquire); }
+
+  std::string last_error() const override {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    return last_error_;
+  }
+
+ private:
+  struct Pending {
+    Callback done;            // null once answered (timed out)
+    size_t replies = 1;       // how many replies this entry takes
+    Reply collected;          // the array of a multi-reply entry
+    Clock::time_point deadline;
+  };
+
+  void SetState(State s, std::string error) {
+    state_.store(s, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last_error_ = std::move(error);
+  }
+
+  // --- connecting
+
+  void Connect() {
+    if (closed_) return;
+    SetState(State::kConnecting, last_error());
+    ++generation_;
+    resolver_.async_resolve(
+        options_.endpoint.host, std::to_string(options_.endpoint.port),
+        [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
+                                                      tcp::resolver::results_type results) {
+          if (gen != self->generation_ || self->closed_) return;
+          if (ec) return self->Fail(fmt::format("cannot resolve {}: {}", self->options_.endpoint.host, ec.message()));
+          self->timer_.expires_after(self->options_.connect_timeout);
+          self->timer_.async_wait([self, gen](boost::system::error_code ec) {
+            if (!ec && gen == self->generation_ && self->state() == State::kConnecting) {
+              self->Fail("connect timed out");
+            }
+          });
+          asio::async_connect(self->socket_, results,
+                              [self, gen](boost::system::error_code ec, const tcp::endpoint&) {
+                                if (gen != self->generation_ || self->closed_) return;
+                                if (ec) return self->Fail(fmt::format("cannot connect to {}: {}",
+                                                                      self->options_.endpoint.Address(),
+                                                                      ec.message()));
+                                self->OnConnected();
+                              });
+        });
+  }
+
+  void OnConnected() {
+    boost::system::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    timer_.cancel();
+    ReadMore();
+    // Log in and pick the database before anything else is written; commands sent meanwhile
+    // fail fast (state is still kConnecting).
+    const Endpoint& e = options_.endpoint;
+    std::string hello;
+    size_t replies = 0;
+    if (!e.password.empty()) {
+      if (e.user.empty()) {
+        AppendCommand(&hello, {"AUTH", e.password});
+      } else {
+        AppendCommand(&hello, {"AUTH", e.user, e.password});
+      }
+      ++replies;
+    }
+    if (e.db != 0) {
+      AppendCommand(&hello, {"SELECT", std::to_string(e.db)});
+      ++replies;
+    }
+    AppendCommand(&hello, {"PING"});
+    ++replies;
+    Push(std::move(hello), replies,
+         [self = shared_from_this(), gen = generation_](absl::StatusOr<Reply> reply) {
+           if (gen != self->generation_) return;
+           if (!reply.ok()) return self->Fail(std::string(reply.status().message()));
+           for (const Reply& r : reply->elements) {
+             if (r.IsError()) return self->Fail(fmt::format("login to {} failed: {}",
+                                                           self->options_.endpoint.Address(), r.str));
+           }
+           if (reply->IsError()) {
+             return self->Fail(fmt::format("login to {} failed: {}", self->options_.endpoint.Address(),
+                                           reply->str));
+           }
+           self->backoff_ = self->options_.min_backoff;
+           // The login's deadline was the connect timeout; commands' deadlines are shorter.
+           self->timer_.cancel();
+           self->deadline_armed_ = false;
+           self->SetState(State::kReady, "");
+           spdlog::info("redis: connected to {}", self->options_.endpoint.Address());
+         },
+         /*internal=*/true);
+  }
+
+  // The connection failed: everything pending fails, and a new attempt is scheduled.
+  void Fail(std::string why) {
+    if (closed_) return;
+    const bool was_ready = state() == State::kReady;
+    if (was_ready || last_error() != why) spdlog::warn("redis: {}", why);
+    Drop(why);
+    SetState(State::kDown, why);
+    retry_timer_.expires_after(backoff_);
+    backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->Connect();
+    });
+  }
+
+  // Closes the socket and answers every pending command with Unavailable.
+  void Drop(const std::string& why) {
+    ++generation_;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    timer_.cancel();
+    deadline_armed_ = false;
+    resolver_.cancel();
+    reader_ = std::make_unique<ReplyReader>();
+    out_.clear();
+    writing_ = false;
+    std::deque<Pending> pending;
+    pending.swap(pending_);
+    for (Pending& p : pending) {
+      if (p.done) p.done(absl::UnavailableError(fmt::format("redis: {}", why)));
+    }
+  }
+
+  // --- sending
+
+  void Enqueue(std::string command, Callback done, size_t replies) {
+    if (state() != State::kReady) {
+      const std::string why = last_error();
+      return done(absl::UnavailableError(
+          fmt::format("redis {} is not connected{}{}", options_.endpoint.Address(),
+                      why.empty() ? "" : ": ", why)));
+    }
+    if (pending_.size() >= options_.max_pending) {
+      return done(absl::ResourceExhaustedError(
+          fmt::format("redis {}: {} commands already waiting", options_.endpoint.Address(),
+                      pending_.size())));
+    }
+    Push(std::move(command), replies, std::move(done), /*internal=*/false);
+  }
+
+  void Push(std::string command, size_t replies, Callback done, bool internal) {
+    Pending p;
+    p.done = std::move(done);
+    p.replies = std::max<size_t>(1, replies);
+    if (p.replies > 1) p.collected.type = Reply::Type::kArray;
+    p.deadline = Clock::now() + (internal ? std::chrono::duration_cast<Clock::duration>(
+                                                options_.connect_timeout)
+                                          : std::chrono::duration_cast<Clock::duration>(
+                                                options_.timeout));
+    pending_.push_back(std::move(p));
+    if (!deadline_armed_) ArmDeadline();
+    out_.append(command);
+    if (!writing_) WriteMore();
+  }
+
+  void WriteMore() {
+    if (out_.empty()) return;
+    writing_ = true;
+    in_flight_.swap(out_);
+    out_.clear();
+    asio::async_write(socket_, asio::buffer(in_flight_),
+                      [self = shared_from_this(), gen = generation_](boost::system::error_code ec, size_t) {
+                        if (gen != self->generation_) return;
+                        self->writing_ = false;
+                        if (ec) return self->Fail(fmt::format("write to {}: {}",
+                                                              self->options_.endpoint.Address(),
+                                                              ec.message()));
+                        self->WriteMore();
+                      });
+  }
+
+  // --- deadlines: one timer, set to the oldest live command's deadline (deadlines grow along
+  // the queue). Replies do not touch it: when it fires early it just moves on, so a healthy
+  // connection pays at most one timer wake-up per timeout period, not one per command.
+
+  void ArmDeadline() {
+    auto it = std::find_if(pending_.begin(), pending_.end(),
+                           [](const Pending& p) { return p.done != nullptr; });
+    deadline_armed_ = it != pending_.end();
+    if (!deadline_armed_) return;
+    timer_.expires_at(it->deadline);
+    timer_.async_wait([self = shared_from_this(), gen = generation_](boost::system::error_code ec) {
+      if (ec || gen != self->generation_) return;
+      self->ExpireDeadlines();
+    });
+  }
+
+  void ExpireDeadlines() {
+    const auto now = Clock::now();
+    bool login_expired = false;
+    for (Pending& p : pending_) {
+      if (p.done == nullptr) continue;
+      if (p.deadline > now) break;
+      if (state() != State::kReady) login_expired = true;
+      Callback done = std::move(p.done);
+      p.done = nullptr;  // its reply, when it comes, is dropped
+      done(absl::DeadlineExceededError(fmt::format("redis {}: no reply within {} µs",
+                                                   options_.endpoint.Address(),
+                                                   options_.timeout.count())));
+    }
+    if (login_expired) return Fail("login timed out");
+    ArmDeadline();
+  }
+
+  // --- reading
+
+  void ReadMore() {
+    socket_.async_read_some(asio::buffer(buffer_),
+                            [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
+                                                                          size_t n) {
+                              if (gen != self->generation_) return;
+                              if (ec) return self->Fail(fmt::format("read from {}: {}",
+                                                                    self->options_.endpoint.Address(),
+                                                                    ec == asio::error::eof ? "closed by the server" : ec.message()));
+                              self->OnBytes(n);
+                            });
+  }
+
+  void OnBytes(size_t n) {
+    reader_->Feed(buffer_.data(), n);
+    const uint64_t gen = generation_;
+    while (gen == generation_) {
+      auto next = reader_->Next();
+      if (!next.ok()) return Fail(std::string(next.status().message()));
+      if (!next->has_value()) break;
+      if (pending_.empty()) return Fail("a reply nobody asked for");
+      Pending& front = pending_.front();
+      Reply reply = std::move(**next);
+      if (front.replies > 1) {  // a pipeline: collect its replies into one array
+        front.collected.elements.push_back(std::move(reply));
+        if (front.collected.elements.size() < front.replies) continue;
+        reply = std::move(front.collected);
+      }
+      Callback done = std::move(front.done);
+      pending_.pop_front();
+      if (done) done(std::move(reply));
+    }
+    if (gen == generation_) ReadMore();
+  }
+
+  asio::io_context& io_;
+  const Options options_;
+  tcp::socket socket_;
+  tcp::resolver resolver_;
+  asio::steady_timer timer_;        // connect timeout, then command deadlines
+  asio::steady_timer retry_timer_;  // reconnect backoff
+  std::chrono::milliseconds backoff_;
+  uint64_t generation_ = 0;         // bumped on every (re)connect and drop: stale handlers quit
+  bool closed_ = false;
+  bool writing_ = false;
+  bool deadline_armed_ = false;
+  std::string out_;        // commands waiting for the next write
+  std::string in_flight_;  // the write in progress
+  std::deque<Pending> pending_;
+  std::unique_ptr<ReplyReader> reader_ = std::make_unique<ReplyReader>();
+  std::array<char, 16384> buffer_{};
+  std::atomic<State> state_{State::kConnecting};
+  mutable std::mutex error_mu_;
+  std::string last_error_;  // guarded by error_mu_
+};
+
+}  // namespace
+
+std::shared_ptr<Connection> Connection::Create(boost::asio::io_context& io, Options options) {
+  auto c = std::make_shared<AsioConnection>(io, std::move(options));
+  c->Begin();
+  return c;
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,69 @@
+// One connection to one Redis server, on an Asio io_context: non-blocking and pipelined.
+//
+// Commands may be sent from any thread. Every command sent while a write is in flight joins
+// the next write, so concurrent requests share system calls and round trips (auto-pipelining);
+// replies come back in order and each goes to its command's callback, on the io_context's thread.
+//
+// Bounded in every way: each command has a deadline (Options::timeout; its callback then gets
+// DeadlineExceeded and the late reply is dropped when it arrives), at most
+// Options::max_pending commands wait for replies (more get ResourceExhausted at once), and while
+// the connection is down commands fail at once with Unavailable — nothing queues for a server
+// that is not there. The connection re-establishes itself with exponential backoff capped at
+// Options::max_backoff, logging in (AUTH) and selecting the database each time.
+//
+// Callbacks get an error Status for transport failures only; a Redis error reply (-ERR ...,
+// -NOSCRIPT ...) is a Reply of type kError.
+
+#ifndef SLUICE_REDIS_CONNECTION_H_
+#define SLUICE_REDIS_CONNECTION_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "absl/status/statusor.h"
+#include "redis/resp.h"
+
+namespace sluice::redis {
+
+using Callback = std::function<void(absl::StatusOr<Reply>)>;
+
+class Connection {
+ public:
+  struct Options {
+    Endpoint endpoint;
+    std::chrono::microseconds timeout{10000};          // per command
+    std::chrono::milliseconds connect_timeout{1000};
+    std::chrono::milliseconds min_backoff{10};
+    std::chrono::milliseconds max_backoff{1000};
+    size_t max_pending = 100000;
+  };
+
+  // What the connection is doing now.
+  enum class State { kConnecting, kReady, kDown, kClosed };
+
+  // Starts connecting at once. The connection lives until Close() and the io_context has run
+  // its last handler; the returned handle may be dropped before that.
+  static std::shared_ptr<Connection> Create(boost::asio::io_context& io, Options options);
+  virtual ~Connection() = default;
+
+  // `command` is one or more RESP commands (AppendCommand); `replies` of them are expected and
+  // delivered as one array reply when more than one (a pipeline), else the single reply.
+  virtual void Send(std::string command, Callback done, size_t replies = 1) = 0;
+
+  // Fails what is pending with Unavailable and stops reconnecting. Safe from any thread.
+  virtual void Close() = 0;
+
+  virtual State state() const = 0;
+  // Why the connection is not ready ("connection refused", "AUTH failed: WRONGPASS ..."), or
+  // empty.
+  virtual std::string last_error() const = 0;
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_REDIS_CONNECTION_H_

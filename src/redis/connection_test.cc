@@ -1,0 +1,290 @@
+// The Redis protocol pieces (URLs, command encoding, the reply reader) and Connection against a
+// real redis-server started by the test: pipelining from many threads, per-command deadlines
+// with late replies dropped in order, AUTH (password and ACL user), SELECT, fail-fast while
+// down, reconnection after a crash, and the bound on pending commands.
+
+#include "redis/connection.h"
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "redis/resp.h"
+#include "tests/support/redis_server.h"
+
+namespace sluice::redis {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+TEST(ParseUrlTest, Forms) {
+  auto e = ParseUrl("redis://127.0.0.1:6380");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->host, "127.0.0.1");
+  EXPECT_EQ(e->port, 6380);
+  EXPECT_EQ(e->db, 0);
+  EXPECT_EQ(e->password, "");
+
+  e = ParseUrl("redis://alice:s3cr:et@localhost:7000/4");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->user, "alice");
+  EXPECT_EQ(e->password, "s3cr:et");
+  EXPECT_EQ(e->host, "localhost");
+  EXPECT_EQ(e->db, 4);
+
+  e = ParseUrl("redis://:pw@[::1]:6379/");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->user, "");
+  EXPECT_EQ(e->password, "pw");
+  EXPECT_EQ(e->host, "::1");
+  EXPECT_EQ(e->Address(), "[::1]:6379");
+
+  e = ParseUrl("redis://cache");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->port, 6379);
+
+  for (const char* bad : {"http://x:1", "redis://", "redis://h:0", "redis://h:99999", "redis://h:p",
+                          "redis://h:1/x", "redis://[::1:5"}) {
+    EXPECT_FALSE(ParseUrl(bad).ok()) << bad;
+  }
+  EXPECT_THAT(std::string(ParseUrl("redis://h:p").status().message()), HasSubstr("port"));
+}
+
+TEST(RespTest, CommandEncoding) {
+  std::string out;
+  AppendCommand(&out, {"SET", "k", std::string_view("a\r\nb\0c", 6)});
+  EXPECT_EQ(out, std::string("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$6\r\na\r\nb\0c\r\n", 32));
+}
+
+TEST(RespTest, ReaderHandlesSplitsNestingAndGarbage) {
+  ReplyReader reader;
+  const std::string stream = "+OK\r\n:42\r\n$5\r\nhello\r\n$-1\r\n-ERR bad\r\n*2\r\n:1\r\n*1\r\n$1\r\nx\r\n";
+  // Byte by byte: every reply comes out whole, in order.
+  std::vector<Reply> replies;
+  for (char c : stream) {
+    reader.Feed(&c, 1);
+    for (;;) {
+      auto next = reader.Next();
+      ASSERT_TRUE(next.ok());
+      if (!next->has_value()) break;
+      replies.push_back(**next);
+    }
+  }
+  ASSERT_EQ(replies.size(), 6u);
+  EXPECT_EQ(replies[0].type, Reply::Type::kStatus);
+  EXPECT_EQ(replies[0].str, "OK");
+  EXPECT_EQ(replies[1].integer, 42);
+  EXPECT_EQ(replies[2].str, "hello");
+  EXPECT_EQ(replies[3].type, Reply::Type::kNil);
+  EXPECT_TRUE(replies[4].IsError());
+  EXPECT_EQ(replies[4].str, "ERR bad");
+  ASSERT_EQ(replies[5].elements.size(), 2u);
+  EXPECT_EQ(replies[5].elements[1].elements[0].str, "x");
+
+  ReplyReader garbage;
+  garbage.Feed("?what\r\n", 7);
+  EXPECT_FALSE(garbage.Next().ok());
+}
+
+// An io_context on its own thread, and synchronous calls for the tests.
+class ConnectionTest : public ::testing::Test {
+ protected:
+  ConnectionTest() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  ~ConnectionTest() override {
+    for (auto& c : connections_) c->Close();
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  std::shared_ptr<Connection> Open(const std::string& url, std::chrono::microseconds timeout = 1s,
+                                   size_t max_pending = 1000) {
+    Connection::Options o;
+    o.endpoint = *ParseUrl(url);
+    o.timeout = timeout;
+    o.max_backoff = 200ms;
+    o.max_pending = max_pending;
+    auto c = Connection::Create(io_, o);
+    connections_.push_back(c);
+    return c;
+  }
+
+  static bool WaitState(const Connection& c, Connection::State want, std::chrono::milliseconds limit = 5s) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (c.state() == want) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return c.state() == want;
+  }
+
+  static absl::StatusOr<Reply> Call(Connection& c, std::initializer_list<std::string_view> args) {
+    std::string command;
+    AppendCommand(&command, args);
+    std::promise<absl::StatusOr<Reply>> promise;
+    auto future = promise.get_future();
+    c.Send(std::move(command), [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+    if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no callback");
+    return future.get();
+  }
+
+  using io_context = boost::asio::io_context;
+  io_context io_;
+  boost::asio::executor_work_guard<io_context::executor_type> guard_;
+  std::thread thread_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+};
+
+TEST_F(ConnectionTest, CommandsAndReplies) {
+  testing::RedisServer server;
+  auto c = Open(server.url());
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady)) << c->last_error();
+  EXPECT_EQ(Call(*c, {"SET", "k", "v"})->str, "OK");
+  EXPECT_EQ(Call(*c, {"GET", "k"})->str, "v");
+  EXPECT_EQ(Call(*c, {"GET", "missing"})->type, Reply::Type::kNil);
+  auto err = Call(*c, {"NOSUCHCOMMAND"});
+  ASSERT_TRUE(err.ok());  // a Redis error reply is a reply, not a transport failure
+  EXPECT_TRUE(err->IsError());
+
+  // A pipeline in one Send: one array of replies.
+  std::string pipeline;
+  AppendCommand(&pipeline, {"INCR", "n"});
+  AppendCommand(&pipeline, {"INCR", "n"});
+  AppendCommand(&pipeline, {"GET", "n"});
+  std::promise<absl::StatusOr<Reply>> p;
+  c->Send(pipeline, [&](absl::StatusOr<Reply> r) { p.set_value(std::move(r)); }, 3);
+  auto r = p.get_future().get();
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->elements.size(), 3u);
+  EXPECT_EQ(r->elements[1].integer, 2);
+  EXPECT_EQ(r->elements[2].str, "2");
+}
+
+TEST_F(ConnectionTest, ManyThreadsShareOneConnectionInOrder) {
+  testing::RedisServer server;
+  auto c = Open(server.url(), 5s, 100000);
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady)) << c->last_error();
+  constexpr int kThreads = 4, kPerThread = 2000;
+  std::atomic<int> ok{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::promise<void>> done(kPerThread);
+      for (int i = 0; i < kPerThread; ++i) {
+        // Each thread echoes its own values: a reply given to the wrong command shows.
+        const std::string value = std::to_string(t) + ":" + std::to_string(i);
+        std::string command;
+        AppendCommand(&command, {"ECHO", value});
+        c->Send(command, [&, value, i](absl::StatusOr<Reply> r) {
+          (r.ok() && r->str == value ? ok : wrong).fetch_add(1);
+          done[i].set_value();
+        });
+      }
+      for (auto& d : done) d.get_future().wait();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kThreads * kPerThread);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_F(ConnectionTest, DeadlineThenLateReplyIsDroppedInOrder) {
+  testing::RedisServer server;
+  auto c = Open(server.url(), 30ms);
+  auto admin = Open(server.url());
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady)) << c->last_error();
+  ASSERT_TRUE(WaitState(*admin, Connection::State::kReady));
+  ASSERT_EQ(Call(*c, {"SET", "k", "old"})->str, "OK");
+  ASSERT_EQ(Call(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
+  const auto start = std::chrono::steady_clock::now();
+  auto slow = Call(*c, {"GET", "k"});
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(waited, 250ms);  // the deadline, not the pause
+  std::this_thread::sleep_for(400ms);  // the pause ends; the late reply arrives and is dropped
+  ASSERT_EQ(Call(*c, {"SET", "k", "new"})->str, "OK");
+  EXPECT_EQ(Call(*c, {"GET", "k"})->str, "new");
+}
+
+TEST_F(ConnectionTest, PendingCommandsAreBounded) {
+  testing::RedisServer server;
+  auto c = Open(server.url(), 2s);
+  auto admin = Open(server.url());
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady));
+  ASSERT_TRUE(WaitState(*admin, Connection::State::kReady));
+  ASSERT_EQ(Call(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
+  std::atomic<int> exhausted{0}, answered{0};
+  std::atomic<int> callbacks{0};
+  std::string ping;
+  AppendCommand(&ping, {"PING"});
+  for (int i = 0; i < 1100; ++i) {  // max_pending is 1000
+    c->Send(ping, [&](absl::StatusOr<Reply> r) {
+      if (!r.ok() && r.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
+      if (r.ok()) ++answered;
+      ++callbacks;
+    });
+  }
+  for (int i = 0; i < 400 && callbacks.load() < 1100; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(exhausted.load(), 100);
+  EXPECT_EQ(answered.load(), 1000);
+}
+
+TEST_F(ConnectionTest, PasswordAndAclUserAndDatabase) {
+  testing::RedisServer server({"--requirepass", "pw"});
+  auto wrong = Open("redis://:nope@127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(WaitState(*wrong, Connection::State::kDown));
+  EXPECT_THAT(wrong->last_error(), HasSubstr("login to 127.0.0.1"));
+  EXPECT_THAT(wrong->last_error(), ::testing::AnyOf(HasSubstr("WRONGPASS"), HasSubstr("invalid")));
+  auto anonymous = Open(server.url());
+  ASSERT_TRUE(WaitState(*anonymous, Connection::State::kDown));
+  EXPECT_THAT(anonymous->last_error(), HasSubstr("NOAUTH"));
+  auto failed = Call(*wrong, {"PING"});
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("login"));
+
+  auto c = Open("redis://:pw@127.0.0.1:" + std::to_string(server.port()) + "/3");
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady)) << c->last_error();
+  ASSERT_EQ(Call(*c, {"SET", "in3", "yes"})->str, "OK");
+  ASSERT_EQ(Call(*c, {"ACL", "SETUSER", "alice", "on", ">alicepw", "~*", "+@all"})->str, "OK");
+
+  auto alice = Open("redis://alice:alicepw@127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(WaitState(*alice, Connection::State::kReady)) << alice->last_error();
+  EXPECT_EQ(Call(*alice, {"GET", "in3"})->type, Reply::Type::kNil);  // database 0
+  EXPECT_EQ(Call(*alice, {"SELECT", "3"})->str, "OK");
+  EXPECT_EQ(Call(*alice, {"GET", "in3"})->str, "yes");
+}
+
+TEST_F(ConnectionTest, FailsFastWhileDownAndReconnects) {
+  auto server = std::make_unique<testing::RedisServer>();
+  const int port = server->port();
+  auto c = Open(server->url());
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady));
+  ASSERT_EQ(Call(*c, {"PING"})->str, "PONG");
+  server->Kill();
+  ASSERT_TRUE(WaitState(*c, Connection::State::kDown));
+  const auto start = std::chrono::steady_clock::now();
+  auto down = Call(*c, {"PING"});
+  EXPECT_EQ(down.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 50ms);  // no waiting for a dead server
+
+  server = std::make_unique<testing::RedisServer>(std::vector<std::string>{}, port);
+  ASSERT_TRUE(server->running());
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady, 3s)) << c->last_error();
+  EXPECT_EQ(Call(*c, {"PING"})->str, "PONG");
+}
+
+TEST_F(ConnectionTest, NothingListening) {
+  auto c = Open("redis://127.0.0.1:" + std::to_string(testing::RedisServer::FreePort()));
+  ASSERT_TRUE(WaitState(*c, Connection::State::kDown));
+  EXPECT_THAT(c->last_error(), HasSubstr("cannot connect"));
+  EXPECT_EQ(Call(*c, {"PING"}).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace sluice::redis

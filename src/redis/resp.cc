@@ -1,0 +1,132 @@
+#include "redis/resp.h"
+
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+
+#include "fmt/format.h"
+
+namespace sluice::redis {
+namespace {
+
+Reply Convert(const redisReply& r) {
+  Reply out;
+  switch (r.type) {
+    case REDIS_REPLY_STRING:
+      out.type = Reply::Type::kString;
+      out.str.assign(r.str, r.len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = Reply::Type::kStatus;
+      out.str.assign(r.str, r.len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = Reply::Type::kError;
+      out.str.assign(r.str, r.len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = Reply::Type::kInteger;
+      out.integer = r.integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = Reply::Type::kArray;
+      out.elements.reserve(r.elements);
+      for (size_t i = 0; i < r.elements; ++i) out.elements.push_back(Convert(*r.element[i]));
+      break;
+    default:
+      out.type = Reply::Type::kNil;
+      break;
+  }
+  return out;
+}
+
+bool ParseInt(std::string_view text, int* out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+std::string Endpoint::Address() const {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
+absl::StatusOr<Endpoint> ParseUrl(std::string_view url) {
+  const auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        fmt::format("bad Redis URL '{}': {} (redis://[user:pass@]host:port[/db])", url, why));
+  };
+  constexpr std::string_view kScheme = "redis://";
+  if (!url.starts_with(kScheme)) return bad("it must start with redis://");
+  std::string_view rest = url.substr(kScheme.size());
+  Endpoint e;
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view credentials = rest.substr(0, at);
+    rest.remove_prefix(at + 1);
+    const size_t colon = credentials.find(':');
+    if (colon == std::string_view::npos) {
+      e.password = std::string(credentials);  // redis://pass@host, as redis-cli reads it
+    } else {
+      e.user = std::string(credentials.substr(0, colon));
+      e.password = std::string(credentials.substr(colon + 1));
+    }
+  }
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (!db.empty() && (!ParseInt(db, &e.db) || e.db < 0)) return bad("the database is not a number");
+  }
+  std::string_view host = rest;
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return bad("unclosed [");
+    host = rest.substr(1, close - 1);
+    const std::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return bad("expected :port after ]");
+      port = after.substr(1);
+    }
+  } else if (const size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty()) return bad("no host");
+  e.host = std::string(host);
+  if (!port.empty() && (!ParseInt(port, &e.port) || e.port < 1 || e.port > 65535)) {
+    return bad("the port is not a number from 1 to 65535");
+  }
+  return e;
+}
+
+void AppendCommand(std::string* out, std::span<const std::string_view> args) {
+  fmt::format_to(std::back_inserter(*out), "*{}\r\n", args.size());
+  for (std::string_view a : args) {
+    fmt::format_to(std::back_inserter(*out), "${}\r\n", a.size());
+    out->append(a);
+    out->append("\r\n");
+  }
+}
+
+void AppendCommand(std::string* out, std::initializer_list<std::string_view> args) {
+  AppendCommand(out, std::span(args.begin(), args.size()));
+}
+
+ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {}
+
+ReplyReader::~ReplyReader() { redisReaderFree(reader_); }
+
+void ReplyReader::Feed(const char* data, size_t size) { redisReaderFeed(reader_, data, size); }
+
+absl::StatusOr<std::optional<Reply>> ReplyReader::Next() {
+  void* raw = nullptr;
+  if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+    return absl::DataLossError(fmt::format("not a Redis reply stream: {}", reader_->errstr));
+  }
+  if (raw == nullptr) return std::optional<Reply>();
+  std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw), freeReplyObject);
+  return std::optional<Reply>(Convert(*reply));
+}
+
+}  // namespace sluice::redis

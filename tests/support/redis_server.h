@@ -1,0 +1,120 @@
+// A throwaway redis-server for tests: started on a free loopback port with no persistence,
+// stopped (TERM, then KILL) by pid. Header-only; used by the Redis client and backend tests.
+
+#ifndef SLUICE_TESTS_SUPPORT_REDIS_SERVER_H_
+#define SLUICE_TESTS_SUPPORT_REDIS_SERVER_H_
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace sluice::testing {
+
+class RedisServer {
+ public:
+  // `extra`: more redis-server arguments, e.g. {"--requirepass", "pw"}. port 0: a free one.
+  explicit RedisServer(std::vector<std::string> extra = {}, int port = 0)
+      : extra_(std::move(extra)), port_(port == 0 ? FreePort() : port) {
+    Start();
+  }
+  ~RedisServer() { Stop(); }
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  bool running() const { return pid_ > 0; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  // Starts it (again, on the same port). True once it accepts connections (within 5 s).
+  bool Start() {
+    if (pid_ > 0) return true;
+    std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
+                                     "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                     "--daemonize", "no", "--loglevel", "warning",
+                                     "--logfile", ""};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    const int rc = posix_spawnp(&pid, "redis-server", &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return false;
+    pid_ = pid;
+    for (int i = 0; i < 500; ++i) {
+      if (Accepts()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  // SIGKILL: the server dies as in a crash.
+  void Kill() { Signal(SIGKILL); }
+  // SIGTERM, then SIGKILL after 5 s.
+  void Stop() { Signal(SIGTERM); }
+
+  // Any port nobody listens on now (bind to port 0, read it, close).
+  static int FreePort() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    close(fd);
+    return ntohs(a.sin_port);
+  }
+
+ private:
+  bool Accepts() const {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+  }
+
+  void Signal(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    for (int i = 0; i < 500; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+
+  std::vector<std::string> extra_;
+  int port_;
+  pid_t pid_ = 0;
+};
+
+}  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_SUPPORT_REDIS_SERVER_H_

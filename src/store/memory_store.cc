@@ -242,7 +242,9 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
     for (size_t i = n; i-- > 0;) {
       Work& w = work[i];
       const Item& item = items[i];
-      if (!w.consumed || (item.count_denied && !w.is_log)) continue;
+      if (!w.consumed || (item.count_denied && item.limit->algorithm == Algorithm::kFixedWindow)) {
+        continue;  // count_denied applies to fixed_window only
+      }
       if (w.is_log) {
         algo::LogState& log = *w.log;
         log.entries.back().cost -= item.cost;

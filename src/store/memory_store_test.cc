@@ -553,3 +553,30 @@ TEST(MemoryStoreTest, AMillionTokenBucketKeysTakeAtMost32BytesEach) {
 
 }  // namespace
 }  // namespace sluice::store
+
+namespace sluice::store {
+namespace {
+
+// count_denied keeps a fixed_window item's count when the request is denied; on any other
+// algorithm it means nothing, so those items are undone like the rest.
+TEST(MemoryStoreDecideAllTest, CountDeniedOnlyKeepsFixedWindowCounts) {
+  ManualClock clock(1000000);
+  MemoryStore store({}, &clock);
+  Limit bucket{.algorithm = Algorithm::kTokenBucket, .requests = 5, .window_us = 1000000, .burst = std::nullopt};
+  Limit window{.algorithm = Algorithm::kFixedWindow, .requests = 5, .window_us = 1000000, .burst = std::nullopt};
+  Limit tight{.algorithm = Algorithm::kFixedWindow, .requests = 0, .window_us = 1000000, .burst = std::nullopt};
+  const MemoryStore::Item items[] = {
+      {.limit = &bucket, .limit_id = 1, .key = "k", .cost = 1, .count_denied = true},
+      {.limit = &window, .limit_id = 2, .key = "k", .cost = 1, .count_denied = true},
+      {.limit = &tight, .limit_id = 3, .key = "k", .cost = 1, .count_denied = false},
+  };
+  Decision out[3];
+  EXPECT_FALSE(store.DecideAll(items, clock.NowMicros(), out));
+  EXPECT_EQ(out[0].remaining, 5);  // undone: the bucket is full again
+  EXPECT_EQ(out[1].remaining, 4);  // counted although denied
+  EXPECT_EQ(store.Decide(bucket, 1, "k", 0).remaining, 5);
+  EXPECT_EQ(store.Decide(window, 2, "k", 0).remaining, 4);
+}
+
+}  // namespace
+}  // namespace sluice::store

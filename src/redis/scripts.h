@@ -1,0 +1,44 @@
+// The Lua scripts sluice runs on Redis, and how their arguments and replies are laid out.
+//
+// decide.lua decides every limit of one request at once, all-or-nothing, with exactly the
+// semantics of src/algo and MemoryStore::DecideAll, on Redis's own clock (TIME). See the
+// script's header for the layout of keys, arguments, replies and stored values.
+
+#ifndef SLUICE_REDIS_SCRIPTS_H_
+#define SLUICE_REDIS_SCRIPTS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "redis/resp.h"
+#include "sluice/limit.h"
+
+namespace sluice::redis {
+
+// The source of decide.lua (SCRIPT LOAD answers with the SHA1 that EVALSHA takes).
+std::string_view DecideScript();
+
+// Lua computes in doubles, exact for integers below 2^53. A limit whose products could pass that
+// (capacity * W for the buckets, 2 * N * W for sliding_window) cannot be decided exactly on Redis:
+// InvalidArgument, naming the limit and what to change.
+absl::Status CheckExactRange(const Limit& limit);
+
+// Appends the 6 script arguments of one item.
+void AppendDecideArgs(const Limit& limit, uint64_t cost, bool count_denied, bool shadow,
+                      std::vector<std::string>* argv);
+
+struct DecideResult {
+  int64_t now_us = 0;  // Redis's TIME when it decided
+  bool allowed = false;
+  std::vector<Decision> decisions;
+};
+
+// Reads decide.lua's reply for `items` items; an error for anything else (e.g. an error reply).
+absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items);
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_REDIS_SCRIPTS_H_

@@ -1,0 +1,260 @@
+// Conformance: decide.lua on a real redis-server against the C++ semantics (MemoryStore::DecideAll
+// over src/algo) on the same requests, at the same instants — the script reports the TIME it
+// used, and the C++ side decides at that time. Every field of every decision must match.
+// Also: the exact-range check, TTLs that end when the state is back to initial, and limits near
+// the edge of the exact range.
+
+#include "redis/scripts.h"
+
+#include <future>
+#include <random>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "redis/connection.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+#include "tests/support/redis_server.h"
+
+namespace sluice::redis {
+namespace {
+
+using namespace std::chrono_literals;
+
+Limit MakeLimit(Algorithm a, uint64_t n, int64_t w, std::optional<uint64_t> burst = std::nullopt) {
+  Limit l;
+  l.algorithm = a;
+  l.requests = n;
+  l.window_us = w;
+  l.burst = burst;
+  return l;
+}
+
+struct Item {
+  const Limit* limit;
+  uint64_t limit_id;
+  std::string key;
+  uint64_t cost;
+  bool count_denied;
+  bool shadow;
+};
+
+std::string Describe(const Decision& d) {
+  return fmt::format("allowed={} remaining={} retry={} reset={} delay={}", d.allowed, d.remaining,
+                     d.retry_after_us, d.reset_after_us, d.delay_us);
+}
+
+class ScriptsTest : public ::testing::Test {
+ protected:
+  ScriptsTest() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
+    Connection::Options o;
+    o.endpoint = *ParseUrl(server_.url());
+    o.timeout = 5s;
+    connection_ = Connection::Create(io_, o);
+    for (int i = 0; i < 500 && connection_->state() != Connection::State::kReady; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    auto loaded = Call({"SCRIPT", "LOAD", DecideScript()});
+    if (loaded.ok() && loaded->type == Reply::Type::kString) sha_ = loaded->str;
+  }
+  ~ScriptsTest() override {
+    connection_->Close();
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  absl::StatusOr<Reply> Send(std::vector<std::string> args) {
+    std::vector<std::string_view> views(args.begin(), args.end());
+    std::string command;
+    AppendCommand(&command, views);
+    std::promise<absl::StatusOr<Reply>> promise;
+    auto future = promise.get_future();
+    connection_->Send(std::move(command),
+                      [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+    if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no reply");
+    return future.get();
+  }
+  absl::StatusOr<Reply> Call(std::initializer_list<std::string_view> args) {
+    return Send(std::vector<std::string>(args.begin(), args.end()));
+  }
+
+  static std::string RedisKey(const Item& item) {
+    return fmt::format("t:{}:{}", item.limit_id, item.key);
+  }
+
+  // The request through the script.
+  DecideResult OnRedis(const std::vector<Item>& items) {
+    std::vector<std::string> args = {"EVALSHA", sha_, std::to_string(items.size())};
+    for (const Item& it : items) args.push_back(RedisKey(it));
+    for (const Item& it : items) AppendDecideArgs(*it.limit, it.cost, it.count_denied, it.shadow, &args);
+    auto reply = Send(std::move(args));
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    if (!reply.ok()) return {};
+    auto result = ParseDecideReply(*reply, items.size());
+    EXPECT_TRUE(result.ok()) << result.status() << " " << reply->str;
+    return result.ok() ? *result : DecideResult{};
+  }
+
+  // The same request in C++, at the instant Redis decided.
+  DecideResult InCpp(const std::vector<Item>& items, int64_t now_us) {
+    std::vector<store::MemoryStore::Item> store_items;
+    for (const Item& it : items) {
+      store_items.push_back({.limit = it.limit, .limit_id = it.limit_id, .key = it.key, .cost = it.cost,
+                             .count_denied = it.count_denied, .shadow = it.shadow});
+    }
+    DecideResult out;
+    out.now_us = now_us;
+    out.decisions.resize(items.size());
+    out.allowed = store_.DecideAll(store_items, now_us, std::span(out.decisions));
+    return out;
+  }
+
+  // Runs `items` both ways; true when they agree (failures say where).
+  bool Agree(const std::vector<Item>& items, const std::string& context) {
+    const DecideResult redis = OnRedis(items);
+    const DecideResult cpp = InCpp(items, redis.now_us);
+    bool same = redis.allowed == cpp.allowed && redis.decisions.size() == cpp.decisions.size();
+    EXPECT_EQ(redis.allowed, cpp.allowed) << context;
+    for (size_t i = 0; i < items.size() && i < redis.decisions.size(); ++i) {
+      if (!(redis.decisions[i] == cpp.decisions[i])) {
+        same = false;
+        ADD_FAILURE() << context << " item " << i << " (" << DescribeLimit(*items[i].limit)
+                      << " cost " << items[i].cost << ")\n  redis: " << Describe(redis.decisions[i])
+                      << "\n  c++:   " << Describe(cpp.decisions[i]);
+      }
+    }
+    return same;
+  }
+
+  testing::RedisServer server_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
+  std::thread thread_;
+  std::shared_ptr<Connection> connection_;
+  std::string sha_;
+  store::MemoryStore store_{{.max_entries = 1 << 16, .shards = 4}, SystemClock::Get()};
+};
+
+TEST_F(ScriptsTest, ScriptLoads) {
+  ASSERT_EQ(sha_.size(), 40u);
+}
+
+// Each algorithm alone, over time: short windows so that refills and window changes happen
+// while the test runs; costs from 0 (peek) to above the capacity.
+TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
+  ASSERT_FALSE(sha_.empty());
+  const std::vector<Limit> limits = {
+      MakeLimit(Algorithm::kTokenBucket, 5, 20000),
+      MakeLimit(Algorithm::kTokenBucket, 7, 30000, 12),
+      MakeLimit(Algorithm::kLeakyBucket, 4, 20000, 3),
+      MakeLimit(Algorithm::kLeakyBucket, 3, 7000),
+      MakeLimit(Algorithm::kFixedWindow, 6, 15000),
+      MakeLimit(Algorithm::kSlidingLog, 5, 20000),
+      MakeLimit(Algorithm::kSlidingWindow, 6, 15000),
+      MakeLimit(Algorithm::kSlidingWindow, 1000, 9000),
+      MakeLimit(Algorithm::kTokenBucket, 0, 1000),
+  };
+  std::mt19937_64 rng(20261202);
+  int agreed = 0, total = 0;
+  for (size_t l = 0; l < limits.size(); ++l) {
+    const Limit& limit = limits[l];
+    std::uniform_int_distribution<uint64_t> cost(0, limit.Capacity() + 1);
+    for (int i = 0; i < 60; ++i) {
+      Item item{&limit, l + 1, "k", rng() % 4 == 0 ? cost(rng) : 1, false, false};
+      agreed += Agree({item}, fmt::format("{} call {}", DescribeLimit(limit), i)) ? 1 : 0;
+      ++total;
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2500));
+    }
+  }
+  EXPECT_EQ(agreed, total);
+}
+
+// Several limits per request: all-or-nothing, shadow items, count_denied on fixed windows (and
+// ignored elsewhere), the same key twice in one request.
+TEST_F(ScriptsTest, MultiLimitRequestsAgree) {
+  ASSERT_FALSE(sha_.empty());
+  const std::vector<Limit> limits = {
+      MakeLimit(Algorithm::kTokenBucket, 4, 20000),
+      MakeLimit(Algorithm::kFixedWindow, 5, 25000),
+      MakeLimit(Algorithm::kSlidingLog, 3, 15000),
+      MakeLimit(Algorithm::kSlidingWindow, 6, 20000),
+      MakeLimit(Algorithm::kLeakyBucket, 5, 20000, 2),
+  };
+  std::mt19937_64 rng(7);
+  int agreed = 0, total = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<Item> items;
+    const size_t count = 1 + rng() % 3;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t l = rng() % limits.size();
+      items.push_back({&limits[l], l + 1, rng() % 3 == 0 ? "b" : "a", rng() % 5 == 0 ? 2u : 1u,
+                       rng() % 4 == 0, rng() % 6 == 0});
+    }
+    if (rng() % 8 == 0) items.push_back(items.front());  // the same key twice
+    agreed += Agree(items, fmt::format("request {}", i)) ? 1 : 0;
+    ++total;
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+  }
+  EXPECT_EQ(agreed, total);
+}
+
+// Limits near the top of the exact range: a day-long bucket of 100,000 (capacity x W = 8.64e15).
+TEST_F(ScriptsTest, LargeMagnitudesStayExact) {
+  ASSERT_FALSE(sha_.empty());
+  const int64_t day = int64_t{86400} * 1000000;
+  const std::vector<Limit> limits = {
+      MakeLimit(Algorithm::kTokenBucket, 100000, day),
+      MakeLimit(Algorithm::kLeakyBucket, 99999, day, 3),
+      MakeLimit(Algorithm::kSlidingWindow, 50000, day),
+      MakeLimit(Algorithm::kFixedWindow, 4294967295u, day),
+      MakeLimit(Algorithm::kTokenBucket, 7, 60000000),  // 7 per minute: W / N is not whole
+  };
+  for (const Limit& l : limits) ASSERT_TRUE(CheckExactRange(l).ok()) << DescribeLimit(l);
+  for (size_t l = 0; l < limits.size(); ++l) {
+    for (uint64_t cost : {1u, 3u, 7u, 9973u, 1u, 0u}) {
+      Agree({{&limits[l], l + 100, "big", cost, false, false}}, DescribeLimit(limits[l]));
+    }
+  }
+}
+
+TEST_F(ScriptsTest, KeysExpireWhenTheStateIsBackToInitial) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 10, 1000000);  // refills in 1 s
+  const Limit window = MakeLimit(Algorithm::kFixedWindow, 10, 60000000);
+  const Item a{&bucket, 1, "ttl", 3, false, false};
+  const Item b{&window, 2, "ttl", 1, false, false};
+  const DecideResult r = OnRedis({a, b});
+  ASSERT_TRUE(r.allowed);
+  auto pttl_a = Call({"PTTL", RedisKey(a)});
+  auto pttl_b = Call({"PTTL", RedisKey(b)});
+  ASSERT_TRUE(pttl_a.ok() && pttl_b.ok());
+  // 3 tokens of 10 per second come back in 300 ms; the window ends with the minute.
+  EXPECT_GT(pttl_a->integer, 250);
+  EXPECT_LE(pttl_a->integer, 301);
+  const int64_t window_left_ms = (60000000 - r.now_us % 60000000 + 999) / 1000;
+  EXPECT_NEAR(static_cast<double>(pttl_b->integer), static_cast<double>(window_left_ms), 50);
+  // A denied request writes nothing; a peek writes nothing.
+  const Item peek{&bucket, 1, "fresh", 0, false, false};
+  OnRedis({peek});
+  EXPECT_EQ(Call({"EXISTS", RedisKey(peek)})->integer, 0);
+}
+
+TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
+  const int64_t day = int64_t{86400} * 1000000;
+  EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kTokenBucket, 100000, day)).ok());
+  const absl::Status big = CheckExactRange(MakeLimit(Algorithm::kTokenBucket, 1000000, day));
+  EXPECT_FALSE(big.ok());
+  EXPECT_THAT(std::string(big.message()), ::testing::HasSubstr("too large to decide exactly"));
+  EXPECT_FALSE(CheckExactRange(MakeLimit(Algorithm::kSlidingWindow, 60000, day)).ok());
+  // Counting algorithms have no products: any size.
+  EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kFixedWindow, 4294967295u, 10 * day)).ok());
+  EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kSlidingLog, 1000000, day)).ok());
+}
+
+}  // namespace
+}  // namespace sluice::redis

@@ -7,7 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
 
 namespace sluice::testing {
 
@@ -48,13 +47,21 @@ class RedisServer {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid = 0;
-    const int rc = posix_spawnp(&pid, "redis-server", &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return false;
+    // fork + exec rather than posix_spawn, to ask for SIGKILL when the test process dies: a
+    // crashed test leaves no server behind (nor a pipe held open under ctest). Between fork and
+    // exec the child only makes async-signal-safe calls.
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the parent is already gone
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      execvp("redis-server", argv.data());
+      _exit(127);
+    }
     pid_ = pid;
     for (int i = 0; i < 500; ++i) {
       if (Accepts()) return true;
@@ -67,6 +74,28 @@ class RedisServer {
   void Kill() { Signal(SIGKILL); }
   // SIGTERM, then SIGKILL after 5 s.
   void Stop() { Signal(SIGTERM); }
+
+  // A port for a cluster node: free, and so is its cluster bus port (port + 10000, which must
+  // stay below 65536, so the kernel's ephemeral range will not do).
+  static int FreeClusterPort() {
+    static unsigned seed = static_cast<unsigned>(getpid());
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      const int port = 20000 + static_cast<int>(rand_r(&seed) % 20000);
+      if (Bindable(port) && Bindable(port + 10000)) return port;
+    }
+    return 0;
+  }
+
+  static bool Bindable(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+  }
 
   // Any port nobody listens on now (bind to port 0, read it, close).
   static int FreePort() {

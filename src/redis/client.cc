@@ -1,0 +1,355 @@
+#include "redis/client.h"
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::redis {
+
+uint16_t KeySlot(std::string_view key) {
+  // Only the part inside the first {...} is hashed, if that part is not empty.
+  if (const size_t open = key.find('{'); open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  uint16_t crc = 0;  // CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0
+  for (unsigned char c : key) {
+    crc ^= static_cast<uint16_t>(c << 8);
+    for (int bit = 0; bit < 8; ++bit) {
+      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+    }
+  }
+  return crc & 16383;
+}
+
+namespace {
+
+namespace asio = boost::asio;
+constexpr size_t kSlots = 16384;
+
+// A redirection error: "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381".
+struct Redirect {
+  bool ask = false;
+  int slot = 0;
+  std::string address;
+};
+
+std::optional<Redirect> ParseRedirect(const Reply& reply) {
+  if (!reply.IsError()) return std::nullopt;
+  Redirect r;
+  std::string_view text = reply.str;
+  if (text.starts_with("MOVED ")) {
+    text.remove_prefix(6);
+  } else if (text.starts_with("ASK ")) {
+    r.ask = true;
+    text.remove_prefix(4);
+  } else {
+    return std::nullopt;
+  }
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  r.slot = std::atoi(std::string(text.substr(0, space)).c_str());
+  r.address = std::string(text.substr(space + 1));
+  if (r.slot < 0 || r.slot >= static_cast<int>(kSlots) || r.address.empty()) return std::nullopt;
+  return r;
+}
+
+class ClientImpl : public Client {
+ public:
+  explicit ClientImpl(Options options)
+      : options_(std::move(options)), guard_(asio::make_work_guard(io_)) {
+    for (auto& s : slots_) s.store(nullptr, std::memory_order_relaxed);
+    for (const Endpoint& seed : options_.seeds) seeds_.push_back(GetNode(seed));
+    thread_ = std::thread([this] { io_.run(); });
+    if (options_.cluster) asio::post(io_, [this] { Refresh(); });
+  }
+
+  ~ClientImpl() override {
+    asio::post(io_, [this] {
+      stopping_ = true;
+      refresh_timer_.cancel();
+    });
+    {
+      std::lock_guard<std::mutex> lock(nodes_mu_);
+      for (auto& [address, node] : nodes_) {
+        for (auto& c : node->connections) c->Close();
+      }
+    }
+    guard_.reset();
+    // Let the closes run, then stop.
+    asio::post(io_, [this] { io_.stop(); });
+    thread_.join();
+  }
+
+  void Send(std::string_view key, std::string command, Callback done) override {
+    if (!options_.cluster) return seeds_.front()->Pick()->Send(std::move(command), std::move(done));
+    const uint16_t slot = KeySlot(key);
+    Node* node = slots_[slot].load(std::memory_order_acquire);
+    if (node == nullptr) {
+      RequestRefresh();
+      return done(absl::UnavailableError(fmt::format(
+          "redis cluster: no node serves slot {} ({})", slot,
+          map_loaded_.load() ? "slot not covered" : "slot map not loaded yet")));
+    }
+    auto attempt = std::make_shared<Attempt>();
+    attempt->command = std::move(command);
+    attempt->done = std::move(done);
+    Dispatch(std::move(attempt), node, /*asking=*/false);
+  }
+
+  bool Ready() const override {
+    if (!options_.cluster) return seeds_.front()->HasReadyConnection();
+    if (!map_loaded_.load(std::memory_order_acquire)) return false;
+    // Every node that serves a slot can take commands.
+    const Node* last = nullptr;
+    for (const auto& slot : slots_) {
+      const Node* node = slot.load(std::memory_order_acquire);
+      if (node == last) continue;
+      if (node == nullptr || !node->HasReadyConnection()) return false;
+      last = node;
+    }
+    return true;
+  }
+
+  std::string last_error() const override {
+    if (options_.cluster && !map_loaded_.load()) {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      return map_error_.empty() ? "loading the cluster slot map" : map_error_;
+    }
+    for (const auto& c : seeds_.front()->connections) {
+      if (std::string e = c->last_error(); !e.empty()) return e;
+    }
+    return "";
+  }
+
+  std::string NodeFor(std::string_view key) const override {
+    if (!options_.cluster) return seeds_.front()->address;
+    const Node* node = slots_[KeySlot(key)].load(std::memory_order_acquire);
+    return node == nullptr ? "" : node->address;
+  }
+
+  uint64_t redirects() const override { return redirects_.load(); }
+  uint64_t map_refreshes() const override { return refreshes_.load(); }
+
+ private:
+  struct Node {
+    std::string address;
+    std::vector<std::shared_ptr<Connection>> connections;
+    std::atomic<uint32_t> next{0};
+
+    bool HasReadyConnection() const {
+      for (const auto& c : connections) {
+        if (c->state() == Connection::State::kReady) return true;
+      }
+      return false;
+    }
+
+    // The next connection in turn that is ready (else the next one, which fails fast).
+    Connection* Pick() {
+      const uint32_t start = next.fetch_add(1, std::memory_order_relaxed);
+      for (size_t i = 0; i < connections.size(); ++i) {
+        Connection* c = connections[(start + i) % connections.size()].get();
+        if (c->state() == Connection::State::kReady) return c;
+      }
+      return connections[start % connections.size()].get();
+    }
+  };
+
+  struct Attempt {
+    std::string command;
+    Callback done;
+    int redirects = 0;
+  };
+
+  // The node at `endpoint`, created (and connecting) on first use. Nodes live as long as the
+  // client, so slot-map entries may point at them without ownership.
+  Node* GetNode(const Endpoint& endpoint) {
+    const std::string address = endpoint.Address();
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    auto& slot = nodes_[address];
+    if (slot == nullptr) {
+      slot = std::make_unique<Node>();
+      slot->address = address;
+      Connection::Options o = options_.connection;
+      o.endpoint = endpoint;
+      for (int i = 0; i < std::max(1, options_.connections_per_node); ++i) {
+        slot->connections.push_back(Connection::Create(io_, o));
+      }
+    }
+    return slot.get();
+  }
+
+  // "host:port" of a MOVED/ASK or of CLUSTER SLOTS, with the seeds' credentials.
+  Node* GetNode(const std::string& host, int port) {
+    Endpoint e = options_.seeds.front();
+    e.host = host;
+    e.port = port;
+    e.db = 0;  // a cluster has only database 0
+    return GetNode(e);
+  }
+
+  Node* NodeAt(std::string_view address) {
+    const size_t colon = address.rfind(':');
+    std::string host(address.substr(0, colon));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    return GetNode(host, std::atoi(std::string(address.substr(colon + 1)).c_str()));
+  }
+
+  void Dispatch(std::shared_ptr<Attempt> attempt, Node* node, bool asking) {
+    std::string bytes;
+    if (asking) AppendCommand(&bytes, {"ASKING"});
+    bytes += attempt->command;
+    node->Pick()->Send(
+        std::move(bytes),
+        [this, attempt, asking](absl::StatusOr<Reply> result) mutable {
+          if (!result.ok()) {
+            if (result.status().code() == absl::StatusCode::kUnavailable) RequestRefresh();
+            return attempt->done(std::move(result));
+          }
+          Reply reply = std::move(*result);
+          if (asking) {  // ASKING's +OK, then the command's reply
+            if (reply.elements.size() != 2) {
+              return attempt->done(absl::InternalError("redis cluster: bad reply to ASKING"));
+            }
+            reply = std::move(reply.elements[1]);
+          }
+          const std::optional<Redirect> redirect = ParseRedirect(reply);
+          if (!redirect) return attempt->done(std::move(reply));
+          redirects_.fetch_add(1, std::memory_order_relaxed);
+          if (++attempt->redirects > options_.max_redirects) {
+            return attempt->done(absl::UnavailableError(
+                fmt::format("redis cluster: more than {} redirects ({})", options_.max_redirects,
+                            reply.str)));
+          }
+          Node* target = NodeAt(redirect->address);
+          if (!redirect->ask) {
+            slots_[static_cast<size_t>(redirect->slot)].store(target, std::memory_order_release);
+            RequestRefresh();
+          }
+          Dispatch(std::move(attempt), target, redirect->ask);
+        },
+        asking ? 2 : 1);
+  }
+
+  // --- the slot map
+
+  // Asks for a refresh soon: at most one in flight, at most one per 100 ms.
+  void RequestRefresh() {
+    if (!options_.cluster) return;
+    asio::post(io_, [this] {
+      if (refresh_scheduled_ || refreshing_ || stopping_) return;
+      refresh_scheduled_ = true;
+      const auto since = std::chrono::steady_clock::now() - last_refresh_;
+      const auto wait = since >= std::chrono::milliseconds(100)
+                            ? std::chrono::steady_clock::duration::zero()
+                            : std::chrono::milliseconds(100) - since;
+      refresh_timer_.expires_after(wait);
+      refresh_timer_.async_wait([this](boost::system::error_code ec) {
+        refresh_scheduled_ = false;
+        if (!ec) Refresh();
+      });
+    });
+  }
+
+  // On the I/O thread: CLUSTER SLOTS from a connected node (the known nodes, then the seeds).
+  void Refresh() {
+    if (refreshing_ || stopping_) return;
+    Connection* via = nullptr;
+    std::string via_host;
+    {
+      std::lock_guard<std::mutex> lock(nodes_mu_);
+      for (auto& [address, node] : nodes_) {
+        for (auto& c : node->connections) {
+          if (c->state() == Connection::State::kReady) {
+            via = c.get();
+            via_host = address.substr(0, address.rfind(':'));
+            break;
+          }
+        }
+        if (via != nullptr) break;
+      }
+    }
+    last_refresh_ = std::chrono::steady_clock::now();
+    if (via == nullptr) {  // nothing connected yet: try again shortly
+      SetMapError("no cluster node is reachable");
+      return RequestRefresh();
+    }
+    refreshing_ = true;
+    std::string command;
+    AppendCommand(&command, {"CLUSTER", "SLOTS"});
+    via->Send(std::move(command), [this, via_host](absl::StatusOr<Reply> reply) {
+      refreshing_ = false;
+      refreshes_.fetch_add(1, std::memory_order_relaxed);
+      if (!reply.ok() || reply->type != Reply::Type::kArray) {
+        SetMapError(reply.ok() ? fmt::format("CLUSTER SLOTS: {}", reply->str)
+                               : std::string(reply.status().message()));
+        return RequestRefresh();
+      }
+      size_t covered = 0;
+      for (const Reply& range : reply->elements) {
+        if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) continue;
+        const Reply& master = range.elements[2];
+        std::string host = master.elements[0].str;
+        if (host.empty() || host == "?") host = via_host;  // "the node you asked"
+        Node* node = GetNode(host, static_cast<int>(master.elements[1].integer));
+        const int64_t from = range.elements[0].integer, to = range.elements[1].integer;
+        for (int64_t s = std::max<int64_t>(0, from); s <= to && s < static_cast<int64_t>(kSlots); ++s) {
+          slots_[static_cast<size_t>(s)].store(node, std::memory_order_release);
+          ++covered;
+        }
+      }
+      if (covered == kSlots) {
+        if (!map_loaded_.exchange(true)) spdlog::info("redis: cluster slot map loaded");
+        SetMapError("");
+      } else {
+        SetMapError(fmt::format("the cluster covers {} of {} slots", covered, kSlots));
+        RequestRefresh();
+      }
+    });
+  }
+
+  void SetMapError(std::string error) {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    map_error_ = std::move(error);
+  }
+
+  const Options options_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+  std::vector<Node*> seeds_;
+
+  mutable std::mutex nodes_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Node>> nodes_;  // guarded by nodes_mu_
+
+  std::array<std::atomic<Node*>, kSlots> slots_;
+  std::atomic<bool> map_loaded_{false};
+  mutable std::mutex error_mu_;
+  std::string map_error_;  // guarded by error_mu_
+
+  // I/O thread only.
+  asio::steady_timer refresh_timer_{io_};
+  bool refreshing_ = false;
+  bool refresh_scheduled_ = false;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point last_refresh_{};
+
+  std::atomic<uint64_t> redirects_{0};
+  std::atomic<uint64_t> refreshes_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
+  if (options.seeds.empty()) return absl::InvalidArgumentError("redis: no server given");
+  return std::unique_ptr<Client>(std::make_unique<ClientImpl>(std::move(options)));
+}
+
+}  // namespace sluice::redis

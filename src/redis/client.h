@@ -1,0 +1,63 @@
+// The Redis client sluice decides with: one server, or a Redis Cluster.
+//
+// Commands are routed by key: every key of a command must hash to the same slot (sluice tags
+// the keys of one request with the limiter key, `{...}`, so they do). A standalone server takes
+// every command. For a cluster the client keeps the slot map (CLUSTER SLOTS, CRC16 hash slots,
+// hash tags), follows `MOVED` (and refreshes the map) and `ASK` (ASKING, once, on the named
+// node), and refreshes the map when a node fails. Each node gets a few pipelined connections
+// (connection.h), all on the client's own I/O thread; no caller ever blocks.
+//
+// Callbacks run on the client's I/O thread. Safe for concurrent use.
+
+#ifndef SLUICE_REDIS_CLIENT_H_
+#define SLUICE_REDIS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "redis/connection.h"
+#include "redis/resp.h"
+
+namespace sluice::redis {
+
+// The hash slot of a key: CRC16 (XMODEM) of the key, or of its first non-empty `{tag}`,
+// modulo 16384.
+uint16_t KeySlot(std::string_view key);
+
+class Client {
+ public:
+  struct Options {
+    std::vector<Endpoint> seeds;  // one server, or a cluster's seed nodes
+    bool cluster = false;
+    Connection::Options connection;  // timeouts, backoff, bounds; the endpoint is set per node
+    int connections_per_node = 2;
+    int max_redirects = 5;
+  };
+
+  // Starts connecting (and, for a cluster, loading the slot map) in the background.
+  // InvalidArgument without a seed.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(Options options);
+  virtual ~Client() = default;
+
+  // Sends `command` (one RESP command, see AppendCommand) to the node that serves `key`'s slot.
+  virtual void Send(std::string_view key, std::string command, Callback done) = 0;
+
+  // True when commands can be sent: the server is connected, or the cluster's slot map is
+  // loaded, covers every slot, and every node serving a slot is connected.
+  virtual bool Ready() const = 0;
+  // Why not, when not.
+  virtual std::string last_error() const = 0;
+  // The node "host:port" that serves `key` now ("" if unknown); for tests and diagnostics.
+  virtual std::string NodeFor(std::string_view key) const = 0;
+  // Counters, for metrics and tests.
+  virtual uint64_t redirects() const = 0;
+  virtual uint64_t map_refreshes() const = 0;
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_REDIS_CLIENT_H_

@@ -1,0 +1,188 @@
+// redis::Client: hash slots (CRC16 and hash tags, checked against Redis's own CLUSTER KEYSLOT),
+// routing on a real 3-master Redis Cluster, MOVED after a slot moves (the map follows), ASK
+// during a migration, and a standalone server.
+
+#include "redis/client.h"
+
+#include <future>
+#include <set>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/redis_cluster.h"
+#include "tests/support/redis_server.h"
+
+namespace sluice::redis {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(KeySlotTest, KnownValuesAndHashTags) {
+  EXPECT_EQ(KeySlot("123456789"), 12739);  // CRC16/XMODEM check value 0x31C3
+  EXPECT_EQ(KeySlot("foo"), 12182);
+  EXPECT_EQ(KeySlot("bar"), 5061);
+  EXPECT_EQ(KeySlot("{user1000}.following"), KeySlot("{user1000}.followers"));
+  EXPECT_EQ(KeySlot("{user1000}.following"), KeySlot("user1000"));
+  EXPECT_EQ(KeySlot("foo{}{bar}"), KeySlot(std::string_view("foo{}{bar}")));  // empty tag: whole key
+  EXPECT_NE(KeySlot("foo{}{bar}"), KeySlot("bar"));
+  EXPECT_EQ(KeySlot("foo{{bar}}zap"), KeySlot("{bar"));
+  EXPECT_EQ(KeySlot("foo{bar}{zap}"), KeySlot("bar"));
+  EXPECT_EQ(KeySlot(""), 0);
+}
+
+// Synchronous calls for the tests.
+absl::StatusOr<Reply> Call(Client& client, std::string_view key,
+                           std::initializer_list<std::string_view> args) {
+  std::string command;
+  AppendCommand(&command, args);
+  std::promise<absl::StatusOr<Reply>> promise;
+  auto future = promise.get_future();
+  client.Send(key, std::move(command), [&](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+  if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no reply");
+  return future.get();
+}
+
+std::unique_ptr<Client> Open(std::vector<std::string> urls, bool cluster) {
+  Client::Options o;
+  for (const auto& u : urls) o.seeds.push_back(*ParseUrl(u));
+  o.cluster = cluster;
+  o.connection.timeout = 2s;
+  o.connection.max_backoff = 200ms;
+  auto client = Client::Create(o);
+  EXPECT_TRUE(client.ok());
+  for (int i = 0; i < 500 && !(*client)->Ready(); ++i) std::this_thread::sleep_for(10ms);
+  return std::move(*client);
+}
+
+bool WaitClusterOk(std::vector<Client*> nodes_admin, const std::vector<std::string>& keys) {
+  for (int i = 0; i < 500; ++i) {
+    bool ok = true;
+    for (size_t n = 0; n < nodes_admin.size(); ++n) {
+      auto info = Call(*nodes_admin[n], keys[n], {"CLUSTER", "INFO"});
+      ok = ok && info.ok() && info->str.find("cluster_state:ok") != std::string::npos;
+    }
+    if (ok) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST(ClientTest, NoSeedIsAnError) {
+  EXPECT_FALSE(Client::Create({}).ok());
+}
+
+TEST(ClientTest, StandaloneServer) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false);
+  ASSERT_TRUE(client->Ready()) << client->last_error();
+  EXPECT_EQ(Call(*client, "k", {"SET", "k", "v"})->str, "OK");
+  EXPECT_EQ(Call(*client, "k", {"GET", "k"})->str, "v");
+  EXPECT_EQ(client->NodeFor("k"), fmt::format("127.0.0.1:{}", server.port()));
+}
+
+// One cluster for every test here (each test uses its own slots).
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new testing::RedisCluster(3); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(cluster_->created()) << "redis-cli --cluster create failed";
+    for (size_t i = 0; i < cluster_->size(); ++i) admin_.push_back(Open({cluster_->url(i)}, false));
+    std::vector<Client*> admins;
+    std::vector<std::string> keys(cluster_->size(), "x");
+    for (auto& a : admin_) admins.push_back(a.get());
+    ASSERT_TRUE(WaitClusterOk(admins, keys));
+    client_ = Open({cluster_->url(0)}, true);
+    ASSERT_TRUE(client_->Ready()) << client_->last_error();
+  }
+
+  // The admin connection to the node at "127.0.0.1:PORT".
+  Client& Admin(const std::string& address) {
+    for (size_t i = 0; i < cluster_->size(); ++i) {
+      if (address == fmt::format("127.0.0.1:{}", cluster_->port(i))) return *admin_[i];
+    }
+    ADD_FAILURE() << "no node " << address;
+    return *admin_[0];
+  }
+  std::string Id(Client& node) { return Call(node, "x", {"CLUSTER", "MYID"})->str; }
+  std::string OtherNode(const std::string& address) {
+    for (size_t i = 0; i < cluster_->size(); ++i) {
+      const std::string a = fmt::format("127.0.0.1:{}", cluster_->port(i));
+      if (a != address) return a;
+    }
+    return "";
+  }
+
+  static testing::RedisCluster* cluster_;
+  std::vector<std::unique_ptr<Client>> admin_;
+  std::unique_ptr<Client> client_;
+};
+
+testing::RedisCluster* ClusterTest::cluster_ = nullptr;
+
+TEST_F(ClusterTest, RoutesEveryKeyToItsSlotsOwner) {
+  std::set<std::string> owners;
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = fmt::format("key:{}", i);
+    ASSERT_EQ(Call(*client_, key, {"SET", key, std::to_string(i)})->str, "OK") << key;
+    // Our slot is Redis's slot, and the node we chose holds the key (no redirect needed).
+    EXPECT_EQ(Call(*client_, key, {"CLUSTER", "KEYSLOT", key})->integer, KeySlot(key));
+    const std::string owner = client_->NodeFor(key);
+    owners.insert(owner);
+    EXPECT_EQ(Call(Admin(owner), key, {"GET", key})->str, std::to_string(i));
+  }
+  EXPECT_EQ(owners.size(), 3u);
+  EXPECT_EQ(client_->redirects(), 0u);
+}
+
+TEST_F(ClusterTest, MovedSlotIsFollowedAndRemembered) {
+  const std::string key = "{moving}k";
+  ASSERT_EQ(Call(*client_, key, {"SET", key, "v"})->str, "OK");
+  const std::string from = client_->NodeFor(key), to = OtherNode(from);
+  const std::string slot = std::to_string(KeySlot(key));
+  const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
+  const auto [to_host, to_port] = std::pair(to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1));
+  // Move the slot and its key, the way redis-cli --cluster reshard does.
+  ASSERT_EQ(Call(Admin(to), key, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
+  ASSERT_EQ(Call(Admin(from), key, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
+  ASSERT_EQ(Call(Admin(from), key, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", key})->str, "OK");
+  for (size_t i = 0; i < cluster_->size(); ++i) {
+    ASSERT_EQ(Call(*admin_[i], key, {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
+  }
+  // The client still thinks `from`; the answer comes from `to` after one MOVED.
+  EXPECT_EQ(Call(*client_, key, {"GET", key})->str, "v");
+  EXPECT_GE(client_->redirects(), 1u);
+  EXPECT_EQ(client_->NodeFor(key), to);
+  const uint64_t redirects = client_->redirects();
+  EXPECT_EQ(Call(*client_, key, {"GET", key})->str, "v");
+  EXPECT_EQ(client_->redirects(), redirects);  // remembered: no second redirect
+}
+
+TEST_F(ClusterTest, AskDuringAMigrationIsFollowedOnce) {
+  const std::string moved = "{mig}moved", stays = "{mig}stays";
+  ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
+  ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
+  const std::string from = client_->NodeFor(moved), to = OtherNode(from);
+  const std::string slot = std::to_string(KeySlot(moved));
+  const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
+  ASSERT_EQ(Call(Admin(to), moved, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
+  ASSERT_EQ(Call(Admin(from), moved, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
+  ASSERT_EQ(Call(Admin(from), moved, {"MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1),
+                                      "", "0", "5000", "KEYS", moved})->str, "OK");
+  // Half-way: `moved` is on `to` (ASK), `stays` still on `from`; the map does not change.
+  EXPECT_EQ(Call(*client_, moved, {"GET", moved})->str, "m");
+  EXPECT_EQ(Call(*client_, stays, {"GET", stays})->str, "s");
+  EXPECT_EQ(client_->redirects(), 1u);
+  EXPECT_EQ(client_->NodeFor(moved), from);
+}
+
+}  // namespace
+}  // namespace sluice::redis

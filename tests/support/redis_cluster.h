@@ -1,0 +1,58 @@
+// A throwaway Redis Cluster for tests: N masters (no replicas) on free loopback ports, each in
+// its own temp directory, joined with `redis-cli --cluster create`; stopped by pid.
+
+#ifndef SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_
+#define SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/redis_server.h"
+
+namespace sluice::testing {
+
+class RedisCluster {
+ public:
+  explicit RedisCluster(int masters = 3) {
+    char dir_template[] = "/tmp/sluice-cluster-XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) return;
+    dir_ = dir_template;
+    std::string create = "redis-cli --cluster create";
+    for (int i = 0; i < masters; ++i) {
+      const int port = RedisServer::FreeClusterPort();
+      const std::string node_dir = dir_ + "/" + std::to_string(port);
+      std::filesystem::create_directories(node_dir);
+      nodes_.push_back(std::make_unique<RedisServer>(
+          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                   "nodes.conf", "--cluster-node-timeout", "2000", "--dir",
+                                   node_dir},
+          port));
+      create += " 127.0.0.1:" + std::to_string(port);
+    }
+    create += " --cluster-yes >" + dir_ + "/create.log 2>&1";
+    created_ = std::system(create.c_str()) == 0;
+  }
+  ~RedisCluster() {
+    nodes_.clear();  // stops every server
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  bool created() const { return created_; }
+  int port(size_t i) const { return nodes_[i]->port(); }
+  size_t size() const { return nodes_.size(); }
+  std::string url(size_t i) const { return nodes_[i]->url(); }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+  bool created_ = false;
+};
+
+}  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_

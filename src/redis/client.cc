@@ -135,6 +135,7 @@ class ClientImpl : public Client {
     return node == nullptr ? "" : node->address;
   }
 
+  bool cluster() const override { return options_.cluster; }
   uint64_t redirects() const override { return redirects_.load(); }
   uint64_t map_refreshes() const override { return refreshes_.load(); }
 

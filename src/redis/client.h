@@ -53,6 +53,7 @@ class Client {
   virtual std::string last_error() const = 0;
   // The node "host:port" that serves `key` now ("" if unknown); for tests and diagnostics.
   virtual std::string NodeFor(std::string_view key) const = 0;
+  virtual bool cluster() const = 0;
   // Counters, for metrics and tests.
   virtual uint64_t redirects() const = 0;
   virtual uint64_t map_refreshes() const = 0;

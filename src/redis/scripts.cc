@@ -48,14 +48,30 @@ absl::Status CheckExactRange(const Limit& limit) {
       DescribeLimit(limit), what, product));
 }
 
-void AppendDecideArgs(const Limit& limit, uint64_t cost, bool count_denied, bool shadow,
-                      std::vector<std::string>* argv) {
-  argv->push_back(std::to_string(AlgorithmCode(limit.algorithm)));
-  argv->push_back(std::to_string(limit.requests));
-  argv->push_back(std::to_string(limit.window_us));
-  argv->push_back(std::to_string(limit.Capacity()));
-  argv->push_back(std::to_string(cost));
-  argv->push_back(std::to_string((count_denied ? 1 : 0) | (shadow ? 2 : 0)));
+std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit) {
+  std::vector<std::string> numbers;
+  numbers.reserve(2 + 6 * items.size());
+  numbers.push_back(std::to_string(items.size()));
+  numbers.push_back(commit ? "1" : "0");
+  for (const DecideItem& it : items) {
+    const Limit& l = *it.limit;
+    numbers.push_back(std::to_string(AlgorithmCode(l.algorithm)));
+    numbers.push_back(std::to_string(l.requests));
+    numbers.push_back(std::to_string(l.window_us));
+    numbers.push_back(std::to_string(l.Capacity()));
+    numbers.push_back(std::to_string(it.cost));
+    numbers.push_back(std::to_string((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0)));
+  }
+  std::vector<std::string_view> args;
+  args.reserve(3 + numbers.size() + items.size());
+  args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
+  args.push_back(sha.empty() ? DecideScript() : sha);
+  args.push_back(numbers[0]);
+  for (const DecideItem& it : items) args.push_back(it.key);
+  for (size_t i = 1; i < numbers.size(); ++i) args.push_back(numbers[i]);
+  std::string command;
+  AppendCommand(&command, args);
+  return command;
 }
 
 absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items) {

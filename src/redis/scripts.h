@@ -8,6 +8,7 @@
 #define SLUICE_REDIS_SCRIPTS_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,9 +27,18 @@ std::string_view DecideScript();
 // InvalidArgument, naming the limit and what to change.
 absl::Status CheckExactRange(const Limit& limit);
 
-// Appends the 6 script arguments of one item.
-void AppendDecideArgs(const Limit& limit, uint64_t cost, bool count_denied, bool shadow,
-                      std::vector<std::string>* argv);
+// One item of a decide call.
+struct DecideItem {
+  const Limit* limit;
+  std::string key;  // the Redis key of its state
+  uint64_t cost;
+  bool count_denied;
+  bool shadow;
+};
+
+// The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding `items`;
+// `commit` false evaluates without writing anything.
+std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit);
 
 struct DecideResult {
   int64_t now_us = 0;  // Redis's TIME when it decided

@@ -72,6 +72,9 @@ class ScriptsTest : public ::testing::Test {
     std::vector<std::string_view> views(args.begin(), args.end());
     std::string command;
     AppendCommand(&command, views);
+    return SendRaw(std::move(command));
+  }
+  absl::StatusOr<Reply> SendRaw(std::string command) {
     std::promise<absl::StatusOr<Reply>> promise;
     auto future = promise.get_future();
     connection_->Send(std::move(command),
@@ -89,10 +92,11 @@ class ScriptsTest : public ::testing::Test {
 
   // The request through the script.
   DecideResult OnRedis(const std::vector<Item>& items) {
-    std::vector<std::string> args = {"EVALSHA", sha_, std::to_string(items.size())};
-    for (const Item& it : items) args.push_back(RedisKey(it));
-    for (const Item& it : items) AppendDecideArgs(*it.limit, it.cost, it.count_denied, it.shadow, &args);
-    auto reply = Send(std::move(args));
+    std::vector<DecideItem> decide;
+    for (const Item& it : items) {
+      decide.push_back({it.limit, RedisKey(it), it.cost, it.count_denied, it.shadow});
+    }
+    auto reply = SendRaw(EncodeDecide(sha_, decide, /*commit=*/true));
     EXPECT_TRUE(reply.ok()) << reply.status();
     if (!reply.ok()) return {};
     auto result = ParseDecideReply(*reply, items.size());
@@ -254,6 +258,33 @@ TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
   // Counting algorithms have no products: any size.
   EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kFixedWindow, 4294967295u, 10 * day)).ok());
   EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kSlidingLog, 1000000, day)).ok());
+}
+
+}  // namespace
+}  // namespace sluice::redis
+
+namespace sluice::redis {
+namespace {
+
+TEST_F(ScriptsTest, EvaluateOnlyWritesNothing) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit window = MakeLimit(Algorithm::kFixedWindow, 3, int64_t{3600} * 1000000);
+  const std::vector<DecideItem> items = {{&window, "dry", 2, true, false}};
+  for (int i = 0; i < 2; ++i) {
+    auto dry = SendRaw(EncodeDecide(sha_, items, /*commit=*/false));
+    ASSERT_TRUE(dry.ok());
+    auto r = ParseDecideReply(*dry, 1);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->allowed);
+    EXPECT_EQ(r->decisions[0].remaining, 1);  // what it would leave
+    EXPECT_EQ(Call({"EXISTS", "dry"})->integer, 0);
+  }
+  auto wet = ParseDecideReply(*SendRaw(EncodeDecide(sha_, items, true)), 1);
+  EXPECT_EQ(wet->decisions[0].remaining, 1);
+  // Without the SHA the script's text goes along (EVAL), which also loads it.
+  auto text = ParseDecideReply(*SendRaw(EncodeDecide("", items, true)), 1);
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->allowed);  // 2 more of 3 with 2 used
 }
 
 }  // namespace

@@ -35,6 +35,17 @@ class RedisCluster {
     }
     create += " --cluster-yes >" + dir_ + "/create.log 2>&1";
     created_ = std::system(create.c_str()) == 0;
+    // Then wait (up to 10 s) until every node agrees that the cluster is up.
+    for (size_t i = 0; created_ && i < nodes_.size(); ++i) {
+      const std::string check = "redis-cli -p " + std::to_string(nodes_[i]->port()) +
+                                " cluster info 2>/dev/null | grep -q cluster_state:ok";
+      bool ok = false;
+      for (int attempt = 0; attempt < 200 && !ok; ++attempt) {
+        ok = std::system(check.c_str()) == 0;
+        if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      created_ = ok;
+    }
   }
   ~RedisCluster() {
     nodes_.clear();  // stops every server

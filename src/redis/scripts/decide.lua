@@ -5,7 +5,8 @@
 -- clock is ever used, so clock skew between sluice instances cannot matter.
 --
 -- KEYS[i]: the state of item i (the same key may appear twice: decided in turn).
--- ARGV: 6 numbers per item: algorithm, N, W (µs), capacity, cost, flags
+-- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written)
+-- ARGV[2..]: 6 numbers per item: algorithm, N, W (µs), capacity, cost, flags
 --   algorithm: 0 token_bucket, 1 leaky_bucket, 2 fixed_window, 3 sliding_log, 4 sliding_window
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
 --   flags:     1 = count_denied (fixed_window: count even denied requests), 2 = shadow
@@ -284,7 +285,7 @@ local states, loaded = {}, {}  -- by key: the working state, the state as read
 local items, out = {}, {}
 local allowed = true
 for i = 1, #KEYS do
-  local base = (i - 1) * 6
+  local base = 1 + (i - 1) * 6
   local it = {
     key = KEYS[i], alg = tonumber(ARGV[base + 1]), n = tonumber(ARGV[base + 2]),
     w = tonumber(ARGV[base + 3]), cap = tonumber(ARGV[base + 4]), cost = tonumber(ARGV[base + 5]),
@@ -319,8 +320,9 @@ if not allowed then
   end
 end
 
+local commit = ARGV[1] == '1'
 for key, st in pairs(states) do
-  if not same(st, loaded[key]) then
+  if commit and not same(st, loaded[key]) then
     local alg
     for i = 1, #items do
       if items[i].key == key then alg = items[i].alg end

@@ -1,0 +1,60 @@
+#include "redis/breaker.h"
+
+namespace sluice::redis {
+
+bool Breaker::Allow(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (state_) {
+    case State::kClosed:
+      return true;
+    case State::kOpen:
+      if (now < retry_at_) return false;
+      state_ = State::kHalfOpen;
+      probing_ = true;
+      return true;
+    case State::kHalfOpen:
+      if (probing_) return false;  // one probe at a time
+      probing_ = true;
+      return true;
+  }
+  return false;
+}
+
+void Breaker::Succeeded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  consecutive_failures_ = 0;
+  probing_ = false;
+  state_ = State::kClosed;
+}
+
+void Breaker::Failed(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  probing_ = false;
+  if (state_ == State::kHalfOpen ||
+      (state_ == State::kClosed && ++consecutive_failures_ >= options_.failures_to_open)) {
+    if (state_ == State::kClosed) ++opened_;
+    state_ = State::kOpen;
+    retry_at_ = now + options_.open_for;
+  }
+}
+
+Breaker::State Breaker::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+uint64_t Breaker::opened() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opened_;
+}
+
+std::string_view Breaker::Name(State s) {
+  switch (s) {
+    case State::kClosed: return "closed";
+    case State::kOpen: return "open";
+    case State::kHalfOpen: return "half_open";
+  }
+  return "closed";
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,52 @@
+// A circuit breaker: after `failures_to_open` consecutive failures (timeouts, lost connections)
+// calls are refused at once for `open_for`, so a dead Redis costs microseconds per request, not a
+// timeout each; then one call at a time is let through as a probe (half-open) until one succeeds,
+// which closes the breaker again. With the default 1 s, decisions go back to Redis within about
+// a second of it returning. Safe for concurrent use.
+
+#ifndef SLUICE_REDIS_BREAKER_H_
+#define SLUICE_REDIS_BREAKER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+
+namespace sluice::redis {
+
+class Breaker {
+ public:
+  enum class State { kClosed, kOpen, kHalfOpen };
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    int failures_to_open = 5;
+    std::chrono::milliseconds open_for{1000};
+  };
+
+  explicit Breaker(Options options) : options_(options) {}
+
+  // May a call go ahead now? When open and the wait is over, the first caller gets to probe.
+  bool Allow(Clock::time_point now = Clock::now());
+  // The outcome of a call that was allowed.
+  void Succeeded();
+  void Failed(Clock::time_point now = Clock::now());
+
+  State state() const;
+  uint64_t opened() const;  // how many times it has opened
+
+  static std::string_view Name(State s);
+
+ private:
+  const Options options_;
+  mutable std::mutex mu_;
+  State state_ = State::kClosed;
+  int consecutive_failures_ = 0;
+  bool probing_ = false;
+  Clock::time_point retry_at_{};
+  uint64_t opened_ = 0;
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_REDIS_BREAKER_H_

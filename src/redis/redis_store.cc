@@ -1,0 +1,153 @@
+#include "redis/redis_store.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "fmt/format.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace sluice::redis {
+
+// One request: its limits (copied, so the caller's config may go away) and items by slot.
+struct RedisStore::Call {
+  std::vector<Limit> limits;
+  std::vector<DecideItem> items;
+  std::vector<std::vector<size_t>> groups;  // indexes into items, one group per slot
+};
+
+RedisStore::RedisStore(Client* client, Options options)
+    : client_(client), options_(std::move(options)), breaker_(options_.breaker) {}
+
+std::string RedisStore::RedisKey(uint64_t limit_id, std::string_view key) const {
+  // The descriptor key can be long (values up to http.max_key_bytes): its hash keeps Redis keys
+  // short, and as the hash tag it puts every limit of one descriptor in one slot.
+  return fmt::format("{}{{{:016x}}}{:x}", options_.key_prefix, XXH3_64bits(key.data(), key.size()),
+                     limit_id);
+}
+
+void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (!breaker_.Allow()) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return done(absl::UnavailableError("redis: circuit breaker open after repeated failures"));
+  }
+  auto call = std::make_shared<Call>();
+  call->limits.reserve(items.size());
+  for (const auto& it : items) call->limits.push_back(*it.limit);
+  absl::flat_hash_map<uint16_t, size_t> group_of_slot;
+  for (size_t i = 0; i < items.size(); ++i) {
+    call->items.push_back({&call->limits[i], RedisKey(items[i].limit_id, items[i].key), items[i].cost,
+                           items[i].count_denied, items[i].shadow});
+    const uint16_t slot = client_->cluster() ? KeySlot(call->items.back().key) : 0;
+    auto [it, fresh] = group_of_slot.try_emplace(slot, call->groups.size());
+    if (fresh) call->groups.emplace_back();
+    call->groups[it->second].push_back(i);
+  }
+  auto finish = [this, done = std::move(done)](absl::StatusOr<DecideResult> result) {
+    Record(result.status());
+    done(std::move(result));
+  };
+  if (call->groups.size() <= 1) return Run(std::move(call), /*commit=*/true, std::move(finish));
+  // Across slots: evaluate everywhere first; decide for real only if every slot would admit.
+  Run(call, /*commit=*/false, [this, call, finish](absl::StatusOr<DecideResult> dry) mutable {
+    if (!dry.ok() || !dry->allowed) return finish(std::move(dry));
+    Run(std::move(call), /*commit=*/true, std::move(finish));
+  });
+}
+
+void RedisStore::Run(std::shared_ptr<Call> call, bool commit,
+                     std::function<void(absl::StatusOr<DecideResult>)> done) {
+  struct Gather {
+    std::mutex mu;
+    size_t left;
+    absl::Status error;
+    DecideResult result;
+    std::function<void(absl::StatusOr<DecideResult>)> done;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->left = call->groups.size();
+  gather->result.allowed = true;
+  gather->result.decisions.resize(call->items.size());
+  gather->done = std::move(done);
+  for (size_t g = 0; g < call->groups.size(); ++g) {
+    std::vector<DecideItem> items;
+    for (size_t i : call->groups[g]) items.push_back(call->items[i]);
+    std::string key = items.front().key;
+    RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/true,
+             [call, gather, g](absl::StatusOr<DecideResult> r) {
+               std::unique_lock<std::mutex> lock(gather->mu);
+               if (!r.ok()) {
+                 if (gather->error.ok()) gather->error = r.status();
+               } else {
+                 gather->result.now_us = std::max(gather->result.now_us, r->now_us);
+                 gather->result.allowed = gather->result.allowed && r->allowed;
+                 for (size_t j = 0; j < call->groups[g].size(); ++j) {
+                   gather->result.decisions[call->groups[g][j]] = r->decisions[j];
+                 }
+               }
+               if (--gather->left > 0) return;
+               lock.unlock();
+               if (!gather->error.ok()) return gather->done(gather->error);
+               gather->done(std::move(gather->result));
+             });
+  }
+}
+
+void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
+                          std::function<void(absl::StatusOr<DecideResult>)> done) {
+  std::string sha;
+  if (by_sha) {
+    std::lock_guard<std::mutex> lock(sha_mu_);
+    sha = sha_;
+  }
+  std::string command = EncodeDecide(sha, items, commit);
+  const bool sent_text = sha.empty();
+  client_->Send(key, std::move(command),
+                [this, key, items = std::move(items), commit, sent_text,
+                 done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+                  if (!reply.ok()) return done(reply.status());
+                  if (reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
+                    // The node does not have it (restart, SCRIPT FLUSH, failover): send the
+                    // text, which runs it and loads it again.
+                    noscript_.fetch_add(1, std::memory_order_relaxed);
+                    return RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/false,
+                                    std::move(done));
+                  }
+                  if (sent_text) {  // learn the SHA for next time (a cheap call, once)
+                    std::string load;
+                    AppendCommand(&load, {"SCRIPT", "LOAD", DecideScript()});
+                    client_->Send(key, std::move(load), [this](absl::StatusOr<Reply> r) {
+                      if (!r.ok() || r->type != Reply::Type::kString) return;
+                      std::lock_guard<std::mutex> lock(sha_mu_);
+                      sha_ = r->str;
+                    });
+                  }
+                  done(ParseDecideReply(*reply, items.size()));
+                });
+}
+
+void RedisStore::Record(const absl::Status& status) {
+  if (status.ok()) return breaker_.Succeeded();
+  errors_.fetch_add(1, std::memory_order_relaxed);
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) timeouts_.fetch_add(1, std::memory_order_relaxed);
+  if (status.code() == absl::StatusCode::kUnavailable ||
+      status.code() == absl::StatusCode::kDeadlineExceeded) {
+    breaker_.Failed();
+  } else {
+    breaker_.Succeeded();  // Redis answered: the connection is fine
+  }
+}
+
+RedisStore::Stats RedisStore::GetStats() const {
+  return Stats{.calls = calls_.load(),
+               .errors = errors_.load(),
+               .timeouts = timeouts_.load(),
+               .noscript_reloads = noscript_.load(),
+               .refused = refused_.load(),
+               .breaker = breaker_.state(),
+               .breaker_opened = breaker_.opened()};
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,83 @@
+// The Redis backend's store: decides the limits of one request on Redis (decide.lua), the
+// counterpart of MemoryStore::DecideAll, asynchronously.
+//
+// Keys: `<prefix>{<hash of the descriptor key>}<limit id>`, all limits of one descriptor under
+// one hash tag, so they share a cluster slot and are decided in one script call, all-or-nothing.
+// Items in different slots (e.g. a per-user and a global descriptor on a cluster) cannot be
+// decided atomically: they are first evaluated without writing (every slot at once), and only if
+// every one would admit are they decided for real. A request that loses a race between the two
+// steps is denied while the slots that did admit keep their consumption: cross-slot requests can
+// briefly under-admit, never over-admit. On a single server every request is one call.
+//
+// The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
+// replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
+// (breaker.h) refuses calls at once while Redis keeps failing. Safe for concurrent use; `done`
+// runs on the client's I/O thread.
+
+#ifndef SLUICE_REDIS_REDIS_STORE_H_
+#define SLUICE_REDIS_REDIS_STORE_H_
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "redis/breaker.h"
+#include "redis/client.h"
+#include "redis/scripts.h"
+#include "store/memory_store.h"
+
+namespace sluice::redis {
+
+class RedisStore {
+ public:
+  struct Options {
+    std::string key_prefix = "sluice:";
+    Breaker::Options breaker;
+  };
+
+  struct Stats {
+    uint64_t calls = 0;
+    uint64_t errors = 0;    // failed calls (timeouts included)
+    uint64_t timeouts = 0;
+    uint64_t noscript_reloads = 0;
+    uint64_t refused = 0;   // refused by the open breaker
+    Breaker::State breaker = Breaker::State::kClosed;
+    uint64_t breaker_opened = 0;
+  };
+
+  using Done = std::function<void(absl::StatusOr<DecideResult>)>;
+
+  // `client` is not owned and must outlive the store.
+  RedisStore(Client* client, Options options);
+
+  // Decides `items` (as for MemoryStore::DecideAll; nothing in them needs to outlive the call).
+  // Errors: Unavailable (not connected, breaker open), DeadlineExceeded, Internal.
+  void DecideAll(std::span<const store::MemoryStore::Item> items, Done done);
+
+  // The Redis key of a state.
+  std::string RedisKey(uint64_t limit_id, std::string_view key) const;
+
+  Stats GetStats() const;
+  bool Ready() const { return client_->Ready(); }
+
+ private:
+  struct Call;
+  void Run(std::shared_ptr<Call> call, bool commit, std::function<void(absl::StatusOr<DecideResult>)> done);
+  void RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
+                std::function<void(absl::StatusOr<DecideResult>)> done);
+  void Record(const absl::Status& status);
+
+  Client* const client_;
+  const Options options_;
+  Breaker breaker_;
+  std::mutex sha_mu_;
+  std::string sha_;  // decide.lua's SHA1 once SCRIPT LOAD answered; guarded by sha_mu_
+  std::atomic<uint64_t> calls_{0}, errors_{0}, timeouts_{0}, noscript_{0}, refused_{0};
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_REDIS_REDIS_STORE_H_

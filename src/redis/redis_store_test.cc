@@ -1,0 +1,189 @@
+// RedisStore on real Redis: one limit held exactly by many concurrent callers, all-or-nothing
+// across slots of a cluster, NOSCRIPT after SCRIPT FLUSH and after a crash and restart, and the
+// circuit breaker opening on timeouts and closing once Redis answers again.
+
+#include "redis/redis_store.h"
+
+#include <future>
+#include <thread>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/redis_cluster.h"
+#include "tests/support/redis_server.h"
+
+namespace sluice::redis {
+namespace {
+
+using namespace std::chrono_literals;
+using Item = store::MemoryStore::Item;
+
+Limit MakeLimit(Algorithm a, uint64_t n, int64_t w) {
+  Limit l;
+  l.algorithm = a;
+  l.requests = n;
+  l.window_us = w;
+  return l;
+}
+
+constexpr int64_t kHour = int64_t{3600} * 1000000;
+
+std::unique_ptr<Client> Open(std::vector<std::string> urls, bool cluster,
+                             std::chrono::microseconds timeout = 2s) {
+  Client::Options o;
+  for (const auto& u : urls) o.seeds.push_back(*ParseUrl(u));
+  o.cluster = cluster;
+  o.connection.timeout = timeout;
+  o.connection.max_backoff = 100ms;
+  auto client = Client::Create(o);
+  EXPECT_TRUE(client.ok());
+  for (int i = 0; i < 500 && !(*client)->Ready(); ++i) std::this_thread::sleep_for(10ms);
+  return std::move(*client);
+}
+
+absl::StatusOr<DecideResult> Decide(RedisStore& store, std::vector<Item> items) {
+  std::promise<absl::StatusOr<DecideResult>> promise;
+  auto future = promise.get_future();
+  store.DecideAll(items, [&](absl::StatusOr<DecideResult> r) { promise.set_value(std::move(r)); });
+  if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no answer");
+  return future.get();
+}
+
+absl::StatusOr<Reply> Command(Client& client, std::initializer_list<std::string_view> args) {
+  std::string command;
+  AppendCommand(&command, args);
+  std::promise<absl::StatusOr<Reply>> promise;
+  auto future = promise.get_future();
+  client.Send("x", std::move(command), [&](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+  future.wait_for(10s);
+  return future.get();
+}
+
+TEST(RedisStoreTest, KeysAreShortAndTaggedByDescriptor) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false);
+  RedisStore store(client.get(), {});
+  const std::string a = store.RedisKey(0xabc, "3:key5:value");
+  EXPECT_THAT(a, ::testing::MatchesRegex("sluice:\\{[0-9a-f]{16}\\}abc"));
+  EXPECT_EQ(KeySlot(a), KeySlot(store.RedisKey(0xdef, "3:key5:value")));  // one descriptor, one slot
+  EXPECT_EQ(store.RedisKey(1, std::string(4096, 'k')).size(), a.size() - 2);
+}
+
+// Every algorithm that is exact holds its limit exactly under concurrent callers.
+TEST(RedisStoreTest, ConcurrentCallersGetExactlyTheLimit) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false);
+  RedisStore store(client.get(), {});
+  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
+    const Limit limit = MakeLimit(algorithm, 50, kHour);
+    std::atomic<int> allowed{0}, errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 40; ++i) {
+          auto r = Decide(store, {{.limit = &limit, .limit_id = 7, .key = AlgorithmName(algorithm), .cost = 1}});
+          if (!r.ok()) ++errors;
+          if (r.ok() && r->allowed) ++allowed;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(errors.load(), 0) << AlgorithmName(algorithm);
+    EXPECT_EQ(allowed.load(), 50) << AlgorithmName(algorithm);
+  }
+}
+
+TEST(RedisStoreTest, ScriptIsReloadedAfterFlushAndAfterARestart) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false, 500ms);
+  RedisStore store(client.get(), {});
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 100, kHour);
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .cost = 1};
+  ASSERT_TRUE(Decide(store, {item}).ok());
+  ASSERT_TRUE(Decide(store, {item}).ok());
+  std::this_thread::sleep_for(100ms);  // the store's own SCRIPT LOAD (for the SHA) is done
+  ASSERT_EQ(Command(*client, {"SCRIPT", "FLUSH"})->str, "OK");
+  auto r = Decide(store, {item});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->decisions[0].remaining, 97);
+  EXPECT_EQ(store.GetStats().noscript_reloads, 1u);
+
+  // kill -9: calls fail fast; after the restart (a new, empty server) they work again.
+  const int port = server.port();
+  server.Kill();
+  auto down = Decide(store, {item});
+  EXPECT_FALSE(down.ok());
+  testing::RedisServer again({}, port);
+  for (int i = 0; i < 300 && !client->Ready(); ++i) std::this_thread::sleep_for(10ms);
+  absl::StatusOr<DecideResult> back = absl::UnavailableError("not yet");
+  for (int i = 0; i < 300 && !(back = Decide(store, {item})).ok(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->decisions[0].remaining, 99);  // the state went with the old server
+  EXPECT_GE(store.GetStats().noscript_reloads, 2u);
+}
+
+TEST(RedisStoreTest, BreakerOpensOnTimeoutsAndClosesWhenRedisIsBack) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false, 20ms);
+  auto admin = Open({server.url()}, false);
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 3, .open_for = 300ms}});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .cost = 1};
+  ASSERT_TRUE(Decide(store, {item}).ok());
+  ASSERT_EQ(Command(*admin, {"CLIENT", "PAUSE", "1000", "ALL"})->str, "OK");
+  for (int i = 0; i < 3; ++i) {
+    auto r = Decide(store, {item});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_EQ(store.GetStats().breaker, Breaker::State::kOpen);
+  // Open: refused at once, without waiting for a timeout.
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = Decide(store, {item});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10ms);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("circuit breaker"));
+  EXPECT_GE(store.GetStats().refused, 1u);
+  // Once the pause is over, a probe gets through and the breaker closes.
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  absl::StatusOr<DecideResult> r = absl::UnavailableError("");
+  while (std::chrono::steady_clock::now() < deadline && !(r = Decide(store, {item})).ok()) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(store.GetStats().breaker, Breaker::State::kClosed);
+  EXPECT_EQ(store.GetStats().breaker_opened, 1u);
+}
+
+TEST(RedisStoreTest, AcrossClusterSlotsNothingIsConsumedWhenOneSlotDenies) {
+  testing::RedisCluster cluster(3);
+  ASSERT_TRUE(cluster.created());
+  auto client = Open({cluster.url(0)}, true);
+  ASSERT_TRUE(client->Ready()) << client->last_error();
+  RedisStore store(client.get(), {});
+  const Limit per_user = MakeLimit(Algorithm::kTokenBucket, 3, kHour);
+  const Limit global = MakeLimit(Algorithm::kFixedWindow, 2, kHour);
+  // Find a user whose key lands in another slot than the global key.
+  std::string user = "user:0";
+  for (int i = 1; KeySlot(store.RedisKey(1, user)) == KeySlot(store.RedisKey(2, "global")); ++i) {
+    user = fmt::format("user:{}", i);
+  }
+  const Item u{.limit = &per_user, .limit_id = 1, .key = user, .cost = 1};
+  const Item g{.limit = &global, .limit_id = 2, .key = "global", .cost = 1};
+  for (int i = 0; i < 2; ++i) {
+    auto r = Decide(store, {u, g});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->allowed);
+  }
+  auto denied = Decide(store, {u, g});
+  ASSERT_TRUE(denied.ok());
+  EXPECT_FALSE(denied->allowed);
+  EXPECT_FALSE(denied->decisions[1].allowed);
+  // The user's bucket was not touched by the denied request: 1 of 3 left.
+  Item peek = u;
+  peek.cost = 0;
+  EXPECT_EQ(Decide(store, {peek})->decisions[0].remaining, 1);
+}
+
+}  // namespace
+}  // namespace sluice::redis

@@ -1,4 +1,4 @@
-// The sluice command line: serve, replay, bench store.
+// The sluice command line: serve, replay, check-config, explain, bench store, bench redis.
 
 #include <filesystem>
 #include <fstream>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "cli/bench_redis.h"
 #include "cli/bench_store.h"
 #include "cli/replay.h"
 #include "cli/rules_commands.h"
@@ -138,6 +139,23 @@ int Main(int argc, char** argv) {
   bench_store->add_option("--prefetch", bench_options.prefetch,
                           "prefetch the state this many decisions ahead (default 0 = off)");
 
+  auto* bench_redis = bench->add_subcommand(
+      "redis", "decisions/s, latency and Redis commands per decision against a Redis server");
+  LimitFlags redis_flags{.algorithm = "sliding_window", .requests = 100, .window = "10s", .burst = {}};
+  redis_flags.Add(bench_redis, /*required=*/false);
+  BenchRedisOptions redis_options;
+  bench_redis->add_option("--redis", redis_options.redis, "redis://host:port")->required();
+  bench_redis->add_flag("--cluster", redis_options.cluster, "the URL is a Redis Cluster seed node");
+  bench_redis->add_option("--keys", redis_options.keys, "distinct keys K (default 100000)");
+  bench_redis->add_option("--connections", redis_options.connections,
+                          "connections per Redis node (default 2)");
+  bench_redis->add_option("--inflight", redis_options.inflight,
+                          "requests in flight at once (default 64)");
+  bench_redis->add_option("--seconds", redis_options.seconds, "duration S (default 5)");
+  bench_redis->add_option("--mode", redis_options.mode,
+                          "sluice (default), seed (the seed design's script) or zset (a ZSET sliding log)");
+  bench_redis->add_option("--script", redis_options.script, "the Lua file for --mode seed or zset");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,6 +202,12 @@ int Main(int argc, char** argv) {
     std::ifstream file;
     if (!OpenInput(input, &file)) return kUsageError;
     return RunReplay(*limit, file, std::cout, std::cerr);
+  }
+  if (bench_redis->parsed()) {
+    auto limit = redis_flags.ToLimit("bench redis");
+    if (!limit) return kUsageError;
+    redis_options.limit = *limit;
+    return RunBenchRedis(redis_options, std::cout, std::cerr);
   }
   if (bench_store->parsed()) {
     auto limit = bench_flags.ToLimit("bench store");

@@ -49,6 +49,14 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
     Record(result.status());
     done(std::move(result));
   };
+  if (!client_->cluster()) {
+    Queued queued;
+    queued.limits = std::move(call->limits);
+    queued.items = std::move(call->items);
+    for (size_t i = 0; i < queued.items.size(); ++i) queued.items[i].limit = &queued.limits[i];
+    queued.done = std::move(finish);
+    return Enqueue(std::move(queued));
+  }
   if (call->groups.size() <= 1) return Run(std::move(call), /*commit=*/true, std::move(finish));
   // Across slots: evaluate everywhere first; decide for real only if every slot would admit.
   Run(call, /*commit=*/false, [this, call, finish](absl::StatusOr<DecideResult> dry) mutable {
@@ -104,6 +112,7 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool c
   }
   std::string command = EncodeDecide(sha, items, commit);
   const bool sent_text = sha.empty();
+  script_calls_.fetch_add(1, std::memory_order_relaxed);
   client_->Send(key, std::move(command),
                 [this, key, items = std::move(items), commit, sent_text,
                  done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
@@ -115,17 +124,87 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool c
                     return RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/false,
                                     std::move(done));
                   }
-                  if (sent_text) {  // learn the SHA for next time (a cheap call, once)
-                    std::string load;
-                    AppendCommand(&load, {"SCRIPT", "LOAD", DecideScript()});
-                    client_->Send(key, std::move(load), [this](absl::StatusOr<Reply> r) {
-                      if (!r.ok() || r->type != Reply::Type::kString) return;
-                      std::lock_guard<std::mutex> lock(sha_mu_);
-                      sha_ = r->str;
-                    });
-                  }
+                  if (sent_text) LearnSha(key);  // the SHA, for next time
                   done(ParseDecideReply(*reply, items.size()));
                 });
+}
+
+void RedisStore::Enqueue(Queued queued) {
+  std::vector<Queued> batch;
+  {
+    std::unique_lock<std::mutex> lock(batch_mu_);
+    if (queue_.size() >= options_.max_queued) {
+      lock.unlock();
+      return queued.done(absl::ResourceExhaustedError(
+          fmt::format("redis: {} requests already waiting", options_.max_queued)));
+    }
+    queue_.push_back(std::move(queued));
+    if (in_flight_ >= options_.max_in_flight) return;  // goes with the next batch
+    ++in_flight_;
+    const size_t take = std::min(queue_.size(), options_.max_batch);
+    batch.assign(std::make_move_iterator(queue_.begin()),
+                 std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(take)));
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
+  }
+  SendBatch(std::move(batch), /*by_sha=*/true);
+}
+
+void RedisStore::SendBatch(std::vector<Queued> batch, bool by_sha) {
+  std::string sha;
+  if (by_sha) {
+    std::lock_guard<std::mutex> lock(sha_mu_);
+    sha = sha_;
+  }
+  std::vector<std::span<const DecideItem>> requests;
+  requests.reserve(batch.size());
+  for (const Queued& q : batch) requests.emplace_back(q.items);
+  std::string command = EncodeDecide(sha, requests, /*commit=*/true);
+  const bool sent_text = sha.empty();
+  script_calls_.fetch_add(1, std::memory_order_relaxed);
+  client_->Send("", std::move(command),
+                [this, batch = std::move(batch), sent_text](absl::StatusOr<Reply> reply) mutable {
+                  if (reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
+                    noscript_.fetch_add(1, std::memory_order_relaxed);
+                    return SendBatch(std::move(batch), /*by_sha=*/false);
+                  }
+                  if (reply.ok() && sent_text) LearnSha("");
+                  std::vector<size_t> sizes;
+                  for (const Queued& q : batch) sizes.push_back(q.items.size());
+                  absl::StatusOr<std::vector<DecideResult>> results =
+                      reply.ok() ? ParseDecideReply(*reply, sizes)
+                                 : absl::StatusOr<std::vector<DecideResult>>(reply.status());
+                  for (size_t i = 0; i < batch.size(); ++i) {
+                    if (results.ok()) {
+                      batch[i].done(std::move((*results)[i]));
+                    } else {
+                      batch[i].done(results.status());
+                    }
+                  }
+                  // The next batch, if requests waited meanwhile.
+                  std::vector<Queued> next;
+                  {
+                    std::lock_guard<std::mutex> lock(batch_mu_);
+                    if (queue_.empty()) {
+                      --in_flight_;
+                      return;
+                    }
+                    const size_t take = std::min(queue_.size(), options_.max_batch);
+                    next.assign(std::make_move_iterator(queue_.begin()),
+                                std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(take)));
+                    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
+                  }
+                  SendBatch(std::move(next), /*by_sha=*/true);
+                });
+}
+
+void RedisStore::LearnSha(std::string_view key) {
+  std::string load;
+  AppendCommand(&load, {"SCRIPT", "LOAD", DecideScript()});
+  client_->Send(key, std::move(load), [this](absl::StatusOr<Reply> r) {
+    if (!r.ok() || r->type != Reply::Type::kString) return;
+    std::lock_guard<std::mutex> lock(sha_mu_);
+    sha_ = r->str;
+  });
 }
 
 void RedisStore::Record(const absl::Status& status) {
@@ -142,6 +221,7 @@ void RedisStore::Record(const absl::Status& status) {
 
 RedisStore::Stats RedisStore::GetStats() const {
   return Stats{.calls = calls_.load(),
+               .script_calls = script_calls_.load(),
                .errors = errors_.load(),
                .timeouts = timeouts_.load(),
                .noscript_reloads = noscript_.load(),

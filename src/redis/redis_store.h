@@ -9,6 +9,11 @@
 // steps is denied while the slots that did admit keep their consumption: cross-slot requests can
 // briefly under-admit, never over-admit. On a single server every request is one call.
 //
+// On a single server, requests that arrive while calls are in flight wait and then go together,
+// up to Options::max_batch per call, each still all-or-nothing on its own (the script decides
+// them in turn): under load one script call carries many decisions, and an idle server sees no
+// added wait.
+//
 // The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
 // replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
 // (breaker.h) refuses calls at once while Redis keeps failing. Safe for concurrent use; `done`
@@ -36,10 +41,14 @@ class RedisStore {
   struct Options {
     std::string key_prefix = "sluice:";
     Breaker::Options breaker;
+    size_t max_batch = 64;     // requests per script call (single server)
+    int max_in_flight = 2;     // script calls in flight at once (single server)
+    size_t max_queued = 100000;  // requests waiting for a call; more are refused at once
   };
 
   struct Stats {
-    uint64_t calls = 0;
+    uint64_t calls = 0;         // DecideAll calls
+    uint64_t script_calls = 0;  // script calls sent (batches count once)
     uint64_t errors = 0;    // failed calls (timeouts included)
     uint64_t timeouts = 0;
     uint64_t noscript_reloads = 0;
@@ -69,13 +78,26 @@ class RedisStore {
   void RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
                 std::function<void(absl::StatusOr<DecideResult>)> done);
   void Record(const absl::Status& status);
+  struct Queued {
+    std::vector<Limit> limits;
+    std::vector<DecideItem> items;
+    std::function<void(absl::StatusOr<DecideResult>)> done;
+  };
+  void Enqueue(Queued queued);
+  void SendBatch(std::vector<Queued> batch, bool by_sha);
+  // Asks Redis for the script's SHA (SCRIPT LOAD) and keeps it for EVALSHA.
+  void LearnSha(std::string_view key);
 
   Client* const client_;
   const Options options_;
   Breaker breaker_;
   std::mutex sha_mu_;
   std::string sha_;  // decide.lua's SHA1 once SCRIPT LOAD answered; guarded by sha_mu_
-  std::atomic<uint64_t> calls_{0}, errors_{0}, timeouts_{0}, noscript_{0}, refused_{0};
+  std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
+      refused_{0};
+  std::mutex batch_mu_;
+  std::vector<Queued> queue_;  // guarded by batch_mu_
+  int in_flight_ = 0;          // guarded by batch_mu_
 };
 
 }  // namespace sluice::redis

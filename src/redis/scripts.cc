@@ -48,57 +48,82 @@ absl::Status CheckExactRange(const Limit& limit) {
       DescribeLimit(limit), what, product));
 }
 
-std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit) {
+std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
+                         bool commit) {
+  size_t items = 0;
+  for (const auto& r : requests) items += r.size();
   std::vector<std::string> numbers;
-  numbers.reserve(2 + 6 * items.size());
-  numbers.push_back(std::to_string(items.size()));
+  numbers.reserve(3 + requests.size() + 6 * items);
+  numbers.push_back(std::to_string(items));
   numbers.push_back(commit ? "1" : "0");
-  for (const DecideItem& it : items) {
-    const Limit& l = *it.limit;
-    numbers.push_back(std::to_string(AlgorithmCode(l.algorithm)));
-    numbers.push_back(std::to_string(l.requests));
-    numbers.push_back(std::to_string(l.window_us));
-    numbers.push_back(std::to_string(l.Capacity()));
-    numbers.push_back(std::to_string(it.cost));
-    numbers.push_back(std::to_string((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0)));
+  numbers.push_back(std::to_string(requests.size()));
+  for (const auto& request : requests) {
+    numbers.push_back(std::to_string(request.size()));
+    for (const DecideItem& it : request) {
+      const Limit& l = *it.limit;
+      numbers.push_back(std::to_string(AlgorithmCode(l.algorithm)));
+      numbers.push_back(std::to_string(l.requests));
+      numbers.push_back(std::to_string(l.window_us));
+      numbers.push_back(std::to_string(l.Capacity()));
+      numbers.push_back(std::to_string(it.cost));
+      numbers.push_back(std::to_string((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0)));
+    }
   }
   std::vector<std::string_view> args;
-  args.reserve(3 + numbers.size() + items.size());
+  args.reserve(3 + numbers.size() + items);
   args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
   args.push_back(sha.empty() ? DecideScript() : sha);
   args.push_back(numbers[0]);
-  for (const DecideItem& it : items) args.push_back(it.key);
+  for (const auto& request : requests) {
+    for (const DecideItem& it : request) args.push_back(it.key);
+  }
   for (size_t i = 1; i < numbers.size(); ++i) args.push_back(numbers[i]);
   std::string command;
   AppendCommand(&command, args);
   return command;
 }
 
-absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items) {
+std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit) {
+  const std::span<const DecideItem> one[] = {items};
+  return EncodeDecide(sha, one, commit);
+}
+
+absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(const Reply& reply,
+                                                           std::span<const size_t> items_per_request) {
   if (reply.IsError()) return absl::InternalError(fmt::format("decide script: {}", reply.str));
+  size_t expected = 1;
+  for (size_t n : items_per_request) expected += 1 + 5 * n;
   const auto& e = reply.elements;
-  if (reply.type != Reply::Type::kArray || e.size() != 2 + 5 * items) {
-    return absl::InternalError(fmt::format("decide script: expected an array of {} integers",
-                                           2 + 5 * items));
+  if (reply.type != Reply::Type::kArray || e.size() != expected) {
+    return absl::InternalError(fmt::format("decide script: expected an array of {} integers", expected));
   }
   for (const Reply& r : e) {
     if (r.type != Reply::Type::kInteger) {
       return absl::InternalError("decide script: a reply element is not an integer");
     }
   }
-  DecideResult out;
-  out.now_us = e[0].integer;
-  out.allowed = e[1].integer != 0;
-  out.decisions.resize(items);
-  for (size_t i = 0; i < items; ++i) {
-    const Reply* d = &e[2 + 5 * i];
-    out.decisions[i] = Decision{.allowed = d[0].integer != 0,
-                                .remaining = d[1].integer,
-                                .retry_after_us = d[2].integer,
-                                .reset_after_us = d[3].integer,
-                                .delay_us = d[4].integer};
+  std::vector<DecideResult> out(items_per_request.size());
+  size_t at = 1;
+  for (size_t r = 0; r < items_per_request.size(); ++r) {
+    out[r].now_us = e[0].integer;
+    out[r].allowed = e[at++].integer != 0;
+    out[r].decisions.resize(items_per_request[r]);
+    for (size_t i = 0; i < items_per_request[r]; ++i, at += 5) {
+      out[r].decisions[i] = Decision{.allowed = e[at].integer != 0,
+                                     .remaining = e[at + 1].integer,
+                                     .retry_after_us = e[at + 2].integer,
+                                     .reset_after_us = e[at + 3].integer,
+                                     .delay_us = e[at + 4].integer};
+    }
   }
   return out;
+}
+
+absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items) {
+  const size_t one[] = {items};
+  auto all = ParseDecideReply(reply, one);
+  if (!all.ok()) return all.status();
+  return std::move((*all)[0]);
 }
 
 }  // namespace sluice::redis

@@ -36,8 +36,11 @@ struct DecideItem {
   bool shadow;
 };
 
-// The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding `items`;
-// `commit` false evaluates without writing anything.
+// The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding
+// `requests` in turn, each all-or-nothing; `commit` false evaluates without writing anything.
+std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
+                         bool commit);
+// One request.
 std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit);
 
 struct DecideResult {
@@ -46,7 +49,11 @@ struct DecideResult {
   std::vector<Decision> decisions;
 };
 
-// Reads decide.lua's reply for `items` items; an error for anything else (e.g. an error reply).
+// Reads decide.lua's reply for requests of `items_per_request` items; an error for anything
+// else (e.g. an error reply).
+absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(const Reply& reply,
+                                                           std::span<const size_t> items_per_request);
+// One request.
 absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items);
 
 }  // namespace sluice::redis

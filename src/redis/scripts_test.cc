@@ -266,6 +266,64 @@ TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
 namespace sluice::redis {
 namespace {
 
+// Several requests in one call are decided in turn, each all-or-nothing: as many DecideAll calls
+// at the same instant.
+TEST_F(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
+  ASSERT_FALSE(sha_.empty());
+  const std::vector<Limit> limits = {
+      MakeLimit(Algorithm::kTokenBucket, 4, 20000),
+      MakeLimit(Algorithm::kFixedWindow, 5, 25000),
+      MakeLimit(Algorithm::kSlidingLog, 3, 15000),
+      MakeLimit(Algorithm::kSlidingWindow, 6, 20000),
+      MakeLimit(Algorithm::kLeakyBucket, 5, 20000, 2),
+  };
+  std::mt19937_64 rng(99);
+  int mismatches = 0;
+  for (int round = 0; round < 150; ++round) {
+    std::vector<std::vector<DecideItem>> requests(1 + rng() % 8);
+    std::vector<std::vector<store::MemoryStore::Item>> cpp(requests.size());
+    static const std::string kKeys[] = {"a", "b"};  // the C++ items only view their keys
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const size_t count = 1 + rng() % 3;
+      for (size_t j = 0; j < count; ++j) {
+        const size_t l = rng() % limits.size();
+        const std::string& key = kKeys[rng() % 2];
+        const uint64_t cost = rng() % 5 == 0 ? 2 : 1;
+        const bool count_denied = rng() % 4 == 0, shadow = rng() % 6 == 0;
+        requests[r].push_back({&limits[l], fmt::format("batch:{}:{}", l, key), cost, count_denied, shadow});
+        cpp[r].push_back({.limit = &limits[l], .limit_id = 1000 + l, .key = key, .cost = cost,
+                          .count_denied = count_denied, .shadow = shadow});
+      }
+    }
+    std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
+    std::vector<size_t> sizes;
+    for (const auto& r : requests) sizes.push_back(r.size());
+    auto reply = SendRaw(EncodeDecide(sha_, spans, true));
+    ASSERT_TRUE(reply.ok());
+    auto results = ParseDecideReply(*reply, sizes);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t r = 0; r < requests.size(); ++r) {
+      std::vector<Decision> expected(cpp[r].size());
+      const bool allowed = store_.DecideAll(cpp[r], (*results)[r].now_us, std::span(expected));
+      bool same = allowed == (*results)[r].allowed;
+      for (size_t i = 0; i < expected.size(); ++i) same = same && expected[i] == (*results)[r].decisions[i];
+      if (!same) {
+        ++mismatches;
+        std::string detail;
+        for (size_t i = 0; i < expected.size(); ++i) {
+          detail += fmt::format("\n  item {} {} cost {}: redis {} | c++ {}", i,
+                                DescribeLimit(*requests[r][i].limit), requests[r][i].cost,
+                                Describe((*results)[r].decisions[i]), Describe(expected[i]));
+        }
+        ADD_FAILURE() << "round " << round << " request " << r << " allowed redis "
+                      << (*results)[r].allowed << " c++ " << allowed << detail;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST_F(ScriptsTest, EvaluateOnlyWritesNothing) {
   ASSERT_FALSE(sha_.empty());
   const Limit window = MakeLimit(Algorithm::kFixedWindow, 3, int64_t{3600} * 1000000);

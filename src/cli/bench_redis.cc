@@ -1,0 +1,250 @@
+#include "cli/bench_redis.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "redis/client.h"
+#include "redis/redis_store.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+absl::StatusOr<redis::Reply> Call(redis::Client& client, std::string_view key,
+                                  std::initializer_list<std::string_view> args) {
+  std::string command;
+  redis::AppendCommand(&command, args);
+  std::promise<absl::StatusOr<redis::Reply>> promise;
+  auto future = promise.get_future();
+  client.Send(key, std::move(command),
+              [&](absl::StatusOr<redis::Reply> r) { promise.set_value(std::move(r)); });
+  if (future.wait_for(10s) != std::future_status::ready) return absl::DeadlineExceededError("no reply");
+  return future.get();
+}
+
+// Commands Redis has executed, by name, from INFO commandstats ("cmdstat_get:calls=12,...").
+std::vector<std::pair<std::string, uint64_t>> CommandStats(redis::Client& client) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  auto info = Call(client, "", {"INFO", "commandstats"});
+  if (!info.ok()) return out;
+  std::istringstream lines(info->str);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("cmdstat_")) continue;
+    const size_t colon = line.find(':'), calls = line.find("calls=");
+    if (colon == std::string::npos || calls == std::string::npos) continue;
+    out.emplace_back(line.substr(8, colon - 8), std::stoull(line.substr(calls + 6)));
+  }
+  return out;
+}
+
+// Commands executed between two snapshots: those of the benchmark (script calls and what the
+// scripts ran), not the harness's own (info, script load, ping, auth, select, cluster).
+uint64_t CommandsBetween(const std::vector<std::pair<std::string, uint64_t>>& before,
+                         const std::vector<std::pair<std::string, uint64_t>>& after,
+                         uint64_t* script_calls) {
+  uint64_t total = 0;
+  *script_calls = 0;
+  for (const auto& [name, calls] : after) {
+    if (name == "info" || name.starts_with("script") || name == "ping" || name == "auth" ||
+        name == "select" || name.starts_with("cluster")) {
+      continue;
+    }
+    uint64_t was = 0;
+    for (const auto& [n, c] : before) {
+      if (n == name) was = c;
+    }
+    total += calls - was;
+    if (name == "evalsha" || name == "eval") *script_calls += calls - was;
+  }
+  return total;
+}
+
+int64_t Percentile(std::vector<uint32_t>& samples, double p) {
+  if (samples.empty()) return 0;
+  const size_t k = std::min(samples.size() - 1, static_cast<size_t>(p * static_cast<double>(samples.size())));
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k), samples.end());
+  return samples[k];
+}
+
+}  // namespace
+
+int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.mode != "sluice" && o.mode != "seed" && o.mode != "zset") {
+    err << "bench redis: --mode is sluice, seed or zset\n";
+    return 2;
+  }
+  if (o.mode == "sluice") {
+    if (auto s = redis::CheckExactRange(o.limit); !s.ok()) {
+      err << "bench redis: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  std::string script;
+  if (o.mode != "sluice") {
+    std::ifstream file(o.script);
+    std::stringstream text;
+    text << file.rdbuf();
+    script = text.str();
+    if (!file || script.empty()) {
+      err << "bench redis: --mode " << o.mode << " needs --script FILE (the anchor's Lua)\n";
+      return 2;
+    }
+  }
+  auto endpoint = redis::ParseUrl(o.redis);
+  if (!endpoint.ok()) {
+    err << "bench redis: " << endpoint.status().message() << "\n";
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::warn);
+  redis::Client::Options client_options;
+  client_options.seeds = {*endpoint};
+  client_options.cluster = o.cluster;
+  client_options.connections_per_node = std::max(1, o.connections);
+  client_options.connection.timeout = 1s;
+  client_options.connection.max_pending = 1000000;
+  auto client = redis::Client::Create(client_options);
+  if (!client.ok()) {
+    err << "bench redis: " << client.status().message() << "\n";
+    return 2;
+  }
+  const auto connect_deadline = Clock::now() + 5s;
+  while (!(*client)->Ready() && Clock::now() < connect_deadline) std::this_thread::sleep_for(10ms);
+  if (!(*client)->Ready()) {
+    err << "bench redis: cannot reach " << o.redis << ": " << (*client)->last_error() << "\n";
+    return 1;
+  }
+  // A separate connection for INFO, so the measurement does not queue behind the load.
+  client_options.connections_per_node = 1;
+  auto stats_client = redis::Client::Create(client_options);
+  while (!(*stats_client)->Ready() && Clock::now() < connect_deadline) std::this_thread::sleep_for(10ms);
+
+  std::string sha;
+  if (o.mode != "sluice") {
+    auto loaded = Call(**client, "", {"SCRIPT", "LOAD", script});
+    if (!loaded.ok() || loaded->type != redis::Reply::Type::kString) {
+      err << "bench redis: SCRIPT LOAD failed: " << (loaded.ok() ? loaded->str : std::string(loaded.status().message())) << "\n";
+      return 1;
+    }
+    sha = loaded->str;
+  }
+  redis::RedisStore store(client->get(), {.key_prefix = "bench:", .breaker = {.failures_to_open = 1000000}});
+
+  // Closed loop: `inflight` chains, each starting its next request when the last one answers.
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    int running = 0;
+    std::vector<uint32_t> latencies;  // µs, guarded by mu (appended in batches)
+  } shared;
+  std::atomic<uint64_t> decisions{0}, allowed{0}, errors{0};
+  const auto start = Clock::now();
+  const auto stop_at = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  const std::string limit_text = std::to_string(o.limit.requests);
+  const std::string window_ms = std::to_string(std::max<int64_t>(1, o.limit.window_us / 1000));
+  const std::string window_s = std::to_string(std::max<int64_t>(1, o.limit.window_us / 1000000));
+  constexpr size_t kMaxSamples = 20000000;
+
+  struct Chain : std::enable_shared_from_this<Chain> {
+    std::mt19937_64 rng;
+    std::vector<uint32_t> local;
+    std::function<void()> next;
+  };
+  std::vector<std::shared_ptr<Chain>> chains;
+  for (int c = 0; c < std::max(1, o.inflight); ++c) {
+    auto chain = std::make_shared<Chain>();
+    chain->rng.seed(static_cast<uint64_t>(c) * 7919 + 1);
+    std::weak_ptr<Chain> weak = chain;
+    chain->next = [&, weak] {
+      auto self = weak.lock();
+      if (!self) return;
+      if (Clock::now() >= stop_at) {
+        std::lock_guard<std::mutex> lock(shared.mu);
+        const size_t room = kMaxSamples - std::min(kMaxSamples, shared.latencies.size());
+        shared.latencies.insert(shared.latencies.end(), self->local.begin(),
+                                self->local.begin() + static_cast<std::ptrdiff_t>(std::min(room, self->local.size())));
+        self->local.clear();
+        if (--shared.running == 0) shared.cv.notify_all();
+        return;
+      }
+      const std::string key = fmt::format("k{}", self->rng() % o.keys);
+      const auto t0 = Clock::now();
+      auto finish = [&, self, t0](bool ok, bool admitted) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+        if (self->local.size() < kMaxSamples / 64) self->local.push_back(static_cast<uint32_t>(us));
+        decisions.fetch_add(1, std::memory_order_relaxed);
+        if (!ok) errors.fetch_add(1, std::memory_order_relaxed);
+        if (admitted) allowed.fetch_add(1, std::memory_order_relaxed);
+        self->next();
+      };
+      if (o.mode == "sluice") {
+        const store::MemoryStore::Item item{.limit = &o.limit, .limit_id = 1, .key = key, .cost = 1};
+        store.DecideAll(std::span(&item, 1), [finish](absl::StatusOr<redis::DecideResult> r) {
+          finish(r.ok(), r.ok() && r->allowed);
+        });
+        return;
+      }
+      std::string command;
+      const std::string redis_key = "anchor:" + key;
+      if (o.mode == "seed") {
+        const std::string now_ms = std::to_string(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+        redis::AppendCommand(&command, {"EVALSHA", sha, "1", redis_key, limit_text, window_s, now_ms});
+      } else {
+        redis::AppendCommand(&command, {"EVALSHA", sha, "1", redis_key, limit_text, window_ms});
+      }
+      (*client)->Send(redis_key, std::move(command), [finish](absl::StatusOr<redis::Reply> r) {
+        const bool ok = r.ok() && r->type == redis::Reply::Type::kArray && !r->elements.empty();
+        finish(ok, ok && r->elements[0].integer == 1);
+      });
+    };
+    chains.push_back(std::move(chain));
+  }
+  const auto before = CommandStats(**stats_client);
+  shared.running = static_cast<int>(chains.size());
+  for (auto& chain : chains) chain->next();
+  {
+    std::unique_lock<std::mutex> lock(shared.mu);
+    shared.cv.wait_for(lock, std::chrono::duration<double>(o.seconds) + 15s,
+                       [&] { return shared.running == 0; });
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const auto after = CommandStats(**stats_client);
+  uint64_t script_calls = 0;
+  const uint64_t commands = CommandsBetween(before, after, &script_calls);
+  std::vector<uint32_t> latencies;
+  {
+    std::lock_guard<std::mutex> lock(shared.mu);
+    latencies.swap(shared.latencies);
+  }
+  const uint64_t n = decisions.load();
+  const double per = n == 0 ? 0 : 1.0 / static_cast<double>(n);
+  out << fmt::format(
+             "{{\"mode\":\"{}\",\"algorithm\":\"{}\",\"limit\":\"{}\",\"keys\":{},\"connections\":{},"
+             "\"inflight\":{},\"seconds\":{:.2f},\"decisions\":{},\"decisions_per_sec\":{:.0f},"
+             "\"allowed\":{},\"errors\":{},\"redis_commands_per_decision\":{:.2f},"
+             "\"script_calls_per_decision\":{:.2f},\"p50_us\":{},\"p99_us\":{}}}",
+             o.mode, o.mode == "sluice" ? AlgorithmName(o.limit.algorithm) : (o.mode == "seed" ? "sliding_window_counter" : "sliding_log_zset"),
+             DescribeLimit(o.limit), o.keys, o.connections, o.inflight, elapsed, n,
+             static_cast<double>(n) / elapsed, allowed.load(), errors.load(),
+             static_cast<double>(commands) * per, static_cast<double>(script_calls) * per,
+             Percentile(latencies, 0.50), Percentile(latencies, 0.99))
+      << std::endl;
+  for (auto& chain : chains) chain->next = nullptr;
+  return errors.load() == 0 ? 0 : 1;
+}
+
+}  // namespace sluice::cli

@@ -30,16 +30,15 @@ bool Contains(const rules::Cidr& cidr, const rules::Cidr& address) {
   return (cidr.address[full] & mask) == (address.address[full] & mask);
 }
 
-bool Trusted(std::string_view address, const std::vector<rules::Cidr>& trusted) {
-  if (address.find('/') != std::string_view::npos) return false;
-  const std::optional<rules::Cidr> parsed = rules::ParseCidr(address);
-  if (!parsed) return false;
-  return std::any_of(trusted.begin(), trusted.end(),
-                     [&](const rules::Cidr& c) { return Contains(c, *parsed); });
+// A single address (no /prefix), as a /32 or /128; nullopt if it is not one.
+std::optional<rules::Cidr> ParseAddress(std::string_view text) {
+  if (text.find('/') != std::string_view::npos) return std::nullopt;
+  return rules::ParseCidr(text);
 }
 
-bool IsAddress(std::string_view address) {
-  return address.find('/') == std::string_view::npos && rules::ParseCidr(address).has_value();
+bool Trusted(const rules::Cidr& address, const std::vector<rules::Cidr>& trusted) {
+  return std::any_of(trusted.begin(), trusted.end(),
+                     [&](const rules::Cidr& c) { return Contains(c, address); });
 }
 
 const rules::HttpRoute* FindRoute(const rules::HttpSection& http, std::string_view method,
@@ -60,7 +59,9 @@ const rules::HttpRoute* FindRoute(const rules::HttpSection& http, std::string_vi
 
 std::string ClientAddress(std::string_view peer, const std::vector<std::string_view>& forwarded,
                           const std::vector<rules::Cidr>& trusted) {
-  if (trusted.empty() || !Trusted(peer, trusted)) return std::string(peer);
+  if (trusted.empty()) return std::string(peer);
+  const std::optional<rules::Cidr> peer_address = ParseAddress(peer);
+  if (!peer_address || !Trusted(*peer_address, trusted)) return std::string(peer);
   std::string_view client = peer;
   // Hops from the nearest (rightmost) to the farthest; each was added by the one before it.
   for (auto field = forwarded.rbegin(); field != forwarded.rend(); ++field) {
@@ -71,9 +72,10 @@ std::string ClientAddress(std::string_view peer, const std::vector<std::string_v
           Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
       if (hop.empty()) continue;
-      if (!IsAddress(hop)) return std::string(client);  // garbage: stop at the last good hop
+      const std::optional<rules::Cidr> address = ParseAddress(hop);
+      if (!address) return std::string(client);  // garbage: stop at the last good hop
       client = hop;
-      if (!Trusted(hop, trusted)) return std::string(client);
+      if (!Trusted(*address, trusted)) return std::string(client);
     }
   }
   return std::string(client);  // every hop trusted: the farthest one

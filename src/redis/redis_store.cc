@@ -105,11 +105,7 @@ void RedisStore::Run(std::shared_ptr<Call> call, bool commit,
 
 void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
                           std::function<void(absl::StatusOr<DecideResult>)> done) {
-  std::string sha;
-  if (by_sha) {
-    std::lock_guard<std::mutex> lock(sha_mu_);
-    sha = sha_;
-  }
+  const std::string sha = by_sha ? Sha() : std::string();
   std::string command = EncodeDecide(sha, items, commit);
   const bool sent_text = sha.empty();
   script_calls_.fetch_add(1, std::memory_order_relaxed);
@@ -150,11 +146,7 @@ void RedisStore::Enqueue(Queued queued) {
 }
 
 void RedisStore::SendBatch(std::vector<Queued> batch, bool by_sha) {
-  std::string sha;
-  if (by_sha) {
-    std::lock_guard<std::mutex> lock(sha_mu_);
-    sha = sha_;
-  }
+  const std::string sha = by_sha ? Sha() : std::string();
   std::vector<std::span<const DecideItem>> requests;
   requests.reserve(batch.size());
   for (const Queued& q : batch) requests.emplace_back(q.items);
@@ -195,6 +187,11 @@ void RedisStore::SendBatch(std::vector<Queued> batch, bool by_sha) {
                   }
                   SendBatch(std::move(next), /*by_sha=*/true);
                 });
+}
+
+std::string RedisStore::Sha() {
+  std::lock_guard<std::mutex> lock(sha_mu_);
+  return sha_;
 }
 
 void RedisStore::LearnSha(std::string_view key) {

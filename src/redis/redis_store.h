@@ -85,6 +85,8 @@ class RedisStore {
   };
   void Enqueue(Queued queued);
   void SendBatch(std::vector<Queued> batch, bool by_sha);
+  // The script's SHA once known, else empty (then the script's text is sent).
+  std::string Sha();
   // Asks Redis for the script's SHA (SCRIPT LOAD) and keeps it for EVALSHA.
   void LearnSha(std::string_view key);
 

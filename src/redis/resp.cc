@@ -13,15 +13,11 @@ Reply Convert(const redisReply& r) {
   Reply out;
   switch (r.type) {
     case REDIS_REPLY_STRING:
-      out.type = Reply::Type::kString;
-      out.str.assign(r.str, r.len);
-      break;
     case REDIS_REPLY_STATUS:
-      out.type = Reply::Type::kStatus;
-      out.str.assign(r.str, r.len);
-      break;
     case REDIS_REPLY_ERROR:
-      out.type = Reply::Type::kError;
+      out.type = r.type == REDIS_REPLY_STRING   ? Reply::Type::kString
+                 : r.type == REDIS_REPLY_STATUS ? Reply::Type::kStatus
+                                                : Reply::Type::kError;
       out.str.assign(r.str, r.len);
       break;
     case REDIS_REPLY_INTEGER:

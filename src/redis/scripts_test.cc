@@ -34,6 +34,17 @@ Limit MakeLimit(Algorithm a, uint64_t n, int64_t w, std::optional<uint64_t> burs
   return l;
 }
 
+// One limit of each algorithm, small enough to run out and refill while a test runs.
+std::vector<Limit> MixedLimits() {
+  return {
+      MakeLimit(Algorithm::kTokenBucket, 4, 20000),
+      MakeLimit(Algorithm::kFixedWindow, 5, 25000),
+      MakeLimit(Algorithm::kSlidingLog, 3, 15000),
+      MakeLimit(Algorithm::kSlidingWindow, 6, 20000),
+      MakeLimit(Algorithm::kLeakyBucket, 5, 20000, 2),
+  };
+}
+
 struct Item {
   const Limit* limit;
   uint64_t limit_id;
@@ -182,13 +193,7 @@ TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
 // ignored elsewhere), the same key twice in one request.
 TEST_F(ScriptsTest, MultiLimitRequestsAgree) {
   ASSERT_FALSE(sha_.empty());
-  const std::vector<Limit> limits = {
-      MakeLimit(Algorithm::kTokenBucket, 4, 20000),
-      MakeLimit(Algorithm::kFixedWindow, 5, 25000),
-      MakeLimit(Algorithm::kSlidingLog, 3, 15000),
-      MakeLimit(Algorithm::kSlidingWindow, 6, 20000),
-      MakeLimit(Algorithm::kLeakyBucket, 5, 20000, 2),
-  };
+  const std::vector<Limit> limits = MixedLimits();
   std::mt19937_64 rng(7);
   int agreed = 0, total = 0;
   for (int i = 0; i < 300; ++i) {
@@ -260,23 +265,12 @@ TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
   EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kSlidingLog, 1000000, day)).ok());
 }
 
-}  // namespace
-}  // namespace sluice::redis
-
-namespace sluice::redis {
-namespace {
 
 // Several requests in one call are decided in turn, each all-or-nothing: as many DecideAll calls
 // at the same instant.
 TEST_F(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
   ASSERT_FALSE(sha_.empty());
-  const std::vector<Limit> limits = {
-      MakeLimit(Algorithm::kTokenBucket, 4, 20000),
-      MakeLimit(Algorithm::kFixedWindow, 5, 25000),
-      MakeLimit(Algorithm::kSlidingLog, 3, 15000),
-      MakeLimit(Algorithm::kSlidingWindow, 6, 20000),
-      MakeLimit(Algorithm::kLeakyBucket, 5, 20000, 2),
-  };
+  const std::vector<Limit> limits = MixedLimits();
   std::mt19937_64 rng(99);
   int mismatches = 0;
   for (int round = 0; round < 150; ++round) {

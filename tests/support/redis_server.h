@@ -88,10 +88,7 @@ class RedisServer {
 
   static bool Bindable(int port) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in a = Loopback(port);
     const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     close(fd);
     return ok;
@@ -100,10 +97,7 @@ class RedisServer {
   // Any port nobody listens on now (bind to port 0, read it, close).
   static int FreePort() {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
+    sockaddr_in a = Loopback(0);
     socklen_t len = sizeof a;
     bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
     getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
@@ -112,12 +106,18 @@ class RedisServer {
   }
 
  private:
-  bool Accepts() const {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // 127.0.0.1:port.
+  static sockaddr_in Loopback(int port) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    return a;
+  }
+
+  bool Accepts() const {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(port_);
     const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     close(fd);
     return ok;

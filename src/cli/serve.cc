@@ -134,16 +134,16 @@ int RunServe(const ServeFlags& flags) {
     catch_up(metrics->http_connections, st.connections_total.load());
     catch_up(metrics->http_connections_rejected, st.connections_rejected.load());
   });
-  auto data_port = server.Listen(listen, [&](const http::HttpRequest& req, const std::string& peer,
-                                             http::HttpResponse& res) {
-    service.HandleData(req, peer, res);
+  auto data_port = server.Listen(listen, [&](http::HttpRequest& req, const std::string& peer,
+                                             http::HttpResponse& res, http::Deferral& deferral) {
+    service.HandleData(req, peer, res, deferral);
   });
   if (!data_port.ok()) {
     std::cerr << "serve: " << data_port.status().message() << "\n";
     return 1;
   }
-  auto admin_port = server.Listen(admin, [&](const http::HttpRequest& req, const std::string& peer,
-                                             http::HttpResponse& res) {
+  auto admin_port = server.Listen(admin, [&](http::HttpRequest& req, const std::string& peer,
+                                             http::HttpResponse& res, http::Deferral&) {
     service.HandleAdmin(req, peer, res);
   }, kAdminMaxConnections);
   if (!admin_port.ok()) {

@@ -88,7 +88,8 @@ struct HttpServer::Impl {
 };
 
 // One connection. Owns itself through shared_from_this while an operation is pending.
-class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
+class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
+                                  public Responder::Target {
  public:
   Session(tcp::socket socket, Impl* server, Listener* listener)
       : stream_(std::move(socket)), server_(server), listener_(listener),
@@ -159,10 +160,34 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     }
     if (ec) return Fail(beast_http::status::bad_request, fmt::format("bad request: {}", ec.message()));
     HttpRequest request = parser_->release();
-    response_.version(request.version());
-    response_.keep_alive(request.keep_alive() && !server_->stopping.load());
+    version_ = request.version();
+    keep_alive_ = request.keep_alive();
     response_.result(beast_http::status::ok);
-    (*handler_)(request, peer_, response_);
+    Deferral deferral(stream_.get_executor(), [this] {
+      return Responder(shared_from_this(),
+                       asio::prefer(stream_.get_executor(),
+                                    asio::execution::outstanding_work.tracked));
+    });
+    (*handler_)(request, peer_, response_, deferral);
+    if (deferral.taken()) {
+      stream_.expires_never();  // the handler's own deadlines bound the wait
+      return;
+    }
+    Respond();
+  }
+
+  // From any thread: the deferred answer.
+  void Deliver(HttpResponse response) override {
+    asio::post(stream_.get_executor(),
+               [self = shared_from_this(), response = std::move(response)]() mutable {
+                 self->response_ = std::move(response);
+                 self->Respond();
+               });
+  }
+
+  void Respond() {
+    response_.version(version_);
+    response_.keep_alive(keep_alive_ && !server_->stopping.load());
     response_.prepare_payload();
     Write();
   }
@@ -202,6 +227,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   Listener* listener_;
   const Handler* handler_;
   std::string peer_;
+  unsigned version_ = 11;   // of the request being answered
+  bool keep_alive_ = false;  // what the request asked for
   bool busy_ = false;
 };
 
@@ -238,6 +265,35 @@ void HttpServer::Impl::Track(const std::shared_ptr<Session>& session) {
     std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
   }
   sessions.push_back(session);
+}
+
+Responder::Responder(std::shared_ptr<Target> target, boost::asio::any_io_executor work)
+    : target_(std::move(target)), work_(std::move(work)) {}
+
+Responder& Responder::operator=(Responder&& other) noexcept {
+  if (this != &other) {
+    if (target_) Send(HttpResponse(beast_http::status::internal_server_error, 11));
+    target_ = std::move(other.target_);
+    work_ = std::move(other.work_);
+  }
+  return *this;
+}
+
+Responder::~Responder() {
+  if (target_) {
+    HttpResponse response(beast_http::status::internal_server_error, 11);
+    response.set(beast_http::field::content_type, "application/json");
+    response.body() = R"({"error":"the request was dropped without an answer"})";
+    Send(std::move(response));
+  }
+}
+
+void Responder::Send(HttpResponse response) {
+  if (!target_) return;
+  std::shared_ptr<Target> target = std::move(target_);
+  target_ = nullptr;
+  target->Deliver(std::move(response));
+  work_ = {};
 }
 
 HttpServer::HttpServer(const ServerOptions& options)

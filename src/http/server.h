@@ -8,8 +8,11 @@
 // has its own cap on open connections (so a flood on one cannot lock out another, e.g. admin);
 // connections over it are closed at once.
 //
-// Handlers run on the connection's thread and must not block. Stop() stops accepting, lets
-// requests in flight finish and closes idle connections, then returns; Run() returns after that.
+// Handlers run on the connection's thread and must not block. A handler that has to wait (for
+// Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
+// Responder, from any thread; the connection reads nothing more until then. Stop() stops
+// accepting, lets requests in flight (deferred ones too) finish and closes idle connections, then
+// returns; Run() returns after that.
 
 #ifndef SLUICE_HTTP_SERVER_H_
 #define SLUICE_HTTP_SERVER_H_
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/status/statusor.h"
@@ -32,9 +36,58 @@ namespace beast_http = boost::beast::http;
 using HttpRequest = beast_http::request<beast_http::string_body>;
 using HttpResponse = beast_http::response<beast_http::string_body>;
 
-// Fills `response` for `request`. `peer` is the client's address ("127.0.0.1").
-using Handler =
-    std::function<void(const HttpRequest& request, const std::string& peer, HttpResponse& response)>;
+// Answers one deferred request (see Deferral). Move-only; Send() at most once, from any thread.
+// Dropped unsent, it answers 500, so a lost callback cannot hang the connection.
+class Responder {
+ public:
+  class Target {  // the connection waiting for the answer (server.cc)
+   public:
+    virtual ~Target() = default;
+    virtual void Deliver(HttpResponse response) = 0;
+  };
+
+  Responder() = default;
+  Responder(std::shared_ptr<Target> target, boost::asio::any_io_executor work);
+  Responder(Responder&&) noexcept = default;
+  Responder& operator=(Responder&&) noexcept;
+  ~Responder();
+
+  // Writes `response` on the connection (its version and keep-alive are the server's business).
+  void Send(HttpResponse response);
+  explicit operator bool() const { return target_ != nullptr; }
+
+ private:
+  std::shared_ptr<Target> target_;
+  boost::asio::any_io_executor work_;  // keeps the connection's event loop running meanwhile
+};
+
+// Given to every handler call: lets the handler answer later instead of filling `response` now.
+class Deferral {
+ public:
+  using Factory = std::function<Responder()>;
+  explicit Deferral(boost::asio::any_io_executor executor, Factory factory)
+      : executor_(std::move(executor)), factory_(std::move(factory)) {}
+
+  // Takes the response over: the server writes nothing for this request until the Responder
+  // sends it (or is dropped). At most once per request.
+  Responder Take() {
+    taken_ = true;
+    return factory_();
+  }
+  bool taken() const { return taken_; }
+  // The connection's executor, for timers and I/O that should run on its thread.
+  const boost::asio::any_io_executor& executor() const { return executor_; }
+
+ private:
+  boost::asio::any_io_executor executor_;
+  Factory factory_;
+  bool taken_ = false;
+};
+
+// Fills `response` for `request`, or takes it over through `deferral` (then `request` may be
+// moved from: it is destroyed when the handler returns). `peer` is the client's address.
+using Handler = std::function<void(HttpRequest& request, const std::string& peer,
+                                   HttpResponse& response, Deferral& deferral)>;
 
 struct ServerOptions {
   int threads = 1;

@@ -87,8 +87,8 @@ void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
   before_render_ = std::move(before_render);
 }
 
-void Service::HandleData(const HttpRequest& request, const std::string& peer,
-                         HttpResponse& response) {
+void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
+                         Deferral&) {
   Route(request, peer, response);
   if (metrics_ != nullptr) {
     const std::string code = std::to_string(response.result_int());

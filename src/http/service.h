@@ -34,7 +34,9 @@ class Service {
   // Not owned; must outlive the service. Call before serving.
   void SetMetrics(Registry* registry, ServerMetrics* metrics, std::function<void()> before_render);
 
-  void HandleData(const HttpRequest& request, const std::string& peer, HttpResponse& response);
+  // `deferral`: data-plane answers that wait on a backend are sent through it.
+  void HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
+                  Deferral& deferral);
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response);
 
  private:

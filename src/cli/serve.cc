@@ -14,6 +14,8 @@
 #include "cli/default_config.h"
 #include "http/server.h"
 #include "http/service.h"
+#include "redis/client.h"
+#include "redis/redis_store.h"
 #include "rls/grpc_server.h"
 #include "rules/config_manager.h"
 #include "spdlog/spdlog.h"
@@ -25,6 +27,116 @@ namespace {
 // The admin listener's own connection cap: a flood on the data plane never locks operators and
 // scrapers out, and the admin port cannot be used to exhaust the process either.
 constexpr size_t kAdminMaxConnections = 128;
+
+// The Redis backend of `sluice serve`: client, store and the engine's view of it.
+struct RedisBackend {
+  std::unique_ptr<redis::Client> client;
+  std::unique_ptr<redis::RedisStore> store;
+  std::unique_ptr<redis::RedisEngineStore> engine_store;
+  std::string where;  // for messages: the URL's host:port or "cluster (N seeds)"
+};
+
+// Connects to Redis as the settings say (`url`, or a cluster's `nodes`), waiting a moment for
+// the connection so that a wrong password is a start-up error; an unreachable Redis is not (its
+// domains' failure_mode answers until it comes).
+absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
+                                         const std::optional<std::string>& url_flag) {
+  redis::Client::Options options;
+  options.cluster = settings.redis_cluster;
+  std::vector<std::string> urls;
+  if (url_flag) {
+    urls = {*url_flag};
+  } else if (!settings.redis_nodes.empty()) {
+    urls = settings.redis_nodes;
+  } else if (!settings.redis_url.empty()) {
+    urls = {settings.redis_url};
+  } else {
+    return absl::InvalidArgumentError(
+        "backend: redis needs redis.url (or redis.nodes with cluster: true), or --redis URL");
+  }
+  for (const std::string& url : urls) {
+    auto endpoint = redis::ParseUrl(url);
+    if (!endpoint.ok()) return endpoint.status();
+    options.seeds.push_back(*endpoint);
+  }
+  options.connection.timeout = std::chrono::microseconds(settings.redis_timeout_us);
+  RedisBackend backend;
+  backend.where = options.cluster ? fmt::format("redis cluster via {}", options.seeds[0].Address())
+                                  : fmt::format("redis {}", options.seeds[0].Address());
+  auto client = redis::Client::Create(options);
+  if (!client.ok()) return client.status();
+  backend.client = *std::move(client);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!backend.client->Ready() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!backend.client->Ready()) {
+    const std::string why = backend.client->last_error();
+    if (why.find("login to") != std::string::npos) {
+      return absl::PermissionDeniedError(fmt::format("{}: {}", backend.where, why));
+    }
+    spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", backend.where, why);
+  }
+  redis::RedisStore::Options store_options;
+  store_options.key_prefix = settings.redis_key_prefix;
+  backend.store = std::make_unique<redis::RedisStore>(backend.client.get(), store_options);
+  backend.engine_store = std::make_unique<redis::RedisEngineStore>(backend.store.get());
+  return backend;
+}
+
+// Registers the backend's families on /metrics.
+absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& backend) {
+  redis::RedisStore* store = backend.store.get();
+  redis::Client* client = backend.client.get();
+  using Stats = redis::RedisStore::Stats;
+  const std::pair<const char*, const char*> counters[] = {
+      {"sluice_backend_calls_total", "decisions asked of the backend"},
+      {"sluice_backend_script_calls_total", "script calls sent to Redis (a batch counts once)"},
+      {"sluice_backend_errors_total", "backend calls that failed (timeouts included)"},
+      {"sluice_backend_timeouts_total", "backend calls that timed out"},
+      {"sluice_backend_noscript_reloads_total", "NOSCRIPT answers, the script reloaded"},
+      {"sluice_backend_refused_total", "calls refused at once by the open circuit breaker"},
+      {"sluice_backend_breaker_opened_total", "times the circuit breaker opened"}};
+  uint64_t Stats::*const fields[] = {&Stats::calls,    &Stats::script_calls,     &Stats::errors,
+                                     &Stats::timeouts, &Stats::noscript_reloads, &Stats::refused,
+                                     &Stats::breaker_opened};
+  for (size_t i = 0; i < std::size(counters); ++i) {
+    auto status = registry.AddCallbackCounter(counters[i].first, counters[i].second,
+                                              [store, field = fields[i]] {
+                                                return static_cast<double>(store->GetStats().*field);
+                                              });
+    if (!status.ok()) return status;
+  }
+  if (auto s = registry.AddCallbackGauge("sluice_backend_up", "1 when the backend can decide",
+                                         [client] { return client->Ready() ? 1.0 : 0.0; });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackGauge(
+          "sluice_backend_breaker_state", "circuit breaker: 0 closed, 1 open, 2 half-open",
+          [store] {
+            switch (store->GetStats().breaker) {
+              case redis::Breaker::State::kOpen: return 1.0;
+              case redis::Breaker::State::kHalfOpen: return 2.0;
+              default: return 0.0;
+            }
+          });
+      !s.ok()) {
+    return s;
+  }
+  redis::RedisEngineStore* engine_store = backend.engine_store.get();
+  return registry.AddCallback(
+      {.name = "sluice_backend_fallback_requests_total",
+       .help = "requests answered by their domain's failure_mode while the backend failed",
+       .label_names = {"policy"}},
+      http::MetricType::kCounter, [engine_store] {
+        using engine::BackendState;
+        return std::vector<http::CallbackSample>{
+            {{"open"}, static_cast<double>(engine_store->fallbacks(BackendState::kFailedOpen))},
+            {{"local"}, static_cast<double>(engine_store->fallbacks(BackendState::kLocal))},
+            {{"closed"}, static_cast<double>(engine_store->fallbacks(BackendState::kFailedClosed))}};
+      });
+}
 
 bool IsLoopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address.rfind("[::1]", 0) == 0 ||
@@ -87,7 +199,36 @@ int RunServe(const ServeFlags& flags) {
 
   store::MemoryStore store({.max_entries = settings.max_entries, .shards = 64},
                            SystemClock::Get());
-  http::Service service(&manager, &store, SystemClock::Get(), token);
+  std::optional<RedisBackend> redis_backend;
+  if (flags.redis || settings.backend == "redis") {
+    auto started = StartRedis(settings, flags.redis);
+    if (!started.ok()) {
+      std::cerr << "serve: " << started.status().message() << "\n";
+      return 1;
+    }
+    redis_backend = *std::move(started);
+  }
+  engine::RemoteStore* remote = redis_backend ? redis_backend->engine_store.get() : nullptr;
+  http::Service service(&manager, &store, SystemClock::Get(), token, remote);
+  std::function<bool()> backend_serving;
+  if (redis_backend) {
+    redis::Client* client = redis_backend->client.get();
+    const std::string where = redis_backend->where;
+    service.SetBackendHealth([client, where] {
+      const bool ready = client->Ready();
+      return http::Service::BackendHealth{
+          ready, ready ? where + ": connected" : where + ": " + client->last_error()};
+    });
+    // gRPC health: SERVING while Redis answers, or while no domain fails closed without it.
+    backend_serving = [client, &manager] {
+      if (client->Ready()) return true;
+      const auto config = manager.Current();
+      for (const auto& d : config->domains) {
+        if (d->failure_mode == rules::FailureMode::kClosed) return false;
+      }
+      return true;
+    };
+  }
   http::HttpServer server(
       {.threads = threads,
        .max_header_bytes = settings.max_header_bytes,
@@ -122,6 +263,12 @@ int RunServe(const ServeFlags& flags) {
     std::cerr << "serve: metrics: " << metrics.status().message() << "\n";
     return 1;
   }
+  if (redis_backend) {
+    if (auto s = RegisterRedisMetrics(registry, *redis_backend); !s.ok()) {
+      std::cerr << "serve: metrics: " << s.message() << "\n";
+      return 1;
+    }
+  }
   // The server counts connections itself; each scrape brings the metrics up to date.
   std::mutex scrape_mu;
   const auto catch_up = [](http::Counter* counter, uint64_t total) {
@@ -143,8 +290,8 @@ int RunServe(const ServeFlags& flags) {
     return 1;
   }
   auto admin_port = server.Listen(admin, [&](http::HttpRequest& req, const std::string& peer,
-                                             http::HttpResponse& res, http::Deferral&) {
-    service.HandleAdmin(req, peer, res);
+                                             http::HttpResponse& res, http::Deferral& deferral) {
+    service.HandleAdmin(req, peer, res, deferral);
   }, kAdminMaxConnections);
   if (!admin_port.ok()) {
     std::cerr << "serve: " << admin_port.status().message() << "\n";
@@ -155,7 +302,9 @@ int RunServe(const ServeFlags& flags) {
     auto started = rls::GrpcServer::Start(
         {.address = grpc,
          .max_message_bytes = static_cast<int>(std::min<size_t>(
-             settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max())))},
+             settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max()))),
+         .remote = remote,
+         .backend_serving = backend_serving},
         &manager, &store, SystemClock::Get());
     if (!started.ok()) {
       std::cerr << "serve: " << started.status().message() << "\n";
@@ -185,7 +334,8 @@ int RunServe(const ServeFlags& flags) {
     std::cout << "sluice: grpc listening on " << host(grpc) << ":" << grpc_server->port() << "\n";
   }
   std::cout << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
-            << " version " << loaded.version << ", " << threads << " threads" << std::endl;
+            << " version " << loaded.version << ", " << threads << " threads, backend "
+            << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
   server.Run();
   // The HTTP side has drained; calls still in flight on the gRPC port get a short grace.
   if (grpc_server) grpc_server->Shutdown(std::chrono::seconds(2));

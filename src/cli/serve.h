@@ -13,6 +13,7 @@ struct ServeFlags {
   std::optional<std::string> listen, admin;
   std::optional<std::string> grpc;  // "0" (or empty): no gRPC port
   std::optional<int> threads;
+  std::optional<std::string> redis;  // selects the Redis backend at this URL
 };
 
 // Returns the process exit status: 0 after a graceful shutdown, 1 when it cannot start.

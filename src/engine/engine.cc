@@ -188,6 +188,55 @@ void Finish(Response& response) {
 
 }  // namespace
 
+// Every limit of a set of requests, listed for a store. Holds pointers into the responses and
+// string_views into its own keys: never moved once built.
+struct Engine::Batch {
+  std::vector<std::string> keys;
+  std::vector<Pending> pending;
+  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  absl::InlinedVector<AppliedLimit*, 8> applied;
+
+  Batch() = default;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  void Build(const rules::Config& config, std::span<const Request> requests,
+             std::span<Response> responses) {
+    for (size_t r = 0; r < requests.size(); ++r) {
+      Collect(config, requests[r], r, responses[r], keys, pending);
+    }
+    // (No result.limits grows any more: pointers into them are stable.)
+    std::vector<std::vector<size_t>> next_limit(requests.size());
+    for (size_t r = 0; r < requests.size(); ++r) next_limit[r].resize(responses[r].descriptors.size());
+    for (const Pending& p : pending) {
+      AppliedLimit& limit =
+          responses[p.response].descriptors[p.descriptor].limits[next_limit[p.response][p.descriptor]++];
+      applied.push_back(&limit);
+      items.push_back({.limit = &limit.limit,
+                       .limit_id = p.limit_id,
+                       .key = keys[p.key],
+                       .cost = p.cost,
+                       .count_denied = p.count_denied,
+                       .shadow = limit.shadow});
+    }
+  }
+
+  void Apply(size_t k, const Decision& decision) {
+    applied[k]->decision = decision;
+    if (applied[k]->shadow && !decision.allowed) applied[k]->decision.remaining = 0;
+  }
+};
+
+// A CheckAllAsync call waiting for the remote store.
+struct Engine::AsyncCall {
+  std::shared_ptr<const rules::Config> config;
+  std::vector<Request> requests;
+  std::vector<Response> responses;
+  Batch batch;
+  int64_t now_us = 0;
+  Done done;
+};
+
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
   Response response;
   Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr);
@@ -210,43 +259,124 @@ size_t Engine::Reset(const rules::Config& config, const Request& request) {
 
 void Engine::Evaluate(const rules::Config& config, std::span<const Request> requests,
                       std::span<Response> responses, int64_t now_us, size_t* forgotten) {
-  std::vector<std::string> keys;
-  std::vector<Pending> pending;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    Collect(config, requests[r], r, responses[r], keys, pending);
-  }
-
-  // (No result.limits grows any more: pointers into them are stable.)
-  absl::InlinedVector<store::MemoryStore::Item, 8> items;
-  absl::InlinedVector<AppliedLimit*, 8> applied;
-  std::vector<std::vector<size_t>> next_limit(requests.size());
-  for (size_t r = 0; r < requests.size(); ++r) next_limit[r].resize(responses[r].descriptors.size());
-  for (const Pending& p : pending) {
-    AppliedLimit& limit =
-        responses[p.response].descriptors[p.descriptor].limits[next_limit[p.response][p.descriptor]++];
-    applied.push_back(&limit);
-    items.push_back({.limit = &limit.limit,
-                     .limit_id = p.limit_id,
-                     .key = keys[p.key],
-                     .cost = p.cost,
-                     .count_denied = p.count_denied,
-                     .shadow = limit.shadow});
-  }
+  Batch batch;
+  batch.Build(config, requests, responses);
   if (forgotten != nullptr) {  // Reset
-    for (const auto& item : items) *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
+    for (const auto& item : batch.items) *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
     return;
   }
-  absl::InlinedVector<Decision, 8> decisions(items.size());
-  const bool allowed = store_->DecideAll(std::span(items.data(), items.size()), now_us,
+  absl::InlinedVector<Decision, 8> decisions(batch.items.size());
+  const bool allowed = store_->DecideAll(std::span(batch.items.data(), batch.items.size()), now_us,
                                          std::span(decisions.data(), decisions.size()));
-  for (size_t k = 0; k < items.size(); ++k) {
-    applied[k]->decision = decisions[k];
-    if (applied[k]->shadow && !decisions[k].allowed) applied[k]->decision.remaining = 0;
-  }
+  for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
   for (Response& response : responses) {
     response.allowed = allowed;
     Finish(response);
   }
+}
+
+void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
+                           std::vector<Request> requests, int64_t now_us, Done done) {
+  if (remote_ == nullptr) return done(CheckAll(*config, requests, now_us));
+  auto call = std::make_shared<AsyncCall>();
+  call->config = std::move(config);
+  call->requests = std::move(requests);
+  call->responses.resize(call->requests.size());
+  call->now_us = now_us;
+  call->done = std::move(done);
+  call->batch.Build(*call->config, call->requests, std::span(call->responses));
+  if (call->batch.items.empty()) {
+    for (Response& response : call->responses) Finish(response);
+    return call->done(std::move(call->responses));
+  }
+  remote_->DecideAll(std::span(call->batch.items.data(), call->batch.items.size()),
+                     [this, call](absl::StatusOr<RemoteStore::Result> result) {
+                       if (!result.ok() || result->decisions.size() != call->batch.items.size()) {
+                         Fail(*call, result.ok() ? absl::InternalError("short reply")
+                                                 : result.status());
+                       } else {
+                         for (size_t k = 0; k < result->decisions.size(); ++k) {
+                           call->batch.Apply(k, result->decisions[k]);
+                         }
+                         for (Response& response : call->responses) {
+                           response.allowed = result->allowed;
+                           Finish(response);
+                         }
+                       }
+                       call->done(std::move(call->responses));
+                     });
+}
+
+// The remote store failed: each request as its domain's failure_mode says. `local` decides on
+// this process's store with every limit divided by `instances` (under its own identity, so it
+// never meets a state of the undivided limit); `open` admits; `closed` refuses. The requests
+// stay one decision: if any is refused, none is admitted.
+void Engine::Fail(AsyncCall& call, const absl::Status&) {
+  const rules::Config& config = *call.config;
+  const uint64_t instances = static_cast<uint64_t>(std::max(1, config.settings.local_instances));
+  for (size_t r = 0; r < call.requests.size(); ++r) {
+    const rules::Domain* domain = config.FindDomain(call.requests[r].domain);
+    const rules::FailureMode mode = domain != nullptr ? domain->failure_mode : rules::FailureMode::kOpen;
+    call.responses[r].backend = mode == rules::FailureMode::kClosed ? BackendState::kFailedClosed
+                                : mode == rules::FailureMode::kLocal ? BackendState::kLocal
+                                                                     : BackendState::kFailedOpen;
+    remote_->CountFallback(call.responses[r].backend);
+  }
+  Batch& batch = call.batch;
+  std::vector<Limit> divided;
+  divided.reserve(batch.items.size());  // pointers into it stay valid
+  absl::InlinedVector<store::MemoryStore::Item, 8> local;
+  absl::InlinedVector<size_t, 8> local_index;
+  bool allowed = true;
+  for (size_t k = 0; k < batch.items.size(); ++k) {
+    const Limit& limit = *batch.items[k].limit;
+    switch (call.responses[batch.pending[k].response].backend) {
+      case BackendState::kFailedClosed:
+        allowed = allowed && batch.items[k].shadow;
+        batch.Apply(k, {.allowed = false, .remaining = 0, .retry_after_us = 1000000,
+                        .reset_after_us = 1000000, .delay_us = 0});
+        break;
+      case BackendState::kLocal: {
+        Limit share = limit;
+        share.requests = std::max<uint64_t>(1, limit.requests / instances);
+        if (share.burst) share.burst = std::max<uint64_t>(limit.algorithm == Algorithm::kTokenBucket ? 1 : 0,
+                                                          *share.burst / instances);
+        divided.push_back(share);
+        store::MemoryStore::Item item = batch.items[k];
+        item.limit = &divided.back();
+        item.limit_id = batch.items[k].limit_id ^ (0x9e3779b97f4a7c15ULL * instances);
+        local.push_back(item);
+        local_index.push_back(k);
+        break;
+      }
+      default:  // open
+        batch.Apply(k, {.allowed = true,
+                        .remaining = static_cast<int64_t>(limit.Capacity()),
+                        .retry_after_us = 0,
+                        .reset_after_us = 0,
+                        .delay_us = 0});
+    }
+  }
+  if (!local.empty()) {
+    absl::InlinedVector<Decision, 8> decisions(local.size());
+    allowed = store_->DecideAll(std::span(local.data(), local.size()), call.now_us,
+                                std::span(decisions.data(), decisions.size())) &&
+              allowed;
+    for (size_t i = 0; i < local.size(); ++i) batch.Apply(local_index[i], decisions[i]);
+  }
+  for (Response& response : call.responses) {
+    response.allowed = allowed;
+    Finish(response);
+  }
+}
+
+void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request request,
+                        RemoteStore::ResetDone done) {
+  if (remote_ == nullptr) return done(Reset(*config, request));
+  Response response;
+  Batch batch;
+  batch.Build(*config, std::span(&request, 1), std::span(&response, 1));
+  remote_->Reset(std::span(batch.items.data(), batch.items.size()), std::move(done));
 }
 
 Response Combine(std::vector<Response> parts) {
@@ -254,6 +384,7 @@ Response Combine(std::vector<Response> parts) {
   for (Response& part : parts) {
     combined.domain_found = combined.domain_found || part.domain_found;
     combined.allowed = combined.allowed && part.allowed;
+    combined.backend = std::max(combined.backend, part.backend);
     for (DescriptorResult& d : part.descriptors) combined.descriptors.push_back(std::move(d));
   }
   Finish(combined);

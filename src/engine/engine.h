@@ -9,11 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "rules/config.h"
 #include "rules/matcher.h"
 #include "sluice/limit.h"
@@ -63,8 +66,17 @@ struct DescriptorResult {
   int headline = -1;
 };
 
+// How the backend took part in a decision.
+enum class BackendState {
+  kOk,            // decided by the backend
+  kFailedOpen,    // the backend failed; allowed by failure_mode open
+  kLocal,         // the backend failed; decided in this process at limit / instances
+  kFailedClosed,  // the backend failed; denied by failure_mode closed (HTTP 503, gRPC UNAVAILABLE)
+};
+
 struct Response {
   bool domain_found = false;
+  BackendState backend = BackendState::kOk;
   bool allowed = true;
   std::vector<DescriptorResult> descriptors;
   // The most restrictive limit over the whole request: on a deny the denying limit with the
@@ -82,10 +94,43 @@ struct Response {
   }
 };
 
+// A store in another process (Redis) that decides asynchronously, on its own clock.
+class RemoteStore {
+ public:
+  struct Result {
+    bool allowed = false;
+    std::vector<Decision> decisions;  // one per item, in order
+  };
+  using Done = std::function<void(absl::StatusOr<Result>)>;
+  using ResetDone = std::function<void(absl::StatusOr<size_t>)>;
+
+  virtual ~RemoteStore() = default;
+  // As MemoryStore::DecideAll. Nothing in `items` needs to outlive the call; `done` runs once,
+  // on any thread, perhaps before this returns.
+  virtual void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) = 0;
+  // Forgets the states of `items`; `done` gets how many there were.
+  virtual void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) = 0;
+  // Told of every request its failure was answered for by a failure_mode (for metrics).
+  virtual void CountFallback(BackendState) {}
+};
+
 class Engine {
  public:
-  // `store` is not owned and must outlive the engine.
-  explicit Engine(store::MemoryStore* store) : store_(store) {}
+  // Nothing is owned; all must outlive the engine. With `remote`, decisions are made there and
+  // `store` only serves failure_mode local.
+  explicit Engine(store::MemoryStore* store, RemoteStore* remote = nullptr)
+      : store_(store), remote_(remote) {}
+
+  // CheckAll on whichever store decides. When the remote store fails, each request's domain's
+  // failure_mode answers it (Response::backend says how). `done` runs once, on any thread,
+  // perhaps before this returns.
+  using Done = std::function<void(std::vector<Response>)>;
+  void CheckAllAsync(std::shared_ptr<const rules::Config> config, std::vector<Request> requests,
+                     int64_t now_us, Done done);
+  // Reset on whichever store decides.
+  void ResetAsync(std::shared_ptr<const rules::Config> config, Request request,
+                  RemoteStore::ResetDone done);
+  bool remote() const { return remote_ != nullptr; }
 
   Response Check(const rules::Config& config, const Request& request, int64_t now_us);
 
@@ -104,7 +149,12 @@ class Engine {
   void Evaluate(const rules::Config& config, std::span<const Request> requests,
                 std::span<Response> responses, int64_t now_us, size_t* forgotten);
 
+  struct Batch;
+  struct AsyncCall;
+  void Fail(AsyncCall& call, const absl::Status& error);
+
   store::MemoryStore* store_;
+  RemoteStore* remote_;
 };
 
 // Is `a` more restrictive than `b`? A deny (not in shadow mode) beats an allow; between denies

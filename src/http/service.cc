@@ -1,5 +1,6 @@
 #include "http/service.h"
 
+#include <mutex>
 #include <optional>
 
 #include "fmt/format.h"
@@ -76,8 +77,8 @@ void MethodNotAllowed(HttpResponse& response, const char* allowed) {
 }  // namespace
 
 Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
-                 std::string admin_token)
-    : config_(config), store_(store), engine_(store), clock_(clock),
+                 std::string admin_token, engine::RemoteStore* remote)
+    : config_(config), store_(store), engine_(store, remote), clock_(clock),
       admin_token_(std::move(admin_token)) {}
 
 void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
@@ -88,31 +89,66 @@ void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
 }
 
 void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
-                         Deferral&) {
-  Route(request, peer, response);
-  if (metrics_ != nullptr) {
-    const std::string code = std::to_string(response.result_int());
-    const std::string_view labels[] = {code};
-    metrics_->http_requests->WithLabels(labels)->Inc();
-  }
+                         Deferral& deferral) {
+  Route(request, peer, response, deferral);
+  if (!deferral.taken()) CountResponse(response);  // else counted when sent
 }
 
-void Service::Route(const HttpRequest& request, const std::string& peer, HttpResponse& response) {
+void Service::CountResponse(const HttpResponse& response) {
+  if (metrics_ == nullptr) return;
+  const std::string code = std::to_string(response.result_int());
+  const std::string_view labels[] = {code};
+  metrics_->http_requests->WithLabels(labels)->Inc();
+}
+
+void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
+                               const std::function<void(Send)>& decide) {
+  struct Later {
+    std::mutex mu;
+    bool returned = false;              // decide() returned without an answer
+    std::optional<HttpResponse> early;  // the answer, when it came before that
+    Responder responder;
+  };
+  auto later = std::make_shared<Later>();
+  decide([this, later](HttpResponse answer) {
+    std::unique_lock lock(later->mu);
+    if (!later->returned) {
+      later->early = std::move(answer);
+      return;
+    }
+    Responder responder = std::move(later->responder);
+    lock.unlock();
+    CountResponse(answer);
+    responder.Send(std::move(answer));
+  });
+  std::lock_guard lock(later->mu);
+  if (later->early) {
+    response = *std::move(later->early);
+    return;
+  }
+  later->responder = deferral.Take();
+  later->returned = true;
+}
+
+void Service::Route(const HttpRequest& request, const std::string& peer, HttpResponse& response,
+                    Deferral& deferral) {
   const std::string_view path = PathOf(request);
-  if (path == "/v1/auth" || path.starts_with("/v1/auth/")) return Auth(request, peer, response);
+  if (path == "/v1/auth" || path.starts_with("/v1/auth/")) {
+    return Auth(request, peer, response, deferral);
+  }
   if (path == "/v1/check") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
-    return Check(request, response);
+    return Check(request, response, deferral);
   }
-  if (path == "/json") return Json(request, response);
+  if (path == "/json") return Json(request, response, deferral);
   if (path == "/healthcheck") {  // envoyproxy/ratelimit's health endpoint
     return SetText(response, beast_http::status::ok, "OK");
   }
   SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
 }
 
-void Service::Check(const HttpRequest& request, HttpResponse& response) {
-  const std::shared_ptr<const rules::Config> config = config_->Current();
+void Service::Check(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
+  std::shared_ptr<const rules::Config> config = config_->Current();
   auto parsed = ParseCheckRequest(request.body(), config->settings.max_key_bytes);
   if (!parsed.ok()) {
     return SetJson(response, beast_http::status::bad_request,
@@ -123,14 +159,27 @@ void Service::Check(const HttpRequest& request, HttpResponse& response) {
                    RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
   }
   const int64_t now_us = clock_->NowMicros();
-  const engine::Response decision = engine_.Check(*config, *parsed, now_us);
-  if (metrics_ != nullptr) {
-    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
-    CountDecisions(parsed->domain, decision);
-  }
-  SetDecision(*config, decision,
-              decision.allowed ? beast_http::status::ok : beast_http::status::too_many_requests,
-              response);
+  std::vector<engine::Request> requests;
+  requests.push_back(*std::move(parsed));
+  AnswerMaybeLater(response, deferral, [&](Send send) {
+    std::string domain = requests.front().domain;
+    engine_.CheckAllAsync(
+        config, std::move(requests), now_us,
+        [this, config, now_us, domain = std::move(domain),
+         send = std::move(send)](std::vector<engine::Response> decisions) {
+          const engine::Response& decision = decisions.front();
+          if (metrics_ != nullptr) {
+            metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
+            CountDecisions(domain, decision);
+          }
+          HttpResponse answer;
+          SetDecision(*config, decision,
+                      decision.allowed ? beast_http::status::ok
+                                       : beast_http::status::too_many_requests,
+                      answer);
+          send(std::move(answer));
+        });
+  });
 }
 
 // Forward-auth (nginx auth_request, Traefik ForwardAuth, Envoy ext_authz over HTTP): the
@@ -138,7 +187,8 @@ void Service::Check(const HttpRequest& request, HttpResponse& response) {
 // X-Forwarded-Method, else by the path after /v1/auth (ext_authz's path_prefix) and this
 // request's own method. Every domain with an `http:` section must allow it; all are decided as
 // one (nothing is consumed unless all allow).
-void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response) {
+void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response,
+                   Deferral& deferral) {
   // The first of two header fields present.
   const auto either = [&](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
     auto it = request.find(a);
@@ -166,21 +216,36 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
                    RenderError(std::string(checks.status().message())));
   }
   const int64_t now_us = clock_->NowMicros();
-  std::vector<engine::Response> decisions = engine_.CheckAll(*config, checks->requests, now_us);
-  int status = 200;
-  for (size_t i = 0; i < decisions.size(); ++i) {
-    if (metrics_ != nullptr) CountDecisions(checks->requests[i].domain, decisions[i]);
-    if (status != 200) continue;
-    for (const auto& d : decisions[i].descriptors) {
-      if (d.code == engine::DescriptorResult::Code::kOverLimit) status = checks->sections[i]->deny_status;
-    }
+  std::vector<std::string> domains;
+  std::vector<int> deny_statuses;
+  for (size_t i = 0; i < checks->requests.size(); ++i) {
+    domains.push_back(checks->requests[i].domain);
+    deny_statuses.push_back(checks->sections[i]->deny_status);
   }
-  if (metrics_ != nullptr && !decisions.empty()) {
-    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
-  }
-  const engine::Response combined = engine::Combine(std::move(decisions));
-  if (!combined.allowed && status == 200) status = 429;
-  SetDecision(*config, combined, static_cast<beast_http::status>(status), response);
+  AnswerMaybeLater(response, deferral, [&](Send send) {
+    engine_.CheckAllAsync(
+        config, std::move(checks->requests), now_us,
+        [this, config, now_us, domains = std::move(domains),
+         deny_statuses = std::move(deny_statuses),
+         send = std::move(send)](std::vector<engine::Response> decisions) {
+          int status = 200;
+          for (size_t i = 0; i < decisions.size(); ++i) {
+            if (metrics_ != nullptr) CountDecisions(domains[i], decisions[i]);
+            if (status != 200) continue;
+            for (const auto& d : decisions[i].descriptors) {
+              if (d.code == engine::DescriptorResult::Code::kOverLimit) status = deny_statuses[i];
+            }
+          }
+          if (metrics_ != nullptr && !decisions.empty()) {
+            metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
+          }
+          const engine::Response combined = engine::Combine(std::move(decisions));
+          if (!combined.allowed && status == 200) status = 429;
+          HttpResponse answer;
+          SetDecision(*config, combined, static_cast<beast_http::status>(status), answer);
+          send(std::move(answer));
+        });
+  });
 }
 
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
@@ -196,6 +261,16 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
 // The answer to a decision: the rate-limit headers in the configured styles, the JSON body.
 void Service::SetDecision(const rules::Config& config, const engine::Response& decision,
                           beast_http::status status, HttpResponse& response) {
+  if (decision.backend == engine::BackendState::kFailedClosed && !decision.allowed) {
+    response.set(beast_http::field::retry_after, "1");
+    return SetJson(response, beast_http::status::service_unavailable,
+                   R"json({"error":"rate limit backend unavailable (failure_mode: closed)"})json");
+  }
+  if (decision.backend == engine::BackendState::kFailedOpen) {
+    response.set("X-RateLimit-Status", "degraded");
+  } else if (decision.backend == engine::BackendState::kLocal) {
+    response.set("X-RateLimit-Status", "local");
+  }
   std::vector<Header> headers;
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
@@ -204,24 +279,31 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
   SetJson(response, status, RenderCheckResponse(decision));
 }
 
-void Service::Json(const HttpRequest& request, HttpResponse& response) {
+void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
   // envoyproxy/ratelimit's JSON endpoint: the RLS messages in proto3 JSON, its status codes.
-  const std::shared_ptr<const rules::Config> config = config_->Current();
-  const int64_t now_us = clock_->NowMicros();
-  const rls::JsonResult result =
-      rls::HandleJson(request.body(), [&](const rls::RateLimitRequest& rpc) {
-        return rls::ShouldRateLimit(engine_, config.get(), rpc, now_us);
-      });
-  response.result(static_cast<beast_http::status>(result.status));
-  response.set(beast_http::field::content_type,
-               std::string(result.content_type.data(), result.content_type.size()));
-  if (result.nosniff) response.set("X-Content-Type-Options", "nosniff");
-  response.body() = result.body;
+  const auto render = [](const rls::JsonResult& result, HttpResponse& out) {
+    out.result(static_cast<beast_http::status>(result.status));
+    out.set(beast_http::field::content_type,
+            std::string(result.content_type.data(), result.content_type.size()));
+    if (result.nosniff) out.set("X-Content-Type-Options", "nosniff");
+    out.body() = result.body;
+  };
+  std::variant<rls::RateLimitRequest, rls::JsonResult> parsed = rls::ParseJsonRequest(request.body());
+  if (const auto* answer = std::get_if<rls::JsonResult>(&parsed)) return render(*answer, response);
+  AnswerMaybeLater(response, deferral, [&](Send send) {
+    rls::ShouldRateLimitAsync(
+        engine_, config_->Current(), std::get<rls::RateLimitRequest>(parsed), clock_->NowMicros(),
+        {}, [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
+          HttpResponse answer;
+          render(rls::RenderJsonResponse(result), answer);
+          send(std::move(answer));
+        });
+  });
 }
 
 // GET /v1/limits?domain=D&descriptors=k=v,...: the current state of a key, consuming nothing.
 // DELETE the same: forget it ("unblock this customer").
-void Service::Limits(const HttpRequest& request, HttpResponse& response) {
+void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
   const bool remove = request.method() == beast_http::verb::delete_;
   if (!remove && request.method() != beast_http::verb::get) {
     return MethodNotAllowed(response, "GET, DELETE");
@@ -236,19 +318,41 @@ void Service::Limits(const HttpRequest& request, HttpResponse& response) {
   std::string error;
   auto descriptors = engine::ParseDescriptorList(*text, &error);
   if (!descriptors) return SetJson(response, beast_http::status::bad_request, RenderError(error));
-  const std::shared_ptr<const rules::Config> config = config_->Current();
+  std::shared_ptr<const rules::Config> config = config_->Current();
   if (config->FindDomain(*domain) == nullptr) {
     return SetJson(response, beast_http::status::not_found,
                    RenderError(fmt::format("unknown domain '{}'", *domain)));
   }
   engine::Request query{.domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
-  if (remove) {
-    const size_t forgotten = engine_.Reset(*config, query);
-    return SetJson(response, beast_http::status::ok, fmt::format("{{\"reset\":{}}}", forgotten));
-  }
-  for (auto& d : query.descriptors) d.hits_addend = 0;  // look, don't consume
-  SetJson(response, beast_http::status::ok,
-          RenderCheckResponse(engine_.Check(*config, query, clock_->NowMicros())));
+  AnswerMaybeLater(response, deferral, [&](Send send) {
+    if (remove) {
+      return engine_.ResetAsync(config, std::move(query), [send](absl::StatusOr<size_t> forgotten) {
+        HttpResponse answer;
+        if (!forgotten.ok()) {
+          SetJson(answer, beast_http::status::service_unavailable,
+                  RenderError("backend: " + std::string(forgotten.status().message())));
+        } else {
+          SetJson(answer, beast_http::status::ok, fmt::format("{{\"reset\":{}}}", *forgotten));
+        }
+        send(std::move(answer));
+      });
+    }
+    for (auto& d : query.descriptors) d.hits_addend = 0;  // look, don't consume
+    std::vector<engine::Request> requests;
+    requests.push_back(std::move(query));
+    engine_.CheckAllAsync(config, std::move(requests), clock_->NowMicros(),
+                          [send](std::vector<engine::Response> decisions) {
+                            HttpResponse answer;
+                            if (decisions.front().backend != engine::BackendState::kOk) {
+                              SetJson(answer, beast_http::status::service_unavailable,
+                                      RenderError("backend unavailable: the state cannot be read"));
+                            } else {
+                              SetJson(answer, beast_http::status::ok,
+                                      RenderCheckResponse(decisions.front()));
+                            }
+                            send(std::move(answer));
+                          });
+  });
 }
 
 bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
@@ -264,7 +368,31 @@ bool Service::Authorized(const HttpRequest& request, HttpResponse& response) con
   return false;
 }
 
-void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response) {
+// Ready when a config is loaded and the backend can decide, or, while it cannot, when no domain
+// would refuse requests for it (failure_mode open or local everywhere).
+void Service::Readyz(HttpResponse& response) {
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  if (config == nullptr) {
+    return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
+  }
+  if (!backend_health_) return SetText(response, beast_http::status::ok, "ready\nbackend: memory\n");
+  const BackendHealth health = backend_health_();
+  if (health.usable) {
+    return SetText(response, beast_http::status::ok, fmt::format("ready\nbackend: {}\n", health.detail));
+  }
+  for (const auto& d : config->domains) {
+    if (d->failure_mode == rules::FailureMode::kClosed) {
+      return SetText(response, beast_http::status::service_unavailable,
+                     fmt::format("not ready\nbackend: {}\ndomain {} has failure_mode closed\n",
+                                 health.detail, d->name));
+    }
+  }
+  SetText(response, beast_http::status::ok,
+          fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));
+}
+
+void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response,
+                          Deferral& deferral) {
   const std::string_view path = PathOf(request);
   if (path == "/healthz") return SetText(response, beast_http::status::ok, "ok\n");
   if (path == "/metrics" && registry_ != nullptr) {
@@ -273,12 +401,7 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
     response.body() = registry_->Render();
     return;
   }
-  if (path == "/readyz") {
-    if (config_->Current() == nullptr) {
-      return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
-    }
-    return SetText(response, beast_http::status::ok, "ready\n");
-  }
+  if (path == "/readyz") return Readyz(response);
   if (path == "/v1/rules") {
     if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
     const std::shared_ptr<const rules::Config> config = config_->Current();
@@ -293,7 +416,7 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
                                JsonString(config->version), domains, config->limit_count,
                                config_->reload_successes(), config_->reload_failures()));
   }
-  if (path == "/v1/limits") return Limits(request, response);
+  if (path == "/v1/limits") return Limits(request, response, deferral);
   if (path == "/v1/reload") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
     if (!Authorized(request, response)) return;

@@ -26,8 +26,16 @@ namespace sluice::http {
 class Service {
  public:
   // Nothing is owned; everything must outlive the service. `admin_token` empty: no auth.
+  // `remote`: the backend that decides (Redis); null: `store` does.
   Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
-          std::string admin_token);
+          std::string admin_token, engine::RemoteStore* remote = nullptr);
+
+  // The backend's state for /readyz: whether it can decide now, and a line saying so.
+  struct BackendHealth {
+    bool usable = true;
+    std::string detail;  // e.g. "redis 127.0.0.1:6379: connected"
+  };
+  void SetBackendHealth(std::function<BackendHealth()> health) { backend_health_ = std::move(health); }
 
   // Enables GET /metrics on the admin port and the counting of decisions and responses.
   // `before_render` runs before each scrape (e.g. to copy the server's connection counts).
@@ -37,17 +45,29 @@ class Service {
   // `deferral`: data-plane answers that wait on a backend are sent through it.
   void HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
                   Deferral& deferral);
-  void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response);
+  void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response,
+                   Deferral& deferral);
 
  private:
-  void Route(const HttpRequest& request, const std::string& peer, HttpResponse& response);
-  void Check(const HttpRequest& request, HttpResponse& response);
-  void Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response);
+  // Receives the finished answer: now, or later from the backend's thread.
+  using Send = std::function<void(HttpResponse)>;
+  // Runs `decide`, which must call its Send exactly once: before returning (the answer goes into
+  // `response`) or later (through `deferral`).
+  void AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
+                        const std::function<void(Send)>& decide);
+  void CountResponse(const HttpResponse& response);
+  void Readyz(HttpResponse& response);
+
+  void Route(const HttpRequest& request, const std::string& peer, HttpResponse& response,
+             Deferral& deferral);
+  void Check(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  void Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response,
+            Deferral& deferral);
   void CountDecisions(std::string_view domain, const engine::Response& decision);
   void SetDecision(const rules::Config& config, const engine::Response& decision,
                    beast_http::status status, HttpResponse& response);
-  void Json(const HttpRequest& request, HttpResponse& response);
-  void Limits(const HttpRequest& request, HttpResponse& response);
+  void Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  void Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
 
   rules::ConfigManager* config_;
@@ -58,6 +78,7 @@ class Service {
   Registry* registry_ = nullptr;
   ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;
+  std::function<BackendHealth()> backend_health_;
 };
 
 }  // namespace sluice::http

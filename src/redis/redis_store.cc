@@ -20,6 +20,47 @@ struct RedisStore::Call {
 RedisStore::RedisStore(Client* client, Options options)
     : client_(client), options_(std::move(options)), breaker_(options_.breaker) {}
 
+void RedisStore::Reset(std::span<const store::MemoryStore::Item> items,
+                       std::function<void(absl::StatusOr<size_t>)> done) {
+  if (items.empty()) return done(size_t{0});
+  struct Gather {
+    size_t waiting = 0;
+    size_t deleted = 0;
+    absl::Status error;
+    std::function<void(absl::StatusOr<size_t>)> done;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->waiting = items.size();
+  gather->done = std::move(done);
+  auto mu = std::make_shared<std::mutex>();
+  for (const auto& item : items) {  // one DEL per key: on a cluster they may be in any slot
+    std::string key = RedisKey(item.limit_id, item.key);
+    std::string command;
+    AppendCommand(&command, {"DEL", key});
+    client_->Send(key, std::move(command), [gather, mu](absl::StatusOr<Reply> reply) {
+      std::unique_lock lock(*mu);
+      if (!reply.ok()) {
+        gather->error = reply.status();
+      } else if (reply->IsError()) {
+        gather->error = absl::InternalError(reply->str);
+      } else {
+        gather->deleted += static_cast<size_t>(std::max<int64_t>(0, reply->integer));
+      }
+      if (--gather->waiting > 0) return;
+      lock.unlock();
+      if (!gather->error.ok()) return gather->done(gather->error);
+      gather->done(gather->deleted);
+    });
+  }
+}
+
+void RedisEngineStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
+  store_->DecideAll(items, [done = std::move(done)](absl::StatusOr<DecideResult> result) {
+    if (!result.ok()) return done(result.status());
+    done(Result{.allowed = result->allowed, .decisions = std::move(result->decisions)});
+  });
+}
+
 std::string RedisStore::RedisKey(uint64_t limit_id, std::string_view key) const {
   // The descriptor key can be long (values up to http.max_key_bytes): its hash keeps Redis keys
   // short, and as the hash tag it puts every limit of one descriptor in one slot.

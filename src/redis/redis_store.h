@@ -29,6 +29,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/engine.h"
 #include "redis/breaker.h"
 #include "redis/client.h"
 #include "redis/scripts.h"
@@ -66,6 +67,10 @@ class RedisStore {
   // Errors: Unavailable (not connected, breaker open), DeadlineExceeded, Internal.
   void DecideAll(std::span<const store::MemoryStore::Item> items, Done done);
 
+  // Forgets the states of `items` (DEL); `done` gets how many existed.
+  void Reset(std::span<const store::MemoryStore::Item> items,
+             std::function<void(absl::StatusOr<size_t>)> done);
+
   // The Redis key of a state.
   std::string RedisKey(uint64_t limit_id, std::string_view key) const;
 
@@ -100,6 +105,27 @@ class RedisStore {
   std::mutex batch_mu_;
   std::vector<Queued> queue_;  // guarded by batch_mu_
   int in_flight_ = 0;          // guarded by batch_mu_
+};
+
+// A RedisStore as the engine's remote store.
+class RedisEngineStore final : public engine::RemoteStore {
+ public:
+  explicit RedisEngineStore(RedisStore* store) : store_(store) {}
+  void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) override;
+  void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) override {
+    store_->Reset(items, std::move(done));
+  }
+  void CountFallback(engine::BackendState state) override {
+    fallbacks_[static_cast<size_t>(state)].fetch_add(1, std::memory_order_relaxed);
+  }
+  // Requests answered by failure_mode `state` since start.
+  uint64_t fallbacks(engine::BackendState state) const {
+    return fallbacks_[static_cast<size_t>(state)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  RedisStore* store_;
+  std::atomic<uint64_t> fallbacks_[4] = {};
 };
 
 }  // namespace sluice::redis

@@ -234,36 +234,78 @@ absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
   return ToProto(response, headers);
 }
 
-JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit) {
-  // Go's http.Error(w, http.StatusText(code), code): the text and a newline.
-  const auto text = [](int status, std::string_view message) {
-    std::string body(message);
-    body += '\n';
-    return JsonResult{.status = status,
-                      .content_type = kTextContentType,
-                      .body = std::move(body),
-                      .nosniff = true};
-  };
-  // Go's protojson rejects an empty document; protobuf's C++ parser would accept it as `{}`.
-  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return text(400, "Bad Request");
+void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::Config> config,
+                          const RateLimitRequest& request, int64_t now_us,
+                          const RlsOptions& options,
+                          std::function<void(absl::StatusOr<RateLimitResponse>)> done) {
+  if (config == nullptr) {
+    return done(absl::FailedPreconditionError("no rate limit configuration loaded"));
+  }
+  absl::StatusOr<engine::Request> converted = FromProto(request);
+  if (!converted.ok()) return done(converted.status());
+  if (options.reject_unknown_domain && config->FindDomain(converted->domain) == nullptr) {
+    return done(absl::NotFoundError(
+        absl::StrCat("unknown rate limit domain \"", converted->domain, "\"")));
+  }
+  std::vector<engine::Request> requests;
+  requests.push_back(*std::move(converted));
+  engine.CheckAllAsync(
+      std::move(config), std::move(requests), now_us,
+      [headers_of = options.response_headers,
+       done = std::move(done)](std::vector<engine::Response> responses) {
+        const engine::Response& response = responses.front();
+        if (response.backend == engine::BackendState::kFailedClosed && !response.allowed) {
+          return done(absl::UnavailableError("rate limit backend unavailable (failure_mode: closed)"));
+        }
+        std::vector<HeaderField> headers;
+        if (headers_of) headers_of(response, &headers);
+        if (response.backend == engine::BackendState::kFailedOpen) {
+          headers.push_back({"x-ratelimit-status", "degraded"});
+        }
+        done(ToProto(response, headers));
+      });
+}
 
+namespace {
+
+// Go's http.Error(w, http.StatusText(code), code): the text and a newline.
+JsonResult TextAnswer(int status, std::string_view message) {
+  std::string body(message);
+  body += '\n';
+  return JsonResult{.status = status,
+                    .content_type = kTextContentType,
+                    .body = std::move(body),
+                    .nosniff = true};
+}
+
+}  // namespace
+
+std::variant<RateLimitRequest, JsonResult> ParseJsonRequest(std::string_view body) {
+  // Go's protojson rejects an empty document; protobuf's C++ parser would accept it as `{}`.
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return TextAnswer(400, "Bad Request");
+  }
   RateLimitRequest request;
   google::protobuf::util::JsonParseOptions parse_options;
   parse_options.ignore_unknown_fields = false;  // upstream's protojson is strict
   if (!google::protobuf::util::JsonStringToMessage(
            google::protobuf::StringPiece(body.data(), body.size()), &request, parse_options)
            .ok()) {
-    return text(400, "Bad Request");
+    return TextAnswer(400, "Bad Request");
   }
-  const absl::StatusOr<RateLimitResponse> response = should_rate_limit(request);
-  if (!response.ok()) return text(400, "Bad Request");
+  return request;
+}
+
+JsonResult RenderJsonResponse(const absl::StatusOr<RateLimitResponse>& response) {
+  if (absl::IsUnavailable(response.status())) return TextAnswer(503, "Service Unavailable");
+  if (!response.ok()) return TextAnswer(400, "Bad Request");
 
   JsonResult result{.status = 200, .content_type = kJsonContentType, .body = {}, .nosniff = false};
   // Default options = protojson.Marshal: lowerCamelCase, enum names, zero values omitted, compact.
   if (!google::protobuf::util::MessageToJsonString(*response, &result.body,
                                                    google::protobuf::util::JsonPrintOptions())
            .ok()) {
-    return text(500, "Internal Server Error");
+    return TextAnswer(500, "Internal Server Error");
   }
   switch (response->overall_code()) {
     case RateLimitResponse::OK:
@@ -277,6 +319,16 @@ JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit
       break;
   }
   return result;
+}
+
+JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit) {
+  std::variant<RateLimitRequest, JsonResult> parsed = ParseJsonRequest(body);
+  if (auto* answer = std::get_if<JsonResult>(&parsed)) return std::move(*answer);
+  const absl::StatusOr<RateLimitResponse> response =
+      should_rate_limit(std::get<RateLimitRequest>(parsed));
+  // The synchronous path has no backend to fail: any error is the request's.
+  if (!response.ok()) return TextAnswer(400, "Bad Request");
+  return RenderJsonResponse(response);
 }
 
 }  // namespace sluice::rls

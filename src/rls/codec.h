@@ -44,6 +44,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <variant>
 #include <string_view>
 #include <vector>
 
@@ -127,6 +128,16 @@ absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
                                                   const RateLimitRequest& request, int64_t now_us,
                                                   const RlsOptions& options = {});
 
+// ShouldRateLimit decided by Engine::CheckAllAsync (the Redis backend): the same answers, and
+// when the backend failed and the domain's failure_mode is closed, Unavailable (gRPC
+// UNAVAILABLE; Envoy's failure_mode_deny then decides). A request admitted by failure_mode open
+// carries `x-ratelimit-status: degraded` in response_headers_to_add. `done` runs once, on any
+// thread, perhaps before this returns.
+void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::Config> config,
+                          const RateLimitRequest& request, int64_t now_us,
+                          const RlsOptions& options,
+                          std::function<void(absl::StatusOr<RateLimitResponse>)> done);
+
 // The answer of the /json endpoint, ready to send.
 struct JsonResult {
   int status = 200;
@@ -155,6 +166,11 @@ inline constexpr std::string_view kTextContentType = "text/plain; charset=utf-8"
 using ShouldRateLimitFn =
     absl::FunctionRef<absl::StatusOr<RateLimitResponse>(const RateLimitRequest&)>;
 JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit);
+
+// HandleJson in two halves, for an RPC answered later: the request (or the answer to send
+// instead), then the answer to the RPC's result. Unavailable becomes 503 "Service Unavailable".
+std::variant<RateLimitRequest, JsonResult> ParseJsonRequest(std::string_view body);
+JsonResult RenderJsonResponse(const absl::StatusOr<RateLimitResponse>& response);
 
 }  // namespace sluice::rls
 

@@ -31,22 +31,22 @@ using ::grpc::health::v1::HealthCheckResponse;
 class RateLimitHandler final
     : public ::envoy::service::ratelimit::v3::RateLimitService::CallbackService {
  public:
-  RateLimitHandler(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock)
-      : config_(config), engine_(store), clock_(clock) {}
+  RateLimitHandler(rules::ConfigManager* config, store::MemoryStore* store,
+                   engine::RemoteStore* remote, const Clock* clock)
+      : config_(config), engine_(store, remote), clock_(clock) {}
 
   ::grpc::ServerUnaryReactor* ShouldRateLimit(::grpc::CallbackServerContext* context,
                                               const RateLimitRequest* request,
                                               RateLimitResponse* response) override {
     ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    const std::shared_ptr<const rules::Config> config = config_->Current();
-    absl::StatusOr<RateLimitResponse> answer =
-        rls::ShouldRateLimit(engine_, config.get(), *request, clock_->NowMicros());
-    if (!answer.ok()) {
-      reactor->Finish(ToGrpcStatus(answer.status()));
-      return reactor;
-    }
-    *response = *std::move(answer);
-    reactor->Finish(::grpc::Status::OK);
+    // Answered now (memory) or from the backend's thread (Redis): the reactor and `response`
+    // live until Finish.
+    rls::ShouldRateLimitAsync(engine_, config_->Current(), *request, clock_->NowMicros(), {},
+                              [reactor, response](absl::StatusOr<RateLimitResponse> answer) {
+                                if (!answer.ok()) return reactor->Finish(ToGrpcStatus(answer.status()));
+                                *response = *std::move(answer);
+                                reactor->Finish(::grpc::Status::OK);
+                              });
     return reactor;
   }
 
@@ -58,7 +58,8 @@ class RateLimitHandler final
 
 class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
  public:
-  explicit HealthHandler(rules::ConfigManager* config) : config_(config) {}
+  HealthHandler(rules::ConfigManager* config, std::function<bool()> backend_serving)
+      : config_(config), backend_serving_(std::move(backend_serving)) {}
 
   void StartDraining() { draining_.store(true, std::memory_order_relaxed); }
 
@@ -71,8 +72,9 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
                                      absl::StrCat("unknown service \"", request->service(), "\"")));
       return reactor;
     }
-    const bool serving =
-        config_->Current() != nullptr && !draining_.load(std::memory_order_relaxed);
+    const bool serving = config_->Current() != nullptr &&
+                         !draining_.load(std::memory_order_relaxed) &&
+                         (!backend_serving_ || backend_serving_());
     response->set_status(serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING);
     reactor->Finish(::grpc::Status::OK);
     return reactor;
@@ -80,14 +82,16 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
 
  private:
   rules::ConfigManager* config_;
+  std::function<bool()> backend_serving_;
   std::atomic<bool> draining_{false};
 };
 
 }  // namespace
 
 struct GrpcServer::Impl {
-  Impl(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock)
-      : rate_limit(config, store, clock), health(config) {}
+  Impl(const Options& options, rules::ConfigManager* config, store::MemoryStore* store,
+       const Clock* clock)
+      : rate_limit(config, store, options.remote, clock), health(config, options.backend_serving) {}
 
   RateLimitHandler rate_limit;
   HealthHandler health;
@@ -99,7 +103,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& opt
                                                               rules::ConfigManager* config,
                                                               store::MemoryStore* store,
                                                               const Clock* clock) {
-  auto impl = std::make_unique<Impl>(config, store, clock);
+  auto impl = std::make_unique<Impl>(options, config, store, clock);
   int port = 0;
   ::grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port);

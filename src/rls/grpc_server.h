@@ -21,10 +21,12 @@
 #define SLUICE_RLS_GRPC_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/engine.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
 #include "store/memory_store.h"
@@ -38,6 +40,11 @@ class GrpcServer {
     std::string address;
     // Larger requests are refused with RESOURCE_EXHAUSTED (gRPC's own check).
     int max_message_bytes = 1 << 20;
+    // The backend that decides when it is not `store` (Redis); not owned.
+    engine::RemoteStore* remote = nullptr;
+    // Health answers SERVING only while this says the backend can serve (or its failure policy
+    // lets requests be answered); unset: always.
+    std::function<bool()> backend_serving = {};
   };
 
   // Binds and starts serving. Nothing is owned; `config`, `store` and `clock` must outlive the

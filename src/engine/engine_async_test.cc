@@ -1,0 +1,182 @@
+// Engine::CheckAllAsync over a remote store: decisions come back from another thread, and when
+// the store fails each domain's failure_mode answers (open admits, closed refuses, local decides
+// in memory at limit / instances).
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rules/loader.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
+
+// Decides on its own MemoryStore from a thread of its own, or fails every call while `down`.
+class FakeRemote final : public RemoteStore {
+ public:
+  explicit FakeRemote(const Clock* clock) : store_({.max_entries = 1024, .shards = 4}, clock), clock_(clock) {}
+
+  void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) override {
+    ++calls;
+    if (down) {
+      std::thread([done] { done(absl::UnavailableError("down")); }).join();
+      return;
+    }
+    Result result;
+    result.decisions.resize(items.size());
+    result.allowed = store_.DecideAll(items, clock_->NowMicros(), std::span(result.decisions));
+    std::thread([done, result] { done(result); }).join();
+  }
+  void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) override {
+    size_t n = 0;
+    for (const auto& item : items) n += store_.Reset(item.limit_id, item.key) ? 1 : 0;
+    done(n);
+  }
+  void CountFallback(BackendState state) override { fallbacks.push_back(state); }
+
+  bool down = false;
+  int calls = 0;
+  std::vector<BackendState> fallbacks;
+
+ private:
+  store::MemoryStore store_;
+  const Clock* clock_;
+};
+
+class EngineAsyncTest : public ::testing::Test {
+ protected:
+  EngineAsyncTest() {
+    std::string templ = (fs::temp_directory_path() / "sluice_async_test_XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    dir_ = templ;
+    Write("sluice.yaml", "redis:\n  instances: 4\n");
+    for (const char* mode : {"open", "closed", "local"}) {
+      Write(std::string(mode) + ".yaml",
+            "domain: " + std::string(mode) + "\nfailure_mode: " + mode +
+                "\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 8}\n");
+    }
+    rules::LoadResult loaded = rules::LoadConfig({dir_.string()});
+    for (const auto& e : loaded.errors) ADD_FAILURE() << e.ToString();
+    config_ = loaded.config;
+  }
+  ~EngineAsyncTest() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+
+  // One request of one descriptor user=`user` in `domain`; waits for the answer.
+  Response Decide(const std::string& domain, const std::string& user = "alice") {
+    Request request;
+    request.domain = domain;
+    request.descriptors.push_back({.entries = {{"user", user}}, .limit = std::nullopt,
+                                   .hits_addend = std::nullopt});
+    std::vector<Request> requests;
+    requests.push_back(std::move(request));
+    std::promise<std::vector<Response>> answer;
+    engine_.CheckAllAsync(config_, std::move(requests), clock_.NowMicros(),
+                          [&answer](std::vector<Response> r) { answer.set_value(std::move(r)); });
+    return answer.get_future().get().front();
+  }
+
+  fs::path dir_;
+  std::shared_ptr<const rules::Config> config_;
+  ManualClock clock_{kT0};
+  store::MemoryStore local_{{.max_entries = 1024, .shards = 4}, &clock_};
+  FakeRemote remote_{&clock_};
+  Engine engine_{&local_, &remote_};
+};
+
+TEST_F(EngineAsyncTest, RemoteDecidesAndTheLimitHolds) {
+  for (int i = 0; i < 8; ++i) {
+    const Response r = Decide("open");
+    ASSERT_TRUE(r.allowed) << i;
+    EXPECT_EQ(r.backend, BackendState::kOk);
+    EXPECT_EQ(r.remaining, 7 - i);
+  }
+  const Response ninth = Decide("open");
+  EXPECT_FALSE(ninth.allowed);
+  EXPECT_EQ(ninth.descriptors[0].code, DescriptorResult::Code::kOverLimit);
+  EXPECT_EQ(remote_.calls, 9);
+  EXPECT_EQ(local_.GetStats().entries, 0u);  // the local store is not used while the remote works
+}
+
+TEST_F(EngineAsyncTest, FailureModeOpenAdmitsAndSaysSo) {
+  remote_.down = true;
+  for (int i = 0; i < 20; ++i) {
+    const Response r = Decide("open");
+    ASSERT_TRUE(r.allowed) << i;
+    EXPECT_EQ(r.backend, BackendState::kFailedOpen);
+  }
+  EXPECT_EQ(remote_.fallbacks.size(), 20u);
+  EXPECT_EQ(remote_.fallbacks.front(), BackendState::kFailedOpen);
+}
+
+TEST_F(EngineAsyncTest, FailureModeClosedRefuses) {
+  remote_.down = true;
+  const Response r = Decide("closed");
+  EXPECT_FALSE(r.allowed);
+  EXPECT_EQ(r.backend, BackendState::kFailedClosed);
+  remote_.down = false;
+  EXPECT_TRUE(Decide("closed").allowed);  // back as soon as the store answers
+}
+
+TEST_F(EngineAsyncTest, FailureModeLocalDecidesInMemoryAtTheLimitDividedByInstances) {
+  remote_.down = true;
+  int allowed = 0;
+  for (int i = 0; i < 10; ++i) {
+    const Response r = Decide("local");
+    EXPECT_EQ(r.backend, BackendState::kLocal);
+    allowed += r.allowed ? 1 : 0;
+  }
+  EXPECT_EQ(allowed, 2);  // 8 per minute over 4 instances
+  EXPECT_GT(local_.GetStats().entries, 0u);
+  // Other keys have their own local share.
+  EXPECT_TRUE(Decide("local", "bob").allowed);
+}
+
+TEST_F(EngineAsyncTest, ResetGoesToTheRemote) {
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Decide("open").allowed);
+  ASSERT_FALSE(Decide("open").allowed);
+  Request request;
+  request.domain = "open";
+  request.descriptors.push_back({.entries = {{"user", "alice"}}, .limit = std::nullopt,
+                                 .hits_addend = std::nullopt});
+  std::promise<size_t> forgotten;
+  engine_.ResetAsync(config_, request, [&](absl::StatusOr<size_t> n) { forgotten.set_value(*n); });
+  EXPECT_EQ(forgotten.get_future().get(), 1u);
+  EXPECT_TRUE(Decide("open").allowed);
+}
+
+TEST_F(EngineAsyncTest, CombineKeepsTheWorstBackendState) {
+  Response ok, open, closed;
+  open.backend = BackendState::kFailedOpen;
+  closed.backend = BackendState::kFailedClosed;
+  closed.allowed = false;
+  std::vector<Response> parts;
+  parts.push_back(ok);
+  parts.push_back(closed);
+  parts.push_back(open);
+  const Response combined = Combine(std::move(parts));
+  EXPECT_EQ(combined.backend, BackendState::kFailedClosed);
+  EXPECT_FALSE(combined.allowed);
+}
+
+}  // namespace
+}  // namespace sluice::engine

@@ -24,7 +24,7 @@ check_contains() {  # check_contains NAME NEEDLE HAYSTACK
   if [[ $3 == *"$2"* ]]; then
     passed=$((passed + 1)); echo "ok   $1"
   else
-    failed=$((failed + 1)); echo "FAIL $1: [$2] not in [$3]"
+    failed=$((failed + 1)); echo "FAIL $1: [$2] not in [$3]"; return 1
   fi
 }
 finish() {  # prints the tally; the script's exit status

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# End-to-end tests of the Redis backend: four `sluice serve` processes share one real
+# redis-server (and then a real 3-master Redis Cluster) and must hold each limit exactly between
+# them; then the faults — Redis killed and restarted empty (NOSCRIPT), CLIENT PAUSE, DEBUG SLEEP —
+# with every request answered by its domain's failure_mode (open, closed, local), /readyz and the
+# metrics saying so, and decisions back on Redis within 5 s of it returning. A wrong Redis
+# password is a start-up error.
+# Usage: SLUICE=path/to/sluice tests/redis_e2e.sh tests/redis
+set -u
+fixtures=$1
+sluice=${SLUICE:?set SLUICE to the sluice binary}
+for tool in curl redis-server redis-cli; do
+  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
+done
+
+source "$(dirname "$0")/lib.sh"
+
+# start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT; sets RPID.
+start_redis() {
+  local port=$1; shift
+  mkdir -p "$tmp/redis-$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/redis-$port" \
+    --enable-debug-command local "$@" >"$tmp/redis-$port.log" 2>&1 &
+  RPID=$!
+  pids+=("$RPID")
+  for _ in $(seq 100); do
+    redis-cli -p "$port" ping 2>&1 | grep -qE 'PONG|NOAUTH' && return
+    sleep 0.05
+  done
+  echo "redis-server on $port did not start"; cat "$tmp/redis-$port.log"
+}
+
+# check_body DOMAIN USER: one /v1/check on instance 0; prints the status, keeps headers and body.
+check_one() {
+  curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -H 'content-type: application/json' \
+    -d "{\"domain\":\"$2\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$4\"}]}]}" \
+    "http://$1/v1/check"
+}
+
+# fire DOMAIN KEY VALUE N: N checks on each instance, 8 at a time per instance, all at once;
+# prints how many were allowed (200).
+fire() {
+  local body="{\"domain\":\"$1\",\"descriptors\":[{\"entries\":[{\"key\":\"$2\",\"value\":\"$3\"}]}]}"
+  local workers=() i
+  for i in "${!datas[@]}"; do
+    (for _ in $(seq "$4"); do echo "${datas[$i]}"; done |
+       xargs -P 8 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
+         -d "$body" "http://{}/v1/check") >"$tmp/fire.$i" &
+    workers+=($!)
+  done
+  wait "${workers[@]}"
+  cat "$tmp"/fire.* | grep -c '^200$'
+  rm -f "$tmp"/fire.*
+}
+
+metric() {  # metric NAME_WITH_LABELS: its value on instance 0's /metrics
+  curl -s "http://${admins[0]}/metrics" | grep -F "$1 " | grep -v "^#" | head -1 | awk '{print $2}'
+}
+
+# ---------------------------------------------------------------- one Redis, four instances
+rport=$(free_port)
+start_redis "$rport"
+cp -r "$fixtures" "$tmp/rules"
+datas=() admins=() spids=()
+for i in 0 1 2 3; do
+  start "s$i" --config "$tmp/rules" --redis "redis://127.0.0.1:$rport" --threads 1
+  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
+done
+check "four instances up" 4 "$(for d in "${datas[@]}"; do [[ -n $d ]] && echo; done | wc -l)"
+check_contains "start-up line names the backend" "backend redis 127.0.0.1:$rport" "$(cat "$tmp/s0.out")"
+
+for algo in token_bucket fixed_window sliding_log sliding_window; do
+  # 4 x 30 = 120 requests for a limit of 40 per hour: exactly 40 admitted across the instances.
+  check "$algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
+done
+
+check "rate-limit headers from Redis's state" 429 "$(check_one "${datas[1]}" exact algo token_bucket)"
+check "X-RateLimit-Remaining 0 on the deny" 0 "$(header X-RateLimit-Remaining)"
+check "no degraded status while Redis answers" "" "$(header X-RateLimit-Status)"
+keys=$(redis-cli -p "$rport" --scan --pattern 'sluice:*' | wc -l)
+check "states live in Redis under the key prefix" 1 "$((keys >= 4 ? 1 : 0))"
+some_key=$(redis-cli -p "$rport" --scan --pattern 'sluice:*' | head -1)
+ttl=$(redis-cli -p "$rport" pttl "$some_key")
+check "every state has a TTL" 1 "$((ttl > 0 ? 1 : 0))"
+check_contains "readyz: backend connected" "connected" "$(curl -s "http://${admins[0]}/readyz")"
+check "metrics: backend up" 1 "$(metric sluice_backend_up)"
+check "metrics: backend calls counted" 1 "$(( $(metric sluice_backend_calls_total) > 0 ? 1 : 0 ))"
+
+# Admin: inspect without consuming, then reset a key on Redis ("unblock this customer").
+for _ in 1 2 3 4 5; do check_one "${datas[2]}" exact user carol >/dev/null; done
+check "carol's 6th denied" 429 "$(check_one "${datas[3]}" exact user carol)"
+check_contains "GET /v1/limits reads Redis's state" '"remaining":0' \
+  "$(curl -s "http://${admins[1]}/v1/limits?domain=exact&descriptors=user=carol")"
+check "DELETE /v1/limits forgets it on Redis" '{"reset":1}' \
+  "$(curl -s -X DELETE "http://${admins[1]}/v1/limits?domain=exact&descriptors=user=carol")"
+check "carol allowed again on another instance" 200 "$(check_one "${datas[0]}" exact user carol)"
+
+# /json and gRPC-shaped answers go through the same backend.
+code=$(curl -s -o "$tmp/body" -w '%{http_code}' -d '{"domain":"exact","descriptors":[{"entries":[{"key":"algo","value":"fixed_window"}]}]}' "http://${datas[0]}/json")
+check "/json answers from Redis's state (the fixed window is used up)" 429 "$code"
+
+# ---------------------------------------------------------------- Redis dies
+kill -9 "$RPID"; wait "$RPID" 2>/dev/null
+check "open: allowed while Redis is down" 200 "$(check_one "${datas[0]}" open user dave)"
+check "open: says degraded" degraded "$(header X-RateLimit-Status)"
+check "closed: 503 while Redis is down" 503 "$(check_one "${datas[0]}" closed user dave)"
+check "closed: with Retry-After" 1 "$(header Retry-After)"
+check_contains "closed: the body says why" "backend unavailable" "$(cat "$tmp/body")"
+local_allowed=0
+for _ in $(seq 5); do [[ $(check_one "${datas[0]}" local user dave) == 200 ]] && local_allowed=$((local_allowed + 1)); done
+check "local: the limit divided by instances (8 / 4) on this instance" 2 "$local_allowed"
+check "local: says so" local "$(header X-RateLimit-Status)"
+code=$(curl -s -o "$tmp/body" -w '%{http_code}' -d '{"domain":"closed","descriptors":[{"entries":[{"key":"user","value":"x"}]}]}' "http://${datas[0]}/json")
+check "/json: closed domain -> 503" 503 "$code"
+check "readyz: 503 while a closed domain cannot be served" 503 "$(curl -s -o "$tmp/ready" -w '%{http_code}' "http://${admins[0]}/readyz")"
+check_contains "readyz names the domain" "domain closed" "$(cat "$tmp/ready")"
+check "metrics: backend down" 0 "$(metric sluice_backend_up)"
+check "metrics: open fallbacks counted" 1 "$(( $(metric 'sluice_backend_fallback_requests_total{policy="open"}') >= 1 ? 1 : 0 ))"
+check "metrics: closed fallbacks counted" 1 "$(( $(metric 'sluice_backend_fallback_requests_total{policy="closed"}') >= 1 ? 1 : 0 ))"
+# Many requests while down: the breaker opens and they are answered at once.
+fire open user erin 20 >/dev/null
+check "metrics: the breaker opened" 1 "$(( $(metric sluice_backend_breaker_opened_total) >= 1 ? 1 : 0 ))"
+
+# ---------------------------------------------------------------- Redis returns, empty
+start_redis "$rport"
+back=0
+for i in $(seq 100); do  # up to 10 s; the issue asks for 5
+  if [[ $(check_one "${datas[0]}" closed user frank) == 200 && -z $(header X-RateLimit-Status) ]]; then back=$i; break; fi
+  sleep 0.1
+done
+check "decisions back on Redis within 5 s of its return" 1 "$((back > 0 && back <= 50 ? 1 : 0))"
+for i in 1 2 3; do fire exact algo token_bucket 1 >/dev/null; done
+check "NOSCRIPT answered by reloading the script" 1 "$(( $(metric sluice_backend_noscript_reloads_total) >= 1 ? 1 : 0 ))"
+check "the empty Redis holds the limit again" 40 "$(fire exact algo fixed_window 30)"
+check "readyz: ready again" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://${admins[0]}/readyz")"
+
+# CLIENT PAUSE: calls time out (500 ms) and the failure policy answers; then Redis is back.
+redis-cli -p "$rport" client pause 2500 >/dev/null
+check "paused: open domain allowed" 200 "$(check_one "${datas[1]}" open user gina)"
+check "paused: degraded" degraded "$(header X-RateLimit-Status)"
+check "paused: closed domain 503" 503 "$(check_one "${datas[1]}" closed user gina)"
+sleep 1.5
+back=0
+for i in $(seq 60); do
+  if [[ $(check_one "${datas[1]}" closed user gina) == 200 ]]; then back=$i; break; fi
+  sleep 0.1
+done
+check "after the pause: decided on Redis again within 5 s" 1 "$((back > 0 && back <= 50 ? 1 : 0))"
+
+# DEBUG SLEEP: the server stops answering for a second.
+redis-cli -p "$rport" debug sleep 1.5 >/dev/null &
+sleeper=$!
+sleep 0.2
+check "debug sleep: closed domain 503" 503 "$(check_one "${datas[2]}" closed user hank)"
+wait "$sleeper"
+back=0
+for i in $(seq 60); do
+  if [[ $(check_one "${datas[2]}" closed user hank) == 200 ]]; then back=$i; break; fi
+  sleep 0.1
+done
+check "after debug sleep: decided on Redis again" 1 "$((back > 0 ? 1 : 0))"
+for i in 0 1 2 3; do PID=${spids[$i]} stop; check "instance $i stops cleanly" 0 "$STATUS"; done
+
+# ---------------------------------------------------------------- passwords
+aport=$(free_port)
+start_redis "$aport" --requirepass s3cret
+"$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 0 --config "$tmp/rules" \
+  --redis "redis://:wrong@127.0.0.1:$aport" >"$tmp/auth.out" 2>"$tmp/auth.err" &
+apid=$!; pids+=("$apid")
+for _ in $(seq 100); do kill -0 "$apid" 2>/dev/null || break; sleep 0.05; done
+wait "$apid" 2>/dev/null
+check "a wrong Redis password: exit status 1" 1 "$?"
+check_contains "a wrong Redis password: the error names the login" "login to 127.0.0.1:$aport failed" "$(cat "$tmp/auth.err")"
+start auth --config "$tmp/rules" --redis "redis://:s3cret@127.0.0.1:$aport"
+datas=("$DATA") admins=("$ADMIN")
+check "the right password: decided on Redis" 200 "$(check_one "$DATA" closed user ivy)"
+check "the right password: not degraded" "" "$(header X-RateLimit-Status)"
+stop
+
+# ---------------------------------------------------------------- a 3-master cluster
+# free_cluster_port: a free port whose cluster bus port (+10000) is free too.
+free_cluster_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$(free_port)
+    ((p + 10000 < 65536)) || continue
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then echo "$p"; return; fi
+  done
+}
+ports=()
+for _ in 1 2 3; do
+  p=$(free_cluster_port)
+  start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" --cluster-node-timeout 2000
+  ports+=("$p")
+done
+yes yes | redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "127.0.0.1:${ports[2]}" \
+  --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1
+for _ in $(seq 100); do
+  redis-cli -p "${ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
+  sleep 0.1
+done
+check_contains "cluster formed" "cluster_state:ok" "$(redis-cli -p "${ports[0]}" cluster info)" ||
+  { cat "$tmp/cluster.log"; for p in "${ports[@]}"; do tail -5 "$tmp/redis-$p.log"; done; }
+mkdir -p "$tmp/cluster-rules"
+cp "$tmp/rules/"*.yaml "$tmp/cluster-rules/"
+cat >"$tmp/cluster-rules/sluice.yaml" <<EOF
+backend: redis
+redis:
+  cluster: true
+  nodes: [redis://127.0.0.1:${ports[0]}, redis://127.0.0.1:${ports[1]}]
+  instances: 4
+  timeout: 200ms
+EOF
+datas=() admins=() spids=()
+for i in 0 1 2 3; do
+  start "c$i" --config "$tmp/cluster-rules" --threads 1
+  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
+done
+check_contains "cluster: start-up line names it" "backend redis cluster" "$(cat "$tmp/c0.out")"
+for algo in token_bucket fixed_window sliding_log; do
+  check "cluster $algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
+done
+spread=$(for p in "${ports[@]}"; do redis-cli -p "$p" dbsize; done | awk '$1 > 0' | wc -l)
+check "cluster: states spread over the masters" 1 "$((spread >= 2 ? 1 : 0))"
+for i in 0 1 2 3; do PID=${spids[$i]} stop; check "cluster instance $i stops cleanly" 0 "$STATUS"; done
+
+finish

@@ -61,17 +61,13 @@ done
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compare.XXXXXX")"
 nginx_dir="$run_dir/nginx"
 nginx_started=0
-sluice_pid=""
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    if [ -n "$sluice_pid" ] && kill -0 "$sluice_pid" 2>/dev/null; then
-        kill -TERM "$sluice_pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$sluice_pid" 2>/dev/null || break; sleep 0.05; done
-        kill -KILL "$sluice_pid" 2>/dev/null || true
-        wait "$sluice_pid" 2>/dev/null || true
-    fi
+    stop_sluice
     if [ "$nginx_started" = 1 ]; then "$ANCHORS/nginx/run.sh" stop "$nginx_dir" >&2 || true; fi
     rm -rf -- "$nginx_dir/tmp"
     exit "$rc"
@@ -92,16 +88,8 @@ nginx_master="$(cat "$nginx_dir/nginx.pid")"
 nginx_workers="$(ps -o pid= --ppid "$nginx_master" | tr -s ' \n' ' ')"
 [ -n "${nginx_workers// /}" ] || die "nginx master $nginx_master has no worker"
 
-"$SLUICE" serve --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
-    --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" \
-    >"$run_dir/sluice.out" 2>"$run_dir/sluice.err" &
-sluice_pid=$!
-for _ in $(seq 1 200); do
-    grep -q '^sluice: config' "$run_dir/sluice.out" 2>/dev/null && break
-    kill -0 "$sluice_pid" 2>/dev/null || { cat "$run_dir/sluice.err" >&2; die "sluice exited at start-up"; }
-    sleep 0.05
-done
-grep -q '^sluice: config' "$run_dir/sluice.out" || die "sluice did not come up (see $run_dir/sluice.err)"
+start_sluice "$SLUICE" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
+    --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" || die "sluice did not start"
 log "nginx pids $nginx_master $nginx_workers on :$NGINX_PORT; sluice pid $sluice_pid on :$SLUICE_PORT"
 
 server_pids() { if [ "$1" = nginx ]; then echo "$nginx_master $nginx_workers"; else echo "$sluice_pid"; fi; }
@@ -112,16 +100,6 @@ url() {
     else echo "http://127.0.0.1:$SLUICE_PORT/v1/auth/$path"; fi
 }
 
-# cpu_ticks PID...: utime+stime (fields 14 and 15 of /proc/PID/stat) summed over the pids.
-# The fields are counted after the ")" that closes the command name.
-cpu_ticks() {
-    local total=0 pid t
-    for pid in "$@"; do
-        t="$(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')"
-        total=$((total + t))
-    done
-    echo "$total"
-}
 clk_tck="$(getconf CLK_TCK)"
 
 # wrk prints latencies as 812.00us / 1.23ms / 2.01s; turn one into ms.

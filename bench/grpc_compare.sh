@@ -41,17 +41,13 @@ for bin in "$SLUICE" "$GRPC_LOAD"; do
 done
 
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sluice-grpc-compare.XXXXXX")"
-sluice_pid=""
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    if [ -n "$sluice_pid" ] && kill -0 "$sluice_pid" 2>/dev/null; then
-        kill -TERM "$sluice_pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$sluice_pid" 2>/dev/null || break; sleep 0.05; done
-        kill -KILL "$sluice_pid" 2>/dev/null || true
-        wait "$sluice_pid" 2>/dev/null || true
-    fi
+    stop_sluice
     exit "$rc"
 }
 trap cleanup EXIT
@@ -59,22 +55,13 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # Port 0 everywhere: the kernel picks free ports and sluice prints them.
-"$SLUICE" serve --config "$here/compare/bench.yaml" --threads "$THREADS" \
-    --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 127.0.0.1:0 \
-    >"$run_dir/sluice.out" 2>"$run_dir/sluice.err" &
-sluice_pid=$!
-for _ in $(seq 1 200); do
-    grep -q '^sluice: config' "$run_dir/sluice.out" 2>/dev/null && break
-    kill -0 "$sluice_pid" 2>/dev/null || { cat "$run_dir/sluice.err" >&2; die "sluice exited at start-up"; }
-    sleep 0.05
-done
-grep -q '^sluice: config' "$run_dir/sluice.out" || die "sluice did not come up (see $run_dir/sluice.err)"
-data="$(sed -n 's/^sluice: data plane listening on //p' "$run_dir/sluice.out")"
-grpc="$(sed -n 's/^sluice: grpc listening on //p' "$run_dir/sluice.out")"
+start_sluice "$SLUICE" --config "$here/compare/bench.yaml" --threads "$THREADS" \
+    --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 127.0.0.1:0 || die "sluice did not start"
+data="$(sluice_address "data plane")"
+grpc="$(sluice_address grpc)"
 if [ -z "$data" ] || [ -z "$grpc" ]; then die "could not read the ports from $run_dir/sluice.out"; fi
 log "sluice pid $sluice_pid: data plane $data, grpc $grpc, --threads $THREADS"
 
-cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 clk_tck="$(getconf CLK_TCK)"
 field() { sed -n "s/.*\"$1\":\\([^,}]*\\).*/\\1/p" <<<"$2"; }
 

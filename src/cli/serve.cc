@@ -304,7 +304,11 @@ int RunServe(const ServeFlags& flags) {
          .max_message_bytes = static_cast<int>(std::min<size_t>(
              settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max()))),
          .remote = remote,
-         .backend_serving = backend_serving},
+         .backend_serving = backend_serving,
+         .on_decision =
+             [&service](std::string_view domain, const engine::Response& decision, int64_t us) {
+               service.RecordDecision(domain, decision, us);
+             }},
         &manager, &store, SystemClock::Get());
     if (!started.ok()) {
       std::cerr << "serve: " << started.status().message() << "\n";

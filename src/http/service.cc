@@ -248,6 +248,13 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
   });
 }
 
+void Service::RecordDecision(std::string_view domain, const engine::Response& decision,
+                             int64_t elapsed_us) {
+  if (metrics_ == nullptr) return;
+  metrics_->decision_duration->Observe(elapsed_us);
+  CountDecisions(domain, decision);
+}
+
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
   for (const auto& d : decision.descriptors) {
     for (const auto& limit : d.limits) {
@@ -290,10 +297,16 @@ void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral&
   };
   std::variant<rls::RateLimitRequest, rls::JsonResult> parsed = rls::ParseJsonRequest(request.body());
   if (const auto* answer = std::get_if<rls::JsonResult>(&parsed)) return render(*answer, response);
+  std::shared_ptr<const rules::Config> config = config_->Current();
+  rls::RlsOptions options = config ? rls::RlsOptionsFromSettings(config->settings) : rls::RlsOptions{};
+  const int64_t now_us = clock_->NowMicros();
+  options.on_decision = [this, now_us](std::string_view domain, const engine::Response& decision) {
+    RecordDecision(domain, decision, clock_->NowMicros() - now_us);
+  };
   AnswerMaybeLater(response, deferral, [&](Send send) {
     rls::ShouldRateLimitAsync(
-        engine_, config_->Current(), std::get<rls::RateLimitRequest>(parsed), clock_->NowMicros(),
-        {}, [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
+        engine_, std::move(config), std::get<rls::RateLimitRequest>(parsed), now_us,
+        options, [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
           HttpResponse answer;
           render(rls::RenderJsonResponse(result), answer);
           send(std::move(answer));

@@ -43,6 +43,10 @@ class Service {
   void SetMetrics(Registry* registry, ServerMetrics* metrics, std::function<void()> before_render);
 
   // `deferral`: data-plane answers that wait on a backend are sent through it.
+  // Counts a decision made elsewhere (the gRPC port) in the metrics, as the HTTP paths do.
+  void RecordDecision(std::string_view domain, const engine::Response& decision,
+                      int64_t elapsed_us);
+
   void HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
                   Deferral& deferral);
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response,

@@ -9,6 +9,7 @@
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "http/rate_limit_headers.h"
 #include "rules/loader.h"
 
 namespace sluice::rls {
@@ -234,6 +235,22 @@ absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
   return ToProto(response, headers);
 }
 
+RlsOptions RlsOptionsFromSettings(const rules::Settings& settings) {
+  RlsOptions options;
+  options.reject_unknown_domain = settings.rls_reject_unknown_domain;
+  if (settings.rls_response_headers) {
+    options.response_headers = [](const engine::Response& response, std::vector<HeaderField>* out) {
+      std::vector<http::Header> fields;
+      http::AppendRateLimitHeaders(response, {.x_ratelimit = false, .ietf = true}, &fields);
+      for (http::Header& f : fields) {
+        if (f.name == "Retry-After") continue;  // Envoy sets its own on a 429
+        out->push_back({std::move(f.name), std::move(f.value)});
+      }
+    };
+  }
+  return options;
+}
+
 void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::Config> config,
                           const RateLimitRequest& request, int64_t now_us,
                           const RlsOptions& options,
@@ -249,11 +266,13 @@ void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::C
   }
   std::vector<engine::Request> requests;
   requests.push_back(*std::move(converted));
+  std::string domain = requests.front().domain;
   engine.CheckAllAsync(
       std::move(config), std::move(requests), now_us,
-      [headers_of = options.response_headers,
-       done = std::move(done)](std::vector<engine::Response> responses) {
+      [headers_of = options.response_headers, on_decision = options.on_decision,
+       domain = std::move(domain), done = std::move(done)](std::vector<engine::Response> responses) {
         const engine::Response& response = responses.front();
+        if (on_decision) on_decision(domain, response);
         if (response.backend == engine::BackendState::kFailedClosed && !response.allowed) {
           return done(absl::UnavailableError("rate limit backend unavailable (failure_mode: closed)"));
         }

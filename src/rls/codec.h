@@ -117,7 +117,14 @@ struct RlsOptions {
   bool reject_unknown_domain = false;
   // When set, its fields go into response_headers_to_add (off by default: upstream's answer).
   std::function<void(const engine::Response&, std::vector<HeaderField>*)> response_headers;
+  // ShouldRateLimitAsync tells it of every decision (for metrics).
+  std::function<void(std::string_view domain, const engine::Response&)> on_decision;
 };
+
+// The options the settings ask for: `rls.unknown_domain: error` rejects unknown domains, and
+// `rls.response_headers: true` puts the IETF RateLimit-Policy / RateLimit fields (the same as the
+// HTTP endpoints send) into response_headers_to_add.
+RlsOptions RlsOptionsFromSettings(const rules::Settings& settings);
 
 // The whole ShouldRateLimit RPC on one config snapshot: FromProto, Engine::Check at `now_us`,
 // ToProto. `config` may be null: FailedPrecondition("no rate limit configuration loaded"), as

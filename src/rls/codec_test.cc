@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -405,6 +406,35 @@ TEST_F(RlsTest, UnknownDomainCanBeRejected) {
   EXPECT_EQ(r.status().message(), "unknown rate limit domain \"nowhere\"");
   // A known domain is unaffected.
   EXPECT_TRUE(Call(Request1("edge", "k", "v"), RejectUnknown()).ok());
+}
+
+TEST_F(RlsTest, SettingsOptionsAreOffByDefault) {
+  const RlsOptions options = RlsOptionsFromSettings(rules::Settings{});
+  EXPECT_FALSE(options.reject_unknown_domain);
+  EXPECT_FALSE(options.response_headers);
+  const absl::StatusOr<RateLimitResponse> r = Call(Request1("nowhere", "k", "v"), options);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->response_headers_to_add_size(), 0);
+}
+
+TEST_F(RlsTest, SettingsCanRejectUnknownDomainsAndAddTheIetfFields) {
+  rules::Settings settings;
+  settings.rls_reject_unknown_domain = true;
+  settings.rls_response_headers = true;
+  const RlsOptions options = RlsOptionsFromSettings(settings);
+  EXPECT_EQ(Call(Request1("nowhere", "k", "v"), options).status().code(),
+            absl::StatusCode::kNotFound);
+  const absl::StatusOr<RateLimitResponse> r =
+      Call(Request1("edge", "remote_address", "10.0.0.1"), options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::string> fields;
+  for (const auto& h : r->response_headers_to_add()) fields[h.key()] = h.value();
+  EXPECT_THAT(fields, ::testing::Contains(::testing::Key("RateLimit-Policy")));
+  EXPECT_THAT(fields, ::testing::Contains(::testing::Key("RateLimit")));
+  EXPECT_THAT(fields, ::testing::Not(::testing::Contains(::testing::Key("X-RateLimit-Limit"))));
+  EXPECT_THAT(fields, ::testing::Not(::testing::Contains(::testing::Key("Retry-After"))));
+  EXPECT_THAT(fields["RateLimit-Policy"], ::testing::HasSubstr(";q="));
+  EXPECT_THAT(fields["RateLimit"], ::testing::HasSubstr(";r="));
 }
 
 TEST_F(RlsTest, NoConfigIsUpstreamsError) {

@@ -32,8 +32,9 @@ class RateLimitHandler final
     : public ::envoy::service::ratelimit::v3::RateLimitService::CallbackService {
  public:
   RateLimitHandler(rules::ConfigManager* config, store::MemoryStore* store,
-                   engine::RemoteStore* remote, const Clock* clock)
-      : config_(config), engine_(store, remote), clock_(clock) {}
+                   const GrpcServer::Options& options, const Clock* clock)
+      : config_(config), engine_(store, options.remote), clock_(clock),
+        on_decision_(options.on_decision) {}
 
   ::grpc::ServerUnaryReactor* ShouldRateLimit(::grpc::CallbackServerContext* context,
                                               const RateLimitRequest* request,
@@ -41,7 +42,15 @@ class RateLimitHandler final
     ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     // Answered now (memory) or from the backend's thread (Redis): the reactor and `response`
     // live until Finish.
-    rls::ShouldRateLimitAsync(engine_, config_->Current(), *request, clock_->NowMicros(), {},
+    std::shared_ptr<const rules::Config> config = config_->Current();
+    RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
+    const int64_t start_us = clock_->NowMicros();
+    if (on_decision_) {
+      options.on_decision = [this, start_us](std::string_view domain, const engine::Response& r) {
+        on_decision_(domain, r, clock_->NowMicros() - start_us);
+      };
+    }
+    rls::ShouldRateLimitAsync(engine_, std::move(config), *request, start_us, options,
                               [reactor, response](absl::StatusOr<RateLimitResponse> answer) {
                                 if (!answer.ok()) return reactor->Finish(ToGrpcStatus(answer.status()));
                                 *response = *std::move(answer);
@@ -54,6 +63,7 @@ class RateLimitHandler final
   rules::ConfigManager* config_;
   engine::Engine engine_;
   const Clock* clock_;
+  const std::function<void(std::string_view, const engine::Response&, int64_t)> on_decision_;
 };
 
 class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
@@ -91,7 +101,7 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
 struct GrpcServer::Impl {
   Impl(const Options& options, rules::ConfigManager* config, store::MemoryStore* store,
        const Clock* clock)
-      : rate_limit(config, store, options.remote, clock), health(config, options.backend_serving) {}
+      : rate_limit(config, store, options, clock), health(config, options.backend_serving) {}
 
   RateLimitHandler rate_limit;
   HealthHandler health;

@@ -45,6 +45,9 @@ class GrpcServer {
     // Health answers SERVING only while this says the backend can serve (or its failure policy
     // lets requests be answered); unset: always.
     std::function<bool()> backend_serving = {};
+    // Told of every decision and how long it took (for metrics); unset: nothing.
+    std::function<void(std::string_view domain, const engine::Response&, int64_t elapsed_us)>
+        on_decision = {};
   };
 
   // Binds and starts serving. Nothing is owned; `config`, `store` and `clock` must outlive the

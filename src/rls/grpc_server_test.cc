@@ -11,8 +11,10 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -248,6 +250,51 @@ TEST_F(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
   const ::grpc::Status status =
       rls_->ShouldRateLimit(&context, Request("edge", {{{"user", "hank"}}}), &response);
   EXPECT_FALSE(status.ok());
+}
+
+// The hooks serve.cc uses: every decision reported (for /metrics), health following the backend.
+TEST_F(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
+  std::mutex mu;
+  std::vector<std::string> decided;  // guarded by mu
+  std::atomic<bool> backend_ok{false};
+  auto hooked = GrpcServer::Start(
+      {.address = "127.0.0.1:0",
+       .max_message_bytes = 1 << 20,
+       .remote = nullptr,
+       .backend_serving = [&] { return backend_ok.load(); },
+       .on_decision =
+           [&](std::string_view domain, const engine::Response& r, int64_t elapsed_us) {
+             std::lock_guard lock(mu);
+             decided.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
+                               (elapsed_us >= 0 ? "" : ":negative"));
+           }},
+      &config_, &store_, &clock_);
+  ASSERT_TRUE(hooked.ok()) << hooked.status();
+  auto channel = ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*hooked)->port()),
+                                       ::grpc::InsecureChannelCredentials());
+  auto rls = RateLimitService::NewStub(channel);
+  auto health = Health::NewStub(channel);
+  for (int i = 0; i < 3; ++i) {
+    ::grpc::ClientContext context;
+    SetDeadline(&context);
+    RateLimitResponse response;
+    ASSERT_TRUE(rls->ShouldRateLimit(&context, Request("edge", {{{"user", "carl"}}}), &response).ok());
+  }
+  {
+    std::lock_guard lock(mu);
+    EXPECT_THAT(decided, ::testing::ElementsAre("edge:allowed", "edge:allowed", "edge:denied"));
+  }
+  const auto check = [&] {
+    ::grpc::ClientContext context;
+    SetDeadline(&context);
+    HealthCheckResponse response;
+    EXPECT_TRUE(health->Check(&context, HealthCheckRequest(), &response).ok());
+    return response.status();
+  };
+  EXPECT_EQ(check(), HealthCheckResponse::NOT_SERVING);
+  backend_ok = true;
+  EXPECT_EQ(check(), HealthCheckResponse::SERVING);
+  (*hooked)->Shutdown(std::chrono::milliseconds(100));
 }
 
 }  // namespace

@@ -162,6 +162,10 @@ struct Settings {
   bool count_denied = false;
   bool shadow_mode = false;
   bool allow_unknown_domain = false;
+  // RLS (gRPC ShouldRateLimit and /json): IETF RateLimit/RateLimit-Policy fields in
+  // response_headers_to_add, and an unknown domain as an error instead of OK.
+  bool rls_response_headers = false;
+  bool rls_reject_unknown_domain = false;
 };
 
 struct Config {

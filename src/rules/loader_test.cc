@@ -600,6 +600,7 @@ http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512}
 count_denied: true
 shadow_mode: true
 unknown_domain: allow
+rls: {response_headers: true, unknown_domain: error}
 )yaml");
   ASSERT_NE(config, nullptr);
   EXPECT_THAT(config->domains, IsEmpty());
@@ -624,6 +625,8 @@ unknown_domain: allow
   EXPECT_TRUE(s.count_denied);
   EXPECT_TRUE(s.shadow_mode);
   EXPECT_TRUE(s.allow_unknown_domain);
+  EXPECT_TRUE(s.rls_response_headers);
+  EXPECT_TRUE(s.rls_reject_unknown_domain);
 }
 
 TEST(LoaderExtensionsTest, EmbeddedDefaultConfigLoads) {
@@ -1010,13 +1013,15 @@ threads: many
 unknown_domain: maybe
 headers: [x_ratelimit, draft]
 redis: {url: http://x, instances: 0}
+rls: {unknown_domain: deny}
 )yaml"),
       ElementsAre("t.yaml:1:10: unknown backend 'cassandra' (memory or redis)",
                   "t.yaml:2:10: threads must be an integer, got 'many'",
                   "t.yaml:3:17: unknown_domain must be allow or deny",
                   "t.yaml:4:24: unknown header style 'draft' (x_ratelimit, ietf, none)",
                   "t.yaml:5:14: bad Redis URL 'http://x' (redis://[user:pass@]host:port[/db])",
-                  "t.yaml:5:35: instances must be at least 1"));
+                  "t.yaml:5:35: instances must be at least 1",
+                  "t.yaml:6:23: rls.unknown_domain must be ok or error"));
   EXPECT_THAT(Errors("backend: redis\n"),
               ElementsAre("t.yaml:1:10: backend redis needs redis.url or redis.nodes"));
 }

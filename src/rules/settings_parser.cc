@@ -13,7 +13,7 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   if (doc.IsNull()) return s;  // an empty file: all defaults
   if (!r.CheckMap(doc, "settings",
                   {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
-                   "headers", "http", "count_denied", "shadow_mode", "unknown_domain"})) {
+                   "headers", "http", "count_denied", "shadow_mode", "unknown_domain", "rls"})) {
     return s;
   }
   s.rules_path = r.String(doc, "rules").value_or("");
@@ -31,6 +31,17 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
       s.admin_token_file = r.String(admin, "token_file").value_or("");
+    }
+  }
+  if (const YAML::Node rls = doc["rls"]; rls.IsDefined() && !rls.IsNull()) {
+    if (r.CheckMap(rls, "rls", {"response_headers", "unknown_domain"})) {
+      s.rls_response_headers = r.Bool(rls, "response_headers").value_or(false);
+      if (auto unknown = r.String(rls, "unknown_domain")) {
+        if (*unknown != "ok" && *unknown != "error") {
+          r.Error(rls["unknown_domain"], "rls.unknown_domain must be ok or error");
+        }
+        s.rls_reject_unknown_domain = *unknown == "error";
+      }
     }
   }
   if (const YAML::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {

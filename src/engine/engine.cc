@@ -190,26 +190,41 @@ void Finish(Response& response) {
 
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
   Response response;
-  Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr);
+  Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr, nullptr);
   return response;
 }
 
 std::vector<Response> Engine::CheckAll(const rules::Config& config,
-                                       std::span<const Request> requests, int64_t now_us) {
+                                       std::span<const Request> requests, int64_t now_us,
+                                       Consumption* consumed) {
   std::vector<Response> responses(requests.size());
-  Evaluate(config, requests, std::span(responses), now_us, nullptr);
+  Evaluate(config, requests, std::span(responses), now_us, nullptr, consumed);
   return responses;
+}
+
+void Engine::Refund(const Consumption& consumed, int64_t now_us) {
+  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  for (const Consumption::Item& c : consumed.items) {
+    items.push_back({.limit = &c.limit,
+                     .limit_id = c.limit_id,
+                     .key = c.key,
+                     .cost = c.cost,
+                     .count_denied = false,
+                     .shadow = false});
+  }
+  store_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us, now_us);
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {
   Response response;
   size_t forgotten = 0;
-  Evaluate(config, std::span(&request, 1), std::span(&response, 1), 0, &forgotten);
+  Evaluate(config, std::span(&request, 1), std::span(&response, 1), 0, &forgotten, nullptr);
   return forgotten;
 }
 
 void Engine::Evaluate(const rules::Config& config, std::span<const Request> requests,
-                      std::span<Response> responses, int64_t now_us, size_t* forgotten) {
+                      std::span<Response> responses, int64_t now_us, size_t* forgotten,
+                      Consumption* consumed) {
   std::vector<std::string> keys;
   std::vector<Pending> pending;
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -237,8 +252,20 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
     return;
   }
   absl::InlinedVector<Decision, 8> decisions(items.size());
+  int64_t decided_at_us = now_us;
   const bool allowed = store_->DecideAll(std::span(items.data(), items.size()), now_us,
-                                         std::span(decisions.data(), decisions.size()));
+                                         std::span(decisions.data(), decisions.size()),
+                                         &decided_at_us);
+  if (consumed != nullptr && allowed) {
+    consumed->decided_at_us = decided_at_us;
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (!decisions[k].allowed || items[k].cost == 0) continue;  // a shadow deny took nothing
+      consumed->items.push_back({.limit = *items[k].limit,
+                                 .limit_id = items[k].limit_id,
+                                 .key = std::string(items[k].key),
+                                 .cost = items[k].cost});
+    }
+  }
   for (size_t k = 0; k < items.size(); ++k) {
     applied[k]->decision = decisions[k];
     if (applied[k]->shadow && !decisions[k].allowed) applied[k]->decision.remaining = 0;

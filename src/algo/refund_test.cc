@@ -19,7 +19,8 @@ constexpr int64_t kMinute = 60 * kSecond;
 constexpr int64_t kT0 = int64_t{1700000040} * kSecond;  // a whole minute
 
 Limit Make(Algorithm algorithm, uint64_t requests, int64_t window_us) {
-  return {.algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = std::nullopt};
+  return {
+      .algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = std::nullopt};
 }
 
 // The compact algorithms, each with 5 per minute (leaky_bucket: a queue of 4, so 5 at once).
@@ -201,7 +202,7 @@ TEST(SlidingLogRefundTest, ExpiredEntryIsANoOp) {
   ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);
   ASSERT_TRUE(DecideSlidingLog(state, kT0 + 30 * kSecond, limit, 1).allowed);
   RefundSlidingLog(state, kT0, kT0 + kMinute, limit, 1);  // the first no longer counts
-  EXPECT_EQ(state.sum, 2u);  // (forgotten only by the next evaluation)
+  EXPECT_EQ(state.sum, 2u);                               // (forgotten only by the next evaluation)
   EXPECT_EQ(state.LiveEntries(), 2u);
   RefundSlidingLog(state, kT0 + 5 * kSecond, kT0 + kMinute, limit, 1);  // no such entry
   EXPECT_EQ(state.sum, 2u);

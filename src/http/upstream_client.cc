@@ -1,10 +1,9 @@
 #include "http/upstream_client.h"
 
 #include <algorithm>
-#include <optional>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
+#include <optional>
 
 #include "fmt/format.h"
 #include "http/check_json.h"
@@ -106,8 +105,12 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
   Exchange(UpstreamClient* client, asio::any_io_executor executor, UpstreamTarget target,
            HttpRequest request, std::chrono::milliseconds timeout,
            std::function<void(UpstreamResult)> done)
-      : client_(client), executor_(std::move(executor)), target_(std::move(target)),
-        request_(std::move(request)), deadline_(Clock::now() + timeout), done_(std::move(done)),
+      : client_(client),
+        executor_(std::move(executor)),
+        target_(std::move(target)),
+        request_(std::move(request)),
+        deadline_(Clock::now() + timeout),
+        done_(std::move(done)),
         resolver_(executor_),
         key_(&asio::query(executor_, asio::execution::context),
              fmt::format("{}:{}", target_.host, target_.port)) {
@@ -141,20 +144,18 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
             ++self->client_->opened_;
           }
           self->connection_->stream.expires_at(self->deadline_);
-          self->connection_->stream.async_connect(
-              results, [self](beast::error_code ec, const tcp::endpoint&) {
-                if (ec == beast::error::timeout) {
-                  return self->Finish(UpstreamOutcome::kTimeout,
-                                      beast_http::status::gateway_timeout,
-                                      "no connection within the timeout");
-                }
-                if (ec) {
-                  return self->Finish(UpstreamOutcome::kConnectError,
-                                      beast_http::status::bad_gateway,
-                                      fmt::format("cannot connect: {}", ec.message()));
-                }
-                self->Send();
-              });
+          self->connection_->stream.async_connect(results, [self](beast::error_code ec,
+                                                                  const tcp::endpoint&) {
+            if (ec == beast::error::timeout) {
+              return self->Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
+                                  "no connection within the timeout");
+            }
+            if (ec) {
+              return self->Finish(UpstreamOutcome::kConnectError, beast_http::status::bad_gateway,
+                                  fmt::format("cannot connect: {}", ec.message()));
+            }
+            self->Send();
+          });
         });
   }
 
@@ -192,12 +193,13 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
       return Connect();
     }
     if (ec == beast_http::error::body_limit) {
-      return Finish(UpstreamOutcome::kError, beast_http::status::bad_gateway,
-                    fmt::format("the answer is larger than {} bytes",
-                                client_->options_.max_response_bytes));
+      return Finish(
+          UpstreamOutcome::kError, beast_http::status::bad_gateway,
+          fmt::format("the answer is larger than {} bytes", client_->options_.max_response_bytes));
     }
-    Finish(UpstreamOutcome::kError, beast_http::status::bad_gateway,
-           fmt::format("{}: {}", sent ? "reading the answer" : "sending the request", ec.message()));
+    Finish(
+        UpstreamOutcome::kError, beast_http::status::bad_gateway,
+        fmt::format("{}: {}", sent ? "reading the answer" : "sending the request", ec.message()));
   }
 
   void Done() {
@@ -246,8 +248,8 @@ UpstreamClient::~UpstreamClient() = default;
 void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget target,
                              HttpRequest request, std::chrono::milliseconds timeout,
                              std::function<void(UpstreamResult)> done) {
-  auto exchange = std::make_shared<Exchange>(this, executor, std::move(target),
-                                             std::move(request), timeout, std::move(done));
+  auto exchange = std::make_shared<Exchange>(this, executor, std::move(target), std::move(request),
+                                             timeout, std::move(done));
   // Run on the io_context's thread: pooled connections are touched only there.
   asio::dispatch(executor, [exchange] { exchange->Start(); });
 }

@@ -20,6 +20,7 @@
 #ifndef SLUICE_HTTP_UPSTREAM_CLIENT_H_
 #define SLUICE_HTTP_UPSTREAM_CLIENT_H_
 
+#include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +32,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <boost/asio/any_io_executor.hpp>
 
 #include "absl/base/thread_annotations.h"
 #include "http/server.h"

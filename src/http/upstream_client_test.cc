@@ -4,14 +4,14 @@
 
 #include "http/upstream_client.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <string>
 #include <thread>
-
-#include <boost/asio.hpp>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace sluice::http {
 namespace {
@@ -26,7 +26,9 @@ using ::testing::HasSubstr;
 class ScriptedUpstream {
  public:
   ScriptedUpstream(std::string answer, bool close_after_answer, bool silent = false)
-      : answer_(std::move(answer)), close_after_answer_(close_after_answer), silent_(silent),
+      : answer_(std::move(answer)),
+        close_after_answer_(close_after_answer),
+        silent_(silent),
         acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
     Accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -57,23 +59,25 @@ class ScriptedUpstream {
   }
 
   void Read(std::shared_ptr<Conn> c) {
-    c->socket.async_read_some(asio::buffer(c->buf), [this, c](boost::system::error_code ec, size_t n) {
-      if (ec) return;
-      c->in.append(c->buf, n);
-      const size_t end = c->in.find("\r\n\r\n");
-      if (end == std::string::npos) return Read(c);
-      c->in.erase(0, end + 4);  // (the tests send no bodies)
-      ++requests_;
-      if (silent_) return Read(c);
-      asio::async_write(c->socket, asio::buffer(answer_), [this, c](boost::system::error_code, size_t) {
-        if (close_after_answer_) {
-          boost::system::error_code ignored;
-          c->socket.close(ignored);
-          return;
-        }
-        Read(c);
-      });
-    });
+    c->socket.async_read_some(asio::buffer(c->buf),
+                              [this, c](boost::system::error_code ec, size_t n) {
+                                if (ec) return;
+                                c->in.append(c->buf, n);
+                                const size_t end = c->in.find("\r\n\r\n");
+                                if (end == std::string::npos) return Read(c);
+                                c->in.erase(0, end + 4);  // (the tests send no bodies)
+                                ++requests_;
+                                if (silent_) return Read(c);
+                                asio::async_write(c->socket, asio::buffer(answer_),
+                                                  [this, c](boost::system::error_code, size_t) {
+                                                    if (close_after_answer_) {
+                                                      boost::system::error_code ignored;
+                                                      c->socket.close(ignored);
+                                                      return;
+                                                    }
+                                                    Read(c);
+                                                  });
+                              });
   }
 
   const std::string answer_;
@@ -123,7 +127,7 @@ TEST_F(UpstreamClientTest, KeepAliveConnectionIsReused) {
 TEST_F(UpstreamClientTest, StalePooledConnectionIsRetriedForIdempotentRequests) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  ASSERT_EQ(client_.idle_connections(), 1u);  // it looked reusable
+  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
   const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
   EXPECT_EQ(r.outcome, UpstreamOutcome::kOk);
@@ -158,7 +162,8 @@ TEST_F(UpstreamClientTest, NothingListeningIs502NamingTheUpstream) {
 TEST_F(UpstreamClientTest, SilentUpstreamIs504AfterTheTimeout) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
   const auto start = std::chrono::steady_clock::now();
-  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get, std::chrono::milliseconds(200));
+  const UpstreamResult r =
+      Send(upstream.port(), beast_http::verb::get, std::chrono::milliseconds(200));
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.outcome, UpstreamOutcome::kTimeout);
   EXPECT_EQ(r.response.result(), beast_http::status::gateway_timeout);
@@ -196,8 +201,8 @@ TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {
   request.insert("X-Forwarded-For", "198.51.100.2");
   request.set("X-Kept", "k");
   PrepareUpstreamRequest(request, "127.0.0.1");
-  for (const char* gone : {"Connection", "X-Secret", "Keep-Alive", "TE", "Upgrade",
-                           "Proxy-Connection", "Expect"}) {
+  for (const char* gone :
+       {"Connection", "X-Secret", "Keep-Alive", "TE", "Upgrade", "Proxy-Connection", "Expect"}) {
     EXPECT_EQ(request.count(gone), 0u) << gone;
   }
   EXPECT_EQ(request.count("X-Forwarded-For"), 1u);

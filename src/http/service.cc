@@ -88,13 +88,27 @@ void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
 }
 
 void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
-                         Deferral&) {
-  Route(request, peer, response);
-  if (metrics_ != nullptr) {
-    const std::string code = std::to_string(response.result_int());
-    const std::string_view labels[] = {code};
-    metrics_->http_requests->WithLabels(labels)->Inc();
+                         Deferral& deferral) {
+  const std::string_view path = PathOf(request);
+  const bool own = path == "/v1/auth" || path.starts_with("/v1/auth/") || path == "/v1/check" ||
+                   path == "/json" || path == "/healthcheck";
+  if (!own) {
+    std::shared_ptr<const rules::Config> config = config_->Current();
+    if (config->proxy_domain != nullptr) {
+      Proxy(request, peer, response, deferral, std::move(config));
+      if (!deferral.taken()) CountResponse(response.result_int());  // else counted when sent
+      return;
+    }
   }
+  Route(request, peer, response);
+  CountResponse(response.result_int());
+}
+
+void Service::CountResponse(int status) {
+  if (metrics_ == nullptr) return;
+  const std::string code = std::to_string(status);
+  const std::string_view labels[] = {code};
+  metrics_->http_requests->WithLabels(labels)->Inc();
 }
 
 void Service::Route(const HttpRequest& request, const std::string& peer, HttpResponse& response) {
@@ -165,22 +179,31 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
     return SetJson(response, beast_http::status::bad_request,
                    RenderError(std::string(checks.status().message())));
   }
+  const RouteDecision decision = DecideRoutes(*config, checks->requests, checks->sections, nullptr);
+  SetDecision(*config, decision.combined, static_cast<beast_http::status>(decision.status),
+              response);
+}
+
+Service::RouteDecision Service::DecideRoutes(const rules::Config& config,
+                                             const std::vector<engine::Request>& requests,
+                                             const std::vector<const rules::HttpSection*>& sections,
+                                             engine::Consumption* consumed) {
   const int64_t now_us = clock_->NowMicros();
-  std::vector<engine::Response> decisions = engine_.CheckAll(*config, checks->requests, now_us);
-  int status = 200;
+  std::vector<engine::Response> decisions = engine_.CheckAll(config, requests, now_us, consumed);
+  RouteDecision out;
   for (size_t i = 0; i < decisions.size(); ++i) {
-    if (metrics_ != nullptr) CountDecisions(checks->requests[i].domain, decisions[i]);
-    if (status != 200) continue;
+    if (metrics_ != nullptr) CountDecisions(requests[i].domain, decisions[i]);
+    if (out.status != 200) continue;
     for (const auto& d : decisions[i].descriptors) {
-      if (d.code == engine::DescriptorResult::Code::kOverLimit) status = checks->sections[i]->deny_status;
+      if (d.code == engine::DescriptorResult::Code::kOverLimit) out.status = sections[i]->deny_status;
     }
   }
   if (metrics_ != nullptr && !decisions.empty()) {
     metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
   }
-  const engine::Response combined = engine::Combine(std::move(decisions));
-  if (!combined.allowed && status == 200) status = 429;
-  SetDecision(*config, combined, static_cast<beast_http::status>(status), response);
+  out.combined = engine::Combine(std::move(decisions));
+  if (!out.combined.allowed && out.status == 200) out.status = 429;
+  return out;
 }
 
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
@@ -196,12 +219,17 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
 // The answer to a decision: the rate-limit headers in the configured styles, the JSON body.
 void Service::SetDecision(const rules::Config& config, const engine::Response& decision,
                           beast_http::status status, HttpResponse& response) {
+  AddRateLimitHeaders(config, decision, response);
+  SetJson(response, status, RenderCheckResponse(decision));
+}
+
+void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Response& decision,
+                                  HttpResponse& response) const {
   std::vector<Header> headers;
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
   AppendRateLimitHeaders(decision, styles, &headers);
   for (const Header& h : headers) response.set(h.name, h.value);
-  SetJson(response, status, RenderCheckResponse(decision));
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response) {

@@ -24,10 +24,12 @@ start_redis() {
   RPID=$!
   pids+=("$RPID")
   for _ in $(seq 100); do
-    redis-cli -p "$port" ping 2>&1 | grep -qE 'PONG|NOAUTH' && return
+    redis-cli -p "$port" ping 2>&1 | grep -qE 'PONG|NOAUTH' && return 0
+    kill -0 "$RPID" 2>/dev/null || break
     sleep 0.05
   done
-  echo "redis-server on $port did not start"; cat "$tmp/redis-$port.log"
+  echo "redis-server on $port did not start:"; tail -3 "$tmp/redis-$port.log"
+  return 1
 }
 
 # check_body DOMAIN USER: one /v1/check on instance 0; prints the status, keeps headers and body.
@@ -58,8 +60,7 @@ metric() {  # metric NAME_WITH_LABELS: its value on instance 0's /metrics
 }
 
 # ---------------------------------------------------------------- one Redis, four instances
-rport=$(free_port)
-start_redis "$rport"
+for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
 cp -r "$fixtures" "$tmp/rules"
 datas=() admins=() spids=()
 for i in 0 1 2 3; do
@@ -162,8 +163,7 @@ check "after debug sleep: decided on Redis again" 1 "$((back > 0 ? 1 : 0))"
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "instance $i stops cleanly" 0 "$STATUS"; done
 
 # ---------------------------------------------------------------- passwords
-aport=$(free_port)
-start_redis "$aport" --requirepass s3cret
+for _ in $(seq 5); do aport=$(free_port); start_redis "$aport" --requirepass s3cret && break; done
 "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 0 --config "$tmp/rules" \
   --redis "redis://:wrong@127.0.0.1:$aport" >"$tmp/auth.out" 2>"$tmp/auth.err" &
 apid=$!; pids+=("$apid")
@@ -178,20 +178,17 @@ check "the right password: not degraded" "" "$(header X-RateLimit-Status)"
 stop
 
 # ---------------------------------------------------------------- a 3-master cluster
-# free_cluster_port: a free port whose cluster bus port (+10000) is free too.
-free_cluster_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$(free_port)
-    ((p + 10000 < 65536)) || continue
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then echo "$p"; return; fi
-  done
-}
+# A node's port and its cluster bus port (+10000) both below the ephemeral range (32768+), so
+# no outgoing connection can be holding either; a node that still fails to bind gets another.
 ports=()
 for _ in 1 2 3; do
-  p=$(free_cluster_port)
-  start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" --cluster-node-timeout 2000
-  ports+=("$p")
+  for _ in $(seq 5); do
+    p=$((10000 + RANDOM % 12000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
+    start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+      --cluster-node-timeout 2000 && { ports+=("$p"); break; }
+  done
 done
 yes yes | redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "127.0.0.1:${ports[2]}" \
   --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1

@@ -241,3 +241,90 @@ Decision DecideSlidingLog(LogState& state, int64_t now_us, const Limit& limit, u
 }
 
 }  // namespace sluice::algo
+
+namespace sluice::algo {
+namespace {
+
+// token_bucket / leaky_bucket: D = (TAT - now) * N shrinks by cost * W, not below 0 (full).
+void RefundBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  const uint64_t n = limit.requests;
+  if (n == 0 || state.IsIdle(now_us)) return;  // nothing consumed, or already full again
+  const int64_t tat_floor = state.idle_at_us - (state.aux != 0 ? 1 : 0);
+  const i128 now_scaled = static_cast<i128>(now_us) * n;
+  i128 debt = static_cast<i128>(tat_floor) * n + state.aux - now_scaled;
+  debt -= static_cast<i128>(cost) * limit.window_us;
+  if (debt <= 0) {
+    state = {};
+    return;
+  }
+  const int64_t whole = ToInt64(FloorDiv(debt, n));
+  const uint64_t frac = static_cast<uint64_t>(debt - static_cast<i128>(whole) * n);
+  state.idle_at_us = now_us + whole + (frac != 0 ? 1 : 0);
+  state.aux = frac;
+}
+
+void RefundFixedWindow(CompactState& state, int64_t consumed_at_us, int64_t now_us,
+                       const Limit& limit, uint64_t cost) {
+  const int64_t end_us = WindowStart(consumed_at_us, limit.window_us) + limit.window_us;
+  if (state.IsIdle(now_us) || state.idle_at_us != end_us) return;  // the window rolled
+  state.aux -= std::min(state.aux, cost);
+  if (state.aux == 0) state = {};
+}
+
+void RefundSlidingWindow(CompactState& state, int64_t consumed_at_us, int64_t now_us,
+                         const Limit& limit, uint64_t cost) {
+  const int64_t w = limit.window_us;
+  const int64_t window_start = WindowStart(consumed_at_us, w);
+  if (state.IsIdle(now_us) || WindowStart(now_us, w) != window_start) return;
+  uint64_t prev = state.aux >> 32;
+  uint64_t cur = state.aux & 0xFFFFFFFFu;
+  if (cur == 0 || state.idle_at_us != window_start + 2 * w) return;  // not counted in this window
+  cur -= std::min(cur, cost);
+  if (cur == 0 && prev == 0) {
+    state = {};
+    return;
+  }
+  // With nothing in the current window the estimate is 0 from the window's end on.
+  state.idle_at_us = cur > 0 ? window_start + 2 * w : window_start + w;
+  state.aux = prev << 32 | cur;
+}
+
+}  // namespace
+
+void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us,
+                   const Limit& limit, uint64_t cost) {
+  if (cost == 0) return;
+  switch (limit.algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
+      return RefundBucket(state, now_us, limit, cost);
+    case Algorithm::kFixedWindow:
+      return RefundFixedWindow(state, consumed_at_us, now_us, limit, cost);
+    case Algorithm::kSlidingWindow:
+      return RefundSlidingWindow(state, consumed_at_us, now_us, limit, cost);
+    case Algorithm::kSlidingLog:
+      return;
+  }
+}
+
+void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, const Limit& limit,
+                      uint64_t cost) {
+  auto& e = state.entries;
+  if (cost == 0 || consumed_at_us + limit.window_us <= now_us) return;  // no longer counts
+  // Entries are in time order; the request's is the one stamped with its decision time.
+  auto it = std::lower_bound(e.begin() + static_cast<std::ptrdiff_t>(state.head), e.end(),
+                             consumed_at_us,
+                             [](const LogState::Entry& entry, int64_t t) { return entry.at_us < t; });
+  if (it == e.end() || it->at_us != consumed_at_us) return;
+  const uint64_t give_back = std::min(it->cost, cost);
+  it->cost -= give_back;
+  state.sum -= give_back;
+  if (it->cost == 0) e.erase(it);
+  if (state.head >= e.size()) {
+    state = {};
+    return;
+  }
+  state.idle_at_us = e.back().at_us + limit.window_us;
+}
+
+}  // namespace sluice::algo

@@ -76,6 +76,24 @@ void CommitSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint6
 // Evaluate, then commit when allowed.
 Decision DecideSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost);
 
+// Refunds: give back what an admitted request of `cost` consumed at `consumed_at_us` (the time
+// the store decided it), at `now_us` >= consumed_at_us — e.g. because the upstream failed.
+// A refund never leaves a state better than a fresh key's, and it is a no-op when what was
+// consumed no longer counts:
+//   token/leaky bucket: TAT moves back by cost * W/N, but not before now (the bucket refills to
+//                       at most full).
+//   fixed_window:       the window's count drops by cost if the request's window is still the
+//                       current one; after the window rolled, nothing.
+//   sliding_window:     the current window's count drops by cost if the request was counted in
+//                       the window that is still current; after it rolled, nothing.
+//   sliding_log:        the request's entry (admitted at consumed_at_us) loses cost; an entry
+//                       that expired is not there any more.
+// A refund is not a negative consumption: it cannot take a count below 0 or a TAT below now.
+void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us,
+                   const Limit& limit, uint64_t cost);
+void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, const Limit& limit,
+                      uint64_t cost);
+
 }  // namespace sluice::algo
 
 #endif  // SLUICE_ALGO_ALGORITHMS_H_

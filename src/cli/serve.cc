@@ -341,6 +341,7 @@ int RunServe(const ServeFlags& flags) {
             << " version " << loaded.version << ", " << threads << " threads, backend "
             << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
   server.Run();
+  service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   // The HTTP side has drained; calls still in flight on the gRPC port get a short grace.
   if (grpc_server) grpc_server->Shutdown(std::chrono::seconds(2));
   manager.StopWatching();

@@ -239,26 +239,41 @@ struct Engine::AsyncCall {
 
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
   Response response;
-  Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr);
+  Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr, nullptr);
   return response;
 }
 
 std::vector<Response> Engine::CheckAll(const rules::Config& config,
-                                       std::span<const Request> requests, int64_t now_us) {
+                                       std::span<const Request> requests, int64_t now_us,
+                                       Consumption* consumed) {
   std::vector<Response> responses(requests.size());
-  Evaluate(config, requests, std::span(responses), now_us, nullptr);
+  Evaluate(config, requests, std::span(responses), now_us, nullptr, consumed);
   return responses;
+}
+
+void Engine::Refund(const Consumption& consumed, int64_t now_us) {
+  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  for (const Consumption::Item& c : consumed.items) {
+    items.push_back({.limit = &c.limit,
+                     .limit_id = c.limit_id,
+                     .key = c.key,
+                     .cost = c.cost,
+                     .count_denied = false,
+                     .shadow = false});
+  }
+  store_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us, now_us);
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {
   Response response;
   size_t forgotten = 0;
-  Evaluate(config, std::span(&request, 1), std::span(&response, 1), 0, &forgotten);
+  Evaluate(config, std::span(&request, 1), std::span(&response, 1), 0, &forgotten, nullptr);
   return forgotten;
 }
 
 void Engine::Evaluate(const rules::Config& config, std::span<const Request> requests,
-                      std::span<Response> responses, int64_t now_us, size_t* forgotten) {
+                      std::span<Response> responses, int64_t now_us, size_t* forgotten,
+                      Consumption* consumed) {
   Batch batch;
   batch.Build(config, requests, responses);
   if (forgotten != nullptr) {  // Reset
@@ -266,8 +281,21 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
     return;
   }
   absl::InlinedVector<Decision, 8> decisions(batch.items.size());
+  int64_t decided_at_us = now_us;
   const bool allowed = store_->DecideAll(std::span(batch.items.data(), batch.items.size()), now_us,
-                                         std::span(decisions.data(), decisions.size()));
+                                         std::span(decisions.data(), decisions.size()),
+                                         &decided_at_us);
+  if (consumed != nullptr && allowed) {
+    consumed->decided_at_us = decided_at_us;
+    for (size_t k = 0; k < batch.items.size(); ++k) {
+      const store::MemoryStore::Item& item = batch.items[k];
+      if (!decisions[k].allowed || item.cost == 0) continue;  // a shadow deny took nothing
+      consumed->items.push_back({.limit = *item.limit,
+                                 .limit_id = item.limit_id,
+                                 .key = std::string(item.key),
+                                 .cost = item.cost});
+    }
+  }
   for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
   for (Response& response : responses) {
     response.allowed = allowed;

@@ -114,6 +114,19 @@ class RemoteStore {
   virtual void CountFallback(BackendState) {}
 };
 
+// What an admitted request consumed, kept to give it back later (Engine::Refund). Self-contained
+// (limits and keys are copies), so it may outlive the config snapshot it was decided on.
+struct Consumption {
+  struct Item {
+    Limit limit;
+    uint64_t limit_id = 0;
+    std::string key;
+    uint64_t cost = 0;
+  };
+  std::vector<Item> items;  // only limits that consumed (allowed, cost > 0)
+  int64_t decided_at_us = 0;
+};
+
 class Engine {
  public:
   // Nothing is owned; all must outlive the engine. With `remote`, decisions are made there and
@@ -137,8 +150,13 @@ class Engine {
   // Decides several requests (e.g. one per domain) as one: all-or-nothing over every limit of
   // every request, so either all consume or none does. Each response's `allowed` is the
   // batch's. One response per request, in order.
+  // With `consumed`, an admitted batch also records what it consumed there (for Refund).
   std::vector<Response> CheckAll(const rules::Config& config, std::span<const Request> requests,
-                                 int64_t now_us);
+                                 int64_t now_us, Consumption* consumed = nullptr);
+
+  // Gives back what an admitted request consumed (see MemoryStore::Refund for what that means
+  // per algorithm): e.g. the upstream it was admitted for failed.
+  void Refund(const Consumption& consumed, int64_t now_us);
 
   // Forgets the state of every limit the request's descriptors match ("unblock this customer").
   // Returns how many states there were.
@@ -147,7 +165,8 @@ class Engine {
  private:
   // Decides (or, with `forgotten`, resets) every limit of `requests` into `responses`.
   void Evaluate(const rules::Config& config, std::span<const Request> requests,
-                std::span<Response> responses, int64_t now_us, size_t* forgotten);
+                std::span<Response> responses, int64_t now_us, size_t* forgotten,
+                Consumption* consumed);
 
   struct Batch;
   struct AsyncCall;

@@ -631,6 +631,23 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     if (!f.ok()) return f.status();
     m.http_requests = *f;
   }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_requests_total",
+         .help = "Reverse proxy requests by outcome: forwarded (the upstream answered), denied, "
+                 "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed).",
+         .label_names = {"outcome"},
+         .max_children = 16});
+    if (!f.ok()) return f.status();
+    m.proxy_requests = *f;
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_refunds_total",
+         .help = "Reverse proxy requests whose consumed quota was given back (refund_on)."});
+    if (!f.ok()) return f.status();
+    m.proxy_refunds = (*f)->Get();
+  }
 
   if (sources.store) {
     auto store = std::make_shared<std::function<StoreStats()>>(std::move(sources.store));

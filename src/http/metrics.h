@@ -330,6 +330,10 @@ struct ServerMetrics {
   Counter* http_connections = nullptr;
   Counter* http_connections_rejected = nullptr;
   Family<Counter>* http_requests = nullptr;  // WithLabels({"200"}); cache per status code
+  // Reverse proxy: WithLabels({outcome}), outcome one of forwarded, denied, upstream_error,
+  // timeout, shaped_rejected.
+  Family<Counter>* proxy_requests = nullptr;
+  Counter* proxy_refunds = nullptr;  // requests whose consumed quota was given back
 };
 
 }  // namespace sluice::http

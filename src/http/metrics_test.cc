@@ -637,6 +637,10 @@ TEST(ServerMetrics, FreshRegistryExposesTheDocumentedFamilies) {
                 "# HELP sluice_http_open_connections HTTP connections open now.\n"
                 "# TYPE sluice_http_open_connections gauge\n"
                 "sluice_http_open_connections 0\n"
+                "# HELP sluice_proxy_refunds_total Reverse proxy requests whose consumed quota "
+                "was given back (refund_on).\n"
+                "# TYPE sluice_proxy_refunds_total counter\n"
+                "sluice_proxy_refunds_total 0\n"
                 "# HELP sluice_store_entries Limiter states held by the in-memory store.\n"
                 "# TYPE sluice_store_entries gauge\n"
                 "sluice_store_entries 3\n"
@@ -697,6 +701,10 @@ std::string RealisticExposition(bool fresh) {
   for (const char* code : {"200", "429", "400", "431", "413", "502"}) {
     m.http_requests->WithLabels({code})->Inc(5);
   }
+  for (const char* outcome : {"forwarded", "denied", "upstream_error", "timeout", "shaped_rejected"}) {
+    m.proxy_requests->WithLabels({outcome})->Inc(3);
+  }
+  m.proxy_refunds->Inc(2);
   auto extra = registry.AddHistogram({.name = "sluice_upstream_response_seconds",
                                       .help = "Extra: a labelled histogram.",
                                       .label_names = {"upstream"}},

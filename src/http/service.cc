@@ -90,6 +90,17 @@ void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
 
 void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
                          Deferral& deferral) {
+  const std::string_view path = PathOf(request);
+  const bool own = path == "/v1/auth" || path.starts_with("/v1/auth/") || path == "/v1/check" ||
+                   path == "/json" || path == "/healthcheck";
+  if (!own) {
+    std::shared_ptr<const rules::Config> config = config_->Current();
+    if (config->proxy_domain != nullptr) {
+      Proxy(request, peer, response, deferral, std::move(config));
+      if (!deferral.taken()) CountResponse(response);  // else counted when sent
+      return;
+    }
+  }
   Route(request, peer, response, deferral);
   if (!deferral.taken()) CountResponse(response);  // else counted when sent
 }
@@ -208,44 +219,40 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
   }
   const std::string_view path = uri.substr(0, uri.find('?'));
 
-  const std::shared_ptr<const rules::Config> config = config_->Current();
+  std::shared_ptr<const rules::Config> config = config_->Current();
   auto checks = BuildRouteChecks(*config, {.method = method, .path = path, .peer = peer,
                                            .headers = &request});
   if (!checks.ok()) {
     return SetJson(response, beast_http::status::bad_request,
                    RenderError(std::string(checks.status().message())));
   }
-  const int64_t now_us = clock_->NowMicros();
-  std::vector<std::string> domains;
-  std::vector<int> deny_statuses;
-  for (size_t i = 0; i < checks->requests.size(); ++i) {
-    domains.push_back(checks->requests[i].domain);
-    deny_statuses.push_back(checks->sections[i]->deny_status);
-  }
   AnswerMaybeLater(response, deferral, [&](Send send) {
-    engine_.CheckAllAsync(
-        config, std::move(checks->requests), now_us,
-        [this, config, now_us, domains = std::move(domains),
-         deny_statuses = std::move(deny_statuses),
-         send = std::move(send)](std::vector<engine::Response> decisions) {
-          int status = 200;
-          for (size_t i = 0; i < decisions.size(); ++i) {
-            if (metrics_ != nullptr) CountDecisions(domains[i], decisions[i]);
-            if (status != 200) continue;
-            for (const auto& d : decisions[i].descriptors) {
-              if (d.code == engine::DescriptorResult::Code::kOverLimit) status = deny_statuses[i];
-            }
-          }
-          if (metrics_ != nullptr && !decisions.empty()) {
-            metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
-          }
-          const engine::Response combined = engine::Combine(std::move(decisions));
-          if (!combined.allowed && status == 200) status = 429;
-          HttpResponse answer;
-          SetDecision(*config, combined, static_cast<beast_http::status>(status), answer);
-          send(std::move(answer));
-        });
+    DecideRoutes(config, std::move(checks->requests), std::move(checks->sections), nullptr,
+                 [this, config, send = std::move(send)](RouteDecision decision) {
+                   HttpResponse answer;
+                   SetDecision(*config, decision.combined,
+                               static_cast<beast_http::status>(decision.status), answer);
+                   send(std::move(answer));
+                 });
   });
+}
+
+void Service::DecideRoutes(std::shared_ptr<const rules::Config> config,
+                           std::vector<engine::Request> requests,
+                           std::vector<const rules::HttpSection*> sections,
+                           engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
+  const int64_t now_us = clock_->NowMicros();
+  if (!engine_.remote()) {
+    return done(Summarize(requests, sections,
+                          engine_.CheckAll(*config, requests, now_us, consumed), now_us));
+  }
+  // (On Redis nothing is recorded for refunds: Refund works on the memory store only.)
+  std::vector<engine::Request> copy = requests;
+  engine_.CheckAllAsync(std::move(config), std::move(copy), now_us,
+                        [this, requests, sections, now_us,
+                         done = std::move(done)](std::vector<engine::Response> decisions) {
+                          done(Summarize(requests, sections, std::move(decisions), now_us));
+                        });
 }
 
 void Service::RecordDecision(std::string_view domain, const engine::Response& decision,
@@ -253,6 +260,25 @@ void Service::RecordDecision(std::string_view domain, const engine::Response& de
   if (metrics_ == nullptr) return;
   metrics_->decision_duration->Observe(elapsed_us);
   CountDecisions(domain, decision);
+}
+
+Service::RouteDecision Service::Summarize(const std::vector<engine::Request>& requests,
+                                          const std::vector<const rules::HttpSection*>& sections,
+                                          std::vector<engine::Response> decisions, int64_t now_us) {
+  RouteDecision out;
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    if (metrics_ != nullptr) CountDecisions(requests[i].domain, decisions[i]);
+    if (out.status != 200) continue;
+    for (const auto& d : decisions[i].descriptors) {
+      if (d.code == engine::DescriptorResult::Code::kOverLimit) out.status = sections[i]->deny_status;
+    }
+  }
+  if (metrics_ != nullptr && !decisions.empty()) {
+    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
+  }
+  out.combined = engine::Combine(std::move(decisions));
+  if (!out.combined.allowed && out.status == 200) out.status = 429;
+  return out;
 }
 
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
@@ -273,6 +299,12 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
     return SetJson(response, beast_http::status::service_unavailable,
                    R"json({"error":"rate limit backend unavailable (failure_mode: closed)"})json");
   }
+  AddRateLimitHeaders(config, decision, response);
+  SetJson(response, status, RenderCheckResponse(decision));
+}
+
+void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Response& decision,
+                                  HttpResponse& response) const {
   if (decision.backend == engine::BackendState::kFailedOpen) {
     response.set("X-RateLimit-Status", "degraded");
   } else if (decision.backend == engine::BackendState::kLocal) {
@@ -283,7 +315,6 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
   AppendRateLimitHeaders(decision, styles, &headers);
   for (const Header& h : headers) response.set(h.name, h.value);
-  SetJson(response, status, RenderCheckResponse(decision));
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {

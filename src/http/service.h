@@ -1,7 +1,9 @@
 // The HTTP endpoints of `sluice serve`: the data plane and the admin API, on top of HttpServer.
 //
 //   data plane: POST /v1/check (sluice's JSON API), POST /json (envoyproxy/ratelimit's),
-//               any method /v1/auth[/original/path] (forward-auth), GET /healthcheck
+//               any method /v1/auth[/original/path] (forward-auth), GET /healthcheck;
+//               in reverse proxy mode (some domain has `http.upstream`) every other path is
+//               decided by the `http:` routes and forwarded upstream (service_proxy.cc)
 //   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload, GET /metrics,
 //               GET|DELETE /v1/limits?domain=D&descriptors=k=v,...
 //
@@ -10,13 +12,17 @@
 #ifndef SLUICE_HTTP_SERVICE_H_
 #define SLUICE_HTTP_SERVICE_H_
 
+#include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "http/metrics.h"
 #include "http/rate_limit_headers.h"
 #include "http/server.h"
+#include "http/upstream_client.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
 #include "store/memory_store.h"
@@ -52,6 +58,11 @@ class Service {
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response,
                    Deferral& deferral);
 
+  // Closes the reverse proxy's idle upstream connections. Call after the HttpServer stopped
+  // running and before it is destroyed (they live on its io_contexts).
+  void CloseUpstreams() { upstream_.CloseIdle(); }
+  const UpstreamClient& upstream_client() const { return upstream_; }
+
  private:
   // Receives the finished answer: now, or later from the backend's thread.
   using Send = std::function<void(HttpResponse)>;
@@ -61,6 +72,31 @@ class Service {
                         const std::function<void(Send)>& decide);
   void CountResponse(const HttpResponse& response);
   void Readyz(HttpResponse& response);
+
+  struct ProxyCall;
+  // The `http:` routes' decision over every domain, as one (forward-auth and the proxy).
+  struct RouteDecision {
+    engine::Response combined;
+    int status = 200;  // 200, or the deny status of the first domain that denied
+  };
+  // Decides `requests` (one per domain, `sections` their http: sections) on whichever store
+  // decides; `done` runs once, perhaps on the backend's thread. With `consumed` (memory store
+  // only), what an admitted request consumed is recorded there for a refund.
+  void DecideRoutes(std::shared_ptr<const rules::Config> config,
+                    std::vector<engine::Request> requests,
+                    std::vector<const rules::HttpSection*> sections, engine::Consumption* consumed,
+                    std::function<void(RouteDecision)> done);
+  RouteDecision Summarize(const std::vector<engine::Request>& requests,
+                          const std::vector<const rules::HttpSection*>& sections,
+                          std::vector<engine::Response> decisions, int64_t now_us);
+  void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
+             Deferral& deferral, std::shared_ptr<const rules::Config> config);
+  void ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided);
+  void Forward(std::shared_ptr<ProxyCall> call);
+  void ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result);
+  void CountProxy(std::string_view outcome);
+  void AddRateLimitHeaders(const rules::Config& config, const engine::Response& decision,
+                           HttpResponse& response) const;
 
   void Route(const HttpRequest& request, const std::string& peer, HttpResponse& response,
              Deferral& deferral);
@@ -83,6 +119,8 @@ class Service {
   ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;
   std::function<BackendHealth()> backend_health_;
+  UpstreamClient upstream_;
+  std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
 };
 
 }  // namespace sluice::http

@@ -116,6 +116,8 @@ struct HttpSection {
   std::vector<Cidr> trusted_proxies;
   std::vector<HttpRoute> routes;
   std::string upstream;                 // reverse proxy target, e.g. http://127.0.0.1:9000
+  std::string upstream_host;            // parsed from it: "127.0.0.1" (IPv6 without brackets)
+  uint16_t upstream_port = 0;           // 80 when the URL names none
   std::vector<std::string> refund_on;   // 5xx, connect_error, timeout
 };
 
@@ -159,6 +161,8 @@ struct Settings {
   int64_t header_timeout_us = 10 * 1000000;  // a request must arrive whole within this
   int64_t idle_timeout_us = 60 * 1000000;    // keep-alive connections idle longer are closed
   size_t max_connections = 10000;
+  int64_t upstream_timeout_us = 30 * 1000000;  // reverse proxy: the whole upstream exchange
+  size_t max_delayed = 10000;  // reverse proxy: requests held by leaky_bucket shaping at once
   bool count_denied = false;
   bool shadow_mode = false;
   bool allow_unknown_domain = false;
@@ -174,6 +178,9 @@ struct Config {
   Settings settings;
   size_t limit_count = 0;
   std::string version;  // hex hash of every loaded file's bytes
+  // Reverse proxy mode is on when some domain has `http.upstream`; this is the first such
+  // domain by name (the upstream of requests that no upstream domain's route matches).
+  const Domain* proxy_domain = nullptr;
 
   const Domain* FindDomain(const std::string& name) const {
     auto it = by_name.find(name);

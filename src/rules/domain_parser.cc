@@ -330,6 +330,10 @@ class DomainParser {
     if (auto upstream = r_.String(http, "upstream")) {
       if (upstream->rfind("http://", 0) != 0) {
         r_.Error(http["upstream"], "upstream must be an http:// URL");
+      } else if (!ParseUpstream(*upstream, section)) {
+        r_.Error(http["upstream"],
+                 fmt::format("bad upstream '{}': give http://HOST[:PORT] (no path, no user info)",
+                             *upstream));
       }
       section.upstream = *upstream;
     }
@@ -349,6 +353,41 @@ class DomainParser {
       }
     }
     domain_.http = std::move(section);
+  }
+
+  // "http://HOST[:PORT][/]" -> section.upstream_host/port. HOST is a name, an IPv4 address or
+  // a bracketed IPv6 address; PORT defaults to 80.
+  static bool ParseUpstream(std::string_view url, HttpSection& section) {
+    std::string_view rest = url.substr(7);  // after http://
+    if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+    if (rest.empty() || rest.find_first_of("/?#@ ") != std::string_view::npos) return false;
+    std::string_view host = rest, port;
+    if (rest.front() == '[') {
+      const size_t close = rest.find(']');
+      if (close == std::string_view::npos) return false;
+      host = rest.substr(1, close - 1);
+      const std::string_view after = rest.substr(close + 1);
+      if (!after.empty()) {
+        if (after.front() != ':') return false;
+        port = after.substr(1);
+      }
+    } else if (const size_t colon = rest.find(':'); colon != std::string_view::npos) {
+      host = rest.substr(0, colon);
+      port = rest.substr(colon + 1);
+      if (port.empty()) return false;
+    }
+    if (host.empty()) return false;
+    unsigned value = 80;
+    if (!port.empty()) {
+      if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) {
+        return false;
+      }
+      value = static_cast<unsigned>(std::stoul(std::string(port)));
+      if (value == 0 || value > 65535) return false;
+    }
+    section.upstream_host = std::string(host);
+    section.upstream_port = static_cast<uint16_t>(value);
+    return true;
   }
 
   void ParseRoute(const YAML::Node& node, HttpSection& section) {

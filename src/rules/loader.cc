@@ -116,6 +116,12 @@ class Loader {
       return {nullptr, std::move(errors_)};
     }
     config->domains = std::move(domains_);
+    for (const auto& domain : config->domains) {
+      if (!domain->http || domain->http->upstream.empty()) continue;
+      if (config->proxy_domain == nullptr || domain->name < config->proxy_domain->name) {
+        config->proxy_domain = domain.get();
+      }
+    }
     config->version = fmt::format("{:016x}", XXH3_64bits_digest(&hash_state_));
     return {std::move(config), {}};
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/default_config.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/config.h"
@@ -541,6 +542,8 @@ descriptors:
   EXPECT_EQ(http.trusted_proxies[1].prefix_bits, 128);
   EXPECT_EQ(http.trusted_proxies[2].prefix_bits, 128);
   EXPECT_EQ(http.upstream, "http://127.0.0.1:9000");
+  EXPECT_EQ(http.upstream_host, "127.0.0.1");
+  EXPECT_EQ(http.upstream_port, 9000);
   EXPECT_THAT(http.refund_on, ElementsAre("5xx", "connect_error", "timeout"));
   ASSERT_THAT(http.routes, SizeIs(2));
   const HttpRoute& api = http.routes[0];
@@ -596,7 +599,8 @@ redis:
   instances: 3
 store: {max_entries: 1000}
 headers: [ietf]
-http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512}
+http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512, upstream_timeout: 2500ms,
+       max_delayed: 77}
 count_denied: true
 shadow_mode: true
 unknown_domain: allow
@@ -622,11 +626,38 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.max_header_bytes, 8192u);
   EXPECT_EQ(s.max_body_bytes, 4096u);
   EXPECT_EQ(s.max_key_bytes, 512u);
+  EXPECT_EQ(s.upstream_timeout_us, 2500000);
+  EXPECT_EQ(s.max_delayed, 77u);
   EXPECT_TRUE(s.count_denied);
   EXPECT_TRUE(s.shadow_mode);
   EXPECT_TRUE(s.allow_unknown_domain);
   EXPECT_TRUE(s.rls_response_headers);
   EXPECT_TRUE(s.rls_reject_unknown_domain);
+}
+
+TEST(LoaderExtensionsTest, UpstreamUrls) {
+  const auto upstream = [](const std::string& url) -> std::pair<std::string, int> {
+    auto config = MustLoad("domain: d\nhttp:\n  upstream: \"" + url + "\"\n");
+    if (config == nullptr) return {"<error>", -1};
+    const HttpSection& http = *config->FindDomain("d")->http;
+    return {http.upstream_host, http.upstream_port};
+  };
+  EXPECT_EQ(upstream("http://127.0.0.1:9000"), std::make_pair(std::string("127.0.0.1"), 9000));
+  EXPECT_EQ(upstream("http://127.0.0.1:9000/"), std::make_pair(std::string("127.0.0.1"), 9000));
+  EXPECT_EQ(upstream("http://backend"), std::make_pair(std::string("backend"), 80));
+  EXPECT_EQ(upstream("http://[::1]:8081"), std::make_pair(std::string("::1"), 8081));
+  EXPECT_EQ(upstream("http://[::1]"), std::make_pair(std::string("::1"), 80));
+}
+
+TEST(LoaderErrorsTest, BadUpstreamUrls) {
+  for (const char* url : {"http://", "http://h:", "http://h:0", "http://h:65536", "http://h:8x",
+                          "http://h/path", "http://u@h:1", "http://[::1", "http://[::1]x",
+                          "http://h:1?q", "http://:80"}) {
+    EXPECT_THAT(Errors(fmt::format("domain: d\nhttp:\n  upstream: \"{}\"\n", url)),
+                ElementsAre(fmt::format("t.yaml:3:13: bad upstream '{}': give http://HOST[:PORT] "
+                                        "(no path, no user info)",
+                                        url)));
+  }
 }
 
 TEST(LoaderExtensionsTest, EmbeddedDefaultConfigLoads) {

@@ -144,6 +144,23 @@ bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
   return shard.logs.erase(hash) > 0;
 }
 
+void MemoryStore::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us) {
+  const int64_t now = std::max(MonotonicNow(now_us), decided_at_us);
+  for (const Item& item : items) {
+    const uint64_t hash = Hash(item.limit_id, item.key);
+    Shard& shard = ShardFor(hash);
+    util::SpinLockHolder lock(&shard.mu);
+    if (item.limit->algorithm == Algorithm::kSlidingLog) {
+      auto it = shard.logs.find(hash);
+      if (it != shard.logs.end()) {
+        algo::RefundSlidingLog(it->second, decided_at_us, now, *item.limit, item.cost);
+      }
+    } else if (CompactTable::Slot* slot = shard.table.Find(hash)) {
+      algo::RefundCompact(slot->state, decided_at_us, now, *item.limit, item.cost);
+    }
+  }
+}
+
 MemoryStore::Stats MemoryStore::GetStats() const {
   Stats stats;
   for (const auto& shard : shards_) {
@@ -160,8 +177,10 @@ MemoryStore::Stats MemoryStore::GetStats() const {
 
 namespace sluice::store {
 
-bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out) {
+bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                            int64_t* decided_at_us) {
   const int64_t now = MonotonicNow(now_us);
+  if (decided_at_us != nullptr) *decided_at_us = now;
   const size_t n = items.size();
 
   // A state being decided: an existing slot or log, or a fresh one to insert at the end.

@@ -82,7 +82,16 @@ class MemoryStore {
   // items). out[i] receives item i's decision; an item that would have allowed a denied request
   // reports allowed with nothing consumed. Returns whether the request is allowed.
   // Atomic with respect to every other decision: the shards involved are locked together.
-  bool DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out);
+  // `decided_at_us`, when given, receives the time the decision used (now_us, clamped; see
+  // MonotonicNow): Refund needs it.
+  bool DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                 int64_t* decided_at_us = nullptr);
+
+  // Gives back what `items` consumed when DecideAll admitted them at `decided_at_us` (e.g. the
+  // upstream failed); see algo::RefundCompact for what each algorithm gives back. Pass only
+  // items that consumed (their decision allowed, cost > 0). A key whose state is gone (idle,
+  // reclaimed, evicted, reset) is left alone. Never makes a state better than a fresh key's.
+  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us);
 
   // Starts fetching the state of (limit_id, key) into the cache, without locking: a caller with
   // several decisions at hand prefetches the next ones while deciding the current one, so that

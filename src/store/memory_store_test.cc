@@ -201,6 +201,40 @@ TEST_P(StoreAlgorithmTest, ResetForgetsOneKey) {
   EXPECT_EQ(store.Decide(limit, id, "bob", 0), ModelDecide(bob, kT0, limit, 0));
 }
 
+// Refund gives back what DecideAll took, stamped with the time DecideAll reports using (here
+// later than the one proposed: another key moved the store's clock on).
+TEST_P(StoreAlgorithmTest, RefundGivesBackWhatDecideAllTook) {
+  const Limit limit = GetParam();
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  store.DecideAt(limit, id, "other", 1, kT0 + 5 * kMs);
+  const MemoryStore::Item items[] = {{.limit = &limit, .limit_id = id, .key = "k", .cost = 2}};
+  Decision out[1];
+  int64_t decided_at = 0;
+  ASSERT_TRUE(store.DecideAll(items, kT0, out, &decided_at));
+  EXPECT_EQ(decided_at, kT0 + 5 * kMs);
+  // Someone else's 1, at the same instant (for the buckets, a later one would find part of the
+  // refunded request's debt already drained: see docs/algorithms.md, Refunds).
+  ASSERT_TRUE(store.DecideAt(limit, id, "k", 1, kT0 + 5 * kMs).allowed);
+  store.Refund(items, decided_at, kT0 + 7 * kMs);
+  ModelState expected;  // as if only that request had been admitted
+  ModelDecide(expected, kT0 + 5 * kMs, limit, 1);
+  EXPECT_EQ(store.DecideAt(limit, id, "k", 0, kT0 + 7 * kMs),
+            ModelDecide(expected, kT0 + 7 * kMs, limit, 0));
+  // Refunding again (or a key never seen) gives nothing more than a fresh key has.
+  store.Refund(items, decided_at, kT0 + 8 * kMs);
+  store.Refund(items, decided_at, kT0 + 8 * kMs);
+  const MemoryStore::Item unknown[] = {{.limit = &limit, .limit_id = id, .key = "nobody", .cost = 1}};
+  store.Refund(unknown, decided_at, kT0 + 8 * kMs);
+  EXPECT_EQ(store.GetStats().entries, 2u);
+  ModelState fresh;
+  EXPECT_EQ(store.DecideAt(limit, id, "nobody", 0, kT0 + 8 * kMs),
+            ModelDecide(fresh, kT0 + 8 * kMs, limit, 0));
+  EXPECT_LE(store.DecideAt(limit, id, "k", 0, kT0 + 8 * kMs).remaining,
+            ModelDecide(fresh, kT0 + 8 * kMs, limit, 0).remaining);
+}
+
 TEST_P(StoreAlgorithmTest, PeeksAndDeniedNewKeysTakeNoRoom) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);

@@ -1,0 +1,179 @@
+// Reverse proxy mode of the data plane (Service::Proxy): decide with the `http:` routes exactly
+// as forward-auth does, answer a deny at once, hold an admitted request for its leaky_bucket
+// delay (a timer on the connection's io_context, bounded by http.max_delayed), forward it
+// upstream (UpstreamClient), give the quota back when the answer matches the domain's
+// `refund_on`, and pass the upstream's answer on with the rate-limit headers added.
+//
+// Which upstream: the first domain by name, among those whose route matched the request and
+// that have an `upstream`; if none of them has one, Config::proxy_domain's (the first domain by
+// name with an upstream). Its `refund_on` applies, to everything the request consumed.
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <optional>
+
+#include "fmt/format.h"
+#include "http/check_json.h"
+#include "http/http_routes.h"
+#include "http/service.h"
+
+namespace sluice::http {
+
+struct Service::ProxyCall {
+  Responder responder;
+  HttpRequest request;
+  std::shared_ptr<const rules::Config> config;  // the snapshot it was decided on
+  engine::Response decision;
+  engine::Consumption consumed;
+  const rules::HttpSection* section = nullptr;  // the upstream's (in `config`)
+  UpstreamTarget target;
+  boost::asio::any_io_executor executor;
+  std::optional<boost::asio::steady_timer> delay;
+};
+
+namespace {
+
+bool Has(const std::vector<std::string>& list, std::string_view what) {
+  return std::find(list.begin(), list.end(), what) != list.end();
+}
+
+std::string_view MethodOf(const HttpRequest& request) {
+  return {request.method_string().data(), request.method_string().size()};
+}
+
+}  // namespace
+
+void Service::CountProxy(std::string_view outcome) {
+  if (metrics_ == nullptr) return;
+  const std::string_view labels[] = {outcome};
+  metrics_->proxy_requests->WithLabels(labels)->Inc();
+}
+
+void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
+                    Deferral& deferral, std::shared_ptr<const rules::Config> config) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  auto checks = BuildRouteChecks(
+      *config, {.method = MethodOf(request), .path = path, .peer = peer, .headers = &request});
+  if (!checks.ok()) {
+    response.result(beast_http::status::bad_request);
+    response.set(beast_http::field::content_type, "application/json");
+    response.body() = RenderError(std::string(checks.status().message()));
+    return;
+  }
+  const rules::HttpSection* section = nullptr;
+  std::string_view section_domain;
+  for (size_t i = 0; i < checks->sections.size(); ++i) {
+    if (checks->sections[i]->upstream.empty()) continue;
+    if (section == nullptr || checks->requests[i].domain < section_domain) {
+      section = checks->sections[i];
+      section_domain = checks->requests[i].domain;
+    }
+  }
+  if (section == nullptr) section = &*config->proxy_domain->http;
+
+  auto call = std::make_shared<ProxyCall>();
+  call->section = section;
+  call->target = {.host = section->upstream_host, .port = section->upstream_port};
+  call->executor = deferral.executor();
+  call->request = std::move(request);
+  PrepareUpstreamRequest(call->request, peer);
+  call->config = config;
+  call->responder = deferral.Take();  // every proxied request is answered later
+  // On the memory store what the request consumes is recorded for a refund; on Redis it is not
+  // (refunds are not implemented there).
+  engine::Consumption* consumed = engine_.remote() ? nullptr : &call->consumed;
+  DecideRoutes(std::move(config), std::move(checks->requests), std::move(checks->sections),
+               consumed, [this, call](RouteDecision decided) {
+                 // Back on the connection's thread (the decision may come from Redis's).
+                 boost::asio::post(call->executor, [this, call, decided = std::move(decided)]() mutable {
+                   ProxyDecided(call, std::move(decided));
+                 });
+               });
+}
+
+void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided) {
+  const auto answer = [&](HttpResponse response) {
+    CountResponse(response);
+    call->responder.Send(std::move(response));
+  };
+  if (!decided.combined.allowed) {
+    CountProxy("denied");
+    HttpResponse response;
+    SetDecision(*call->config, decided.combined, static_cast<beast_http::status>(decided.status),
+                response);
+    return answer(std::move(response));
+  }
+  int64_t delay_us = 0;
+  for (const auto& d : decided.combined.descriptors) {
+    for (const auto& limit : d.limits) delay_us = std::max(delay_us, limit.decision.delay_us);
+  }
+  if (delay_us > 0 &&
+      delayed_.fetch_add(1, std::memory_order_relaxed) >= call->config->settings.max_delayed) {
+    // Shaping is full: the request is not served, so it keeps nothing of the quota.
+    delayed_.fetch_sub(1, std::memory_order_relaxed);
+    engine_.Refund(call->consumed, clock_->NowMicros());
+    CountProxy("shaped_rejected");
+    HttpResponse response;
+    response.result(beast_http::status::service_unavailable);
+    response.set(beast_http::field::retry_after,
+                 std::to_string(std::max<int64_t>(1, (delay_us + 999999) / 1000000)));
+    response.set(beast_http::field::content_type, "application/json");
+    response.body() = fmt::format(
+        "{{\"error\":\"too many requests are being delayed by shaping (http.max_delayed = {})\"}}",
+        call->config->settings.max_delayed);
+    return answer(std::move(response));
+  }
+  call->decision = std::move(decided.combined);
+  if (delay_us == 0) return Forward(std::move(call));
+  call->delay.emplace(call->executor, std::chrono::microseconds(delay_us));
+  call->delay->async_wait([this, call](boost::system::error_code) mutable {
+    delayed_.fetch_sub(1, std::memory_order_relaxed);
+    Forward(std::move(call));
+  });
+}
+
+void Service::Forward(std::shared_ptr<ProxyCall> call) {
+  const auto timeout = std::chrono::milliseconds(
+      std::max<int64_t>(1, call->config->settings.upstream_timeout_us / 1000));
+  HttpRequest request = std::move(call->request);
+  const boost::asio::any_io_executor executor = call->executor;
+  UpstreamTarget target = call->target;
+  upstream_.Forward(executor, std::move(target), std::move(request), timeout,
+                    [this, call = std::move(call)](UpstreamResult result) {
+                      ProxyAnswered(call, std::move(result));
+                    });
+}
+
+void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result) {
+  const std::vector<std::string>& refund_on = call->section->refund_on;
+  bool refund = false;
+  switch (result.outcome) {
+    case UpstreamOutcome::kOk:
+      CountProxy("forwarded");
+      refund = result.response.result_int() >= 500 && Has(refund_on, "5xx");
+      break;
+    case UpstreamOutcome::kConnectError:
+      CountProxy("upstream_error");
+      refund = Has(refund_on, "connect_error");
+      break;
+    case UpstreamOutcome::kTimeout:
+      CountProxy("timeout");
+      refund = Has(refund_on, "timeout");
+      break;
+    case UpstreamOutcome::kError:
+      CountProxy("upstream_error");
+      break;
+  }
+  if (refund && !call->consumed.items.empty()) {
+    engine_.Refund(call->consumed, clock_->NowMicros());
+    if (metrics_ != nullptr) metrics_->proxy_refunds->Inc();
+  }
+  // The headers describe the decision as it was made (a refund is not reflected in them).
+  AddRateLimitHeaders(*call->config, call->decision, result.response);
+  CountResponse(result.response);
+  call->responder.Send(std::move(result.response));
+}
+
+}  // namespace sluice::http

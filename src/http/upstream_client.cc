@@ -1,0 +1,330 @@
+#include "http/upstream_client.h"
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <optional>
+
+#include "fmt/format.h"
+#include "http/check_json.h"
+
+namespace sluice::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
+
+bool Idempotent(beast_http::verb method) {
+  switch (method) {
+    case beast_http::verb::get:
+    case beast_http::verb::head:
+    case beast_http::verb::options:
+    case beast_http::verb::trace:
+    case beast_http::verb::put:
+    case beast_http::verb::delete_:
+      return true;
+    default:
+      return false;
+  }
+}
+
+HttpResponse ErrorResponse(beast_http::status status, const UpstreamTarget& target,
+                           std::string_view what) {
+  HttpResponse response(status, 11);
+  response.set(beast_http::field::content_type, "application/json");
+  std::string body = "{\"error\":";
+  AppendJsonString(&body, fmt::format("upstream {}: {}", target.Describe(), what));
+  body += ",\"upstream\":";
+  AppendJsonString(&body, target.Describe());
+  body += "}";
+  response.body() = std::move(body);
+  return response;
+}
+
+}  // namespace
+
+std::string UpstreamTarget::Describe() const {
+  return host.find(':') != std::string::npos ? fmt::format("http://[{}]:{}", host, port)
+                                             : fmt::format("http://{}:{}", host, port);
+}
+
+void StripHopByHop(beast_http::fields& fields) {
+  // Fields named by Connection are this hop's too (RFC 9110 §7.6.1).
+  std::vector<std::string> named;
+  auto range = fields.equal_range(beast_http::field::connection);
+  for (auto it = range.first; it != range.second; ++it) {
+    for (auto token : beast_http::token_list(it->value())) named.emplace_back(View(token));
+  }
+  for (const std::string& name : named) fields.erase(name);
+  for (const char* name : {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer",
+                           "Transfer-Encoding", "Upgrade"}) {
+    fields.erase(name);
+  }
+}
+
+void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer) {
+  StripHopByHop(request.base());
+  request.erase(beast_http::field::expect);
+  request.erase(beast_http::field::content_length);  // set again from the body when sent
+  // X-Forwarded-For: the hops so far, then the one this request came from.
+  std::string forwarded;
+  auto range = request.equal_range("X-Forwarded-For");
+  for (auto it = range.first; it != range.second; ++it) {
+    const std::string_view value = View(it->value());
+    if (value.empty()) continue;
+    if (!forwarded.empty()) forwarded += ", ";
+    forwarded += value;
+  }
+  if (!forwarded.empty()) forwarded += ", ";
+  forwarded += peer;
+  request.set("X-Forwarded-For", forwarded);
+  if (request.find("X-Forwarded-Proto") == request.end()) request.set("X-Forwarded-Proto", "http");
+  if (request.find("X-Forwarded-Host") == request.end()) {
+    if (auto host = request.find(beast_http::field::host); host != request.end()) {
+      request.set("X-Forwarded-Host", host->value());
+    }
+  }
+}
+
+struct UpstreamClient::Connection {
+  explicit Connection(const asio::any_io_executor& executor) : stream(executor) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  Clock::time_point idle_since;
+};
+
+// One request: connect (or reuse), send, read the answer, call back. Owns itself while an
+// operation is pending.
+class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
+ public:
+  Exchange(UpstreamClient* client, asio::any_io_executor executor, UpstreamTarget target,
+           HttpRequest request, std::chrono::milliseconds timeout,
+           std::function<void(UpstreamResult)> done)
+      : client_(client),
+        executor_(std::move(executor)),
+        target_(std::move(target)),
+        request_(std::move(request)),
+        deadline_(Clock::now() + timeout),
+        done_(std::move(done)),
+        resolver_(executor_),
+        key_(&asio::query(executor_, asio::execution::context),
+             fmt::format("{}:{}", target_.host, target_.port)) {
+    request_.version(11);
+    request_.keep_alive(true);
+    request_.prepare_payload();
+  }
+
+  void Start() {
+    connection_ = client_->TakeIdle(key_);
+    if (connection_ != nullptr) {
+      reused_ = true;
+      return Send();
+    }
+    Connect();
+  }
+
+ private:
+  void Connect() {
+    reused_ = false;
+    resolver_.async_resolve(
+        target_.host, std::to_string(target_.port),
+        [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
+          if (ec) {
+            return self->Finish(UpstreamOutcome::kConnectError, beast_http::status::bad_gateway,
+                                fmt::format("cannot resolve: {}", ec.message()));
+          }
+          self->connection_ = std::make_unique<Connection>(self->executor_);
+          {
+            std::lock_guard<std::mutex> lock(self->client_->mu_);
+            ++self->client_->opened_;
+          }
+          self->connection_->stream.expires_at(self->deadline_);
+          self->connection_->stream.async_connect(results, [self](beast::error_code ec,
+                                                                  const tcp::endpoint&) {
+            if (ec == beast::error::timeout) {
+              return self->Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
+                                  "no connection within the timeout");
+            }
+            if (ec) {
+              return self->Finish(UpstreamOutcome::kConnectError, beast_http::status::bad_gateway,
+                                  fmt::format("cannot connect: {}", ec.message()));
+            }
+            self->Send();
+          });
+        });
+  }
+
+  void Send() {
+    connection_->stream.expires_at(deadline_);
+    beast_http::async_write(connection_->stream, request_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->Failed(ec, /*sent=*/false);
+                              self->Read();
+                            });
+  }
+
+  void Read() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(client_->options_.max_response_header_bytes));
+    parser_->body_limit(client_->options_.max_response_bytes);
+    if (request_.method() == beast_http::verb::head) parser_->skip(true);
+    connection_->stream.expires_at(deadline_);
+    beast_http::async_read(connection_->stream, connection_->buffer, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                             if (ec) return self->Failed(ec, /*sent=*/true);
+                             self->Done();
+                           });
+  }
+
+  // An I/O error after connecting: a stale pooled connection is retried once when safe.
+  void Failed(beast::error_code ec, bool sent) {
+    if (ec == beast::error::timeout) {
+      return Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
+                    "no answer within the timeout");
+    }
+    const bool nothing_back = !parser_ || !parser_->got_some();
+    if (reused_ && nothing_back && (!sent || Idempotent(request_.method()))) {
+      connection_.reset();
+      return Connect();
+    }
+    if (ec == beast_http::error::body_limit) {
+      return Finish(
+          UpstreamOutcome::kError, beast_http::status::bad_gateway,
+          fmt::format("the answer is larger than {} bytes", client_->options_.max_response_bytes));
+    }
+    Finish(
+        UpstreamOutcome::kError, beast_http::status::bad_gateway,
+        fmt::format("{}: {}", sent ? "reading the answer" : "sending the request", ec.message()));
+  }
+
+  void Done() {
+    HttpResponse response = parser_->release();
+    if (response.keep_alive() && connection_->buffer.size() == 0) {
+      client_->ReturnIdle(key_, std::move(connection_));
+    }
+    connection_.reset();
+    StripHopByHop(response.base());
+    Call({.outcome = UpstreamOutcome::kOk, .response = std::move(response)});
+  }
+
+  void Finish(UpstreamOutcome outcome, beast_http::status status, std::string what) {
+    if (connection_ != nullptr) {
+      beast::error_code ignored;
+      connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      connection_->stream.close();
+      connection_.reset();
+    }
+    Call({.outcome = outcome, .response = ErrorResponse(status, target_, what)});
+  }
+
+  void Call(UpstreamResult result) {
+    auto done = std::move(done_);
+    done_ = nullptr;
+    if (done) done(std::move(result));
+  }
+
+  UpstreamClient* client_;
+  asio::any_io_executor executor_;
+  const UpstreamTarget target_;
+  HttpRequest request_;
+  const Clock::time_point deadline_;
+  std::function<void(UpstreamResult)> done_;
+  tcp::resolver resolver_;
+  const PoolKey key_;
+  std::unique_ptr<Connection> connection_;
+  std::optional<beast_http::response_parser<beast_http::string_body>> parser_;
+  bool reused_ = false;
+};
+
+UpstreamClient::UpstreamClient(UpstreamOptions options) : options_(options) {}
+
+UpstreamClient::~UpstreamClient() = default;
+
+void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget target,
+                             HttpRequest request, std::chrono::milliseconds timeout,
+                             std::function<void(UpstreamResult)> done) {
+  auto exchange = std::make_shared<Exchange>(this, executor, std::move(target), std::move(request),
+                                             timeout, std::move(done));
+  // Run on the io_context's thread: pooled connections are touched only there.
+  asio::dispatch(executor, [exchange] { exchange->Start(); });
+}
+
+std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolKey& key) {
+  std::unique_ptr<Connection> connection;
+  std::vector<std::unique_ptr<Connection>> expired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.find(key);
+    if (it == idle_.end()) return nullptr;
+    const Clock::time_point oldest = Clock::now() - options_.max_idle_age;
+    auto& list = it->second;
+    // Newest last: the most recently used connection is the least likely to be stale.
+    while (!list.empty() && connection == nullptr) {
+      std::unique_ptr<Connection> c = std::move(list.back());
+      list.pop_back();
+      if (c->idle_since >= oldest) {
+        connection = std::move(c);
+      } else {
+        expired.push_back(std::move(c));
+      }
+    }
+    if (list.empty()) idle_.erase(it);
+  }
+  for (auto& c : expired) {
+    beast::error_code ignored;
+    c->stream.socket().close(ignored);
+  }
+  return connection;
+}
+
+void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection) {
+  connection->idle_since = Clock::now();
+  connection->stream.expires_never();
+  std::unique_ptr<Connection> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& list = idle_[key];
+    if (list.size() >= options_.max_idle_per_target) {
+      dropped = std::move(list.front());  // the oldest goes
+      list.erase(list.begin());
+    }
+    list.push_back(std::move(connection));
+  }
+  if (dropped != nullptr) {
+    beast::error_code ignored;
+    dropped->stream.socket().close(ignored);
+  }
+}
+
+void UpstreamClient::CloseIdle() {
+  std::map<PoolKey, std::vector<std::unique_ptr<Connection>>> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle.swap(idle_);
+  }
+  for (auto& [key, list] : idle) {
+    for (auto& c : list) {
+      beast::error_code ignored;
+      c->stream.socket().close(ignored);
+    }
+  }
+}
+
+uint64_t UpstreamClient::connections_opened() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opened_;
+}
+
+size_t UpstreamClient::idle_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, list] : idle_) n += list.size();
+  return n;
+}
+
+}  // namespace sluice::http

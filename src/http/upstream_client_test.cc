@@ -1,0 +1,218 @@
+// UpstreamClient against scripted loopback servers: keep-alive reuse, the retry of a request on a
+// pooled connection the upstream closed while it was idle (idempotent methods only), 502 when
+// nothing listens, 504 on a silent upstream, and the request/response header rewriting.
+
+#include "http/upstream_client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace sluice::http {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using ::testing::HasSubstr;
+
+// Accepts connections on a loopback port; each connection reads requests and answers them with
+// `answer`, then closes if `close_after_answer` (without saying so: a keep-alive answer), or
+// never answers if `silent`. Runs on its own thread until destroyed.
+class ScriptedUpstream {
+ public:
+  ScriptedUpstream(std::string answer, bool close_after_answer, bool silent = false)
+      : answer_(std::move(answer)),
+        close_after_answer_(close_after_answer),
+        silent_(silent),
+        acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~ScriptedUpstream() {
+    io_.stop();
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  int connections() const { return connections_.load(); }
+  int requests() const { return requests_.load(); }
+
+ private:
+  struct Conn {
+    explicit Conn(tcp::socket s) : socket(std::move(s)) {}
+    tcp::socket socket;
+    std::string in;
+    char buf[4096];
+  };
+
+  void Accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec) return;
+      ++connections_;
+      Read(std::make_shared<Conn>(std::move(socket)));
+      Accept();
+    });
+  }
+
+  void Read(std::shared_ptr<Conn> c) {
+    c->socket.async_read_some(asio::buffer(c->buf),
+                              [this, c](boost::system::error_code ec, size_t n) {
+                                if (ec) return;
+                                c->in.append(c->buf, n);
+                                const size_t end = c->in.find("\r\n\r\n");
+                                if (end == std::string::npos) return Read(c);
+                                c->in.erase(0, end + 4);  // (the tests send no bodies)
+                                ++requests_;
+                                if (silent_) return Read(c);
+                                asio::async_write(c->socket, asio::buffer(answer_),
+                                                  [this, c](boost::system::error_code, size_t) {
+                                                    if (close_after_answer_) {
+                                                      boost::system::error_code ignored;
+                                                      c->socket.close(ignored);
+                                                      return;
+                                                    }
+                                                    Read(c);
+                                                  });
+                              });
+  }
+
+  const std::string answer_;
+  const bool close_after_answer_;
+  const bool silent_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::atomic<int> connections_{0};
+  std::atomic<int> requests_{0};
+};
+
+constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-End: 1\r\n\r\nok";
+
+class UpstreamClientTest : public ::testing::Test {
+ protected:
+  UpstreamResult Send(uint16_t port, beast_http::verb method,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    HttpRequest request(method, "/x", 11);
+    request.set(beast_http::field::host, "test");
+    UpstreamResult out;
+    client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = port}, std::move(request),
+                    timeout, [&](UpstreamResult r) { out = std::move(r); });
+    io_.run();
+    io_.restart();
+    return out;
+  }
+
+  asio::io_context io_;
+  UpstreamClient client_;
+};
+
+TEST_F(UpstreamClientTest, KeepAliveConnectionIsReused) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/false);
+  for (int i = 0; i < 3; ++i) {
+    const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+    ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+    EXPECT_EQ(r.response.body(), "ok");
+  }
+  EXPECT_EQ(upstream.connections(), 1);
+  EXPECT_EQ(client_.connections_opened(), 1u);
+  EXPECT_EQ(client_.idle_connections(), 1u);
+  client_.CloseIdle();
+  EXPECT_EQ(client_.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, StalePooledConnectionIsRetriedForIdempotentRequests) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
+  ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+  EXPECT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(r.response.body(), "ok");
+  EXPECT_EQ(upstream.connections(), 2);
+  EXPECT_EQ(upstream.requests(), 2);  // the stale connection never delivered the request
+}
+
+TEST_F(UpstreamClientTest, StalePooledConnectionIsNotRetriedForPost) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
+  ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::post);
+  EXPECT_EQ(r.outcome, UpstreamOutcome::kError);
+  EXPECT_EQ(r.response.result(), beast_http::status::bad_gateway);
+  EXPECT_EQ(upstream.connections(), 1);
+}
+
+TEST_F(UpstreamClientTest, NothingListeningIs502NamingTheUpstream) {
+  uint16_t port;
+  {
+    tcp::acceptor probe(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    port = probe.local_endpoint().port();
+  }
+  const UpstreamResult r = Send(port, beast_http::verb::get);
+  EXPECT_EQ(r.outcome, UpstreamOutcome::kConnectError);
+  EXPECT_EQ(r.response.result(), beast_http::status::bad_gateway);
+  EXPECT_THAT(r.response.body(), HasSubstr("http://127.0.0.1:" + std::to_string(port)));
+  EXPECT_THAT(r.response.body(), HasSubstr("cannot connect"));
+}
+
+TEST_F(UpstreamClientTest, SilentUpstreamIs504AfterTheTimeout) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
+  const auto start = std::chrono::steady_clock::now();
+  const UpstreamResult r =
+      Send(upstream.port(), beast_http::verb::get, std::chrono::milliseconds(200));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.outcome, UpstreamOutcome::kTimeout);
+  EXPECT_EQ(r.response.result(), beast_http::status::gateway_timeout);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(190));
+  EXPECT_LT(elapsed, std::chrono::seconds(3));
+  EXPECT_EQ(client_.idle_connections(), 0u);  // a timed-out connection is not reused
+}
+
+TEST_F(UpstreamClientTest, ResponseLosesHopByHopFields) {
+  ScriptedUpstream upstream(
+      "HTTP/1.1 200 OK\r\nConnection: X-Private\r\nX-Private: p\r\nKeep-Alive: timeout=5\r\n"
+      "Transfer-Encoding: chunked\r\nX-End: 1\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+      false);
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(r.response.body(), "ok");
+  EXPECT_EQ(r.response.count("X-Private"), 0u);
+  EXPECT_EQ(r.response.count("Keep-Alive"), 0u);
+  EXPECT_EQ(r.response.count(beast_http::field::transfer_encoding), 0u);
+  EXPECT_EQ(r.response.count(beast_http::field::connection), 0u);
+  EXPECT_EQ(r.response["X-End"], "1");
+}
+
+TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {
+  HttpRequest request(beast_http::verb::post, "/a?b=c", 11);
+  request.set(beast_http::field::host, "example.test");
+  request.set(beast_http::field::connection, "keep-alive, X-Secret");
+  request.set("X-Secret", "s");
+  request.set("Keep-Alive", "timeout=5");
+  request.set(beast_http::field::te, "trailers");
+  request.set(beast_http::field::upgrade, "websocket");
+  request.set("Proxy-Connection", "keep-alive");
+  request.set(beast_http::field::expect, "100-continue");
+  request.insert("X-Forwarded-For", "203.0.113.1");
+  request.insert("X-Forwarded-For", "198.51.100.2");
+  request.set("X-Kept", "k");
+  PrepareUpstreamRequest(request, "127.0.0.1");
+  for (const char* gone :
+       {"Connection", "X-Secret", "Keep-Alive", "TE", "Upgrade", "Proxy-Connection", "Expect"}) {
+    EXPECT_EQ(request.count(gone), 0u) << gone;
+  }
+  EXPECT_EQ(request.count("X-Forwarded-For"), 1u);
+  EXPECT_EQ(request["X-Forwarded-For"], "203.0.113.1, 198.51.100.2, 127.0.0.1");
+  EXPECT_EQ(request["X-Forwarded-Proto"], "http");
+  EXPECT_EQ(request["X-Forwarded-Host"], "example.test");
+  EXPECT_EQ(request[beast_http::field::host], "example.test");
+  EXPECT_EQ(request["X-Kept"], "k");
+  EXPECT_EQ(request.target(), "/a?b=c");
+}
+
+}  // namespace
+}  // namespace sluice::http

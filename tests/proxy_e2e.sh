@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# End-to-end tests of reverse proxy mode (http.upstream): sluice in front of a test upstream
+# (tests/upstream_server.cc), both started here on loopback ports.
+#   allowed requests forwarded with the upstream's status, body and the rate-limit headers;
+#   denied ones answered 429 and never forwarded; X-Forwarded-For appended; hop-by-hop fields
+#   stripped both ways; keep-alive reuse of upstream connections; upstream timeout -> 504;
+#   upstream down -> 502 with a clear body; leaky_bucket shaping delays; http.max_delayed full
+#   -> 503; refunds on 5xx and on connect errors.
+# Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server tests/proxy_e2e.sh
+set -u
+sluice=${SLUICE:?set SLUICE to the sluice binary}
+upstream=${UPSTREAM:?set UPSTREAM to the upstream_server binary}
+command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
+
+source "$(dirname "$0")/lib.sh"
+
+# The test upstream; sets UP (HOST:PORT).
+"$upstream" --listen 127.0.0.1:0 >"$tmp/upstream.out" 2>"$tmp/upstream.err" &
+UPID=$!
+pids+=("$UPID")
+for _ in $(seq 100); do
+  grep -q '^upstream: listening' "$tmp/upstream.out" 2>/dev/null && break
+  sleep 0.05
+done
+UP=$(sed -n 's/^upstream: listening on //p' "$tmp/upstream.out")
+[[ -n $UP ]] || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
+stat() { curl -s "http://$UP/stats" | sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
+
+# req [CURL ARGS...]: one request; prints the status, keeps headers and body.
+req() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' --max-time 10 "$@"; }
+
+# --- instance A: in front of the live upstream
+mkdir -p "$tmp/a"
+cat >"$tmp/a/sluice.yaml" <<EOF
+http: {upstream_timeout: 1s}
+EOF
+cat >"$tmp/a/proxy.yaml" <<EOF
+domain: proxy
+http:
+  upstream: http://$UP
+  refund_on: [5xx, timeout]
+  routes:
+    - match: {prefix: /limited}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: limited}}]
+    - match: {prefix: /status/}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: status}}, {path: {descriptor_key: path}}]
+    - match: {prefix: /shaped}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: shaped}}]
+    - match: {prefix: /slow}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: slow}}]
+descriptors:
+  - key: route
+    value: slow
+    rate_limit: {name: slow, requests: 1, window: 1m}
+  - key: route
+    value: limited
+    rate_limit: {name: limited, requests: 2, window: 1m}
+  - key: route
+    value: status
+    descriptors:
+      - key: path
+        rate_limit: {name: per_status_path, requests: 2, window: 1m}
+  - key: route
+    value: shaped
+    limits: [{name: shaped, algorithm: leaky_bucket, requests: 1, window: 100ms, burst: 4}]
+EOF
+start a --config "$tmp/a"
+[[ -n $DATA ]] || { echo "FAIL sluice (A) did not start"; cat "$tmp/a.err"; echo "0 passed, 1 failed"; exit 1; }
+url="http://$DATA"
+
+# --- allowed: forwarded with the upstream's status and body, plus the rate-limit headers
+check "allowed request forwarded" 200 "$(req "$url/limited/one?x=1")"
+check "the upstream's body" "GET /limited/one?x=1" "$(head -1 "$tmp/body")"
+check "X-RateLimit-Limit on the forwarded answer" 2 "$(header X-RateLimit-Limit)"
+check "X-RateLimit-Remaining on the forwarded answer" 1 "$(header X-RateLimit-Remaining)"
+check_contains "RateLimit-Policy names the limit" '"limited"' "$(header RateLimit-Policy)"
+check "second allowed" 200 "$(req "$url/limited/two")"
+
+# --- denied: 429, not forwarded
+before=$(stat requests)
+check "third denied with 429" 429 "$(req "$url/limited/three")"
+check "Retry-After on the deny" 1 "$([[ $(header Retry-After) =~ ^[0-9]+$ && $(header Retry-After) -ge 1 ]] && echo 1 || echo 0)"
+check "the denied request never reached the upstream" "$before" "$(stat requests)"
+
+# --- no route matched: forwarded without limits
+check "unrouted path forwarded" 200 "$(req -X POST --data 'hello' "$url/echo")"
+check "POST body forwarded" "hello" "$(tail -1 "$tmp/body")"
+check "no rate-limit headers without a limit" "" "$(header X-RateLimit-Limit)"
+
+# --- X-Forwarded-For appended (the value received kept), X-Forwarded-Proto/Host set
+req -H 'X-Forwarded-For: 203.0.113.9' -H 'Host: example.test' "$url/echo" >/dev/null
+check "X-Forwarded-For appended" "203.0.113.9, 127.0.0.1" "$(grep -i '^x-forwarded-for:' "$tmp/body" | cut -d' ' -f2- )"
+check "X-Forwarded-Proto set" "http" "$(grep -i '^x-forwarded-proto:' "$tmp/body" | cut -d' ' -f2-)"
+check "X-Forwarded-Host set" "example.test" "$(grep -i '^x-forwarded-host:' "$tmp/body" | cut -d' ' -f2-)"
+check "Host kept" "example.test" "$(grep -i '^host:' "$tmp/body" | cut -d' ' -f2-)"
+req "$url/echo" >/dev/null
+check "X-Forwarded-For of a direct client" "127.0.0.1" "$(grep -i '^x-forwarded-for:' "$tmp/body" | cut -d' ' -f2-)"
+
+# --- hop-by-hop fields stripped, both ways
+req -H 'Connection: keep-alive, X-Secret' -H 'X-Secret: s' -H 'Keep-Alive: timeout=5' \
+  -H 'TE: trailers' -H 'Upgrade: websocket' -H 'Proxy-Connection: keep-alive' -H 'X-Kept: k' "$url/echo" >/dev/null
+check "request: field named by Connection stripped" "" "$(grep -i '^x-secret:' "$tmp/body")"
+check "request: Keep-Alive, TE, Upgrade, Proxy-Connection, Connection stripped" "" \
+  "$(grep -iE '^(keep-alive|te|upgrade|proxy-connection|connection):' "$tmp/body")"
+check "request: end-to-end field kept" "k" "$(grep -i '^x-kept:' "$tmp/body" | cut -d' ' -f2-)"
+check "response from /hop" 200 "$(req "$url/hop")"
+check "response: field named by Connection stripped" "" "$(header X-Hop)"
+check "response: Keep-Alive stripped" "" "$(header Keep-Alive)"
+check "response: end-to-end field kept" "1" "$(header X-End)"
+
+# --- keep-alive: the upstream sees far fewer connections than requests
+conns_before=$(stat connections)
+for i in $(seq 20); do req "$url/echo" >/dev/null; done
+conns=$(( $(stat connections) - conns_before - 1 ))  # (the /stats call itself is one)
+check "20 requests over at most 4 upstream connections" 1 "$(( conns <= 4 ))"
+
+# --- refund on 5xx: 2 per minute per path; the upstream's 500s are refunded, its 200s are not
+codes=""
+for i in $(seq 5); do codes+="$(req "$url/status/500") "; done
+check "5 requests answered 500 by the upstream: all forwarded (each refunded)" "500 500 500 500 500 " "$codes"
+codes=""
+for i in $(seq 3); do codes+="$(req "$url/status/200") "; done
+check "with 200s the third is denied" "200 200 429 " "$codes"
+
+# --- upstream timeout (http.upstream_timeout: 1s) -> 504, refunded (refund_on: timeout)
+start_ns=$(date +%s%N)
+check "slow upstream -> 504" 504 "$(req "$url/slow?ms=3000")"
+elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+check "the 504 came after the timeout, not the upstream" 1 "$(( elapsed_ms >= 900 && elapsed_ms < 2800 ))"
+check_contains "the 504 body names the upstream" "http://$UP" "$(cat "$tmp/body")"
+check "refund on timeout: a second slow request (limit 1/min) is not denied" 504 "$(req "$url/slow?ms=3000")"
+# The upstream still answers the abandoned requests on their connections; the next one is fine.
+check "after a timeout the next request is served" 200 "$(req "$url/echo")"
+
+# --- leaky_bucket shaping: 1 per 100 ms with a queue of 4; 5 at once are all admitted, the
+# last about 400 ms later
+start_ns=$(date +%s%N)
+clients=()
+for i in $(seq 5); do req "$url/shaped/$i" >"$tmp/shaped.$i" & clients+=($!); done
+wait "${clients[@]}"
+elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+codes=$(cat "$tmp"/shaped.* | tr -d '\n')
+check "5 shaped requests all forwarded" "200200200200200" "$codes"
+check "shaping spread them over >= ~400 ms (took ${elapsed_ms} ms)" 1 "$(( elapsed_ms >= 380 ))"
+
+# --- metrics
+metrics=$(curl -s "http://$ADMIN/metrics")
+check_contains "forwarded counted" 'sluice_proxy_requests_total{outcome="forwarded"}' "$metrics"
+check_contains "denied counted" 'sluice_proxy_requests_total{outcome="denied"} 2' "$metrics"
+check_contains "timeout counted" 'sluice_proxy_requests_total{outcome="timeout"} 2' "$metrics"
+check_contains "refunds counted (5 x 500, 2 timeouts)" 'sluice_proxy_refunds_total 7' "$metrics"
+stop
+check "sluice (A) exits 0 on SIGTERM with pooled connections" 0 "$STATUS"
+
+# --- instance B: two upstream domains, one of them down; shaping bounded by http.max_delayed: 1
+dead=$(free_port)
+mkdir -p "$tmp/b"
+cat >"$tmp/b/sluice.yaml" <<EOF
+http: {max_delayed: 1}
+EOF
+cat >"$tmp/b/alive.yaml" <<EOF
+domain: alive
+http:
+  upstream: http://$UP
+  routes:
+    - match: {prefix: /shaped}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: shaped}}]
+descriptors:
+  - key: route
+    value: shaped
+    limits: [{name: shaped, algorithm: leaky_bucket, requests: 1, window: 1s, burst: 5}]
+EOF
+cat >"$tmp/b/down.yaml" <<EOF
+domain: down
+http:
+  upstream: http://127.0.0.1:$dead
+  refund_on: [connect_error]
+  routes:
+    - match: {prefix: /down}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: down}}]
+descriptors:
+  - key: route
+    value: down
+    rate_limit: {name: down, requests: 2, window: 1m}
+EOF
+start b --config "$tmp/b"
+url="http://$DATA"
+check "a path only the down domain routes goes to its upstream: 502" 502 "$(req "$url/down/x")"
+check_contains "the 502 body says what failed" "cannot connect" "$(cat "$tmp/body")"
+check_contains "the 502 body names the upstream" "http://127.0.0.1:$dead" "$(cat "$tmp/body")"
+check "the 502 is JSON" "application/json" "$(header Content-Type)"
+codes=""
+for i in $(seq 4); do codes+="$(req "$url/down/x") "; done
+check "connect errors refunded: 4 more past a limit of 2, all 502 (none 429)" "502 502 502 502 " "$codes"
+check "an unrouted path goes to the first upstream domain by name (alive)" 200 "$(req "$url/echo")"
+
+# max_delayed 1: of 3 at once, one goes at once, one waits (1 s), one is refused with 503
+clients=()
+for i in 1 2 3; do req "$url/shaped" >"$tmp/md.$i" & clients+=($!); done
+wait "${clients[@]}"
+codes=$(for f in "$tmp"/md.*; do cat "$f"; echo; done | sort | tr -d '\n')
+check "max_delayed full -> one 503" "200200503" "$codes"
+metrics=$(curl -s "http://$ADMIN/metrics")
+check_contains "shaped_rejected counted" 'sluice_proxy_requests_total{outcome="shaped_rejected"} 1' "$metrics"
+check_contains "upstream errors counted" 'sluice_proxy_requests_total{outcome="upstream_error"} 5' "$metrics"
+check_contains "connect-error refunds counted" 'sluice_proxy_refunds_total 5' "$metrics"
+stop
+check "sluice (B) exits 0 on SIGTERM" 0 "$STATUS"
+
+finish

@@ -103,6 +103,11 @@ void Service::CountResponse(const HttpResponse& response) {
 
 void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
                                const std::function<void(Send)>& decide) {
+  if (!engine_.remote()) {
+    // The in-memory engine answers before it returns: nothing to share with a later thread.
+    decide([&response](HttpResponse answer) { response = std::move(answer); });
+    return;
+  }
   struct Later {
     std::mutex mu;
     bool returned = false;              // decide() returned without an answer
@@ -271,11 +276,13 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
   }
-  std::vector<Header> headers;
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
-  AppendRateLimitHeaders(decision, styles, &headers);
-  for (const Header& h : headers) response.set(h.name, h.value);
+  // insert, not set: none of these fields is in the response yet, so there is nothing to replace.
+  ForEachRateLimitHeader(decision, styles,
+                         [&response](std::string_view name, std::string_view value) {
+                           response.insert(name, value);
+                         });
   SetJson(response, status, RenderCheckResponse(decision));
 }
 

@@ -247,7 +247,10 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
           const engine::Response combined = engine::Combine(std::move(decisions));
           if (!combined.allowed && status == 200) status = 429;
           HttpResponse answer;
-          SetDecision(*config, combined, static_cast<beast_http::status>(status), answer);
+          // An allowed request gets an empty 200: proxies act on the status and the headers and
+          // drop the body (nginx auth_request always does). A denial keeps its JSON body.
+          SetDecision(*config, combined, static_cast<beast_http::status>(status), answer,
+                      /*body=*/status != 200);
           send(std::move(answer));
         });
   });
@@ -263,9 +266,10 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
   }
 }
 
-// The answer to a decision: the rate-limit headers in the configured styles, the JSON body.
+// The answer to a decision: the rate-limit headers in the configured styles, the JSON body
+// (unless `body` is false).
 void Service::SetDecision(const rules::Config& config, const engine::Response& decision,
-                          beast_http::status status, HttpResponse& response) {
+                          beast_http::status status, HttpResponse& response, bool body) {
   if (decision.backend == engine::BackendState::kFailedClosed && !decision.allowed) {
     response.set(beast_http::field::retry_after, "1");
     return SetJson(response, beast_http::status::service_unavailable,
@@ -283,6 +287,7 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
                          [&response](std::string_view name, std::string_view value) {
                            response.insert(name, value);
                          });
+  if (!body) return response.result(status);
   SetJson(response, status, RenderCheckResponse(decision));
 }
 

@@ -394,6 +394,7 @@ void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request req
 }
 
 Response Combine(std::vector<Response> parts) {
+  if (parts.size() == 1) return std::move(parts.front());  // already finished: nothing to merge
   Response combined;
   for (Response& part : parts) {
     combined.domain_found = combined.domain_found || part.domain_found;

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/http_routes.h"
@@ -221,8 +222,8 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
                    RenderError(std::string(checks.status().message())));
   }
   const int64_t now_us = clock_->NowMicros();
-  std::vector<std::string> domains;
-  std::vector<int> deny_statuses;
+  absl::InlinedVector<std::string, 2> domains;  // usually one domain: no allocation
+  absl::InlinedVector<int, 2> deny_statuses;
   for (size_t i = 0; i < checks->requests.size(); ++i) {
     domains.push_back(checks->requests[i].domain);
     deny_statuses.push_back(checks->sections[i]->deny_status);
@@ -283,10 +284,13 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
   // insert, not set: none of these fields is in the response yet, so there is nothing to replace.
-  ForEachRateLimitHeader(decision, styles,
-                         [&response](std::string_view name, std::string_view value) {
-                           response.insert(name, value);
-                         });
+  // Only Retry-After is a field Beast knows: naming the others `unknown` saves it a lookup.
+  ForEachRateLimitHeader(
+      decision, styles, [&response](std::string_view name, std::string_view value) {
+        response.insert(name == "Retry-After" ? beast_http::field::retry_after
+                                              : beast_http::field::unknown,
+                        name, value);
+      });
   if (!body) return response.result(status);
   SetJson(response, status, RenderCheckResponse(decision));
 }

@@ -4,7 +4,8 @@
 //
 //   /status/NNN     answers NNN, body "status NNN"
 //   /slow?ms=N      answers 200 after N ms (a timer, not a sleeping thread)
-//   /hop            answers 200 with hop-by-hop fields (Keep-Alive, Connection: X-Hop, X-Hop)
+//   /hop            answers 200 with hop-by-hop fields (Keep-Alive; the server writes its own
+//                   Connection field)
 //                   and an end-to-end one (X-End: 1)
 //   /stats          "requests=R connections=C": requests served so far (but /stats) and TCP
 //                   connections accepted

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"
 #include "http/server.h"
 #include "http/service.h"
@@ -157,6 +158,9 @@ std::optional<std::string> ReadToken(const std::string& path) {
 }  // namespace
 
 int RunServe(const ServeFlags& flags) {
+  // Debian's abseil checks every Mutex acquisition for lock-order cycles (a debug aid), which
+  // gRPC pays for on each call; a server has no use for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   rules::ConfigManager manager(flags.config.empty() ? std::vector<std::string>{}
                                                     : std::vector<std::string>{flags.config},
                                std::string(kDefaultConfig));

@@ -19,13 +19,28 @@ using rules::RuleNode;
 // The key a descriptor's state is kept under: its entries, with a shared wildcard's pattern in
 // place of the value (share_threshold). Each part is length-prefixed, so no two different entry
 // lists give the same key whatever bytes the values hold.
+// Built by hand (one allocation, no format string to parse): it is made for every request.
 std::string StateKey(const std::vector<Entry>& entries, const std::vector<const RuleNode*>& path) {
-  std::string key;
-  for (size_t i = 0; i < entries.size(); ++i) {
+  const auto value_of = [&](size_t i) -> const std::string& {
     const bool shared = i < path.size() && path[i]->share_threshold;
-    const std::string& value = shared ? path[i]->value : entries[i].value;
-    fmt::format_to(std::back_inserter(key), "{}:{}{}:{}", entries[i].key.size(), entries[i].key,
-                   value.size(), value);
+    return shared ? path[i]->value : entries[i].value;
+  };
+  size_t size = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    // Two parts, each with its length (at most 20 digits) and ':'.
+    size += entries[i].key.size() + value_of(i).size() + 2 * 21;
+  }
+  std::string key;
+  key.reserve(size);
+  const auto append_part = [&key](const std::string& part) {
+    const fmt::format_int length(part.size());
+    key.append(length.data(), length.size());
+    key += ':';
+    key += part;
+  };
+  for (size_t i = 0; i < entries.size(); ++i) {
+    append_part(entries[i].key);
+    append_part(value_of(i));
   }
   return key;
 }
@@ -84,6 +99,7 @@ namespace {
 struct Pending {
   size_t response;    // which request of the batch
   size_t descriptor;  // which descriptor of it
+  size_t limit;       // which of the descriptor's limits
   size_t key;         // index into the batch's keys
   uint64_t limit_id;
   uint64_t cost;
@@ -106,10 +122,11 @@ void Collect(const rules::Config& config, const Request& request, size_t index,
 
   // Match every descriptor, then drop the rules another matched rule replaces.
   absl::InlinedVector<const RuleNode*, 4> matched(n, nullptr);
-  std::vector<std::vector<const RuleNode*>> paths(n);
+  absl::InlinedVector<std::vector<const RuleNode*>, 4> paths(n);
   absl::flat_hash_set<std::string> replaced;
   for (size_t i = 0; i < n; ++i) {
     if (request.descriptors[i].limit.has_value()) continue;
+    paths[i].reserve(request.descriptors[i].entries.size());  // one node per entry at most
     matched[i] = rules::MatchDescriptor(*domain, request.descriptors[i].entries, &paths[i]);
     if (matched[i] != nullptr) replaced.insert(matched[i]->replaces.begin(), matched[i]->replaces.end());
   }
@@ -127,7 +144,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index,
       if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
       result.limits.push_back({limit, "", d.limit->unit, false, {}});
       keys.push_back(StateKey(d.entries, {}));
-      pending.push_back({index, i, keys.size() - 1,
+      pending.push_back({index, i, result.limits.size() - 1, keys.size() - 1,
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
                          count_denied});
       continue;
@@ -154,8 +171,8 @@ void Collect(const rules::Config& config, const Request& request, size_t index,
     for (const LimitRule& rule : *limits) {
       result.limits.push_back(
           {rule.limit, rule.name, rule.unit, rule.shadow_mode || node->shadow_mode || domain_shadow, {}});
-      pending.push_back({index, i, keys.size() - 1, RuleLimitId(node->path, plan_name, rule.limit),
-                         cost, count_denied});
+      pending.push_back({index, i, result.limits.size() - 1, keys.size() - 1,
+                         RuleLimitId(node->path, plan_name, rule.limit), cost, count_denied});
     }
   }
 }
@@ -206,11 +223,8 @@ struct Engine::Batch {
       Collect(config, requests[r], r, responses[r], keys, pending);
     }
     // (No result.limits grows any more: pointers into them are stable.)
-    std::vector<std::vector<size_t>> next_limit(requests.size());
-    for (size_t r = 0; r < requests.size(); ++r) next_limit[r].resize(responses[r].descriptors.size());
     for (const Pending& p : pending) {
-      AppliedLimit& limit =
-          responses[p.response].descriptors[p.descriptor].limits[next_limit[p.response][p.descriptor]++];
+      AppliedLimit& limit = responses[p.response].descriptors[p.descriptor].limits[p.limit];
       applied.push_back(&limit);
       items.push_back({.limit = &limit.limit,
                        .limit_id = p.limit_id,
@@ -408,6 +422,7 @@ void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request req
 }
 
 Response Combine(std::vector<Response> parts) {
+  if (parts.size() == 1) return std::move(parts.front());  // already finished: nothing to merge
   Response combined;
   for (Response& part : parts) {
     combined.domain_found = combined.domain_found || part.domain_found;

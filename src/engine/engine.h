@@ -182,7 +182,8 @@ class Engine {
 bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b);
 
 // One response for several requests decided together by CheckAll: their descriptors in order,
-// with the headline and the lowest remaining over all of them.
+// with the headline and the lowest remaining over all of them. `parts` are as CheckAll returns
+// them (a single part is returned as it is).
 Response Combine(std::vector<Response> parts);
 
 // Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by

@@ -289,9 +289,18 @@ void AppendStatus(std::string* out, const engine::DescriptorResult& result) {
   const Decision& d = limit.decision;
   // A shadow limit reports its deny but never denies: there is nothing to wait for.
   const int64_t retry_after_ms = d.allowed || limit.shadow ? 0 : CeilMillis(d.retry_after_us);
-  fmt::format_to(std::back_inserter(*out),
-                 R"(,"limit":{},"remaining":{},"reset_after_ms":{},"retry_after_ms":{}}})",
-                 limit.limit.requests, d.remaining, CeilMillis(d.reset_after_us), retry_after_ms);
+  // Appended piece by piece: every /v1/check answer and forward-auth denial goes through here,
+  // and a format string would be parsed each time.
+  const auto append = [out](std::string_view name, auto value) {
+    *out += name;
+    const fmt::format_int text(value);
+    out->append(text.data(), text.size());
+  };
+  append(R"(,"limit":)", limit.limit.requests);
+  append(R"(,"remaining":)", d.remaining);
+  append(R"(,"reset_after_ms":)", CeilMillis(d.reset_after_us));
+  append(R"(,"retry_after_ms":)", retry_after_ms);
+  *out += '}';
 }
 
 }  // namespace

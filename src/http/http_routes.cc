@@ -97,8 +97,10 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
     std::optional<std::string> client;  // computed on first use
     engine::Request request;
     request.domain = domain->name;
+    request.descriptors.reserve(route->rate_limits.size());
     for (const std::vector<HttpAction>& actions : route->rate_limits) {
       engine::Descriptor descriptor;
+      descriptor.entries.reserve(actions.size());
       bool skip = false;
       for (const HttpAction& action : actions) {
         std::string value;

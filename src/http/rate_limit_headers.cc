@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <iterator>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -51,6 +50,13 @@ void AppendSfString(std::string_view text, fmt::memory_buffer* out) {
     out->push_back(Printable(c));
   }
   out->push_back('"');
+}
+
+// Appends `prefix` and the decimal `value`, e.g. ";q=100".
+void AppendParameter(std::string_view prefix, int64_t value, fmt::memory_buffer* out) {
+  const fmt::format_int text(value);
+  out->append(prefix);
+  out->append(std::string_view(text.data(), text.size()));
 }
 
 // One applied limit on its way into the IETF lists.
@@ -155,15 +161,18 @@ void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles
         append_params(item);
       }
     };
+    // Parameters appended piece by piece: this runs for every answer, and a format string would
+    // be parsed each time.
     append_list([&](const Item& item) {
       const Limit& limit = item.applied->limit;
-      fmt::format_to(std::back_inserter(field), ";q={};w={}", ClampField(limit.requests),
-                     std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))));
+      AppendParameter(";q=", ClampField(limit.requests), &field);
+      AppendParameter(";w=", std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))),
+                      &field);
     });
     emit("RateLimit-Policy", std::string_view(field.data(), field.size()));
     append_list([&](const Item& item) {
-      fmt::format_to(std::back_inserter(field), ";r={};t={}",
-                     ClampField(item.applied->decision.remaining), item.t);
+      AppendParameter(";r=", ClampField(item.applied->decision.remaining), &field);
+      AppendParameter(";t=", item.t, &field);
     });
     emit("RateLimit", std::string_view(field.data(), field.size()));
   }

@@ -1,10 +1,11 @@
 #include "http/server.h"
 
+#include <array>
 #include <list>
-#include <vector>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -18,6 +19,11 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
+// Sessions and their timers are bound to one io_context (one thread): no type-erased executor.
+using Executor = asio::io_context::executor_type;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Timer = asio::basic_waitable_timer<std::chrono::steady_clock,
+                                         asio::wait_traits<std::chrono::steady_clock>, Executor>;
 
 // Splits "host:port" / "[v6]:port".
 absl::StatusOr<tcp::endpoint> ParseAddress(const std::string& address) {
@@ -44,6 +50,59 @@ absl::StatusOr<tcp::endpoint> ParseAddress(const std::string& address) {
         fmt::format("bad address '{}': give an IP address, e.g. 127.0.0.1:8080", address));
   }
   return tcp::endpoint(ip, static_cast<unsigned short>(port));
+}
+
+void AppendDecimal(uint64_t value, std::string* out) {
+  char digits[20];
+  char* begin = std::end(digits);
+  do {
+    *--begin = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  out->append(begin, static_cast<size_t>(std::end(digits) - begin));
+}
+
+// Writes the status line and header fields of `response` into `*out` (replacing what it held)
+// and returns how many body bytes follow them on the wire. Content-Length and Connection are
+// the server's: any the handler set are replaced (Transfer-Encoding too: the body is whole).
+// 1xx, 204 and 304 answers carry no content (RFC 9110 §15.2, §15.3.5, §15.4.5), and the answer
+// to HEAD sends the Content-Length of the body without the body (§9.3.2).
+size_t SerializeHeader(const HttpResponse& response, unsigned version, bool keep_alive, bool head,
+                       std::string* out) {
+  out->clear();
+  const unsigned code = response.result_int();
+  out->append(version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
+  AppendDecimal(code, out);
+  out->push_back(' ');
+  const auto reason = response.reason();
+  out->append(reason.data(), reason.size());
+  out->append("\r\n");
+  for (const auto& field : response) {
+    const beast_http::field name = field.name();
+    if (name == beast_http::field::content_length || name == beast_http::field::connection ||
+        name == beast_http::field::transfer_encoding) {
+      continue;
+    }
+    const auto name_text = field.name_string();
+    const auto value = field.value();
+    out->append(name_text.data(), name_text.size());
+    out->append(": ");
+    out->append(value.data(), value.size());
+    out->append("\r\n");
+  }
+  const bool no_content = code / 100 == 1 || code == 204 || code == 304;
+  if (!no_content) {
+    out->append("Content-Length: ");
+    AppendDecimal(response.body().size(), out);
+    out->append("\r\n");
+  }
+  if (!keep_alive) {
+    out->append("Connection: close\r\n");
+  } else if (version == 10) {
+    out->append("Connection: keep-alive\r\n");
+  }
+  out->append("\r\n");
+  return no_content || head ? 0 : response.body().size();
 }
 
 }  // namespace
@@ -88,14 +147,21 @@ struct HttpServer::Impl {
 };
 
 // One connection. Owns itself through shared_from_this while an operation is pending.
+//
+// Reads into its own buffer and feeds Beast's parser directly (no composed read), bounds every
+// phase with one deadline checked by one timer (see SetDeadline), and writes each answer as
+// one gather write: the status line and header fields it serializes itself, then the body.
+// A connection runs on one io_context with one thread, so it needs no strand; the only
+// cross-thread entries (Deliver, CloseIfIdle) post to it.
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                                   public Responder::Target {
  public:
-  Session(tcp::socket socket, Impl* server, Listener* listener)
-      : stream_(std::move(socket)), server_(server), listener_(listener),
-        handler_(&listener->handler) {
+  Session(Socket socket, Impl* server, Listener* listener)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server),
+        listener_(listener), handler_(&listener->handler) {
     boost::system::error_code ec;
-    const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+    socket_.set_option(tcp::no_delay(true), ec);  // answers are single writes; never wait
+    const tcp::endpoint peer = socket_.remote_endpoint(ec);
     if (!ec) {
       const asio::ip::address a = peer.address();
       peer_ = a.is_v6() && a.to_v6().is_v4_mapped()
@@ -109,27 +175,55 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     listener_->open.fetch_sub(1, std::memory_order_relaxed);
   }
 
-  void Start() { WaitForRequest(); }
+  void Start() {
+    deadline_ = SteadyClock::now() + server_->options.idle_timeout;
+    ArmTimer();
+    WaitForRequest();
+  }
 
   // Closes the connection unless a request is being handled or written.
   void CloseIfIdle() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
       if (!self->busy_) self->Close();
     });
   }
 
  private:
+  using SteadyClock = std::chrono::steady_clock;
+
+  // The current phase must end by now + `timeout`. Only moves the timer when the deadline comes
+  // earlier than the timer's expiry; a later deadline is picked up when the timer fires, so a
+  // busy connection re-arms its timer about once per timeout instead of once per operation.
+  void SetDeadline(std::chrono::milliseconds timeout) {
+    deadline_ = SteadyClock::now() + timeout;
+    if (deadline_ < timer_.expiry()) ArmTimer();
+  }
+
+  void ArmTimer() {
+    timer_.expires_at(deadline_);  // a wait pending before completes with operation_aborted
+    timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->OnTimer();
+    });
+  }
+
+  void OnTimer() {
+    if (!socket_.is_open()) return;
+    if (SteadyClock::now() < deadline_) return ArmTimer();
+    Close();  // pending reads and writes complete with operation_aborted
+  }
+
   // Between requests: wait up to the idle timeout for the first byte of the next one.
   void WaitForRequest() {
     if (server_->stopping.load()) return Close();
     if (buffer_.size() > 0) return ReadRequest();
-    stream_.expires_after(server_->options.idle_timeout);
-    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](
-                                                       beast::error_code ec, size_t n) {
-      if (ec) return self->Close();
-      self->buffer_.commit(n);
-      self->ReadRequest();
-    });
+    SetDeadline(server_->options.idle_timeout);
+    socket_.async_read_some(buffer_.prepare(kReadSize),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                              if (ec) return self->Close();
+                              self->buffer_.commit(n);
+                              self->ReadRequest();
+                            });
   }
 
   // A request has begun: the whole of it must arrive within the header timeout.
@@ -138,19 +232,35 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
-    stream_.expires_after(server_->options.header_timeout);
-    beast_http::async_read(stream_, buffer_, *parser_,
-                           [self = shared_from_this()](beast::error_code ec, size_t) {
-                             self->OnRead(ec);
-                           });
+    parser_->eager(true);
+    SetDeadline(server_->options.header_timeout);
+    Parse();
   }
 
-  void OnRead(beast::error_code ec) {
-    if (ec == beast_http::error::end_of_stream || ec == beast::error::timeout ||
-        ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
-      return Close();
+  // Parses what the buffer holds; reads more while the request is incomplete.
+  void Parse() {
+    if (buffer_.size() > 0) {
+      beast::error_code ec;
+      const size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec && ec != beast_http::error::need_more) return OnRead(ec);
+      if (parser_->is_done()) return OnRead({});
+      if (!ec && used > 0 && buffer_.size() > 0) return Parse();
     }
-    response_ = {};
+    socket_.async_read_some(
+        buffer_.prepare(kReadSize),
+        [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+          if (ec == asio::error::eof && self->parser_->got_some()) {
+            self->parser_->put_eof(ec);  // a request cut short: partial_message (400)
+            return self->OnRead(ec ? ec : beast_http::error::partial_message);
+          }
+          if (ec) return self->Close();  // closed before a byte, reset, timed out, stopped
+          self->buffer_.commit(n);
+          self->Parse();
+        });
+  }
+
+  void OnRead(beast::error_code ec) {  // response_ is empty here (see Write)
     if (ec == beast_http::error::header_limit) {
       return Fail(beast_http::status::request_header_fields_too_large,
                   "request header block too large");
@@ -162,79 +272,87 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     HttpRequest request = parser_->release();
     version_ = request.version();
     keep_alive_ = request.keep_alive();
+    head_ = request.method() == beast_http::verb::head;
     response_.result(beast_http::status::ok);
-    Deferral deferral(stream_.get_executor(), [this] {
+    Deferral deferral(socket_.get_executor(), [this] {
       return Responder(shared_from_this(),
-                       asio::prefer(stream_.get_executor(),
+                       asio::prefer(socket_.get_executor(),
                                     asio::execution::outstanding_work.tracked));
     });
     (*handler_)(request, peer_, response_, deferral);
     if (deferral.taken()) {
-      stream_.expires_never();  // the handler's own deadlines bound the wait
+      deadline_ = SteadyClock::time_point::max();  // the handler's own deadlines bound the wait
       return;
     }
-    Respond();
+    Write();
   }
 
   // From any thread: the deferred answer.
   void Deliver(HttpResponse response) override {
-    asio::post(stream_.get_executor(),
+    asio::post(socket_.get_executor(),
                [self = shared_from_this(), response = std::move(response)]() mutable {
                  self->response_ = std::move(response);
-                 self->Respond();
+                 self->Write();
                });
   }
 
-  void Respond() {
-    response_.version(version_);
-    response_.keep_alive(keep_alive_ && !server_->stopping.load());
-    response_.prepare_payload();
-    Write();
-  }
-
   void Fail(beast_http::status status, std::string message) {
-    response_.version(11);
+    version_ = 11;
+    keep_alive_ = false;
+    head_ = false;
     response_.result(status);
     response_.set(beast_http::field::content_type, "application/json");
     response_.body() = fmt::format("{{\"error\":\"{}\"}}", message);
-    response_.keep_alive(false);
-    response_.prepare_payload();
     Write();
   }
 
   void Write() {
-    stream_.expires_after(server_->options.idle_timeout);
-    beast_http::async_write(stream_, response_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->busy_ = false;
-                              if (ec || !self->response_.keep_alive()) return self->Close();
-                              self->WaitForRequest();
-                            });
+    close_after_write_ = !keep_alive_ || server_->stopping.load();
+    const size_t body_size =
+        SerializeHeader(response_, version_, !close_after_write_, head_, &header_);
+    const std::array<asio::const_buffer, 2> buffers{
+        asio::buffer(header_), asio::buffer(response_.body().data(), body_size)};
+    SetDeadline(server_->options.idle_timeout);
+    asio::async_write(socket_, buffers,
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        self->busy_ = false;
+                        if (ec || self->close_after_write_) return self->Close();
+                        self->response_ = {};
+                        self->WaitForRequest();
+                      });
   }
 
   void Close() {
     busy_ = false;
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    timer_.cancel();
   }
 
-  beast::tcp_stream stream_;
+  static constexpr size_t kReadSize = 8192;
+
+  Socket socket_;
+  Timer timer_;
+  SteadyClock::time_point deadline_;  // of the current phase; max() while a handler defers
   beast::flat_buffer buffer_;
   std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
   HttpResponse response_;
+  std::string header_;  // the serialized status line and fields of response_, reused
   Impl* server_;
   Listener* listener_;
   const Handler* handler_;
   std::string peer_;
-  unsigned version_ = 11;   // of the request being answered
+  unsigned version_ = 11;    // of the request being answered
   bool keep_alive_ = false;  // what the request asked for
+  bool head_ = false;        // a HEAD request: fields only, no body
+  bool close_after_write_ = false;
   bool busy_ = false;
 };
 
 void HttpServer::Impl::Accept(Listener& listener) {
   listener.acceptor->async_accept(
-      asio::make_strand(NextContext()), [this, &listener](beast::error_code ec, tcp::socket socket) {
+      NextContext(), [this, &listener](beast::error_code ec, Socket socket) {
         if (ec) {
           if (!stopping.load() && ec != asio::error::operation_aborted) {
             spdlog::warn("accept: {}", ec.message());

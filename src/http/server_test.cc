@@ -121,5 +121,22 @@ TEST_F(DeferralTest, StopWaitsForADeferredRequest) {
   EXPECT_NE(out.find("Connection: close"), std::string::npos) << out;  // stopping: no keep-alive
 }
 
+// The server writes the status line and fields itself: Content-Length is the body's, a HEAD
+// answer has the length but no body, and pipelined answers on one connection stay in order.
+TEST_F(DeferralTest, AnswersCarryContentLengthAndHeadSendsNoBody) {
+  Serve([](HttpRequest& request, const std::string&, HttpResponse& response, Deferral&) {
+    response.set("X-Target", std::string(request.target()));
+    response.body() = "hello";
+  });
+  const std::string out = Exchange(port_,
+                                   "HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /g HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                   std::chrono::seconds(3));
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nX-Target: /h\r\nContent-Length: 5\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nX-Target: /g\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+            "hello");
+}
+
 }  // namespace
 }  // namespace sluice::http

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/http_routes.h"
@@ -114,6 +115,11 @@ void Service::CountResponse(const HttpResponse& response) {
 
 void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
                                const std::function<void(Send)>& decide) {
+  if (!engine_.remote()) {
+    // The in-memory engine answers before it returns: nothing to share with a later thread.
+    decide([&response](HttpResponse answer) { response = std::move(answer); });
+    return;
+  }
   struct Later {
     std::mutex mu;
     bool returned = false;              // decide() returned without an answer
@@ -230,8 +236,12 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
     DecideRoutes(config, std::move(checks->requests), std::move(checks->sections), nullptr,
                  [this, config, send = std::move(send)](RouteDecision decision) {
                    HttpResponse answer;
+                   // An allowed request gets an empty 200: proxies act on the status and the
+                   // headers and drop the body (nginx auth_request always does). A denial keeps
+                   // its JSON body.
                    SetDecision(*config, decision.combined,
-                               static_cast<beast_http::status>(decision.status), answer);
+                               static_cast<beast_http::status>(decision.status), answer,
+                               /*body=*/decision.status != 200);
                    send(std::move(answer));
                  });
   });
@@ -291,15 +301,17 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
   }
 }
 
-// The answer to a decision: the rate-limit headers in the configured styles, the JSON body.
+// The answer to a decision: the rate-limit headers in the configured styles, the JSON body
+// (unless `body` is false).
 void Service::SetDecision(const rules::Config& config, const engine::Response& decision,
-                          beast_http::status status, HttpResponse& response) {
+                          beast_http::status status, HttpResponse& response, bool body) {
   if (decision.backend == engine::BackendState::kFailedClosed && !decision.allowed) {
     response.set(beast_http::field::retry_after, "1");
     return SetJson(response, beast_http::status::service_unavailable,
                    R"json({"error":"rate limit backend unavailable (failure_mode: closed)"})json");
   }
   AddRateLimitHeaders(config, decision, response);
+  if (!body) return response.result(status);
   SetJson(response, status, RenderCheckResponse(decision));
 }
 
@@ -310,11 +322,16 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
   }
-  std::vector<Header> headers;
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
-  AppendRateLimitHeaders(decision, styles, &headers);
-  for (const Header& h : headers) response.set(h.name, h.value);
+  // insert, not set: none of these fields is in the response yet, so there is nothing to replace.
+  // Only Retry-After is a field Beast knows: naming the others `unknown` saves it a lookup.
+  ForEachRateLimitHeader(
+      decision, styles, [&response](std::string_view name, std::string_view value) {
+        response.insert(name == "Retry-After" ? beast_http::field::retry_after
+                                              : beast_http::field::unknown,
+                        name, value);
+      });
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {

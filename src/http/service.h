@@ -105,7 +105,7 @@ class Service {
             Deferral& deferral);
   void CountDecisions(std::string_view domain, const engine::Response& decision);
   void SetDecision(const rules::Config& config, const engine::Response& decision,
-                   beast_http::status status, HttpResponse& response);
+                   beast_http::status status, HttpResponse& response, bool body = true);
   void Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   void Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;

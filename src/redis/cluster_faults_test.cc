@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/redis_store.h"
+#include "tests/support/redis_calls.h"
 #include "tests/support/redis_cluster.h"
 
 namespace sluice::redis {
@@ -28,44 +29,19 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr int64_t kDay = int64_t{86400} * 1000000;
 
-Limit MakeLimit(Algorithm a, uint64_t n, int64_t w) {
-  Limit l;
-  l.algorithm = a;
-  l.requests = n;
-  l.window_us = w;
-  return l;
-}
+using testing::MakeLimit;
 
 std::unique_ptr<Client> Open(const std::string& url, bool cluster, std::chrono::microseconds timeout) {
-  Client::Options o;
-  o.seeds.push_back(*ParseUrl(url));
-  o.cluster = cluster;
-  o.connection.timeout = timeout;
-  o.connection.max_backoff = 100ms;
-  auto client = Client::Create(o);
-  EXPECT_TRUE(client.ok());
-  for (int i = 0; i < 500 && !(*client)->Ready(); ++i) std::this_thread::sleep_for(10ms);
-  return std::move(*client);
+  return testing::OpenRedis({url}, cluster, timeout);
 }
 
 // A call that does not answer within 10 s counts as a hang (the store's own timeout is 1 s).
 absl::StatusOr<DecideResult> Decide(RedisStore& store, std::vector<Item> items) {
-  auto promise = std::make_shared<std::promise<absl::StatusOr<DecideResult>>>();
-  auto future = promise->get_future();
-  store.DecideAll(items, [promise](absl::StatusOr<DecideResult> r) { promise->set_value(std::move(r)); });
-  if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("hang: no answer in 10 s");
-  return future.get();
+  return testing::DecideNow(store, items);
 }
 
 absl::StatusOr<Reply> Command(Client& node, std::vector<std::string> args) {
-  std::vector<std::string_view> views(args.begin(), args.end());
-  std::string command;
-  AppendCommand(&command, views);
-  auto promise = std::make_shared<std::promise<absl::StatusOr<Reply>>>();
-  auto future = promise->get_future();
-  node.Send("x", std::move(command), [promise](absl::StatusOr<Reply> r) { promise->set_value(std::move(r)); });
-  if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no reply in 10 s");
-  return future.get();
+  return testing::RedisCommand(node, args);
 }
 
 // Callers deciding in a loop on their own threads until Stop(), bounded in calls and time. Each

@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/redis_store.h"
+#include "tests/support/redis_calls.h"
 #include "tests/support/redis_server.h"
 
 namespace sluice::redis {
@@ -23,19 +24,13 @@ namespace {
 using namespace std::chrono_literals;
 using Item = store::MemoryStore::Item;
 
-absl::StatusOr<Reply> Command(Client& client, std::initializer_list<std::string_view> args) {
-  std::string command;
-  AppendCommand(&command, args);
-  auto promise = std::make_shared<std::promise<absl::StatusOr<Reply>>>();
-  auto future = promise->get_future();
-  client.Send("", std::move(command), [promise](absl::StatusOr<Reply> r) { promise->set_value(std::move(r)); });
-  if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no reply in 10 s");
-  return future.get();
+absl::StatusOr<Reply> Command(Client& client, std::vector<std::string> args) {
+  return testing::RedisCommand(client, args);
 }
 
 // A field of INFO ("used_memory:123\r\n"), or -1.
 int64_t InfoField(Client& client, std::string_view section, std::string_view field) {
-  auto info = Command(client, {"INFO", section});
+  auto info = Command(client, {"INFO", std::string(section)});
   if (!info.ok()) return -1;
   const std::string name = std::string(field) + ":";
   const size_t at = info->str.find("\n" + name);

@@ -35,7 +35,7 @@ std::unique_ptr<Client> Open(const std::string& url, bool cluster, std::chrono::
   return testing::OpenRedis({url}, cluster, timeout);
 }
 
-// A call that does not answer within 10 s counts as a hang (the store's own timeout is 1 s).
+// A call that does not answer within 10 s counts as a hang (the client's call timeout is 2 s).
 absl::StatusOr<DecideResult> Decide(RedisStore& store, std::vector<Item> items) {
   return testing::DecideNow(store, items);
 }
@@ -156,7 +156,7 @@ class ClusterFaultsTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->created()) << "redis-cli --cluster create --cluster-replicas 1 failed";
     ASSERT_EQ(cluster_->size(), 6u);
     for (size_t i = 0; i < cluster_->size(); ++i) admin_.push_back(Open(cluster_->url(i), false, 5s));
-    client_ = Open(cluster_->url(0), true, 1s);
+    client_ = Open(cluster_->url(0), true, 2s);
     ASSERT_TRUE(client_->Ready()) << client_->last_error();
     store_ = std::make_unique<RedisStore>(client_.get(), RedisStore::Options{});
     for (int i = 0; i < 256; ++i) {
@@ -298,9 +298,10 @@ TEST_F(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
               static_cast<unsigned long long>(client_->redirects() - redirects),
               static_cast<unsigned long long>(client_->map_refreshes() - refreshes),
               static_cast<unsigned long long>(store_->GetStats().noscript_reloads - noscript));
-  // Every call ended, ok or with a clean error, within the call timeout plus slack.
+  // Every call ended, ok or with a clean error, in bounded time: a connection wait and a call
+  // timeout (2 s each) at the most, well short of a hang.
   EXPECT_EQ(load.hangs(), 0);
-  EXPECT_LT(load.max_latency(), 3s);
+  EXPECT_LT(load.max_latency(), 6s);
   // The client follows the slot to the new master.
   EXPECT_EQ(client_->NodeFor(store_->RedisKey(1, "busy:failover")), replica);
   EXPECT_GT(client_->redirects() + client_->map_refreshes(), redirects + refreshes);

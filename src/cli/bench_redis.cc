@@ -35,42 +35,58 @@ absl::StatusOr<redis::Reply> Call(redis::Client& client, std::string_view key,
   return future.get();
 }
 
-// Commands Redis has executed, by name, from INFO commandstats ("cmdstat_get:calls=12,...").
-std::vector<std::pair<std::string, uint64_t>> CommandStats(redis::Client& client) {
-  std::vector<std::pair<std::string, uint64_t>> out;
+// What Redis has executed of one command, from INFO commandstats
+// ("cmdstat_get:calls=12,usec=34,...").
+struct CommandStat {
+  std::string name;
+  uint64_t calls = 0;
+  uint64_t usec = 0;  // time Redis spent in it (for a script: everything the script ran)
+};
+
+std::vector<CommandStat> CommandStats(redis::Client& client) {
+  std::vector<CommandStat> out;
   auto info = Call(client, "", {"INFO", "commandstats"});
   if (!info.ok()) return out;
   std::istringstream lines(info->str);
   std::string line;
   while (std::getline(lines, line)) {
     if (!line.starts_with("cmdstat_")) continue;
-    const size_t colon = line.find(':'), calls = line.find("calls=");
-    if (colon == std::string::npos || calls == std::string::npos) continue;
-    out.emplace_back(line.substr(8, colon - 8), std::stoull(line.substr(calls + 6)));
+    const size_t colon = line.find(':'), calls = line.find("calls="), usec = line.find("usec=");
+    if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
+    out.push_back(CommandStat{.name = line.substr(8, colon - 8),
+                              .calls = std::stoull(line.substr(calls + 6)),
+                              .usec = std::stoull(line.substr(usec + 5))});
   }
   return out;
 }
 
+struct Executed {
+  uint64_t commands = 0;      // every command, those the scripts ran included
+  uint64_t script_calls = 0;  // EVALSHA / EVAL
+  uint64_t script_usec = 0;   // Redis's time in them: the figure the machine's noise touches least
+};
+
 // Commands executed between two snapshots: those of the benchmark (script calls and what the
 // scripts ran), not the harness's own (info, script load, ping, auth, select, cluster).
-uint64_t CommandsBetween(const std::vector<std::pair<std::string, uint64_t>>& before,
-                         const std::vector<std::pair<std::string, uint64_t>>& after,
-                         uint64_t* script_calls) {
-  uint64_t total = 0;
-  *script_calls = 0;
-  for (const auto& [name, calls] : after) {
+Executed ExecutedBetween(const std::vector<CommandStat>& before, const std::vector<CommandStat>& after) {
+  Executed e;
+  for (const CommandStat& now : after) {
+    const std::string& name = now.name;
     if (name == "info" || name.starts_with("script") || name == "ping" || name == "auth" ||
         name == "select" || name.starts_with("cluster")) {
       continue;
     }
-    uint64_t was = 0;
-    for (const auto& [n, c] : before) {
-      if (n == name) was = c;
+    CommandStat was;
+    for (const CommandStat& b : before) {
+      if (b.name == name) was = b;
     }
-    total += calls - was;
-    if (name == "evalsha" || name == "eval") *script_calls += calls - was;
+    e.commands += now.calls - was.calls;
+    if (name == "evalsha" || name == "eval") {
+      e.script_calls += now.calls - was.calls;
+      e.script_usec += now.usec - was.usec;
+    }
   }
-  return total;
+  return e;
 }
 
 int64_t Percentile(std::vector<uint32_t>& samples, double p) {
@@ -223,8 +239,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   const auto after = CommandStats(**stats_client);
-  uint64_t script_calls = 0;
-  const uint64_t commands = CommandsBetween(before, after, &script_calls);
+  const Executed executed = ExecutedBetween(before, after);
   std::vector<uint32_t> latencies;
   {
     std::lock_guard<std::mutex> lock(shared.mu);
@@ -236,11 +251,14 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
              "{{\"mode\":\"{}\",\"algorithm\":\"{}\",\"limit\":\"{}\",\"keys\":{},\"connections\":{},"
              "\"inflight\":{},\"seconds\":{:.2f},\"decisions\":{},\"decisions_per_sec\":{:.0f},"
              "\"allowed\":{},\"errors\":{},\"redis_commands_per_decision\":{:.2f},"
-             "\"script_calls_per_decision\":{:.2f},\"p50_us\":{},\"p99_us\":{}}}",
+             "\"script_calls_per_decision\":{:.2f},\"redis_us_per_decision\":{:.2f},\"p50_us\":{},"
+             "\"p99_us\":{}}}",
              o.mode, o.mode == "sluice" ? AlgorithmName(o.limit.algorithm) : (o.mode == "seed" ? "sliding_window_counter" : "sliding_log_zset"),
              DescribeLimit(o.limit), o.keys, o.connections, o.inflight, elapsed, n,
              static_cast<double>(n) / elapsed, allowed.load(), errors.load(),
-             static_cast<double>(commands) * per, static_cast<double>(script_calls) * per,
+             static_cast<double>(executed.commands) * per,
+             static_cast<double>(executed.script_calls) * per,
+             static_cast<double>(executed.script_usec) * per,
              Percentile(latencies, 0.50), Percentile(latencies, 0.99))
       << std::endl;
   for (auto& chain : chains) chain->next = nullptr;

@@ -152,6 +152,16 @@ class ClientImpl : public Client {
       return false;
     }
 
+    // Not ready yet, but still making its first connection (e.g. a node first named by a MOVED
+    // after a failover): worth a short wait rather than failing the command.
+    bool StillConnecting() const {
+      if (HasReadyConnection()) return false;
+      for (const auto& c : connections) {
+        if (c->state() == Connection::State::kConnecting) return true;
+      }
+      return false;
+    }
+
     // The next connection in turn that is ready (else the next one, which fails fast).
     Connection* Pick() {
       const uint32_t start = next.fetch_add(1, std::memory_order_relaxed);
@@ -167,6 +177,7 @@ class ClientImpl : public Client {
     std::string command;
     Callback done;
     int redirects = 0;
+    std::chrono::steady_clock::time_point connect_wait_until{};  // set on the first wait
   };
 
   // The node at `endpoint`, created (and connecting) on first use. Nodes live as long as the
@@ -204,6 +215,24 @@ class ClientImpl : public Client {
   }
 
   void Dispatch(std::shared_ptr<Attempt> attempt, Node* node, bool asking) {
+    // A node still connecting gets up to one command timeout to finish, polled every ms.
+    if (node->StillConnecting()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (attempt->connect_wait_until == std::chrono::steady_clock::time_point{}) {
+        attempt->connect_wait_until =
+            now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.connection.timeout);
+      }
+      if (now < attempt->connect_wait_until) {
+        auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(1));
+        timer->async_wait([this, timer, attempt, node, asking](boost::system::error_code ec) mutable {
+          if (ec || stopping_) {
+            return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
+          }
+          Dispatch(std::move(attempt), node, asking);
+        });
+        return;
+      }
+    }
     std::string bytes;
     if (asking) AppendCommand(&bytes, {"ASKING"});
     bytes += attempt->command;

@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/redis_calls.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 
@@ -19,45 +20,21 @@ namespace {
 using namespace std::chrono_literals;
 using Item = store::MemoryStore::Item;
 
-Limit MakeLimit(Algorithm a, uint64_t n, int64_t w) {
-  Limit l;
-  l.algorithm = a;
-  l.requests = n;
-  l.window_us = w;
-  return l;
-}
+using testing::MakeLimit;
 
 constexpr int64_t kHour = int64_t{3600} * 1000000;
 
 std::unique_ptr<Client> Open(std::vector<std::string> urls, bool cluster,
                              std::chrono::microseconds timeout = 2s) {
-  Client::Options o;
-  for (const auto& u : urls) o.seeds.push_back(*ParseUrl(u));
-  o.cluster = cluster;
-  o.connection.timeout = timeout;
-  o.connection.max_backoff = 100ms;
-  auto client = Client::Create(o);
-  EXPECT_TRUE(client.ok());
-  for (int i = 0; i < 500 && !(*client)->Ready(); ++i) std::this_thread::sleep_for(10ms);
-  return std::move(*client);
+  return testing::OpenRedis(urls, cluster, timeout);
 }
 
 absl::StatusOr<DecideResult> Decide(RedisStore& store, std::vector<Item> items) {
-  std::promise<absl::StatusOr<DecideResult>> promise;
-  auto future = promise.get_future();
-  store.DecideAll(items, [&](absl::StatusOr<DecideResult> r) { promise.set_value(std::move(r)); });
-  if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no answer");
-  return future.get();
+  return testing::DecideNow(store, items);
 }
 
-absl::StatusOr<Reply> Command(Client& client, std::initializer_list<std::string_view> args) {
-  std::string command;
-  AppendCommand(&command, args);
-  std::promise<absl::StatusOr<Reply>> promise;
-  auto future = promise.get_future();
-  client.Send("x", std::move(command), [&](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
-  future.wait_for(10s);
-  return future.get();
+absl::StatusOr<Reply> Command(Client& client, std::vector<std::string> args) {
+  return testing::RedisCommand(client, args);
 }
 
 TEST(RedisStoreTest, KeysAreShortAndTaggedByDescriptor) {

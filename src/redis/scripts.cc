@@ -1,5 +1,8 @@
 #include "redis/scripts.h"
 
+#include <bit>
+#include <cstring>
+
 #include "fmt/format.h"
 #include "redis/decide_lua.h"  // generated from scripts/decide.lua: kDecideLua
 
@@ -50,34 +53,40 @@ absl::Status CheckExactRange(const Limit& limit) {
 
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
                          bool commit) {
+  static_assert(std::endian::native == std::endian::little, "decide.lua reads little-endian doubles");
   size_t items = 0;
   for (const auto& r : requests) items += r.size();
-  std::vector<std::string> numbers;
-  numbers.reserve(3 + requests.size() + 6 * items);
-  numbers.push_back(std::to_string(items));
-  numbers.push_back(commit ? "1" : "0");
-  numbers.push_back(std::to_string(requests.size()));
+  // The counts as decimal text; each item's six numbers as one string of little-endian doubles
+  // (struct '<dddddd' in decide.lua), converted as tonumber would convert their decimal text.
+  std::vector<std::string> args_text;
+  args_text.reserve(3 + requests.size() + items);
+  args_text.push_back(std::to_string(items));
+  args_text.push_back(commit ? "1" : "0");
+  args_text.push_back(std::to_string(requests.size()));
   for (const auto& request : requests) {
-    numbers.push_back(std::to_string(request.size()));
+    args_text.push_back(std::to_string(request.size()));
     for (const DecideItem& it : request) {
       const Limit& l = *it.limit;
-      numbers.push_back(std::to_string(AlgorithmCode(l.algorithm)));
-      numbers.push_back(std::to_string(l.requests));
-      numbers.push_back(std::to_string(l.window_us));
-      numbers.push_back(std::to_string(l.Capacity()));
-      numbers.push_back(std::to_string(it.cost));
-      numbers.push_back(std::to_string((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0)));
+      const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
+                                 static_cast<double>(l.requests),
+                                 static_cast<double>(l.window_us),
+                                 static_cast<double>(l.Capacity()),
+                                 static_cast<double>(it.cost),
+                                 static_cast<double>((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0))};
+      std::string packed(sizeof numbers, '\0');
+      std::memcpy(packed.data(), numbers, sizeof numbers);
+      args_text.push_back(std::move(packed));
     }
   }
   std::vector<std::string_view> args;
-  args.reserve(3 + numbers.size() + items);
+  args.reserve(3 + args_text.size() + items);
   args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
   args.push_back(sha.empty() ? DecideScript() : sha);
-  args.push_back(numbers[0]);
+  args.push_back(args_text[0]);
   for (const auto& request : requests) {
     for (const DecideItem& it : request) args.push_back(it.key);
   }
-  for (size_t i = 1; i < numbers.size(); ++i) args.push_back(numbers[i]);
+  for (size_t i = 1; i < args_text.size(); ++i) args.push_back(args_text[i]);
   std::string command;
   AppendCommand(&command, args);
   return command;

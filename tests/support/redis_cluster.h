@@ -1,5 +1,6 @@
-// A throwaway Redis Cluster for tests: N masters (no replicas) on free loopback ports, each in
-// its own temp directory, joined with `redis-cli --cluster create`; stopped by pid.
+// A throwaway Redis Cluster for tests: N masters, each with R replicas (none by default), on free
+// loopback ports, each node in its own temp directory, joined with `redis-cli --cluster create
+// --cluster-replicas R`; stopped by pid.
 
 #ifndef SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_
 #define SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_
@@ -17,12 +18,12 @@ namespace sluice::testing {
 
 class RedisCluster {
  public:
-  explicit RedisCluster(int masters = 3) {
+  explicit RedisCluster(int masters = 3, int replicas_per_master = 0) {
     char dir_template[] = "/tmp/sluice-cluster-XXXXXX";
     if (mkdtemp(dir_template) == nullptr) return;
     dir_ = dir_template;
     std::string create = "redis-cli --cluster create";
-    for (int i = 0; i < masters; ++i) {
+    for (int i = 0; i < masters * (1 + replicas_per_master); ++i) {
       const int port = RedisServer::FreeClusterPort();
       const std::string node_dir = dir_ + "/" + std::to_string(port);
       std::filesystem::create_directories(node_dir);
@@ -33,12 +34,17 @@ class RedisCluster {
           port));
       create += " 127.0.0.1:" + std::to_string(port);
     }
-    create += " --cluster-yes >" + dir_ + "/create.log 2>&1";
+    create += " --cluster-replicas " + std::to_string(replicas_per_master) + " --cluster-yes >" +
+              dir_ + "/create.log 2>&1";
     created_ = std::system(create.c_str()) == 0;
     // Then wait (up to 10 s) until every node agrees that the cluster is up.
     for (size_t i = 0; created_ && i < nodes_.size(); ++i) {
-      const std::string check = "redis-cli -p " + std::to_string(nodes_[i]->port()) +
-                                " cluster info 2>/dev/null | grep -q cluster_state:ok";
+      // With replicas, also until each replica has finished its first sync with its master.
+      const std::string port = std::to_string(nodes_[i]->port());
+      const std::string check =
+          "redis-cli -p " + port + " cluster info 2>/dev/null | grep -q cluster_state:ok && " +
+          "! redis-cli -p " + port + " info replication 2>/dev/null | grep -q " +
+          "'master_link_status:down\\|master_sync_in_progress:1'";
       bool ok = false;
       for (int attempt = 0; attempt < 200 && !ok; ++attempt) {
         ok = std::system(check.c_str()) == 0;
@@ -55,6 +61,7 @@ class RedisCluster {
 
   bool created() const { return created_; }
   int port(size_t i) const { return nodes_[i]->port(); }
+  // Every node, masters and replicas (which is which changes with failovers: ask the nodes).
   size_t size() const { return nodes_.size(); }
   std::string url(size_t i) const { return nodes_[i]->url(); }
 

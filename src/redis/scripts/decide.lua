@@ -7,7 +7,8 @@
 -- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written)
 -- ARGV[2]: R, the number of requests; they are decided in turn, at the same instant, each
 --          all-or-nothing on its own (as R calls of DecideAll would be)
--- then per request: its item count M, then 6 numbers per item:
+-- then per request: its item count M, then one argument per item, 6 little-endian doubles
+-- (struct '<dddddd': one unpack instead of six tonumber calls on decimal text):
 --   algorithm, N, W (µs), capacity, cost, flags
 --   algorithm: 0 token_bucket, 1 leaky_bucket, 2 fixed_window, 3 sliding_log, 4 sliding_window
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
@@ -25,7 +26,11 @@
 --   fixed_window:   idle_at, count        idle_at = end of the window
 --   sliding_window: idle_at, prev, cur
 --   sliding_log:    idle_at, then at, cost per entry (oldest first)
--- Every key expires (PXAT) just past idle_at, when its state is back to that of a new key.
+-- Every key expires (PXAT) just past idle_at, when its state is back to that of a new key; the
+-- buckets and sliding_log, whose idle_at moves on with every admitted request, get 1/8 of their
+-- remaining life on top, so that the next requests usually find the expiry good as it is and
+-- write with SET KEEPTTL (about half the cost of setting a new expiry). An existing key's expiry
+-- is never earlier than its idle_at (PEXPIRETIME checks it when idle_at moved on): Redis >= 7.0.
 
 local floor, min, max = math.floor, math.min, math.max
 local pack, unpack = struct.pack, struct.unpack
@@ -109,6 +114,12 @@ local function same(x, y)
     if a[i] ~= b[i] then return false end
   end
   return true
+end
+
+-- The expiry (ms) of a key whose state is idle from `idle` (µs) on.
+local function expiry(alg, idle, now)
+  if alg == 2 or alg == 4 then return ceildiv(idle, 1000) end  -- idle_at stays put in a window
+  return ceildiv(idle + floor((idle - now) / 8), 1000)
 end
 
 -- --- the algorithms (see docs/algorithms.md). Each returns allowed, remaining, retry, reset,
@@ -289,7 +300,8 @@ end
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local commit = ARGV[1] == '1'
-local states, loaded, algs = {}, {}, {}  -- by key
+-- by key: the state, the stored value (false: none), its idle_at as loaded, the algorithm
+local states, raws, loaded_idle, algs = {}, {}, {}, {}
 local reply = {now}
 local arg, key_index = 3, 0
 
@@ -303,26 +315,28 @@ for _ = 1, tonumber(ARGV[2]) do
   for i = 1, m do
     key_index = key_index + 1
     local key = KEYS[key_index]
-    local alg, n, w = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
-    local cap, cost, flags = tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4]), tonumber(ARGV[arg + 5])
-    arg = arg + 6
+    local alg, n, w, cap, cost, flags = unpack('<dddddd', ARGV[arg])
+    arg = arg + 1
     local st = states[key]
     if not st then
-      st = parse(alg, call('GET', key))
-      loaded[key] = copy(st)
+      local raw = call('GET', key)
+      st = parse(alg, raw)
+      raws[key] = raw
+      loaded_idle[key] = st[1]
       states[key] = st
       algs[key] = alg
     end
     local count_denied = alg == 2 and flags % 2 == 1
-    local saved = copy(st)
+    -- A request of one item needs no undo: an item that denies has not changed its state.
+    local saved = m > 1 and copy(st)
     local ok, remaining, retry, reset, delay = decide(alg, st, now, n, w, cap, cost, count_denied)
     if not ok and flags % 4 < 2 then allowed = false end
     local at = #reply + 1
     reply[at], reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] =
         ok and 1 or 0, remaining, retry, reset, delay
-    items[i] = {key, alg, n, w, cap, saved, at, count_denied}
+    if saved then items[i] = {key, alg, n, w, cap, saved, at, count_denied} end
   end
-  if not allowed then
+  if not allowed and m > 1 then
     -- Undo, newest first, all but count_denied items; report what is left with nothing consumed.
     reply[allowed_at] = 0
     for i = m, 1, -1 do
@@ -334,16 +348,30 @@ for _ = 1, tonumber(ARGV[2]) do
         reply[it[7] + 1], reply[it[7] + 3], reply[it[7] + 4] = remaining, reset, 0
       end
     end
+  elseif not allowed then
+    reply[allowed_at] = 0
   end
 end
 
+-- Write what changed: a state back to initial is deleted, any other is set with an expiry no
+-- earlier than its idle_at (see the header).
 if commit then
   for key, st in pairs(states) do
-    if not same(st, loaded[key]) then
-      if (st.log and #st.log == 0) or st[1] <= now then
-        call('DEL', key)
-      else
-        call('SET', key, encode(algs[key], st), 'PXAT', ceildiv(st[1], 1000))
+    local raw, alg = raws[key], algs[key]
+    local idle = (st.log and #st.log == 0) or st[1] <= now
+    if not raw then
+      -- A new key: every change moves idle_at past 0.
+      if st[1] ~= 0 and not idle then call('SET', key, encode(alg, st), 'PXAT', expiry(alg, st[1], now)) end
+    else
+      local value = encode(alg, st)  -- encode(parse(raw)) == raw: unchanged states are not written
+      if value ~= raw then
+        if idle then
+          call('DEL', key)
+        elseif st[1] <= loaded_idle[key] or call('PEXPIRETIME', key) >= ceildiv(st[1], 1000) then
+          call('SET', key, value, 'KEEPTTL')
+        else
+          call('SET', key, value, 'PXAT', expiry(alg, st[1], now))
+        end
       end
     end
   end

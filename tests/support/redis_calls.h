@@ -1,0 +1,75 @@
+// Synchronous calls on redis::Client and redis::RedisStore for tests. Each waits up to 10 s for
+// its answer; without one it returns Internal ("no answer in 10 s"), which tests may count as a
+// hang. The callbacks own their promise, so a late answer after such a return is harmless.
+
+#ifndef SLUICE_TESTS_SUPPORT_REDIS_CALLS_H_
+#define SLUICE_TESTS_SUPPORT_REDIS_CALLS_H_
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "redis/client.h"
+#include "redis/redis_store.h"
+
+namespace sluice::testing {
+
+inline Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us) {
+  Limit l;
+  l.algorithm = algorithm;
+  l.requests = requests;
+  l.window_us = window_us;
+  return l;
+}
+
+// A client of `urls` (one server, or a cluster's seeds), waited for until ready (up to 5 s).
+inline std::unique_ptr<redis::Client> OpenRedis(const std::vector<std::string>& urls, bool cluster,
+                                                std::chrono::microseconds timeout = std::chrono::seconds(2)) {
+  redis::Client::Options o;
+  for (const auto& u : urls) o.seeds.push_back(*redis::ParseUrl(u));
+  o.cluster = cluster;
+  o.connection.timeout = timeout;
+  o.connection.max_backoff = std::chrono::milliseconds(100);
+  auto client = redis::Client::Create(o);
+  EXPECT_TRUE(client.ok());
+  for (int i = 0; i < 500 && !(*client)->Ready(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::move(*client);
+}
+
+// One command, sent to the node that serves `key`.
+inline absl::StatusOr<redis::Reply> RedisCommand(redis::Client& client, const std::vector<std::string>& args,
+                                                 std::string_view key = "x") {
+  std::vector<std::string_view> views(args.begin(), args.end());
+  std::string command;
+  redis::AppendCommand(&command, views);
+  auto promise = std::make_shared<std::promise<absl::StatusOr<redis::Reply>>>();
+  auto future = promise->get_future();
+  client.Send(key, std::move(command),
+              [promise](absl::StatusOr<redis::Reply> r) { promise->set_value(std::move(r)); });
+  if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return absl::InternalError("no answer in 10 s");
+  }
+  return future.get();
+}
+
+inline absl::StatusOr<redis::DecideResult> DecideNow(redis::RedisStore& store,
+                                                     const std::vector<store::MemoryStore::Item>& items) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<redis::DecideResult>>>();
+  auto future = promise->get_future();
+  store.DecideAll(items, [promise](absl::StatusOr<redis::DecideResult> r) { promise->set_value(std::move(r)); });
+  if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return absl::InternalError("no answer in 10 s");
+  }
+  return future.get();
+}
+
+}  // namespace sluice::testing
+
+#endif  // SLUICE_TESTS_SUPPORT_REDIS_CALLS_H_

@@ -6,13 +6,29 @@
 #   stripped both ways; keep-alive reuse of upstream connections; upstream timeout -> 504;
 #   upstream down -> 502 with a clear body; leaky_bucket shaping delays; http.max_delayed full
 #   -> 503; refunds on 5xx and on connect errors.
-# Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server tests/proxy_e2e.sh
+# With PROXY_BACKEND=redis the same checks run with decisions (and refunds) on a redis-server
+# started here.
+# Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server [PROXY_BACKEND=redis] tests/proxy_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 upstream=${UPSTREAM:?set UPSTREAM to the upstream_server binary}
 command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
+
+backend=()
+if [[ ${PROXY_BACKEND:-memory} == redis ]]; then
+  for _ in $(seq 5); do
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+      >"$tmp/redis.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
+    redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break
+  done
+  backend=(--redis "redis://127.0.0.1:$rport")
+  echo "backend: redis on $rport"
+fi
 
 # The test upstream; sets UP (HOST:PORT).
 "$upstream" --listen 127.0.0.1:0 >"$tmp/upstream.out" 2>"$tmp/upstream.err" &
@@ -68,7 +84,7 @@ descriptors:
     value: shaped
     limits: [{name: shaped, algorithm: leaky_bucket, requests: 1, window: 100ms, burst: 4}]
 EOF
-start a --config "$tmp/a"
+start a --config "$tmp/a" "${backend[@]}"
 [[ -n $DATA ]] || { echo "FAIL sluice (A) did not start"; cat "$tmp/a.err"; echo "0 passed, 1 failed"; exit 1; }
 url="http://$DATA"
 
@@ -190,7 +206,7 @@ descriptors:
     value: down
     rate_limit: {name: down, requests: 2, window: 1m}
 EOF
-start b --config "$tmp/b"
+start b --config "$tmp/b" "${backend[@]}"
 url="http://$DATA"
 check "a path only the down domain routes goes to its upstream: 502" 502 "$(req "$url/down/x")"
 check_contains "the 502 body says what failed" "cannot connect" "$(cat "$tmp/body")"

@@ -241,6 +241,20 @@ struct Engine::Batch {
   }
 };
 
+// What an admitted batch consumed, for a refund.
+void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
+                    Consumption* consumed) {
+  consumed->decided_at_us = decided_at_us;
+  for (size_t k = 0; k < batch.items.size(); ++k) {
+    const store::MemoryStore::Item& item = batch.items[k];
+    if (!decisions[k].allowed || item.cost == 0) continue;  // a shadow deny took nothing
+    consumed->items.push_back({.limit = *item.limit,
+                               .limit_id = item.limit_id,
+                               .key = std::string(item.key),
+                               .cost = item.cost});
+  }
+}
+
 // A CheckAllAsync call waiting for the remote store.
 struct Engine::AsyncCall {
   std::shared_ptr<const rules::Config> config;
@@ -249,6 +263,7 @@ struct Engine::AsyncCall {
   Batch batch;
   int64_t now_us = 0;
   Done done;
+  Consumption* consumed = nullptr;
 };
 
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
@@ -275,6 +290,14 @@ void Engine::Refund(const Consumption& consumed, int64_t now_us) {
                      .count_denied = false,
                      .shadow = false});
   }
+  if (consumed.remote) {
+    if (remote_ == nullptr || items.empty()) return;
+    // Best effort, in the background: a refund that fails leaves the quota consumed (the
+    // request is then counted as admitted, which never over-admits).
+    remote_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us,
+                    [](absl::Status) {});
+    return;
+  }
   store_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us, now_us);
 }
 
@@ -300,15 +323,7 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
                                          std::span(decisions.data(), decisions.size()),
                                          &decided_at_us);
   if (consumed != nullptr && allowed) {
-    consumed->decided_at_us = decided_at_us;
-    for (size_t k = 0; k < batch.items.size(); ++k) {
-      const store::MemoryStore::Item& item = batch.items[k];
-      if (!decisions[k].allowed || item.cost == 0) continue;  // a shadow deny took nothing
-      consumed->items.push_back({.limit = *item.limit,
-                                 .limit_id = item.limit_id,
-                                 .key = std::string(item.key),
-                                 .cost = item.cost});
-    }
+    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, consumed);
   }
   for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
   for (Response& response : responses) {
@@ -318,14 +333,16 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
 }
 
 void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
-                           std::vector<Request> requests, int64_t now_us, Done done) {
-  if (remote_ == nullptr) return done(CheckAll(*config, requests, now_us));
+                           std::vector<Request> requests, int64_t now_us, Done done,
+                           Consumption* consumed) {
+  if (remote_ == nullptr) return done(CheckAll(*config, requests, now_us, consumed));
   auto call = std::make_shared<AsyncCall>();
   call->config = std::move(config);
   call->requests = std::move(requests);
   call->responses.resize(call->requests.size());
   call->now_us = now_us;
   call->done = std::move(done);
+  call->consumed = consumed;
   call->batch.Build(*call->config, call->requests, std::span(call->responses));
   if (call->batch.items.empty()) {
     for (Response& response : call->responses) Finish(response);
@@ -339,6 +356,11 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
                        } else {
                          for (size_t k = 0; k < result->decisions.size(); ++k) {
                            call->batch.Apply(k, result->decisions[k]);
+                         }
+                         if (call->consumed != nullptr && result->allowed) {
+                           Record(call->batch, result->decisions, result->decided_at_us,
+                                  call->consumed);
+                           call->consumed->remote = true;
                          }
                          for (Response& response : call->responses) {
                            response.allowed = result->allowed;

@@ -100,9 +100,11 @@ class RemoteStore {
   struct Result {
     bool allowed = false;
     std::vector<Decision> decisions;  // one per item, in order
+    int64_t decided_at_us = 0;        // the store's own time of the decision
   };
   using Done = std::function<void(absl::StatusOr<Result>)>;
   using ResetDone = std::function<void(absl::StatusOr<size_t>)>;
+  using RefundDone = std::function<void(absl::Status)>;
 
   virtual ~RemoteStore() = default;
   // As MemoryStore::DecideAll. Nothing in `items` needs to outlive the call; `done` runs once,
@@ -110,6 +112,9 @@ class RemoteStore {
   virtual void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) = 0;
   // Forgets the states of `items`; `done` gets how many there were.
   virtual void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) = 0;
+  // Gives back what `items` (their cost) consumed when decided at `decided_at_us` (Result's).
+  virtual void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+                      RefundDone done) = 0;
   // Told of every request its failure was answered for by a failure_mode (for metrics).
   virtual void CountFallback(BackendState) {}
 };
@@ -125,6 +130,7 @@ struct Consumption {
   };
   std::vector<Item> items;  // only limits that consumed (allowed, cost > 0)
   int64_t decided_at_us = 0;
+  bool remote = false;  // decided on the remote store (its clock)
 };
 
 class Engine {
@@ -138,8 +144,10 @@ class Engine {
   // failure_mode answers it (Response::backend says how). `done` runs once, on any thread,
   // perhaps before this returns.
   using Done = std::function<void(std::vector<Response>)>;
+  // With `consumed` (which must live until `done` runs), an admitted batch records there what it
+  // consumed (for Refund), on the remote store too.
   void CheckAllAsync(std::shared_ptr<const rules::Config> config, std::vector<Request> requests,
-                     int64_t now_us, Done done);
+                     int64_t now_us, Done done, Consumption* consumed = nullptr);
   // Reset on whichever store decides.
   void ResetAsync(std::shared_ptr<const rules::Config> config, Request request,
                   RemoteStore::ResetDone done);
@@ -155,7 +163,8 @@ class Engine {
                                  int64_t now_us, Consumption* consumed = nullptr);
 
   // Gives back what an admitted request consumed (see MemoryStore::Refund for what that means
-  // per algorithm): e.g. the upstream it was admitted for failed.
+  // per algorithm): e.g. the upstream it was admitted for failed. On the remote store when there
+  // is one (Consumption::remote), in the background.
   void Refund(const Consumption& consumed, int64_t now_us);
 
   // Forgets the state of every limit the request's descriptors match ("unblock this customer").
@@ -171,6 +180,8 @@ class Engine {
   struct Batch;
   struct AsyncCall;
   void Fail(AsyncCall& call, const absl::Status& error);
+  static void Record(const Batch& batch, std::span<const Decision> decisions,
+                     int64_t decided_at_us, Consumption* consumed);
 
   store::MemoryStore* store_;
   RemoteStore* remote_;

@@ -38,13 +38,19 @@ class FakeRemote final : public RemoteStore {
     }
     Result result;
     result.decisions.resize(items.size());
-    result.allowed = store_.DecideAll(items, clock_->NowMicros(), std::span(result.decisions));
+    result.decided_at_us = clock_->NowMicros();
+    result.allowed = store_.DecideAll(items, result.decided_at_us, std::span(result.decisions));
     std::thread([done, result] { done(result); }).join();
   }
   void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) override {
     size_t n = 0;
     for (const auto& item : items) n += store_.Reset(item.limit_id, item.key) ? 1 : 0;
     done(n);
+  }
+  void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+              RefundDone done) override {
+    store_.Refund(items, decided_at_us, clock_->NowMicros());
+    done(absl::OkStatus());
   }
   void CountFallback(BackendState state) override { fallbacks.push_back(state); }
 
@@ -162,6 +168,27 @@ TEST_F(EngineAsyncTest, ResetGoesToTheRemote) {
   engine_.ResetAsync(config_, request, [&](absl::StatusOr<size_t> n) { forgotten.set_value(*n); });
   EXPECT_EQ(forgotten.get_future().get(), 1u);
   EXPECT_TRUE(Decide("open").allowed);
+}
+
+TEST_F(EngineAsyncTest, WhatTheRemoteConsumedIsRefundedThere) {
+  Request request;
+  request.domain = "open";
+  request.descriptors.push_back({.entries = {{"user", "zoe"}}, .limit = std::nullopt,
+                                 .hits_addend = std::nullopt});
+  for (int i = 0; i < 8; ++i) {
+    Consumption consumed;
+    std::promise<bool> allowed;
+    engine_.CheckAllAsync(
+        config_, {request}, clock_.NowMicros(),
+        [&](std::vector<Response> r) { allowed.set_value(r.front().allowed); }, &consumed);
+    ASSERT_TRUE(allowed.get_future().get());
+    EXPECT_TRUE(consumed.remote);
+    ASSERT_EQ(consumed.items.size(), 1u);
+    engine_.Refund(consumed, clock_.NowMicros());  // every one given back
+  }
+  const Response after = Decide("open", "zoe");
+  EXPECT_TRUE(after.allowed);
+  EXPECT_EQ(after.remaining, 7);  // as if the eight had never been
 }
 
 TEST_F(EngineAsyncTest, CombineKeepsTheWorstBackendState) {

@@ -256,13 +256,14 @@ void Service::DecideRoutes(std::shared_ptr<const rules::Config> config,
     return done(Summarize(requests, sections,
                           engine_.CheckAll(*config, requests, now_us, consumed), now_us));
   }
-  // (On Redis nothing is recorded for refunds: Refund works on the memory store only.)
   std::vector<engine::Request> copy = requests;
-  engine_.CheckAllAsync(std::move(config), std::move(copy), now_us,
-                        [this, requests, sections, now_us,
-                         done = std::move(done)](std::vector<engine::Response> decisions) {
-                          done(Summarize(requests, sections, std::move(decisions), now_us));
-                        });
+  engine_.CheckAllAsync(
+      std::move(config), std::move(copy), now_us,
+      [this, requests, sections, now_us,
+       done = std::move(done)](std::vector<engine::Response> decisions) {
+        done(Summarize(requests, sections, std::move(decisions), now_us));
+      },
+      consumed);
 }
 
 void Service::RecordDecision(std::string_view domain, const engine::Response& decision,

@@ -80,8 +80,8 @@ class Service {
     int status = 200;  // 200, or the deny status of the first domain that denied
   };
   // Decides `requests` (one per domain, `sections` their http: sections) on whichever store
-  // decides; `done` runs once, perhaps on the backend's thread. With `consumed` (memory store
-  // only), what an admitted request consumed is recorded there for a refund.
+  // decides; `done` runs once, perhaps on the backend's thread. With `consumed` (which must
+  // live until `done`), what an admitted request consumed is recorded there for a refund.
   void DecideRoutes(std::shared_ptr<const rules::Config> config,
                     std::vector<engine::Request> requests,
                     std::vector<const rules::HttpSection*> sections, engine::Consumption* consumed,

@@ -81,11 +81,9 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   PrepareUpstreamRequest(call->request, peer);
   call->config = config;
   call->responder = deferral.Take();  // every proxied request is answered later
-  // On the memory store what the request consumes is recorded for a refund; on Redis it is not
-  // (refunds are not implemented there).
-  engine::Consumption* consumed = engine_.remote() ? nullptr : &call->consumed;
+  // What the request consumes is recorded (on the memory store or on Redis) for a refund.
   DecideRoutes(std::move(config), std::move(checks->requests), std::move(checks->sections),
-               consumed, [this, call](RouteDecision decided) {
+               &call->consumed, [this, call](RouteDecision decided) {
                  // Back on the connection's thread (the decision may come from Redis's).
                  boost::asio::post(call->executor, [this, call, decided = std::move(decided)]() mutable {
                    ProxyDecided(call, std::move(decided));

@@ -54,10 +54,50 @@ void RedisStore::Reset(std::span<const store::MemoryStore::Item> items,
   }
 }
 
+void RedisStore::Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+                        std::function<void(absl::Status)> done) {
+  if (items.empty()) return done(absl::OkStatus());
+  // One call per slot (every item, on a single server).
+  absl::flat_hash_map<uint16_t, std::vector<DecideItem>> by_slot;
+  std::vector<Limit> limits(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    limits[i] = *items[i].limit;
+    std::string key = RedisKey(items[i].limit_id, items[i].key);
+    const uint16_t slot = client_->cluster() ? KeySlot(key) : 0;
+    by_slot[slot].push_back({&limits[i], std::move(key), items[i].cost, false, false});
+  }
+  struct Gather {
+    std::mutex mu;
+    size_t waiting = 0;
+    absl::Status status;
+    std::function<void(absl::Status)> done;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->waiting = by_slot.size();
+  gather->done = std::move(done);
+  for (auto& [slot, group] : by_slot) {
+    std::string key = group.front().key;
+    client_->Send(key, EncodeRefund("", group, decided_at_us),
+                  [gather](absl::StatusOr<Reply> reply) {
+                    std::unique_lock lock(gather->mu);
+                    if (!reply.ok()) {
+                      gather->status = reply.status();
+                    } else if (reply->IsError()) {
+                      gather->status = absl::InternalError(fmt::format("refund script: {}", reply->str));
+                    }
+                    if (--gather->waiting > 0) return;
+                    lock.unlock();
+                    gather->done(gather->status);
+                  });
+  }
+}
+
 void RedisEngineStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
   store_->DecideAll(items, [done = std::move(done)](absl::StatusOr<DecideResult> result) {
     if (!result.ok()) return done(result.status());
-    done(Result{.allowed = result->allowed, .decisions = std::move(result->decisions)});
+    done(Result{.allowed = result->allowed,
+                .decisions = std::move(result->decisions),
+                .decided_at_us = result->now_us});
   });
 }
 

@@ -67,6 +67,12 @@ class RedisStore {
   // Errors: Unavailable (not connected, breaker open), DeadlineExceeded, Internal.
   void DecideAll(std::span<const store::MemoryStore::Item> items, Done done);
 
+  // Gives back what `items` (their cost) consumed when decided at `decided_at_us` (Redis's time,
+  // from the decision), as MemoryStore::Refund does. Refunds are rare: the script goes as text
+  // (EVAL), so a flushed script cache cannot fail them.
+  void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+              std::function<void(absl::Status)> done);
+
   // Forgets the states of `items` (DEL); `done` gets how many existed.
   void Reset(std::span<const store::MemoryStore::Item> items,
              std::function<void(absl::StatusOr<size_t>)> done);
@@ -114,6 +120,10 @@ class RedisEngineStore final : public engine::RemoteStore {
   void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) override;
   void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) override {
     store_->Reset(items, std::move(done));
+  }
+  void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+              RefundDone done) override {
+    store_->Refund(items, decided_at_us, std::move(done));
   }
   void CountFallback(engine::BackendState state) override {
     fallbacks_[static_cast<size_t>(state)].fetch_add(1, std::memory_order_relaxed);

@@ -51,6 +51,40 @@ absl::Status CheckExactRange(const Limit& limit) {
       DescribeLimit(limit), what, product));
 }
 
+namespace {
+
+// An item's six numbers as decide.lua reads them (struct '<dddddd').
+std::string PackItem(const DecideItem& it) {
+  const Limit& l = *it.limit;
+  const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
+                             static_cast<double>(l.requests),
+                             static_cast<double>(l.window_us),
+                             static_cast<double>(l.Capacity()),
+                             static_cast<double>(it.cost),
+                             static_cast<double>((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0))};
+  std::string packed(sizeof numbers, '\0');
+  std::memcpy(packed.data(), numbers, sizeof numbers);
+  return packed;
+}
+
+}  // namespace
+
+std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items,
+                         int64_t decided_at_us) {
+  std::vector<std::string> text = {std::to_string(items.size()), "2",
+                                   std::to_string(decided_at_us), std::to_string(items.size())};
+  for (const DecideItem& it : items) text.push_back(PackItem(it));
+  std::vector<std::string_view> args;
+  args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
+  args.push_back(sha.empty() ? DecideScript() : sha);
+  args.push_back(text[0]);
+  for (const DecideItem& it : items) args.push_back(it.key);
+  for (size_t i = 1; i < text.size(); ++i) args.push_back(text[i]);
+  std::string command;
+  AppendCommand(&command, args);
+  return command;
+}
+
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
                          bool commit) {
   static_assert(std::endian::native == std::endian::little, "decide.lua reads little-endian doubles");
@@ -65,18 +99,7 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
   args_text.push_back(std::to_string(requests.size()));
   for (const auto& request : requests) {
     args_text.push_back(std::to_string(request.size()));
-    for (const DecideItem& it : request) {
-      const Limit& l = *it.limit;
-      const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
-                                 static_cast<double>(l.requests),
-                                 static_cast<double>(l.window_us),
-                                 static_cast<double>(l.Capacity()),
-                                 static_cast<double>(it.cost),
-                                 static_cast<double>((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0))};
-      std::string packed(sizeof numbers, '\0');
-      std::memcpy(packed.data(), numbers, sizeof numbers);
-      args_text.push_back(std::move(packed));
-    }
+    for (const DecideItem& it : request) args_text.push_back(PackItem(it));
   }
   std::vector<std::string_view> args;
   args.reserve(3 + args_text.size() + items);

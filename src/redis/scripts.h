@@ -43,6 +43,12 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
 // One request.
 std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit);
 
+// The call that gives back what `items` (their cost) consumed when admitted at `decided_at_us`
+// (Redis's time, DecideResult::now_us), as algo::RefundCompact / RefundSlidingLog do. Its reply
+// is {now_us}.
+std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items,
+                         int64_t decided_at_us);
+
 struct DecideResult {
   int64_t now_us = 0;  // Redis's TIME when it decided
   bool allowed = false;

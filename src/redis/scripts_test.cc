@@ -189,6 +189,63 @@ TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
   EXPECT_EQ(agreed, total);
 }
 
+// Refunds: an admitted request's consumption given back on Redis (EncodeRefund) and in C++
+// (MemoryStore::Refund) at the same instants, for every algorithm; the decisions that follow
+// must still agree.
+TEST_F(ScriptsTest, RefundsAgree) {
+  ASSERT_FALSE(sha_.empty());
+  const std::vector<Limit> limits = {
+      MakeLimit(Algorithm::kTokenBucket, 5, 20000),
+      MakeLimit(Algorithm::kTokenBucket, 7, 30000, 12),
+      MakeLimit(Algorithm::kLeakyBucket, 4, 20000, 3),
+      MakeLimit(Algorithm::kFixedWindow, 6, 15000),
+      MakeLimit(Algorithm::kSlidingLog, 5, 20000),
+      MakeLimit(Algorithm::kSlidingWindow, 6, 15000),
+  };
+  std::mt19937_64 rng(20261203);
+  int agreed = 0, total = 0, refunds = 0;
+  for (size_t l = 0; l < limits.size(); ++l) {
+    const Limit& limit = limits[l];
+    for (int i = 0; i < 60; ++i) {
+      const Item item{&limit, l + 100, "r", 1 + rng() % 2, false, false};
+      const DecideResult redis = OnRedis({item});
+      const DecideResult cpp = InCpp({item}, redis.now_us);
+      ++total;
+      if (redis.allowed == cpp.allowed && redis.decisions == cpp.decisions) ++agreed;
+      else ADD_FAILURE() << DescribeLimit(limit) << " call " << i;
+      if (redis.allowed && rng() % 2 == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+        const DecideItem refund{&limit, RedisKey(item), item.cost, false, false};
+        auto reply = SendRaw(EncodeRefund(sha_, std::span(&refund, 1), redis.now_us));
+        ASSERT_TRUE(reply.ok()) << reply.status();
+        ASSERT_EQ(reply->type, Reply::Type::kArray) << reply->str;
+        ASSERT_EQ(reply->elements.size(), 1u);
+        const store::MemoryStore::Item store_item{.limit = &limit, .limit_id = item.limit_id,
+                                                  .key = item.key, .cost = item.cost,
+                                                  .count_denied = false, .shadow = false};
+        store_.Refund(std::span(&store_item, 1), redis.now_us, reply->elements[0].integer);
+        ++refunds;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2500));
+    }
+  }
+  EXPECT_EQ(agreed, total);
+  EXPECT_GT(refunds, 30);
+}
+
+// Refunding everything a key consumed leaves it as a new key: gone from Redis.
+TEST_F(ScriptsTest, AFullRefundDeletesTheKey) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 5, 60000000);
+  const Item item{&limit, 777, "gone", 3, false, false};
+  const DecideResult decided = OnRedis({item});
+  ASSERT_TRUE(decided.allowed);
+  ASSERT_EQ(Call({"EXISTS", RedisKey(item)})->integer, 1);
+  const DecideItem refund{&limit, RedisKey(item), 3, false, false};
+  ASSERT_TRUE(SendRaw(EncodeRefund("", std::span(&refund, 1), decided.now_us)).ok());
+  EXPECT_EQ(Call({"EXISTS", RedisKey(item)})->integer, 0);
+}
+
 // Several limits per request: all-or-nothing, shadow items, count_denied on fixed windows (and
 // ignored elsewhere), the same key twice in one request.
 TEST_F(ScriptsTest, MultiLimitRequestsAgree) {

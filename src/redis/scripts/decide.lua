@@ -4,7 +4,8 @@
 -- run on the same vectors by src/redis/scripts_test.cc. The clock is Redis's own TIME: no client
 -- clock is ever used, so clock skew between sluice instances cannot matter.
 --
--- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written)
+-- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written),
+--          2 = refund (give back what admitted requests consumed: see "Refunds" below)
 -- ARGV[2]: R, the number of requests; they are decided in turn, at the same instant, each
 --          all-or-nothing on its own (as R calls of DecideAll would be)
 -- then per request: its item count M, then one argument per item, 6 little-endian doubles
@@ -287,6 +288,64 @@ local function sliding_log(st, now, n, w, cost)
   return allowed, remaining, retry, reset, 0
 end
 
+-- --- refunds (algo::RefundCompact / RefundSlidingLog): give back `cost` consumed at `at`.
+-- Never makes a state better than a new key's; a no-op once the window the request counted in
+-- has rolled. Returns true when the state is back to initial (the key can go).
+
+local function refund_bucket(st, now, n, w, cost)
+  if n == 0 or st[1] <= now then return st[1] <= now end
+  local floor_tat = st[1] - ((st[2] ~= 0) and 1 or 0)
+  local debt = (floor_tat - now) * n + st[2] - cost * w
+  if debt <= 0 then return true end
+  local whole, rest = divmod(debt, n)
+  st[1] = now + whole + ((rest ~= 0) and 1 or 0)
+  st[2] = rest
+  return false
+end
+
+local function refund_fixed(st, at, now, w, cost)
+  if st[1] <= now then return true end
+  if st[1] ~= window_start(at, w) + w then return false end  -- the window rolled
+  st[2] = st[2] - min(st[2], cost)
+  return st[2] == 0
+end
+
+local function refund_sliding_window(st, at, now, w, cost)
+  if st[1] <= now then return true end
+  local start = window_start(at, w)
+  if window_start(now, w) ~= start or st[3] == 0 or st[1] ~= start + 2 * w then return false end
+  st[3] = st[3] - min(st[3], cost)
+  if st[3] == 0 and st[2] == 0 then return true end
+  st[1] = (st[3] > 0) and (start + 2 * w) or (start + w)
+  return false
+end
+
+local function refund_sliding_log(st, at, now, w, cost)
+  local log = st.log
+  if at + w > now then
+    for i = 1, #log, 2 do
+      if log[i] == at then
+        log[i + 1] = log[i + 1] - min(log[i + 1], cost)
+        if log[i + 1] == 0 then
+          table.remove(log, i + 1)
+          table.remove(log, i)
+        end
+        break
+      end
+    end
+  end
+  if #log == 0 or log[#log - 1] + w <= now then return true end
+  st[1] = log[#log - 1] + w
+  return false
+end
+
+local function refund(alg, st, at, now, n, w, cost)
+  if alg == 0 or alg == 1 then return refund_bucket(st, now, n, w, cost) end
+  if alg == 2 then return refund_fixed(st, at, now, w, cost) end
+  if alg == 4 then return refund_sliding_window(st, at, now, w, cost) end
+  return refund_sliding_log(st, at, now, w, cost)
+end
+
 local function decide(alg, st, now, n, w, cap, cost, count_denied)
   if alg == 0 then return bucket(st, now, n, w, cap, cost, false) end
   if alg == 1 then return bucket(st, now, n, w, cap, cost, true) end
@@ -300,6 +359,28 @@ end
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local commit = ARGV[1] == '1'
+
+-- Refunds: ARGV[2] the decision's time (µs, Redis's TIME as the decide call returned it), ARGV[3]
+-- the item count M, then the items as for a decision (the cost is what to give back). Returns
+-- {now_us}.
+if ARGV[1] == '2' then
+  local at = tonumber(ARGV[2])
+  for i = 1, tonumber(ARGV[3]) do
+    local key = KEYS[i]
+    local alg, n, w, _, cost = unpack('<dddddd', ARGV[3 + i])
+    local raw = call('GET', key)
+    if raw and cost > 0 then
+      local st = parse(alg, raw)
+      if refund(alg, st, at, now, n, w, cost) then
+        call('DEL', key)
+      else
+        local value = encode(alg, st)
+        if value ~= raw then call('SET', key, value, 'KEEPTTL') end
+      end
+    end
+  end
+  return {now}
+end
 -- by key: the state, the stored value (false: none), its idle_at as loaded, the algorithm
 local states, raws, loaded_idle, algs = {}, {}, {}, {}
 local reply = {now}

@@ -76,20 +76,28 @@ void RedisStore::Refund(std::span<const store::MemoryStore::Item> items, int64_t
   gather->waiting = by_slot.size();
   gather->done = std::move(done);
   for (auto& [slot, group] : by_slot) {
-    std::string key = group.front().key;
-    client_->Send(key, EncodeRefund("", group, decided_at_us),
-                  [gather](absl::StatusOr<Reply> reply) {
-                    std::unique_lock lock(gather->mu);
-                    if (!reply.ok()) {
-                      gather->status = reply.status();
-                    } else if (reply->IsError()) {
-                      gather->status = absl::InternalError(fmt::format("refund script: {}", reply->str));
-                    }
-                    if (--gather->waiting > 0) return;
-                    lock.unlock();
-                    gather->done(gather->status);
-                  });
+    RefundGroup(std::move(group), decided_at_us, [gather](absl::Status status) {
+      std::unique_lock lock(gather->mu);
+      if (!status.ok()) gather->status = status;
+      if (--gather->waiting > 0) return;
+      lock.unlock();
+      gather->done(gather->status);
+    });
   }
+}
+
+void RedisStore::RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
+                             std::function<void(absl::Status)> done) {
+  const std::string key = items.front().key;
+  script_calls_.fetch_add(1, std::memory_order_relaxed);
+  client_->Send(key, EncodeRefund("", items, decided_at_us),
+                [done = std::move(done)](absl::StatusOr<Reply> reply) {
+                  if (!reply.ok()) return done(reply.status());
+                  if (reply->IsError()) {
+                    return done(absl::InternalError(fmt::format("refund script: {}", reply->str)));
+                  }
+                  done(absl::OkStatus());
+                });
 }
 
 void RedisEngineStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
@@ -153,10 +161,12 @@ void RedisStore::Run(std::shared_ptr<Call> call, bool commit,
     size_t left;
     absl::Status error;
     DecideResult result;
+    std::vector<int64_t> admitted_at;  // per group: its decision time when it admitted, else -1
     std::function<void(absl::StatusOr<DecideResult>)> done;
   };
   auto gather = std::make_shared<Gather>();
   gather->left = call->groups.size();
+  gather->admitted_at.assign(call->groups.size(), -1);
   gather->result.allowed = true;
   gather->result.decisions.resize(call->items.size());
   gather->done = std::move(done);
@@ -165,22 +175,43 @@ void RedisStore::Run(std::shared_ptr<Call> call, bool commit,
     for (size_t i : call->groups[g]) items.push_back(call->items[i]);
     std::string key = items.front().key;
     RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/true,
-             [call, gather, g](absl::StatusOr<DecideResult> r) {
+             [this, call, gather, g, commit](absl::StatusOr<DecideResult> r) {
                std::unique_lock<std::mutex> lock(gather->mu);
                if (!r.ok()) {
                  if (gather->error.ok()) gather->error = r.status();
                } else {
                  gather->result.now_us = std::max(gather->result.now_us, r->now_us);
                  gather->result.allowed = gather->result.allowed && r->allowed;
+                 if (r->allowed) gather->admitted_at[g] = r->now_us;
                  for (size_t j = 0; j < call->groups[g].size(); ++j) {
                    gather->result.decisions[call->groups[g][j]] = r->decisions[j];
                  }
                }
                if (--gather->left > 0) return;
                lock.unlock();
+               // A slot refused (or failed) after others consumed: give theirs back, so a
+               // request across slots is all-or-nothing in the end (it may under-admit
+               // meanwhile, never over-admit).
+               if (commit && (!gather->error.ok() || !gather->result.allowed)) {
+                 RefundAdmitted(*call, gather->admitted_at, gather->result.decisions);
+               }
                if (!gather->error.ok()) return gather->done(gather->error);
                gather->done(std::move(gather->result));
              });
+  }
+}
+
+void RedisStore::RefundAdmitted(const Call& call, const std::vector<int64_t>& admitted_at,
+                                const std::vector<Decision>& decisions) {
+  for (size_t g = 0; g < call.groups.size(); ++g) {
+    if (admitted_at[g] < 0) continue;
+    std::vector<DecideItem> items;
+    for (size_t i : call.groups[g]) {
+      if (decisions[i].allowed && call.items[i].cost > 0) items.push_back(call.items[i]);
+    }
+    if (items.empty()) continue;
+    cross_slot_refunds_.fetch_add(1, std::memory_order_relaxed);
+    RefundGroup(std::move(items), admitted_at[g], [](absl::Status) {});
   }
 }
 
@@ -305,7 +336,8 @@ RedisStore::Stats RedisStore::GetStats() const {
                .noscript_reloads = noscript_.load(),
                .refused = refused_.load(),
                .breaker = breaker_.state(),
-               .breaker_opened = breaker_.opened()};
+               .breaker_opened = breaker_.opened(),
+               .cross_slot_refunds = cross_slot_refunds_.load()};
 }
 
 }  // namespace sluice::redis

@@ -6,8 +6,9 @@
 // Items in different slots (e.g. a per-user and a global descriptor on a cluster) cannot be
 // decided atomically: they are first evaluated without writing (every slot at once), and only if
 // every one would admit are they decided for real. A request that loses a race between the two
-// steps is denied while the slots that did admit keep their consumption: cross-slot requests can
-// briefly under-admit, never over-admit. On a single server every request is one call.
+// steps is denied, and the slots that did admit give their share back (decide.lua's refund
+// mode): cross-slot requests can briefly under-admit, never over-admit. On a single server every
+// request is one call.
 //
 // On a single server, requests that arrive while calls are in flight wait and then go together,
 // up to Options::max_batch per call, each still all-or-nothing on its own (the script decides
@@ -56,6 +57,7 @@ class RedisStore {
     uint64_t refused = 0;   // refused by the open breaker
     Breaker::State breaker = Breaker::State::kClosed;
     uint64_t breaker_opened = 0;
+    uint64_t cross_slot_refunds = 0;  // slots refunded after another slot refused
   };
 
   using Done = std::function<void(absl::StatusOr<DecideResult>)>;
@@ -89,6 +91,12 @@ class RedisStore {
   void RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
                 std::function<void(absl::StatusOr<DecideResult>)> done);
   void Record(const absl::Status& status);
+  // One refund script call for `items` (all in one slot).
+  void RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
+                   std::function<void(absl::Status)> done);
+  // After a cross-slot commit that did not admit: the slots that admitted give their share back.
+  void RefundAdmitted(const Call& call, const std::vector<int64_t>& admitted_at,
+                      const std::vector<Decision>& decisions);
   struct Queued {
     std::vector<Limit> limits;
     std::vector<DecideItem> items;
@@ -107,7 +115,7 @@ class RedisStore {
   std::mutex sha_mu_;
   std::string sha_;  // decide.lua's SHA1 once SCRIPT LOAD answered; guarded by sha_mu_
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
-      refused_{0};
+      refused_{0}, cross_slot_refunds_{0};
   std::mutex batch_mu_;
   std::vector<Queued> queue_;  // guarded by batch_mu_
   int in_flight_ = 0;          // guarded by batch_mu_

@@ -37,6 +37,16 @@ absl::StatusOr<Reply> Command(Client& client, std::vector<std::string> args) {
   return testing::RedisCommand(client, args);
 }
 
+// A key name starting with `prefix` whose limit-1 state lands in another cluster slot than
+// "global"'s limit-2 state.
+std::string KeyInAnotherSlot(const RedisStore& store, std::string_view prefix) {
+  std::string key = fmt::format("{}:0", prefix);
+  for (int i = 1; KeySlot(store.RedisKey(1, key)) == KeySlot(store.RedisKey(2, "global")); ++i) {
+    key = fmt::format("{}:{}", prefix, i);
+  }
+  return key;
+}
+
 TEST(RedisStoreTest, KeysAreShortAndTaggedByDescriptor) {
   testing::RedisServer server;
   auto client = Open({server.url()}, false);
@@ -140,11 +150,7 @@ TEST(RedisStoreTest, AcrossClusterSlotsNothingIsConsumedWhenOneSlotDenies) {
   RedisStore store(client.get(), {});
   const Limit per_user = MakeLimit(Algorithm::kTokenBucket, 3, kHour);
   const Limit global = MakeLimit(Algorithm::kFixedWindow, 2, kHour);
-  // Find a user whose key lands in another slot than the global key.
-  std::string user = "user:0";
-  for (int i = 1; KeySlot(store.RedisKey(1, user)) == KeySlot(store.RedisKey(2, "global")); ++i) {
-    user = fmt::format("user:{}", i);
-  }
+  const std::string user = KeyInAnotherSlot(store, "user");
   const Item u{.limit = &per_user, .limit_id = 1, .key = user, .cost = 1};
   const Item g{.limit = &global, .limit_id = 2, .key = "global", .cost = 1};
   for (int i = 0; i < 2; ++i) {
@@ -173,10 +179,7 @@ TEST(RedisStoreTest, AcrossClusterSlotsALostRaceIsRefunded) {
   RedisStore store(client.get(), {});
   const Limit per_user = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
   const Limit global = MakeLimit(Algorithm::kFixedWindow, 20, kHour);
-  std::string user = "racer:0";
-  for (int i = 1; KeySlot(store.RedisKey(1, user)) == KeySlot(store.RedisKey(2, "global")); ++i) {
-    user = fmt::format("racer:{}", i);
-  }
+  const std::string user = KeyInAnotherSlot(store, "racer");
   const Item u{.limit = &per_user, .limit_id = 1, .key = user, .cost = 1};
   const Item g{.limit = &global, .limit_id = 2, .key = "global", .cost = 1};
   std::atomic<int> admitted{0};

@@ -59,6 +59,17 @@ std::string Describe(const Decision& d) {
                      d.retry_after_us, d.reset_after_us, d.delay_us);
 }
 
+// Every algorithm with windows of a few milliseconds, so that refills and window changes happen
+// while a test runs.
+std::vector<Limit> ShortWindowLimits() {
+  return {MakeLimit(Algorithm::kTokenBucket, 5, 20000),
+          MakeLimit(Algorithm::kTokenBucket, 7, 30000, 12),
+          MakeLimit(Algorithm::kLeakyBucket, 4, 20000, 3),
+          MakeLimit(Algorithm::kFixedWindow, 6, 15000),
+          MakeLimit(Algorithm::kSlidingLog, 5, 20000),
+          MakeLimit(Algorithm::kSlidingWindow, 6, 15000)};
+}
+
 class ScriptsTest : public ::testing::Test {
  protected:
   ScriptsTest() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
@@ -163,17 +174,10 @@ TEST_F(ScriptsTest, ScriptLoads) {
 // while the test runs; costs from 0 (peek) to above the capacity.
 TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
   ASSERT_FALSE(sha_.empty());
-  const std::vector<Limit> limits = {
-      MakeLimit(Algorithm::kTokenBucket, 5, 20000),
-      MakeLimit(Algorithm::kTokenBucket, 7, 30000, 12),
-      MakeLimit(Algorithm::kLeakyBucket, 4, 20000, 3),
-      MakeLimit(Algorithm::kLeakyBucket, 3, 7000),
-      MakeLimit(Algorithm::kFixedWindow, 6, 15000),
-      MakeLimit(Algorithm::kSlidingLog, 5, 20000),
-      MakeLimit(Algorithm::kSlidingWindow, 6, 15000),
-      MakeLimit(Algorithm::kSlidingWindow, 1000, 9000),
-      MakeLimit(Algorithm::kTokenBucket, 0, 1000),
-  };
+  std::vector<Limit> limits = ShortWindowLimits();
+  limits.push_back(MakeLimit(Algorithm::kLeakyBucket, 3, 7000));
+  limits.push_back(MakeLimit(Algorithm::kSlidingWindow, 1000, 9000));
+  limits.push_back(MakeLimit(Algorithm::kTokenBucket, 0, 1000));
   std::mt19937_64 rng(20261202);
   int agreed = 0, total = 0;
   for (size_t l = 0; l < limits.size(); ++l) {
@@ -194,14 +198,7 @@ TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
 // must still agree.
 TEST_F(ScriptsTest, RefundsAgree) {
   ASSERT_FALSE(sha_.empty());
-  const std::vector<Limit> limits = {
-      MakeLimit(Algorithm::kTokenBucket, 5, 20000),
-      MakeLimit(Algorithm::kTokenBucket, 7, 30000, 12),
-      MakeLimit(Algorithm::kLeakyBucket, 4, 20000, 3),
-      MakeLimit(Algorithm::kFixedWindow, 6, 15000),
-      MakeLimit(Algorithm::kSlidingLog, 5, 20000),
-      MakeLimit(Algorithm::kSlidingWindow, 6, 15000),
-  };
+  const std::vector<Limit> limits = ShortWindowLimits();
   std::mt19937_64 rng(20261203);
   int agreed = 0, total = 0, refunds = 0;
   for (size_t l = 0; l < limits.size(); ++l) {

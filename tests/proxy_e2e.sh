@@ -68,7 +68,13 @@ http:
     - match: {prefix: /slow}
       rate_limits:
         - actions: [{generic_key: {descriptor_key: route, descriptor_value: slow}}]
+    - match: {prefix: /own-limits}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: own}}]
 descriptors:
+  - key: route
+    value: own
+    rate_limit: {name: own, requests: 100, window: 1m}
   - key: route
     value: slow
     rate_limit: {name: slow, requests: 1, window: 1m}
@@ -128,6 +134,11 @@ check "response from /hop" 200 "$(req "$url/hop")"
 # field named by the upstream's Connection cannot be shown here; upstream_client_test covers it.)
 check "response: Keep-Alive stripped" "" "$(header Keep-Alive)"
 check "response: end-to-end field kept" "1" "$(header X-End)"
+
+# --- the upstream's own rate-limit fields give way to sluice's (one set per answer)
+check "from /own-limits" 200 "$(req "$url/own-limits")"
+check "one X-RateLimit-Limit, sluice's" "100" "$(grep -i '^x-ratelimit-limit:' "$tmp/headers" | cut -d' ' -f2- | tr -d '\r' | tr '\n' ' ' | sed 's/ $//')"
+check "one RateLimit-Policy, sluice's" 0 "$(grep -ci '^ratelimit-policy:.*upstream' "$tmp/headers")"
 
 # --- keep-alive: the upstream sees far fewer connections than requests
 conns_before=$(stat connections)

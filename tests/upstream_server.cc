@@ -4,6 +4,7 @@
 //
 //   /status/NNN     answers NNN, body "status NNN"
 //   /slow?ms=N      answers 200 after N ms (a timer, not a sleeping thread)
+//   /own-limits     answers 200 with X-RateLimit-Limit and RateLimit-Policy of its own
 //   /hop            answers 200 with hop-by-hop fields (Keep-Alive; the server writes its own
 //                   Connection field)
 //                   and an end-to-end one (X-End: 1)
@@ -76,6 +77,12 @@ int main(int argc, char** argv) {
         later.body() = "slow";
         responder.Send(std::move(later));
       });
+      return;
+    }
+    if (path == "/own-limits") {  // an upstream with rate-limit fields of its own
+      response.set("X-RateLimit-Limit", "999");
+      response.set("RateLimit-Policy", "\"upstream\";q=999;w=1");
+      response.body() = "own";
       return;
     }
     if (path == "/hop") {

@@ -168,7 +168,15 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
     engine_.Refund(call->consumed, clock_->NowMicros());
     if (metrics_ != nullptr) metrics_->proxy_refunds->Inc();
   }
-  // The headers describe the decision as it was made (a refund is not reflected in them).
+  // The headers describe the decision as it was made (a refund is not reflected in them). When
+  // a limit applied, the upstream's own fields of the same names give way to sluice's: one answer,
+  // one set.
+  if (call->decision.Headline() != nullptr) {
+    for (const char* name : {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+                             "X-RateLimit-Status", "RateLimit", "RateLimit-Policy"}) {
+      result.response.erase(name);
+    }
+  }
   AddRateLimitHeaders(*call->config, call->decision, result.response);
   CountResponse(result.response);
   call->responder.Send(std::move(result.response));

@@ -13,12 +13,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "engine/engine.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -64,6 +69,42 @@ RateLimitRequest Request(std::string domain, const std::vector<Entries>& descrip
   }
   return request;
 }
+
+// A backend that is down and says so `delay` after being asked, from a thread of its own: the
+// decision finishes off gRPC's threads, after the handler has returned.
+class SlowDownRemote final : public engine::RemoteStore {
+ public:
+  explicit SlowDownRemote(std::chrono::milliseconds delay) : delay_(delay) {}
+  ~SlowDownRemote() override {
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  void DecideAll(std::span<const store::MemoryStore::Item>, Done done) override {
+    std::lock_guard lock(mu_);
+    ++asked_;
+    threads_.emplace_back([done = std::move(done), delay = delay_] {
+      std::this_thread::sleep_for(delay);
+      done(absl::UnavailableError("down"));
+    });
+  }
+  void Reset(std::span<const store::MemoryStore::Item>, ResetDone done) override {
+    done(absl::UnavailableError("down"));
+  }
+  void Refund(std::span<const store::MemoryStore::Item>, int64_t, RefundDone done) override {
+    done(absl::UnavailableError("down"));
+  }
+
+  int asked() {
+    std::lock_guard lock(mu_);
+    return asked_;
+  }
+
+ private:
+  const std::chrono::milliseconds delay_;
+  std::mutex mu_;
+  std::vector<std::thread> threads_;  // guarded by mu_
+  int asked_ = 0;                     // guarded by mu_
+};
 
 // The fixtures run every test on both ShouldRateLimit APIs: the callback API (threads 0) and
 // the async API with two completion queues (threads 2).
@@ -265,6 +306,60 @@ TEST_P(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
   const ::grpc::Status status =
       rls_->ShouldRateLimit(&context, Request("edge", {{{"user", "hank"}}}), &response);
   EXPECT_FALSE(status.ok());
+}
+
+// failure_mode open (the default) admits with the degraded marker; the answer comes from the
+// backend's thread.
+TEST_P(GrpcServerTest, AnswersFromTheBackendsThreadAfterTheHandlerReturned) {
+  SlowDownRemote remote(std::chrono::milliseconds(20));
+  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
+  options.remote = &remote;
+  auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto rls = RateLimitService::NewStub(::grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  ::grpc::ClientContext context;
+  SetDeadline(&context);
+  RateLimitResponse response;
+  const ::grpc::Status status =
+      rls->ShouldRateLimit(&context, Request("edge", {{{"user", "ivy"}}}), &response);
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  EXPECT_EQ(response.overall_code(), RateLimitResponse::OK);
+  ASSERT_EQ(response.response_headers_to_add_size(), 1);
+  EXPECT_EQ(response.response_headers_to_add(0).key(), "x-ratelimit-status");
+  EXPECT_EQ(response.response_headers_to_add(0).value(), "degraded");
+  EXPECT_EQ(remote.asked(), 1);
+}
+
+// Shutdown with no grace while a decision is still with the backend: it returns once that
+// decision is answered, and the client hears back (answer or cancellation), never a hang.
+TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {
+  SlowDownRemote remote(std::chrono::milliseconds(200));
+  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
+  options.remote = &remote;
+  auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto rls = RateLimitService::NewStub(::grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  ::grpc::ClientContext context;
+  SetDeadline(&context);
+  const RateLimitRequest request = Request("edge", {{{"user", "jo"}}});
+  RateLimitResponse response;
+  std::promise<::grpc::Status> answered;
+  rls->async()->ShouldRateLimit(&context, &request, &response,
+                                [&answered](::grpc::Status s) { answered.set_value(s); });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (remote.asked() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(remote.asked(), 1);
+  (*server)->Shutdown(std::chrono::milliseconds(0));
+  std::future<::grpc::Status> status = answered.get_future();
+  EXPECT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  if (status.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    context.TryCancel();  // the callback refers to locals
+    status.wait();
+  }
 }
 
 // The hooks serve.cc uses: every decision reported (for /metrics), health following the backend.

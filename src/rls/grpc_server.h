@@ -79,7 +79,8 @@ class GrpcServer {
   void StartDraining();
 
   // Stops accepting calls, lets the calls in flight finish for up to `grace`, then cancels the
-  // rest and returns. Idempotent; call from one thread.
+  // rest and returns, once the decisions still with the backend are answered (at most the
+  // backend's timeout later). Idempotent; call from one thread.
   void Shutdown(std::chrono::milliseconds grace);
 
  private:

@@ -11,6 +11,10 @@ sluice_pid=""
 # ready. Returns 1 if it exits or does not come up.
 start_sluice() {
     local bin="$1"; shift
+    # Emptied first: the background redirection may not have happened yet when the wait below
+    # first looks, and a previous server's output must not pass for this one's.
+    : >"$run_dir/sluice.out"
+    : >"$run_dir/sluice.err"
     "$bin" serve "$@" >"$run_dir/sluice.out" 2>"$run_dir/sluice.err" &
     sluice_pid=$!
     for _ in $(seq 1 200); do

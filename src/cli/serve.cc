@@ -312,7 +312,8 @@ int RunServe(const ServeFlags& flags) {
          .on_decision =
              [&service](std::string_view domain, const engine::Response& decision, int64_t us) {
                service.RecordDecision(domain, decision, us);
-             }},
+             },
+         .threads = settings.grpc_threads},
         &manager, &store, SystemClock::Get());
     if (!started.ok()) {
       std::cerr << "serve: " << started.status().message() << "\n";

@@ -7,7 +7,9 @@
 #include <grpcpp/server_context.h>
 
 #include <atomic>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -28,20 +30,22 @@ using ::grpc::health::v1::HealthCheckResponse;
                         std::string(status.message()));
 }
 
-class RateLimitHandler final
-    : public ::envoy::service::ratelimit::v3::RateLimitService::CallbackService {
+// The one ShouldRateLimit path of both APIs: rls::ShouldRateLimitAsync on the config snapshot
+// current when the call arrives, with the settings' RlsOptions and the metrics hook.
+class RateLimitDecider {
  public:
-  RateLimitHandler(rules::ConfigManager* config, store::MemoryStore* store,
+  using Done = std::function<void(absl::StatusOr<RateLimitResponse>)>;
+
+  RateLimitDecider(rules::ConfigManager* config, store::MemoryStore* store,
                    const GrpcServer::Options& options, const Clock* clock)
-      : config_(config), engine_(store, options.remote), clock_(clock),
+      : config_(config),
+        engine_(store, options.remote),
+        clock_(clock),
         on_decision_(options.on_decision) {}
 
-  ::grpc::ServerUnaryReactor* ShouldRateLimit(::grpc::CallbackServerContext* context,
-                                              const RateLimitRequest* request,
-                                              RateLimitResponse* response) override {
-    ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    // Answered now (memory) or from the backend's thread (Redis): the reactor and `response`
-    // live until Finish.
+  // `request` must live until `done` has run; `done` runs once, now (memory) or from the
+  // backend's thread (Redis).
+  void Decide(const RateLimitRequest& request, Done done) {
     std::shared_ptr<const rules::Config> config = config_->Current();
     RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
     const int64_t start_us = clock_->NowMicros();
@@ -50,13 +54,8 @@ class RateLimitHandler final
         on_decision_(domain, r, clock_->NowMicros() - start_us);
       };
     }
-    rls::ShouldRateLimitAsync(engine_, std::move(config), *request, start_us, options,
-                              [reactor, response](absl::StatusOr<RateLimitResponse> answer) {
-                                if (!answer.ok()) return reactor->Finish(ToGrpcStatus(answer.status()));
-                                *response = *std::move(answer);
-                                reactor->Finish(::grpc::Status::OK);
-                              });
-    return reactor;
+    rls::ShouldRateLimitAsync(engine_, std::move(config), request, start_us, options,
+                              std::move(done));
   }
 
  private:
@@ -64,6 +63,118 @@ class RateLimitHandler final
   engine::Engine engine_;
   const Clock* clock_;
   const std::function<void(std::string_view, const engine::Response&, int64_t)> on_decision_;
+};
+
+// Options::threads == 0.
+class RateLimitHandler final
+    : public ::envoy::service::ratelimit::v3::RateLimitService::CallbackService {
+ public:
+  explicit RateLimitHandler(RateLimitDecider* decider) : decider_(decider) {}
+
+  ::grpc::ServerUnaryReactor* ShouldRateLimit(::grpc::CallbackServerContext* context,
+                                              const RateLimitRequest* request,
+                                              RateLimitResponse* response) override {
+    ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    // The reactor, `request` and `response` live until Finish.
+    decider_->Decide(*request, [reactor, response](absl::StatusOr<RateLimitResponse> answer) {
+      if (!answer.ok()) return reactor->Finish(ToGrpcStatus(answer.status()));
+      *response = *std::move(answer);
+      reactor->Finish(::grpc::Status::OK);
+    });
+    return reactor;
+  }
+
+ private:
+  RateLimitDecider* decider_;
+};
+
+// Options::threads > 0: the async API. Each completion queue has kCallsPerQueue calls
+// requested at all times (a call re-requests its successor as soon as it arrives), and one
+// thread that runs whatever completes on it.
+class AsyncRateLimit {
+ public:
+  using Service = ::envoy::service::ratelimit::v3::RateLimitService::AsyncService;
+
+  explicit AsyncRateLimit(RateLimitDecider* decider) : decider_(decider) {}
+
+  Service* service() { return &service_; }
+
+  // Call after BuildAndStart: requests the first calls and starts one thread per queue.
+  void Start(std::vector<std::unique_ptr<::grpc::ServerCompletionQueue>> queues) {
+    queues_ = std::move(queues);
+    for (auto& queue : queues_) {
+      for (int i = 0; i < kCallsPerQueue; ++i) new Call(this, queue.get());
+      threads_.emplace_back([cq = queue.get()] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) static_cast<Call*>(tag)->Proceed(ok);
+      });
+    }
+  }
+
+  // Call after Server::Shutdown has returned: every call then completes (requested ones fail,
+  // arrived ones are answered, perhaps after the backend's timeout) while the threads still
+  // drain the queues. Once the last call is gone, nothing can add to a queue: shuts them down,
+  // lets the threads drain them and joins the threads.
+  void Stop() {
+    for (int live = live_calls_.load(); live != 0; live = live_calls_.load()) {
+      live_calls_.wait(live);
+    }
+    for (auto& queue : queues_) queue->Shutdown();
+    for (std::thread& thread : threads_) thread.join();
+    threads_.clear();
+  }
+
+ private:
+  static constexpr int kCallsPerQueue = 8;
+
+  // One ShouldRateLimit call; owns itself from the request until its Finish completes (or the
+  // request fails because the server shuts down), and is the tag of both.
+  class Call {
+   public:
+    Call(AsyncRateLimit* owner, ::grpc::ServerCompletionQueue* cq)
+        : owner_(owner), cq_(cq), responder_(&context_) {
+      owner_->live_calls_.fetch_add(1, std::memory_order_relaxed);
+      owner_->service_.RequestShouldRateLimit(&context_, &request_, &responder_, cq_, cq_, this);
+    }
+
+    ~Call() {
+      if (owner_->live_calls_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        owner_->live_calls_.notify_all();
+      }
+    }
+
+    void Proceed(bool ok) {
+      if (!ok || finishing_) {  // no call (shutdown), or Finish done (sent or not)
+        delete this;
+        return;
+      }
+      new Call(owner_, cq_);
+      finishing_ = true;
+      // Answered now or from the backend's thread; Finish is safe from any thread, and `this`
+      // may be deleted as soon as it is called.
+      owner_->decider_->Decide(request_, [this](absl::StatusOr<RateLimitResponse> answer) {
+        if (!answer.ok()) return responder_.FinishWithError(ToGrpcStatus(answer.status()), this);
+        response_ = *std::move(answer);
+        responder_.Finish(response_, ::grpc::Status::OK, this);
+      });
+    }
+
+   private:
+    AsyncRateLimit* owner_;
+    ::grpc::ServerCompletionQueue* cq_;
+    ::grpc::ServerContext context_;
+    RateLimitRequest request_;
+    RateLimitResponse response_;
+    ::grpc::ServerAsyncResponseWriter<RateLimitResponse> responder_;
+    bool finishing_ = false;
+  };
+
+  RateLimitDecider* decider_;
+  Service service_;
+  std::vector<std::unique_ptr<::grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> live_calls_{0};  // Calls constructed and not yet deleted
 };
 
 class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
@@ -101,9 +212,17 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
 struct GrpcServer::Impl {
   Impl(const Options& options, rules::ConfigManager* config, store::MemoryStore* store,
        const Clock* clock)
-      : rate_limit(config, store, options, clock), health(config, options.backend_serving) {}
+      : decider(config, store, options, clock), health(config, options.backend_serving) {
+    if (options.threads > 0) {
+      async_rate_limit = std::make_unique<AsyncRateLimit>(&decider);
+    } else {
+      rate_limit = std::make_unique<RateLimitHandler>(&decider);
+    }
+  }
 
-  RateLimitHandler rate_limit;
+  RateLimitDecider decider;
+  std::unique_ptr<RateLimitHandler> rate_limit;      // threads == 0
+  std::unique_ptr<AsyncRateLimit> async_rate_limit;  // threads > 0
   HealthHandler health;
   std::unique_ptr<::grpc::Server> server;  // declared last: shut down before the handlers go
   bool shut_down = false;
@@ -121,13 +240,28 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& opt
   // silently instead of failing to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.RegisterService(&impl->rate_limit);
+  std::vector<std::unique_ptr<::grpc::ServerCompletionQueue>> queues;
+  if (impl->async_rate_limit) {
+    builder.RegisterService(impl->async_rate_limit->service());
+    for (int i = 0; i < options.threads; ++i) queues.push_back(builder.AddCompletionQueue());
+  } else {
+    builder.RegisterService(impl->rate_limit.get());
+  }
   builder.RegisterService(&impl->health);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || port == 0) {
     if (impl->server != nullptr) impl->server->Shutdown();
+    impl->server.reset();         // before its queues
+    for (auto& queue : queues) {  // a queue must be drained before it is destroyed
+      queue->Shutdown();
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) {
+      }
+    }
     return absl::UnavailableError(absl::StrCat("grpc: cannot listen on ", options.address));
   }
+  if (impl->async_rate_limit) impl->async_rate_limit->Start(std::move(queues));
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl), port));
 }
 
@@ -144,6 +278,7 @@ void GrpcServer::Shutdown(std::chrono::milliseconds grace) {
   impl_->health.StartDraining();
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
+  if (impl_->async_rate_limit) impl_->async_rate_limit->Stop();
 }
 
 }  // namespace sluice::rls

@@ -14,8 +14,11 @@
 // name fails with NOT_FOUND, as the health protocol says. Unlike upstream, "" follows
 // "ratelimit" into NOT_SERVING when draining, so a checker of either name sees the drain.
 //
-// Handlers use gRPC's callback API and never block: the decision is made inline on a gRPC
-// thread. Safe for concurrent use.
+// Threads (Options::threads): 0 serves ShouldRateLimit on gRPC's callback API, on gRPC's own
+// threads; N > 0 on gRPC's async API with N completion queues, each drained by one thread of
+// this server. Health is always on the callback API. Either way handlers never block: the
+// decision is made inline (memory store) or finished later from the Redis client's thread.
+// Safe for concurrent use.
 
 #ifndef SLUICE_RLS_GRPC_SERVER_H_
 #define SLUICE_RLS_GRPC_SERVER_H_
@@ -24,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
@@ -48,6 +52,9 @@ class GrpcServer {
     // Told of every decision and how long it took (for metrics); unset: nothing.
     std::function<void(std::string_view domain, const engine::Response&, int64_t elapsed_us)>
         on_decision = {};
+    // 0: ShouldRateLimit on the callback API (gRPC's threads). N > 0: on the async API, N
+    // completion queues with one thread each (settings `grpc: {threads: N}`).
+    int threads = 0;
   };
 
   // Binds and starts serving. Nothing is owned; `config`, `store` and `clock` must outlive the
@@ -72,7 +79,8 @@ class GrpcServer {
   void StartDraining();
 
   // Stops accepting calls, lets the calls in flight finish for up to `grace`, then cancels the
-  // rest and returns. Idempotent; call from one thread.
+  // rest and returns, once the decisions still with the backend are answered (at most the
+  // backend's timeout later). Idempotent; call from one thread.
   void Shutdown(std::chrono::milliseconds grace);
 
  private:

@@ -13,12 +13,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "engine/engine.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -65,12 +70,62 @@ RateLimitRequest Request(std::string domain, const std::vector<Entries>& descrip
   return request;
 }
 
-class GrpcServerTest : public ::testing::Test {
+// A backend that is down and says so `delay` after being asked, from a thread of its own: the
+// decision finishes off gRPC's threads, after the handler has returned.
+class SlowDownRemote final : public engine::RemoteStore {
+ public:
+  explicit SlowDownRemote(std::chrono::milliseconds delay) : delay_(delay) {}
+  ~SlowDownRemote() override {
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  void DecideAll(std::span<const store::MemoryStore::Item>, Done done) override {
+    std::lock_guard lock(mu_);
+    ++asked_;
+    threads_.emplace_back([done = std::move(done), delay = delay_] {
+      std::this_thread::sleep_for(delay);
+      done(absl::UnavailableError("down"));
+    });
+  }
+  void Reset(std::span<const store::MemoryStore::Item>, ResetDone done) override {
+    done(absl::UnavailableError("down"));
+  }
+  void Refund(std::span<const store::MemoryStore::Item>, int64_t, RefundDone done) override {
+    done(absl::UnavailableError("down"));
+  }
+
+  int asked() {
+    std::lock_guard lock(mu_);
+    return asked_;
+  }
+
+ private:
+  const std::chrono::milliseconds delay_;
+  std::mutex mu_;
+  std::vector<std::thread> threads_;  // guarded by mu_
+  int asked_ = 0;                     // guarded by mu_
+};
+
+// The fixtures run every test on both ShouldRateLimit APIs: the callback API (threads 0) and
+// the async API with two completion queues (threads 2).
+GrpcServer::Options OptionsFor(std::string address, int threads) {
+  GrpcServer::Options options;
+  options.address = std::move(address);
+  options.threads = threads;
+  return options;
+}
+
+std::string ApiName(const ::testing::TestParamInfo<int>& info) {
+  return info.param == 0 ? "Callback" : "Async" + std::to_string(info.param) + "Queues";
+}
+
+class GrpcServerTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     const auto loaded = config_.Reload();
     ASSERT_TRUE(loaded.errors.empty()) << loaded.errors[0].ToString();
-    auto server = GrpcServer::Start({.address = "127.0.0.1:0"}, &config_, &store_, &clock_);
+    auto server =
+        GrpcServer::Start(OptionsFor("127.0.0.1:0", GetParam()), &config_, &store_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_GT(server_->port(), 0);
@@ -116,7 +171,7 @@ class GrpcServerTest : public ::testing::Test {
   std::unique_ptr<Health::Stub> health_;
 };
 
-TEST_F(GrpcServerTest, AllowsWithinTheLimitAndReportsIt) {
+TEST_P(GrpcServerTest, AllowsWithinTheLimitAndReportsIt) {
   const RateLimitResponse r = Ok(Request("edge", {{{"user", "alice"}}}));
   EXPECT_EQ(r.overall_code(), RateLimitResponse::OK);
   ASSERT_EQ(r.statuses_size(), 1);
@@ -128,7 +183,7 @@ TEST_F(GrpcServerTest, AllowsWithinTheLimitAndReportsIt) {
   EXPECT_EQ(r.statuses(0).duration_until_reset().seconds(), 40);
 }
 
-TEST_F(GrpcServerTest, DeniesOverTheLimitWithOverLimit) {
+TEST_P(GrpcServerTest, DeniesOverTheLimitWithOverLimit) {
   const RateLimitRequest request = Request("edge", {{{"user", "bob"}}});
   Ok(request);
   Ok(request);
@@ -143,7 +198,7 @@ TEST_F(GrpcServerTest, DeniesOverTheLimitWithOverLimit) {
   EXPECT_EQ(Ok(request).overall_code(), RateLimitResponse::OK);
 }
 
-TEST_F(GrpcServerTest, SeveralDescriptorsAnswerInRequestOrder) {
+TEST_P(GrpcServerTest, SeveralDescriptorsAnswerInRequestOrder) {
   const RateLimitResponse r =
       Ok(Request("edge", {{{"path", "/a"}}, {{"nothing", "matches"}}, {{"user", "carol"}}}));
   EXPECT_EQ(r.overall_code(), RateLimitResponse::OK);
@@ -156,7 +211,7 @@ TEST_F(GrpcServerTest, SeveralDescriptorsAnswerInRequestOrder) {
   EXPECT_EQ(r.statuses(2).limit_remaining(), 1u);
 }
 
-TEST_F(GrpcServerTest, LimitOverrideReplacesTheConfiguredLimit) {
+TEST_P(GrpcServerTest, LimitOverrideReplacesTheConfiguredLimit) {
   RateLimitRequest request = Request("edge", {{{"path", "/b"}}});
   auto* limit = request.mutable_descriptors(0)->mutable_limit();
   limit->set_requests_per_unit(1);
@@ -169,7 +224,7 @@ TEST_F(GrpcServerTest, LimitOverrideReplacesTheConfiguredLimit) {
   EXPECT_EQ(r.overall_code(), RateLimitResponse::OVER_LIMIT);
 }
 
-TEST_F(GrpcServerTest, RequestHitsAddendConsumesThatMany) {
+TEST_P(GrpcServerTest, RequestHitsAddendConsumesThatMany) {
   RateLimitRequest request = Request("edge", {{{"path", "/c"}}});
   request.set_hits_addend(4);
   EXPECT_EQ(Ok(request).statuses(0).limit_remaining(), 6u);
@@ -177,7 +232,7 @@ TEST_F(GrpcServerTest, RequestHitsAddendConsumesThatMany) {
   EXPECT_EQ(Ok(request).overall_code(), RateLimitResponse::OVER_LIMIT);  // 6 left
 }
 
-TEST_F(GrpcServerTest, DescriptorHitsAddendZeroPeeksAndOtherwiseWins) {
+TEST_P(GrpcServerTest, DescriptorHitsAddendZeroPeeksAndOtherwiseWins) {
   RateLimitRequest request = Request("edge", {{{"path", "/d"}}});
   request.set_hits_addend(3);
   request.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
@@ -187,7 +242,7 @@ TEST_F(GrpcServerTest, DescriptorHitsAddendZeroPeeksAndOtherwiseWins) {
   EXPECT_EQ(Ok(request).statuses(0).limit_remaining(), 8u);
 }
 
-TEST_F(GrpcServerTest, UnknownDomainIsOkWithoutLimits) {
+TEST_P(GrpcServerTest, UnknownDomainIsOkWithoutLimits) {
   const RateLimitResponse r = Ok(Request("nowhere", {{{"user", "dave"}}}));
   EXPECT_EQ(r.overall_code(), RateLimitResponse::OK);
   ASSERT_EQ(r.statuses_size(), 1);
@@ -195,7 +250,7 @@ TEST_F(GrpcServerTest, UnknownDomainIsOkWithoutLimits) {
   EXPECT_FALSE(r.statuses(0).has_current_limit());
 }
 
-TEST_F(GrpcServerTest, InvalidRequestsAreInvalidArgumentWithTheCodecsMessage) {
+TEST_P(GrpcServerTest, InvalidRequestsAreInvalidArgumentWithTheCodecsMessage) {
   RateLimitResponse response;
   ::grpc::Status status = Call(Request("", {{{"user", "eve"}}}), &response);
   EXPECT_EQ(status.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
@@ -205,7 +260,7 @@ TEST_F(GrpcServerTest, InvalidRequestsAreInvalidArgumentWithTheCodecsMessage) {
   EXPECT_EQ(status.error_message(), "rate limit descriptor list must not be empty");
 }
 
-TEST_F(GrpcServerTest, HealthServesEmptyAndRatelimitAndRejectsOtherNames) {
+TEST_P(GrpcServerTest, HealthServesEmptyAndRatelimitAndRejectsOtherNames) {
   HealthCheckResponse response;
   ASSERT_TRUE(CheckHealth("", &response).ok());
   EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
@@ -215,7 +270,7 @@ TEST_F(GrpcServerTest, HealthServesEmptyAndRatelimitAndRejectsOtherNames) {
             ::grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(GrpcServerTest, DrainingTurnsHealthNotServingButStillAnswers) {
+TEST_P(GrpcServerTest, DrainingTurnsHealthNotServingButStillAnswers) {
   server_->StartDraining();
   HealthCheckResponse response;
   ASSERT_TRUE(CheckHealth("ratelimit", &response).ok());
@@ -225,7 +280,7 @@ TEST_F(GrpcServerTest, DrainingTurnsHealthNotServingButStillAnswers) {
   EXPECT_EQ(Ok(Request("edge", {{{"user", "frank"}}})).overall_code(), RateLimitResponse::OK);
 }
 
-TEST_F(GrpcServerTest, DeadlineAlreadyPassedIsDeadlineExceededAndTheServerCarriesOn) {
+TEST_P(GrpcServerTest, DeadlineAlreadyPassedIsDeadlineExceededAndTheServerCarriesOn) {
   ::grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
   RateLimitResponse response;
@@ -235,13 +290,14 @@ TEST_F(GrpcServerTest, DeadlineAlreadyPassedIsDeadlineExceededAndTheServerCarrie
   EXPECT_EQ(Ok(Request("edge", {{{"user", "gina"}}})).statuses(0).limit_remaining(), 1u);
 }
 
-TEST_F(GrpcServerTest, APortInUseIsAnErrorNotASharedPort) {
-  const auto second = GrpcServer::Start({.address = "127.0.0.1:" + std::to_string(server_->port())},
-                                        &config_, &store_, &clock_);
+TEST_P(GrpcServerTest, APortInUseIsAnErrorNotASharedPort) {
+  const auto second =
+      GrpcServer::Start(OptionsFor("127.0.0.1:" + std::to_string(server_->port()), GetParam()),
+                        &config_, &store_, &clock_);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 
-TEST_F(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
+TEST_P(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
   server_->Shutdown(std::chrono::milliseconds(100));
   server_->Shutdown(std::chrono::milliseconds(100));
   RateLimitResponse response;
@@ -252,8 +308,62 @@ TEST_F(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
   EXPECT_FALSE(status.ok());
 }
 
+// failure_mode open (the default) admits with the degraded marker; the answer comes from the
+// backend's thread.
+TEST_P(GrpcServerTest, AnswersFromTheBackendsThreadAfterTheHandlerReturned) {
+  SlowDownRemote remote(std::chrono::milliseconds(20));
+  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
+  options.remote = &remote;
+  auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto rls = RateLimitService::NewStub(::grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  ::grpc::ClientContext context;
+  SetDeadline(&context);
+  RateLimitResponse response;
+  const ::grpc::Status status =
+      rls->ShouldRateLimit(&context, Request("edge", {{{"user", "ivy"}}}), &response);
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  EXPECT_EQ(response.overall_code(), RateLimitResponse::OK);
+  ASSERT_EQ(response.response_headers_to_add_size(), 1);
+  EXPECT_EQ(response.response_headers_to_add(0).key(), "x-ratelimit-status");
+  EXPECT_EQ(response.response_headers_to_add(0).value(), "degraded");
+  EXPECT_EQ(remote.asked(), 1);
+}
+
+// Shutdown with no grace while a decision is still with the backend: it returns once that
+// decision is answered, and the client hears back (answer or cancellation), never a hang.
+TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {
+  SlowDownRemote remote(std::chrono::milliseconds(200));
+  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
+  options.remote = &remote;
+  auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto rls = RateLimitService::NewStub(::grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  ::grpc::ClientContext context;
+  SetDeadline(&context);
+  const RateLimitRequest request = Request("edge", {{{"user", "jo"}}});
+  RateLimitResponse response;
+  std::promise<::grpc::Status> answered;
+  rls->async()->ShouldRateLimit(&context, &request, &response,
+                                [&answered](::grpc::Status s) { answered.set_value(s); });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (remote.asked() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(remote.asked(), 1);
+  (*server)->Shutdown(std::chrono::milliseconds(0));
+  std::future<::grpc::Status> status = answered.get_future();
+  EXPECT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  if (status.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    context.TryCancel();  // the callback refers to locals
+    status.wait();
+  }
+}
+
 // The hooks serve.cc uses: every decision reported (for /metrics), health following the backend.
-TEST_F(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
+TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   std::mutex mu;
   std::vector<std::string> decided;  // guarded by mu
   std::atomic<bool> backend_ok{false};
@@ -267,7 +377,8 @@ TEST_F(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
              std::lock_guard lock(mu);
              decided.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
                                (elapsed_us >= 0 ? "" : ":negative"));
-           }},
+           },
+       .threads = GetParam()},
       &config_, &store_, &clock_);
   ASSERT_TRUE(hooked.ok()) << hooked.status();
   auto channel = ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*hooked)->port()),
@@ -296,6 +407,8 @@ TEST_F(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   EXPECT_EQ(check(), HealthCheckResponse::SERVING);
   (*hooked)->Shutdown(std::chrono::milliseconds(100));
 }
+
+INSTANTIATE_TEST_SUITE_P(BothApis, GrpcServerTest, ::testing::Values(0, 2), ApiName);
 
 }  // namespace
 }  // namespace sluice::rls

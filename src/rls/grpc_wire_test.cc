@@ -53,12 +53,26 @@ struct RawResult {
   std::string bytes;
 };
 
-class GrpcWireTest : public ::testing::Test {
+// The fixtures run every test on both ShouldRateLimit APIs: the callback API (threads 0) and
+// the async API with two completion queues (threads 2).
+GrpcServer::Options OptionsFor(std::string address, int threads) {
+  GrpcServer::Options options;
+  options.address = std::move(address);
+  options.threads = threads;
+  return options;
+}
+
+std::string ApiName(const ::testing::TestParamInfo<int>& info) {
+  return info.param == 0 ? "Callback" : "Async" + std::to_string(info.param) + "Queues";
+}
+
+class GrpcWireTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     const auto loaded = config_.Reload();
     ASSERT_TRUE(loaded.errors.empty()) << loaded.errors[0].ToString();
-    auto server = GrpcServer::Start({.address = "127.0.0.1:0"}, &config_, &store_, &clock_);
+    auto server =
+        GrpcServer::Start(OptionsFor("127.0.0.1:0", GetParam()), &config_, &store_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = std::make_unique<::grpc::GenericStub>(::grpc::CreateChannel(
@@ -101,7 +115,7 @@ std::string UserRequest(std::string_view user, uint64_t hits_addend) {
   return wire;
 }
 
-TEST_F(GrpcWireTest, ShouldRateLimitAnswersWithTheReferenceFieldNumbers) {
+TEST_P(GrpcWireTest, ShouldRateLimitAnswersWithTheReferenceFieldNumbers) {
   const RawResult r = RawCall(kShouldRateLimit, UserRequest("alice", 2));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
 
@@ -122,7 +136,7 @@ TEST_F(GrpcWireTest, ShouldRateLimitAnswersWithTheReferenceFieldNumbers) {
   EXPECT_EQ(status[3].bytes, VarintField(1, 40));
 }
 
-TEST_F(GrpcWireTest, OverLimitIsCodeTwoWithNoRemainingField) {
+TEST_P(GrpcWireTest, OverLimitIsCodeTwoWithNoRemainingField) {
   ASSERT_TRUE(RawCall(kShouldRateLimit, UserRequest("bob", 3)).status.ok());
   const RawResult r = RawCall(kShouldRateLimit, UserRequest("bob", 0));  // 0: adds 1
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
@@ -136,7 +150,7 @@ TEST_F(GrpcWireTest, OverLimitIsCodeTwoWithNoRemainingField) {
   EXPECT_EQ(status[0].varint, 2u);
 }
 
-TEST_F(GrpcWireTest, DescriptorHitsAddendIsAWrapperAtFieldThree) {
+TEST_P(GrpcWireTest, DescriptorHitsAddendIsAWrapperAtFieldThree) {
   // RateLimitDescriptor{entries=1, hits_addend=3 UInt64Value{} (present, value 0: peek)}
   std::string wire = LenField(1, "edge");
   wire += LenField(2, LenField(1, LenField(1, "user") + LenField(2, "carol")) + LenField(3, ""));
@@ -150,20 +164,20 @@ TEST_F(GrpcWireTest, DescriptorHitsAddendIsAWrapperAtFieldThree) {
   }
 }
 
-TEST_F(GrpcWireTest, EmptyDomainIsInvalidArgument) {
+TEST_P(GrpcWireTest, EmptyDomainIsInvalidArgument) {
   const RawResult r = RawCall(kShouldRateLimit, LenField(2, LenField(1, LenField(1, "user"))));
   EXPECT_EQ(r.status.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(r.status.error_message(), "rate limit domain must not be empty");
 }
 
-TEST_F(GrpcWireTest, UnparsableRequestBytesAreAnErrorNotACrash) {
+TEST_P(GrpcWireTest, UnparsableRequestBytesAreAnErrorNotACrash) {
   // A length prefix that runs past the end of the message.
   const RawResult r = RawCall(kShouldRateLimit, std::string("\x0a\x7f", 2) + "edge");
   EXPECT_FALSE(r.status.ok());
   EXPECT_TRUE(RawCall(kShouldRateLimit, UserRequest("dave", 1)).status.ok());
 }
 
-TEST_F(GrpcWireTest, HealthCheckUsesTheReferenceNumbers) {
+TEST_P(GrpcWireTest, HealthCheckUsesTheReferenceNumbers) {
   // HealthCheckRequest{service=1}; HealthCheckResponse{status=1}, SERVING = 1.
   RawResult r = RawCall(kHealthCheck, LenField(1, "ratelimit"));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
@@ -175,11 +189,13 @@ TEST_F(GrpcWireTest, HealthCheckUsesTheReferenceNumbers) {
   EXPECT_EQ(r.status.error_code(), ::grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(GrpcWireTest, UnknownMethodIsUnimplemented) {
+TEST_P(GrpcWireTest, UnknownMethodIsUnimplemented) {
   const RawResult r = RawCall("/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit",
                               UserRequest("erin", 1));
   EXPECT_EQ(r.status.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
 }
+
+INSTANTIATE_TEST_SUITE_P(BothApis, GrpcWireTest, ::testing::Values(0, 2), ApiName);
 
 }  // namespace
 }  // namespace sluice::rls

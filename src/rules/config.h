@@ -145,6 +145,9 @@ struct Settings {
   std::string admin_listen = "127.0.0.1:9091";
   std::string admin_token_file;
   std::string grpc_listen = "127.0.0.1:8081";
+  // `grpc: {threads: N}`: N > 0 serves ShouldRateLimit on gRPC's async API with N completion
+  // queues, each drained by its own thread; 0 = gRPC's callback API on gRPC's own threads.
+  int grpc_threads = 0;
   int threads = 0;  // 0 = hardware concurrency
   std::string backend = "memory";  // memory | redis
   std::string redis_url;

@@ -589,7 +589,7 @@ TEST(LoaderExtensionsTest, SettingsFileWithoutDomain) {
 rules: ./rules
 listen: 0.0.0.0:8080
 admin: {listen: 127.0.0.1:9999, token_file: /etc/sluice/token}
-grpc: {listen: 127.0.0.1:8181}
+grpc: {listen: 127.0.0.1:8181, threads: 3}
 threads: 4
 backend: redis
 redis:
@@ -615,6 +615,7 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.admin_listen, "127.0.0.1:9999");
   EXPECT_EQ(s.admin_token_file, "/etc/sluice/token");
   EXPECT_EQ(s.grpc_listen, "127.0.0.1:8181");
+  EXPECT_EQ(s.grpc_threads, 3);
   EXPECT_EQ(s.threads, 4);
   EXPECT_EQ(s.backend, "redis");
   EXPECT_EQ(s.redis_url, "redis://user:pass@127.0.0.1:6379/0");
@@ -1045,6 +1046,7 @@ unknown_domain: maybe
 headers: [x_ratelimit, draft]
 redis: {url: http://x, instances: 0}
 rls: {unknown_domain: deny}
+grpc: {threads: -2}
 )yaml"),
       ElementsAre("t.yaml:1:10: unknown backend 'cassandra' (memory or redis)",
                   "t.yaml:2:10: threads must be an integer, got 'many'",
@@ -1052,7 +1054,12 @@ rls: {unknown_domain: deny}
                   "t.yaml:4:24: unknown header style 'draft' (x_ratelimit, ietf, none)",
                   "t.yaml:5:14: bad Redis URL 'http://x' (redis://[user:pass@]host:port[/db])",
                   "t.yaml:5:35: instances must be at least 1",
-                  "t.yaml:6:23: rls.unknown_domain must be ok or error"));
+                  "t.yaml:6:23: rls.unknown_domain must be ok or error",
+                  "t.yaml:7:17: threads must not be negative, got -2"));
+  EXPECT_THAT(Errors("grpc: {threads: 257}\n"),
+              ElementsAre("t.yaml:1:17: threads must be at most 256, got 257"));
+  EXPECT_THAT(Errors("grpc: {threads: two}\n"),
+              ElementsAre("t.yaml:1:17: threads must be an integer, got 'two'"));
   EXPECT_THAT(Errors("backend: redis\n"),
               ElementsAre("t.yaml:1:10: backend redis needs redis.url or redis.nodes"));
 }

@@ -45,8 +45,9 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     }
   }
   if (const YAML::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {
-    if (r.CheckMap(grpc, "grpc", {"listen"})) {
+    if (r.CheckMap(grpc, "grpc", {"listen", "threads"})) {
       s.grpc_listen = r.String(grpc, "listen").value_or(s.grpc_listen);
+      s.grpc_threads = static_cast<int>(r.Unsigned(grpc, "threads", 256).value_or(0));
     }
   }
   if (auto backend = r.String(doc, "backend")) {

@@ -227,10 +227,7 @@ int RunServe(const ServeFlags& flags) {
     backend_serving = [client, &manager] {
       if (client->Ready()) return true;
       const auto config = manager.Current();
-      for (const auto& d : config->domains) {
-        if (d->failure_mode == rules::FailureMode::kClosed) return false;
-      }
-      return true;
+      return config->FirstFailingClosed() == nullptr;
     };
   }
   http::HttpServer server(

@@ -185,10 +185,7 @@ void Service::Check(const HttpRequest& request, HttpResponse& response, Deferral
         [this, config, now_us, domain = std::move(domain),
          send = std::move(send)](std::vector<engine::Response> decisions) {
           const engine::Response& decision = decisions.front();
-          if (metrics_ != nullptr) {
-            metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
-            CountDecisions(domain, decision);
-          }
+          RecordDecision(domain, decision, clock_->NowMicros() - now_us);
           HttpResponse answer;
           SetDecision(*config, decision,
                       decision.allowed ? beast_http::status::ok
@@ -253,15 +250,20 @@ void Service::DecideRoutes(std::shared_ptr<const rules::Config> config,
                            engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
   const int64_t now_us = clock_->NowMicros();
   if (!engine_.remote()) {
-    return done(Summarize(requests, sections,
-                          engine_.CheckAll(*config, requests, now_us, consumed), now_us));
+    absl::InlinedVector<std::string_view, 2> domains;
+    for (const engine::Request& r : requests) domains.push_back(r.domain);
+    std::vector<engine::Response> decisions = engine_.CheckAll(*config, requests, now_us, consumed);
+    return done(Summarize(domains, sections, std::move(decisions), now_us));
   }
-  std::vector<engine::Request> copy = requests;
+  // The requests go to the engine; the answer needs only their domains.
+  std::vector<std::string> domains;
+  for (const engine::Request& r : requests) domains.push_back(r.domain);
   engine_.CheckAllAsync(
-      std::move(config), std::move(copy), now_us,
-      [this, requests, sections, now_us,
+      std::move(config), std::move(requests), now_us,
+      [this, domains = std::move(domains), sections = std::move(sections), now_us,
        done = std::move(done)](std::vector<engine::Response> decisions) {
-        done(Summarize(requests, sections, std::move(decisions), now_us));
+        const std::vector<std::string_view> names(domains.begin(), domains.end());
+        done(Summarize(names, sections, std::move(decisions), now_us));
       },
       consumed);
 }
@@ -273,12 +275,12 @@ void Service::RecordDecision(std::string_view domain, const engine::Response& de
   CountDecisions(domain, decision);
 }
 
-Service::RouteDecision Service::Summarize(const std::vector<engine::Request>& requests,
+Service::RouteDecision Service::Summarize(std::span<const std::string_view> domains,
                                           const std::vector<const rules::HttpSection*>& sections,
                                           std::vector<engine::Response> decisions, int64_t now_us) {
   RouteDecision out;
   for (size_t i = 0; i < decisions.size(); ++i) {
-    if (metrics_ != nullptr) CountDecisions(requests[i].domain, decisions[i]);
+    if (metrics_ != nullptr) CountDecisions(domains[i], decisions[i]);
     if (out.status != 200) continue;
     for (const auto& d : decisions[i].descriptors) {
       if (d.code == engine::DescriptorResult::Code::kOverLimit) out.status = sections[i]->deny_status;
@@ -442,12 +444,10 @@ void Service::Readyz(HttpResponse& response) {
   if (health.usable) {
     return SetText(response, beast_http::status::ok, fmt::format("ready\nbackend: {}\n", health.detail));
   }
-  for (const auto& d : config->domains) {
-    if (d->failure_mode == rules::FailureMode::kClosed) {
-      return SetText(response, beast_http::status::service_unavailable,
-                     fmt::format("not ready\nbackend: {}\ndomain {} has failure_mode closed\n",
-                                 health.detail, d->name));
-    }
+  if (const rules::Domain* closed = config->FirstFailingClosed()) {
+    return SetText(response, beast_http::status::service_unavailable,
+                   fmt::format("not ready\nbackend: {}\ndomain {} has failure_mode closed\n",
+                               health.detail, closed->name));
   }
   SetText(response, beast_http::status::ok,
           fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));

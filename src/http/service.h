@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,8 @@ class Service {
                     std::vector<engine::Request> requests,
                     std::vector<const rules::HttpSection*> sections, engine::Consumption* consumed,
                     std::function<void(RouteDecision)> done);
-  RouteDecision Summarize(const std::vector<engine::Request>& requests,
+  // The route decision from the engine's answers (one per domain, `domains` their names).
+  RouteDecision Summarize(std::span<const std::string_view> domains,
                           const std::vector<const rules::HttpSection*>& sections,
                           std::vector<engine::Response> decisions, int64_t now_us);
   void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,

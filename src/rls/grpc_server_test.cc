@@ -129,10 +129,21 @@ class GrpcServerTest : public ::testing::TestWithParam<int> {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_GT(server_->port(), 0);
-    channel_ = ::grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                     ::grpc::InsecureChannelCredentials());
+    channel_ = ChannelTo(*server_);
     rls_ = RateLimitService::NewStub(channel_);
     health_ = Health::NewStub(channel_);
+  }
+
+  // Another server, with options of a test's own, on this test's config, store and clock.
+  std::unique_ptr<GrpcServer> StartOwn(const GrpcServer::Options& options) {
+    auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  }
+
+  static std::shared_ptr<::grpc::Channel> ChannelTo(const GrpcServer& server) {
+    return ::grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
+                                 ::grpc::InsecureChannelCredentials());
   }
 
   // Every call has a deadline, so a broken server fails the test instead of hanging it.
@@ -314,10 +325,9 @@ TEST_P(GrpcServerTest, AnswersFromTheBackendsThreadAfterTheHandlerReturned) {
   SlowDownRemote remote(std::chrono::milliseconds(20));
   GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
   options.remote = &remote;
-  auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto rls = RateLimitService::NewStub(::grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  const std::unique_ptr<GrpcServer> server = StartOwn(options);
+  ASSERT_NE(server, nullptr);
+  auto rls = RateLimitService::NewStub(ChannelTo(*server));
   ::grpc::ClientContext context;
   SetDeadline(&context);
   RateLimitResponse response;
@@ -337,10 +347,9 @@ TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {
   SlowDownRemote remote(std::chrono::milliseconds(200));
   GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
   options.remote = &remote;
-  auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto rls = RateLimitService::NewStub(::grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  const std::unique_ptr<GrpcServer> server = StartOwn(options);
+  ASSERT_NE(server, nullptr);
+  auto rls = RateLimitService::NewStub(ChannelTo(*server));
   ::grpc::ClientContext context;
   SetDeadline(&context);
   const RateLimitRequest request = Request("edge", {{{"user", "jo"}}});
@@ -353,7 +362,7 @@ TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_EQ(remote.asked(), 1);
-  (*server)->Shutdown(std::chrono::milliseconds(0));
+  server->Shutdown(std::chrono::milliseconds(0));
   std::future<::grpc::Status> status = answered.get_future();
   EXPECT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   if (status.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
@@ -367,7 +376,7 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   std::mutex mu;
   std::vector<std::string> decided;  // guarded by mu
   std::atomic<bool> backend_ok{false};
-  auto hooked = GrpcServer::Start(
+  const std::unique_ptr<GrpcServer> hooked = StartOwn(
       {.address = "127.0.0.1:0",
        .max_message_bytes = 1 << 20,
        .remote = nullptr,
@@ -378,11 +387,9 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
              decided.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
                                (elapsed_us >= 0 ? "" : ":negative"));
            },
-       .threads = GetParam()},
-      &config_, &store_, &clock_);
-  ASSERT_TRUE(hooked.ok()) << hooked.status();
-  auto channel = ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*hooked)->port()),
-                                       ::grpc::InsecureChannelCredentials());
+       .threads = GetParam()});
+  ASSERT_NE(hooked, nullptr);
+  auto channel = ChannelTo(*hooked);
   auto rls = RateLimitService::NewStub(channel);
   auto health = Health::NewStub(channel);
   for (int i = 0; i < 3; ++i) {
@@ -405,7 +412,7 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   EXPECT_EQ(check(), HealthCheckResponse::NOT_SERVING);
   backend_ok = true;
   EXPECT_EQ(check(), HealthCheckResponse::SERVING);
-  (*hooked)->Shutdown(std::chrono::milliseconds(100));
+  hooked->Shutdown(std::chrono::milliseconds(100));
 }
 
 INSTANTIATE_TEST_SUITE_P(BothApis, GrpcServerTest, ::testing::Values(0, 2), ApiName);

@@ -189,6 +189,15 @@ struct Config {
     auto it = by_name.find(name);
     return it == by_name.end() ? nullptr : it->second;
   }
+
+  // The first domain with failure_mode closed (it refuses requests while the backend cannot
+  // decide), or null: what readiness and gRPC health depend on while the backend is down.
+  const Domain* FirstFailingClosed() const {
+    for (const auto& d : domains) {
+      if (d->failure_mode == FailureMode::kClosed) return d.get();
+    }
+    return nullptr;
+  }
 };
 
 }  // namespace sluice::rules

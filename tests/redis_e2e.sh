@@ -4,7 +4,8 @@
 # them; then the faults — Redis killed and restarted empty (NOSCRIPT), CLIENT PAUSE, DEBUG SLEEP —
 # with every request answered by its domain's failure_mode (open, closed, local), /readyz and the
 # metrics saying so, and decisions back on Redis within 5 s of it returning. A wrong Redis
-# password is a start-up error.
+# password is a start-up error. The limits hold too with the states packed into hashes
+# (redis.buckets).
 # Usage: SLUICE=path/to/sluice tests/redis_e2e.sh tests/redis
 set -u
 fixtures=$1
@@ -179,6 +180,44 @@ datas=("$DATA") admins=("$ADMIN")
 check "the right password: decided on Redis" 200 "$(check_one "$DATA" closed user ivy)"
 check "the right password: not degraded" "" "$(header X-RateLimit-Status)"
 stop
+
+# ---------------------------------------------------------------- packed states (redis.buckets)
+for _ in $(seq 5); do pport=$(free_port); start_redis "$pport" && break; done
+mkdir -p "$tmp/packed-rules"
+cp "$tmp/rules/"*.yaml "$tmp/packed-rules/"
+cat >"$tmp/packed-rules/sluice.yaml" <<EOF
+backend: redis
+redis:
+  url: redis://127.0.0.1:$pport
+  buckets: 8
+  timeout: 500ms
+EOF
+datas=() admins=() spids=()
+for i in 0 1 2 3; do
+  start "p$i" --config "$tmp/packed-rules" --threads 1
+  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
+done
+for algo in token_bucket fixed_window sliding_log sliding_window; do
+  check "packed $algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
+done
+for _ in 1 2 3 4 5; do check_one "${datas[1]}" exact user carol >/dev/null; done
+check "packed: carol's 6th denied" 429 "$(check_one "${datas[2]}" exact user carol)"
+check "packed: DELETE /v1/limits forgets her state" '{"reset":1}' \
+  "$(curl -s -X DELETE "http://${admins[3]}/v1/limits?domain=exact&descriptors=user=carol")"
+check "packed: carol allowed again" 200 "$(check_one "${datas[0]}" exact user carol)"
+redis-cli -p "$pport" --scan --pattern 'sluice:*' >"$tmp/packed.keys"
+hashes=0 strings=0 no_ttl=0
+while read -r k; do
+  case $(redis-cli -p "$pport" type "$k") in
+    hash) hashes=$((hashes + 1)) ;;
+    string) strings=$((strings + 1)) ;;
+  esac
+  (( $(redis-cli -p "$pport" pttl "$k") > 0 )) || no_ttl=$((no_ttl + 1))
+done <"$tmp/packed.keys"
+check "packed: the states share at most 8 hashes" 1 "$((hashes >= 1 && hashes <= 8 ? 1 : 0))"
+check "packed: only sliding_log keeps a key of its own" 1 "$strings"
+check "packed: every key has a TTL" 0 "$no_ttl"
+for i in 0 1 2 3; do PID=${spids[$i]} stop; check "packed instance $i stops cleanly" 0 "$STATUS"; done
 
 # ---------------------------------------------------------------- a 3-master cluster
 # A node's port and its cluster bus port (+10000) both below the ephemeral range (32768+), so

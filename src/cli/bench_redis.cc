@@ -157,7 +157,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     }
     sha = loaded->str;
   }
-  redis::RedisStore store(client->get(), {.key_prefix = "bench:", .breaker = {.failures_to_open = 1000000}});
+  redis::RedisStore store(client->get(), {.key_prefix = "bench:", .breaker = {.failures_to_open = 1000000}, .buckets = o.buckets});
 
   // Closed loop: `inflight` chains, each starting its next request when the last one answers.
   struct Shared {

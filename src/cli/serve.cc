@@ -80,6 +80,7 @@ absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
   }
   redis::RedisStore::Options store_options;
   store_options.key_prefix = settings.redis_key_prefix;
+  store_options.buckets = settings.redis_buckets;
   backend.store = std::make_unique<redis::RedisStore>(backend.client.get(), store_options);
   backend.engine_store = std::make_unique<redis::RedisEngineStore>(backend.store.get());
   return backend;

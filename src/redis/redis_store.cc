@@ -1,6 +1,7 @@
 #include "redis/redis_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
@@ -33,11 +34,15 @@ void RedisStore::Reset(std::span<const store::MemoryStore::Item> items,
   gather->waiting = items.size();
   gather->done = std::move(done);
   auto mu = std::make_shared<std::mutex>();
-  for (const auto& item : items) {  // one DEL per key: on a cluster they may be in any slot
-    std::string key = RedisKey(item.limit_id, item.key);
+  for (const auto& item : items) {  // one command per state: on a cluster they may be in any slot
+    Place place = StatePlace(*item.limit, item.limit_id, item.key);
     std::string command;
-    AppendCommand(&command, {"DEL", key});
-    client_->Send(key, std::move(command), [gather, mu](absl::StatusOr<Reply> reply) {
+    if (place.field.empty()) {
+      AppendCommand(&command, {"DEL", place.key});
+    } else {
+      AppendCommand(&command, {"HDEL", place.key, place.field});
+    }
+    client_->Send(place.key, std::move(command), [gather, mu](absl::StatusOr<Reply> reply) {
       std::unique_lock lock(*mu);
       if (!reply.ok()) {
         gather->error = reply.status();
@@ -62,9 +67,10 @@ void RedisStore::Refund(std::span<const store::MemoryStore::Item> items, int64_t
   std::vector<Limit> limits(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     limits[i] = *items[i].limit;
-    std::string key = RedisKey(items[i].limit_id, items[i].key);
-    const uint16_t slot = client_->cluster() ? KeySlot(key) : 0;
-    by_slot[slot].push_back({&limits[i], std::move(key), items[i].cost, false, false});
+    Place place = StatePlace(limits[i], items[i].limit_id, items[i].key);
+    const uint16_t slot = client_->cluster() ? KeySlot(place.key) : 0;
+    by_slot[slot].push_back(
+        {&limits[i], std::move(place.key), items[i].cost, false, false, std::move(place.field)});
   }
   struct Gather {
     std::mutex mu;
@@ -111,9 +117,23 @@ void RedisEngineStore::DecideAll(std::span<const store::MemoryStore::Item> items
 
 std::string RedisStore::RedisKey(uint64_t limit_id, std::string_view key) const {
   // The descriptor key can be long (values up to http.max_key_bytes): its hash keeps Redis keys
-  // short, and as the hash tag it puts every limit of one descriptor in one slot.
-  return fmt::format("{}{{{:016x}}}{:x}", options_.key_prefix, XXH3_64bits(key.data(), key.size()),
+  // short, and as the hash tag (or the bucket's) it puts every limit of one descriptor in one slot.
+  const uint64_t hash = XXH3_64bits(key.data(), key.size());
+  if (options_.buckets == 0) return fmt::format("{}{{{:016x}}}{:x}", options_.key_prefix, hash, limit_id);
+  return fmt::format("{}{{{:x}}}{:016x}:{:x}", options_.key_prefix, hash % options_.buckets, hash,
                      limit_id);
+}
+
+RedisStore::Place RedisStore::StatePlace(const Limit& limit, uint64_t limit_id,
+                                         std::string_view key) const {
+  if (options_.buckets == 0 || limit.algorithm == Algorithm::kSlidingLog) {
+    return {RedisKey(limit_id, key), {}};
+  }
+  const uint64_t hash = XXH3_64bits(key.data(), key.size());
+  std::string field(16, '\0');
+  std::memcpy(field.data(), &hash, 8);
+  std::memcpy(field.data() + 8, &limit_id, 8);
+  return {fmt::format("{}{{{:x}}}", options_.key_prefix, hash % options_.buckets), std::move(field)};
 }
 
 void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
@@ -127,8 +147,9 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
   for (const auto& it : items) call->limits.push_back(*it.limit);
   absl::flat_hash_map<uint16_t, size_t> group_of_slot;
   for (size_t i = 0; i < items.size(); ++i) {
-    call->items.push_back({&call->limits[i], RedisKey(items[i].limit_id, items[i].key), items[i].cost,
-                           items[i].count_denied, items[i].shadow});
+    Place place = StatePlace(call->limits[i], items[i].limit_id, items[i].key);
+    call->items.push_back({&call->limits[i], std::move(place.key), items[i].cost,
+                           items[i].count_denied, items[i].shadow, std::move(place.field)});
     const uint16_t slot = client_->cluster() ? KeySlot(call->items.back().key) : 0;
     auto [it, fresh] = group_of_slot.try_emplace(slot, call->groups.size());
     if (fresh) call->groups.emplace_back();

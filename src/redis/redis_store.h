@@ -3,6 +3,12 @@
 //
 // Keys: `<prefix>{<hash of the descriptor key>}<limit id>`, all limits of one descriptor under
 // one hash tag, so they share a cluster slot and are decided in one script call, all-or-nothing.
+// With Options::buckets > 0 the states are packed instead: those of bounded size (every algorithm
+// but sliding_log) become fields of `<prefix>{<bucket>}`, one of `buckets` hashes chosen by the
+// descriptor's hash, the field named by the descriptor's hash and the limit id (16 bytes); a
+// sliding_log state keeps a key of its own, `<prefix>{<bucket>}<hash>:<limit id>`, in the same
+// slot. A key with a TTL costs Redis about 100 bytes before its value: packed, the states of
+// many descriptors share that cost (see decide.lua's "Packed states" for their expiry).
 // Items in different slots (e.g. a per-user and a global descriptor on a cluster) cannot be
 // decided atomically: they are first evaluated without writing (every slot at once), and only if
 // every one would admit are they decided for real. A request that loses a race between the two
@@ -42,10 +48,11 @@ class RedisStore {
  public:
   struct Options {
     std::string key_prefix = "sluice:";
-    Breaker::Options breaker;
+    Breaker::Options breaker = {};
     size_t max_batch = 64;     // requests per script call (single server)
     int max_in_flight = 2;     // script calls in flight at once (single server)
     size_t max_queued = 100000;  // requests waiting for a call; more are refused at once
+    uint32_t buckets = 0;  // hashes the states are packed into; 0: a key per state
   };
 
   struct Stats {
@@ -79,7 +86,15 @@ class RedisStore {
   void Reset(std::span<const store::MemoryStore::Item> items,
              std::function<void(absl::StatusOr<size_t>)> done);
 
-  // The Redis key of a state.
+  // Where the state of (limit, limit_id, key) lives: a string key of its own (field empty) or a
+  // field of hash `key`.
+  struct Place {
+    std::string key;
+    std::string field;
+  };
+  Place StatePlace(const Limit& limit, uint64_t limit_id, std::string_view key) const;
+  // The string key the state of (limit_id, key) would have; in the cluster slot of every state
+  // of `key`, packed or not.
   std::string RedisKey(uint64_t limit_id, std::string_view key) const;
 
   Stats GetStats() const;

@@ -57,27 +57,66 @@ TEST(RedisStoreTest, KeysAreShortAndTaggedByDescriptor) {
   EXPECT_EQ(store.RedisKey(1, std::string(4096, 'k')).size(), a.size() - 2);
 }
 
-// Every algorithm that is exact holds its limit exactly under concurrent callers.
+// Packed (buckets > 0): bounded states are fields of one of `buckets` hashes, named by the
+// descriptor's hash and the limit id; sliding_log keeps a key, in the same slot.
+TEST(RedisStoreTest, PackedStatesShareHashesInTheDescriptorsSlot) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false);
+  RedisStore store(client.get(), {.buckets = 16});
+  const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 5, kHour);
+  const Limit log = MakeLimit(Algorithm::kSlidingLog, 5, kHour);
+  const RedisStore::Place a = store.StatePlace(bucket, 0xabc, "3:key5:value");
+  EXPECT_THAT(a.key, ::testing::MatchesRegex("sluice:\\{[0-9a-f]\\}"));
+  EXPECT_EQ(a.field.size(), 16u);
+  const RedisStore::Place b = store.StatePlace(bucket, 0xdef, "3:key5:value");
+  EXPECT_EQ(b.key, a.key);
+  EXPECT_NE(b.field, a.field);
+  const RedisStore::Place l = store.StatePlace(log, 0xabc, "3:key5:value");
+  EXPECT_TRUE(l.field.empty());
+  EXPECT_EQ(KeySlot(l.key), KeySlot(a.key));
+  EXPECT_EQ(KeySlot(store.RedisKey(0xabc, "3:key5:value")), KeySlot(a.key));
+  // 100 descriptors in at most 16 hashes; reset is per state.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Decide(store, {{.limit = &bucket, .limit_id = 1, .key = fmt::format("u{}", i), .cost = 2}}).ok());
+  }
+  EXPECT_LE(Command(*client, {"DBSIZE"})->integer, 16);
+  const Item u7{.limit = &bucket, .limit_id = 1, .key = "u7", .cost = 0};
+  EXPECT_EQ(Decide(store, {u7})->decisions[0].remaining, 3);
+  std::promise<absl::StatusOr<size_t>> reset;
+  store.Reset(std::span(&u7, 1), [&](absl::StatusOr<size_t> n) { reset.set_value(n); });
+  auto reset_count = reset.get_future().get();
+  ASSERT_TRUE(reset_count.ok());
+  EXPECT_EQ(*reset_count, 1u);
+  EXPECT_EQ(Decide(store, {u7})->decisions[0].remaining, 5);
+  const Item u8{.limit = &bucket, .limit_id = 1, .key = "u8", .cost = 0};
+  EXPECT_EQ(Decide(store, {u8})->decisions[0].remaining, 3);  // its neighbours keep theirs
+}
+
+// Every algorithm that is exact holds its limit exactly under concurrent callers, a key per
+// state and packed.
 TEST(RedisStoreTest, ConcurrentCallersGetExactlyTheLimit) {
   testing::RedisServer server;
   auto client = Open({server.url()}, false);
-  RedisStore store(client.get(), {});
-  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
-    const Limit limit = MakeLimit(algorithm, 50, kHour);
-    std::atomic<int> allowed{0}, errors{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t) {
-      threads.emplace_back([&] {
-        for (int i = 0; i < 40; ++i) {
-          auto r = Decide(store, {{.limit = &limit, .limit_id = 7, .key = AlgorithmName(algorithm), .cost = 1}});
-          if (!r.ok()) ++errors;
-          if (r.ok() && r->allowed) ++allowed;
-        }
-      });
+  for (uint32_t buckets : {0u, 4u}) {
+    RedisStore store(client.get(), {.buckets = buckets});
+    for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
+      const Limit limit = MakeLimit(algorithm, 50, kHour);
+      std::atomic<int> allowed{0}, errors{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&] {
+          for (int i = 0; i < 40; ++i) {
+            auto r = Decide(store, {{.limit = &limit, .limit_id = 7 + buckets,
+                                     .key = AlgorithmName(algorithm), .cost = 1}});
+            if (!r.ok()) ++errors;
+            if (r.ok() && r->allowed) ++allowed;
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      EXPECT_EQ(errors.load(), 0) << AlgorithmName(algorithm);
+      EXPECT_EQ(allowed.load(), 50) << AlgorithmName(algorithm) << " buckets " << buckets;
     }
-    for (auto& t : threads) t.join();
-    EXPECT_EQ(errors.load(), 0) << AlgorithmName(algorithm);
-    EXPECT_EQ(allowed.load(), 50) << AlgorithmName(algorithm);
   }
 }
 

@@ -53,7 +53,7 @@ absl::Status CheckExactRange(const Limit& limit) {
 
 namespace {
 
-// An item's six numbers as decide.lua reads them (struct '<dddddd').
+// An item's six numbers as decide.lua reads them (struct '<dddddd'), then its hash field if any.
 std::string PackItem(const DecideItem& it) {
   const Limit& l = *it.limit;
   const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
@@ -62,8 +62,9 @@ std::string PackItem(const DecideItem& it) {
                              static_cast<double>(l.Capacity()),
                              static_cast<double>(it.cost),
                              static_cast<double>((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0))};
-  std::string packed(sizeof numbers, '\0');
+  std::string packed(sizeof numbers + it.field.size(), '\0');
   std::memcpy(packed.data(), numbers, sizeof numbers);
+  std::memcpy(packed.data() + sizeof numbers, it.field.data(), it.field.size());
   return packed;
 }
 

@@ -30,10 +30,11 @@ absl::Status CheckExactRange(const Limit& limit);
 // One item of a decide call.
 struct DecideItem {
   const Limit* limit;
-  std::string key;  // the Redis key of its state
+  std::string key;  // the Redis key of its state, or of the hash holding it
   uint64_t cost;
   bool count_denied;
   bool shadow;
+  std::string field = {};  // the state's field in hash `key`; empty: `key` is a string of its own
 };
 
 // The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding

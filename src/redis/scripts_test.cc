@@ -2,7 +2,8 @@
 // over src/algo) on the same requests, at the same instants — the script reports the TIME it
 // used, and the C++ side decides at that time. Every field of every decision must match.
 // Also: the exact-range check, TTLs that end when the state is back to initial, and limits near
-// the edge of the exact range.
+// the edge of the exact range. Every test runs on both layouts: a string key per state, and the
+// states packed as fields of shared hashes (RedisStore::Options::buckets).
 
 #include "redis/scripts.h"
 
@@ -70,9 +71,9 @@ std::vector<Limit> ShortWindowLimits() {
           MakeLimit(Algorithm::kSlidingWindow, 6, 15000)};
 }
 
-class ScriptsTest : public ::testing::Test {
+class ScriptsFixture : public ::testing::Test {
  protected:
-  ScriptsTest() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
+  explicit ScriptsFixture(bool packed) : packed_(packed), guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
     Connection::Options o;
     o.endpoint = *ParseUrl(server_.url());
     o.timeout = 5s;
@@ -83,7 +84,7 @@ class ScriptsTest : public ::testing::Test {
     auto loaded = Call({"SCRIPT", "LOAD", DecideScript()});
     if (loaded.ok() && loaded->type == Reply::Type::kString) sha_ = loaded->str;
   }
-  ~ScriptsTest() override {
+  ~ScriptsFixture() override {
     connection_->Close();
     guard_.reset();
     io_.stop();
@@ -108,16 +109,28 @@ class ScriptsTest : public ::testing::Test {
     return Send(std::vector<std::string>(args.begin(), args.end()));
   }
 
-  static std::string RedisKey(const Item& item) {
-    return fmt::format("t:{}:{}", item.limit_id, item.key);
+  // Where the script keeps `item`'s state: its own key, or packed, a field of one of two hashes
+  // (sliding_log states are never packed).
+  DecideItem ToDecide(const Item& item) const {
+    if (!packed_ || item.limit->algorithm == Algorithm::kSlidingLog) {
+      return {item.limit, fmt::format("t:{}:{}", item.limit_id, item.key), item.cost,
+              item.count_denied, item.shadow};
+    }
+    return {item.limit, fmt::format("t:h{}", item.limit_id % 2), item.cost, item.count_denied,
+            item.shadow, fmt::format("{}:{}", item.limit_id, item.key)};
+  }
+  // Whether `item`'s state is stored.
+  bool Stored(const Item& item) {
+    const DecideItem d = ToDecide(item);
+    auto r = d.field.empty() ? Call({"EXISTS", d.key}) : Call({"HEXISTS", d.key, d.field});
+    EXPECT_TRUE(r.ok());
+    return r.ok() && r->integer == 1;
   }
 
   // The request through the script.
   DecideResult OnRedis(const std::vector<Item>& items) {
     std::vector<DecideItem> decide;
-    for (const Item& it : items) {
-      decide.push_back({it.limit, RedisKey(it), it.cost, it.count_denied, it.shadow});
-    }
+    for (const Item& it : items) decide.push_back(ToDecide(it));
     auto reply = SendRaw(EncodeDecide(sha_, decide, /*commit=*/true));
     EXPECT_TRUE(reply.ok()) << reply.status();
     if (!reply.ok()) return {};
@@ -157,6 +170,7 @@ class ScriptsTest : public ::testing::Test {
     return same;
   }
 
+  const bool packed_;
   testing::RedisServer server_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
@@ -166,13 +180,23 @@ class ScriptsTest : public ::testing::Test {
   store::MemoryStore store_{{.max_entries = 1 << 16, .shards = 4}, SystemClock::Get()};
 };
 
-TEST_F(ScriptsTest, ScriptLoads) {
+class ScriptsTest : public ScriptsFixture, public ::testing::WithParamInterface<bool> {
+ protected:
+  ScriptsTest() : ScriptsFixture(GetParam()) {}
+};
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ScriptsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Packed" : "KeyPerState";
+                         });
+
+TEST_P(ScriptsTest, ScriptLoads) {
   ASSERT_EQ(sha_.size(), 40u);
 }
 
 // Each algorithm alone, over time: short windows so that refills and window changes happen
 // while the test runs; costs from 0 (peek) to above the capacity.
-TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
+TEST_P(ScriptsTest, EveryAlgorithmAgreesOverTime) {
   ASSERT_FALSE(sha_.empty());
   std::vector<Limit> limits = ShortWindowLimits();
   limits.push_back(MakeLimit(Algorithm::kLeakyBucket, 3, 7000));
@@ -196,7 +220,7 @@ TEST_F(ScriptsTest, EveryAlgorithmAgreesOverTime) {
 // Refunds: an admitted request's consumption given back on Redis (EncodeRefund) and in C++
 // (MemoryStore::Refund) at the same instants, for every algorithm; the decisions that follow
 // must still agree.
-TEST_F(ScriptsTest, RefundsAgree) {
+TEST_P(ScriptsTest, RefundsAgree) {
   ASSERT_FALSE(sha_.empty());
   const std::vector<Limit> limits = ShortWindowLimits();
   std::mt19937_64 rng(20261203);
@@ -212,7 +236,7 @@ TEST_F(ScriptsTest, RefundsAgree) {
       else ADD_FAILURE() << DescribeLimit(limit) << " call " << i;
       if (redis.allowed && rng() % 2 == 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-        const DecideItem refund{&limit, RedisKey(item), item.cost, false, false};
+        const DecideItem refund = ToDecide(item);
         auto reply = SendRaw(EncodeRefund(sha_, std::span(&refund, 1), redis.now_us));
         ASSERT_TRUE(reply.ok()) << reply.status();
         ASSERT_EQ(reply->type, Reply::Type::kArray) << reply->str;
@@ -231,21 +255,22 @@ TEST_F(ScriptsTest, RefundsAgree) {
 }
 
 // Refunding everything a key consumed leaves it as a new key: gone from Redis.
-TEST_F(ScriptsTest, AFullRefundDeletesTheKey) {
+TEST_P(ScriptsTest, AFullRefundDeletesTheKey) {
   ASSERT_FALSE(sha_.empty());
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 5, 60000000);
   const Item item{&limit, 777, "gone", 3, false, false};
   const DecideResult decided = OnRedis({item});
   ASSERT_TRUE(decided.allowed);
-  ASSERT_EQ(Call({"EXISTS", RedisKey(item)})->integer, 1);
-  const DecideItem refund{&limit, RedisKey(item), 3, false, false};
+  ASSERT_TRUE(Stored(item));
+  const DecideItem refund = ToDecide(item);
   ASSERT_TRUE(SendRaw(EncodeRefund("", std::span(&refund, 1), decided.now_us)).ok());
-  EXPECT_EQ(Call({"EXISTS", RedisKey(item)})->integer, 0);
+  EXPECT_FALSE(Stored(item));
+  EXPECT_EQ(Call({"EXISTS", refund.key})->integer, 0);  // packed: the hash went with its last field
 }
 
 // Several limits per request: all-or-nothing, shadow items, count_denied on fixed windows (and
 // ignored elsewhere), the same key twice in one request.
-TEST_F(ScriptsTest, MultiLimitRequestsAgree) {
+TEST_P(ScriptsTest, MultiLimitRequestsAgree) {
   ASSERT_FALSE(sha_.empty());
   const std::vector<Limit> limits = MixedLimits();
   std::mt19937_64 rng(7);
@@ -267,7 +292,7 @@ TEST_F(ScriptsTest, MultiLimitRequestsAgree) {
 }
 
 // Limits near the top of the exact range: a day-long bucket of 100,000 (capacity x W = 8.64e15).
-TEST_F(ScriptsTest, LargeMagnitudesStayExact) {
+TEST_P(ScriptsTest, LargeMagnitudesStayExact) {
   ASSERT_FALSE(sha_.empty());
   const int64_t day = int64_t{86400} * 1000000;
   const std::vector<Limit> limits = {
@@ -285,7 +310,7 @@ TEST_F(ScriptsTest, LargeMagnitudesStayExact) {
   }
 }
 
-TEST_F(ScriptsTest, KeysExpireWhenTheStateIsBackToInitial) {
+TEST_P(ScriptsTest, KeysExpireWhenTheStateIsBackToInitial) {
   ASSERT_FALSE(sha_.empty());
   const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 10, 1000000);  // refills in 1 s
   const Limit window = MakeLimit(Algorithm::kFixedWindow, 10, 60000000);
@@ -293,24 +318,27 @@ TEST_F(ScriptsTest, KeysExpireWhenTheStateIsBackToInitial) {
   const Item b{&window, 2, "ttl", 1, false, false};
   const DecideResult r = OnRedis({a, b});
   ASSERT_TRUE(r.allowed);
-  auto pttl_a = Call({"PTTL", RedisKey(a)});
-  auto pttl_b = Call({"PTTL", RedisKey(b)});
+  auto pttl_a = Call({"PTTL", ToDecide(a).key});  // packed: a and b are in different hashes
+  auto pttl_b = Call({"PTTL", ToDecide(b).key});
   ASSERT_TRUE(pttl_a.ok() && pttl_b.ok());
   // 3 tokens of 10 per second come back in 300 ms (the bucket's key gets 1/8 of that on top, see
   // decide.lua); the window ends with the minute.
   EXPECT_GT(pttl_a->integer, 250);
-  EXPECT_LE(pttl_a->integer, 339);
+  EXPECT_LE(pttl_a->integer, packed_ ? 1339 : 339);  // a hash's expiry moves in steps of 1 s
   const int64_t window_left_ms = (60000000 - r.now_us % 60000000 + 999) / 1000;
-  EXPECT_NEAR(static_cast<double>(pttl_b->integer), static_cast<double>(window_left_ms), 50);
+  // Packed, the hash gets a margin: a second, or 1/8 of what is left if more.
+  const int64_t expect_b =
+      packed_ ? window_left_ms + std::max<int64_t>(1000, window_left_ms / 8) : window_left_ms;
+  EXPECT_NEAR(static_cast<double>(pttl_b->integer), static_cast<double>(expect_b), 50);
   // A denied request writes nothing; a peek writes nothing.
   const Item peek{&bucket, 1, "fresh", 0, false, false};
   OnRedis({peek});
-  EXPECT_EQ(Call({"EXISTS", RedisKey(peek)})->integer, 0);
+  EXPECT_FALSE(Stored(peek));
 }
 
 // An existing key's expiry may be kept (SET KEEPTTL) or set later than needed, never earlier
 // than the instant its state is back to initial (now + reset_after), whatever the algorithm.
-TEST_F(ScriptsTest, ExpiryNeverPrecedesTheReturnToInitial) {
+TEST_P(ScriptsTest, ExpiryNeverPrecedesTheReturnToInitial) {
   ASSERT_FALSE(sha_.empty());
   const std::vector<Limit> limits = {MakeLimit(Algorithm::kTokenBucket, 50, 2000000),
                                      MakeLimit(Algorithm::kLeakyBucket, 50, 2000000),
@@ -322,13 +350,72 @@ TEST_F(ScriptsTest, ExpiryNeverPrecedesTheReturnToInitial) {
     for (int i = 0; i < 60; ++i) {
       ASSERT_TRUE(Agree({item}, DescribeLimit(limits[l])));
       const DecideResult r = OnRedis({Item{&limits[l], l + 200, "expiry", 0, false, false}});
-      auto expire_ms = Call({"PEXPIRETIME", RedisKey(item)});
+      auto expire_ms = Call({"PEXPIRETIME", ToDecide(item).key});
       ASSERT_TRUE(expire_ms.ok());
       ASSERT_GE(expire_ms->integer * 1000, r.now_us + r.decisions[0].reset_after_us)
           << DescribeLimit(limits[l]) << " after " << i + 1 << " calls";
       if (i % 20 == 19) std::this_thread::sleep_for(std::chrono::milliseconds(30));
     }
   }
+}
+
+class PackedStatesTest : public ScriptsFixture {
+ protected:
+  PackedStatesTest() : ScriptsFixture(/*packed=*/true) {}
+
+  // How many fields of hash `key` have names starting with `prefix`.
+  int64_t FieldsStartingWith(const std::string& key, const std::string& prefix) {
+    auto names = Call({"HKEYS", key});
+    EXPECT_TRUE(names.ok());
+    int64_t n = 0;
+    for (const Reply& r : names->elements) n += r.str.rfind(prefix, 0) == 0 ? 1 : 0;
+    return n;
+  }
+};
+
+// Redis 7.0 has no expiry per field: fields whose states are back to initial stay in a hash that
+// other states keep alive, until new fields' sweeps find them (3 random fields per new field).
+TEST_F(PackedStatesTest, NewFieldsSweepDeadOnes) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit brief = MakeLimit(Algorithm::kTokenBucket, 10, 10000);  // 1 ms per token
+  const Limit day = MakeLimit(Algorithm::kFixedWindow, 10, int64_t{86400} * 1000000);
+  // 60 brief states in hash t:h0, written in one call (so none is dead yet when it sweeps), with
+  // one that keeps the hash alive for the day.
+  std::vector<std::vector<DecideItem>> requests = {{ToDecide({&day, 4, "anchor", 1, false, false})}};
+  for (int i = 0; i < 60; ++i) requests.push_back({ToDecide({&brief, 2, fmt::format("d{}", i), 1, false, false})});
+  std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
+  ASSERT_TRUE(SendRaw(EncodeDecide(sha_, spans, true)).ok());
+  ASSERT_EQ(Call({"HLEN", "t:h0"})->integer, 61);
+  std::this_thread::sleep_for(20ms);  // every one of them is back to initial
+  for (int i = 0; i < 200; ++i) {
+    const DecideResult r = OnRedis({{&day, 4, fmt::format("live{}", i), 1, false, false}});
+    ASSERT_TRUE(r.allowed);
+  }
+  EXPECT_EQ(FieldsStartingWith("t:h0", "4:"), 201);  // every live state kept
+  // 600 random looks at a hash of 60-260 fields leave about 2 of the 60 dead ones (no sweep: 60).
+  EXPECT_LE(FieldsStartingWith("t:h0", "2:"), 12);
+  // The hash lives as long as its longest-lived state: the day's window.
+  const int64_t now_ms = Call({"TIME"}).ok() ? std::atoll(Call({"TIME"})->elements[0].str.c_str()) * 1000 : 0;
+  EXPECT_GT(Call({"PEXPIRETIME", "t:h0"})->integer, now_ms);
+  EXPECT_GE(Call({"PEXPIRETIME", "t:h0"})->integer * 1000,
+            (now_ms * 1000 / day.window_us + 1) * day.window_us - 1000000);
+}
+
+// A hash whose states are all back to initial goes by itself: its expiry follows its states.
+TEST_F(PackedStatesTest, AHashOfIdleStatesExpires) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit brief = MakeLimit(Algorithm::kTokenBucket, 10, 100000);  // 10 ms per token
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(OnRedis({{&brief, 2, fmt::format("k{}", i), 1, false, false}}).allowed);
+  ASSERT_EQ(Call({"HLEN", "t:h0"})->integer, 5);
+  const int64_t pttl = Call({"PTTL", "t:h0"})->integer;
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 1020);  // 10 ms, and a hash's expiry moves in steps of at least a second
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    std::this_thread::sleep_for(5ms);
+    gone = Call({"EXISTS", "t:h0"})->integer == 0;
+  }
+  EXPECT_TRUE(gone);
 }
 
 TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
@@ -346,7 +433,7 @@ TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
 
 // Several requests in one call are decided in turn, each all-or-nothing: as many DecideAll calls
 // at the same instant.
-TEST_F(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
+TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
   ASSERT_FALSE(sha_.empty());
   const std::vector<Limit> limits = MixedLimits();
   std::mt19937_64 rng(99);
@@ -362,7 +449,12 @@ TEST_F(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
         const std::string& key = kKeys[rng() % 2];
         const uint64_t cost = rng() % 5 == 0 ? 2 : 1;
         const bool count_denied = rng() % 4 == 0, shadow = rng() % 6 == 0;
-        requests[r].push_back({&limits[l], fmt::format("batch:{}:{}", l, key), cost, count_denied, shadow});
+        DecideItem item{&limits[l], fmt::format("batch:{}:{}", l, key), cost, count_denied, shadow};
+        if (packed_ && limits[l].algorithm != Algorithm::kSlidingLog) {
+          item.field = item.key;
+          item.key = "batch";
+        }
+        requests[r].push_back(std::move(item));
         cpp[r].push_back({.limit = &limits[l], .limit_id = 1000 + l, .key = key, .cost = cost,
                           .count_denied = count_denied, .shadow = shadow});
       }
@@ -396,10 +488,11 @@ TEST_F(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
   EXPECT_EQ(mismatches, 0);
 }
 
-TEST_F(ScriptsTest, EvaluateOnlyWritesNothing) {
+TEST_P(ScriptsTest, EvaluateOnlyWritesNothing) {
   ASSERT_FALSE(sha_.empty());
   const Limit window = MakeLimit(Algorithm::kFixedWindow, 3, int64_t{3600} * 1000000);
-  const std::vector<DecideItem> items = {{&window, "dry", 2, true, false}};
+  std::vector<DecideItem> items = {{&window, "dry", 2, true, false}};
+  if (packed_) items[0].field = "in-a-hash";
   for (int i = 0; i < 2; ++i) {
     auto dry = SendRaw(EncodeDecide(sha_, items, /*commit=*/false));
     ASSERT_TRUE(dry.ok());

@@ -156,6 +156,7 @@ struct Settings {
   std::string redis_key_prefix = "sluice:";
   int64_t redis_timeout_us = 10000;
   int local_instances = 1;  // failure_mode local: the limit is divided by this
+  uint32_t redis_buckets = 0;  // hashes the states are packed into (0: a key per state)
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
   size_t max_entries = size_t{1} << 24;
   size_t max_header_bytes = 16 << 10;

@@ -597,6 +597,7 @@ redis:
   key_prefix: "x:"
   timeout: 25ms
   instances: 3
+  buckets: 65536
 store: {max_entries: 1000}
 headers: [ietf]
 http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512, upstream_timeout: 2500ms,
@@ -622,6 +623,7 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.redis_key_prefix, "x:");
   EXPECT_EQ(s.redis_timeout_us, 25000);
   EXPECT_EQ(s.local_instances, 3);
+  EXPECT_EQ(s.redis_buckets, 65536u);
   EXPECT_EQ(s.max_entries, 1000u);
   EXPECT_THAT(s.headers, ElementsAre("ietf"));
   EXPECT_EQ(s.max_header_bytes, 8192u);
@@ -1060,6 +1062,8 @@ grpc: {threads: -2}
               ElementsAre("t.yaml:1:17: threads must be at most 256, got 257"));
   EXPECT_THAT(Errors("grpc: {threads: two}\n"),
               ElementsAre("t.yaml:1:17: threads must be an integer, got 'two'"));
+  EXPECT_THAT(Errors("redis: {url: redis://h:1, buckets: 16777217}\n"),
+              ElementsAre("t.yaml:1:36: buckets must be at most 16777216, got 16777217"));
   EXPECT_THAT(Errors("backend: redis\n"),
               ElementsAre("t.yaml:1:10: backend redis needs redis.url or redis.nodes"));
 }

@@ -58,7 +58,7 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   }
   if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
     if (r.CheckMap(redis, "redis",
-                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances"})) {
+                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets"})) {
       s.redis_url = r.String(redis, "url").value_or("");
       s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
       s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
@@ -66,6 +66,8 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
       s.redis_timeout_us = r.Duration(redis, "timeout").value_or(s.redis_timeout_us);
       s.local_instances = static_cast<int>(r.Unsigned(redis, "instances", 10000).value_or(1));
       if (s.local_instances < 1) r.Error(redis["instances"], "instances must be at least 1");
+      s.redis_buckets = static_cast<uint32_t>(
+          r.Unsigned(redis, "buckets", uint64_t{1} << 24).value_or(s.redis_buckets));
       const auto check_url = [&](const std::string& url, const YAML::Node& at) {
         if (url.rfind("redis://", 0) != 0) {
           r.Error(at, fmt::format("bad Redis URL '{}' (redis://[user:pass@]host:port[/db])", url));

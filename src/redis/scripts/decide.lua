@@ -9,12 +9,14 @@
 -- ARGV[2]: R, the number of requests; they are decided in turn, at the same instant, each
 --          all-or-nothing on its own (as R calls of DecideAll would be)
 -- then per request: its item count M, then one argument per item, 6 little-endian doubles
--- (struct '<dddddd': one unpack instead of six tonumber calls on decimal text):
---   algorithm, N, W (µs), capacity, cost, flags
+-- (struct '<dddddd': one unpack instead of six tonumber calls on decimal text), then, for a state
+-- kept in a hash (see "Packed states" below), the hash field's name:
+--   algorithm, N, W (µs), capacity, cost, flags [, field]
 --   algorithm: 0 token_bucket, 1 leaky_bucket, 2 fixed_window, 3 sliding_log, 4 sliding_window
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
 --   flags:     1 = count_denied (fixed_window: count even denied requests), 2 = shadow
--- KEYS: the state of each item, in the same order (a key may appear more than once).
+-- KEYS: the state of each item (its string key, or the hash that holds its field), in the same
+-- order (a key may appear more than once).
 -- Returns {now_us, then per request: allowed, then per item: allowed, remaining,
 -- retry_after_us, reset_after_us, delay_us}; retry_after_us -1 means never.
 --
@@ -32,8 +34,19 @@
 -- remaining life on top, so that the next requests usually find the expiry good as it is and
 -- write with SET KEEPTTL (about half the cost of setting a new expiry). An existing key's expiry
 -- is never earlier than its idle_at (PEXPIRETIME checks it when idle_at moved on): Redis >= 7.0.
+--
+-- Packed states: an item with a field keeps its state in that field of a hash shared with other
+-- limiter keys (redis.buckets), which costs far less memory per state than a key of its own.
+-- Redis 7.0 has no expiry per field, so: a field whose idle_at has passed counts as absent (its
+-- state is that of a new key anyway); the hash's expiry is moved on to cover the latest idle_at
+-- written into it (in steps of at least a second), so the hash goes soon after its last state
+-- is back to initial; and one new field in three makes the script look at 9 random fields of
+-- its hash and delete those whose idle_at has passed (3 looks per new field), so a hash that
+-- never goes idle holds about one dead field for every two live ones at most. Only states of
+-- bounded size are packed (not sliding_log).
 
 local floor, min, max = math.floor, math.min, math.max
+local unpack_list = unpack  -- Lua's: a table's elements as values
 local pack, unpack = struct.pack, struct.unpack
 local call = redis.call
 
@@ -354,6 +367,32 @@ local function decide(alg, st, now, n, w, cap, cost, count_denied)
   return sliding_log(st, now, n, w, cost)
 end
 
+-- --- loading and storing states
+
+-- The hash field of an item's argument, or false when its state has a string key of its own.
+local function item_field(arg)
+  if #arg > 48 then return string.sub(arg, 49) end
+  return false
+end
+
+-- The stored value (false: none). A packed state past its idle_at is as good as absent.
+local function load(key, field)
+  if not field then return call('GET', key) end
+  return call('HGET', key, field)
+end
+
+-- Deletes those of 9 random fields of hash `key` whose states are back to initial (see the
+-- header).
+local function sweep(key, now)
+  local sample = call('HRANDFIELD', key, 9, 'WITHVALUES')
+  local dead = {'HDEL', key}
+  for i = 1, #sample, 2 do
+    local value = sample[i + 1]
+    if #value >= 8 and unpack('<d', value) <= now then dead[#dead + 1] = sample[i] end
+  end
+  if #dead > 2 then call(unpack_list(dead)) end
+end
+
 -- --- the requests, in turn; then write what changed
 
 local t = call('TIME')
@@ -368,21 +407,25 @@ if ARGV[1] == '2' then
   for i = 1, tonumber(ARGV[3]) do
     local key = KEYS[i]
     local alg, n, w, _, cost = unpack('<dddddd', ARGV[3 + i])
-    local raw = call('GET', key)
+    local field = item_field(ARGV[3 + i])
+    local raw = load(key, field)
     if raw and cost > 0 then
       local st = parse(alg, raw)
       if refund(alg, st, at, now, n, w, cost) then
-        call('DEL', key)
+        if field then call('HDEL', key, field) else call('DEL', key) end
       else
         local value = encode(alg, st)
-        if value ~= raw then call('SET', key, value, 'KEEPTTL') end
+        if value == raw then  -- nothing to write
+        elseif field then call('HSET', key, field, value)  -- idle_at only moved back
+        else call('SET', key, value, 'KEEPTTL') end
       end
     end
   end
   return {now}
 end
--- by key: the state, the stored value (false: none), its idle_at as loaded, the algorithm
-local states, raws, loaded_idle, algs = {}, {}, {}, {}
+-- by state (its key, or key NUL field): the state, the stored value (false: none), its idle_at as
+-- loaded, the algorithm, where it lives
+local states, raws, loaded_idle, algs, keys, fields = {}, {}, {}, {}, {}, {}
 local reply = {now}
 local arg, key_index = 3, 0
 
@@ -395,17 +438,22 @@ for _ = 1, tonumber(ARGV[2]) do
   local items = {}  -- for the undo: key, alg, n, w, cap, saved state, consumed, count_denied
   for i = 1, m do
     key_index = key_index + 1
-    local key = KEYS[key_index]
-    local alg, n, w, cap, cost, flags = unpack('<dddddd', ARGV[arg])
+    local a = ARGV[arg]
+    local alg, n, w, cap, cost, flags = unpack('<dddddd', a)
+    local field = item_field(a)
     arg = arg + 1
+    local key = KEYS[key_index]
+    if field then key = key .. '\0' .. field end
     local st = states[key]
     if not st then
-      local raw = call('GET', key)
+      local raw = load(KEYS[key_index], field)
       st = parse(alg, raw)
       raws[key] = raw
       loaded_idle[key] = st[1]
       states[key] = st
       algs[key] = alg
+      keys[key] = KEYS[key_index]
+      fields[key] = field
     end
     local count_denied = alg == 2 and flags % 2 == 1
     -- A request of one item needs no undo: an item that denies has not changed its state.
@@ -437,10 +485,25 @@ end
 -- Write what changed: a state back to initial is deleted, any other is set with an expiry no
 -- earlier than its idle_at (see the header).
 if commit then
-  for key, st in pairs(states) do
-    local raw, alg = raws[key], algs[key]
+  local hash_expiry, new_fields = {}, {}  -- by hash: the expiry it needs (ms); true
+  for id, st in pairs(states) do
+    local raw, alg, key, field = raws[id], algs[id], keys[id], fields[id]
     local idle = (st.log and #st.log == 0) or st[1] <= now
-    if not raw then
+    if field then
+      local value = encode(alg, st)
+      if value ~= raw then
+        if idle then
+          if raw then call('HDEL', key, field) end
+        else
+          call('HSET', key, field, value)
+          -- The hash already outlives the idle_at it held (its expiry only ever moves on).
+          if not raw or ceildiv(st[1], 1000) > ceildiv(loaded_idle[id], 1000) then
+            hash_expiry[key] = max(hash_expiry[key] or 0, ceildiv(st[1], 1000))
+          end
+          if not raw then new_fields[key] = true end
+        end
+      end
+    elseif not raw then
       -- A new key: every change moves idle_at past 0.
       if st[1] ~= 0 and not idle then call('SET', key, encode(alg, st), 'PXAT', expiry(alg, st[1], now)) end
     else
@@ -455,6 +518,19 @@ if commit then
         end
       end
     end
+  end
+  -- A hash's expiry moves on in steps of at least a second (and 1/8 of the remaining life): a
+  -- hash of short-lived states would otherwise need a new one on nearly every write.
+  for key, at in pairs(hash_expiry) do
+    if call('PEXPIRETIME', key) < at then  -- -1: none yet
+      call('PEXPIREAT', key, at + max(1000, floor((at - floor(now / 1000)) / 8)))
+    end
+  end
+  -- One new field in three sweeps (which ones varies with the time): 3 looks per new field.
+  local turn = now
+  for key in pairs(new_fields) do
+    if turn % 3 == 0 then sweep(key, now) end
+    turn = turn + 1
   end
 end
 return reply

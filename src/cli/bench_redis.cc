@@ -43,19 +43,58 @@ struct CommandStat {
   uint64_t usec = 0;  // time Redis spent in it (for a script: everything the script ran)
 };
 
-std::vector<CommandStat> CommandStats(redis::Client& client) {
+// INFO commandstats of every server in `servers`, summed by command.
+std::vector<CommandStat> CommandStats(const std::vector<std::unique_ptr<redis::Client>>& servers) {
   std::vector<CommandStat> out;
-  auto info = Call(client, "", {"INFO", "commandstats"});
-  if (!info.ok()) return out;
-  std::istringstream lines(info->str);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.starts_with("cmdstat_")) continue;
-    const size_t colon = line.find(':'), calls = line.find("calls="), usec = line.find("usec=");
-    if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
-    out.push_back(CommandStat{.name = line.substr(8, colon - 8),
-                              .calls = std::stoull(line.substr(calls + 6)),
-                              .usec = std::stoull(line.substr(usec + 5))});
+  for (const auto& server : servers) {
+    auto info = Call(*server, "", {"INFO", "commandstats"});
+    if (!info.ok()) continue;
+    std::istringstream lines(info->str);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (!line.starts_with("cmdstat_")) continue;
+      const size_t colon = line.find(':'), calls = line.find("calls="), usec = line.find("usec=");
+      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
+      const std::string name = line.substr(8, colon - 8);
+      auto it = std::find_if(out.begin(), out.end(), [&](const CommandStat& c) { return c.name == name; });
+      if (it == out.end()) it = out.insert(out.end(), CommandStat{.name = name});
+      it->calls += std::stoull(line.substr(calls + 6));
+      it->usec += std::stoull(line.substr(usec + 5));
+    }
+  }
+  return out;
+}
+
+// One connection to each server the benchmark runs on, for INFO (so that the measurement does
+// not queue behind the load): the server, or every master of the cluster (CLUSTER NODES).
+std::vector<std::unique_ptr<redis::Client>> StatsClients(redis::Client& client,
+                                                         redis::Client::Options options) {
+  options.connections_per_node = 1;
+  std::vector<redis::Endpoint> servers = options.seeds;
+  if (options.cluster) {
+    servers.clear();
+    auto nodes = Call(client, "", {"CLUSTER", "NODES"});
+    std::istringstream lines(nodes.ok() ? nodes->str : "");
+    std::string id, address, flags;
+    while (lines >> id >> address >> flags) {  // "<id> <ip:port@bus> <flags> ..." per line
+      std::string rest;
+      std::getline(lines, rest);
+      if (flags.find("master") == std::string::npos) continue;
+      auto endpoint = redis::ParseUrl("redis://" + address.substr(0, address.find('@')));
+      if (!endpoint.ok()) continue;
+      endpoint->user = options.seeds.front().user;
+      endpoint->password = options.seeds.front().password;
+      servers.push_back(*endpoint);
+    }
+    options.cluster = false;
+  }
+  std::vector<std::unique_ptr<redis::Client>> out;
+  for (const redis::Endpoint& server : servers) {
+    options.seeds = {server};
+    auto c = redis::Client::Create(options);
+    if (!c.ok()) continue;
+    for (int i = 0; i < 500 && !(*c)->Ready(); ++i) std::this_thread::sleep_for(10ms);
+    out.push_back(std::move(*c));
   }
   return out;
 }
@@ -143,10 +182,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     err << "bench redis: cannot reach " << o.redis << ": " << (*client)->last_error() << "\n";
     return 1;
   }
-  // A separate connection for INFO, so the measurement does not queue behind the load.
-  client_options.connections_per_node = 1;
-  auto stats_client = redis::Client::Create(client_options);
-  while (!(*stats_client)->Ready() && Clock::now() < connect_deadline) std::this_thread::sleep_for(10ms);
+  const auto stats_clients = StatsClients(**client, client_options);
 
   std::string sha;
   if (o.mode != "sluice") {
@@ -157,7 +193,8 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     }
     sha = loaded->str;
   }
-  redis::RedisStore store(client->get(), {.key_prefix = "bench:", .breaker = {.failures_to_open = 1000000}, .buckets = o.buckets});
+  redis::RedisStore store(client->get(), {.key_prefix = "bench:", .breaker = {.failures_to_open = 1000000}, .buckets = o.buckets,
+                                              .batch_cluster = o.cluster_batch});
 
   // Closed loop: `inflight` chains, each starting its next request when the last one answers.
   struct Shared {
@@ -229,7 +266,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     };
     chains.push_back(std::move(chain));
   }
-  const auto before = CommandStats(**stats_client);
+  const auto before = CommandStats(stats_clients);
   shared.running = static_cast<int>(chains.size());
   for (auto& chain : chains) chain->next();
   {
@@ -238,7 +275,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
                        [&] { return shared.running == 0; });
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto after = CommandStats(**stats_client);
+  const auto after = CommandStats(stats_clients);
   const Executed executed = ExecutedBetween(before, after);
   std::vector<uint32_t> latencies;
   {

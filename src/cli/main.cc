@@ -156,6 +156,8 @@ int Main(int argc, char** argv) {
   bench_redis->add_option("--seconds", redis_options.seconds, "duration S (default 5)");
   bench_redis->add_option("--buckets", redis_options.buckets,
                           "sluice: pack the states into this many hashes (default 0 = a key per state)");
+  bench_redis->add_option("--cluster-batch", redis_options.cluster_batch,
+                          "sluice on a cluster: batch the requests headed to one node (default 1)");
   bench_redis->add_option("--mode", redis_options.mode,
                           "sluice (default), seed (the seed design's script) or zset (a ZSET sliding log)");
   bench_redis->add_option("--script", redis_options.script, "the Lua file for --mode seed or zset");

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "fmt/format.h"
 
 #define XXH_INLINE_ALL
@@ -159,13 +160,15 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
     Record(result.status());
     done(std::move(result));
   };
-  if (!client_->cluster()) {
+  // One slot (always, on a single server): batched with other requests for the same node.
+  if (call->groups.size() <= 1 && (!client_->cluster() || options_.batch_cluster)) {
     Queued queued;
     queued.limits = std::move(call->limits);
     queued.items = std::move(call->items);
     for (size_t i = 0; i < queued.items.size(); ++i) queued.items[i].limit = &queued.limits[i];
     queued.done = std::move(finish);
-    return Enqueue(std::move(queued));
+    std::string node = client_->cluster() ? client_->NodeFor(queued.items.front().key) : "";
+    return Enqueue(std::move(node), std::move(queued));
   }
   if (call->groups.size() <= 1) return Run(std::move(call), /*commit=*/true, std::move(finish));
   // Across slots: evaluate everywhere first; decide for real only if every slot would admit.
@@ -258,41 +261,87 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool c
                 });
 }
 
-void RedisStore::Enqueue(Queued queued) {
+// Takes the next batch of `node`'s queue (at most max_batch), or marks one call fewer in flight
+// when the queue is empty (and forgets the node once nothing is queued or in flight).
+std::vector<RedisStore::Queued> RedisStore::TakeBatch(const std::string& node, bool starting) {
+  std::vector<Queued> batch;
+  auto it = queues_.find(node);
+  if (it == queues_.end()) return batch;
+  NodeQueue& q = it->second;
+  if (starting) {
+    if (q.in_flight >= options_.max_in_flight) return batch;  // goes with a later batch
+    ++q.in_flight;
+  } else if (q.waiting.empty()) {
+    if (--q.in_flight == 0) queues_.erase(it);
+    return batch;
+  }
+  const size_t take = std::min(q.waiting.size(), options_.max_batch);
+  batch.assign(std::make_move_iterator(q.waiting.begin()),
+               std::make_move_iterator(q.waiting.begin() + static_cast<std::ptrdiff_t>(take)));
+  q.waiting.erase(q.waiting.begin(), q.waiting.begin() + static_cast<std::ptrdiff_t>(take));
+  queued_ -= take;
+  return batch;
+}
+
+void RedisStore::Enqueue(std::string node, Queued queued) {
   std::vector<Queued> batch;
   {
     std::unique_lock<std::mutex> lock(batch_mu_);
-    if (queue_.size() >= options_.max_queued) {
+    if (queued_ >= options_.max_queued) {
       lock.unlock();
       return queued.done(absl::ResourceExhaustedError(
           fmt::format("redis: {} requests already waiting", options_.max_queued)));
     }
-    queue_.push_back(std::move(queued));
-    if (in_flight_ >= options_.max_in_flight) return;  // goes with the next batch
-    ++in_flight_;
-    const size_t take = std::min(queue_.size(), options_.max_batch);
-    batch.assign(std::make_move_iterator(queue_.begin()),
-                 std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(take)));
-    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
+    queues_[node].waiting.push_back(std::move(queued));
+    ++queued_;
+    batch = TakeBatch(node, /*starting=*/true);
   }
-  SendBatch(std::move(batch), /*by_sha=*/true);
+  if (!batch.empty()) SendBatch(std::move(node), std::move(batch), /*by_sha=*/true);
 }
 
-void RedisStore::SendBatch(std::vector<Queued> batch, bool by_sha) {
+void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_sha) {
   const std::string sha = by_sha ? Sha() : std::string();
   std::vector<std::span<const DecideItem>> requests;
   requests.reserve(batch.size());
   for (const Queued& q : batch) requests.emplace_back(q.items);
-  std::string command = EncodeDecide(sha, requests, /*commit=*/true);
+  // On a cluster the call goes to the node of its first key; the others were on that node too
+  // when queued. Their slots may differ: the keys go as arguments (allow-cross-slot-keys).
+  std::string command = EncodeDecide(sha, requests, /*commit=*/true, /*keys_in_argv=*/client_->cluster());
   const bool sent_text = sha.empty();
+  const std::string route = batch.front().items.front().key;
   script_calls_.fetch_add(1, std::memory_order_relaxed);
-  client_->Send("", std::move(command),
-                [this, batch = std::move(batch), sent_text](absl::StatusOr<Reply> reply) mutable {
+  client_->Send(route, std::move(command),
+                [this, node = std::move(node), route, batch = std::move(batch),
+                 sent_text](absl::StatusOr<Reply> reply) mutable {
                   if (reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
                     noscript_.fetch_add(1, std::memory_order_relaxed);
-                    return SendBatch(std::move(batch), /*by_sha=*/false);
+                    return SendBatch(std::move(node), std::move(batch), /*by_sha=*/false);
                   }
-                  if (reply.ok() && sent_text) LearnSha("");
+                  if (reply.ok() && sent_text) LearnSha(route);
+                  // The next batch first, if requests waited meanwhile: once the last of this
+                  // batch's callbacks has run, the store may be gone (its owner was waiting for
+                  // them), so nothing below them may touch it.
+                  std::vector<Queued> next;
+                  {
+                    std::lock_guard<std::mutex> lock(batch_mu_);
+                    next = TakeBatch(node, /*starting=*/false);
+                  }
+                  if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
+                  if (client_->cluster() && SlotsMoved(reply)) {
+                    // The slot map changed under the batch: each request goes on its own, with
+                    // its keys declared, the way that follows MOVED and ASK. The refused batch
+                    // wrote nothing (Redis checks a key's node when the script first touches it,
+                    // and decide.lua reads every key before it writes any), so no request counts
+                    // twice.
+                    batches_split_.fetch_add(1, std::memory_order_relaxed);
+                    for (Queued& q : batch) {
+                      auto one = std::make_shared<Queued>(std::move(q));
+                      std::string key = one->items.front().key;
+                      RunGroup(std::move(key), one->items, /*commit=*/true, /*by_sha=*/true,
+                               [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
+                    }
+                    return;
+                  }
                   std::vector<size_t> sizes;
                   for (const Queued& q : batch) sizes.push_back(q.items.size());
                   absl::StatusOr<std::vector<DecideResult>> results =
@@ -305,21 +354,15 @@ void RedisStore::SendBatch(std::vector<Queued> batch, bool by_sha) {
                       batch[i].done(results.status());
                     }
                   }
-                  // The next batch, if requests waited meanwhile.
-                  std::vector<Queued> next;
-                  {
-                    std::lock_guard<std::mutex> lock(batch_mu_);
-                    if (queue_.empty()) {
-                      --in_flight_;
-                      return;
-                    }
-                    const size_t take = std::min(queue_.size(), options_.max_batch);
-                    next.assign(std::make_move_iterator(queue_.begin()),
-                                std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(take)));
-                    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
-                  }
-                  SendBatch(std::move(next), /*by_sha=*/true);
                 });
+}
+
+bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
+  if (!reply.ok()) return absl::StrContains(reply.status().message(), "redirects");
+  // Any error reply: a key of a slot the node no longer serves ("non local key"), a node that
+  // became a replica (READONLY: with no declared keys there is no MOVED to learn the new
+  // master from), a cluster in the middle of a change. Request by request, the client follows.
+  return reply->IsError();
 }
 
 std::string RedisStore::Sha() {
@@ -358,7 +401,8 @@ RedisStore::Stats RedisStore::GetStats() const {
                .refused = refused_.load(),
                .breaker = breaker_.state(),
                .breaker_opened = breaker_.opened(),
-               .cross_slot_refunds = cross_slot_refunds_.load()};
+               .cross_slot_refunds = cross_slot_refunds_.load(),
+               .batches_split = batches_split_.load()};
 }
 
 }  // namespace sluice::redis

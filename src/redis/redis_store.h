@@ -16,10 +16,12 @@
 // mode): cross-slot requests can briefly under-admit, never over-admit. On a single server every
 // request is one call.
 //
-// On a single server, requests that arrive while calls are in flight wait and then go together,
-// up to Options::max_batch per call, each still all-or-nothing on its own (the script decides
-// them in turn): under load one script call carries many decisions, and an idle server sees no
-// added wait.
+// Requests that arrive while calls are in flight wait and then go together, up to
+// Options::max_batch per call, each still all-or-nothing on its own (the script decides them in
+// turn): under load one script call carries many decisions, and an idle server sees no added
+// wait. On a cluster the single-slot requests headed to one node are batched the same way (the
+// script may take keys of several slots of its node: allow-cross-slot-keys); should the slot map
+// change under a batch, its requests go again one by one, following MOVED and ASK.
 //
 // The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
 // replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
@@ -35,6 +37,7 @@
 #include <span>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
 #include "redis/breaker.h"
@@ -53,6 +56,7 @@ class RedisStore {
     int max_in_flight = 2;     // script calls in flight at once (single server)
     size_t max_queued = 100000;  // requests waiting for a call; more are refused at once
     uint32_t buckets = 0;  // hashes the states are packed into; 0: a key per state
+    bool batch_cluster = true;  // cluster: batch the requests headed to one node, as on one server
   };
 
   struct Stats {
@@ -65,6 +69,7 @@ class RedisStore {
     Breaker::State breaker = Breaker::State::kClosed;
     uint64_t breaker_opened = 0;
     uint64_t cross_slot_refunds = 0;  // slots refunded after another slot refused
+    uint64_t batches_split = 0;  // cluster batches sent again request by request (slots moved)
   };
 
   using Done = std::function<void(absl::StatusOr<DecideResult>)>;
@@ -117,8 +122,17 @@ class RedisStore {
     std::vector<DecideItem> items;
     std::function<void(absl::StatusOr<DecideResult>)> done;
   };
-  void Enqueue(Queued queued);
-  void SendBatch(std::vector<Queued> batch, bool by_sha);
+  struct NodeQueue {
+    std::vector<Queued> waiting;
+    int in_flight = 0;  // script calls
+  };
+  // Batching, per node ("" on a single server).
+  void Enqueue(std::string node, Queued queued);
+  std::vector<Queued> TakeBatch(const std::string& node, bool starting);  // under batch_mu_
+  void SendBatch(std::string node, std::vector<Queued> batch, bool by_sha);
+  // Whether a cluster batch failed because its slots may no longer (all) be on the node it went
+  // to: then its requests go again one by one.
+  static bool SlotsMoved(const absl::StatusOr<Reply>& reply);
   // The script's SHA once known, else empty (then the script's text is sent).
   std::string Sha();
   // Asks Redis for the script's SHA (SCRIPT LOAD) and keeps it for EVALSHA.
@@ -130,10 +144,10 @@ class RedisStore {
   std::mutex sha_mu_;
   std::string sha_;  // decide.lua's SHA1 once SCRIPT LOAD answered; guarded by sha_mu_
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
-      refused_{0}, cross_slot_refunds_{0};
+      refused_{0}, cross_slot_refunds_{0}, batches_split_{0};
   std::mutex batch_mu_;
-  std::vector<Queued> queue_;  // guarded by batch_mu_
-  int in_flight_ = 0;          // guarded by batch_mu_
+  absl::flat_hash_map<std::string, NodeQueue> queues_;  // by node; guarded by batch_mu_
+  size_t queued_ = 0;  // requests waiting, all nodes; guarded by batch_mu_
 };
 
 // A RedisStore as the engine's remote store.

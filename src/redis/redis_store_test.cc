@@ -4,7 +4,10 @@
 
 #include "redis/redis_store.h"
 
+#include <condition_variable>
 #include <future>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "fmt/format.h"
@@ -179,6 +182,88 @@ TEST(RedisStoreTest, BreakerOpensOnTimeoutsAndClosesWhenRedisIsBack) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(store.GetStats().breaker, Breaker::State::kClosed);
   EXPECT_EQ(store.GetStats().breaker_opened, 1u);
+}
+
+// Decides `keys` (limit id 1, cost 1) at once, without waiting between them; the results in order.
+std::vector<absl::StatusOr<DecideResult>> DecideAtOnce(RedisStore& store, const Limit& limit,
+                                                       const std::vector<std::string>& keys) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<absl::StatusOr<DecideResult>> results(keys.size(), absl::InternalError("no answer"));
+  size_t answered = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Item item{.limit = &limit, .limit_id = 1, .key = keys[i], .cost = 1};
+    store.DecideAll(std::span(&item, 1), [&, i](absl::StatusOr<DecideResult> r) {
+      std::lock_guard<std::mutex> lock(mu);
+      results[i] = std::move(r);
+      ++answered;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, 20s, [&] { return answered == keys.size(); });
+  return results;
+}
+
+// On a cluster, single-slot requests headed to one node share script calls (keys of several
+// slots in one call); when the slot map changes under a batch (a slot moved to another node), its
+// requests go again one by one, each decided exactly once.
+TEST(RedisStoreTest, ClusterRequestsAreBatchedPerNodeAndSplitWhenASlotMoves) {
+  testing::RedisCluster cluster(3);
+  ASSERT_TRUE(cluster.created());
+  auto client = Open({cluster.url(0)}, true, 5s);
+  ASSERT_TRUE(client->Ready()) << client->last_error();
+  RedisStore store(client.get(), {.max_in_flight = 1});
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 5, kHour);
+  // 12 keys on one node, in 12 different slots; and a node elsewhere.
+  const std::string node = client->NodeFor(store.RedisKey(1, "k0"));
+  std::vector<std::string> keys;
+  std::set<uint16_t> slots;
+  for (int i = 0; keys.size() < 12 && i < 100000; ++i) {
+    std::string key = fmt::format("k{}", i);
+    const std::string redis_key = store.RedisKey(1, key);
+    if (client->NodeFor(redis_key) == node && slots.insert(KeySlot(redis_key)).second) keys.push_back(key);
+  }
+  ASSERT_EQ(keys.size(), 12u);
+  std::string other;
+  for (int i = 0; other.empty() && i < 1000; ++i) {
+    const std::string n = client->NodeFor(store.RedisKey(1, fmt::format("o{}", i)));
+    if (n != node) other = n;
+  }
+  auto admin = Open({"redis://" + node}, false);
+  auto other_admin = Open({"redis://" + other}, false);
+
+  // While the node is paused, the first call waits and the 11 others queue: one call for them.
+  ASSERT_EQ(Command(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
+  const uint64_t calls_before = store.GetStats().script_calls;
+  auto first = DecideAtOnce(store, limit, keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(first[i].ok()) << keys[i] << ": " << first[i].status();
+    EXPECT_EQ(first[i]->decisions[0].remaining, 4) << keys[i];
+  }
+  EXPECT_EQ(store.GetStats().script_calls - calls_before, 2u);
+
+  // Move the (empty) slot of the last key to the other node behind the client's back.
+  const std::string moved_key = store.RedisKey(1, keys.back());
+  (void)Command(*admin, {"DEL", moved_key});
+  const std::string slot = std::to_string(KeySlot(moved_key));
+  const std::string other_id = Command(*other_admin, {"CLUSTER", "MYID"})->str;
+  for (size_t i = 0; i < 3; ++i) {
+    auto master = Open({cluster.url(i)}, false);
+    ASSERT_EQ(Command(*master, {"CLUSTER", "SETSLOT", slot, "NODE", other_id})->str, "OK");
+  }
+  ASSERT_EQ(client->NodeFor(moved_key), node);  // the client does not know yet
+  ASSERT_EQ(Command(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
+  auto second = DecideAtOnce(store, limit, keys);
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    ASSERT_TRUE(second[i].ok()) << keys[i] << ": " << second[i].status();
+    EXPECT_EQ(second[i]->decisions[0].remaining, 3) << keys[i];  // once each, not twice
+  }
+  ASSERT_TRUE(second.back().ok()) << second.back().status();
+  EXPECT_EQ(second.back()->decisions[0].remaining, 4);  // a new state, on the other node
+  EXPECT_EQ(Command(*other_admin, {"EXISTS", moved_key})->integer, 1);
+  EXPECT_EQ(client->NodeFor(moved_key), other);
+  EXPECT_GE(store.GetStats().batches_split, 1u);
 }
 
 TEST(RedisStoreTest, AcrossClusterSlotsNothingIsConsumedWhenOneSlotDenies) {

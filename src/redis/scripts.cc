@@ -87,7 +87,7 @@ std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items
 }
 
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
-                         bool commit) {
+                         bool commit, bool keys_in_argv) {
   static_assert(std::endian::native == std::endian::little, "decide.lua reads little-endian doubles");
   size_t items = 0;
   for (const auto& r : requests) items += r.size();
@@ -95,9 +95,11 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
   // (struct '<dddddd' in decide.lua), converted as tonumber would convert their decimal text.
   std::vector<std::string> args_text;
   args_text.reserve(3 + requests.size() + items);
-  args_text.push_back(std::to_string(items));
-  args_text.push_back(commit ? "1" : "0");
+  const bool argv_keys = commit && keys_in_argv;
+  args_text.push_back(argv_keys ? "0" : std::to_string(items));
+  args_text.push_back(argv_keys ? "3" : (commit ? "1" : "0"));
   args_text.push_back(std::to_string(requests.size()));
+  if (argv_keys) args_text.push_back(std::to_string(items));
   for (const auto& request : requests) {
     args_text.push_back(std::to_string(request.size()));
     for (const DecideItem& it : request) args_text.push_back(PackItem(it));
@@ -107,10 +109,12 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
   args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
   args.push_back(sha.empty() ? DecideScript() : sha);
   args.push_back(args_text[0]);
+  const size_t keys_after = argv_keys ? 4 : 1;  // KEYS, or ARGV after mode, R and K
+  for (size_t i = 1; i < keys_after; ++i) args.push_back(args_text[i]);
   for (const auto& request : requests) {
     for (const DecideItem& it : request) args.push_back(it.key);
   }
-  for (size_t i = 1; i < args_text.size(); ++i) args.push_back(args_text[i]);
+  for (size_t i = keys_after; i < args_text.size(); ++i) args.push_back(args_text[i]);
   std::string command;
   AppendCommand(&command, args);
   return command;

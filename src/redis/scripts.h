@@ -39,8 +39,10 @@ struct DecideItem {
 
 // The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding
 // `requests` in turn, each all-or-nothing; `commit` false evaluates without writing anything.
+// `keys_in_argv` (with commit) passes the keys as arguments, not KEYS, so that they may be in
+// several slots of one cluster node (see decide.lua).
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
-                         bool commit);
+                         bool commit, bool keys_in_argv = false);
 // One request.
 std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit);
 

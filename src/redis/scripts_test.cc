@@ -462,7 +462,8 @@ TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
     std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
     std::vector<size_t> sizes;
     for (const auto& r : requests) sizes.push_back(r.size());
-    auto reply = SendRaw(EncodeDecide(sha_, spans, true));
+    // Every other round with the keys as arguments (a cluster node's batch).
+    auto reply = SendRaw(EncodeDecide(sha_, spans, true, /*keys_in_argv=*/round % 2 == 1));
     ASSERT_TRUE(reply.ok());
     auto results = ParseDecideReply(*reply, sizes);
     ASSERT_TRUE(results.ok()) << results.status();

@@ -1,3 +1,7 @@
+#!lua flags=allow-cross-slot-keys
+-- (The line above lets a call on a cluster node use keys of several of that node's slots, given
+-- in ARGV (mode 3): RedisStore batches the requests headed to one node. Declared KEYS must still
+-- share a slot, and a key the node does not serve fails the call before anything is written.)
 -- sluice: decide the limits of one or more requests, each all-or-nothing, on Redis.
 --
 -- A transcription of src/algo/algorithms.cc and MemoryStore::DecideAll (src/store); the two are
@@ -5,9 +9,11 @@
 -- clock is ever used, so clock skew between sluice instances cannot matter.
 --
 -- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written),
---          2 = refund (give back what admitted requests consumed: see "Refunds" below)
+--          2 = refund (give back what admitted requests consumed: see "Refunds" below),
+--          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above)
 -- ARGV[2]: R, the number of requests; they are decided in turn, at the same instant, each
 --          all-or-nothing on its own (as R calls of DecideAll would be)
+-- mode 3 only: ARGV[3] the number of keys K, then the K keys (what KEYS holds otherwise)
 -- then per request: its item count M, then one argument per item, 6 little-endian doubles
 -- (struct '<dddddd': one unpack instead of six tonumber calls on decimal text), then, for a state
 -- kept in a hash (see "Packed states" below), the hash field's name:
@@ -397,7 +403,7 @@ end
 
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local commit = ARGV[1] == '1'
+local commit = ARGV[1] == '1' or ARGV[1] == '3'
 
 -- Refunds: ARGV[2] the decision's time (µs, Redis's TIME as the decide call returned it), ARGV[3]
 -- the item count M, then the items as for a decision (the cost is what to give back). Returns
@@ -428,6 +434,13 @@ end
 local states, raws, loaded_idle, algs, keys, fields = {}, {}, {}, {}, {}, {}
 local reply = {now}
 local arg, key_index = 3, 0
+local keys_in = KEYS
+if ARGV[1] == '3' then
+  keys_in = {}
+  local k = tonumber(ARGV[3])
+  for i = 1, k do keys_in[i] = ARGV[3 + i] end
+  arg = 4 + k
+end
 
 for _ = 1, tonumber(ARGV[2]) do
   local m = tonumber(ARGV[arg])
@@ -442,17 +455,17 @@ for _ = 1, tonumber(ARGV[2]) do
     local alg, n, w, cap, cost, flags = unpack('<dddddd', a)
     local field = item_field(a)
     arg = arg + 1
-    local key = KEYS[key_index]
+    local key = keys_in[key_index]
     if field then key = key .. '\0' .. field end
     local st = states[key]
     if not st then
-      local raw = load(KEYS[key_index], field)
+      local raw = load(keys_in[key_index], field)
       st = parse(alg, raw)
       raws[key] = raw
       loaded_idle[key] = st[1]
       states[key] = st
       algs[key] = alg
-      keys[key] = KEYS[key_index]
+      keys[key] = keys_in[key_index]
       fields[key] = field
     end
     local count_denied = alg == 2 and flags % 2 == 1

@@ -10,7 +10,10 @@
 //
 // Handlers run on the connection's thread and must not block. A handler that has to wait (for
 // Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
-// Responder, from any thread; the connection reads nothing more until then. Stop() stops
+// Responder, from any thread; the connection reads nothing more until then. A deferred answer
+// may also be streamed (Responder::Stream): its status and fields go out first, its body follows
+// piece by piece through a BodyWriter, one piece in flight at a time, so what the server holds
+// for it stays bounded whatever its size. Stop() stops
 // accepting, lets requests in flight (deferred ones too) finish and closes idle connections, then
 // returns; Run() returns after that.
 
@@ -22,10 +25,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/status/statusor.h"
@@ -36,14 +41,39 @@ namespace beast_http = boost::beast::http;
 using HttpRequest = beast_http::request<beast_http::string_body>;
 using HttpResponse = beast_http::response<beast_http::string_body>;
 
-// Answers one deferred request (see Deferral). Move-only; Send() at most once, from any thread.
-// Dropped unsent, it answers 500, so a lost callback cannot hang the connection.
+// The body of a streamed answer (Responder::Stream), written piece by piece. Used on the
+// connection's thread only (Deferral::executor()), with one Write in flight at a time: the next
+// piece waits for the previous one's `done`, which is how a slow client pushes back on the
+// source. Keeps the connection alive while held.
+class BodyWriter {
+ public:
+  virtual ~BodyWriter() = default;
+  // Sends `piece` (which must stay valid until `done`). `done(true)` runs on the connection's
+  // thread once it is written; `done(false)` if the client is gone (the connection is closed;
+  // stop sending). An answer without content (to HEAD, or 1xx/204/304) discards the pieces.
+  virtual void Write(boost::asio::const_buffer piece, std::function<void(bool written)> done) = 0;
+  // The body is complete: the connection goes on with its next request. If the answer announced
+  // a Content-Length and a different number of bytes was written, the connection is closed.
+  virtual void End() = 0;
+  // The body cannot be completed (its source failed): the connection is closed, which is how
+  // the client learns that the answer is cut short.
+  virtual void Abort() = 0;
+};
+
+// Answers one deferred request (see Deferral). Move-only; Send() or Stream() at most once, from
+// any thread. Dropped unsent, it answers 500, so a lost callback cannot hang the connection.
 class Responder {
  public:
+  // Runs on the connection's thread once a streamed answer's status and fields are written, with
+  // the writer for its body, or with nullptr if the client is gone.
+  using StreamStarted = std::function<void(std::shared_ptr<BodyWriter> body)>;
+
   class Target {  // the connection waiting for the answer (server.cc)
    public:
     virtual ~Target() = default;
     virtual void Deliver(HttpResponse response) = 0;
+    virtual void DeliverStream(HttpResponse head, std::optional<uint64_t> content_length,
+                               StreamStarted started) = 0;
   };
 
   Responder() = default;
@@ -54,6 +84,12 @@ class Responder {
 
   // Writes `response` on the connection (its version and keep-alive are the server's business).
   void Send(HttpResponse response);
+  // Streams the answer: `head`'s status and fields (its body is ignored), then a body written
+  // through the BodyWriter given to `started`. With `content_length` the body is sent with that
+  // Content-Length (and must be that long); without, chunked (RFC 9112 §7.1), or delimited by
+  // closing the connection for an HTTP/1.0 client. To HEAD, only the fields are sent (with the
+  // Content-Length, if known).
+  void Stream(HttpResponse head, std::optional<uint64_t> content_length, StreamStarted started);
   explicit operator bool() const { return target_ != nullptr; }
 
  private:

@@ -98,9 +98,11 @@ struct UpstreamClient::Connection {
   Clock::time_point idle_since;
 };
 
-// One request: connect (or reuse), send, read the answer, call back. Owns itself while an
-// operation is pending.
-class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
+// One request: connect (or reuse), send, read the answer's header, call back; then, as the
+// UpstreamBody handed over, read the body piece by piece. Owns itself while an operation is
+// pending; the holder of the body owns it after that.
+class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
+                                 public UpstreamBody {
  public:
   Exchange(UpstreamClient* client, asio::any_io_executor executor, UpstreamTarget target,
            HttpRequest request, std::chrono::milliseconds timeout,
@@ -109,6 +111,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
         executor_(std::move(executor)),
         target_(std::move(target)),
         request_(std::move(request)),
+        timeout_(timeout),
         deadline_(Clock::now() + timeout),
         done_(std::move(done)),
         resolver_(executor_),
@@ -118,6 +121,8 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
     request_.keep_alive(true);
     request_.prepare_payload();
   }
+
+  ~Exchange() override { CloseConnection(); }  // a body not read to its end: never pooled
 
   void Start() {
     connection_ = client_->TakeIdle(key_);
@@ -164,21 +169,21 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
     beast_http::async_write(connection_->stream, request_,
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               if (ec) return self->Failed(ec, /*sent=*/false);
-                              self->Read();
+                              self->ReadHeader();
                             });
   }
 
-  void Read() {
+  void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(client_->options_.max_response_header_bytes));
-    parser_->body_limit(client_->options_.max_response_bytes);
+    parser_->body_limit(boost::none);  // streamed: any size
     if (request_.method() == beast_http::verb::head) parser_->skip(true);
     connection_->stream.expires_at(deadline_);
-    beast_http::async_read(connection_->stream, connection_->buffer, *parser_,
-                           [self = shared_from_this()](beast::error_code ec, size_t) {
-                             if (ec) return self->Failed(ec, /*sent=*/true);
-                             self->Done();
-                           });
+    beast_http::async_read_header(connection_->stream, connection_->buffer, *parser_,
+                                  [self = shared_from_this()](beast::error_code ec, size_t) {
+                                    if (ec) return self->Failed(ec, /*sent=*/true);
+                                    self->HeaderArrived();
+                                  });
   }
 
   // An I/O error after connecting: a stale pooled connection is retried once when safe.
@@ -192,33 +197,68 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
       connection_.reset();
       return Connect();
     }
-    if (ec == beast_http::error::body_limit) {
-      return Finish(
-          UpstreamOutcome::kError, beast_http::status::bad_gateway,
-          fmt::format("the answer is larger than {} bytes", client_->options_.max_response_bytes));
-    }
     Finish(
         UpstreamOutcome::kError, beast_http::status::bad_gateway,
         fmt::format("{}: {}", sent ? "reading the answer" : "sending the request", ec.message()));
   }
 
-  void Done() {
-    HttpResponse response = parser_->release();
-    if (response.keep_alive() && connection_->buffer.size() == 0) {
-      client_->ReturnIdle(key_, std::move(connection_));
+  void HeaderArrived() {
+    HttpResponse head(beast_http::response_header<>(parser_->get().base()));
+    StripHopByHop(head.base());
+    Call({.outcome = UpstreamOutcome::kOk,
+          .response = std::move(head),
+          .body = shared_from_this()});
+  }
+
+  // UpstreamBody.
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    if (parser_->is_done()) {
+      if (parser_->keep_alive() && connection_ != nullptr && connection_->buffer.size() == 0) {
+        client_->ReturnIdle(key_, std::move(connection_));
+      }
+      CloseConnection();
+      return got(Status::kEnd, {});
     }
+    if (connection_ == nullptr) return got(Status::kError, {});
+    piece_.resize(client_->options_.body_piece_bytes);
+    // Beast reads at most what the buffer can take without growing (at least 512 bytes): with
+    // room for a whole piece, a piece costs one read instead of a hundred.
+    connection_->buffer.reserve(piece_.size());
+    parser_->get().body().data = piece_.data();
+    parser_->get().body().size = piece_.size();
+    parser_->get().body().more = true;
+    connection_->stream.expires_after(timeout_);  // the longest silence while the body streams
+    beast_http::async_read_some(
+        connection_->stream, connection_->buffer, *parser_,
+        [self = shared_from_this(), got = std::move(got)](beast::error_code ec, size_t) mutable {
+          if (ec == beast_http::error::need_buffer) ec = {};  // the piece is full
+          if (ec) {
+            self->CloseConnection();
+            return got(Status::kError, {});
+          }
+          const size_t n = self->piece_.size() - self->parser_->get().body().size;
+          // Nothing for the body yet (only framing, e.g. a chunk's size line), or its end.
+          if (n == 0) return self->Read(std::move(got));
+          got(Status::kPiece, std::string_view(self->piece_.data(), n));
+        });
+  }
+
+  std::optional<uint64_t> content_length() const override {
+    const auto length = parser_->content_length();
+    if (!length) return std::nullopt;
+    return *length;
+  }
+
+  void CloseConnection() {
+    if (connection_ == nullptr) return;
+    beast::error_code ignored;
+    connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    connection_->stream.close();
     connection_.reset();
-    StripHopByHop(response.base());
-    Call({.outcome = UpstreamOutcome::kOk, .response = std::move(response)});
   }
 
   void Finish(UpstreamOutcome outcome, beast_http::status status, std::string what) {
-    if (connection_ != nullptr) {
-      beast::error_code ignored;
-      connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      connection_->stream.close();
-      connection_.reset();
-    }
+    CloseConnection();
     Call({.outcome = outcome, .response = ErrorResponse(status, target_, what)});
   }
 
@@ -232,12 +272,14 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
   asio::any_io_executor executor_;
   const UpstreamTarget target_;
   HttpRequest request_;
-  const Clock::time_point deadline_;
+  const std::chrono::milliseconds timeout_;
+  const Clock::time_point deadline_;  // of the answer's header
   std::function<void(UpstreamResult)> done_;
   tcp::resolver resolver_;
   const PoolKey key_;
   std::unique_ptr<Connection> connection_;
-  std::optional<beast_http::response_parser<beast_http::string_body>> parser_;
+  std::optional<beast_http::response_parser<beast_http::buffer_body>> parser_;
+  std::vector<char> piece_;  // the body piece being read
   bool reused_ = false;
 };
 
@@ -285,6 +327,7 @@ std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolK
 void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection) {
   connection->idle_since = Clock::now();
   connection->stream.expires_never();
+  connection->buffer.shrink_to_fit();  // empty while idle
   std::unique_ptr<Connection> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -131,6 +131,7 @@ struct HttpServer::Impl {
   struct Listener {
     std::unique_ptr<tcp::acceptor> acceptor;
     Handler handler;
+    StreamBodyIf stream_body;  // may be empty: every body is read whole
     size_t max_connections = 0;
     std::atomic<size_t> open{0};  // this listener's connections
   };
@@ -173,6 +174,7 @@ struct HttpServer::Impl {
 // cross-thread entries (Deliver, CloseIfIdle) post to it.
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                                   public Responder::Target,
+                                  public BodyReader,
                                   public BodyWriter {
  public:
   Session(Socket socket, Impl* server, Listener* listener)
@@ -251,7 +253,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
-    parser_->eager(true);
+    // To be asked whether to stream a body, the parser must stop after the header.
+    parser_->eager(!listener_->stream_body);
     SetDeadline(server_->options.header_timeout);
     Parse();
   }
@@ -264,6 +267,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       buffer_.consume(used);
       if (ec && ec != beast_http::error::need_more) return OnRead(ec);
       if (parser_->is_done()) return OnRead({});
+      if (!parser_->eager() && parser_->is_header_done()) {
+        if (listener_->stream_body(parser_->get())) return OnHeader();
+        parser_->eager(true);
+      }
       if (!ec && used > 0 && buffer_.size() > 0) return Parse();
     }
     socket_.async_read_some(
@@ -289,15 +296,34 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     }
     if (ec) return Fail(beast_http::status::bad_request, fmt::format("bad request: {}", ec.message()));
     HttpRequest request = parser_->release();
+    Handle(request, nullptr);
+  }
+
+  // A request whose body is streamed (the listener's stream_body): the handler gets the header,
+  // and the body is read as the handler asks for it (Read).
+  void OnHeader() {
+    body_parser_.emplace(std::move(*parser_));
+    body_parser_->eager(true);
+    parser_.reset();
+    HttpRequest request(beast_http::request_header<>(body_parser_->get().base()));
+    const auto expect = request[beast_http::field::expect];
+    expect_continue_ = beast::iequals(expect, "100-continue");
+    Handle(request, shared_from_this());
+  }
+
+  void Handle(HttpRequest& request, std::shared_ptr<BodyReader> body) {
     version_ = request.version();
     keep_alive_ = request.keep_alive();
     head_ = request.method() == beast_http::verb::head;
     response_.result(beast_http::status::ok);
-    Deferral deferral(socket_.get_executor(), [this] {
-      return Responder(shared_from_this(),
-                       asio::prefer(socket_.get_executor(),
-                                    asio::execution::outstanding_work.tracked));
-    });
+    Deferral deferral(
+        socket_.get_executor(),
+        [this] {
+          return Responder(shared_from_this(),
+                           asio::prefer(socket_.get_executor(),
+                                        asio::execution::outstanding_work.tracked));
+        },
+        std::move(body));
     (*handler_)(request, peer_, response_, deferral);
     if (deferral.taken()) {
       deadline_ = SteadyClock::time_point::max();  // the handler's own deadlines bound the wait
@@ -325,8 +351,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     WriteAnswer();
   }
 
+  // A streamed request body not read to its end: the connection cannot go on to the next one.
+  bool BodyUnread() const { return body_parser_ && !body_parser_->is_done(); }
+
   void WriteAnswer() {
-    close_after_write_ = !keep_alive_ || server_->stopping.load();
+    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
     const bool without_content = WithoutContent(response_.result_int());
     SerializeHeader(response_, version_, !close_after_write_, Framing::kLength,
                     response_.body().size(), &header_);
@@ -346,6 +375,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     busy_ = false;
     if (close_after_write_) return Close();
     response_ = {};
+    if (body_parser_) {  // the room a streamed body took is not kept for the next request
+      body_parser_.reset();
+      body_piece_ = std::string();
+      buffer_.shrink_to_fit();
+    }
     WaitForRequest();
   }
 
@@ -361,7 +395,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   void WriteStreamHead(std::optional<uint64_t> content_length,
                        Responder::StreamStarted started) {
-    close_after_write_ = !keep_alive_ || server_->stopping.load();
+    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
     const bool without_content = WithoutContent(response_.result_int());
     stream_.emplace();
     stream_->discard = without_content || head_;
@@ -386,6 +420,72 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                         }
                         started(self);
                       });
+  }
+
+  // BodyReader (the streamed request body), on the connection's thread.
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    if (!body_parser_ || !socket_.is_open()) return got(Status::kError, {});
+    if (body_parser_->is_done()) return got(Status::kEnd, {});
+    // The client waits for this before it sends the body (RFC 9110 §10.1.1).
+    if (expect_continue_) {
+      expect_continue_ = false;
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      SetDeadline(server_->options.idle_timeout);
+      return asio::async_write(
+          socket_, asio::buffer(kContinue.data(), kContinue.size()),
+          [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
+                                                            size_t) mutable {
+            self->deadline_ = SteadyClock::time_point::max();
+            if (ec) {
+              self->Close();
+              return got(Status::kError, {});
+            }
+            self->Read(std::move(got));
+          });
+    }
+    body_piece_.resize(kPieceBytes);
+    auto& body = body_parser_->get().body();
+    body.data = body_piece_.data();
+    body.size = body_piece_.size();
+    body.more = true;
+    ParseBody(std::move(got));
+  }
+
+  std::optional<uint64_t> content_length() const override {
+    if (!body_parser_) return std::nullopt;
+    const auto length = body_parser_->content_length();
+    if (!length) return std::nullopt;
+    return *length;
+  }
+
+  // Parses what the buffer holds into the piece; reads more until some body bytes are there.
+  void ParseBody(std::function<void(Status, std::string_view)> got) {
+    if (buffer_.size() > 0) {
+      beast::error_code ec;
+      const size_t used = body_parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == beast_http::error::need_buffer) ec = {};  // the piece is full
+      if (ec && ec != beast_http::error::need_more) return BodyFailed(std::move(got));
+      const size_t n = body_piece_.size() - body_parser_->get().body().size;
+      if (n > 0) return got(Status::kPiece, std::string_view(body_piece_.data(), n));
+      if (body_parser_->is_done()) return got(Status::kEnd, {});
+      if (!ec && used > 0 && buffer_.size() > 0) return ParseBody(std::move(got));
+    }
+    SetDeadline(server_->options.idle_timeout);  // the longest silence while the body streams
+    socket_.async_read_some(
+        buffer_.prepare(kPieceBytes),
+        [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
+                                                          size_t n) mutable {
+          self->deadline_ = SteadyClock::time_point::max();
+          if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
+          self->buffer_.commit(n);
+          self->ParseBody(std::move(got));
+        });
+  }
+
+  void BodyFailed(std::function<void(Status, std::string_view)> got) {
+    Close();
+    got(Status::kError, {});
   }
 
   // BodyWriter, on the connection's thread.
@@ -447,12 +547,17 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   static constexpr size_t kReadSize = 8192;
+  static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
 
   Socket socket_;
   Timer timer_;
   SteadyClock::time_point deadline_;  // of the current phase; max() while a handler defers
   beast::flat_buffer buffer_;
   std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
+  // A streamed request body (OnHeader): its parser, and the piece it is read into.
+  std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser_;
+  std::string body_piece_;
+  bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
   HttpResponse response_;
   std::string header_;  // the serialized status line and fields of response_, reused
   struct Stream {        // the answer being streamed, if any
@@ -552,7 +657,7 @@ HttpServer::HttpServer(const ServerOptions& options)
 HttpServer::~HttpServer() = default;
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
-                                       size_t max_connections) {
+                                       size_t max_connections, StreamBodyIf stream_body) {
   auto endpoint = ParseAddress(address);
   if (!endpoint.ok()) return endpoint.status();
   auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
@@ -568,6 +673,7 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   Impl::Listener& listener = impl_->listeners.emplace_back();
   listener.acceptor = std::move(acceptor);
   listener.handler = std::move(handler);
+  listener.stream_body = std::move(stream_body);
   listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
   impl_->Accept(impl_->listeners.back());
   return port;

@@ -24,6 +24,7 @@ namespace sluice::http {
 struct Service::ProxyCall {
   Responder responder;
   HttpRequest request;
+  std::shared_ptr<BodyReader> body;  // the request's body, still with the client (streamed)
   std::shared_ptr<const rules::Config> config;  // the snapshot it was decided on
   engine::Response decision;
   engine::Consumption consumed;
@@ -98,6 +99,7 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   call->target = {.host = section->upstream_host, .port = section->upstream_port};
   call->executor = deferral.executor();
   call->request = std::move(request);
+  call->body = deferral.body();
   PrepareUpstreamRequest(call->request, peer);
   call->config = config;
   call->responder = deferral.Take();  // every proxied request is answered later
@@ -158,10 +160,13 @@ void Service::Forward(std::shared_ptr<ProxyCall> call) {
   HttpRequest request = std::move(call->request);
   const boost::asio::any_io_executor executor = call->executor;
   UpstreamTarget target = call->target;
-  upstream_.Forward(executor, std::move(target), std::move(request), timeout,
-                    [this, call = std::move(call)](UpstreamResult result) {
-                      ProxyAnswered(call, std::move(result));
-                    });
+  std::shared_ptr<BodyReader> body = std::move(call->body);
+  upstream_.Forward(
+      executor, std::move(target), std::move(request), timeout,
+      [this, call = std::move(call)](UpstreamResult result) {
+        ProxyAnswered(call, std::move(result));
+      },
+      std::move(body));
 }
 
 void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result) {

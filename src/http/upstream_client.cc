@@ -1,6 +1,7 @@
 #include "http/upstream_client.h"
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <optional>
@@ -106,7 +107,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
  public:
   Exchange(UpstreamClient* client, asio::any_io_executor executor, UpstreamTarget target,
            HttpRequest request, std::chrono::milliseconds timeout,
-           std::function<void(UpstreamResult)> done)
+           std::function<void(UpstreamResult)> done, std::shared_ptr<BodyReader> request_body)
       : client_(client),
         executor_(std::move(executor)),
         target_(std::move(target)),
@@ -114,12 +115,19 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
         timeout_(timeout),
         deadline_(Clock::now() + timeout),
         done_(std::move(done)),
+        request_body_(std::move(request_body)),
         resolver_(executor_),
         key_(&asio::query(executor_, asio::execution::context),
              fmt::format("{}:{}", target_.host, target_.port)) {
     request_.version(11);
     request_.keep_alive(true);
-    request_.prepare_payload();
+    if (request_body_ == nullptr) {
+      request_.prepare_payload();
+    } else if (const auto length = request_body_->content_length()) {
+      request_.content_length(*length);
+    } else {
+      request_.chunked(true);
+    }
   }
 
   ~Exchange() override { CloseConnection(); }  // a body not read to its end: never pooled
@@ -166,11 +174,64 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
 
   void Send() {
     connection_->stream.expires_at(deadline_);
-    beast_http::async_write(connection_->stream, request_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (ec) return self->Failed(ec, /*sent=*/false);
-                              self->ReadHeader();
-                            });
+    if (request_body_ == nullptr) {
+      return beast_http::async_write(connection_->stream, request_,
+                                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                                       if (ec) return self->Failed(ec, /*sent=*/false);
+                                       self->ReadHeader();
+                                     });
+    }
+    head_.emplace(beast_http::request_header<>(request_.base()));
+    head_serializer_.emplace(*head_);
+    beast_http::async_write_header(connection_->stream, *head_serializer_,
+                                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                                     if (ec) return self->Failed(ec, /*sent=*/false);
+                                     self->SendBody();
+                                   });
+  }
+
+  // The client's body, piece by piece as it arrives: the next is read once this one is sent.
+  void SendBody() {
+    request_body_->Read([self = shared_from_this()](BodyReader::Status status,
+                                                    std::string_view piece) {
+      if (status == BodyReader::Status::kError) {
+        return self->Finish(UpstreamOutcome::kError, beast_http::status::bad_request,
+                            "the request's body broke off");
+      }
+      self->body_started_ = true;  // what was read from the client cannot be sent again
+      const bool chunked = self->request_.chunked();
+      if (status == BodyReader::Status::kEnd) {
+        if (!chunked) return self->BodySent();
+        static constexpr std::string_view kLast = "0\r\n\r\n";
+        self->connection_->stream.expires_after(self->timeout_);
+        return asio::async_write(self->connection_->stream,
+                                 asio::buffer(kLast.data(), kLast.size()),
+                                 [self](beast::error_code ec, size_t) {
+                                   if (ec) return self->Failed(ec, /*sent=*/true);
+                                   self->BodySent();
+                                 });
+      }
+      std::array<asio::const_buffer, 3> buffers{asio::const_buffer(),
+                                                asio::buffer(piece.data(), piece.size()),
+                                                asio::const_buffer()};
+      if (chunked) {
+        self->chunk_size_ = fmt::format("{:x}\r\n", piece.size());
+        buffers[0] = asio::buffer(self->chunk_size_);
+        buffers[2] = asio::buffer("\r\n", 2);
+      }
+      self->connection_->stream.expires_after(self->timeout_);
+      asio::async_write(self->connection_->stream, buffers, [self](beast::error_code ec, size_t) {
+        if (ec) return self->Failed(ec, /*sent=*/true);
+        self->SendBody();
+      });
+    });
+  }
+
+  // The wait for the answer's header starts now.
+  void BodySent() {
+    body_sent_ = true;
+    deadline_ = Clock::now() + timeout_;
+    ReadHeader();
   }
 
   void ReadHeader() {
@@ -193,13 +254,15 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
                     "no answer within the timeout");
     }
     const bool nothing_back = !parser_ || !parser_->got_some();
-    if (reused_ && nothing_back && (!sent || Idempotent(request_.method()))) {
+    if (reused_ && nothing_back && !body_started_ && (!sent || Idempotent(request_.method()))) {
       connection_.reset();
       return Connect();
     }
-    Finish(
-        UpstreamOutcome::kError, beast_http::status::bad_gateway,
-        fmt::format("{}: {}", sent ? "reading the answer" : "sending the request", ec.message()));
+    const char* doing = !sent                                ? "sending the request"
+                        : request_body_ != nullptr && !body_sent_ ? "sending the request's body"
+                                                                  : "reading the answer";
+    Finish(UpstreamOutcome::kError, beast_http::status::bad_gateway,
+           fmt::format("{}: {}", doing, ec.message()));
   }
 
   void HeaderArrived() {
@@ -273,8 +336,14 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   const UpstreamTarget target_;
   HttpRequest request_;
   const std::chrono::milliseconds timeout_;
-  const Clock::time_point deadline_;  // of the answer's header
+  Clock::time_point deadline_;  // of the answer's header
   std::function<void(UpstreamResult)> done_;
+  const std::shared_ptr<BodyReader> request_body_;  // null: the body is in request_
+  std::optional<beast_http::request<beast_http::empty_body>> head_;  // request_'s header
+  std::optional<beast_http::request_serializer<beast_http::empty_body>> head_serializer_;
+  std::string chunk_size_;  // the size line of the chunk being sent
+  bool body_started_ = false;  // (streamed) a piece of the body was read from the client
+  bool body_sent_ = false;     // (streamed) the whole body was sent
   tcp::resolver resolver_;
   const PoolKey key_;
   std::unique_ptr<Connection> connection_;
@@ -289,9 +358,10 @@ UpstreamClient::~UpstreamClient() = default;
 
 void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget target,
                              HttpRequest request, std::chrono::milliseconds timeout,
-                             std::function<void(UpstreamResult)> done) {
+                             std::function<void(UpstreamResult)> done,
+                             std::shared_ptr<BodyReader> request_body) {
   auto exchange = std::make_shared<Exchange>(this, executor, std::move(target), std::move(request),
-                                             timeout, std::move(done));
+                                             timeout, std::move(done), std::move(request_body));
   // Run on the io_context's thread: pooled connections are touched only there.
   asio::dispatch(executor, [exchange] { exchange->Start(); });
 }

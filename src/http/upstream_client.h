@@ -11,10 +11,12 @@
 // failed, otherwise only for idempotent methods (RFC 9110 §9.2.2), since the upstream may have
 // acted on it.
 //
-// The request's body is sent as it is held (HttpServer read it whole, bounded by max_body_bytes);
-// the answer's body is streamed: at most one piece (body_piece_bytes) and one read buffer are held
-// per exchange, whatever its size. A connection goes back to the pool only once its body was read
-// to the end; a body dropped before that, or cut short by the upstream, closes it.
+// Bodies are streamed both ways. The request's is either held whole in the request or read piece
+// by piece from a BodyReader (the client's, Deferral::body()) and sent on as it comes, with its
+// Content-Length or chunked; the answer's is read piece by piece: at most one piece
+// (body_piece_bytes) and one read buffer are held per exchange, whatever its size. A connection
+// goes back to the pool only once its answer's body was read to the end; a body dropped before
+// that, or cut short by the upstream, closes it.
 //
 // Safe for concurrent use. The callback runs on the thread of the io_context the request's
 // executor belongs to. Every exchange in flight keeps that io_context's run() going; CloseIdle()
@@ -62,22 +64,11 @@ enum class UpstreamOutcome {
   kError,         // the connection broke, or the answer's header was malformed: 502
 };
 
-// The body of an upstream's answer (kOk), read piece by piece. On the thread of the io_context
-// the exchange runs on, one Read at a time. Dropping it before kEnd closes the connection.
-class UpstreamBody {
- public:
-  enum class Status {
-    kPiece,  // `piece` holds the next bytes (never empty)
-    kEnd,    // the body is complete (`piece` empty); the connection went back to the pool
-    kError,  // the upstream closed, broke the framing or was silent for the idle timeout
-  };
-  virtual ~UpstreamBody() = default;
-  // Calls `got` once, on the io_context's thread, with the next piece of the body (at most
-  // body_piece_bytes; valid until the next Read or until the body is dropped), or its end.
-  virtual void Read(std::function<void(Status status, std::string_view piece)> got) = 0;
-  // The body's length as the upstream announced it (Content-Length), if it did.
-  virtual std::optional<uint64_t> content_length() const = 0;
-};
+// The body of an upstream's answer (kOk), read piece by piece, at most body_piece_bytes at a
+// time, on the io_context's thread. kEnd: the connection went back to the pool; kError: the
+// upstream closed, broke the framing or was silent for the timeout. Dropping it before kEnd
+// closes the connection.
+using UpstreamBody = BodyReader;
 
 struct UpstreamResult {
   UpstreamOutcome outcome = UpstreamOutcome::kError;
@@ -95,8 +86,12 @@ class UpstreamClient {
   // Sends `request` (see PrepareUpstreamRequest) to `target` on `executor`'s io_context;
   // connecting, sending and receiving the answer's header must finish within `timeout`, and
   // while the body is read, no silence between two pieces may last longer. Calls `done` once.
+  // With `request_body`, the request's body is read from it (on the same io_context's thread)
+  // and sent as it comes; the wait for the answer's header then starts once it is all sent, and
+  // a request whose body was partly sent is never retried.
   void Forward(boost::asio::any_io_executor executor, UpstreamTarget target, HttpRequest request,
-               std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done);
+               std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done,
+               std::shared_ptr<BodyReader> request_body = nullptr);
 
   // Closes every idle connection (see the banner for when).
   void CloseIdle();
@@ -120,7 +115,7 @@ class UpstreamClient {
 };
 
 // Turns a request received from `peer` into the one to send upstream: hop-by-hop fields removed
-// (RFC 9110 §7.6.1), Expect dropped (the body is already here), `peer` appended to
+// (RFC 9110 §7.6.1), Expect dropped (sluice answers it itself), `peer` appended to
 // X-Forwarded-For (the values received are kept, joined into one field), X-Forwarded-Proto and
 // X-Forwarded-Host set unless present. The Host field and the target are kept as received.
 void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer);

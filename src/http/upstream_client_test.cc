@@ -12,8 +12,11 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -44,6 +47,21 @@ class ScriptedUpstream {
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  std::string received() const {  // every byte received, on every connection
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_;
+  }
+  // What was received once it ends with `suffix`, or after 2 s (the answer may reach the client
+  // before this thread has read all it sent).
+  std::string ReceivedEndingWith(std::string_view suffix) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    std::string got = received();
+    while (!got.ends_with(suffix) && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      got = received();
+    }
+    return got;
+  }
 
  private:
   struct Conn {
@@ -67,6 +85,10 @@ class ScriptedUpstream {
                               [this, c](boost::system::error_code ec, size_t n) {
                                 if (ec) return;
                                 c->in.append(c->buf, n);
+                                {
+                                  std::lock_guard<std::mutex> lock(mu_);
+                                  received_.append(c->buf, n);
+                                }
                                 const size_t end = c->in.find("\r\n\r\n");
                                 if (end == std::string::npos) return Read(c);
                                 c->in.erase(0, end + 4);  // (the tests send no bodies)
@@ -92,6 +114,8 @@ class ScriptedUpstream {
   std::thread thread_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
+  mutable std::mutex mu_;
+  std::string received_;  // guarded by mu_
 };
 
 constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-End: 1\r\n\r\nok";
@@ -333,6 +357,73 @@ TEST_F(UpstreamClientTest, HeadAnswerHasNoBodyButKeepsItsLength) {
   EXPECT_EQ(received, "");
   EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
   EXPECT_EQ(client_.idle_connections(), 1u);
+}
+
+// A request body handed over piece by piece, as HttpServer's streamed bodies are.
+class FakeBody : public BodyReader {
+ public:
+  FakeBody(std::vector<std::string> pieces, std::optional<uint64_t> length, bool breaks = false)
+      : pieces_(std::move(pieces)), length_(length), breaks_(breaks) {}
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    ++reads_;
+    if (next_ < pieces_.size()) return got(Status::kPiece, pieces_[next_++]);
+    got(breaks_ ? Status::kError : Status::kEnd, {});
+  }
+  std::optional<uint64_t> content_length() const override { return length_; }
+  int reads() const { return reads_; }
+
+ private:
+  const std::vector<std::string> pieces_;
+  const std::optional<uint64_t> length_;
+  const bool breaks_;
+  size_t next_ = 0;
+  int reads_ = 0;
+};
+
+TEST_F(UpstreamClientTest, StreamedRequestBodyWithoutALengthIsSentChunked) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, std::nullopt);
+  HttpRequest request(beast_http::verb::post, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(body->reads(), 3);  // two pieces and the end
+  const std::string sent = upstream.ReceivedEndingWith("0\r\n\r\n");
+  EXPECT_THAT(sent, HasSubstr("Transfer-Encoding: chunked\r\n"));
+  EXPECT_THAT(sent, ::testing::EndsWith("\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"));
+}
+
+TEST_F(UpstreamClientTest, StreamedRequestBodyWithALengthIsSentAsIs) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
+  HttpRequest request(beast_http::verb::put, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
+  const std::string sent = upstream.ReceivedEndingWith("abcde");
+  EXPECT_THAT(sent, HasSubstr("Content-Length: 5\r\n"));
+  EXPECT_EQ(sent.find("Transfer-Encoding"), std::string::npos) << sent;
+  EXPECT_THAT(sent, ::testing::EndsWith("\r\n\r\nabcde"));
+}
+
+TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotPooled) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc"}, 5, /*breaks=*/true);
+  HttpRequest request(beast_http::verb::post, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kError);
+  EXPECT_EQ(result.body, nullptr);
+  EXPECT_EQ(client_.idle_connections(), 0u);
 }
 
 TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {

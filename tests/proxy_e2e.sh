@@ -9,7 +9,10 @@
 #   byte-exact while sluice's memory stays flat, the first bytes reach the client while the
 #   upstream still holds the rest, chunked upstream answers (re-chunked, or close-delimited for
 #   HTTP/1.0), HEAD and 204/304 without a body, an upstream cutting its answer short (the
-#   client's connection closed) and a client going away mid-body (the upstream's answer cut too).
+#   client's connection closed) and a client going away mid-body (the upstream's answer cut too);
+#   request bodies streamed: the upstream gets the first part before the client sent the rest,
+#   a 100 MB chunked upload and a Content-Length one pass byte-exact with sluice's memory flat,
+#   a Content-Length over http.max_body_bytes is a 413 before reading.
 # With PROXY_BACKEND=redis the same checks run with decisions (and refunds) on a redis-server
 # started here.
 # Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server [PROXY_BACKEND=redis] tests/proxy_e2e.sh
@@ -56,7 +59,7 @@ req() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' --max-time 10
 # --- instance A: in front of the live upstream
 mkdir -p "$tmp/a"
 cat >"$tmp/a/sluice.yaml" <<EOF
-http: {upstream_timeout: 1s}
+http: {upstream_timeout: 1s, max_body_bytes: 200000000}
 ${redis_settings:-}
 EOF
 cat >"$tmp/a/proxy.yaml" <<EOF
@@ -262,6 +265,39 @@ curl -s --max-time 20 "$url/bytes?n=$big" | head -c 1000000 >/dev/null
 for _ in $(seq 100); do (( $(stat cut) > cut_before )) && break; sleep 0.05; done
 check "client gone mid-body: the upstream's answer is cut too" 1 "$(( $(stat cut) > cut_before ))"
 check "sluice keeps serving after that too" 200 "$(req "$url/echo")"
+
+# --- streamed request bodies
+# The upstream receives the first part of a body before the client has sent the rest.
+received_before=$(stat received)
+exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
+printf 'POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\na\r\nsluice str\r\n' >&3
+for _ in $(seq 100); do (( $(stat received) >= received_before + 10 )) && break; sleep 0.05; done
+check "the upstream got the first part of a body before the client sent the rest" 10 \
+  "$(( $(stat received) - received_before ))"
+printf '1b\r\neams bodies piece by piece\n\r\n0\r\n\r\n' >&3
+timeout 5 cat <&3 >"$tmp/upload.out"
+exec 3<&-
+check "... then the rest: the whole body, in order" "received 37 bytes, pattern ok" "$(tail -1 "$tmp/upload.out")"
+
+# 100 MB chunked (curl -T -, with Expect: 100-continue) through sluice with its memory flat.
+up_big=$((100 * 1000 * 1000))
+rss_before=$(mem_kb VmRSS)
+echo 5 >"/proc/$PID/clear_refs" 2>/dev/null
+check "a 100 MB chunked upload passes byte-exact" "received $up_big bytes, pattern ok" \
+  "$(expected "$up_big" | curl -s --max-time 60 -T - -X POST "$url/upload")"
+grew_kb=$(( $(mem_kb VmHWM) - rss_before ))
+check "sluice's peak RSS grew by < 32 MB while streaming 100 MB up (grew ${grew_kb} kB)" 1 "$(( grew_kb < 32 * 1024 ))"
+expected 5000000 >"$tmp/upload.5m"
+check "a 5 MB upload with Content-Length passes byte-exact" "received 5000000 bytes, pattern ok" \
+  "$(curl -s --max-time 20 --data-binary @"$tmp/upload.5m" "$url/upload")"
+received_before=$(stat received)
+exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
+printf 'POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 300000000\r\n\r\n' >&3
+timeout 5 cat <&3 >"$tmp/upload.out"
+exec 3<&-
+check "a Content-Length over http.max_body_bytes: 413 before reading" "HTTP/1.1 413" \
+  "$(head -1 "$tmp/upload.out" | cut -c1-12)"
+check "... and nothing reached the upstream" "$received_before" "$(stat received)"
 
 # --- metrics
 metrics=$(curl -s "http://$ADMIN/metrics")

@@ -16,9 +16,12 @@
 //   /hold           200, chunked: "first part\n" at once, then "second part\n" after a
 //                   /release (or 5 s)
 //   /release        lets every /hold waiting now finish
-//   /stats          "requests=R connections=C holding=H cut=K": requests served so far (but
-//                   /stats), TCP connections accepted, /hold answers waiting for a /release,
-//                   streamed answers whose client (sluice) went away before their end
+//   /upload         its body streamed in (read piece by piece as it arrives) and checked against
+//                   kLine repeated: "received N bytes, pattern ok" (or "... broken at OFFSET")
+//   /stats          "requests=R connections=C holding=H cut=K received=B": requests served so
+//                   far (but /stats), TCP connections accepted, /hold answers waiting for a
+//                   /release, streamed answers whose client (sluice) went away before their
+//                   end, body bytes /upload received so far
 //   anything else   200, the request echoed: "METHOD TARGET", then each header field as
 //                   "name: value", an empty line and the body
 // Stops on SIGTERM/SIGINT.
@@ -30,6 +33,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <charconv>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,11 +42,13 @@
 
 #include "http/server.h"
 
+using sluice::http::BodyReader;
 using sluice::http::BodyWriter;
 using sluice::http::Deferral;
 using sluice::http::HttpRequest;
 using sluice::http::HttpResponse;
 using sluice::http::HttpServer;
+using sluice::http::Responder;
 namespace beast_http = sluice::http::beast_http;
 
 namespace {
@@ -55,6 +61,7 @@ struct Counters {
   std::atomic<uint64_t> releases{0};
   std::atomic<int64_t> holding{0};
   std::atomic<uint64_t> cut{0};
+  std::atomic<uint64_t> received{0};
 };
 
 // The value of `name` in the query of `target` (0 when absent).
@@ -104,6 +111,43 @@ class Generator : public std::enable_shared_from_this<Generator> {
   uint64_t sent_ = 0;
 };
 
+// /upload: reads the body as it comes, counting it into `received` and checking it.
+class UploadReader : public std::enable_shared_from_this<UploadReader> {
+ public:
+  UploadReader(std::shared_ptr<BodyReader> body, Responder responder, Counters* counters)
+      : body_(std::move(body)), responder_(std::move(responder)), counters_(counters) {}
+
+  void Next() {
+    body_->Read([self = shared_from_this()](BodyReader::Status status, std::string_view piece) {
+      if (status == BodyReader::Status::kError) return;  // the client is gone
+      if (status == BodyReader::Status::kEnd) return self->Answer();
+      for (size_t i = 0; i < piece.size() && self->broken_at_ < 0; ++i) {
+        if (piece[i] != kLine[(self->size_ + i) % kLine.size()]) {
+          self->broken_at_ = static_cast<int64_t>(self->size_ + i);
+        }
+      }
+      self->size_ += piece.size();
+      self->counters_->received += piece.size();
+      self->Next();
+    });
+  }
+
+ private:
+  void Answer() {
+    HttpResponse response(beast_http::status::ok, 11);
+    response.set(beast_http::field::content_type, "text/plain");
+    response.body() = "received " + std::to_string(size_) + " bytes, pattern " +
+                      (broken_at_ < 0 ? "ok" : "broken at " + std::to_string(broken_at_));
+    responder_.Send(std::move(response));
+  }
+
+  std::shared_ptr<BodyReader> body_;
+  Responder responder_;
+  Counters* counters_;
+  uint64_t size_ = 0;
+  int64_t broken_at_ = -1;
+};
+
 // /hold: the second part once /release was asked for since the first was sent, or after 5 s.
 void HoldThenFinish(std::shared_ptr<BodyWriter> body, Counters* counters, uint64_t releases,
                     std::shared_ptr<boost::asio::steady_timer> timer, int polls_left) {
@@ -135,7 +179,8 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  HttpServer server({.threads = 2});
+  // /upload takes bodies of any size (it streams them); the rest are small.
+  HttpServer server({.threads = 2, .max_body_bytes = std::numeric_limits<size_t>::max()});
   Counters counters;
   std::atomic<uint64_t>& requests = counters.requests;
   auto port = server.Listen(listen, [&](HttpRequest& request, const std::string&,
@@ -147,7 +192,17 @@ int main(int argc, char** argv) {
       response.body() = "requests=" + std::to_string(requests.load()) +
                         " connections=" + std::to_string(server.stats().connections_total.load()) +
                         " holding=" + std::to_string(counters.holding.load()) +
-                        " cut=" + std::to_string(counters.cut.load());
+                        " cut=" + std::to_string(counters.cut.load()) +
+                        " received=" + std::to_string(counters.received.load());
+      return;
+    }
+    ++requests;
+    if (path == "/upload") {
+      if (deferral.body() == nullptr) {  // a body too small to need reading, or none
+        response.body() = "received " + std::to_string(request.body().size()) + " bytes";
+        return;
+      }
+      std::make_shared<UploadReader>(deferral.body(), deferral.Take(), &counters)->Next();
       return;
     }
     if (path == "/bytes") {
@@ -194,7 +249,6 @@ int main(int argc, char** argv) {
           });
       return;
     }
-    ++requests;
     if (path.rfind("/status/", 0) == 0) {
       int status = 0;
       const std::string code = path.substr(8);
@@ -239,6 +293,9 @@ int main(int argc, char** argv) {
     }
     echo += "\n" + request.body();
     response.body() = std::move(echo);
+  }, 0, [](const HttpRequest& header) {  // only /upload reads its body as it comes
+    const std::string_view target(header.target().data(), header.target().size());
+    return target.substr(0, target.find('?')) == "/upload";
   });
   if (!port.ok()) {
     std::cerr << "upstream: " << port.status().message() << "\n";

@@ -520,7 +520,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     const bool complete = !stream_->content_length || stream_->discard ||
                           stream_->written == *stream_->content_length;
     if (!complete) return Abort();
-    if (!stream_->chunked) {
+    if (!stream_->chunked || stream_->discard) {
       stream_.reset();
       return Answered();
     }

@@ -176,6 +176,20 @@ TEST_F(DeferralTest, StreamedAnswerWithoutALengthIsChunkedAndKeepsTheConnection)
             "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnext");
 }
 
+TEST_F(DeferralTest, StreamedAnswerToHeadSendsOnlyTheFields) {
+  Serve([](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
+    StreamHelloWorld(deferral, std::nullopt);
+  });
+  const std::string out = Exchange(port_,
+                                   "HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /g HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                   std::chrono::seconds(3));
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            "5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n");
+}
+
 TEST_F(DeferralTest, StreamedAnswerToHttp10IsEndedByTheClose) {
   Serve([](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
     StreamHelloWorld(deferral, std::nullopt);

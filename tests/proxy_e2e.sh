@@ -5,7 +5,14 @@
 #   denied ones answered 429 and never forwarded; X-Forwarded-For appended; hop-by-hop fields
 #   stripped both ways; keep-alive reuse of upstream connections; upstream timeout -> 504;
 #   upstream down -> 502 with a clear body; leaky_bucket shaping delays; http.max_delayed full
-#   -> 503; refunds on 5xx and on connect errors.
+#   -> 503; refunds on 5xx and on connect errors; answers streamed: a 300 MB answer passes
+#   byte-exact while sluice's memory stays flat, the first bytes reach the client while the
+#   upstream still holds the rest, chunked upstream answers (re-chunked, or close-delimited for
+#   HTTP/1.0), HEAD and 204/304 without a body, an upstream cutting its answer short (the
+#   client's connection closed) and a client going away mid-body (the upstream's answer cut too);
+#   request bodies streamed: the upstream gets the first part before the client sent the rest,
+#   a 100 MB chunked upload and a Content-Length one pass byte-exact with sluice's memory flat,
+#   a Content-Length over http.max_body_bytes is a 413 before reading.
 # With PROXY_BACKEND=redis the same checks run with decisions (and refunds) on a redis-server
 # started here.
 # Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server [PROXY_BACKEND=redis] tests/proxy_e2e.sh
@@ -52,7 +59,7 @@ req() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' --max-time 10
 # --- instance A: in front of the live upstream
 mkdir -p "$tmp/a"
 cat >"$tmp/a/sluice.yaml" <<EOF
-http: {upstream_timeout: 1s}
+http: {upstream_timeout: 1s, max_body_bytes: 200000000}
 ${redis_settings:-}
 EOF
 cat >"$tmp/a/proxy.yaml" <<EOF
@@ -76,7 +83,13 @@ http:
     - match: {prefix: /own-limits}
       rate_limits:
         - actions: [{generic_key: {descriptor_key: route, descriptor_value: own}}]
+    - match: {prefix: /bytes}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: bytes}}]
 descriptors:
+  - key: route
+    value: bytes
+    rate_limit: {name: bytes, requests: 1000, window: 1m}
   - key: route
     value: own
     rate_limit: {name: own, requests: 100, window: 1m}
@@ -179,6 +192,112 @@ elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 codes=$(cat "$tmp"/shaped.* | tr -d '\n')
 check "5 shaped requests all forwarded" "200200200200200" "$codes"
 check "shaping spread them over >= ~400 ms (took ${elapsed_ms} ms)" 1 "$(( elapsed_ms >= 380 ))"
+
+# --- streamed answers
+line='sluice streams bodies piece by piece'  # what the upstream's /bytes repeats
+expected() { yes "$line" | head -c "$1"; }
+mem_kb() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$PID/status"; }
+
+# 300 MB through sluice: byte-exact, and sluice's peak memory grows by far less than that.
+big=$((300 * 1000 * 1000))
+req "$url/bytes?n=100000" >/dev/null
+rss_before=$(mem_kb VmRSS)
+echo 5 >"/proc/$PID/clear_refs" 2>/dev/null  # resets VmHWM (the peak) to the current RSS
+start_ns=$(date +%s%N)
+curl -s --max-time 60 -D "$tmp/headers" "$url/bytes?n=$big" | cmp - <(expected "$big") >"$tmp/cmp" 2>&1
+check "a 300 MB answer passes byte-exact" "0" "$?$(cat "$tmp/cmp")"
+elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+grew_kb=$(( $(mem_kb VmHWM) - rss_before ))
+echo "     (300 MB in $elapsed_ms ms; sluice's peak RSS grew by $grew_kb kB)"
+check "sluice's peak RSS grew by < 32 MB while streaming 300 MB (grew ${grew_kb} kB)" 1 "$(( grew_kb < 32 * 1024 ))"
+check "its Content-Length passed through" "$big" "$(header Content-Length)"
+check "no chunking when the length is known" "" "$(header Transfer-Encoding)"
+check "the rate-limit headers on a streamed answer" 1000 "$(header X-RateLimit-Limit)"
+
+# The first part reaches the client while the upstream still holds the rest (until /release).
+curl -s -N --max-time 10 -D "$tmp/hold.headers" "$url/hold" >"$tmp/hold.body" &
+hold_pid=$!
+for _ in $(seq 100); do grep -q 'first part' "$tmp/hold.body" 2>/dev/null && break; sleep 0.05; done
+check "the first part reached the client before the upstream finished" "first part" "$(cat "$tmp/hold.body")"
+check "... while the upstream was still holding the rest" 1 "$(stat holding)"
+curl -s "http://$UP/release" >/dev/null
+wait "$hold_pid"
+check "then the rest" "first part|second part" "$(tr '\n' '|' <"$tmp/hold.body" | sed 's/|$//')"
+check "an answer of unknown length is chunked to an HTTP/1.1 client" "chunked" \
+  "$(grep -i '^transfer-encoding:' "$tmp/hold.headers" | cut -d' ' -f2- | tr -d '\r')"
+
+# Chunked upstream answers: re-chunked for HTTP/1.1, delimited by the close for HTTP/1.0.
+check "chunked upstream answer" 200 "$(req "$url/bytes?n=150000&chunked=1")"
+check "... passes byte-exact" "" "$(cmp "$tmp/body" <(expected 150000) 2>&1)"
+check "... chunked to the client" "chunked" "$(header Transfer-Encoding)"
+check "chunked upstream answer to an HTTP/1.0 client" 200 "$(req -0 "$url/bytes?n=150000&chunked=1")"
+check "... passes byte-exact" "" "$(cmp "$tmp/body" <(expected 150000) 2>&1)"
+check "... without chunking" "" "$(header Transfer-Encoding)"
+check "... ended by closing the connection" "close" "$(header Connection)"
+
+# HEAD: the upstream's Content-Length, no body (the next answer on the connection follows the
+# header at once); 204 and 304: no body, no length.
+exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
+printf 'HEAD /bytes?n=1000 HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n' >&3
+timeout 5 cat <&3 >"$tmp/head.out"
+exec 3<&-
+check "HEAD keeps the upstream's Content-Length" "1000" \
+  "$(grep -i '^content-length:' "$tmp/head.out" | head -1 | cut -d' ' -f2- | tr -d '\r')"
+check "HEAD has no body: the next answer follows its header" "HTTP/1.1 200 OK|HTTP/1.1 200 OK" \
+  "$(grep -a '^HTTP/' "$tmp/head.out" | tr -d '\r' | tr '\n' '|' | sed 's/|$//')"
+check "... and nothing of /bytes' body was sent" 0 "$(grep -c "$line" "$tmp/head.out")"
+for code in 204 304; do
+  check "$code forwarded" "$code" "$(req "$url/status/$code")"
+  check "$code without a body" 0 "$(wc -c <"$tmp/body")"
+  check "$code without Content-Length or Transfer-Encoding" "" "$(header Content-Length)$(header Transfer-Encoding)"
+done
+
+# The upstream dies mid-body: the client's connection is closed (curl: 18, partial file).
+code=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 10 "$url/bytes?n=1000000&cut=200000"; echo " $?")
+check "an answer cut short by the upstream: 200, then the connection closed early" "200 18" "$code"
+check "... after the bytes the upstream did send" 200000 "$(wc -c <"$tmp/body")"
+check "sluice keeps serving after that" 200 "$(req "$url/echo")"
+
+# The client goes away mid-body: sluice closes the upstream connection (the upstream sees its
+# answer cut) instead of reading the rest into nothing or pooling the connection.
+cut_before=$(stat cut)
+curl -s --max-time 20 "$url/bytes?n=$big" | head -c 1000000 >/dev/null
+for _ in $(seq 100); do (( $(stat cut) > cut_before )) && break; sleep 0.05; done
+check "client gone mid-body: the upstream's answer is cut too" 1 "$(( $(stat cut) > cut_before ))"
+check "sluice keeps serving after that too" 200 "$(req "$url/echo")"
+
+# --- streamed request bodies
+# The upstream receives the first part of a body before the client has sent the rest.
+received_before=$(stat received)
+exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
+printf 'POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\na\r\nsluice str\r\n' >&3
+for _ in $(seq 100); do (( $(stat received) >= received_before + 10 )) && break; sleep 0.05; done
+check "the upstream got the first part of a body before the client sent the rest" 10 \
+  "$(( $(stat received) - received_before ))"
+printf '1b\r\neams bodies piece by piece\n\r\n0\r\n\r\n' >&3
+timeout 5 cat <&3 >"$tmp/upload.out"
+exec 3<&-
+check "... then the rest: the whole body, in order" "received 37 bytes, pattern ok" "$(tail -1 "$tmp/upload.out")"
+
+# 100 MB chunked (curl -T -, with Expect: 100-continue) through sluice with its memory flat.
+up_big=$((100 * 1000 * 1000))
+rss_before=$(mem_kb VmRSS)
+echo 5 >"/proc/$PID/clear_refs" 2>/dev/null
+check "a 100 MB chunked upload passes byte-exact" "received $up_big bytes, pattern ok" \
+  "$(expected "$up_big" | curl -s --max-time 60 -T - -X POST "$url/upload")"
+grew_kb=$(( $(mem_kb VmHWM) - rss_before ))
+check "sluice's peak RSS grew by < 32 MB while streaming 100 MB up (grew ${grew_kb} kB)" 1 "$(( grew_kb < 32 * 1024 ))"
+expected 5000000 >"$tmp/upload.5m"
+check "a 5 MB upload with Content-Length passes byte-exact" "received 5000000 bytes, pattern ok" \
+  "$(curl -s --max-time 20 --data-binary @"$tmp/upload.5m" "$url/upload")"
+received_before=$(stat received)
+exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
+printf 'POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 300000000\r\n\r\n' >&3
+timeout 5 cat <&3 >"$tmp/upload.out"
+exec 3<&-
+check "a Content-Length over http.max_body_bytes: 413 before reading" "HTTP/1.1 413" \
+  "$(head -1 "$tmp/upload.out" | cut -c1-12)"
+check "... and nothing reached the upstream" "$received_before" "$(stat received)"
 
 # --- metrics
 metrics=$(curl -s "http://$ADMIN/metrics")

@@ -283,10 +283,11 @@ int RunServe(const ServeFlags& flags) {
     catch_up(metrics->http_connections, st.connections_total.load());
     catch_up(metrics->http_connections_rejected, st.connections_rejected.load());
   });
-  auto data_port = server.Listen(listen, [&](http::HttpRequest& req, const std::string& peer,
-                                             http::HttpResponse& res, http::Deferral& deferral) {
-    service.HandleData(req, peer, res, deferral);
-  });
+  auto data_port = server.Listen(
+      listen,
+      [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
+          http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
+      0, [&](const http::HttpRequest& header) { return service.StreamsBody(header); });
   if (!data_port.ok()) {
     std::cerr << "serve: " << data_port.status().message() << "\n";
     return 1;

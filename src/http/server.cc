@@ -62,13 +62,19 @@ void AppendDecimal(uint64_t value, std::string* out) {
   out->append(begin, static_cast<size_t>(std::end(digits) - begin));
 }
 
-// Writes the status line and header fields of `response` into `*out` (replacing what it held)
-// and returns how many body bytes follow them on the wire. Content-Length and Connection are
-// the server's: any the handler set are replaced (Transfer-Encoding too: the body is whole).
-// 1xx, 204 and 304 answers carry no content (RFC 9110 §15.2, §15.3.5, §15.4.5), and the answer
-// to HEAD sends the Content-Length of the body without the body (§9.3.2).
-size_t SerializeHeader(const HttpResponse& response, unsigned version, bool keep_alive, bool head,
-                       std::string* out) {
+// 1xx, 204 and 304 answers carry no content (RFC 9110 §15.2, §15.3.5, §15.4.5).
+bool WithoutContent(unsigned code) { return code / 100 == 1 || code == 204 || code == 304; }
+
+// How the end of an answer's body is known (RFC 9112 §6.3).
+enum class Framing { kLength, kChunked, kClose };
+
+// Writes the status line and header fields of `response` into `*out` (replacing what it held).
+// Content-Length, Transfer-Encoding and Connection are the server's: any the handler set are
+// replaced. The body is announced by `framing` (kLength: `content_length` bytes). An answer
+// without content gets neither field; the answer to HEAD announces the body it would have had
+// (RFC 9110 §9.3.2).
+void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_alive,
+                     Framing framing, uint64_t content_length, std::string* out) {
   out->clear();
   const unsigned code = response.result_int();
   out->append(version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
@@ -90,11 +96,14 @@ size_t SerializeHeader(const HttpResponse& response, unsigned version, bool keep
     out->append(value.data(), value.size());
     out->append("\r\n");
   }
-  const bool no_content = code / 100 == 1 || code == 204 || code == 304;
-  if (!no_content) {
-    out->append("Content-Length: ");
-    AppendDecimal(response.body().size(), out);
-    out->append("\r\n");
+  if (!WithoutContent(code)) {
+    if (framing == Framing::kLength) {
+      out->append("Content-Length: ");
+      AppendDecimal(content_length, out);
+      out->append("\r\n");
+    } else if (framing == Framing::kChunked) {
+      out->append("Transfer-Encoding: chunked\r\n");
+    }
   }
   if (!keep_alive) {
     out->append("Connection: close\r\n");
@@ -102,7 +111,16 @@ size_t SerializeHeader(const HttpResponse& response, unsigned version, bool keep
     out->append("Connection: keep-alive\r\n");
   }
   out->append("\r\n");
-  return no_content || head ? 0 : response.body().size();
+}
+
+void AppendHex(uint64_t value, std::string* out) {
+  char digits[16];
+  char* begin = std::end(digits);
+  do {
+    *--begin = "0123456789abcdef"[value % 16];
+    value /= 16;
+  } while (value != 0);
+  out->append(begin, static_cast<size_t>(std::end(digits) - begin));
 }
 
 }  // namespace
@@ -113,6 +131,7 @@ struct HttpServer::Impl {
   struct Listener {
     std::unique_ptr<tcp::acceptor> acceptor;
     Handler handler;
+    StreamBodyIf stream_body;  // may be empty: every body is read whole
     size_t max_connections = 0;
     std::atomic<size_t> open{0};  // this listener's connections
   };
@@ -154,7 +173,9 @@ struct HttpServer::Impl {
 // A connection runs on one io_context with one thread, so it needs no strand; the only
 // cross-thread entries (Deliver, CloseIfIdle) post to it.
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
-                                  public Responder::Target {
+                                  public Responder::Target,
+                                  public BodyReader,
+                                  public BodyWriter {
  public:
   Session(Socket socket, Impl* server, Listener* listener)
       : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server),
@@ -232,7 +253,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
-    parser_->eager(true);
+    // To be asked whether to stream a body, the parser must stop after the header.
+    parser_->eager(!listener_->stream_body);
     SetDeadline(server_->options.header_timeout);
     Parse();
   }
@@ -245,6 +267,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       buffer_.consume(used);
       if (ec && ec != beast_http::error::need_more) return OnRead(ec);
       if (parser_->is_done()) return OnRead({});
+      if (!parser_->eager() && parser_->is_header_done()) {
+        if (listener_->stream_body(parser_->get())) return OnHeader();
+        parser_->eager(true);
+      }
       if (!ec && used > 0 && buffer_.size() > 0) return Parse();
     }
     socket_.async_read_some(
@@ -260,7 +286,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
         });
   }
 
-  void OnRead(beast::error_code ec) {  // response_ is empty here (see Write)
+  void OnRead(beast::error_code ec) {  // response_ is empty here (see Answered)
     if (ec == beast_http::error::header_limit) {
       return Fail(beast_http::status::request_header_fields_too_large,
                   "request header block too large");
@@ -270,21 +296,40 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     }
     if (ec) return Fail(beast_http::status::bad_request, fmt::format("bad request: {}", ec.message()));
     HttpRequest request = parser_->release();
+    Handle(request, nullptr);
+  }
+
+  // A request whose body is streamed (the listener's stream_body): the handler gets the header,
+  // and the body is read as the handler asks for it (Read).
+  void OnHeader() {
+    body_parser_.emplace(std::move(*parser_));
+    body_parser_->eager(true);
+    parser_.reset();
+    HttpRequest request(beast_http::request_header<>(body_parser_->get().base()));
+    const auto expect = request[beast_http::field::expect];
+    expect_continue_ = beast::iequals(expect, "100-continue");
+    Handle(request, shared_from_this());
+  }
+
+  void Handle(HttpRequest& request, std::shared_ptr<BodyReader> body) {
     version_ = request.version();
     keep_alive_ = request.keep_alive();
     head_ = request.method() == beast_http::verb::head;
     response_.result(beast_http::status::ok);
-    Deferral deferral(socket_.get_executor(), [this] {
-      return Responder(shared_from_this(),
-                       asio::prefer(socket_.get_executor(),
-                                    asio::execution::outstanding_work.tracked));
-    });
+    Deferral deferral(
+        socket_.get_executor(),
+        [this] {
+          return Responder(shared_from_this(),
+                           asio::prefer(socket_.get_executor(),
+                                        asio::execution::outstanding_work.tracked));
+        },
+        std::move(body));
     (*handler_)(request, peer_, response_, deferral);
     if (deferral.taken()) {
       deadline_ = SteadyClock::time_point::max();  // the handler's own deadlines bound the wait
       return;
     }
-    Write();
+    WriteAnswer();
   }
 
   // From any thread: the deferred answer.
@@ -292,7 +337,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     asio::post(socket_.get_executor(),
                [self = shared_from_this(), response = std::move(response)]() mutable {
                  self->response_ = std::move(response);
-                 self->Write();
+                 self->WriteAnswer();
                });
   }
 
@@ -303,23 +348,194 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     response_.result(status);
     response_.set(beast_http::field::content_type, "application/json");
     response_.body() = fmt::format("{{\"error\":\"{}\"}}", message);
-    Write();
+    WriteAnswer();
   }
 
-  void Write() {
-    close_after_write_ = !keep_alive_ || server_->stopping.load();
-    const size_t body_size =
-        SerializeHeader(response_, version_, !close_after_write_, head_, &header_);
+  // A streamed request body not read to its end: the connection cannot go on to the next one.
+  bool BodyUnread() const { return body_parser_ && !body_parser_->is_done(); }
+
+  void WriteAnswer() {
+    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
+    const bool without_content = WithoutContent(response_.result_int());
+    SerializeHeader(response_, version_, !close_after_write_, Framing::kLength,
+                    response_.body().size(), &header_);
+    const size_t body_size = without_content || head_ ? 0 : response_.body().size();
     const std::array<asio::const_buffer, 2> buffers{
         asio::buffer(header_), asio::buffer(response_.body().data(), body_size)};
     SetDeadline(server_->options.idle_timeout);
     asio::async_write(socket_, buffers,
                       [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                        self->busy_ = false;
-                        if (ec || self->close_after_write_) return self->Close();
-                        self->response_ = {};
-                        self->WaitForRequest();
+                        if (ec) return self->Close();
+                        self->Answered();
                       });
+  }
+
+  // The answer is out: the next request, or the end of the connection.
+  void Answered() {
+    busy_ = false;
+    if (close_after_write_) return Close();
+    response_ = {};
+    if (body_parser_) {  // the room a streamed body took is not kept for the next request
+      body_parser_.reset();
+      body_piece_ = std::string();
+      buffer_.shrink_to_fit();
+    }
+    WaitForRequest();
+  }
+
+  // From any thread: a streamed answer's status and fields.
+  void DeliverStream(HttpResponse head, std::optional<uint64_t> content_length,
+                     Responder::StreamStarted started) override {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), head = std::move(head),
+                                        content_length, started = std::move(started)]() mutable {
+      self->response_ = std::move(head);
+      self->WriteStreamHead(content_length, std::move(started));
+    });
+  }
+
+  void WriteStreamHead(std::optional<uint64_t> content_length,
+                       Responder::StreamStarted started) {
+    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
+    const bool without_content = WithoutContent(response_.result_int());
+    stream_.emplace();
+    stream_->discard = without_content || head_;
+    stream_->chunked = !without_content && !content_length && version_ != 10;
+    stream_->content_length = stream_->discard ? std::optional<uint64_t>(0) : content_length;
+    // Without a length or chunked framing, only the connection's end can end the body.
+    if (!without_content && !content_length && version_ == 10) close_after_write_ = true;
+    const Framing framing = content_length    ? Framing::kLength
+                            : stream_->chunked ? Framing::kChunked
+                                               : Framing::kClose;
+    SerializeHeader(response_, version_, !close_after_write_, framing, content_length.value_or(0),
+                    &header_);
+    response_.body().clear();
+    SetDeadline(server_->options.idle_timeout);
+    asio::async_write(socket_, asio::buffer(header_),
+                      [self = shared_from_this(), started = std::move(started)](
+                          boost::system::error_code ec, size_t) {
+                        self->deadline_ = SteadyClock::time_point::max();  // the source's pace
+                        if (ec) {
+                          self->Close();
+                          return started(nullptr);
+                        }
+                        started(self);
+                      });
+  }
+
+  // BodyReader (the streamed request body), on the connection's thread.
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    if (!body_parser_ || !socket_.is_open()) return got(Status::kError, {});
+    if (body_parser_->is_done()) return got(Status::kEnd, {});
+    // The client waits for this before it sends the body (RFC 9110 §10.1.1).
+    if (expect_continue_) {
+      expect_continue_ = false;
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      SetDeadline(server_->options.idle_timeout);
+      return asio::async_write(
+          socket_, asio::buffer(kContinue.data(), kContinue.size()),
+          [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
+                                                            size_t) mutable {
+            self->deadline_ = SteadyClock::time_point::max();
+            if (ec) {
+              self->Close();
+              return got(Status::kError, {});
+            }
+            self->Read(std::move(got));
+          });
+    }
+    body_piece_.resize(kPieceBytes);
+    auto& body = body_parser_->get().body();
+    body.data = body_piece_.data();
+    body.size = body_piece_.size();
+    body.more = true;
+    ParseBody(std::move(got));
+  }
+
+  std::optional<uint64_t> content_length() const override {
+    if (!body_parser_) return std::nullopt;
+    const auto length = body_parser_->content_length();
+    if (!length) return std::nullopt;
+    return *length;
+  }
+
+  // Parses what the buffer holds into the piece; reads more until some body bytes are there.
+  void ParseBody(std::function<void(Status, std::string_view)> got) {
+    if (buffer_.size() > 0) {
+      beast::error_code ec;
+      const size_t used = body_parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == beast_http::error::need_buffer) ec = {};  // the piece is full
+      if (ec && ec != beast_http::error::need_more) return BodyFailed(std::move(got));
+      const size_t n = body_piece_.size() - body_parser_->get().body().size;
+      if (n > 0) return got(Status::kPiece, std::string_view(body_piece_.data(), n));
+      if (body_parser_->is_done()) return got(Status::kEnd, {});
+      if (!ec && used > 0 && buffer_.size() > 0) return ParseBody(std::move(got));
+    }
+    SetDeadline(server_->options.idle_timeout);  // the longest silence while the body streams
+    socket_.async_read_some(
+        buffer_.prepare(kPieceBytes),
+        [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
+                                                          size_t n) mutable {
+          self->deadline_ = SteadyClock::time_point::max();
+          if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
+          self->buffer_.commit(n);
+          self->ParseBody(std::move(got));
+        });
+  }
+
+  void BodyFailed(std::function<void(Status, std::string_view)> got) {
+    Close();
+    got(Status::kError, {});
+  }
+
+  // BodyWriter, on the connection's thread.
+  void Write(asio::const_buffer piece, std::function<void(bool)> done) override {
+    if (!stream_ || !socket_.is_open()) {
+      return asio::post(socket_.get_executor(), [done = std::move(done)] { done(false); });
+    }
+    if (stream_->discard || piece.size() == 0) {
+      return asio::post(socket_.get_executor(), [done = std::move(done)] { done(true); });
+    }
+    stream_->written += piece.size();
+    std::array<asio::const_buffer, 3> buffers{asio::const_buffer(), piece, asio::const_buffer()};
+    if (stream_->chunked) {
+      header_.clear();
+      AppendHex(piece.size(), &header_);
+      header_.append("\r\n");
+      buffers[0] = asio::buffer(header_);
+      buffers[2] = asio::buffer("\r\n", 2);
+    }
+    SetDeadline(server_->options.idle_timeout);
+    asio::async_write(socket_, buffers,
+                      [self = shared_from_this(), done = std::move(done)](
+                          boost::system::error_code ec, size_t) {
+                        self->deadline_ = SteadyClock::time_point::max();
+                        if (ec) self->Close();
+                        done(!ec);
+                      });
+  }
+
+  void End() override {
+    if (!stream_ || !socket_.is_open()) return;
+    const bool complete = !stream_->content_length || stream_->discard ||
+                          stream_->written == *stream_->content_length;
+    if (!complete) return Abort();
+    if (!stream_->chunked || stream_->discard) {
+      stream_.reset();
+      return Answered();
+    }
+    SetDeadline(server_->options.idle_timeout);
+    asio::async_write(socket_, asio::buffer("0\r\n\r\n", 5),
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        self->stream_.reset();
+                        if (ec) return self->Close();
+                        self->Answered();
+                      });
+  }
+
+  void Abort() override {
+    stream_.reset();
+    Close();
   }
 
   void Close() {
@@ -331,14 +547,26 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   static constexpr size_t kReadSize = 8192;
+  static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
 
   Socket socket_;
   Timer timer_;
   SteadyClock::time_point deadline_;  // of the current phase; max() while a handler defers
   beast::flat_buffer buffer_;
   std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
+  // A streamed request body (OnHeader): its parser, and the piece it is read into.
+  std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser_;
+  std::string body_piece_;
+  bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
   HttpResponse response_;
   std::string header_;  // the serialized status line and fields of response_, reused
+  struct Stream {        // the answer being streamed, if any
+    std::optional<uint64_t> content_length;  // announced (0 when discarding)
+    uint64_t written = 0;
+    bool chunked = false;
+    bool discard = false;  // no content (HEAD, 1xx, 204, 304): pieces are dropped
+  };
+  std::optional<Stream> stream_;
   Impl* server_;
   Listener* listener_;
   const Handler* handler_;
@@ -406,6 +634,15 @@ Responder::~Responder() {
   }
 }
 
+void Responder::Stream(HttpResponse head, std::optional<uint64_t> content_length,
+                       StreamStarted started) {
+  if (!target_) return;
+  std::shared_ptr<Target> target = std::move(target_);
+  target_ = nullptr;
+  target->DeliverStream(std::move(head), content_length, std::move(started));
+  work_ = {};
+}
+
 void Responder::Send(HttpResponse response) {
   if (!target_) return;
   std::shared_ptr<Target> target = std::move(target_);
@@ -420,7 +657,7 @@ HttpServer::HttpServer(const ServerOptions& options)
 HttpServer::~HttpServer() = default;
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
-                                       size_t max_connections) {
+                                       size_t max_connections, StreamBodyIf stream_body) {
   auto endpoint = ParseAddress(address);
   if (!endpoint.ok()) return endpoint.status();
   auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
@@ -436,6 +673,7 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   Impl::Listener& listener = impl_->listeners.emplace_back();
   listener.acceptor = std::move(acceptor);
   listener.handler = std::move(handler);
+  listener.stream_body = std::move(stream_body);
   listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
   impl_->Accept(impl_->listeners.back());
   return port;

@@ -10,7 +10,12 @@
 //
 // Handlers run on the connection's thread and must not block. A handler that has to wait (for
 // Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
-// Responder, from any thread; the connection reads nothing more until then. Stop() stops
+// Responder, from any thread; the connection reads nothing more until then. A deferred answer
+// may also be streamed (Responder::Stream): its status and fields go out first, its body follows
+// piece by piece through a BodyWriter, one piece in flight at a time, so what the server holds
+// for it stays bounded whatever its size. Likewise a listener may hand a request to its handler
+// as soon as its header is in, with the body left to read piece by piece (Listen's
+// `stream_body`, Deferral::body()). Stop() stops
 // accepting, lets requests in flight (deferred ones too) finish and closes idle connections, then
 // returns; Run() returns after that.
 
@@ -22,10 +27,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/status/statusor.h"
@@ -36,14 +44,57 @@ namespace beast_http = boost::beast::http;
 using HttpRequest = beast_http::request<beast_http::string_body>;
 using HttpResponse = beast_http::response<beast_http::string_body>;
 
-// Answers one deferred request (see Deferral). Move-only; Send() at most once, from any thread.
-// Dropped unsent, it answers 500, so a lost callback cannot hang the connection.
+// A body read piece by piece: a request's, handed to its handler before it was read (see
+// Deferral::body()), or an upstream's answer. Used on one thread (the connection's), one Read at
+// a time.
+class BodyReader {
+ public:
+  enum class Status {
+    kPiece,  // `piece` holds the next bytes (never empty)
+    kEnd,    // the body is complete (`piece` empty)
+    kError,  // the peer went away, broke the framing or was silent too long (connection closed)
+  };
+  virtual ~BodyReader() = default;
+  // Calls `got` once, on that thread, with the next piece of the body (valid until the next
+  // Read or until the reader is dropped), or its end.
+  virtual void Read(std::function<void(Status status, std::string_view piece)> got) = 0;
+  // The body's length as announced (Content-Length), if it was.
+  virtual std::optional<uint64_t> content_length() const = 0;
+};
+
+// The body of a streamed answer (Responder::Stream), written piece by piece. Used on the
+// connection's thread only (Deferral::executor()), with one Write in flight at a time: the next
+// piece waits for the previous one's `done`, which is how a slow client pushes back on the
+// source. Keeps the connection alive while held.
+class BodyWriter {
+ public:
+  virtual ~BodyWriter() = default;
+  // Sends `piece` (which must stay valid until `done`). `done(true)` runs on the connection's
+  // thread once it is written; `done(false)` if the client is gone (the connection is closed;
+  // stop sending). An answer without content (to HEAD, or 1xx/204/304) discards the pieces.
+  virtual void Write(boost::asio::const_buffer piece, std::function<void(bool written)> done) = 0;
+  // The body is complete: the connection goes on with its next request. If the answer announced
+  // a Content-Length and a different number of bytes was written, the connection is closed.
+  virtual void End() = 0;
+  // The body cannot be completed (its source failed): the connection is closed, which is how
+  // the client learns that the answer is cut short.
+  virtual void Abort() = 0;
+};
+
+// Answers one deferred request (see Deferral). Move-only; Send() or Stream() at most once, from
+// any thread. Dropped unsent, it answers 500, so a lost callback cannot hang the connection.
 class Responder {
  public:
+  // Runs on the connection's thread once a streamed answer's status and fields are written, with
+  // the writer for its body, or with nullptr if the client is gone.
+  using StreamStarted = std::function<void(std::shared_ptr<BodyWriter> body)>;
+
   class Target {  // the connection waiting for the answer (server.cc)
    public:
     virtual ~Target() = default;
     virtual void Deliver(HttpResponse response) = 0;
+    virtual void DeliverStream(HttpResponse head, std::optional<uint64_t> content_length,
+                               StreamStarted started) = 0;
   };
 
   Responder() = default;
@@ -54,6 +105,12 @@ class Responder {
 
   // Writes `response` on the connection (its version and keep-alive are the server's business).
   void Send(HttpResponse response);
+  // Streams the answer: `head`'s status and fields (its body is ignored), then a body written
+  // through the BodyWriter given to `started`. With `content_length` the body is sent with that
+  // Content-Length (and must be that long); without, chunked (RFC 9112 §7.1), or delimited by
+  // closing the connection for an HTTP/1.0 client. To HEAD, only the fields are sent (with the
+  // Content-Length, if known).
+  void Stream(HttpResponse head, std::optional<uint64_t> content_length, StreamStarted started);
   explicit operator bool() const { return target_ != nullptr; }
 
  private:
@@ -65,8 +122,9 @@ class Responder {
 class Deferral {
  public:
   using Factory = std::function<Responder()>;
-  explicit Deferral(boost::asio::any_io_executor executor, Factory factory)
-      : executor_(std::move(executor)), factory_(std::move(factory)) {}
+  explicit Deferral(boost::asio::any_io_executor executor, Factory factory,
+                    std::shared_ptr<BodyReader> body = nullptr)
+      : executor_(std::move(executor)), factory_(std::move(factory)), body_(std::move(body)) {}
 
   // Takes the response over: the server writes nothing for this request until the Responder
   // sends it (or is dropped). At most once per request.
@@ -77,10 +135,15 @@ class Deferral {
   bool taken() const { return taken_; }
   // The connection's executor, for timers and I/O that should run on its thread.
   const boost::asio::any_io_executor& executor() const { return executor_; }
+  // The request's body still to be read, when the listener's `stream_body` chose to stream it
+  // (the request then holds only the header); null otherwise. Read it on the connection's
+  // thread. An answer sent before it was read to the end closes the connection afterwards.
+  const std::shared_ptr<BodyReader>& body() const { return body_; }
 
  private:
   boost::asio::any_io_executor executor_;
   Factory factory_;
+  std::shared_ptr<BodyReader> body_;
   bool taken_ = false;
 };
 
@@ -88,6 +151,10 @@ class Deferral {
 // moved from: it is destroyed when the handler returns). `peer` is the client's address.
 using Handler = std::function<void(HttpRequest& request, const std::string& peer,
                                    HttpResponse& response, Deferral& deferral)>;
+// Asked, on the connection's thread, about each request that has a body, once its header is in:
+// true hands the request to the handler at once with the body to read (Deferral::body()); false
+// reads the body whole first (bounded by max_body_bytes) as for every other request.
+using StreamBodyIf = std::function<bool(const HttpRequest& header)>;
 
 struct ServerOptions {
   int threads = 1;
@@ -111,9 +178,10 @@ class HttpServer {
 
   // Listens on "HOST:PORT" (IPv6 as "[::1]:PORT"; port 0 picks a free one). Call before Run().
   // Returns the bound port. At most `max_connections` connections of this listener are open at
-  // once (0: ServerOptions::max_connections).
+  // once (0: ServerOptions::max_connections). With `stream_body`, the requests it picks get
+  // their body streamed (max_body_bytes still bounds it: a larger Content-Length is a 413).
   absl::StatusOr<int> Listen(const std::string& address, Handler handler,
-                             size_t max_connections = 0);
+                             size_t max_connections = 0, StreamBodyIf stream_body = nullptr);
 
   // Serves until Stop(); runs the worker threads and returns when they are done.
   void Run();

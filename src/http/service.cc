@@ -89,12 +89,24 @@ void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
   before_render_ = std::move(before_render);
 }
 
+namespace {
+
+// The data plane's own endpoints; in reverse proxy mode every other path is forwarded.
+bool OwnPath(std::string_view path) {
+  return path == "/v1/auth" || path.starts_with("/v1/auth/") || path == "/v1/check" ||
+         path == "/json" || path == "/healthcheck";
+}
+
+}  // namespace
+
+bool Service::StreamsBody(const HttpRequest& header) const {
+  return !OwnPath(PathOf(header)) && config_->Current()->proxy_domain != nullptr;
+}
+
 void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
                          Deferral& deferral) {
   const std::string_view path = PathOf(request);
-  const bool own = path == "/v1/auth" || path.starts_with("/v1/auth/") || path == "/v1/check" ||
-                   path == "/json" || path == "/healthcheck";
-  if (!own) {
+  if (!OwnPath(path)) {
     std::shared_ptr<const rules::Config> config = config_->Current();
     if (config->proxy_domain != nullptr) {
       Proxy(request, peer, response, deferral, std::move(config));

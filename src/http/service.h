@@ -56,6 +56,9 @@ class Service {
 
   void HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
                   Deferral& deferral);
+  // For the data listener's `stream_body`: whether a request's body is streamed (to the
+  // upstream, in reverse proxy mode) rather than read whole before HandleData.
+  bool StreamsBody(const HttpRequest& header) const;
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response,
                    Deferral& deferral);
 

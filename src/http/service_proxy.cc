@@ -2,7 +2,8 @@
 // as forward-auth does, answer a deny at once, hold an admitted request for its leaky_bucket
 // delay (a timer on the connection's io_context, bounded by http.max_delayed), forward it
 // upstream (UpstreamClient), give the quota back when the answer matches the domain's
-// `refund_on`, and pass the upstream's answer on with the rate-limit headers added.
+// `refund_on`, and pass the upstream's answer on with the rate-limit headers added: its status
+// and fields as soon as they arrive, then its body streamed piece by piece (PipeBody).
 //
 // Which upstream: the first domain by name, among those whose route matched the request and
 // that have an `upstream`; if none of them has one, Config::proxy_domain's (the first domain by
@@ -23,6 +24,7 @@ namespace sluice::http {
 struct Service::ProxyCall {
   Responder responder;
   HttpRequest request;
+  std::shared_ptr<BodyReader> body;  // the request's body, still with the client (streamed)
   std::shared_ptr<const rules::Config> config;  // the snapshot it was decided on
   engine::Response decision;
   engine::Consumption consumed;
@@ -40,6 +42,25 @@ bool Has(const std::vector<std::string>& list, std::string_view what) {
 
 std::string_view MethodOf(const HttpRequest& request) {
   return {request.method_string().data(), request.method_string().size()};
+}
+
+// Copies the upstream's body to the client one piece at a time: the next piece is read only once
+// the previous one is written, so a slow client slows the upstream down instead of filling
+// memory. Either side failing ends both: the upstream cut short closes the client's connection
+// (the status is out, so that is the only way left to say so), and a client gone drops `body`,
+// which closes the upstream connection instead of pooling it.
+void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> client) {
+  UpstreamBody& source = *body;
+  source.Read([body = std::move(body), client = std::move(client)](
+                  UpstreamBody::Status status, std::string_view piece) mutable {
+    if (status == UpstreamBody::Status::kError) return client->Abort();
+    if (status == UpstreamBody::Status::kEnd) return client->End();
+    BodyWriter& sink = *client;
+    sink.Write(boost::asio::buffer(piece.data(), piece.size()),
+               [body = std::move(body), client = std::move(client)](bool written) mutable {
+                 if (written) PipeBody(std::move(body), std::move(client));
+               });
+  });
 }
 
 }  // namespace
@@ -78,6 +99,7 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   call->target = {.host = section->upstream_host, .port = section->upstream_port};
   call->executor = deferral.executor();
   call->request = std::move(request);
+  call->body = deferral.body();
   PrepareUpstreamRequest(call->request, peer);
   call->config = config;
   call->responder = deferral.Take();  // every proxied request is answered later
@@ -138,10 +160,13 @@ void Service::Forward(std::shared_ptr<ProxyCall> call) {
   HttpRequest request = std::move(call->request);
   const boost::asio::any_io_executor executor = call->executor;
   UpstreamTarget target = call->target;
-  upstream_.Forward(executor, std::move(target), std::move(request), timeout,
-                    [this, call = std::move(call)](UpstreamResult result) {
-                      ProxyAnswered(call, std::move(result));
-                    });
+  std::shared_ptr<BodyReader> body = std::move(call->body);
+  upstream_.Forward(
+      executor, std::move(target), std::move(request), timeout,
+      [this, call = std::move(call)](UpstreamResult result) {
+        ProxyAnswered(call, std::move(result));
+      },
+      std::move(body));
 }
 
 void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result) {
@@ -179,7 +204,12 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   }
   AddRateLimitHeaders(*call->config, call->decision, result.response);
   CountResponse(result.response);
-  call->responder.Send(std::move(result.response));
+  if (result.body == nullptr) return call->responder.Send(std::move(result.response));
+  const std::optional<uint64_t> content_length = result.body->content_length();
+  call->responder.Stream(std::move(result.response), content_length,
+                         [body = std::move(result.body)](std::shared_ptr<BodyWriter> client) {
+                           if (client != nullptr) PipeBody(body, std::move(client));
+                         });
 }
 
 }  // namespace sluice::http

@@ -1,6 +1,7 @@
 #include "http/upstream_client.h"
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <optional>
@@ -98,26 +99,38 @@ struct UpstreamClient::Connection {
   Clock::time_point idle_since;
 };
 
-// One request: connect (or reuse), send, read the answer, call back. Owns itself while an
-// operation is pending.
-class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
+// One request: connect (or reuse), send, read the answer's header, call back; then, as the
+// UpstreamBody handed over, read the body piece by piece. Owns itself while an operation is
+// pending; the holder of the body owns it after that.
+class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
+                                 public UpstreamBody {
  public:
   Exchange(UpstreamClient* client, asio::any_io_executor executor, UpstreamTarget target,
            HttpRequest request, std::chrono::milliseconds timeout,
-           std::function<void(UpstreamResult)> done)
+           std::function<void(UpstreamResult)> done, std::shared_ptr<BodyReader> request_body)
       : client_(client),
         executor_(std::move(executor)),
         target_(std::move(target)),
         request_(std::move(request)),
+        timeout_(timeout),
         deadline_(Clock::now() + timeout),
         done_(std::move(done)),
+        request_body_(std::move(request_body)),
         resolver_(executor_),
         key_(&asio::query(executor_, asio::execution::context),
              fmt::format("{}:{}", target_.host, target_.port)) {
     request_.version(11);
     request_.keep_alive(true);
-    request_.prepare_payload();
+    if (request_body_ == nullptr) {
+      request_.prepare_payload();
+    } else if (const auto length = request_body_->content_length()) {
+      request_.content_length(*length);
+    } else {
+      request_.chunked(true);
+    }
   }
+
+  ~Exchange() override { CloseConnection(); }  // a body not read to its end: never pooled
 
   void Start() {
     connection_ = client_->TakeIdle(key_);
@@ -161,24 +174,77 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
 
   void Send() {
     connection_->stream.expires_at(deadline_);
-    beast_http::async_write(connection_->stream, request_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (ec) return self->Failed(ec, /*sent=*/false);
-                              self->Read();
-                            });
+    if (request_body_ == nullptr) {
+      return beast_http::async_write(connection_->stream, request_,
+                                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                                       if (ec) return self->Failed(ec, /*sent=*/false);
+                                       self->ReadHeader();
+                                     });
+    }
+    head_.emplace(beast_http::request_header<>(request_.base()));
+    head_serializer_.emplace(*head_);
+    beast_http::async_write_header(connection_->stream, *head_serializer_,
+                                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                                     if (ec) return self->Failed(ec, /*sent=*/false);
+                                     self->SendBody();
+                                   });
   }
 
-  void Read() {
+  // The client's body, piece by piece as it arrives: the next is read once this one is sent.
+  void SendBody() {
+    request_body_->Read([self = shared_from_this()](BodyReader::Status status,
+                                                    std::string_view piece) {
+      if (status == BodyReader::Status::kError) {
+        return self->Finish(UpstreamOutcome::kError, beast_http::status::bad_request,
+                            "the request's body broke off");
+      }
+      self->body_started_ = true;  // what was read from the client cannot be sent again
+      const bool chunked = self->request_.chunked();
+      if (status == BodyReader::Status::kEnd) {
+        if (!chunked) return self->BodySent();
+        static constexpr std::string_view kLast = "0\r\n\r\n";
+        self->connection_->stream.expires_after(self->timeout_);
+        return asio::async_write(self->connection_->stream,
+                                 asio::buffer(kLast.data(), kLast.size()),
+                                 [self](beast::error_code ec, size_t) {
+                                   if (ec) return self->Failed(ec, /*sent=*/true);
+                                   self->BodySent();
+                                 });
+      }
+      std::array<asio::const_buffer, 3> buffers{asio::const_buffer(),
+                                                asio::buffer(piece.data(), piece.size()),
+                                                asio::const_buffer()};
+      if (chunked) {
+        self->chunk_size_ = fmt::format("{:x}\r\n", piece.size());
+        buffers[0] = asio::buffer(self->chunk_size_);
+        buffers[2] = asio::buffer("\r\n", 2);
+      }
+      self->connection_->stream.expires_after(self->timeout_);
+      asio::async_write(self->connection_->stream, buffers, [self](beast::error_code ec, size_t) {
+        if (ec) return self->Failed(ec, /*sent=*/true);
+        self->SendBody();
+      });
+    });
+  }
+
+  // The wait for the answer's header starts now.
+  void BodySent() {
+    body_sent_ = true;
+    deadline_ = Clock::now() + timeout_;
+    ReadHeader();
+  }
+
+  void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(client_->options_.max_response_header_bytes));
-    parser_->body_limit(client_->options_.max_response_bytes);
+    parser_->body_limit(boost::none);  // streamed: any size
     if (request_.method() == beast_http::verb::head) parser_->skip(true);
     connection_->stream.expires_at(deadline_);
-    beast_http::async_read(connection_->stream, connection_->buffer, *parser_,
-                           [self = shared_from_this()](beast::error_code ec, size_t) {
-                             if (ec) return self->Failed(ec, /*sent=*/true);
-                             self->Done();
-                           });
+    beast_http::async_read_header(connection_->stream, connection_->buffer, *parser_,
+                                  [self = shared_from_this()](beast::error_code ec, size_t) {
+                                    if (ec) return self->Failed(ec, /*sent=*/true);
+                                    self->HeaderArrived();
+                                  });
   }
 
   // An I/O error after connecting: a stale pooled connection is retried once when safe.
@@ -188,37 +254,74 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
                     "no answer within the timeout");
     }
     const bool nothing_back = !parser_ || !parser_->got_some();
-    if (reused_ && nothing_back && (!sent || Idempotent(request_.method()))) {
+    if (reused_ && nothing_back && !body_started_ && (!sent || Idempotent(request_.method()))) {
       connection_.reset();
       return Connect();
     }
-    if (ec == beast_http::error::body_limit) {
-      return Finish(
-          UpstreamOutcome::kError, beast_http::status::bad_gateway,
-          fmt::format("the answer is larger than {} bytes", client_->options_.max_response_bytes));
-    }
-    Finish(
-        UpstreamOutcome::kError, beast_http::status::bad_gateway,
-        fmt::format("{}: {}", sent ? "reading the answer" : "sending the request", ec.message()));
+    const char* doing = !sent                                ? "sending the request"
+                        : request_body_ != nullptr && !body_sent_ ? "sending the request's body"
+                                                                  : "reading the answer";
+    Finish(UpstreamOutcome::kError, beast_http::status::bad_gateway,
+           fmt::format("{}: {}", doing, ec.message()));
   }
 
-  void Done() {
-    HttpResponse response = parser_->release();
-    if (response.keep_alive() && connection_->buffer.size() == 0) {
-      client_->ReturnIdle(key_, std::move(connection_));
+  void HeaderArrived() {
+    HttpResponse head(beast_http::response_header<>(parser_->get().base()));
+    StripHopByHop(head.base());
+    Call({.outcome = UpstreamOutcome::kOk,
+          .response = std::move(head),
+          .body = shared_from_this()});
+  }
+
+  // UpstreamBody.
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    if (parser_->is_done()) {
+      if (parser_->keep_alive() && connection_ != nullptr && connection_->buffer.size() == 0) {
+        client_->ReturnIdle(key_, std::move(connection_));
+      }
+      CloseConnection();
+      return got(Status::kEnd, {});
     }
+    if (connection_ == nullptr) return got(Status::kError, {});
+    piece_.resize(client_->options_.body_piece_bytes);
+    // Beast reads at most what the buffer can take without growing (at least 512 bytes): with
+    // room for a whole piece, a piece costs one read instead of a hundred.
+    connection_->buffer.reserve(piece_.size());
+    parser_->get().body().data = piece_.data();
+    parser_->get().body().size = piece_.size();
+    parser_->get().body().more = true;
+    connection_->stream.expires_after(timeout_);  // the longest silence while the body streams
+    beast_http::async_read_some(
+        connection_->stream, connection_->buffer, *parser_,
+        [self = shared_from_this(), got = std::move(got)](beast::error_code ec, size_t) mutable {
+          if (ec == beast_http::error::need_buffer) ec = {};  // the piece is full
+          if (ec) {
+            self->CloseConnection();
+            return got(Status::kError, {});
+          }
+          const size_t n = self->piece_.size() - self->parser_->get().body().size;
+          // Nothing for the body yet (only framing, e.g. a chunk's size line), or its end.
+          if (n == 0) return self->Read(std::move(got));
+          got(Status::kPiece, std::string_view(self->piece_.data(), n));
+        });
+  }
+
+  std::optional<uint64_t> content_length() const override {
+    const auto length = parser_->content_length();
+    if (!length) return std::nullopt;
+    return *length;
+  }
+
+  void CloseConnection() {
+    if (connection_ == nullptr) return;
+    beast::error_code ignored;
+    connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    connection_->stream.close();
     connection_.reset();
-    StripHopByHop(response.base());
-    Call({.outcome = UpstreamOutcome::kOk, .response = std::move(response)});
   }
 
   void Finish(UpstreamOutcome outcome, beast_http::status status, std::string what) {
-    if (connection_ != nullptr) {
-      beast::error_code ignored;
-      connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      connection_->stream.close();
-      connection_.reset();
-    }
+    CloseConnection();
     Call({.outcome = outcome, .response = ErrorResponse(status, target_, what)});
   }
 
@@ -232,12 +335,20 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange> {
   asio::any_io_executor executor_;
   const UpstreamTarget target_;
   HttpRequest request_;
-  const Clock::time_point deadline_;
+  const std::chrono::milliseconds timeout_;
+  Clock::time_point deadline_;  // of the answer's header
   std::function<void(UpstreamResult)> done_;
+  const std::shared_ptr<BodyReader> request_body_;  // null: the body is in request_
+  std::optional<beast_http::request<beast_http::empty_body>> head_;  // request_'s header
+  std::optional<beast_http::request_serializer<beast_http::empty_body>> head_serializer_;
+  std::string chunk_size_;  // the size line of the chunk being sent
+  bool body_started_ = false;  // (streamed) a piece of the body was read from the client
+  bool body_sent_ = false;     // (streamed) the whole body was sent
   tcp::resolver resolver_;
   const PoolKey key_;
   std::unique_ptr<Connection> connection_;
-  std::optional<beast_http::response_parser<beast_http::string_body>> parser_;
+  std::optional<beast_http::response_parser<beast_http::buffer_body>> parser_;
+  std::vector<char> piece_;  // the body piece being read
   bool reused_ = false;
 };
 
@@ -247,9 +358,10 @@ UpstreamClient::~UpstreamClient() = default;
 
 void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget target,
                              HttpRequest request, std::chrono::milliseconds timeout,
-                             std::function<void(UpstreamResult)> done) {
+                             std::function<void(UpstreamResult)> done,
+                             std::shared_ptr<BodyReader> request_body) {
   auto exchange = std::make_shared<Exchange>(this, executor, std::move(target), std::move(request),
-                                             timeout, std::move(done));
+                                             timeout, std::move(done), std::move(request_body));
   // Run on the io_context's thread: pooled connections are touched only there.
   asio::dispatch(executor, [exchange] { exchange->Start(); });
 }
@@ -285,6 +397,7 @@ std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolK
 void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection) {
   connection->idle_since = Clock::now();
   connection->stream.expires_never();
+  connection->buffer.shrink_to_fit();  // empty while idle
   std::unique_ptr<Connection> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,17 +1,22 @@
 // UpstreamClient: the reverse proxy's HTTP/1.1 client, on Boost.Beast / Asio.
 //
-// Forward() sends one request to an upstream (host:port) and calls back once with the answer:
-// the upstream's response (hop-by-hop header fields removed), or sluice's own 502 (cannot
-// connect, broken or oversized answer) or 504 (no whole answer within the timeout), each with a
-// JSON body naming the upstream. Connections are kept alive and pooled per io_context and
-// target: a bounded number of idle connections each, dropped when older than max_idle_age. A
-// pooled connection the upstream closed while it sat idle is detected by the exchange failing
-// before any byte of the answer came back; the request is then sent once more on a fresh
-// connection if that is safe: always when writing failed, otherwise only for idempotent methods
-// (RFC 9110 §9.2.2), since the upstream may have acted on it.
+// Forward() sends one request to an upstream (host:port) and calls back once, as soon as the
+// answer's header has arrived: the upstream's status and fields (hop-by-hop ones removed) with an
+// UpstreamBody to read its body from, piece by piece; or sluice's own 502 (cannot connect, broken
+// answer) or 504 (no header within the timeout), each with a JSON body naming the upstream.
+// Connections are kept alive and pooled per io_context and target: a bounded number of idle
+// connections each, dropped when older than max_idle_age. A pooled connection the upstream closed
+// while it sat idle is detected by the exchange failing before any byte of the answer came back;
+// the request is then sent once more on a fresh connection if that is safe: always when writing
+// failed, otherwise only for idempotent methods (RFC 9110 §9.2.2), since the upstream may have
+// acted on it.
 //
-// Bodies are buffered, not streamed: the request's (already read whole by HttpServer, bounded
-// by max_body_bytes) and the upstream's answer, up to max_response_bytes (larger: 502).
+// Bodies are streamed both ways. The request's is either held whole in the request or read piece
+// by piece from a BodyReader (the client's, Deferral::body()) and sent on as it comes, with its
+// Content-Length or chunked; the answer's is read piece by piece: at most one piece
+// (body_piece_bytes) and one read buffer are held per exchange, whatever its size. A connection
+// goes back to the pool only once its answer's body was read to the end; a body dropped before
+// that, or cut short by the upstream, closes it.
 //
 // Safe for concurrent use. The callback runs on the thread of the io_context the request's
 // executor belongs to. Every exchange in flight keeps that io_context's run() going; CloseIdle()
@@ -28,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,8 +47,8 @@ namespace sluice::http {
 struct UpstreamOptions {
   size_t max_idle_per_target = 32;  // idle keep-alive connections per (io_context, host:port)
   std::chrono::milliseconds max_idle_age{30000};
-  size_t max_response_bytes = size_t{64} << 20;
   size_t max_response_header_bytes = size_t{64} << 10;
+  size_t body_piece_bytes = size_t{64} << 10;  // the most an UpstreamBody::Read hands over
 };
 
 struct UpstreamTarget {
@@ -54,13 +60,20 @@ struct UpstreamTarget {
 enum class UpstreamOutcome {
   kOk,            // the upstream answered (any status)
   kConnectError,  // no connection (refused, unresolvable, unreachable): 502
-  kTimeout,       // no whole answer within the timeout: 504
-  kError,         // the connection broke, or the answer was malformed or too large: 502
+  kTimeout,       // no answer header within the timeout: 504
+  kError,         // the connection broke, or the answer's header was malformed: 502
 };
+
+// The body of an upstream's answer (kOk), read piece by piece, at most body_piece_bytes at a
+// time, on the io_context's thread. kEnd: the connection went back to the pool; kError: the
+// upstream closed, broke the framing or was silent for the timeout. Dropping it before kEnd
+// closes the connection.
+using UpstreamBody = BodyReader;
 
 struct UpstreamResult {
   UpstreamOutcome outcome = UpstreamOutcome::kError;
-  HttpResponse response;
+  HttpResponse response;  // kOk: the status and fields, its body empty; else sluice's answer
+  std::shared_ptr<UpstreamBody> body = {};  // kOk only
 };
 
 class UpstreamClient {
@@ -70,10 +83,15 @@ class UpstreamClient {
   UpstreamClient(const UpstreamClient&) = delete;
   UpstreamClient& operator=(const UpstreamClient&) = delete;
 
-  // Sends `request` (see PrepareUpstreamRequest) to `target` on `executor`'s io_context; the
-  // whole exchange (connect, send, answer) must finish within `timeout`. Calls `done` once.
+  // Sends `request` (see PrepareUpstreamRequest) to `target` on `executor`'s io_context;
+  // connecting, sending and receiving the answer's header must finish within `timeout`, and
+  // while the body is read, no silence between two pieces may last longer. Calls `done` once.
+  // With `request_body`, the request's body is read from it (on the same io_context's thread)
+  // and sent as it comes; the wait for the answer's header then starts once it is all sent, and
+  // a request whose body was partly sent is never retried.
   void Forward(boost::asio::any_io_executor executor, UpstreamTarget target, HttpRequest request,
-               std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done);
+               std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done,
+               std::shared_ptr<BodyReader> request_body = nullptr);
 
   // Closes every idle connection (see the banner for when).
   void CloseIdle();
@@ -97,7 +115,7 @@ class UpstreamClient {
 };
 
 // Turns a request received from `peer` into the one to send upstream: hop-by-hop fields removed
-// (RFC 9110 §7.6.1), Expect dropped (the body is already here), `peer` appended to
+// (RFC 9110 §7.6.1), Expect dropped (sluice answers it itself), `peer` appended to
 // X-Forwarded-For (the values received are kept, joined into one field), X-Forwarded-Proto and
 // X-Forwarded-Host set unless present. The Host field and the target are kept as received.
 void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer);

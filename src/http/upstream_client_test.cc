@@ -1,6 +1,8 @@
 // UpstreamClient against scripted loopback servers: keep-alive reuse, the retry of a request on a
 // pooled connection the upstream closed while it was idle (idempotent methods only), 502 when
-// nothing listens, 504 on a silent upstream, and the request/response header rewriting.
+// nothing listens, 504 on a silent upstream, the request/response header rewriting, and the
+// streamed body: bounded pieces, chunked and close-delimited answers, an answer cut short or
+// abandoned (its connection never pooled), the idle timeout between pieces.
 
 #include "http/upstream_client.h"
 
@@ -10,8 +12,13 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 namespace sluice::http {
 namespace {
@@ -40,6 +47,21 @@ class ScriptedUpstream {
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  std::string received() const {  // every byte received, on every connection
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_;
+  }
+  // What was received once it ends with `suffix`, or after 2 s (the answer may reach the client
+  // before this thread has read all it sent).
+  std::string ReceivedEndingWith(std::string_view suffix) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    std::string got = received();
+    while (!got.ends_with(suffix) && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      got = received();
+    }
+    return got;
+  }
 
  private:
   struct Conn {
@@ -63,6 +85,10 @@ class ScriptedUpstream {
                               [this, c](boost::system::error_code ec, size_t n) {
                                 if (ec) return;
                                 c->in.append(c->buf, n);
+                                {
+                                  std::lock_guard<std::mutex> lock(mu_);
+                                  received_.append(c->buf, n);
+                                }
                                 const size_t end = c->in.find("\r\n\r\n");
                                 if (end == std::string::npos) return Read(c);
                                 c->in.erase(0, end + 4);  // (the tests send no bodies)
@@ -88,23 +114,47 @@ class ScriptedUpstream {
   std::thread thread_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
+  mutable std::mutex mu_;
+  std::string received_;  // guarded by mu_
 };
 
 constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-End: 1\r\n\r\nok";
 
 class UpstreamClientTest : public ::testing::Test {
  protected:
+  // Forwards a request and reads the answer's body whole into response.body() (for kOk);
+  // `body_status` is how the body ended, `pieces` the size of each piece read.
   UpstreamResult Send(uint16_t port, beast_http::verb method,
                       std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
     HttpRequest request(method, "/x", 11);
     request.set(beast_http::field::host, "test");
     UpstreamResult out;
+    pieces_.clear();
+    body_status_ = UpstreamBody::Status::kPiece;
     client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = port}, std::move(request),
-                    timeout, [&](UpstreamResult r) { out = std::move(r); });
+                    timeout, [&](UpstreamResult r) {
+                      out = std::move(r);
+                      if (out.body != nullptr) Drain(out.body, &out.response.body());
+                    });
     io_.run();
     io_.restart();
+    out.body.reset();
     return out;
   }
+
+  void Drain(std::shared_ptr<UpstreamBody> body, std::string* into) {
+    UpstreamBody& source = *body;
+    source.Read([this, body, into](UpstreamBody::Status status, std::string_view piece) {
+      body_status_ = status;
+      if (status != UpstreamBody::Status::kPiece) return;
+      pieces_.push_back(piece.size());
+      into->append(piece);
+      Drain(body, into);
+    });
+  }
+
+  std::vector<size_t> pieces_;
+  UpstreamBody::Status body_status_ = UpstreamBody::Status::kPiece;
 
   asio::io_context io_;
   UpstreamClient client_;
@@ -185,6 +235,195 @@ TEST_F(UpstreamClientTest, ResponseLosesHopByHopFields) {
   EXPECT_EQ(r.response.count(beast_http::field::transfer_encoding), 0u);
   EXPECT_EQ(r.response.count(beast_http::field::connection), 0u);
   EXPECT_EQ(r.response["X-End"], "1");
+}
+
+// A body of `size` bytes that shows any piece lost, repeated or misplaced.
+std::string Pattern(size_t size) {
+  std::string body(size, '\0');
+  for (size_t i = 0; i < size; ++i) body[i] = static_cast<char>('a' + (i * 7 + i / 1000) % 26);
+  return body;
+}
+
+TEST_F(UpstreamClientTest, LargeBodyArrivesWholeInBoundedPiecesAndTheConnectionIsPooled) {
+  const std::string body = Pattern(300000);
+  ScriptedUpstream upstream(
+      "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+      false);
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
+  EXPECT_TRUE(r.response.body() == body);
+  EXPECT_GE(pieces_.size(), 5u);
+  for (size_t n : pieces_) EXPECT_LE(n, size_t{64} << 10);
+  EXPECT_EQ(client_.idle_connections(), 1u);
+}
+
+TEST_F(UpstreamClientTest, ContentLengthIsReportedBeforeTheBody) {
+  ScriptedUpstream upstream(kOk, false);
+  HttpRequest request(beast_http::verb::get, "/x", 11);
+  std::optional<uint64_t> length;
+  client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()},
+                  std::move(request), std::chrono::seconds(5), [&](UpstreamResult r) {
+                    ASSERT_NE(r.body, nullptr);
+                    length = r.body->content_length();
+                  });
+  io_.run();
+  EXPECT_EQ(length, std::optional<uint64_t>(2));
+  EXPECT_EQ(client_.idle_connections(), 0u);  // dropped unread: closed, not pooled
+}
+
+TEST_F(UpstreamClientTest, ChunkedBodyIsDecodedWithoutALength) {
+  ScriptedUpstream upstream(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1\r\n \r\n"
+      "5\r\nworld\r\n0\r\n\r\n",
+      false);
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
+  EXPECT_EQ(r.response.body(), "hello world");
+  EXPECT_EQ(client_.idle_connections(), 1u);
+}
+
+TEST_F(UpstreamClientTest, CloseDelimitedBodyEndsAtTheCloseAndIsNotPooled) {
+  ScriptedUpstream upstream("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end", true);
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
+  EXPECT_EQ(r.response.body(), "until the end");
+  EXPECT_EQ(client_.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, BodyCutShortIsAnErrorAndTheConnectionIsNotPooled) {
+  ScriptedUpstream upstream("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", true);
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);  // the header came whole
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kError);
+  EXPECT_EQ(r.response.body(), "abc");
+  EXPECT_EQ(client_.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, SilenceMidBodyIsAnErrorAfterTheTimeout) {
+  ScriptedUpstream upstream("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false);
+  const auto start = std::chrono::steady_clock::now();
+  const UpstreamResult r =
+      Send(upstream.port(), beast_http::verb::get, std::chrono::milliseconds(200));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kError);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(190));
+  EXPECT_LT(elapsed, std::chrono::seconds(3));
+  EXPECT_EQ(client_.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, BodyAbandonedMidwayClosesTheConnection) {
+  const std::string body = Pattern(1 << 20);
+  ScriptedUpstream upstream(
+      "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+      false);
+  HttpRequest request(beast_http::verb::get, "/x", 11);
+  size_t got = 0;
+  client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()},
+                  std::move(request), std::chrono::seconds(5), [&](UpstreamResult r) {
+                    ASSERT_NE(r.body, nullptr);
+                    UpstreamBody& source = *r.body;
+                    source.Read(
+                        [&got, body = r.body](UpstreamBody::Status, std::string_view piece) {
+                          got = piece.size();  // and the body is dropped after this
+                        });
+                  });
+  io_.run();
+  io_.restart();
+  EXPECT_GT(got, 0u);
+  EXPECT_EQ(client_.idle_connections(), 0u);
+  // The next request needs a new connection: the abandoned one was closed, not reused.
+  EXPECT_EQ(Send(upstream.port(), beast_http::verb::get).response.body(), body);
+  EXPECT_EQ(upstream.connections(), 2);
+}
+
+TEST_F(UpstreamClientTest, HeadAnswerHasNoBodyButKeepsItsLength) {
+  ScriptedUpstream upstream("HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n", false);
+  HttpRequest request(beast_http::verb::head, "/x", 11);
+  std::optional<uint64_t> length;
+  std::string received;
+  client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()},
+                  std::move(request), std::chrono::seconds(5), [&](UpstreamResult r) {
+                    ASSERT_NE(r.body, nullptr);
+                    length = r.body->content_length();
+                    Drain(r.body, &received);
+                  });
+  io_.run();
+  io_.restart();
+  EXPECT_EQ(length, std::optional<uint64_t>(1234));
+  EXPECT_EQ(received, "");
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
+  EXPECT_EQ(client_.idle_connections(), 1u);
+}
+
+// A request body handed over piece by piece, as HttpServer's streamed bodies are.
+class FakeBody : public BodyReader {
+ public:
+  FakeBody(std::vector<std::string> pieces, std::optional<uint64_t> length, bool breaks = false)
+      : pieces_(std::move(pieces)), length_(length), breaks_(breaks) {}
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    ++reads_;
+    if (next_ < pieces_.size()) return got(Status::kPiece, pieces_[next_++]);
+    got(breaks_ ? Status::kError : Status::kEnd, {});
+  }
+  std::optional<uint64_t> content_length() const override { return length_; }
+  int reads() const { return reads_; }
+
+ private:
+  const std::vector<std::string> pieces_;
+  const std::optional<uint64_t> length_;
+  const bool breaks_;
+  size_t next_ = 0;
+  int reads_ = 0;
+};
+
+TEST_F(UpstreamClientTest, StreamedRequestBodyWithoutALengthIsSentChunked) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, std::nullopt);
+  HttpRequest request(beast_http::verb::post, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(body->reads(), 3);  // two pieces and the end
+  const std::string sent = upstream.ReceivedEndingWith("0\r\n\r\n");
+  EXPECT_THAT(sent, HasSubstr("Transfer-Encoding: chunked\r\n"));
+  EXPECT_THAT(sent, ::testing::EndsWith("\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"));
+}
+
+TEST_F(UpstreamClientTest, StreamedRequestBodyWithALengthIsSentAsIs) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
+  HttpRequest request(beast_http::verb::put, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
+  const std::string sent = upstream.ReceivedEndingWith("abcde");
+  EXPECT_THAT(sent, HasSubstr("Content-Length: 5\r\n"));
+  EXPECT_EQ(sent.find("Transfer-Encoding"), std::string::npos) << sent;
+  EXPECT_THAT(sent, ::testing::EndsWith("\r\n\r\nabcde"));
+}
+
+TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotPooled) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc"}, 5, /*breaks=*/true);
+  HttpRequest request(beast_http::verb::post, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kError);
+  EXPECT_EQ(result.body, nullptr);
+  EXPECT_EQ(client_.idle_connections(), 0u);
 }
 
 TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {

@@ -165,7 +165,9 @@ struct Settings {
   int64_t header_timeout_us = 10 * 1000000;  // a request must arrive whole within this
   int64_t idle_timeout_us = 60 * 1000000;    // keep-alive connections idle longer are closed
   size_t max_connections = 10000;
-  int64_t upstream_timeout_us = 30 * 1000000;  // reverse proxy: the whole upstream exchange
+  // Reverse proxy: connect, send and the wait for the answer's header; also the longest silence
+  // while a body streams either way.
+  int64_t upstream_timeout_us = 30 * 1000000;
   size_t max_delayed = 10000;  // reverse proxy: requests held by leaky_bucket shaping at once
   bool count_denied = false;
   bool shadow_mode = false;

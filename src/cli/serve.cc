@@ -237,7 +237,8 @@ int RunServe(const ServeFlags& flags) {
        .max_body_bytes = settings.max_body_bytes,
        .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
        .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
-       .max_connections = settings.max_connections});
+       .max_connections = settings.max_connections,
+       .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)});
   const int64_t start_us = SystemClock::Get()->NowMicros();
   http::Registry registry;
   auto metrics = http::ServerMetrics::Register(

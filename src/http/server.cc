@@ -1,6 +1,7 @@
 #include "http/server.h"
 
 #include <array>
+#include <condition_variable>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -163,6 +164,21 @@ struct HttpServer::Impl {
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<Session>> sessions;  // guarded by sessions_mu
   size_t tracked_since_prune = 0;                // guarded by sessions_mu
+  std::vector<std::weak_ptr<Session>> draining;  // still busy when Stop() came; sessions_mu
+
+  // After Stop(): closes what is still open at the shutdown deadline, unless Run() is over.
+  std::thread watchdog;
+  std::mutex finished_mu;
+  std::condition_variable finished_cv;
+  bool finished = false;  // guarded by finished_mu
+  void Finish() {
+    {
+      std::lock_guard<std::mutex> lock(finished_mu);
+      finished = true;
+    }
+    finished_cv.notify_all();
+    if (watchdog.joinable() && watchdog.get_id() != std::this_thread::get_id()) watchdog.join();
+  }
 };
 
 // One connection. Owns itself through shared_from_this while an operation is pending.
@@ -207,6 +223,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       if (!self->busy_) self->Close();
     });
+  }
+  // Closes the connection whatever it is doing (the shutdown deadline passed): a streamed answer
+  // is cut short, an answer still to come finds the connection gone.
+  void ForceClose() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
   }
 
  private:
@@ -654,7 +675,7 @@ void Responder::Send(HttpResponse response) {
 HttpServer::HttpServer(const ServerOptions& options)
     : impl_(std::make_unique<Impl>(options, &stats_)) {}
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() { impl_->Finish(); }
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
                                        size_t max_connections, StreamBodyIf stream_body) {
@@ -686,6 +707,7 @@ void HttpServer::Run() {
   }
   impl_->contexts[0]->run();
   for (auto& t : threads) t.join();
+  impl_->Finish();
 }
 
 void HttpServer::Stop() {
@@ -704,9 +726,35 @@ void HttpServer::Stop() {
       impl->sessions.clear();
     }
     for (auto& s : open) s->CloseIfIdle();
+    {
+      std::lock_guard<std::mutex> lock(impl->sessions_mu);
+      for (auto& s : open) impl->draining.push_back(s);
+    }
     // Busy sessions finish their response and then close (keep-alive is off while stopping);
     // once no work is left, every io_context's run() returns.
     impl->guards.clear();
+  });
+  // Those still busy at the deadline (a long streamed answer, a slow upstream) are closed.
+  impl_->watchdog = std::thread([impl = impl_.get()] {
+    std::unique_lock<std::mutex> lock(impl->finished_mu);
+    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, [impl] { return impl->finished; })) {
+      return;
+    }
+    lock.unlock();
+    std::vector<std::shared_ptr<Impl::Session>> left;
+    {
+      std::lock_guard<std::mutex> sessions_lock(impl->sessions_mu);
+      for (auto* list : {&impl->draining, &impl->sessions}) {
+        for (auto& w : *list) {
+          if (auto s = w.lock()) left.push_back(std::move(s));
+        }
+      }
+    }
+    if (!left.empty()) {
+      spdlog::warn("shutdown: {} connection(s) still busy after {} ms, closing them", left.size(),
+                   impl->options.shutdown_timeout.count());
+    }
+    for (auto& s : left) s->ForceClose();
   });
 }
 

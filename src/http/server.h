@@ -15,9 +15,10 @@
 // piece by piece through a BodyWriter, one piece in flight at a time, so what the server holds
 // for it stays bounded whatever its size. Likewise a listener may hand a request to its handler
 // as soon as its header is in, with the body left to read piece by piece (Listen's
-// `stream_body`, Deferral::body()). Stop() stops
-// accepting, lets requests in flight (deferred ones too) finish and closes idle connections, then
-// returns; Run() returns after that.
+// `stream_body`, Deferral::body()). Stop() stops accepting, closes idle connections and lets
+// requests in flight (deferred and streamed ones too) finish, up to
+// ServerOptions::shutdown_timeout, after which it closes what is left; Run() returns once every
+// connection is closed.
 
 #ifndef SLUICE_HTTP_SERVER_H_
 #define SLUICE_HTTP_SERVER_H_
@@ -163,6 +164,8 @@ struct ServerOptions {
   std::chrono::milliseconds header_timeout{10000};
   std::chrono::milliseconds idle_timeout{60000};
   size_t max_connections = 10000;  // per listener, unless Listen() says otherwise
+  // After Stop(), connections still busy this long (a long streamed answer) are closed.
+  std::chrono::milliseconds shutdown_timeout{30000};
 };
 
 struct ServerStats {

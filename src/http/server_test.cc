@@ -2,7 +2,8 @@
 // order of pipelined requests; a Responder dropped unsent answers 500; Stop() waits for a
 // deferred request in flight. Streamed answers (chunked, a wrong length closing the connection)
 // and streamed request bodies (read piece by piece, pipelining after them, an answer sent before
-// the body was read closing the connection, 100 Continue).
+// the body was read closing the connection, 100 Continue). A stream still running at the
+// shutdown deadline is cut.
 
 #include "http/server.h"
 
@@ -159,6 +160,59 @@ void StreamHelloWorld(Deferral& deferral, std::optional<uint64_t> length) {
       });
     });
   });
+}
+
+// An endless streamed answer (a piece every 20 ms until a write fails) must not hold Stop()
+// past the shutdown deadline: the connection is closed and Run() returns.
+TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
+  HttpServer server(ServerOptions{.threads = 1, .shutdown_timeout = std::chrono::milliseconds(300)});
+  struct Drip : std::enable_shared_from_this<Drip> {
+    Drip(std::shared_ptr<BodyWriter> b, const asio::any_io_executor& e) : body(std::move(b)), timer(e) {}
+    void Next() {
+      body->Write(asio::buffer("tick", 4), [self = shared_from_this()](bool written) {
+        if (!written) return;  // the connection is gone: stop
+        self->timer.expires_after(std::chrono::milliseconds(20));
+        self->timer.async_wait([self](boost::system::error_code ec) {
+          if (!ec) self->Next();
+        });
+      });
+    }
+    std::shared_ptr<BodyWriter> body;
+    asio::steady_timer timer;
+  };
+  std::atomic<bool> streaming{false};
+  auto port = server.Listen("127.0.0.1:0", [&](HttpRequest&, const std::string&, HttpResponse&,
+                                               Deferral& deferral) {
+    const asio::any_io_executor executor = deferral.executor();
+    deferral.Take().Stream(HttpResponse(beast_http::status::ok, 11), std::nullopt,
+                           [&, executor](std::shared_ptr<BodyWriter> body) {
+                             std::make_shared<Drip>(std::move(body), executor)->Next();
+                             streaming = true;
+                           });
+  });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::atomic<bool> ran{false};
+  std::thread run([&] {
+    server.Run();
+    ran = true;
+  });
+  std::string out;
+  std::thread client([&] {
+    out = Exchange(*port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5));
+  });
+  for (int i = 0; i < 2000 && !streaming; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(streaming);
+  const auto stop = std::chrono::steady_clock::now();
+  server.Stop();
+  for (int i = 0; i < 300 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto took = std::chrono::steady_clock::now() - stop;
+  EXPECT_TRUE(ran) << "Run() did not return within 3 s of Stop()";
+  EXPECT_GE(took, std::chrono::milliseconds(250));  // the stream had its time to finish
+  if (!ran) std::abort();  // Run() would never return: joining it would hang the test
+  run.join();
+  client.join();
+  EXPECT_EQ(out.rfind("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ntick\r\n", 0), 0u) << out;
+  EXPECT_EQ(out.find("0\r\n\r\n"), std::string::npos) << "cut, so never ended: " << out;
 }
 
 TEST_F(DeferralTest, StreamedAnswerWithoutALengthIsChunkedAndKeepsTheConnection) {

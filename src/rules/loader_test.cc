@@ -601,7 +601,7 @@ redis:
 store: {max_entries: 1000}
 headers: [ietf]
 http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512, upstream_timeout: 2500ms,
-       max_delayed: 77}
+       max_delayed: 77, shutdown_timeout: 3s}
 count_denied: true
 shadow_mode: true
 unknown_domain: allow
@@ -630,6 +630,7 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.max_body_bytes, 4096u);
   EXPECT_EQ(s.max_key_bytes, 512u);
   EXPECT_EQ(s.upstream_timeout_us, 2500000);
+  EXPECT_EQ(s.shutdown_timeout_us, 3000000);
   EXPECT_EQ(s.max_delayed, 77u);
   EXPECT_TRUE(s.count_denied);
   EXPECT_TRUE(s.shadow_mode);

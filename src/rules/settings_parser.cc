@@ -101,12 +101,14 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
     if (r.CheckMap(http, "http",
                    {"max_header_bytes", "max_body_bytes", "max_key_bytes", "header_timeout",
-                    "idle_timeout", "max_connections", "upstream_timeout", "max_delayed"})) {
+                    "idle_timeout", "max_connections", "upstream_timeout", "max_delayed",
+                    "shutdown_timeout"})) {
       s.upstream_timeout_us =
           r.Duration(http, "upstream_timeout").value_or(s.upstream_timeout_us);
       s.max_delayed = r.Unsigned(http, "max_delayed", 1000000).value_or(s.max_delayed);
       s.header_timeout_us = r.Duration(http, "header_timeout").value_or(s.header_timeout_us);
       s.idle_timeout_us = r.Duration(http, "idle_timeout").value_or(s.idle_timeout_us);
+      s.shutdown_timeout_us = r.Duration(http, "shutdown_timeout").value_or(s.shutdown_timeout_us);
       s.max_connections =
           r.Unsigned(http, "max_connections", 1000000).value_or(s.max_connections);
       s.max_header_bytes = r.Unsigned(http, "max_header_bytes", 1 << 20).value_or(s.max_header_bytes);

@@ -33,6 +33,17 @@ start_redis() {
   return 1
 }
 
+# start_four PREFIX ARGS...: four `sluice serve ARGS --threads 1` (PREFIX0..3); sets datas,
+# admins and spids.
+start_four() {
+  local prefix=$1 i; shift
+  datas=() admins=() spids=()
+  for i in 0 1 2 3; do
+    start "$prefix$i" "$@" --threads 1
+    datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
+  done
+}
+
 # check_body DOMAIN USER: one /v1/check on instance 0; prints the status, keeps headers and body.
 check_one() {
   curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -H 'content-type: application/json' \
@@ -74,11 +85,7 @@ metric() {  # metric NAME_WITH_LABELS: its value on instance 0's /metrics
 # ---------------------------------------------------------------- one Redis, four instances
 for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
 cp -r "$fixtures" "$tmp/rules"
-datas=() admins=() spids=()
-for i in 0 1 2 3; do
-  start "s$i" --config "$tmp/rules" --redis "redis://127.0.0.1:$rport" --threads 1
-  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
-done
+start_four s --config "$tmp/rules" --redis "redis://127.0.0.1:$rport"
 check "four instances up" 4 "$(for d in "${datas[@]}"; do [[ -n $d ]] && echo; done | wc -l)"
 check_contains "start-up line names the backend" "backend redis 127.0.0.1:$rport" "$(cat "$tmp/s0.out")"
 
@@ -192,11 +199,7 @@ redis:
   buckets: 8
   timeout: 500ms
 EOF
-datas=() admins=() spids=()
-for i in 0 1 2 3; do
-  start "p$i" --config "$tmp/packed-rules" --threads 1
-  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
-done
+start_four p --config "$tmp/packed-rules"
 for algo in token_bucket fixed_window sliding_log sliding_window; do
   check "packed $algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
 done
@@ -250,11 +253,7 @@ redis:
   instances: 4
   timeout: 200ms
 EOF
-datas=() admins=() spids=()
-for i in 0 1 2 3; do
-  start "c$i" --config "$tmp/cluster-rules" --threads 1
-  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
-done
+start_four c --config "$tmp/cluster-rules"
 check_contains "cluster: start-up line names it" "backend redis cluster" "$(cat "$tmp/c0.out")"
 for algo in token_bucket fixed_window sliding_log; do
   check "cluster $algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"

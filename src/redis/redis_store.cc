@@ -257,7 +257,7 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool c
                                     std::move(done));
                   }
                   if (sent_text) LearnSha(key);  // the SHA, for next time
-                  done(ParseDecideReply(*reply, items.size()));
+                  done(ParseDecideReply(*reply, items));
                 });
 }
 
@@ -342,10 +342,10 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
                     }
                     return;
                   }
-                  std::vector<size_t> sizes;
-                  for (const Queued& q : batch) sizes.push_back(q.items.size());
+                  std::vector<std::span<const DecideItem>> requests;
+                  for (const Queued& q : batch) requests.emplace_back(q.items);
                   absl::StatusOr<std::vector<DecideResult>> results =
-                      reply.ok() ? ParseDecideReply(*reply, sizes)
+                      reply.ok() ? ParseDecideReply(*reply, requests)
                                  : absl::StatusOr<std::vector<DecideResult>>(reply.status());
                   for (size_t i = 0; i < batch.size(); ++i) {
                     if (results.ok()) {

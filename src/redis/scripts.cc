@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <unordered_map>
 
 #include "fmt/format.h"
 #include "redis/decide_lua.h"  // generated from scripts/decide.lua: kDecideLua
@@ -53,20 +54,22 @@ absl::Status CheckExactRange(const Limit& limit) {
 
 namespace {
 
-// An item's six numbers as decide.lua reads them (struct '<dddddd'), then its hash field if any.
-std::string PackItem(const DecideItem& it) {
+// An item's six numbers as decide.lua reads them (struct '<dddddd'): its kind. Flags: 1
+// count_denied, 2 shadow, 4 its state is a hash field.
+std::string PackKind(const DecideItem& it) {
   const Limit& l = *it.limit;
+  const int flags = (it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0) | (it.field.empty() ? 0 : 4);
   const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
                              static_cast<double>(l.requests),
                              static_cast<double>(l.window_us),
                              static_cast<double>(l.Capacity()),
                              static_cast<double>(it.cost),
-                             static_cast<double>((it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0))};
-  std::string packed(sizeof numbers + it.field.size(), '\0');
-  std::memcpy(packed.data(), numbers, sizeof numbers);
-  std::memcpy(packed.data() + sizeof numbers, it.field.data(), it.field.size());
-  return packed;
+                             static_cast<double>(flags)};
+  return std::string(reinterpret_cast<const char*>(numbers), sizeof numbers);
 }
+
+// A refund's item: its kind, then its hash field if any.
+std::string PackItem(const DecideItem& it) { return PackKind(it) + it.field; }
 
 }  // namespace
 
@@ -86,35 +89,72 @@ std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items
   return command;
 }
 
+namespace {
+
+// A count in decide.lua's plan: one byte below 255, else 255 and three bytes, little-endian.
+void AppendPlanCount(std::string* plan, size_t count) {
+  if (count < 255) {
+    plan->push_back(static_cast<char>(count));
+    return;
+  }
+  plan->push_back(static_cast<char>(255));
+  for (int shift = 0; shift < 24; shift += 8) plan->push_back(static_cast<char>((count >> shift) & 0xff));
+}
+
+}  // namespace
+
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
                          bool commit, bool keys_in_argv) {
   static_assert(std::endian::native == std::endian::little, "decide.lua reads little-endian doubles");
   size_t items = 0;
   for (const auto& r : requests) items += r.size();
-  // The counts as decimal text; each item's six numbers as one string of little-endian doubles
-  // (struct '<dddddd' in decide.lua), converted as tonumber would convert their decimal text.
-  std::vector<std::string> args_text;
-  args_text.reserve(3 + requests.size() + items);
-  const bool argv_keys = commit && keys_in_argv;
-  args_text.push_back(argv_keys ? "0" : std::to_string(items));
-  args_text.push_back(argv_keys ? "3" : (commit ? "1" : "0"));
-  args_text.push_back(std::to_string(requests.size()));
-  if (argv_keys) args_text.push_back(std::to_string(items));
+  // The distinct kinds of item (limit, cost, flags) and states (key, field), each once, numbered
+  // in the order first used, and the plan that says, per request, how many items it has and the
+  // kind and state of each (see decide.lua's header).
+  std::unordered_map<std::string, size_t> kind_numbers;
+  std::vector<std::string_view> kinds;
+  std::unordered_map<std::string, size_t> state_numbers;
+  std::vector<const DecideItem*> states;  // each state's first item
+  std::string plan;
+  plan.reserve(requests.size() + 2 * items);
   for (const auto& request : requests) {
-    args_text.push_back(std::to_string(request.size()));
-    for (const DecideItem& it : request) args_text.push_back(PackItem(it));
+    AppendPlanCount(&plan, request.size());
+    for (const DecideItem& it : request) {
+      auto kind = kind_numbers.try_emplace(PackKind(it), kinds.size() + 1).first;
+      if (kind->second > kinds.size()) kinds.push_back(kind->first);
+      std::string id = it.key;
+      if (!it.field.empty()) (id += '\0') += it.field;
+      auto state = state_numbers.try_emplace(std::move(id), states.size() + 1).first;
+      if (state->second > states.size()) states.push_back(&it);
+      AppendPlanCount(&plan, kind->second);
+      AppendPlanCount(&plan, state->second);
+    }
   }
+  const bool argv_keys = commit && keys_in_argv;
+  const std::string key_count = argv_keys ? "0" : std::to_string(states.size());
+  const std::string requests_text = std::to_string(requests.size());
+  const std::string states_text = std::to_string(states.size());
+  const std::string kinds_text = std::to_string(kinds.size());
   std::vector<std::string_view> args;
-  args.reserve(3 + args_text.size() + items);
+  args.reserve(8 + 2 * states.size() + kinds.size());
   args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
   args.push_back(sha.empty() ? DecideScript() : sha);
-  args.push_back(args_text[0]);
-  const size_t keys_after = argv_keys ? 4 : 1;  // KEYS, or ARGV after mode, R and K
-  for (size_t i = 1; i < keys_after; ++i) args.push_back(args_text[i]);
-  for (const auto& request : requests) {
-    for (const DecideItem& it : request) args.push_back(it.key);
+  args.push_back(key_count);
+  if (!argv_keys) {
+    for (const DecideItem* it : states) args.push_back(it->key);
   }
-  for (size_t i = keys_after; i < args_text.size(); ++i) args.push_back(args_text[i]);
+  args.push_back(argv_keys ? "3" : (commit ? "1" : "0"));
+  args.push_back(requests_text);
+  if (argv_keys) {
+    args.push_back(states_text);
+    for (const DecideItem* it : states) args.push_back(it->key);
+  }
+  args.push_back(kinds_text);
+  for (std::string_view kind : kinds) args.push_back(kind);
+  args.push_back(plan);
+  for (const DecideItem* it : states) {
+    if (!it->field.empty()) args.push_back(it->field);
+  }
   std::string command;
   AppendCommand(&command, args);
   return command;
@@ -125,11 +165,11 @@ std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items
   return EncodeDecide(sha, one, commit);
 }
 
-absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(const Reply& reply,
-                                                           std::span<const size_t> items_per_request) {
+absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
+    const Reply& reply, std::span<const std::span<const DecideItem>> requests) {
   if (reply.IsError()) return absl::InternalError(fmt::format("decide script: {}", reply.str));
   size_t expected = 1;
-  for (size_t n : items_per_request) expected += 1 + 5 * n;
+  for (const auto& request : requests) expected += 3 * request.size();
   const auto& e = reply.elements;
   if (reply.type != Reply::Type::kArray || e.size() != expected) {
     return absl::InternalError(fmt::format("decide script: expected an array of {} integers", expected));
@@ -139,25 +179,30 @@ absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(const Reply& reply,
       return absl::InternalError("decide script: a reply element is not an integer");
     }
   }
-  std::vector<DecideResult> out(items_per_request.size());
+  std::vector<DecideResult> out(requests.size());
   size_t at = 1;
-  for (size_t r = 0; r < items_per_request.size(); ++r) {
+  for (size_t r = 0; r < requests.size(); ++r) {
     out[r].now_us = e[0].integer;
-    out[r].allowed = e[at++].integer != 0;
-    out[r].decisions.resize(items_per_request[r]);
-    for (size_t i = 0; i < items_per_request[r]; ++i, at += 5) {
-      out[r].decisions[i] = Decision{.allowed = e[at].integer != 0,
-                                     .remaining = e[at + 1].integer,
-                                     .retry_after_us = e[at + 2].integer,
-                                     .reset_after_us = e[at + 3].integer,
-                                     .delay_us = e[at + 4].integer};
+    out[r].allowed = true;
+    out[r].decisions.resize(requests[r].size());
+    // Per item: remaining (-1 - remaining when denied), reset_after_us, then delay_us when
+    // allowed, retry_after_us when denied. The request is allowed when every item that is not
+    // shadow is.
+    for (size_t i = 0; i < requests[r].size(); ++i, at += 3) {
+      const bool allowed = e[at].integer >= 0;
+      if (!allowed && !requests[r][i].shadow) out[r].allowed = false;
+      out[r].decisions[i] = Decision{.allowed = allowed,
+                                     .remaining = allowed ? e[at].integer : -1 - e[at].integer,
+                                     .retry_after_us = allowed ? 0 : e[at + 2].integer,
+                                     .reset_after_us = e[at + 1].integer,
+                                     .delay_us = allowed ? e[at + 2].integer : 0};
     }
   }
   return out;
 }
 
-absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items) {
-  const size_t one[] = {items};
+absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, std::span<const DecideItem> items) {
+  const std::span<const DecideItem> one[] = {items};
   auto all = ParseDecideReply(reply, one);
   if (!all.ok()) return all.status();
   return std::move((*all)[0]);

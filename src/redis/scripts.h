@@ -58,12 +58,12 @@ struct DecideResult {
   std::vector<Decision> decisions;
 };
 
-// Reads decide.lua's reply for requests of `items_per_request` items; an error for anything
-// else (e.g. an error reply).
-absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(const Reply& reply,
-                                                           std::span<const size_t> items_per_request);
+// Reads decide.lua's reply to EncodeDecide(..., requests, ...); an error for anything else (e.g.
+// an error reply).
+absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
+    const Reply& reply, std::span<const std::span<const DecideItem>> requests);
 // One request.
-absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, size_t items);
+absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, std::span<const DecideItem> items);
 
 }  // namespace sluice::redis
 

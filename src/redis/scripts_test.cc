@@ -134,7 +134,7 @@ class ScriptsFixture : public ::testing::Test {
     auto reply = SendRaw(EncodeDecide(sha_, decide, /*commit=*/true));
     EXPECT_TRUE(reply.ok()) << reply.status();
     if (!reply.ok()) return {};
-    auto result = ParseDecideReply(*reply, items.size());
+    auto result = ParseDecideReply(*reply, decide);
     EXPECT_TRUE(result.ok()) << result.status() << " " << reply->str;
     return result.ok() ? *result : DecideResult{};
   }
@@ -460,12 +460,10 @@ TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
       }
     }
     std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
-    std::vector<size_t> sizes;
-    for (const auto& r : requests) sizes.push_back(r.size());
     // Every other round with the keys as arguments (a cluster node's batch).
     auto reply = SendRaw(EncodeDecide(sha_, spans, true, /*keys_in_argv=*/round % 2 == 1));
     ASSERT_TRUE(reply.ok());
-    auto results = ParseDecideReply(*reply, sizes);
+    auto results = ParseDecideReply(*reply, spans);
     ASSERT_TRUE(results.ok()) << results.status();
     for (size_t r = 0; r < requests.size(); ++r) {
       std::vector<Decision> expected(cpp[r].size());
@@ -497,16 +495,16 @@ TEST_P(ScriptsTest, EvaluateOnlyWritesNothing) {
   for (int i = 0; i < 2; ++i) {
     auto dry = SendRaw(EncodeDecide(sha_, items, /*commit=*/false));
     ASSERT_TRUE(dry.ok());
-    auto r = ParseDecideReply(*dry, 1);
+    auto r = ParseDecideReply(*dry, items);
     ASSERT_TRUE(r.ok());
     EXPECT_TRUE(r->allowed);
     EXPECT_EQ(r->decisions[0].remaining, 1);  // what it would leave
     EXPECT_EQ(Call({"EXISTS", "dry"})->integer, 0);
   }
-  auto wet = ParseDecideReply(*SendRaw(EncodeDecide(sha_, items, true)), 1);
+  auto wet = ParseDecideReply(*SendRaw(EncodeDecide(sha_, items, true)), items);
   EXPECT_EQ(wet->decisions[0].remaining, 1);
   // Without the SHA the script's text goes along (EVAL), which also loads it.
-  auto text = ParseDecideReply(*SendRaw(EncodeDecide("", items, true)), 1);
+  auto text = ParseDecideReply(*SendRaw(EncodeDecide("", items, true)), items);
   ASSERT_TRUE(text.ok());
   EXPECT_FALSE(text->allowed);  // 2 more of 3 with 2 used
 }

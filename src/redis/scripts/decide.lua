@@ -14,32 +14,47 @@
 -- ARGV[2]: R, the number of requests; they are decided in turn, at the same instant, each
 --          all-or-nothing on its own (as R calls of DecideAll would be)
 -- mode 3 only: ARGV[3] the number of keys K, then the K keys (what KEYS holds otherwise)
--- then per request: its item count M, then one argument per item, 6 little-endian doubles
--- (struct '<dddddd': one unpack instead of six tonumber calls on decimal text), then, for a state
--- kept in a hash (see "Packed states" below), the hash field's name:
---   algorithm, N, W (µs), capacity, cost, flags [, field]
+-- then L, the number of kinds of item in the call, then the L kinds, each 6 little-endian
+-- doubles (struct '<dddddd': one unpack per kind, not per item):
+--   algorithm, N, W (µs), capacity, cost, flags
 --   algorithm: 0 token_bucket, 1 leaky_bucket, 2 fixed_window, 3 sliding_log, 4 sliding_window
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
---   flags:     1 = count_denied (fixed_window: count even denied requests), 2 = shadow
--- KEYS: the state of each item (its string key, or the hash that holds its field), in the same
--- order (a key may appear more than once).
--- Returns {now_us, then per request: allowed, then per item: allowed, remaining,
--- retry_after_us, reset_after_us, delay_us}; retry_after_us -1 means never.
+--   flags:     1 = count_denied (fixed_window: count even denied requests), 2 = shadow,
+--              4 = the state is a field of a hash (see "Packed states" below)
+-- then the plan, one string of counts, each a byte below 255, else 255 and three bytes
+-- (little-endian): per request its item count M, then per item the number of its kind (1..L) and
+-- the number of its state (1..S); the states are numbered in the order the items first use them;
+-- then, for each state kept in a hash field (its first item's kind has flag 4), in order, the
+-- field's name.
+-- KEYS: each state's string key, or the hash that holds its field, by state number (one key
+-- per state, however many items use it).
+-- Returns {now_us, then per item: remaining (when denied, -1 - remaining), reset_after_us, then
+-- delay_us when allowed, retry_after_us when denied (-1: never)}; a request is allowed when all
+-- its items that are not shadow are. (Arguments and reply elements cost Redis more than the
+-- arithmetic: a kind is sent once however many items share it, a key once however many items
+-- use it, and an item's reply is three numbers.)
 --
 -- Arithmetic: Lua numbers are doubles, exact for integers below 2^53. sluice only sends limits
--- whose products stay below that (redis::CheckExactRange: capacity * W and 2 * N * W), and every
--- division goes through divmod, which corrects the rounding of the floating-point quotient.
+-- whose products stay below that (redis::CheckExactRange: capacity * W and 2 * N * W). Integer
+-- division is r = a % b, then (a - r) / b, both exact: Lua's a % b is a - floor(a / b) * b, and
+-- for integers |a| < 2^53, b >= 1 the rounded quotient never crosses an integer (a/b = q + r/b is
+-- at least 1/b from q + 1, more than the rounding error |a/b| * 2^-53), so the floor is exact,
+-- and so are the product and the difference.
 --
 -- Stored values (one string key per limiter key and limit), little-endian doubles:
---   buckets:        idle_at, frac         idle_at = ceil(TAT), frac = TAT's remainder in 1/N µs
+--   buckets:        idle_at, frac, expiry idle_at = ceil(TAT), frac = TAT's remainder in 1/N µs
 --   fixed_window:   idle_at, count        idle_at = end of the window
 --   sliding_window: idle_at, prev, cur
---   sliding_log:    idle_at, then at, cost per entry (oldest first)
+--   sliding_log:    idle_at, expiry, then at, cost per entry (oldest first)
 -- Every key expires (PXAT) just past idle_at, when its state is back to that of a new key; the
 -- buckets and sliding_log, whose idle_at moves on with every admitted request, get 1/8 of their
 -- remaining life on top, so that the next requests usually find the expiry good as it is and
--- write with SET KEEPTTL (about half the cost of setting a new expiry). An existing key's expiry
--- is never earlier than its idle_at (PEXPIRETIME checks it when idle_at moved on): Redis >= 7.0.
+-- write with SET KEEPTTL (setting an expiry costs about half as much again); they keep the expiry
+-- (ms) they were given in their value, so that a write knows whether it still covers idle_at
+-- without asking Redis. (A value without it, 8 bytes shorter, as written before sluice kept it
+-- there, gets a new expiry on its next write. The 24 bytes of a bucket's value take no more of
+-- Redis's memory than 16: both fit the same allocation.) An existing key's expiry is never
+-- earlier than its idle_at.
 --
 -- Packed states: an item with a field keeps its state in that field of a hash shared with other
 -- limiter keys (redis.buckets), which costs far less memory per state than a key of its own.
@@ -56,63 +71,69 @@ local unpack_list = unpack  -- Lua's: a table's elements as values
 local pack, unpack = struct.pack, struct.unpack
 local call = redis.call
 
-local function divmod(a, b)  -- a >= 0, b > 0: floor(a / b), a mod b, exactly
-  local q = floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-    r = r + b
-  elseif r >= b then
-    q = q + 1
-    r = r - b
-  end
-  return q, r
+-- The hot paths below write these out in place (a Lua function call costs as much as a dozen
+-- arithmetic operations): a % b, then (a - r) / b.
+local function divmod(a, b)  -- integers, b > 0: floor(a / b), a mod b
+  local r = a % b
+  return (a - r) / b, r
 end
 
 local function ceildiv(a, b)
-  local q, r = divmod(a, b)
-  if r > 0 then q = q + 1 end
-  return q
+  local r = a % b
+  if r > 0 then return (a - r) / b + 1 end
+  return (a - r) / b
 end
 
 local function window_start(now, w)
-  local _, r = divmod(now, w)
-  return now - r
+  return now - now % w
 end
 
--- --- states: {idle, a, b} for the O(1) algorithms; {idle, log = {at1, cost1, at2, ...}}
+-- --- states: {idle, a, b} for the O(1) algorithms; {idle, 0, 0, log = {at1, cost1, at2, ...}}
+-- (a state's record, below, has more after these)
 
-local function parse(alg, raw)
+-- Fills st[1..3] (and st.log for sliding_log) from a stored value (false: none, a new state).
+-- A key's expiry kept in its value (buckets, sliding_log) is 0 when the value has none (a field,
+-- or a value written before sluice kept it there).
+local function parse_into(st, alg, raw)
   if not raw then
-    if alg == 3 then return {0, log = {}} end
-    return {0, 0, 0}
-  end
-  if alg == 3 then
-    local log = {}
-    local idle = unpack('<d', raw)
-    for i = 9, #raw - 15, 16 do
+    st[1], st[2], st[3] = 0, 0, 0
+    if alg == 3 then st.log = {} end
+  elseif alg == 3 then
+    local log, first = {}, 9
+    st[2] = 0
+    if #raw % 16 == 0 then
+      st[2] = unpack('<d', raw, 9)
+      first = 17
+    end
+    for i = first, #raw - 15, 16 do
       local at, cost = unpack('<dd', raw, i)
       log[#log + 1] = at
       log[#log + 1] = cost
     end
-    return {idle, log = log}
+    st[1], st[3], st.log = unpack('<d', raw), 0, log
+  elseif alg == 4 or #raw >= 24 then
+    st[1], st[2], st[3] = unpack('<ddd', raw)
+  else
+    st[1], st[2] = unpack('<dd', raw)
+    st[3] = 0
   end
-  if alg == 4 then
-    local idle, a, b = unpack('<ddd', raw)
-    return {idle, a, b}
-  end
-  local idle, a = unpack('<dd', raw)
-  return {idle, a, 0}
 end
 
-local function encode(alg, st)
+local function parse(alg, raw)
+  local st = {}
+  parse_into(st, alg, raw)
+  return st
+end
+
+-- The value to store; `field`: the state is a hash field (whose expiry is the hash's).
+local function encode(alg, st, field)
   if alg == 3 then
-    local parts = {pack('<d', st[1])}
+    local parts = {pack('<dd', st[1], st[2])}
     local log = st.log
     for i = 1, #log, 2 do parts[#parts + 1] = pack('<dd', log[i], log[i + 1]) end
     return table.concat(parts)
   end
-  if alg == 4 then return pack('<ddd', st[1], st[2], st[3]) end
+  if alg == 4 or (alg ~= 2 and not field) then return pack('<ddd', st[1], st[2], st[3]) end
   return pack('<dd', st[1], st[2])
 end
 
@@ -120,9 +141,15 @@ local function copy(st)
   if st.log then
     local log = {}
     for i = 1, #st.log do log[i] = st.log[i] end
-    return {st[1], log = log}
+    return {st[1], st[2], st[3], log = log}
   end
   return {st[1], st[2], st[3]}
+end
+
+-- Puts a state saved by copy back (in place: its record stays where it is listed).
+local function restore(st, saved)
+  st[1], st[2], st[3] = saved[1], saved[2], saved[3]
+  if saved.log then st.log = copy(saved).log end
 end
 
 local function same(x, y)
@@ -134,6 +161,23 @@ local function same(x, y)
     if a[i] ~= b[i] then return false end
   end
   return true
+end
+
+-- Where a state keeps its key's expiry (ms), by algorithm: the buckets and sliding_log, whose
+-- idle_at moves on with every admitted request, so that a write knows without asking Redis
+-- whether the expiry still covers the state. (The windows' expiry is their idle_at.)
+local expiry_slot = {[0] = 3, [1] = 3, [3] = 2}
+
+-- An expiry as a command argument. (A number given to redis.call is formatted as %.17g, which
+-- costs more than a whole GET; the keys of one call mostly share a few expiries.)
+local decimals = {}
+local function decimal(ms)
+  local text = decimals[ms]
+  if not text then
+    text = string.format('%d', ms)
+    decimals[ms] = text
+  end
+  return text
 end
 
 -- The expiry (ms) of a key whose state is idle from `idle` (µs) on.
@@ -164,8 +208,8 @@ local function bucket(st, now, n, w, cap, cost, leaky)
     if leaky then delay = ceildiv(debt, n) end
     if cost > 0 then
       debt = debt + need
-      local whole, rest = divmod(debt, n)
-      st[1] = now + whole + ((rest ~= 0) and 1 or 0)
+      local rest = debt % n
+      st[1] = now + (debt - rest) / n + ((rest ~= 0) and 1 or 0)
       st[2] = rest
     end
   elseif cost > cap then
@@ -173,13 +217,17 @@ local function bucket(st, now, n, w, cap, cost, leaky)
   else
     retry = ceildiv(debt - (full - need), n)
   end
-  return allowed, max(0, cap - ceildiv(debt, w)), retry, ceildiv(debt, n), delay
+  local r = debt % w  -- remaining: cap - ceil(debt / w), at least 0; reset: ceil(debt / n)
+  local remaining = cap - (debt - r) / w - ((r > 0) and 1 or 0)
+  r = debt % n
+  return allowed, (remaining > 0) and remaining or 0, retry,
+         (debt - r) / n + ((r > 0) and 1 or 0), delay
 end
 
 local function fixed(st, now, n, w, cost, count_denied)
   local ends, count
   if now >= st[1] then
-    ends = window_start(now, w) + w
+    ends = now - now % w + w
     count = 0
   else
     ends = st[1]
@@ -201,7 +249,7 @@ local function fixed(st, now, n, w, cost, count_denied)
       st[1] = ends
       st[2] = count
     end
-    remaining = n - min(n, count)
+    remaining = (count < n) and (n - count) or 0
   end
   local retry = 0
   if not allowed then retry = (cost > n) and -1 or (ends - now) end
@@ -209,7 +257,7 @@ local function fixed(st, now, n, w, cost, count_denied)
 end
 
 local function sliding_window(st, now, n, w, cost)
-  local current = window_start(now, w)
+  local current = now - now % w
   local start = current
   local prev, cur = 0, 0
   if now < st[1] then
@@ -222,7 +270,8 @@ local function sliding_window(st, now, n, w, cost)
       prev, cur, start = cur, 0, current
     end
   end
-  local e = min(max(now - start, 0), w - 1)
+  local e = now - start  -- how far into the current window, in [0, w - 1]
+  if e < 0 then e = 0 elseif e > w - 1 then e = w - 1 end
   local prev_weight = prev * (w - e)
   local limit_scaled = n * w
   local allowed = cost <= n and prev_weight + (cur + cost) * w <= limit_scaled
@@ -232,7 +281,8 @@ local function sliding_window(st, now, n, w, cost)
     st[2] = prev
     st[3] = cur
   end
-  local estimate = cur + ceildiv(prev_weight, w)
+  local r = prev_weight % w
+  local estimate = cur + (prev_weight - r) / w + ((r > 0) and 1 or 0)
   local remaining = (estimate >= n) and 0 or (n - estimate)
   local reset = 0
   if cur > 0 then
@@ -387,6 +437,19 @@ local function load(key, field)
   return call('HGET', key, field)
 end
 
+-- The values of `keys` (false: none), by one MGET per 1000 keys (unpack's limit is a few
+-- thousand values).
+local function mget(keys)
+  local count = #keys
+  if count <= 1000 then return call('MGET', unpack_list(keys)) end
+  local values = {}
+  for first = 1, count, 1000 do
+    local part = call('MGET', unpack_list(keys, first, min(first + 999, count)))
+    for j = 1, #part do values[first + j - 1] = part[j] end
+  end
+  return values
+end
+
 -- Deletes those of 9 random fields of hash `key` whose states are back to initial (see the
 -- header).
 local function sweep(key, now)
@@ -404,9 +467,11 @@ end
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local commit = ARGV[1] == '1' or ARGV[1] == '3'
+local now_ms = (now - now % 1000) / 1000
 
 -- Refunds: ARGV[2] the decision's time (µs, Redis's TIME as the decide call returned it), ARGV[3]
--- the item count M, then the items as for a decision (the cost is what to give back). Returns
+-- the item count M, then per item its kind (six doubles, as for a decision) followed by its hash
+-- field if any (the cost is what to give back). Returns
 -- {now_us}.
 if ARGV[1] == '2' then
   local at = tonumber(ARGV[2])
@@ -420,7 +485,7 @@ if ARGV[1] == '2' then
       if refund(alg, st, at, now, n, w, cost) then
         if field then call('HDEL', key, field) else call('DEL', key) end
       else
-        local value = encode(alg, st)
+        local value = encode(alg, st, field)
         if value == raw then  -- nothing to write
         elseif field then call('HSET', key, field, value)  -- idle_at only moved back
         else call('SET', key, value, 'KEEPTTL') end
@@ -429,69 +494,129 @@ if ARGV[1] == '2' then
   end
   return {now}
 end
--- by state (its key, or key NUL field): the state, the stored value (false: none), its idle_at as
--- loaded, the algorithm, where it lives
-local states, raws, loaded_idle, algs, keys, fields = {}, {}, {}, {}, {}, {}
+-- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,
+-- changed} (sliding_log: its log in .log), by its number: records[s] is the state of keys_in[s]
+-- (of its field fields[s], for a packed state).
+local records, fields = {}, {}
 local reply = {now}
-local arg, key_index = 3, 0
+local arg = 3
 local keys_in = KEYS
+local stored = false  -- the values of keys_in (MGET), read ahead for the states with keys of their own
 if ARGV[1] == '3' then
   keys_in = {}
   local k = tonumber(ARGV[3])
   for i = 1, k do keys_in[i] = ARGV[3 + i] end
   arg = 4 + k
+elseif #KEYS > 0 then
+  -- One MGET instead of a GET per key: a hash key (packed states) reads as nil and is ignored.
+  -- Not for a cluster node's batch, whose keys span slots, which one command may not.
+  stored = mget(KEYS)
 end
 
-for _ = 1, tonumber(ARGV[2]) do
-  local m = tonumber(ARGV[arg])
-  arg = arg + 1
-  local allowed_at = #reply + 1
-  reply[allowed_at] = 1
-  local allowed = true
-  local items = {}  -- for the undo: key, alg, n, w, cap, saved state, consumed, count_denied
-  for i = 1, m do
-    key_index = key_index + 1
-    local a = ARGV[arg]
-    local alg, n, w, cap, cost, flags = unpack('<dddddd', a)
-    local field = item_field(a)
-    arg = arg + 1
-    local key = keys_in[key_index]
-    if field then key = key .. '\0' .. field end
-    local st = states[key]
-    if not st then
-      local raw = load(keys_in[key_index], field)
-      st = parse(alg, raw)
-      raws[key] = raw
-      loaded_idle[key] = st[1]
-      states[key] = st
-      algs[key] = alg
-      keys[key] = keys_in[key_index]
-      fields[key] = field
-    end
-    local count_denied = alg == 2 and flags % 2 == 1
-    -- A request of one item needs no undo: an item that denies has not changed its state.
-    local saved = m > 1 and copy(st)
-    local ok, remaining, retry, reset, delay = decide(alg, st, now, n, w, cap, cost, count_denied)
-    if not ok and flags % 4 < 2 then allowed = false end
-    local at = #reply + 1
-    reply[at], reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] =
-        ok and 1 or 0, remaining, retry, reset, delay
-    if saved then items[i] = {key, alg, n, w, cap, saved, at, count_denied} end
+-- The kinds of item: {alg, n, w, cap, cost, count_denied, counts (not shadow), in a hash field}.
+local kinds = {}
+for i = 1, tonumber(ARGV[arg]) do
+  local alg, n, w, cap, cost, flags = unpack('<dddddd', ARGV[arg + i])
+  kinds[i] = {alg, n, w, cap, cost, alg == 2 and flags % 2 == 1, flags % 4 < 2, flags % 8 >= 4}
+end
+arg = arg + #kinds + 1
+-- The plan's bytes as numbers (string.byte returns them all at once, a few thousand at most).
+local plan, text = {}, ARGV[arg]
+for first = 1, #text, 4000 do
+  local part = {string.byte(text, first, first + 3999)}
+  for j = 1, #part do plan[first + j - 1] = part[j] end
+end
+local next_field = arg + 1  -- the argument holding the next packed state's field
+local at_plan = 1
+-- The plan's next count: a byte, or 255 then three bytes (little-endian).
+local function plan_count()
+  local c = plan[at_plan]
+  if c == 255 then
+    c = plan[at_plan + 1] + plan[at_plan + 2] * 256 + plan[at_plan + 3] * 65536
+    at_plan = at_plan + 4
+  else
+    at_plan = at_plan + 1
   end
-  if not allowed and m > 1 then
+  return c
+end
+
+local replied = 1  -- the reply's length
+for _ = 1, tonumber(ARGV[2]) do
+  local m = plan[at_plan]
+  if m < 255 then at_plan = at_plan + 1 else m = plan_count() end
+  -- For a request of several items, whether it is allowed and, for the undo: record, kind, saved
+  -- state, where its reply is. A request of one item needs neither: its item's reply says it,
+  -- and an item that denies has not changed its state.
+  local allowed, items = true, m > 1 and {}
+  for i = 1, m do
+    local p = plan[at_plan]
+    if p < 255 then at_plan = at_plan + 1 else p = plan_count() end
+    local s = plan[at_plan]
+    if s < 255 then at_plan = at_plan + 1 else s = plan_count() end
+    p = kinds[p]
+    local alg, n, w, cap, cost = p[1], p[2], p[3], p[4], p[5]
+    local st = records[s]
+    if not st then  -- the state's first item (states are numbered in the order first used)
+      local raw
+      if p[8] then
+        fields[s] = ARGV[next_field]
+        next_field = next_field + 1
+        raw = call('HGET', keys_in[s], fields[s])
+      elseif stored then
+        raw = stored[s]
+      else
+        raw = call('GET', keys_in[s])
+      end
+      if not raw then
+        st = {0, 0, 0, false, 0, alg, false}
+        if alg == 3 then st.log = {} end
+      elseif alg == 3 then
+        st = {0, 0, 0, raw, 0, alg, false}
+        parse_into(st, alg, raw)
+        st[5] = st[1]
+      elseif #raw >= 24 then
+        local idle, x, y = unpack('<ddd', raw)
+        st = {idle, x, y, raw, idle, alg, false}
+      else
+        local idle, x = unpack('<dd', raw)
+        st = {idle, x, 0, raw, idle, alg, false}
+      end
+      records[s] = st
+    end
+    local saved = items and copy(st)
+    local ok, remaining, retry, reset, delay
+    if alg == 4 then
+      ok, remaining, retry, reset, delay = sliding_window(st, now, n, w, cost)
+    elseif alg == 0 then
+      ok, remaining, retry, reset, delay = bucket(st, now, n, w, cap, cost, false)
+    else
+      ok, remaining, retry, reset, delay = decide(alg, st, now, n, w, cap, cost, p[6])
+    end
+    local at = replied + 1
+    if ok then
+      reply[at], reply[at + 1], reply[at + 2] = remaining, reset, delay
+      if cost > 0 then st[7] = true end  -- an item changes its state only when it consumes
+    else
+      reply[at], reply[at + 1], reply[at + 2] = -1 - remaining, reset, retry
+      if p[7] then allowed = false end
+      if p[6] and cost > 0 then st[7] = true end  -- count_denied
+    end
+    replied = replied + 3
+    if saved then items[i] = {st, p, saved, at} end
+  end
+  if not allowed and items then
     -- Undo, newest first, all but count_denied items; report what is left with nothing consumed.
-    reply[allowed_at] = 0
     for i = m, 1, -1 do
       local it = items[i]
-      local key, saved = it[1], it[6]
-      if not it[8] and not same(states[key], saved) then
-        states[key] = copy(saved)
-        local _, remaining, _, reset = decide(it[2], copy(saved), now, it[3], it[4], it[5], 0, false)
-        reply[it[7] + 1], reply[it[7] + 3], reply[it[7] + 4] = remaining, reset, 0
+      if not it[2][6] and not same(it[1], it[3]) then
+        restore(it[1], it[3])
+        local p, at = it[2], it[4]
+        local _, remaining, _, reset = decide(p[1], copy(it[3]), now, p[2], p[3], p[4], 0, false)
+        -- Its own reply keeps whether it was allowed (the sign) and its retry or delay.
+        if reply[at] >= 0 then reply[at], reply[at + 2] = remaining, 0 else reply[at] = -1 - remaining end
+        reply[at + 1] = reset
       end
     end
-  elseif not allowed then
-    reply[allowed_at] = 0
   end
 end
 
@@ -499,35 +624,55 @@ end
 -- earlier than its idle_at (see the header).
 if commit then
   local hash_expiry, new_fields = {}, {}  -- by hash: the expiry it needs (ms); true
-  for id, st in pairs(states) do
-    local raw, alg, key, field = raws[id], algs[id], keys[id], fields[id]
-    local idle = (st.log and #st.log == 0) or st[1] <= now
-    if field then
-      local value = encode(alg, st)
-      if value ~= raw then
-        if idle then
-          if raw then call('HDEL', key, field) end
-        else
-          call('HSET', key, field, value)
-          -- The hash already outlives the idle_at it held (its expiry only ever moves on).
-          if not raw or ceildiv(st[1], 1000) > ceildiv(loaded_idle[id], 1000) then
-            hash_expiry[key] = max(hash_expiry[key] or 0, ceildiv(st[1], 1000))
+  for i = 1, #records do
+    local st = records[i]
+    local alg = st[6]
+    -- Only a state an item changed (sliding_log: whose log may have been trimmed).
+    if st[7] or alg == 3 then
+      local raw, key, field = st[4], keys_in[i], fields[i]
+      if field then
+        local value = encode(alg, st, field)
+        if value ~= raw then
+          if st[1] <= now then
+            if raw then call('HDEL', key, field) end
+          else
+            call('HSET', key, field, value)
+            -- The hash already outlives the idle_at it held (its expiry only ever moves on).
+            if not raw or ceildiv(st[1], 1000) > ceildiv(st[5], 1000) then
+              hash_expiry[key] = max(hash_expiry[key] or 0, ceildiv(st[1], 1000))
+            end
+            if not raw then new_fields[key] = true end
           end
-          if not raw then new_fields[key] = true end
         end
-      end
-    elseif not raw then
-      -- A new key: every change moves idle_at past 0.
-      if st[1] ~= 0 and not idle then call('SET', key, encode(alg, st), 'PXAT', expiry(alg, st[1], now)) end
-    else
-      local value = encode(alg, st)  -- encode(parse(raw)) == raw: unchanged states are not written
-      if value ~= raw then
-        if idle then
-          call('DEL', key)
-        elseif st[1] <= loaded_idle[key] or call('PEXPIRETIME', key) >= ceildiv(st[1], 1000) then
-          call('SET', key, value, 'KEEPTTL')
+      elseif st[1] <= now or (alg == 3 and #st.log == 0) then
+        if raw then call('DEL', key) end  -- back to initial, as a missing key is
+      else
+        -- The key's expiry still covers the state when its idle_at stayed (the windows), or when
+        -- the expiry kept in the value does (the others): then the expiry is kept.
+        local keep, at = false, 0
+        if not raw then
+          keep = false
+        elseif alg == 2 or alg == 4 then
+          keep = st[1] <= st[5]
         else
-          call('SET', key, value, 'PXAT', expiry(alg, st[1], now))
+          keep = st[expiry_slot[alg]] * 1000 >= st[1]
+        end
+        if not keep then
+          at = expiry(alg, st[1], now)
+          if alg ~= 2 and alg ~= 4 then st[expiry_slot[alg]] = at end
+        end
+        local value
+        if alg == 4 or alg < 2 then
+          value = pack('<ddd', st[1], st[2], st[3])
+        else
+          value = encode(alg, st, false)
+        end
+        if not keep then
+          -- PSETEX (relative) costs Redis less than SET PXAT; Redis's clock has not gone back
+          -- since TIME, so the key lives at least until `at`.
+          call('PSETEX', key, decimal(at - now_ms), value)
+        elseif value ~= raw then
+          call('SET', key, value, 'KEEPTTL')
         end
       end
     end
@@ -536,7 +681,7 @@ if commit then
   -- hash of short-lived states would otherwise need a new one on nearly every write.
   for key, at in pairs(hash_expiry) do
     if call('PEXPIRETIME', key) < at then  -- -1: none yet
-      call('PEXPIREAT', key, at + max(1000, floor((at - floor(now / 1000)) / 8)))
+      call('PEXPIREAT', key, decimal(at + max(1000, floor((at - floor(now / 1000)) / 8))))
     end
   end
   -- One new field in three sweeps (which ones varies with the time): 3 looks per new field.

@@ -168,16 +168,11 @@ std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items
 absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
     const Reply& reply, std::span<const std::span<const DecideItem>> requests) {
   if (reply.IsError()) return absl::InternalError(fmt::format("decide script: {}", reply.str));
-  size_t expected = 1;
-  for (const auto& request : requests) expected += 3 * request.size();
   const auto& e = reply.elements;
-  if (reply.type != Reply::Type::kArray || e.size() != expected) {
-    return absl::InternalError(fmt::format("decide script: expected an array of {} integers", expected));
-  }
+  const auto malformed = [] { return absl::InternalError("decide script: a malformed reply"); };
+  if (reply.type != Reply::Type::kArray || e.empty()) return malformed();
   for (const Reply& r : e) {
-    if (r.type != Reply::Type::kInteger) {
-      return absl::InternalError("decide script: a reply element is not an integer");
-    }
+    if (r.type != Reply::Type::kInteger) return malformed();
   }
   std::vector<DecideResult> out(requests.size());
   size_t at = 1;
@@ -185,19 +180,25 @@ absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
     out[r].now_us = e[0].integer;
     out[r].allowed = true;
     out[r].decisions.resize(requests[r].size());
-    // Per item: remaining (-1 - remaining when denied), reset_after_us, then delay_us when
-    // allowed, retry_after_us when denied. The request is allowed when every item that is not
-    // shadow is.
-    for (size_t i = 0; i < requests[r].size(); ++i, at += 3) {
-      const bool allowed = e[at].integer >= 0;
-      if (!allowed && !requests[r][i].shadow) out[r].allowed = false;
-      out[r].decisions[i] = Decision{.allowed = allowed,
-                                     .remaining = allowed ? e[at].integer : -1 - e[at].integer,
-                                     .retry_after_us = allowed ? 0 : e[at + 2].integer,
-                                     .reset_after_us = e[at + 1].integer,
-                                     .delay_us = allowed ? e[at + 2].integer : 0};
+    // Per item: remaining (-1 - remaining when denied), reset_after_us, then retry_after_us when
+    // denied, delay_us when a leaky_bucket allowed it. The request is allowed when every item
+    // that is not shadow is.
+    for (size_t i = 0; i < requests[r].size(); ++i) {
+      if (at + 2 > e.size()) return malformed();
+      Decision& d = out[r].decisions[i];
+      d.allowed = e[at].integer >= 0;
+      d.remaining = d.allowed ? e[at].integer : -1 - e[at].integer;
+      d.reset_after_us = e[at + 1].integer;
+      at += 2;
+      const bool leaky = requests[r][i].limit->algorithm == Algorithm::kLeakyBucket;
+      if (!d.allowed || leaky) {
+        if (at >= e.size()) return malformed();
+        (d.allowed ? d.delay_us : d.retry_after_us) = e[at++].integer;
+      }
+      if (!d.allowed && !requests[r][i].shadow) out[r].allowed = false;
     }
   }
+  if (at != e.size()) return malformed();
   return out;
 }
 

@@ -29,10 +29,10 @@
 -- KEYS: each state's string key, or the hash that holds its field, by state number (one key
 -- per state, however many items use it).
 -- Returns {now_us, then per item: remaining (when denied, -1 - remaining), reset_after_us, then
--- delay_us when allowed, retry_after_us when denied (-1: never)}; a request is allowed when all
--- its items that are not shadow are. (Arguments and reply elements cost Redis more than the
--- arithmetic: a kind is sent once however many items share it, a key once however many items
--- use it, and an item's reply is three numbers.)
+-- when denied retry_after_us (-1: never), when a leaky_bucket allowed it delay_us}; a request is
+-- allowed when all its items that are not shadow are. (Arguments and reply elements cost Redis
+-- more than the arithmetic: a kind is sent once however many items share it, a key once however
+-- many items use it, and an item's reply is two or three numbers.)
 --
 -- Arithmetic: Lua numbers are doubles, exact for integers below 2^53. sluice only sends limits
 -- whose products stay below that (redis::CheckExactRange: capacity * W and 2 * N * W). Integer
@@ -272,7 +272,8 @@ local function sliding_window(st, now, n, w, cost)
   end
   local e = now - start  -- how far into the current window, in [0, w - 1]
   if e < 0 then e = 0 elseif e > w - 1 then e = w - 1 end
-  local prev_weight = prev * (w - e)
+  local prev_weight = 0
+  if prev > 0 then prev_weight = prev * (w - e) end
   local limit_scaled = n * w
   local allowed = cost <= n and prev_weight + (cur + cost) * w <= limit_scaled
   if allowed and cost > 0 then
@@ -281,8 +282,11 @@ local function sliding_window(st, now, n, w, cost)
     st[2] = prev
     st[3] = cur
   end
-  local r = prev_weight % w
-  local estimate = cur + (prev_weight - r) / w + ((r > 0) and 1 or 0)
+  local estimate = cur
+  if prev_weight > 0 then
+    local r = prev_weight % w
+    estimate = cur + (prev_weight - r) / w + ((r > 0) and 1 or 0)
+  end
   local remaining = (estimate >= n) and 0 or (n - estimate)
   local reset = 0
   if cur > 0 then
@@ -554,7 +558,7 @@ for _ = 1, tonumber(ARGV[2]) do
     local s = plan[at_plan]
     if s < 255 then at_plan = at_plan + 1 else s = plan_count() end
     p = kinds[p]
-    local alg, n, w, cap, cost = p[1], p[2], p[3], p[4], p[5]
+    local alg, cost = p[1], p[5]
     local st = records[s]
     if not st then  -- the state's first item (states are numbered in the order first used)
       local raw
@@ -586,22 +590,28 @@ for _ = 1, tonumber(ARGV[2]) do
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay
     if alg == 4 then
-      ok, remaining, retry, reset, delay = sliding_window(st, now, n, w, cost)
+      ok, remaining, retry, reset, delay = sliding_window(st, now, p[2], p[3], cost)
     elseif alg == 0 then
-      ok, remaining, retry, reset, delay = bucket(st, now, n, w, cap, cost, false)
+      ok, remaining, retry, reset, delay = bucket(st, now, p[2], p[3], p[4], cost, false)
     else
-      ok, remaining, retry, reset, delay = decide(alg, st, now, n, w, cap, cost, p[6])
+      ok, remaining, retry, reset, delay = decide(alg, st, now, p[2], p[3], p[4], cost, p[6])
     end
     local at = replied + 1
-    if ok then
-      reply[at], reply[at + 1], reply[at + 2] = remaining, reset, delay
-      if cost > 0 then st[7] = true end  -- an item changes its state only when it consumes
-    else
+    if not ok then
       reply[at], reply[at + 1], reply[at + 2] = -1 - remaining, reset, retry
+      replied = replied + 3
       if p[7] then allowed = false end
       if p[6] and cost > 0 then st[7] = true end  -- count_denied
+    else
+      if alg == 1 then
+        reply[at], reply[at + 1], reply[at + 2] = remaining, reset, delay
+        replied = replied + 3
+      else
+        reply[at], reply[at + 1] = remaining, reset
+        replied = replied + 2
+      end
+      if cost > 0 then st[7] = true end  -- an item changes its state only when it consumes
     end
-    replied = replied + 3
     if saved then items[i] = {st, p, saved, at} end
   end
   if not allowed and items then
@@ -612,8 +622,13 @@ for _ = 1, tonumber(ARGV[2]) do
         restore(it[1], it[3])
         local p, at = it[2], it[4]
         local _, remaining, _, reset = decide(p[1], copy(it[3]), now, p[2], p[3], p[4], 0, false)
-        -- Its own reply keeps whether it was allowed (the sign) and its retry or delay.
-        if reply[at] >= 0 then reply[at], reply[at + 2] = remaining, 0 else reply[at] = -1 - remaining end
+        -- Its own reply keeps whether it was allowed (the sign) and its retry; no delay.
+        if reply[at] < 0 then
+          reply[at] = -1 - remaining
+        else
+          reply[at] = remaining
+          if p[1] == 1 then reply[at + 2] = 0 end
+        end
         reply[at + 1] = reset
       end
     end
@@ -658,8 +673,13 @@ if commit then
           keep = st[expiry_slot[alg]] * 1000 >= st[1]
         end
         if not keep then
-          at = expiry(alg, st[1], now)
-          if alg ~= 2 and alg ~= 4 then st[expiry_slot[alg]] = at end
+          if alg == 2 or alg == 4 then  -- expiry(alg, st[1], now), written out
+            local r = st[1] % 1000
+            at = (st[1] - r) / 1000 + ((r > 0) and 1 or 0)
+          else
+            at = expiry(alg, st[1], now)
+            st[expiry_slot[alg]] = at
+          end
         end
         local value
         if alg == 4 or alg < 2 then
@@ -670,7 +690,8 @@ if commit then
         if not keep then
           -- PSETEX (relative) costs Redis less than SET PXAT; Redis's clock has not gone back
           -- since TIME, so the key lives at least until `at`.
-          call('PSETEX', key, decimal(at - now_ms), value)
+          local text = decimals[at - now_ms] or decimal(at - now_ms)
+          call('PSETEX', key, text, value)
         elseif value ~= raw then
           call('SET', key, value, 'KEEPTTL')
         end

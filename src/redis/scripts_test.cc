@@ -487,6 +487,43 @@ TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// The plan's counts are one byte up to 254, four bytes past it: a call with a request of 300
+// items, 600 more of one item, 300 kinds and 900 states reads each item's own limit, cost and
+// key.
+TEST_P(ScriptsTest, ACallPast255RequestsItemsKindsAndStatesIsReadRight) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit window = MakeLimit(Algorithm::kFixedWindow, 1000, int64_t{3600} * 1000000);
+  std::vector<std::vector<DecideItem>> requests(1);
+  const auto item = [&](size_t i) {
+    DecideItem it{&window, fmt::format("wide:{}", i), 1 + i % 300, false, false};
+    if (packed_) {
+      it.field = it.key;
+      it.key = fmt::format("wide-hash:{}", i % 7);
+    }
+    return it;
+  };
+  for (size_t i = 0; i < 300; ++i) requests[0].push_back(item(i));
+  for (size_t i = 300; i < 900; ++i) requests.push_back({item(i)});
+  // Every key once more in a last request of its own: its state is the first's (state numbers
+  // past 255 found again), so what remains has both costs taken off.
+  for (size_t i = 0; i < 900; i += 97) requests.push_back({item(i)});
+  std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
+  auto reply = SendRaw(EncodeDecide(sha_, spans, /*commit=*/true));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  auto results = ParseDecideReply(*reply, spans);
+  ASSERT_TRUE(results.ok()) << results.status() << " " << reply->str;
+  ASSERT_EQ(results->size(), requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    ASSERT_TRUE((*results)[r].allowed) << "request " << r;
+    for (size_t i = 0; i < requests[r].size(); ++i) {
+      const uint64_t cost = requests[r][i].cost;
+      const uint64_t taken = r <= 600 ? cost : 2 * cost;  // the repeats come after request 600
+      EXPECT_EQ((*results)[r].decisions[i].remaining, static_cast<int64_t>(1000 - taken))
+          << "request " << r << " item " << i;
+    }
+  }
+}
+
 TEST_P(ScriptsTest, EvaluateOnlyWritesNothing) {
   ASSERT_FALSE(sha_.empty());
   const Limit window = MakeLimit(Algorithm::kFixedWindow, 3, int64_t{3600} * 1000000);

@@ -7,6 +7,7 @@
 
 #include "redis/scripts.h"
 
+#include <cstring>
 #include <future>
 #include <random>
 #include <thread>
@@ -522,6 +523,47 @@ TEST_P(ScriptsTest, ACallPast255RequestsItemsKindsAndStatesIsReadRight) {
           << "request " << r << " item " << i;
     }
   }
+}
+
+// Values written before buckets and sliding_log kept their key's expiry in them (8 bytes
+// shorter) are read as they are, and the next write gives them an expiry and the longer layout.
+TEST_P(ScriptsTest, ValuesWithoutTheirExpiryAreReadAndRewritten) {
+  if (packed_) GTEST_SKIP() << "fields never carried an expiry";
+  const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 4, int64_t{20} * 1000000);
+  const Limit log = MakeLimit(Algorithm::kSlidingLog, 3, int64_t{15} * 1000000);
+  auto time = Call({"TIME"});
+  ASSERT_TRUE(time.ok());
+  const double now = std::stod(time->elements[0].str) * 1e6 + std::stod(time->elements[1].str);
+  const auto doubles = [](std::initializer_list<double> values) {
+    std::string out;
+    for (double v : values) out.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return out;
+  };
+  // The bucket has two of its four tokens taken (TAT 10 s ahead); the log one entry a second old.
+  const double log_at = now - 1e6;
+  ASSERT_TRUE(Call({"SET", "old:bucket", doubles({now + 10e6, 0}), "PX", "60000"}).ok());
+  ASSERT_TRUE(Call({"SET", "old:log", doubles({log_at + 15e6, log_at, 1}), "PX", "60000"}).ok());
+  const std::vector<DecideItem> items = {{&bucket, "old:bucket", 1, false, false},
+                                         {&log, "old:log", 1, false, false}};
+  auto result = ParseDecideReply(*SendRaw(EncodeDecide(sha_, items, true)), items);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->allowed);
+  EXPECT_EQ(result->decisions[0].remaining, 1);  // 4 - 2 - 1: the old state counted
+  EXPECT_EQ(result->decisions[1].remaining, 1);  // 3 - 1 - 1
+  auto bucket_value = Call({"GET", "old:bucket"});
+  auto log_value = Call({"GET", "old:log"});
+  ASSERT_EQ(bucket_value->str.size(), 24u);       // idle_at, frac, expiry
+  ASSERT_EQ(log_value->str.size(), 16u + 2 * 16);  // idle_at, expiry, two entries
+  double bucket_expiry = 0, bucket_idle = 0, log_expiry = 0, log_idle = 0;
+  std::memcpy(&bucket_idle, bucket_value->str.data(), 8);
+  std::memcpy(&bucket_expiry, bucket_value->str.data() + 16, 8);
+  std::memcpy(&log_idle, log_value->str.data(), 8);
+  std::memcpy(&log_expiry, log_value->str.data() + 8, 8);
+  EXPECT_GE(bucket_expiry * 1000, bucket_idle);
+  EXPECT_GE(log_expiry * 1000, log_idle);
+  // The expiry in the value is the key's (never later than Redis's own).
+  EXPECT_GE(Call({"PEXPIRETIME", "old:bucket"})->integer, static_cast<int64_t>(bucket_expiry));
+  EXPECT_GE(Call({"PEXPIRETIME", "old:log"})->integer, static_cast<int64_t>(log_expiry));
 }
 
 TEST_P(ScriptsTest, EvaluateOnlyWritesNothing) {

@@ -219,9 +219,14 @@ local function bucket(st, now, n, w, cap, cost, leaky)
   end
   local r = debt % w  -- remaining: cap - ceil(debt / w), at least 0; reset: ceil(debt / n)
   local remaining = cap - (debt - r) / w - ((r > 0) and 1 or 0)
-  r = debt % n
-  return allowed, (remaining > 0) and remaining or 0, retry,
-         (debt - r) / n + ((r > 0) and 1 or 0), delay
+  local reset
+  if allowed and cost > 0 then
+    reset = st[1] - now  -- the TAT just set: now + ceil(debt / n)
+  else
+    r = debt % n
+    reset = (debt - r) / n + ((r > 0) and 1 or 0)
+  end
+  return allowed, (remaining > 0) and remaining or 0, retry, reset, delay
 end
 
 local function fixed(st, now, n, w, cost, count_denied)
@@ -589,12 +594,14 @@ for _ = 1, tonumber(ARGV[2]) do
     end
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay
-    if alg == 4 then
+    if alg == 4 then  -- decide(), written out
       ok, remaining, retry, reset, delay = sliding_window(st, now, p[2], p[3], cost)
-    elseif alg == 0 then
-      ok, remaining, retry, reset, delay = bucket(st, now, p[2], p[3], p[4], cost, false)
+    elseif alg == 2 then
+      ok, remaining, retry, reset, delay = fixed(st, now, p[2], p[3], cost, p[6])
+    elseif alg == 3 then
+      ok, remaining, retry, reset, delay = sliding_log(st, now, p[2], p[3], cost)
     else
-      ok, remaining, retry, reset, delay = decide(alg, st, now, p[2], p[3], p[4], cost, p[6])
+      ok, remaining, retry, reset, delay = bucket(st, now, p[2], p[3], p[4], cost, alg == 1)
     end
     local at = replied + 1
     if not ok then
@@ -676,9 +683,15 @@ if commit then
           if alg == 2 or alg == 4 then  -- expiry(alg, st[1], now), written out
             local r = st[1] % 1000
             at = (st[1] - r) / 1000 + ((r > 0) and 1 or 0)
-          else
+          elseif alg == 3 then
             at = expiry(alg, st[1], now)
-            st[expiry_slot[alg]] = at
+            st[2] = at
+          else  -- the buckets: the same, written out
+            local life = st[1] - now
+            local e = st[1] + (life - life % 8) / 8
+            local r = e % 1000
+            at = (e - r) / 1000 + ((r > 0) and 1 or 0)
+            st[3] = at
           end
         end
         local value

@@ -47,6 +47,20 @@ HttpResponse ErrorResponse(beast_http::status status, const UpstreamTarget& targ
   return response;
 }
 
+// Whether a pooled connection can still carry a request: nothing to read on it, neither the
+// upstream's close nor a reset nor stray bytes. Looks without waiting and without consuming.
+bool StillOpen(tcp::socket& socket) {
+  beast::error_code ec;
+  const bool was_non_blocking = socket.non_blocking();
+  socket.non_blocking(true, ec);
+  if (ec) return false;
+  char byte;
+  socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+  beast::error_code ignored;
+  socket.non_blocking(was_non_blocking, ignored);
+  return ec == asio::error::would_block;
+}
+
 }  // namespace
 
 std::string UpstreamTarget::Describe() const {
@@ -134,6 +148,15 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
 
   void Start() {
     connection_ = client_->TakeIdle(key_);
+    // A streamed body cannot be sent again once a piece of it was read from the client, and a
+    // connection the upstream closed while it sat idle usually fails only after that (the
+    // request's header fits in the socket's buffer all the same): so such a connection is left
+    // out before anything is sent on it, and the next one (or a fresh one) is tried.
+    while (connection_ != nullptr && request_body_ != nullptr &&
+           !StillOpen(connection_->stream.socket())) {
+      CloseConnection();
+      connection_ = client_->TakeIdle(key_);
+    }
     if (connection_ != nullptr) {
       reused_ = true;
       return Send();

@@ -9,7 +9,9 @@
 // while it sat idle is detected by the exchange failing before any byte of the answer came back;
 // the request is then sent once more on a fresh connection if that is safe: always when writing
 // failed, otherwise only for idempotent methods (RFC 9110 §9.2.2), since the upstream may have
-// acted on it.
+// acted on it; never once a piece of a streamed body was read from the client. Because such a
+// failure shows only after the body was read, a pooled connection is first looked at (without
+// waiting) for a request with a streamed body: one the upstream closed is left out.
 //
 // Bodies are streamed both ways. The request's is either held whole in the request or read piece
 // by piece from a BodyReader (the client's, Deferral::body()) and sent on as it comes, with its

@@ -12,7 +12,8 @@
 #   client's connection closed) and a client going away mid-body (the upstream's answer cut too);
 #   request bodies streamed: the upstream gets the first part before the client sent the rest,
 #   a 100 MB chunked upload and a Content-Length one pass byte-exact with sluice's memory flat,
-#   a Content-Length over http.max_body_bytes is a 413 before reading.
+#   a Content-Length over http.max_body_bytes is a 413 before reading; an upstream answering
+#   before it read the body (a 413, a 401) has its answer passed on, not a 502.
 # With PROXY_BACKEND=redis the same checks run with decisions (and refunds) on a redis-server
 # started here.
 # Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server [PROXY_BACKEND=redis] tests/proxy_e2e.sh
@@ -86,7 +87,13 @@ http:
     - match: {prefix: /bytes}
       rate_limits:
         - actions: [{generic_key: {descriptor_key: route, descriptor_value: bytes}}]
+    - match: {prefix: /early}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: early}}]
 descriptors:
+  - key: route
+    value: early
+    rate_limit: {name: early, requests: 50, window: 1m}
   - key: route
     value: bytes
     rate_limit: {name: bytes, requests: 1000, window: 1m}
@@ -290,6 +297,23 @@ check "sluice's peak RSS grew by < 32 MB while streaming 100 MB up (grew ${grew_
 expected 5000000 >"$tmp/upload.5m"
 check "a 5 MB upload with Content-Length passes byte-exact" "received 5000000 bytes, pattern ok" \
   "$(curl -s --max-time 20 --data-binary @"$tmp/upload.5m" "$url/upload")"
+
+# An upstream that answers before it has the body (a 413 of its own to a large upload, without
+# reading it): its answer reaches the client with the rate-limit fields, the rest of the body
+# is not sent, and the client's connection is closed after the answer (its body was not read).
+for upload in "--data-binary @$tmp/upload.5m" "-T $tmp/upload.5m"; do  # Content-Length; PUT
+  code=$(req $upload "$url/early?status=413")
+  check "upstream answering before the body ($upload): its status, not 502" 413 "$code"
+  check "... its body" "answered early" "$(cat "$tmp/body")"
+  check "... sluice's rate-limit fields on it" 50 "$(header X-RateLimit-Limit)"
+  check "... the client's connection closed after it" close "$(header Connection)"
+done
+expected "$up_big" | req -T - -X POST "$url/early?status=401" >/dev/null
+# (The status from the headers: after "100 Continue" curl's own %{http_code} may say 100.)
+check "a chunked 100 MB upload answered early: the upstream's 401" "401 answered early" \
+  "$(grep '^HTTP/' "$tmp/headers" | tail -1 | cut -d' ' -f2) $(cat "$tmp/body")"
+check "sluice keeps serving after answers given early" 200 "$(req "$url/echo")"
+
 received_before=$(stat received)
 exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
 printf 'POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 300000000\r\n\r\n' >&3

@@ -16,6 +16,8 @@
 //   /hold           200, chunked: "first part\n" at once, then "second part\n" after a
 //                   /release (or 5 s)
 //   /release        lets every /hold waiting now finish
+//   /early?status=N answers N (default 413) with "answered early" at once, its body unread (the
+//                   connection closes after the answer)
 //   /upload         its body streamed in (read piece by piece as it arrives) and checked against
 //                   kLine repeated: "received N bytes, pattern ok" (or "... broken at OFFSET")
 //   /stats          "requests=R connections=C holding=H cut=K received=B": requests served so
@@ -205,6 +207,12 @@ int main(int argc, char** argv) {
       std::make_shared<UploadReader>(deferral.body(), deferral.Take(), &counters)->Next();
       return;
     }
+    if (path == "/early") {  // the body (streamed: see below) is left unread
+      const uint64_t status = Param(target, "status");
+      response.result(status >= 200 && status <= 599 ? static_cast<unsigned>(status) : 413u);
+      response.body() = "answered early";
+      return;
+    }
     if (path == "/bytes") {
       const uint64_t total = Param(target, "n");
       const uint64_t cut = Param(target, "cut");
@@ -293,9 +301,10 @@ int main(int argc, char** argv) {
     }
     echo += "\n" + request.body();
     response.body() = std::move(echo);
-  }, 0, [](const HttpRequest& header) {  // only /upload reads its body as it comes
+  }, 0, [](const HttpRequest& header) {  // /upload reads its body as it comes, /early never
     const std::string_view target(header.target().data(), header.target().size());
-    return target.substr(0, target.find('?')) == "/upload";
+    const std::string_view path = target.substr(0, target.find('?'));
+    return path == "/upload" || path == "/early";
   });
   if (!port.ok()) {
     std::cerr << "upstream: " << port.status().message() << "\n";

@@ -54,6 +54,11 @@ UP=$(sed -n 's/^upstream: listening on //p' "$tmp/upstream.out")
 [[ -n $UP ]] || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
 stat() { curl -s "http://$UP/stats" | sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
 
+# metric 'NAME{LABELS}': its value on sluice's /metrics now (0 while it is not there).
+metric() { curl -s "http://$ADMIN/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
+cut_upstream='sluice_proxy_answers_cut_total{side="upstream"}'
+cut_client='sluice_proxy_answers_cut_total{side="client"}'
+
 # req [CURL ARGS...]: one request; prints the status, keeps headers and body.
 req() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' --max-time 10 "$@"; }
 
@@ -260,17 +265,25 @@ for code in 204 304; do
 done
 
 # The upstream dies mid-body: the client's connection is closed (curl: 18, partial file).
+cut_upstream_before=$(metric "$cut_upstream")
+cut_client_before=$(metric "$cut_client")
 code=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 10 "$url/bytes?n=1000000&cut=200000"; echo " $?")
 check "an answer cut short by the upstream: 200, then the connection closed early" "200 18" "$code"
 check "... after the bytes the upstream did send" 200000 "$(wc -c <"$tmp/body")"
+check "... counted once as cut by the upstream" 1 "$(( $(metric "$cut_upstream") - cut_upstream_before ))"
+check "... and not as cut by the client" 0 "$(( $(metric "$cut_client") - cut_client_before ))"
 check "sluice keeps serving after that" 200 "$(req "$url/echo")"
 
 # The client goes away mid-body: sluice closes the upstream connection (the upstream sees its
 # answer cut) instead of reading the rest into nothing or pooling the connection.
 cut_before=$(stat cut)
+cut_upstream_before=$(metric "$cut_upstream")
+cut_client_before=$(metric "$cut_client")
 curl -s --max-time 20 "$url/bytes?n=$big" | head -c 1000000 >/dev/null
 for _ in $(seq 100); do (( $(stat cut) > cut_before )) && break; sleep 0.05; done
 check "client gone mid-body: the upstream's answer is cut too" 1 "$(( $(stat cut) > cut_before ))"
+check "... counted once as cut by the client" 1 "$(( $(metric "$cut_client") - cut_client_before ))"
+check "... and not as cut by the upstream" 0 "$(( $(metric "$cut_upstream") - cut_upstream_before ))"
 check "sluice keeps serving after that too" 200 "$(req "$url/echo")"
 
 # --- streamed request bodies

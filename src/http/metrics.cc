@@ -648,6 +648,17 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     if (!f.ok()) return f.status();
     m.proxy_refunds = (*f)->Get();
   }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_answers_cut_total",
+         .help = "Reverse proxy answers whose body was cut short, by the side that cut it: "
+                 "upstream (it closed, broke off or was silent mid-body), client (it went away "
+                 "mid-body).",
+         .label_names = {"side"},
+         .max_children = 4});
+    if (!f.ok()) return f.status();
+    m.proxy_answers_cut = *f;
+  }
 
   if (sources.store) {
     auto store = std::make_shared<std::function<StoreStats()>>(std::move(sources.store));

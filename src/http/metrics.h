@@ -334,6 +334,9 @@ struct ServerMetrics {
   // timeout, shaped_rejected.
   Family<Counter>* proxy_requests = nullptr;
   Counter* proxy_refunds = nullptr;  // requests whose consumed quota was given back
+  // Answers whose body was cut short: WithLabels({side}), side one of upstream (it closed,
+  // broke off or was silent mid-body), client (it went away mid-body).
+  Family<Counter>* proxy_answers_cut = nullptr;
 };
 
 }  // namespace sluice::http

@@ -705,6 +705,7 @@ std::string RealisticExposition(bool fresh) {
     m.proxy_requests->WithLabels({outcome})->Inc(3);
   }
   m.proxy_refunds->Inc(2);
+  for (const char* side : {"upstream", "client"}) m.proxy_answers_cut->WithLabels({side})->Inc();
   auto extra = registry.AddHistogram({.name = "sluice_upstream_response_seconds",
                                       .help = "Extra: a labelled histogram.",
                                       .label_names = {"upstream"}},

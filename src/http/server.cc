@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <list>
@@ -394,7 +395,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // The answer is out: the next request, or the end of the connection.
   void Answered() {
     busy_ = false;
-    if (close_after_write_) return Close();
+    if (close_after_write_) return BodyUnread() && !server_->stopping.load() ? Linger() : Close();
     response_ = {};
     if (body_parser_) {  // the room a streamed body took is not kept for the next request
       body_parser_.reset();
@@ -445,7 +446,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   // BodyReader (the streamed request body), on the connection's thread.
   void Read(std::function<void(Status, std::string_view)> got) override {
-    if (!body_parser_ || !socket_.is_open()) return got(Status::kError, {});
+    if (!body_parser_ || !socket_.is_open() || lingering_) return got(Status::kError, {});
     if (body_parser_->is_done()) return got(Status::kEnd, {});
     // The client waits for this before it sends the body (RFC 9110 §10.1.1).
     if (expect_continue_) {
@@ -493,15 +494,44 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       if (!ec && used > 0 && buffer_.size() > 0) return ParseBody(std::move(got));
     }
     SetDeadline(server_->options.idle_timeout);  // the longest silence while the body streams
+    body_read_pending_ = true;
     socket_.async_read_some(
         buffer_.prepare(kPieceBytes),
         [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
                                                           size_t n) mutable {
+          self->body_read_pending_ = false;
+          if (self->lingering_) {  // answered meanwhile: the body is dropped from now on
+            got(Status::kError, {});
+            return ec ? self->Close() : self->Drain();
+          }
           self->deadline_ = SteadyClock::time_point::max();
           if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
           self->buffer_.commit(n);
           self->ParseBody(std::move(got));
         });
+  }
+
+  // The answer went out before the request's body was read, and the client may still be sending
+  // it: closing now would reset the connection (bytes unread), which can destroy the answer
+  // before the client has read it. So the sending side is shut (the client sees the end), and
+  // what still comes is read and dropped until the client closes, for at most kLingerTime
+  // (RFC 9112 §9.6).
+  void Linger() {
+    lingering_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return Close();
+    SetDeadline(std::min(kLingerTime, server_->options.idle_timeout));
+    if (!body_read_pending_) Drain();  // else the pending read goes on with it
+  }
+
+  void Drain() {
+    buffer_.clear();
+    socket_.async_read_some(buffer_.prepare(kReadSize),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                              if (ec) return self->Close();  // closed, or the time is up
+                              self->Drain();
+                            });
   }
 
   void BodyFailed(std::function<void(Status, std::string_view)> got) {
@@ -569,6 +599,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   static constexpr size_t kReadSize = 8192;
   static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
+  static constexpr std::chrono::milliseconds kLingerTime{5000};  // see Linger
 
   Socket socket_;
   Timer timer_;
@@ -579,6 +610,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser_;
   std::string body_piece_;
   bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
+  bool body_read_pending_ = false;  // a read for the streamed body is under way
+  bool lingering_ = false;          // answered, the body unread: dropping it until the close
   HttpResponse response_;
   std::string header_;  // the serialized status line and fields of response_, reused
   struct Stream {        // the answer being streamed, if any

@@ -138,7 +138,9 @@ class Deferral {
   const boost::asio::any_io_executor& executor() const { return executor_; }
   // The request's body still to be read, when the listener's `stream_body` chose to stream it
   // (the request then holds only the header); null otherwise. Read it on the connection's
-  // thread. An answer sent before it was read to the end closes the connection afterwards.
+  // thread. An answer sent before it was read to the end closes the connection afterwards: the
+  // server's side at once, then, after reading and dropping what the client still sends (for at
+  // most 5 s, so that a client busy sending gets to read the answer), the whole connection.
   const std::shared_ptr<BodyReader>& body() const { return body_; }
 
  private:

@@ -322,6 +322,37 @@ TEST_F(DeferralTest, AnswerBeforeTheStreamedBodyWasReadClosesTheConnection) {
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno thanks");
 }
 
+TEST(LingerTest, AnswerBeforeTheStreamedBodyWasReadLetsTheClientSendItThenReadTheAnswer) {
+  HttpServer server(ServerOptions{.threads = 1, .max_body_bytes = size_t{64} << 20});
+  auto port = server.Listen(
+      "127.0.0.1:0",
+      [](HttpRequest&, const std::string&, HttpResponse& response, Deferral&) {
+        response.body() = "no thanks";  // the body is never read
+      },
+      0, [](const HttpRequest&) { return true; });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread run([&] { server.Run(); });
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
+  const std::string body(size_t{8} << 20, 'x');  // far more than the socket buffers hold
+  asio::write(socket, asio::buffer("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                   std::to_string(body.size()) + "\r\n\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // answered by now
+  // A client that sends its whole body before it reads (as many do) gets to read the answer:
+  // the server neither resets the connection nor stops reading.
+  boost::system::error_code ec;
+  asio::write(socket, asio::buffer(body), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  std::string out;
+  asio::read(socket, asio::dynamic_buffer(out), ec);  // until the server's end
+  EXPECT_EQ(ec, asio::error::eof) << ec.message();
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno thanks");
+  socket.close();
+  server.Stop();
+  run.join();
+}
+
 TEST_F(DeferralTest, ExpectContinueIsAnsweredWhenTheBodyIsFirstRead) {
   Serve([](HttpRequest&, const std::string&, HttpResponse&,
            Deferral& deferral) { EchoStreamedBody(deferral); },

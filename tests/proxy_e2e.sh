@@ -4,8 +4,8 @@
 #   allowed requests forwarded with the upstream's status, body and the rate-limit headers;
 #   denied ones answered 429 and never forwarded; X-Forwarded-For appended; hop-by-hop fields
 #   stripped both ways; keep-alive reuse of upstream connections; upstream timeout -> 504;
-#   upstream down -> 502 with a clear body; leaky_bucket shaping delays; http.max_delayed full
-#   -> 503; refunds on 5xx and on connect errors; answers streamed: a 300 MB answer passes
+#   upstream down -> 502 with a clear body; leaky_bucket shaping delays; a client leaving during
+#   its delay (not forwarded, refunded, client_gone); http.max_delayed full -> 503; refunds on 5xx and on connect errors; answers streamed: a 300 MB answer passes
 #   byte-exact while sluice's memory stays flat, the first bytes reach the client while the
 #   upstream still holds the rest, chunked upstream answers (re-chunked, or close-delimited for
 #   HTTP/1.0), HEAD and 204/304 without a body, an upstream cutting its answer short (the
@@ -95,7 +95,13 @@ http:
     - match: {prefix: /early}
       rate_limits:
         - actions: [{generic_key: {descriptor_key: route, descriptor_value: early}}]
+    - match: {prefix: /gone}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: gone}}]
 descriptors:
+  - key: route
+    value: gone
+    limits: [{name: gone, algorithm: leaky_bucket, requests: 1, window: 2s, burst: 3}]
   - key: route
     value: early
     rate_limit: {name: early, requests: 50, window: 1m}
@@ -204,6 +210,27 @@ elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 codes=$(cat "$tmp"/shaped.* | tr -d '\n')
 check "5 shaped requests all forwarded" "200200200200200" "$codes"
 check "shaping spread them over >= ~400 ms (took ${elapsed_ms} ms)" 1 "$(( elapsed_ms >= 380 ))"
+
+# --- a client leaving during its shaping delay (1 per 2 s): not forwarded, its quota given back
+gone_before=$(metric 'sluice_proxy_requests_total{outcome="client_gone"}')
+check "the first /gone goes at once" 200 "$(req "$url/gone/1")"
+requests_before=$(stat requests)
+start_ns=$(date +%s%N)
+curl -s -o /dev/null --max-time 0.5 "$url/gone/2"  # delayed ~2 s; curl leaves after 0.5 s
+for _ in $(seq 40); do
+  (( $(metric 'sluice_proxy_requests_total{outcome="client_gone"}') > gone_before )) && break
+  sleep 0.05
+done
+check "client gone during its delay: counted as client_gone at once" 1 \
+  "$(( $(metric 'sluice_proxy_requests_total{outcome="client_gone"}') - gone_before ))"
+# Refunded: the next one waits only for the first one's slot (ends ~2 s after it), not for the
+# gone one's too (~4 s).
+check "the next /gone is served" 200 "$(req "$url/gone/3")"
+elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+check "... after the first one's slot only: the gone one's quota was given back (${elapsed_ms} ms)" 1 \
+  "$(( elapsed_ms < 2900 ))"
+check "the gone request never reached the upstream (only /gone/3 did)" 1 \
+  "$(( $(stat requests) - requests_before ))"
 
 # --- streamed answers
 line='sluice streams bodies piece by piece'  # what the upstream's /bytes repeats

@@ -635,7 +635,8 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     auto f = registry->AddCounter(
         {.name = "sluice_proxy_requests_total",
          .help = "Reverse proxy requests by outcome: forwarded (the upstream answered), denied, "
-                 "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed).",
+                 "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed), "
+                 "client_gone (the client left during its shaping delay: not forwarded).",
          .label_names = {"outcome"},
          .max_children = 16});
     if (!f.ok()) return f.status();

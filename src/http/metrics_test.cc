@@ -701,7 +701,8 @@ std::string RealisticExposition(bool fresh) {
   for (const char* code : {"200", "429", "400", "431", "413", "502"}) {
     m.http_requests->WithLabels({code})->Inc(5);
   }
-  for (const char* outcome : {"forwarded", "denied", "upstream_error", "timeout", "shaped_rejected"}) {
+  for (const char* outcome :
+       {"forwarded", "denied", "upstream_error", "timeout", "shaped_rejected", "client_gone"}) {
     m.proxy_requests->WithLabels({outcome})->Inc(3);
   }
   m.proxy_refunds->Inc(2);

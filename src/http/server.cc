@@ -358,6 +358,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   void Deliver(HttpResponse response) override {
     asio::post(socket_.get_executor(),
                [self = shared_from_this(), response = std::move(response)]() mutable {
+                 self->client_gone_ = nullptr;  // answered: nobody waits for the close any more
                  self->response_ = std::move(response);
                  self->WriteAnswer();
                });
@@ -410,8 +411,32 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                      Responder::StreamStarted started) override {
     asio::post(socket_.get_executor(), [self = shared_from_this(), head = std::move(head),
                                         content_length, started = std::move(started)]() mutable {
+      self->client_gone_ = nullptr;
       self->response_ = std::move(head);
       self->WriteStreamHead(content_length, std::move(started));
+    });
+  }
+
+  // Responder::OnClientGone, on the connection's thread: waits until the socket is readable
+  // (without reading) and looks: the client's close or a reset calls `gone`; bytes (a body, a
+  // next request) end the watch, since what follows them cannot be seen without reading them.
+  void WatchClose(std::function<void()> gone) override {
+    if (!socket_.is_open()) return asio::post(socket_.get_executor(), std::move(gone));
+    client_gone_ = std::move(gone);
+    socket_.async_wait(Socket::wait_read, [weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (self == nullptr || !self->client_gone_) return;  // answered meanwhile
+      auto gone = std::move(self->client_gone_);
+      self->client_gone_ = nullptr;
+      if (ec) return gone();  // closed here (a deadline, the shutdown)
+      boost::system::error_code peek;
+      char byte;
+      self->socket_.non_blocking(true, peek);
+      if (!peek) self->socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, peek);
+      boost::system::error_code ignored;
+      self->socket_.non_blocking(false, ignored);
+      if (peek == asio::error::would_block) return self->WatchClose(std::move(gone));
+      if (peek) gone();  // eof (the client closed) or a reset; else bytes: watch no more
     });
   }
 
@@ -610,6 +635,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser_;
   std::string body_piece_;
   bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
+  std::function<void()> client_gone_;  // Responder::OnClientGone's, while watching
   bool body_read_pending_ = false;  // a read for the streamed body is under way
   bool lingering_ = false;          // answered, the body unread: dropping it until the close
   HttpResponse response_;
@@ -695,6 +721,10 @@ void Responder::Stream(HttpResponse head, std::optional<uint64_t> content_length
   target_ = nullptr;
   target->DeliverStream(std::move(head), content_length, std::move(started));
   work_ = {};
+}
+
+void Responder::OnClientGone(std::function<void()> gone) {
+  if (target_) target_->WatchClose(std::move(gone));
 }
 
 void Responder::Send(HttpResponse response) {

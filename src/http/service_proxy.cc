@@ -1,6 +1,7 @@
 // Reverse proxy mode of the data plane (Service::Proxy): decide with the `http:` routes exactly
 // as forward-auth does, answer a deny at once, hold an admitted request for its leaky_bucket
-// delay (a timer on the connection's io_context, bounded by http.max_delayed), forward it
+// delay (a timer on the connection's io_context, bounded by http.max_delayed; cut short, with the
+// quota given back, if the client closes its connection meanwhile), forward it
 // upstream (UpstreamClient), give the quota back when the answer matches the domain's
 // `refund_on`, and pass the upstream's answer on with the rate-limit headers added: its status
 // and fields as soon as they arrive, then its body streamed piece by piece (PipeBody).
@@ -32,6 +33,7 @@ struct Service::ProxyCall {
   UpstreamTarget target;
   boost::asio::any_io_executor executor;
   std::optional<boost::asio::steady_timer> delay;
+  bool client_gone = false;  // the client closed its connection during the delay
 };
 
 namespace {
@@ -161,8 +163,21 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
   call->decision = std::move(decided.combined);
   if (delay_us == 0) return Forward(std::move(call));
   call->delay.emplace(call->executor, std::chrono::microseconds(delay_us));
+  // A client that leaves during the delay is not forwarded: the delay ends at once and the
+  // request keeps nothing of the quota (as when shaping is full).
+  call->responder.OnClientGone([weak = std::weak_ptr<ProxyCall>(call)] {
+    if (auto c = weak.lock(); c != nullptr && c->delay) {
+      c->client_gone = true;
+      c->delay->cancel();
+    }
+  });
   call->delay->async_wait([this, call](boost::system::error_code) mutable {
     delayed_.fetch_sub(1, std::memory_order_relaxed);
+    if (call->client_gone) {
+      engine_.Refund(call->consumed, clock_->NowMicros());
+      CountProxy("client_gone");
+      return;  // the Responder, dropped with the call, answers a client that is not there
+    }
     Forward(std::move(call));
   });
 }

@@ -5,9 +5,10 @@
 #   denied ones answered 429 and never forwarded; X-Forwarded-For appended; hop-by-hop fields
 #   stripped both ways; keep-alive reuse of upstream connections; upstream timeout -> 504;
 #   upstream down -> 502 with a clear body; leaky_bucket shaping delays; a client leaving during
-#   its delay (not forwarded, refunded, client_gone); http.max_delayed full -> 503; refunds on 5xx and on connect errors; answers streamed: a 300 MB answer passes
-#   byte-exact while sluice's memory stays flat, the first bytes reach the client while the
-#   upstream still holds the rest, chunked upstream answers (re-chunked, or close-delimited for
+#   its delay (not forwarded, refunded, client_gone); http.max_delayed full -> 503; refunds on
+#   5xx and on connect errors; answers streamed: a 300 MB answer passes byte-exact while
+#   sluice's memory stays flat, the first bytes reach the client while the upstream still holds
+#   the rest, chunked upstream answers (re-chunked, or close-delimited for
 #   HTTP/1.0), HEAD and 204/304 without a body, an upstream cutting its answer short (the
 #   client's connection closed) and a client going away mid-body (the upstream's answer cut too);
 #   request bodies streamed: the upstream gets the first part before the client sent the rest,

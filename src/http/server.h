@@ -11,9 +11,10 @@
 // Handlers run on the connection's thread and must not block. A handler that has to wait (for
 // Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
 // Responder, from any thread; the connection reads nothing more until then (but it may watch for
-// the client's close: Responder::OnClientGone). A deferred answer may also be streamed (Responder::Stream): its status and fields go out first, its body follows
-// piece by piece through a BodyWriter, one piece in flight at a time, so what the server holds
-// for it stays bounded whatever its size. Likewise a listener may hand a request to its handler
+// the client's close: Responder::OnClientGone). A deferred answer may also be streamed
+// (Responder::Stream): its status and fields go out first, its body follows piece by piece
+// through a BodyWriter, one piece in flight at a time, so what the server holds for it stays
+// bounded whatever its size. Likewise a listener may hand a request to its handler
 // as soon as its header is in, with the body left to read piece by piece (Listen's
 // `stream_body`, Deferral::body()). Stop() stops accepting, closes idle connections and lets
 // requests in flight (deferred and streamed ones too) finish, up to

@@ -4,15 +4,17 @@
 #   allowed requests forwarded with the upstream's status, body and the rate-limit headers;
 #   denied ones answered 429 and never forwarded; X-Forwarded-For appended; hop-by-hop fields
 #   stripped both ways; keep-alive reuse of upstream connections; upstream timeout -> 504;
-#   upstream down -> 502 with a clear body; leaky_bucket shaping delays; http.max_delayed full
-#   -> 503; refunds on 5xx and on connect errors; answers streamed: a 300 MB answer passes
-#   byte-exact while sluice's memory stays flat, the first bytes reach the client while the
-#   upstream still holds the rest, chunked upstream answers (re-chunked, or close-delimited for
+#   upstream down -> 502 with a clear body; leaky_bucket shaping delays; a client leaving during
+#   its delay (not forwarded, refunded, client_gone); http.max_delayed full -> 503; refunds on
+#   5xx and on connect errors; answers streamed: a 300 MB answer passes byte-exact while
+#   sluice's memory stays flat, the first bytes reach the client while the upstream still holds
+#   the rest, chunked upstream answers (re-chunked, or close-delimited for
 #   HTTP/1.0), HEAD and 204/304 without a body, an upstream cutting its answer short (the
 #   client's connection closed) and a client going away mid-body (the upstream's answer cut too);
 #   request bodies streamed: the upstream gets the first part before the client sent the rest,
 #   a 100 MB chunked upload and a Content-Length one pass byte-exact with sluice's memory flat,
-#   a Content-Length over http.max_body_bytes is a 413 before reading.
+#   a Content-Length over http.max_body_bytes is a 413 before reading; an upstream answering
+#   before it read the body (a 413, a 401) has its answer passed on, not a 502.
 # With PROXY_BACKEND=redis the same checks run with decisions (and refunds) on a redis-server
 # started here.
 # Usage: SLUICE=path/to/sluice UPSTREAM=path/to/upstream_server [PROXY_BACKEND=redis] tests/proxy_e2e.sh
@@ -53,6 +55,11 @@ UP=$(sed -n 's/^upstream: listening on //p' "$tmp/upstream.out")
 [[ -n $UP ]] || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
 stat() { curl -s "http://$UP/stats" | sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
 
+# metric 'NAME{LABELS}': its value on sluice's /metrics now (0 while it is not there).
+metric() { curl -s "http://$ADMIN/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
+cut_upstream='sluice_proxy_answers_cut_total{side="upstream"}'
+cut_client='sluice_proxy_answers_cut_total{side="client"}'
+
 # req [CURL ARGS...]: one request; prints the status, keeps headers and body.
 req() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' --max-time 10 "$@"; }
 
@@ -86,7 +93,19 @@ http:
     - match: {prefix: /bytes}
       rate_limits:
         - actions: [{generic_key: {descriptor_key: route, descriptor_value: bytes}}]
+    - match: {prefix: /early}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: early}}]
+    - match: {prefix: /gone}
+      rate_limits:
+        - actions: [{generic_key: {descriptor_key: route, descriptor_value: gone}}]
 descriptors:
+  - key: route
+    value: gone
+    limits: [{name: gone, algorithm: leaky_bucket, requests: 1, window: 2s, burst: 3}]
+  - key: route
+    value: early
+    rate_limit: {name: early, requests: 50, window: 1m}
   - key: route
     value: bytes
     rate_limit: {name: bytes, requests: 1000, window: 1m}
@@ -193,6 +212,27 @@ codes=$(cat "$tmp"/shaped.* | tr -d '\n')
 check "5 shaped requests all forwarded" "200200200200200" "$codes"
 check "shaping spread them over >= ~400 ms (took ${elapsed_ms} ms)" 1 "$(( elapsed_ms >= 380 ))"
 
+# --- a client leaving during its shaping delay (1 per 2 s): not forwarded, its quota given back
+gone_before=$(metric 'sluice_proxy_requests_total{outcome="client_gone"}')
+check "the first /gone goes at once" 200 "$(req "$url/gone/1")"
+requests_before=$(stat requests)
+start_ns=$(date +%s%N)
+curl -s -o /dev/null --max-time 0.5 "$url/gone/2"  # delayed ~2 s; curl leaves after 0.5 s
+for _ in $(seq 40); do
+  (( $(metric 'sluice_proxy_requests_total{outcome="client_gone"}') > gone_before )) && break
+  sleep 0.05
+done
+check "client gone during its delay: counted as client_gone at once" 1 \
+  "$(( $(metric 'sluice_proxy_requests_total{outcome="client_gone"}') - gone_before ))"
+# Refunded: the next one waits only for the first one's slot (ends ~2 s after it), not for the
+# gone one's too (~4 s).
+check "the next /gone is served" 200 "$(req "$url/gone/3")"
+elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+check "... after the first one's slot only: the gone one's quota was given back (${elapsed_ms} ms)" 1 \
+  "$(( elapsed_ms < 2900 ))"
+check "the gone request never reached the upstream (only /gone/3 did)" 1 \
+  "$(( $(stat requests) - requests_before ))"
+
 # --- streamed answers
 line='sluice streams bodies piece by piece'  # what the upstream's /bytes repeats
 expected() { yes "$line" | head -c "$1"; }
@@ -253,17 +293,25 @@ for code in 204 304; do
 done
 
 # The upstream dies mid-body: the client's connection is closed (curl: 18, partial file).
+cut_upstream_before=$(metric "$cut_upstream")
+cut_client_before=$(metric "$cut_client")
 code=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 10 "$url/bytes?n=1000000&cut=200000"; echo " $?")
 check "an answer cut short by the upstream: 200, then the connection closed early" "200 18" "$code"
 check "... after the bytes the upstream did send" 200000 "$(wc -c <"$tmp/body")"
+check "... counted once as cut by the upstream" 1 "$(( $(metric "$cut_upstream") - cut_upstream_before ))"
+check "... and not as cut by the client" 0 "$(( $(metric "$cut_client") - cut_client_before ))"
 check "sluice keeps serving after that" 200 "$(req "$url/echo")"
 
 # The client goes away mid-body: sluice closes the upstream connection (the upstream sees its
 # answer cut) instead of reading the rest into nothing or pooling the connection.
 cut_before=$(stat cut)
+cut_upstream_before=$(metric "$cut_upstream")
+cut_client_before=$(metric "$cut_client")
 curl -s --max-time 20 "$url/bytes?n=$big" | head -c 1000000 >/dev/null
 for _ in $(seq 100); do (( $(stat cut) > cut_before )) && break; sleep 0.05; done
 check "client gone mid-body: the upstream's answer is cut too" 1 "$(( $(stat cut) > cut_before ))"
+check "... counted once as cut by the client" 1 "$(( $(metric "$cut_client") - cut_client_before ))"
+check "... and not as cut by the upstream" 0 "$(( $(metric "$cut_upstream") - cut_upstream_before ))"
 check "sluice keeps serving after that too" 200 "$(req "$url/echo")"
 
 # --- streamed request bodies
@@ -290,6 +338,25 @@ check "sluice's peak RSS grew by < 32 MB while streaming 100 MB up (grew ${grew_
 expected 5000000 >"$tmp/upload.5m"
 check "a 5 MB upload with Content-Length passes byte-exact" "received 5000000 bytes, pattern ok" \
   "$(curl -s --max-time 20 --data-binary @"$tmp/upload.5m" "$url/upload")"
+
+# An upstream that answers before it has the body (a 413 of its own to a large upload, without
+# reading it): its answer reaches the client with the rate-limit fields, the rest of the body
+# is not sent, and the client's connection is closed after the answer (its body was not read).
+# (Without that, the upstream's reset broke the exchange (502), or the write stuck on an upstream
+# that holds the connection unread timed out (504).)
+for upload in "--data-binary @$tmp/upload.5m" "-T $tmp/upload.5m"; do  # Content-Length; PUT
+  code=$(req $upload "$url/early?status=413")
+  check "upstream answering before the body ($upload): its status, not 502" 413 "$code"
+  check "... its body" "answered early" "$(cat "$tmp/body")"
+  check "... sluice's rate-limit fields on it" 50 "$(header X-RateLimit-Limit)"
+  check "... the client's connection closed after it" close "$(header Connection)"
+done
+expected "$up_big" | req -T - -X POST "$url/early?status=401&hold_ms=3000" >/dev/null
+# (The status from the headers: after "100 Continue" curl's own %{http_code} may say 100.)
+check "a chunked 100 MB upload answered early: the upstream's 401" "401 answered early" \
+  "$(grep '^HTTP/' "$tmp/headers" | tail -1 | cut -d' ' -f2) $(cat "$tmp/body")"
+check "sluice keeps serving after answers given early" 200 "$(req "$url/echo")"
+
 received_before=$(stat received)
 exec 3<>"/dev/tcp/${DATA%:*}/${DATA##*:}"
 printf 'POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 300000000\r\n\r\n' >&3

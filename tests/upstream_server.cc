@@ -16,6 +16,9 @@
 //   /hold           200, chunked: "first part\n" at once, then "second part\n" after a
 //                   /release (or 5 s)
 //   /release        lets every /hold waiting now finish
+//   /early?status=N answers N (default 413) with "answered early" at once and reads nothing of
+//                   its body: then closes the connection (reset, as the body is unread), or with
+//                   &hold_ms=M holds it open, unread, for M ms first
 //   /upload         its body streamed in (read piece by piece as it arrives) and checked against
 //                   kLine repeated: "received N bytes, pattern ok" (or "... broken at OFFSET")
 //   /stats          "requests=R connections=C holding=H cut=K received=B": requests served so
@@ -205,6 +208,29 @@ int main(int argc, char** argv) {
       std::make_shared<UploadReader>(deferral.body(), deferral.Take(), &counters)->Next();
       return;
     }
+    if (path == "/early") {  // the body (streamed: see below) is left unread
+      const uint64_t status = Param(target, "status");
+      const auto hold = std::chrono::milliseconds(Param(target, "hold_ms"));
+      HttpResponse head(static_cast<beast_http::status>(
+                            status >= 200 && status <= 599 ? static_cast<unsigned>(status) : 413u),
+                        11);
+      head.set(beast_http::field::content_type, "text/plain");
+      auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor());
+      // A streamed answer, so that the connection ends by Abort: closed outright, without the
+      // lingering close HttpServer gives an answer whose request body is unread.
+      deferral.Take().Stream(
+          std::move(head), 14, [timer, hold](std::shared_ptr<BodyWriter> body) {
+            if (body == nullptr) return;
+            static constexpr std::string_view kEarly = "answered early";
+            BodyWriter& writer = *body;
+            writer.Write(boost::asio::buffer(kEarly.data(), kEarly.size()),
+                         [timer, hold, body](bool) {
+                           timer->expires_after(hold);
+                           timer->async_wait([body](boost::system::error_code) { body->Abort(); });
+                         });
+          });
+      return;
+    }
     if (path == "/bytes") {
       const uint64_t total = Param(target, "n");
       const uint64_t cut = Param(target, "cut");
@@ -293,9 +319,10 @@ int main(int argc, char** argv) {
     }
     echo += "\n" + request.body();
     response.body() = std::move(echo);
-  }, 0, [](const HttpRequest& header) {  // only /upload reads its body as it comes
+  }, 0, [](const HttpRequest& header) {  // /upload reads its body as it comes, /early never
     const std::string_view target(header.target().data(), header.target().size());
-    return target.substr(0, target.find('?')) == "/upload";
+    const std::string_view path = target.substr(0, target.find('?'));
+    return path == "/upload" || path == "/early";
   });
   if (!port.ok()) {
     std::cerr << "upstream: " << port.status().message() << "\n";

@@ -635,7 +635,8 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     auto f = registry->AddCounter(
         {.name = "sluice_proxy_requests_total",
          .help = "Reverse proxy requests by outcome: forwarded (the upstream answered), denied, "
-                 "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed).",
+                 "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed), "
+                 "client_gone (the client left during its shaping delay: not forwarded).",
          .label_names = {"outcome"},
          .max_children = 16});
     if (!f.ok()) return f.status();
@@ -647,6 +648,17 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
          .help = "Reverse proxy requests whose consumed quota was given back (refund_on)."});
     if (!f.ok()) return f.status();
     m.proxy_refunds = (*f)->Get();
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_answers_cut_total",
+         .help = "Reverse proxy answers whose body was cut short, by the side that cut it: "
+                 "upstream (it closed, broke off or was silent mid-body), client (it went away "
+                 "mid-body).",
+         .label_names = {"side"},
+         .max_children = 4});
+    if (!f.ok()) return f.status();
+    m.proxy_answers_cut = *f;
   }
 
   if (sources.store) {

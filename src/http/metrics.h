@@ -331,9 +331,12 @@ struct ServerMetrics {
   Counter* http_connections_rejected = nullptr;
   Family<Counter>* http_requests = nullptr;  // WithLabels({"200"}); cache per status code
   // Reverse proxy: WithLabels({outcome}), outcome one of forwarded, denied, upstream_error,
-  // timeout, shaped_rejected.
+  // timeout, shaped_rejected, client_gone.
   Family<Counter>* proxy_requests = nullptr;
   Counter* proxy_refunds = nullptr;  // requests whose consumed quota was given back
+  // Answers whose body was cut short: WithLabels({side}), side one of upstream (it closed,
+  // broke off or was silent mid-body), client (it went away mid-body).
+  Family<Counter>* proxy_answers_cut = nullptr;
 };
 
 }  // namespace sluice::http

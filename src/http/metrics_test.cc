@@ -701,10 +701,12 @@ std::string RealisticExposition(bool fresh) {
   for (const char* code : {"200", "429", "400", "431", "413", "502"}) {
     m.http_requests->WithLabels({code})->Inc(5);
   }
-  for (const char* outcome : {"forwarded", "denied", "upstream_error", "timeout", "shaped_rejected"}) {
+  for (const char* outcome :
+       {"forwarded", "denied", "upstream_error", "timeout", "shaped_rejected", "client_gone"}) {
     m.proxy_requests->WithLabels({outcome})->Inc(3);
   }
   m.proxy_refunds->Inc(2);
+  for (const char* side : {"upstream", "client"}) m.proxy_answers_cut->WithLabels({side})->Inc();
   auto extra = registry.AddHistogram({.name = "sluice_upstream_response_seconds",
                                       .help = "Extra: a labelled histogram.",
                                       .label_names = {"upstream"}},

@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <list>
@@ -357,6 +358,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   void Deliver(HttpResponse response) override {
     asio::post(socket_.get_executor(),
                [self = shared_from_this(), response = std::move(response)]() mutable {
+                 self->client_gone_ = nullptr;  // answered: nobody waits for the close any more
                  self->response_ = std::move(response);
                  self->WriteAnswer();
                });
@@ -394,7 +396,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // The answer is out: the next request, or the end of the connection.
   void Answered() {
     busy_ = false;
-    if (close_after_write_) return Close();
+    if (close_after_write_) return BodyUnread() && !server_->stopping.load() ? Linger() : Close();
     response_ = {};
     if (body_parser_) {  // the room a streamed body took is not kept for the next request
       body_parser_.reset();
@@ -409,8 +411,32 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                      Responder::StreamStarted started) override {
     asio::post(socket_.get_executor(), [self = shared_from_this(), head = std::move(head),
                                         content_length, started = std::move(started)]() mutable {
+      self->client_gone_ = nullptr;
       self->response_ = std::move(head);
       self->WriteStreamHead(content_length, std::move(started));
+    });
+  }
+
+  // Responder::OnClientGone, on the connection's thread: waits until the socket is readable
+  // (without reading) and looks: the client's close or a reset calls `gone`; bytes (a body, a
+  // next request) end the watch, since what follows them cannot be seen without reading them.
+  void WatchClose(std::function<void()> gone) override {
+    if (!socket_.is_open()) return asio::post(socket_.get_executor(), std::move(gone));
+    client_gone_ = std::move(gone);
+    socket_.async_wait(Socket::wait_read, [weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (self == nullptr || !self->client_gone_) return;  // answered meanwhile
+      auto gone = std::move(self->client_gone_);
+      self->client_gone_ = nullptr;
+      if (ec) return gone();  // closed here (a deadline, the shutdown)
+      boost::system::error_code peek;
+      char byte;
+      self->socket_.non_blocking(true, peek);
+      if (!peek) self->socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, peek);
+      boost::system::error_code ignored;
+      self->socket_.non_blocking(false, ignored);
+      if (peek == asio::error::would_block) return self->WatchClose(std::move(gone));
+      if (peek) gone();  // eof (the client closed) or a reset; else bytes: watch no more
     });
   }
 
@@ -445,7 +471,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   // BodyReader (the streamed request body), on the connection's thread.
   void Read(std::function<void(Status, std::string_view)> got) override {
-    if (!body_parser_ || !socket_.is_open()) return got(Status::kError, {});
+    if (!body_parser_ || !socket_.is_open() || lingering_) return got(Status::kError, {});
     if (body_parser_->is_done()) return got(Status::kEnd, {});
     // The client waits for this before it sends the body (RFC 9110 §10.1.1).
     if (expect_continue_) {
@@ -493,15 +519,44 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       if (!ec && used > 0 && buffer_.size() > 0) return ParseBody(std::move(got));
     }
     SetDeadline(server_->options.idle_timeout);  // the longest silence while the body streams
+    body_read_pending_ = true;
     socket_.async_read_some(
         buffer_.prepare(kPieceBytes),
         [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
                                                           size_t n) mutable {
+          self->body_read_pending_ = false;
+          if (self->lingering_) {  // answered meanwhile: the body is dropped from now on
+            got(Status::kError, {});
+            return ec ? self->Close() : self->Drain();
+          }
           self->deadline_ = SteadyClock::time_point::max();
           if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
           self->buffer_.commit(n);
           self->ParseBody(std::move(got));
         });
+  }
+
+  // The answer went out before the request's body was read, and the client may still be sending
+  // it: closing now would reset the connection (bytes unread), which can destroy the answer
+  // before the client has read it. So the sending side is shut (the client sees the end), and
+  // what still comes is read and dropped until the client closes, for at most kLingerTime
+  // (RFC 9112 §9.6).
+  void Linger() {
+    lingering_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return Close();
+    SetDeadline(std::min(kLingerTime, server_->options.idle_timeout));
+    if (!body_read_pending_) Drain();  // else the pending read goes on with it
+  }
+
+  void Drain() {
+    buffer_.clear();
+    socket_.async_read_some(buffer_.prepare(kReadSize),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                              if (ec) return self->Close();  // closed, or the time is up
+                              self->Drain();
+                            });
   }
 
   void BodyFailed(std::function<void(Status, std::string_view)> got) {
@@ -569,6 +624,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   static constexpr size_t kReadSize = 8192;
   static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
+  static constexpr std::chrono::milliseconds kLingerTime{5000};  // see Linger
 
   Socket socket_;
   Timer timer_;
@@ -579,6 +635,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser_;
   std::string body_piece_;
   bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
+  std::function<void()> client_gone_;  // Responder::OnClientGone's, while watching
+  bool body_read_pending_ = false;  // a read for the streamed body is under way
+  bool lingering_ = false;          // answered, the body unread: dropping it until the close
   HttpResponse response_;
   std::string header_;  // the serialized status line and fields of response_, reused
   struct Stream {        // the answer being streamed, if any
@@ -662,6 +721,10 @@ void Responder::Stream(HttpResponse head, std::optional<uint64_t> content_length
   target_ = nullptr;
   target->DeliverStream(std::move(head), content_length, std::move(started));
   work_ = {};
+}
+
+void Responder::OnClientGone(std::function<void()> gone) {
+  if (target_) target_->WatchClose(std::move(gone));
 }
 
 void Responder::Send(HttpResponse response) {

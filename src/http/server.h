@@ -10,10 +10,11 @@
 //
 // Handlers run on the connection's thread and must not block. A handler that has to wait (for
 // Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
-// Responder, from any thread; the connection reads nothing more until then. A deferred answer
-// may also be streamed (Responder::Stream): its status and fields go out first, its body follows
-// piece by piece through a BodyWriter, one piece in flight at a time, so what the server holds
-// for it stays bounded whatever its size. Likewise a listener may hand a request to its handler
+// Responder, from any thread; the connection reads nothing more until then (but it may watch for
+// the client's close: Responder::OnClientGone). A deferred answer may also be streamed
+// (Responder::Stream): its status and fields go out first, its body follows piece by piece
+// through a BodyWriter, one piece in flight at a time, so what the server holds for it stays
+// bounded whatever its size. Likewise a listener may hand a request to its handler
 // as soon as its header is in, with the body left to read piece by piece (Listen's
 // `stream_body`, Deferral::body()). Stop() stops accepting, closes idle connections and lets
 // requests in flight (deferred and streamed ones too) finish, up to
@@ -96,6 +97,7 @@ class Responder {
     virtual void Deliver(HttpResponse response) = 0;
     virtual void DeliverStream(HttpResponse head, std::optional<uint64_t> content_length,
                                StreamStarted started) = 0;
+    virtual void WatchClose(std::function<void()> gone) = 0;  // see OnClientGone
   };
 
   Responder() = default;
@@ -112,6 +114,12 @@ class Responder {
   // closing the connection for an HTTP/1.0 client. To HEAD, only the fields are sent (with the
   // Content-Length, if known).
   void Stream(HttpResponse head, std::optional<uint64_t> content_length, StreamStarted started);
+  // Runs `gone` on the connection's thread if the client closes the connection (or it breaks)
+  // while this answer is still to come, so that a handler that waits (a shaping delay) can give
+  // up; the answer is still expected (dropping the Responder will do). Seen only while the
+  // client sends nothing more: once more bytes are there (the body, a next request), the
+  // connection is no longer watched. Call on the connection's thread, before reading the body.
+  void OnClientGone(std::function<void()> gone);
   explicit operator bool() const { return target_ != nullptr; }
 
  private:
@@ -138,7 +146,9 @@ class Deferral {
   const boost::asio::any_io_executor& executor() const { return executor_; }
   // The request's body still to be read, when the listener's `stream_body` chose to stream it
   // (the request then holds only the header); null otherwise. Read it on the connection's
-  // thread. An answer sent before it was read to the end closes the connection afterwards.
+  // thread. An answer sent before it was read to the end closes the connection afterwards: the
+  // server's side at once, then, after reading and dropping what the client still sends (for at
+  // most 5 s, so that a client busy sending gets to read the answer), the whole connection.
   const std::shared_ptr<BodyReader>& body() const { return body_; }
 
  private:

@@ -7,13 +7,16 @@
 
 #include "http/server.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
@@ -320,6 +323,78 @@ TEST_F(DeferralTest, AnswerBeforeTheStreamedBodyWasReadClosesTheConnection) {
                                    "GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
                                    std::chrono::seconds(3));
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno thanks");
+}
+
+TEST(LingerTest, AnswerBeforeTheStreamedBodyWasReadLetsTheClientSendItThenReadTheAnswer) {
+  HttpServer server(ServerOptions{.threads = 1, .max_body_bytes = size_t{64} << 20});
+  auto port = server.Listen(
+      "127.0.0.1:0",
+      [](HttpRequest&, const std::string&, HttpResponse& response, Deferral&) {
+        response.body() = "no thanks";  // the body is never read
+      },
+      0, [](const HttpRequest&) { return true; });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread run([&] { server.Run(); });
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
+  const std::string body(size_t{8} << 20, 'x');  // far more than the socket buffers hold
+  asio::write(socket, asio::buffer("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                   std::to_string(body.size()) + "\r\n\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // answered by now
+  // A client that sends its whole body before it reads (as many do) gets to read the answer:
+  // the server neither resets the connection nor stops reading.
+  boost::system::error_code ec;
+  asio::write(socket, asio::buffer(body), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  std::string out;
+  asio::read(socket, asio::dynamic_buffer(out), ec);  // until the server's end
+  EXPECT_EQ(ec, asio::error::eof) << ec.message();
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno thanks");
+  socket.close();
+  server.Stop();
+  run.join();
+}
+
+TEST_F(DeferralTest, ClientClosingWhileTheAnswerIsDeferredIsReported) {
+  std::atomic<int> gone{0};
+  std::mutex mu;
+  std::vector<Responder> waiting;  // guarded by mu; dropped at the end (they answer 500)
+  Serve([&](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
+    Responder responder = deferral.Take();
+    responder.OnClientGone([&gone] { ++gone; });
+    std::lock_guard<std::mutex> lock(mu);
+    waiting.push_back(std::move(responder));
+  });
+  {
+    asio::io_context io;
+    tcp::socket socket(io);
+    socket.connect(
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port_)));
+    asio::write(socket, asio::buffer(std::string_view("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(gone.load(), 0);  // still there, waiting
+  }  // the client closes
+  for (int i = 0; i < 300 && gone.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(gone.load(), 1);
+  std::lock_guard<std::mutex> lock(mu);
+  waiting.clear();
+}
+
+TEST_F(DeferralTest, ClientClosingAfterTheAnswerIsNotReportedGone) {
+  std::atomic<int> gone{0};
+  Serve([&](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
+    Responder responder = deferral.Take();
+    responder.OnClientGone([&gone] { ++gone; });
+    responder.Send(HttpResponse(beast_http::status::ok, 11));
+  });
+  const std::string out = Exchange(port_, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n",
+                                   std::chrono::milliseconds(200));  // then closes
+  EXPECT_EQ(out.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(gone.load(), 0);
 }
 
 TEST_F(DeferralTest, ExpectContinueIsAnsweredWhenTheBodyIsFirstRead) {

@@ -1,6 +1,7 @@
 // Reverse proxy mode of the data plane (Service::Proxy): decide with the `http:` routes exactly
 // as forward-auth does, answer a deny at once, hold an admitted request for its leaky_bucket
-// delay (a timer on the connection's io_context, bounded by http.max_delayed), forward it
+// delay (a timer on the connection's io_context, bounded by http.max_delayed; cut short, with the
+// quota given back, if the client closes its connection meanwhile), forward it
 // upstream (UpstreamClient), give the quota back when the answer matches the domain's
 // `refund_on`, and pass the upstream's answer on with the rate-limit headers added: its status
 // and fields as soon as they arrive, then its body streamed piece by piece (PipeBody).
@@ -32,6 +33,7 @@ struct Service::ProxyCall {
   UpstreamTarget target;
   boost::asio::any_io_executor executor;
   std::optional<boost::asio::steady_timer> delay;
+  bool client_gone = false;  // the client closed its connection during the delay
 };
 
 namespace {
@@ -44,21 +46,34 @@ std::string_view MethodOf(const HttpRequest& request) {
   return {request.method_string().data(), request.method_string().size()};
 }
 
+// Counts an answer cut short mid-body by `side` ("upstream" or "client"); `cut` may be null.
+void CountCut(Family<Counter>* cut, std::string_view side) {
+  if (cut == nullptr) return;
+  const std::string_view labels[] = {side};
+  cut->WithLabels(labels)->Inc();
+}
+
 // Copies the upstream's body to the client one piece at a time: the next piece is read only once
 // the previous one is written, so a slow client slows the upstream down instead of filling
 // memory. Either side failing ends both: the upstream cut short closes the client's connection
 // (the status is out, so that is the only way left to say so), and a client gone drops `body`,
-// which closes the upstream connection instead of pooling it.
-void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> client) {
+// which closes the upstream connection instead of pooling it. Either is counted in `cut`
+// (sluice_proxy_answers_cut_total; may be null).
+void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> client,
+              Family<Counter>* cut) {
   UpstreamBody& source = *body;
-  source.Read([body = std::move(body), client = std::move(client)](
+  source.Read([body = std::move(body), client = std::move(client), cut](
                   UpstreamBody::Status status, std::string_view piece) mutable {
-    if (status == UpstreamBody::Status::kError) return client->Abort();
+    if (status == UpstreamBody::Status::kError) {
+      CountCut(cut, "upstream");
+      return client->Abort();
+    }
     if (status == UpstreamBody::Status::kEnd) return client->End();
     BodyWriter& sink = *client;
     sink.Write(boost::asio::buffer(piece.data(), piece.size()),
-               [body = std::move(body), client = std::move(client)](bool written) mutable {
-                 if (written) PipeBody(std::move(body), std::move(client));
+               [body = std::move(body), client = std::move(client), cut](bool written) mutable {
+                 if (!written) return CountCut(cut, "client");
+                 PipeBody(std::move(body), std::move(client), cut);
                });
   });
 }
@@ -148,8 +163,21 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
   call->decision = std::move(decided.combined);
   if (delay_us == 0) return Forward(std::move(call));
   call->delay.emplace(call->executor, std::chrono::microseconds(delay_us));
+  // A client that leaves during the delay is not forwarded: the delay ends at once and the
+  // request keeps nothing of the quota (as when shaping is full).
+  call->responder.OnClientGone([weak = std::weak_ptr<ProxyCall>(call)] {
+    if (auto c = weak.lock(); c != nullptr && c->delay) {
+      c->client_gone = true;
+      c->delay->cancel();
+    }
+  });
   call->delay->async_wait([this, call](boost::system::error_code) mutable {
     delayed_.fetch_sub(1, std::memory_order_relaxed);
+    if (call->client_gone) {
+      engine_.Refund(call->consumed, clock_->NowMicros());
+      CountProxy("client_gone");
+      return;  // the Responder, dropped with the call, answers a client that is not there
+    }
     Forward(std::move(call));
   });
 }
@@ -206,9 +234,10 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   CountResponse(result.response);
   if (result.body == nullptr) return call->responder.Send(std::move(result.response));
   const std::optional<uint64_t> content_length = result.body->content_length();
+  Family<Counter>* cut = metrics_ != nullptr ? metrics_->proxy_answers_cut : nullptr;
   call->responder.Stream(std::move(result.response), content_length,
-                         [body = std::move(result.body)](std::shared_ptr<BodyWriter> client) {
-                           if (client != nullptr) PipeBody(body, std::move(client));
+                         [body = std::move(result.body), cut](std::shared_ptr<BodyWriter> client) {
+                           if (client != nullptr) PipeBody(body, std::move(client), cut);
                          });
 }
 

@@ -47,6 +47,20 @@ HttpResponse ErrorResponse(beast_http::status status, const UpstreamTarget& targ
   return response;
 }
 
+// Whether a pooled connection can still carry a request: nothing to read on it, neither the
+// upstream's close nor a reset nor stray bytes. Looks without waiting and without consuming.
+bool StillOpen(tcp::socket& socket) {
+  beast::error_code ec;
+  const bool was_non_blocking = socket.non_blocking();
+  socket.non_blocking(true, ec);
+  if (ec) return false;
+  char byte;
+  socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+  beast::error_code ignored;
+  socket.non_blocking(was_non_blocking, ignored);
+  return ec == asio::error::would_block;
+}
+
 }  // namespace
 
 std::string UpstreamTarget::Describe() const {
@@ -117,6 +131,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
         done_(std::move(done)),
         request_body_(std::move(request_body)),
         resolver_(executor_),
+        header_timer_(executor_),
         key_(&asio::query(executor_, asio::execution::context),
              fmt::format("{}:{}", target_.host, target_.port)) {
     request_.version(11);
@@ -134,6 +149,15 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
 
   void Start() {
     connection_ = client_->TakeIdle(key_);
+    // A streamed body cannot be sent again once a piece of it was read from the client, and a
+    // connection the upstream closed while it sat idle usually fails only after that (the
+    // request's header fits in the socket's buffer all the same): so such a connection is left
+    // out before anything is sent on it, and the next one (or a fresh one) is tried.
+    while (connection_ != nullptr && request_body_ != nullptr &&
+           !StillOpen(connection_->stream.socket())) {
+      CloseConnection();
+      connection_ = client_->TakeIdle(key_);
+    }
     if (connection_ != nullptr) {
       reused_ = true;
       return Send();
@@ -186,29 +210,35 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     beast_http::async_write_header(connection_->stream, *head_serializer_,
                                    [self = shared_from_this()](beast::error_code ec, size_t) {
                                      if (ec) return self->Failed(ec, /*sent=*/false);
+                                     // The upstream may answer before it has the whole body
+                                     // (a 413, a 401): its answer is read while the body is
+                                     // sent.
+                                     self->ReadHeader(/*while_sending=*/true);
                                      self->SendBody();
                                    });
   }
 
   // The client's body, piece by piece as it arrives: the next is read once this one is sent.
+  // Stops as soon as the exchange is over (answered early, or failed).
   void SendBody() {
+    body_started_ = true;  // what is read from the client cannot be sent again
     request_body_->Read([self = shared_from_this()](BodyReader::Status status,
                                                     std::string_view piece) {
+      if (self->Over()) return;
       if (status == BodyReader::Status::kError) {
         return self->Finish(UpstreamOutcome::kError, beast_http::status::bad_request,
                             "the request's body broke off");
       }
-      self->body_started_ = true;  // what was read from the client cannot be sent again
       const bool chunked = self->request_.chunked();
       if (status == BodyReader::Status::kEnd) {
         if (!chunked) return self->BodySent();
         static constexpr std::string_view kLast = "0\r\n\r\n";
         self->connection_->stream.expires_after(self->timeout_);
+        self->writing_ = true;
         return asio::async_write(self->connection_->stream,
                                  asio::buffer(kLast.data(), kLast.size()),
                                  [self](beast::error_code ec, size_t) {
-                                   if (ec) return self->Failed(ec, /*sent=*/true);
-                                   self->BodySent();
+                                   self->BodyWritten(ec, /*last=*/true);
                                  });
       }
       std::array<asio::const_buffer, 3> buffers{asio::const_buffer(),
@@ -219,32 +249,84 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
         buffers[0] = asio::buffer(self->chunk_size_);
         buffers[2] = asio::buffer("\r\n", 2);
       }
-      self->connection_->stream.expires_after(self->timeout_);
+      self->connection_->stream.expires_after(self->timeout_);  // the answer's read has none
+      self->writing_ = true;
       asio::async_write(self->connection_->stream, buffers, [self](beast::error_code ec, size_t) {
-        if (ec) return self->Failed(ec, /*sent=*/true);
-        self->SendBody();
+        self->BodyWritten(ec, /*last=*/false);
       });
     });
   }
 
-  // The wait for the answer's header starts now.
-  void BodySent() {
-    body_sent_ = true;
-    deadline_ = Clock::now() + timeout_;
-    ReadHeader();
+  // A piece of the body (or its last chunk) written, or not. While the answer's header is being
+  // read, a failed write is not the end yet: the upstream may have answered and closed (a
+  // connection closed with the body unread is reset), and the read says which.
+  void BodyWritten(beast::error_code ec, bool last) {
+    writing_ = false;
+    if (Over()) return;  // answered early: the rest is not sent
+    if (ec == beast::error::timeout) return Failed(ec, /*sent=*/true);
+    if (read_failure_) return Failed(*read_failure_, /*sent=*/true);
+    if (ec) {
+      if (header_pending_) {
+        write_failure_ = ec;
+        return ArmHeaderDeadline();
+      }
+      return Failed(ec, /*sent=*/true);
+    }
+    if (last) return BodySent();
+    SendBody();
   }
 
-  void ReadHeader() {
+  void BodySent() {
+    body_sent_ = true;
+    ArmHeaderDeadline();
+  }
+
+  // Nothing more is sent (the body is out, or a write failed): the wait for the answer's header,
+  // already being read, is bounded from now on.
+  void ArmHeaderDeadline() {
+    deadline_ = Clock::now() + timeout_;
+    header_timer_.expires_at(deadline_);
+    header_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->Over()) return;
+      self->Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
+                   "no answer within the timeout");
+    });
+  }
+
+  // Reads the answer's header: after the request was sent, within the deadline; or
+  // `while_sending` a streamed body, without one (the writes have theirs, and BodySent arms
+  // header_timer_).
+  void ReadHeader(bool while_sending = false) {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(client_->options_.max_response_header_bytes));
     parser_->body_limit(boost::none);  // streamed: any size
     if (request_.method() == beast_http::verb::head) parser_->skip(true);
-    connection_->stream.expires_at(deadline_);
-    beast_http::async_read_header(connection_->stream, connection_->buffer, *parser_,
-                                  [self = shared_from_this()](beast::error_code ec, size_t) {
-                                    if (ec) return self->Failed(ec, /*sent=*/true);
-                                    self->HeaderArrived();
-                                  });
+    if (while_sending) {
+      connection_->stream.expires_never();  // the read's timer only, when a write is pending
+    } else {
+      connection_->stream.expires_at(deadline_);
+    }
+    header_pending_ = true;
+    beast_http::async_read_header(
+        connection_->stream, connection_->buffer, *parser_,
+        [self = shared_from_this(), while_sending](beast::error_code ec, size_t) {
+          self->header_pending_ = false;
+          if (self->Over()) return;
+          if (ec) {
+            // A write still pending tells more (its timeout closed the connection, cancelling
+            // this read); a write that failed already may have been the reset that followed
+            // an answer, but there is no answer.
+            if (self->writing_) {
+              self->read_failure_ = ec;
+              return;
+            }
+            return self->Failed(self->write_failure_.value_or(ec), /*sent=*/true);
+          }
+          // 1xx (but 101) are interim: the answer follows (RFC 9110 §15.2).
+          const unsigned code = self->parser_->get().result_int();
+          if (code / 100 == 1 && code != 101) return self->ReadHeader(while_sending);
+          self->HeaderArrived();
+        });
   }
 
   // An I/O error after connecting: a stale pooled connection is retried once when safe.
@@ -266,6 +348,12 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   }
 
   void HeaderArrived() {
+    if (writing_) {
+      // Answered before the whole body was sent, and the upstream reads no more of it: shutting
+      // the sending side ends the write at once, and the answer is read as usual.
+      beast::error_code ignored;
+      connection_->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
     HttpResponse head(beast_http::response_header<>(parser_->get().base()));
     StripHopByHop(head.base());
     Call({.outcome = UpstreamOutcome::kOk,
@@ -276,7 +364,10 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   // UpstreamBody.
   void Read(std::function<void(Status, std::string_view)> got) override {
     if (parser_->is_done()) {
-      if (parser_->keep_alive() && connection_ != nullptr && connection_->buffer.size() == 0) {
+      // A request whose body was not all sent (answered early) leaves the connection unusable.
+      const bool request_complete = request_body_ == nullptr || body_sent_;
+      if (parser_->keep_alive() && request_complete && connection_ != nullptr &&
+          connection_->buffer.size() == 0) {
         client_->ReturnIdle(key_, std::move(connection_));
       }
       CloseConnection();
@@ -325,7 +416,11 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     Call({.outcome = outcome, .response = ErrorResponse(status, target_, what)});
   }
 
+  // The callback was called: the exchange is answered (or failed), nothing more is sent.
+  bool Over() const { return done_ == nullptr; }
+
   void Call(UpstreamResult result) {
+    header_timer_.cancel();  // (it holds the exchange)
     auto done = std::move(done_);
     done_ = nullptr;
     if (done) done(std::move(result));
@@ -342,9 +437,14 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   std::optional<beast_http::request<beast_http::empty_body>> head_;  // request_'s header
   std::optional<beast_http::request_serializer<beast_http::empty_body>> head_serializer_;
   std::string chunk_size_;  // the size line of the chunk being sent
-  bool body_started_ = false;  // (streamed) a piece of the body was read from the client
+  bool body_started_ = false;  // (streamed) the body was asked for from the client
   bool body_sent_ = false;     // (streamed) the whole body was sent
+  bool writing_ = false;         // (streamed) a piece of the body is being written
+  bool header_pending_ = false;  // the answer's header is being read
+  std::optional<beast::error_code> read_failure_;   // (streamed) while a write was pending
+  std::optional<beast::error_code> write_failure_;  // (streamed) while the header was read
   tcp::resolver resolver_;
+  asio::steady_timer header_timer_;  // (streamed) the answer's deadline once the body is sent
   const PoolKey key_;
   std::unique_ptr<Connection> connection_;
   std::optional<beast_http::response_parser<beast_http::buffer_body>> parser_;

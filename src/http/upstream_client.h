@@ -9,14 +9,19 @@
 // while it sat idle is detected by the exchange failing before any byte of the answer came back;
 // the request is then sent once more on a fresh connection if that is safe: always when writing
 // failed, otherwise only for idempotent methods (RFC 9110 §9.2.2), since the upstream may have
-// acted on it.
+// acted on it; never once a piece of a streamed body was read from the client. Because such a
+// failure shows only after the body was read, a pooled connection is first looked at (without
+// waiting) for a request with a streamed body: one the upstream closed is left out.
 //
 // Bodies are streamed both ways. The request's is either held whole in the request or read piece
 // by piece from a BodyReader (the client's, Deferral::body()) and sent on as it comes, with its
 // Content-Length or chunked; the answer's is read piece by piece: at most one piece
-// (body_piece_bytes) and one read buffer are held per exchange, whatever its size. A connection
-// goes back to the pool only once its answer's body was read to the end; a body dropped before
-// that, or cut short by the upstream, closes it.
+// (body_piece_bytes) and one read buffer are held per exchange, whatever its size. The answer is
+// read while a streamed body is still being sent: an upstream may answer before it has the whole
+// body (a 413 or a 401 to a large upload, often without reading it), and that answer is handed
+// over as any other; the rest of the body is then not sent. A connection goes back to the pool
+// only once its request was sent whole and its answer's body read to the end; a body dropped
+// before that, or cut short by the upstream, closes it.
 //
 // Safe for concurrent use. The callback runs on the thread of the io_context the request's
 // executor belongs to. Every exchange in flight keeps that io_context's run() going; CloseIdle()
@@ -87,8 +92,9 @@ class UpstreamClient {
   // connecting, sending and receiving the answer's header must finish within `timeout`, and
   // while the body is read, no silence between two pieces may last longer. Calls `done` once.
   // With `request_body`, the request's body is read from it (on the same io_context's thread)
-  // and sent as it comes; the wait for the answer's header then starts once it is all sent, and
-  // a request whose body was partly sent is never retried.
+  // and sent as it comes, until the answer's header arrives (see the banner); the timeout for
+  // that header then starts once the body is all sent, and a request whose body was partly read
+  // is never retried.
   void Forward(boost::asio::any_io_executor executor, UpstreamTarget target, HttpRequest request,
                std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done,
                std::shared_ptr<BodyReader> request_body = nullptr);

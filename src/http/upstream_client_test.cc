@@ -1,8 +1,9 @@
 // UpstreamClient against scripted loopback servers: keep-alive reuse, the retry of a request on a
-// pooled connection the upstream closed while it was idle (idempotent methods only), 502 when
-// nothing listens, 504 on a silent upstream, the request/response header rewriting, and the
-// streamed body: bounded pieces, chunked and close-delimited answers, an answer cut short or
-// abandoned (its connection never pooled), the idle timeout between pieces.
+// pooled connection the upstream closed while it was idle (idempotent methods only; one found
+// closed before a streamed body is read is left out), 502 when nothing listens, 504 on a silent
+// upstream, the request/response header rewriting, and the streamed body: bounded pieces,
+// chunked and close-delimited answers, an answer cut short or abandoned (its connection never
+// pooled), the idle timeout between pieces.
 
 #include "http/upstream_client.h"
 
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -27,15 +29,19 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using ::testing::HasSubstr;
 
-// Accepts connections on a loopback port; each connection reads requests and answers them with
-// `answer`, then closes if `close_after_answer` (without saying so: a keep-alive answer), or
-// never answers if `silent`. Runs on its own thread until destroyed.
+// Accepts connections on a loopback port; each connection reads requests (with their body) and
+// answers them with `answer`, then closes if `close_after_answer` (without saying so: a
+// keep-alive answer), or never answers if `silent`. With `early`, it answers as soon as the
+// header is in and reads nothing more (the body stays unread; the connection stays open unless
+// `close_after_answer`). Runs on its own thread until destroyed.
 class ScriptedUpstream {
  public:
-  ScriptedUpstream(std::string answer, bool close_after_answer, bool silent = false)
+  ScriptedUpstream(std::string answer, bool close_after_answer, bool silent = false,
+                   bool early = false)
       : answer_(std::move(answer)),
         close_after_answer_(close_after_answer),
         silent_(silent),
+        early_(early),
         acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
     Accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -91,7 +97,13 @@ class ScriptedUpstream {
                                 }
                                 const size_t end = c->in.find("\r\n\r\n");
                                 if (end == std::string::npos) return Read(c);
-                                c->in.erase(0, end + 4);  // (the tests send no bodies)
+                                size_t request_end = end + 4;
+                                if (!early_) {  // the whole body first
+                                  const size_t body_end = BodyEnd(c->in, end + 4);
+                                  if (body_end == std::string::npos) return Read(c);
+                                  request_end = body_end;
+                                }
+                                c->in.erase(0, request_end);
                                 ++requests_;
                                 if (silent_) return Read(c);
                                 asio::async_write(c->socket, asio::buffer(answer_),
@@ -101,14 +113,34 @@ class ScriptedUpstream {
                                                       c->socket.close(ignored);
                                                       return;
                                                     }
+                                                    // Answered early: the rest of the body
+                                                    // stays unread, the connection open.
+                                                    if (early_) return held_.push_back(c);
                                                     Read(c);
                                                   });
                               });
   }
 
+  // Where the body of the request whose header ends at `body_start` ends (Content-Length, or
+  // the last chunk: the tests' bodies never hold "\r\n\r\n"), npos while incomplete.
+  static size_t BodyEnd(const std::string& in, size_t body_start) {
+    std::string header = in.substr(0, body_start);
+    for (char& ch : header) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (header.find("transfer-encoding: chunked") != std::string::npos) {
+      const size_t last = in.find("0\r\n\r\n", body_start);
+      return last == std::string::npos ? last : last + 5;
+    }
+    const size_t at = header.find("content-length: ");
+    if (at == std::string::npos) return body_start;
+    const size_t length = std::stoul(header.substr(at + 16));
+    return in.size() >= body_start + length ? body_start + length : std::string::npos;
+  }
+
   const std::string answer_;
   const bool close_after_answer_;
   const bool silent_;
+  const bool early_;
+  std::vector<std::shared_ptr<Conn>> held_;  // answered early, left unread (io thread only)
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::thread thread_;
@@ -125,17 +157,20 @@ class UpstreamClientTest : public ::testing::Test {
   // Forwards a request and reads the answer's body whole into response.body() (for kOk);
   // `body_status` is how the body ended, `pieces` the size of each piece read.
   UpstreamResult Send(uint16_t port, beast_http::verb method,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+                      std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                      std::shared_ptr<BodyReader> request_body = nullptr) {
     HttpRequest request(method, "/x", 11);
     request.set(beast_http::field::host, "test");
     UpstreamResult out;
     pieces_.clear();
     body_status_ = UpstreamBody::Status::kPiece;
-    client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = port}, std::move(request),
-                    timeout, [&](UpstreamResult r) {
-                      out = std::move(r);
-                      if (out.body != nullptr) Drain(out.body, &out.response.body());
-                    });
+    client_.Forward(
+        io_.get_executor(), {.host = "127.0.0.1", .port = port}, std::move(request), timeout,
+        [&](UpstreamResult r) {
+          out = std::move(r);
+          if (out.body != nullptr) Drain(out.body, &out.response.body());
+        },
+        std::move(request_body));
     io_.run();
     io_.restart();
     out.body.reset();
@@ -424,6 +459,95 @@ TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotP
   EXPECT_EQ(result.outcome, UpstreamOutcome::kError);
   EXPECT_EQ(result.body, nullptr);
   EXPECT_EQ(client_.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, StalePooledConnectionIsNotUsedForAStreamedBody) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
+  ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
+  HttpRequest request(beast_http::verb::put, "/up", 11);
+  UpstreamResult result;
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
+  io_.run();
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(result.response.result(), beast_http::status::ok);
+  EXPECT_EQ(body->reads(), 3);  // read once: two pieces and the end
+  EXPECT_EQ(upstream.connections(), 2);
+  EXPECT_THAT(upstream.ReceivedEndingWith("abcde"), ::testing::EndsWith("\r\n\r\nabcde"));
+}
+
+// A large body: `pieces` times the same 64 KiB, read at once each time.
+class RepeatedBody : public BodyReader {
+ public:
+  explicit RepeatedBody(int pieces) : pieces_(pieces), piece_(size_t{64} << 10, 'x') {}
+  void Read(std::function<void(Status, std::string_view)> got) override {
+    if (read_ == pieces_) return got(Status::kEnd, {});
+    ++read_;
+    got(Status::kPiece, piece_);
+  }
+  std::optional<uint64_t> content_length() const override {
+    return static_cast<uint64_t>(pieces_) * piece_.size();
+  }
+  int read() const { return read_; }
+
+ private:
+  const int pieces_;
+  const std::string piece_;
+  int read_ = 0;
+};
+
+constexpr char kTooLarge[] =
+    "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\nX-End: 1\r\n\r\ntoo large";
+
+// 16 MiB, far more than the socket buffers hold while the upstream reads none of it.
+constexpr int kLargeUploadPieces = 256;
+
+TEST_F(UpstreamClientTest, AnswerBeforeTheBodyIsSentIsPassedOnAndTheRestIsNotSent) {
+  ScriptedUpstream upstream(kTooLarge, /*close_after_answer=*/false, /*silent=*/false,
+                            /*early=*/true);  // answers, then holds the connection, unread
+  auto body = std::make_shared<RepeatedBody>(kLargeUploadPieces);
+  const auto start = std::chrono::steady_clock::now();
+  const UpstreamResult r =
+      Send(upstream.port(), beast_http::verb::put, std::chrono::seconds(3), body);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk) << r.response.body();
+  EXPECT_EQ(r.response.result(), beast_http::status::payload_too_large);
+  EXPECT_EQ(r.response["X-End"], "1");
+  EXPECT_EQ(r.response.body(), "too large");
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
+  EXPECT_LT(body->read(), kLargeUploadPieces);  // sending stopped
+  EXPECT_LT(elapsed, std::chrono::seconds(2));  // not after a write timed out
+  EXPECT_EQ(client_.idle_connections(), 0u);    // its request cut short: not pooled
+}
+
+TEST_F(UpstreamClientTest, AnswerBeforeTheBodyIsSentThenCloseIsPassedOn) {
+  // Closed with the body unread: the kernel resets the connection after the answer.
+  ScriptedUpstream upstream(kTooLarge, /*close_after_answer=*/true, /*silent=*/false,
+                            /*early=*/true);
+  auto body = std::make_shared<RepeatedBody>(kLargeUploadPieces);
+  const UpstreamResult r =
+      Send(upstream.port(), beast_http::verb::post, std::chrono::seconds(3), body);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk) << r.response.body();
+  EXPECT_EQ(r.response.result(), beast_http::status::payload_too_large);
+  EXPECT_EQ(r.response.body(), "too large");
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kEnd);
+  EXPECT_LT(body->read(), kLargeUploadPieces);
+  EXPECT_EQ(client_.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, StreamedBodyAnsweredAfterItsEndKeepsTheConnection) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/false);  // reads the whole body first
+  auto body = std::make_shared<RepeatedBody>(8);
+  const UpstreamResult r =
+      Send(upstream.port(), beast_http::verb::put, std::chrono::seconds(5), body);
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(r.response.body(), "ok");
+  EXPECT_EQ(body->read(), 8);
+  EXPECT_EQ(client_.idle_connections(), 1u);
 }
 
 TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {

@@ -523,6 +523,21 @@ TEST_P(ScriptsTest, ACallPast255RequestsItemsKindsAndStatesIsReadRight) {
           << "request " << r << " item " << i;
     }
   }
+  // What was written, read back by a second call (new states of one kind are decided and
+  // encoded once a call, then copied): each key once more.
+  std::vector<std::vector<DecideItem>> again;
+  for (size_t i = 0; i < 900; ++i) again.push_back({item(i)});
+  std::vector<std::span<const DecideItem>> again_spans(again.begin(), again.end());
+  auto second = ParseDecideReply(*SendRaw(EncodeDecide(sha_, again_spans, true)), again_spans);
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (size_t i = 0; i < 900; ++i) {
+    const uint64_t cost = again[i][0].cost;
+    const uint64_t uses = i % 97 == 0 ? 3 : 2;
+    EXPECT_EQ((*second)[i].decisions[0].remaining, static_cast<int64_t>(1000 - uses * cost)) << "key " << i;
+  }
+  if (!packed_) {
+    EXPECT_GT(Call({"PTTL", "wide:5"})->integer, 0);
+  }
 }
 
 // Values written before buckets and sliding_log kept their key's expiry in them (8 bytes

@@ -504,7 +504,7 @@ if ARGV[1] == '2' then
   return {now}
 end
 -- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,
--- changed} (sliding_log: its log in .log), by its number: records[s] is the state of keys_in[s]
+-- changed, [the decide_new it started from]} (sliding_log: its log in .log), by its number: records[s] is the state of keys_in[s]
 -- (of its field fields[s], for a packed state).
 local records, fields = {}, {}
 local reply = {now}
@@ -549,6 +549,15 @@ local function plan_count()
   return c
 end
 
+-- A new state's decision for an item of kind p, and the state it leaves: at one instant the same
+-- for every new state of that kind, so it is worked out once a call and kept in p[9].
+local function decide_new(p)
+  local st = {0, 0, 0}
+  local ok, remaining, retry, reset, delay = decide(p[1], st, now, p[2], p[3], p[4], p[5], p[6])
+  p[9] = {ok, remaining, retry, reset, delay, st[1], st[2], st[3]}
+  return p[9]
+end
+
 local replied = 1  -- the reply's length
 for _ = 1, tonumber(ARGV[2]) do
   local m = plan[at_plan]
@@ -565,6 +574,7 @@ for _ = 1, tonumber(ARGV[2]) do
     p = kinds[p]
     local alg, cost = p[1], p[5]
     local st = records[s]
+    local new = false  -- a new state's decision (see decide_new), for the only item of a request
     if not st then  -- the state's first item (states are numbered in the order first used)
       local raw
       if p[8] then
@@ -576,7 +586,10 @@ for _ = 1, tonumber(ARGV[2]) do
       else
         raw = call('GET', keys_in[s])
       end
-      if not raw then
+      if not raw and m == 1 and alg ~= 3 then
+        new = p[9] or decide_new(p)
+        st = {new[6], new[7], new[8], false, 0, alg, false, new}
+      elseif not raw then
         st = {0, 0, 0, false, 0, alg, false}
         if alg == 3 then st.log = {} end
       elseif alg == 3 then
@@ -594,7 +607,9 @@ for _ = 1, tonumber(ARGV[2]) do
     end
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay
-    if alg == 4 then  -- decide(), written out
+    if new then
+      ok, remaining, retry, reset, delay = new[1], new[2], new[3], new[4], new[5]
+    elseif alg == 4 then  -- decide(), written out
       ok, remaining, retry, reset, delay = sliding_window(st, now, p[2], p[3], cost)
     elseif alg == 2 then
       ok, remaining, retry, reset, delay = fixed(st, now, p[2], p[3], cost, p[6])
@@ -669,44 +684,53 @@ if commit then
       elseif st[1] <= now or (alg == 3 and #st.log == 0) then
         if raw then call('DEL', key) end  -- back to initial, as a missing key is
       else
-        -- The key's expiry still covers the state when its idle_at stayed (the windows), or when
-        -- the expiry kept in the value does (the others): then the expiry is kept.
-        local keep, at = false, 0
-        if not raw then
-          keep = false
-        elseif alg == 2 or alg == 4 then
-          keep = st[1] <= st[5]
+        -- A new state as decide_new left it: its value and expiry are those of every such state
+        -- of its kind, worked out by the first one's write.
+        local new = st[8]
+        local fresh = new and st[1] == new[6] and st[2] == new[7] and st[3] == new[8]
+        if fresh and new[9] then
+          call('PSETEX', key, new[10], new[9])
         else
-          keep = st[expiry_slot[alg]] * 1000 >= st[1]
-        end
-        if not keep then
-          if alg == 2 or alg == 4 then  -- expiry(alg, st[1], now), written out
-            local r = st[1] % 1000
-            at = (st[1] - r) / 1000 + ((r > 0) and 1 or 0)
-          elseif alg == 3 then
-            at = expiry(alg, st[1], now)
-            st[2] = at
-          else  -- the buckets: the same, written out
-            local life = st[1] - now
-            local e = st[1] + (life - life % 8) / 8
-            local r = e % 1000
-            at = (e - r) / 1000 + ((r > 0) and 1 or 0)
-            st[3] = at
+          -- The key's expiry still covers the state when its idle_at stayed (the windows), or when
+          -- the expiry kept in the value does (the others): then the expiry is kept.
+          local keep, at = false, 0
+          if not raw then
+            keep = false
+          elseif alg == 2 or alg == 4 then
+            keep = st[1] <= st[5]
+          else
+            keep = st[expiry_slot[alg]] * 1000 >= st[1]
           end
-        end
-        local value
-        if alg == 4 or alg < 2 then
-          value = pack('<ddd', st[1], st[2], st[3])
-        else
-          value = encode(alg, st, false)
-        end
-        if not keep then
-          -- PSETEX (relative) costs Redis less than SET PXAT; Redis's clock has not gone back
-          -- since TIME, so the key lives at least until `at`.
-          local text = decimals[at - now_ms] or decimal(at - now_ms)
-          call('PSETEX', key, text, value)
-        elseif value ~= raw then
-          call('SET', key, value, 'KEEPTTL')
+          if not keep then
+            if alg == 2 or alg == 4 then  -- expiry(alg, st[1], now), written out
+              local r = st[1] % 1000
+              at = (st[1] - r) / 1000 + ((r > 0) and 1 or 0)
+            elseif alg == 3 then
+              at = expiry(alg, st[1], now)
+              st[2] = at
+            else  -- the buckets: the same, written out
+              local life = st[1] - now
+              local e = st[1] + (life - life % 8) / 8
+              local r = e % 1000
+              at = (e - r) / 1000 + ((r > 0) and 1 or 0)
+              st[3] = at
+            end
+          end
+          local value
+          if alg == 4 or alg < 2 then
+            value = pack('<ddd', st[1], st[2], st[3])
+          else
+            value = encode(alg, st, false)
+          end
+          if not keep then
+            -- PSETEX (relative) costs Redis less than SET PXAT; Redis's clock has not gone back
+            -- since TIME, so the key lives at least until `at`.
+            local text = decimals[at - now_ms] or decimal(at - now_ms)
+            if fresh then new[9], new[10] = value, text end
+            call('PSETEX', key, text, value)
+          elseif value ~= raw then
+            call('SET', key, value, 'KEEPTTL')
+          end
         end
       end
     end

@@ -154,6 +154,20 @@ constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-End: 1\r\n\r\n
 
 class UpstreamClientTest : public ::testing::Test {
  protected:
+  // Forwards `method /up` with its body read from `request_body`; the answer's body is left
+  // unread.
+  UpstreamResult Upload(uint16_t port, beast_http::verb method,
+                        std::shared_ptr<BodyReader> request_body) {
+    UpstreamResult result;
+    client_.Forward(
+        io_.get_executor(), {.host = "127.0.0.1", .port = port}, HttpRequest(method, "/up", 11),
+        std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); },
+        std::move(request_body));
+    io_.run();
+    io_.restart();
+    return result;
+  }
+
   // Forwards a request and reads the answer's body whole into response.body() (for kOk);
   // `body_status` is how the body ended, `pieces` the size of each piece read.
   UpstreamResult Send(uint16_t port, beast_http::verb method,
@@ -418,12 +432,7 @@ class FakeBody : public BodyReader {
 TEST_F(UpstreamClientTest, StreamedRequestBodyWithoutALengthIsSentChunked) {
   ScriptedUpstream upstream(kOk, false);
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, std::nullopt);
-  HttpRequest request(beast_http::verb::post, "/up", 11);
-  UpstreamResult result;
-  client_.Forward(
-      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
-      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
-  io_.run();
+  const UpstreamResult result = Upload(upstream.port(), beast_http::verb::post, body);
   EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
   EXPECT_EQ(body->reads(), 3);  // two pieces and the end
   const std::string sent = upstream.ReceivedEndingWith("0\r\n\r\n");
@@ -434,12 +443,7 @@ TEST_F(UpstreamClientTest, StreamedRequestBodyWithoutALengthIsSentChunked) {
 TEST_F(UpstreamClientTest, StreamedRequestBodyWithALengthIsSentAsIs) {
   ScriptedUpstream upstream(kOk, false);
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
-  HttpRequest request(beast_http::verb::put, "/up", 11);
-  UpstreamResult result;
-  client_.Forward(
-      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
-      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
-  io_.run();
+  const UpstreamResult result = Upload(upstream.port(), beast_http::verb::put, body);
   EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
   const std::string sent = upstream.ReceivedEndingWith("abcde");
   EXPECT_THAT(sent, HasSubstr("Content-Length: 5\r\n"));
@@ -450,12 +454,7 @@ TEST_F(UpstreamClientTest, StreamedRequestBodyWithALengthIsSentAsIs) {
 TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotPooled) {
   ScriptedUpstream upstream(kOk, false);
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc"}, 5, /*breaks=*/true);
-  HttpRequest request(beast_http::verb::post, "/up", 11);
-  UpstreamResult result;
-  client_.Forward(
-      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
-      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
-  io_.run();
+  const UpstreamResult result = Upload(upstream.port(), beast_http::verb::post, body);
   EXPECT_EQ(result.outcome, UpstreamOutcome::kError);
   EXPECT_EQ(result.body, nullptr);
   EXPECT_EQ(client_.idle_connections(), 0u);
@@ -467,12 +466,7 @@ TEST_F(UpstreamClientTest, StalePooledConnectionIsNotUsedForAStreamedBody) {
   ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
-  HttpRequest request(beast_http::verb::put, "/up", 11);
-  UpstreamResult result;
-  client_.Forward(
-      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
-      std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); }, body);
-  io_.run();
+  const UpstreamResult result = Upload(upstream.port(), beast_http::verb::put, body);
   EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
   EXPECT_EQ(result.response.result(), beast_http::status::ok);
   EXPECT_EQ(body->reads(), 3);  // read once: two pieces and the end

@@ -604,6 +604,8 @@ for _ = 1, tonumber(ARGV[2]) do
         st = {idle, x, 0, raw, idle, alg, false}
       end
       records[s] = st
+    else
+      st[8] = false  -- no longer as decide_new left it, maybe
     end
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay
@@ -684,11 +686,10 @@ if commit then
       elseif st[1] <= now or (alg == 3 and #st.log == 0) then
         if raw then call('DEL', key) end  -- back to initial, as a missing key is
       else
-        -- A new state as decide_new left it: its value and expiry are those of every such state
-        -- of its kind, worked out by the first one's write.
+        -- A new state as decide_new left it (no other item used it since): its value and expiry
+        -- are those of every such state of its kind, worked out by the first one's write.
         local new = st[8]
-        local fresh = new and st[1] == new[6] and st[2] == new[7] and st[3] == new[8]
-        if fresh and new[9] then
+        if new and new[9] then
           call('PSETEX', key, new[10], new[9])
         else
           -- The key's expiry still covers the state when its idle_at stayed (the windows), or when
@@ -726,7 +727,7 @@ if commit then
             -- PSETEX (relative) costs Redis less than SET PXAT; Redis's clock has not gone back
             -- since TIME, so the key lives at least until `at`.
             local text = decimals[at - now_ms] or decimal(at - now_ms)
-            if fresh then new[9], new[10] = value, text end
+            if new then new[9], new[10] = value, text end
             call('PSETEX', key, text, value)
           elseif value ~= raw then
             call('SET', key, value, 'KEEPTTL')

@@ -91,14 +91,11 @@ end
 -- --- states: {idle, a, b} for the O(1) algorithms; {idle, 0, 0, log = {at1, cost1, at2, ...}}
 -- (a state's record, below, has more after these)
 
--- Fills st[1..3] (and st.log for sliding_log) from a stored value (false: none, a new state).
--- A key's expiry kept in its value (buckets, sliding_log) is 0 when the value has none (a field,
--- or a value written before sluice kept it there).
+-- Fills st[1..3] (and st.log for sliding_log) from a stored value. A key's expiry kept in its
+-- value (buckets, sliding_log) is 0 when the value has none (a field, or a value written before
+-- sluice kept it there).
 local function parse_into(st, alg, raw)
-  if not raw then
-    st[1], st[2], st[3] = 0, 0, 0
-    if alg == 3 then st.log = {} end
-  elseif alg == 3 then
+  if alg == 3 then
     local log, first = {}, 9
     st[2] = 0
     if #raw % 16 == 0 then
@@ -480,8 +477,7 @@ local now_ms = (now - now % 1000) / 1000
 
 -- Refunds: ARGV[2] the decision's time (µs, Redis's TIME as the decide call returned it), ARGV[3]
 -- the item count M, then per item its kind (six doubles, as for a decision) followed by its hash
--- field if any (the cost is what to give back). Returns
--- {now_us}.
+-- field if any (the cost is what to give back). Returns {now_us}.
 if ARGV[1] == '2' then
   local at = tonumber(ARGV[2])
   for i = 1, tonumber(ARGV[3]) do
@@ -504,13 +500,14 @@ if ARGV[1] == '2' then
   return {now}
 end
 -- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,
--- changed, [the decide_new it started from]} (sliding_log: its log in .log), by its number: records[s] is the state of keys_in[s]
--- (of its field fields[s], for a packed state).
+-- changed, [the decide_new it started from]} (sliding_log: its log in .log), by its number:
+-- records[s] is the state of keys_in[s] (of its field fields[s], for a packed state).
 local records, fields = {}, {}
 local reply = {now}
 local arg = 3
 local keys_in = KEYS
-local stored = false  -- the values of keys_in (MGET), read ahead for the states with keys of their own
+-- The values of keys_in (MGET), read ahead for the states with keys of their own; false: none.
+local stored = false
 if ARGV[1] == '3' then
   keys_in = {}
   local k = tonumber(ARGV[3])
@@ -537,7 +534,9 @@ for first = 1, #text, 4000 do
 end
 local next_field = arg + 1  -- the argument holding the next packed state's field
 local at_plan = 1
--- The plan's next count: a byte, or 255 then three bytes (little-endian).
+-- The plan's next count: a byte, or 255 then three bytes (little-endian). (The loop below reads
+-- a count's byte itself and calls this only for the escape: a call per count would cost more
+-- than the reading.)
 local function plan_count()
   local c = plan[at_plan]
   if c == 255 then
@@ -677,8 +676,9 @@ if commit then
           else
             call('HSET', key, field, value)
             -- The hash already outlives the idle_at it held (its expiry only ever moves on).
-            if not raw or ceildiv(st[1], 1000) > ceildiv(st[5], 1000) then
-              hash_expiry[key] = max(hash_expiry[key] or 0, ceildiv(st[1], 1000))
+            local idle_ms = ceildiv(st[1], 1000)
+            if not raw or idle_ms > ceildiv(st[5], 1000) then
+              hash_expiry[key] = max(hash_expiry[key] or 0, idle_ms)
             end
             if not raw then new_fields[key] = true end
           end
@@ -694,28 +694,18 @@ if commit then
         else
           -- The key's expiry still covers the state when its idle_at stayed (the windows), or when
           -- the expiry kept in the value does (the others): then the expiry is kept.
+          local window = alg == 2 or alg == 4
           local keep, at = false, 0
           if not raw then
             keep = false
-          elseif alg == 2 or alg == 4 then
+          elseif window then
             keep = st[1] <= st[5]
           else
             keep = st[expiry_slot[alg]] * 1000 >= st[1]
           end
           if not keep then
-            if alg == 2 or alg == 4 then  -- expiry(alg, st[1], now), written out
-              local r = st[1] % 1000
-              at = (st[1] - r) / 1000 + ((r > 0) and 1 or 0)
-            elseif alg == 3 then
-              at = expiry(alg, st[1], now)
-              st[2] = at
-            else  -- the buckets: the same, written out
-              local life = st[1] - now
-              local e = st[1] + (life - life % 8) / 8
-              local r = e % 1000
-              at = (e - r) / 1000 + ((r > 0) and 1 or 0)
-              st[3] = at
-            end
+            at = expiry(alg, st[1], now)
+            if not window then st[expiry_slot[alg]] = at end
           end
           local value
           if alg == 4 or alg < 2 then
@@ -726,7 +716,7 @@ if commit then
           if not keep then
             -- PSETEX (relative) costs Redis less than SET PXAT; Redis's clock has not gone back
             -- since TIME, so the key lives at least until `at`.
-            local text = decimals[at - now_ms] or decimal(at - now_ms)
+            local text = decimal(at - now_ms)
             if new then new[9], new[10] = value, text end
             call('PSETEX', key, text, value)
           elseif value ~= raw then

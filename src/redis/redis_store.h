@@ -52,7 +52,7 @@ class RedisStore {
   struct Options {
     std::string key_prefix = "sluice:";
     Breaker::Options breaker = {};
-    size_t max_batch = 64;     // requests per script call (single server)
+    size_t max_batch = 128;    // requests per script call (single server)
     int max_in_flight = 2;     // script calls in flight at once (single server)
     size_t max_queued = 100000;  // requests waiting for a call; more are refused at once
     uint32_t buckets = 0;  // hashes the states are packed into; 0: a key per state

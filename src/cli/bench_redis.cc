@@ -43,21 +43,32 @@ struct CommandStat {
   uint64_t usec = 0;  // time Redis spent in it (for a script: everything the script ran)
 };
 
-// INFO commandstats of every server in `servers`, summed by command.
-std::vector<CommandStat> CommandStats(const std::vector<std::unique_ptr<redis::Client>>& servers) {
-  std::vector<CommandStat> out;
+// What the servers have done so far: INFO commandstats summed by command, and the CPU time
+// (user + system, INFO cpu) of their processes.
+struct Snapshot {
+  std::vector<CommandStat> commands;
+  double cpu_seconds = 0;
+};
+
+Snapshot TakeSnapshot(const std::vector<std::unique_ptr<redis::Client>>& servers) {
+  Snapshot out;
   for (const auto& server : servers) {
     auto info = Call(*server, "", {"INFO", "commandstats"});
-    if (!info.ok()) continue;
-    std::istringstream lines(info->str);
+    auto cpu = Call(*server, "", {"INFO", "cpu"});
+    std::istringstream lines((info.ok() ? info->str : "") + (cpu.ok() ? cpu->str : ""));
     std::string line;
     while (std::getline(lines, line)) {
+      if (line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:")) {
+        out.cpu_seconds += std::strtod(line.c_str() + line.find(':') + 1, nullptr);
+        continue;
+      }
       if (!line.starts_with("cmdstat_")) continue;
       const size_t colon = line.find(':'), calls = line.find("calls="), usec = line.find("usec=");
       if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
       const std::string name = line.substr(8, colon - 8);
-      auto it = std::find_if(out.begin(), out.end(), [&](const CommandStat& c) { return c.name == name; });
-      if (it == out.end()) it = out.insert(out.end(), CommandStat{.name = name});
+      auto it = std::find_if(out.commands.begin(), out.commands.end(),
+                             [&](const CommandStat& c) { return c.name == name; });
+      if (it == out.commands.end()) it = out.commands.insert(out.commands.end(), CommandStat{.name = name});
       it->calls += std::stoull(line.substr(calls + 6));
       it->usec += std::stoull(line.substr(usec + 5));
     }
@@ -102,21 +113,23 @@ std::vector<std::unique_ptr<redis::Client>> StatsClients(redis::Client& client,
 struct Executed {
   uint64_t commands = 0;      // every command, those the scripts ran included
   uint64_t script_calls = 0;  // EVALSHA / EVAL
-  uint64_t script_usec = 0;   // Redis's time in them: the figure the machine's noise touches least
+  uint64_t script_usec = 0;   // Redis's time in them (wall clock, so a preempted call counts long)
+  double cpu_seconds = 0;     // the servers' processes' CPU time: commands, networking, event loop
 };
 
 // Commands executed between two snapshots: those of the benchmark (script calls and what the
 // scripts ran), not the harness's own (info, script load, ping, auth, select, cluster).
-Executed ExecutedBetween(const std::vector<CommandStat>& before, const std::vector<CommandStat>& after) {
+Executed ExecutedBetween(const Snapshot& before, const Snapshot& after) {
   Executed e;
-  for (const CommandStat& now : after) {
+  e.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
+  for (const CommandStat& now : after.commands) {
     const std::string& name = now.name;
     if (name == "info" || name.starts_with("script") || name == "ping" || name == "auth" ||
         name == "select" || name.starts_with("cluster")) {
       continue;
     }
     CommandStat was;
-    for (const CommandStat& b : before) {
+    for (const CommandStat& b : before.commands) {
       if (b.name == name) was = b;
     }
     e.commands += now.calls - was.calls;
@@ -266,7 +279,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     };
     chains.push_back(std::move(chain));
   }
-  const auto before = CommandStats(stats_clients);
+  const Snapshot before = TakeSnapshot(stats_clients);
   shared.running = static_cast<int>(chains.size());
   for (auto& chain : chains) chain->next();
   {
@@ -275,7 +288,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
                        [&] { return shared.running == 0; });
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto after = CommandStats(stats_clients);
+  const Snapshot after = TakeSnapshot(stats_clients);
   const Executed executed = ExecutedBetween(before, after);
   std::vector<uint32_t> latencies;
   {
@@ -288,14 +301,15 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
              "{{\"mode\":\"{}\",\"algorithm\":\"{}\",\"limit\":\"{}\",\"keys\":{},\"connections\":{},"
              "\"inflight\":{},\"seconds\":{:.2f},\"decisions\":{},\"decisions_per_sec\":{:.0f},"
              "\"allowed\":{},\"errors\":{},\"redis_commands_per_decision\":{:.2f},"
-             "\"script_calls_per_decision\":{:.2f},\"redis_us_per_decision\":{:.2f},\"p50_us\":{},"
+             "\"script_calls_per_decision\":{:.2f},\"redis_us_per_decision\":{:.2f},"
+             "\"redis_cpu_us_per_decision\":{:.2f},\"p50_us\":{},"
              "\"p99_us\":{}}}",
              o.mode, o.mode == "sluice" ? AlgorithmName(o.limit.algorithm) : (o.mode == "seed" ? "sliding_window_counter" : "sliding_log_zset"),
              DescribeLimit(o.limit), o.keys, o.connections, o.inflight, elapsed, n,
              static_cast<double>(n) / elapsed, allowed.load(), errors.load(),
              static_cast<double>(executed.commands) * per,
              static_cast<double>(executed.script_calls) * per,
-             static_cast<double>(executed.script_usec) * per,
+             static_cast<double>(executed.script_usec) * per, executed.cpu_seconds * 1e6 * per,
              Percentile(latencies, 0.50), Percentile(latencies, 0.99))
       << std::endl;
   for (auto& chain : chains) chain->next = nullptr;

@@ -501,7 +501,8 @@ if ARGV[1] == '2' then
 end
 -- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,
 -- changed, [the decide_new it started from]} (sliding_log: its log in .log), by its number:
--- records[s] is the state of keys_in[s] (of its field fields[s], for a packed state).
+-- records[s] is the state of keys_in[s] (of its field fields[s], for a packed state). The new
+-- states of one kind that no other item has used share one record, decide_new's (see there).
 local records, fields = {}, {}
 local reply = {now}
 local arg = 3
@@ -549,12 +550,19 @@ local function plan_count()
 end
 
 -- A new state's decision for an item of kind p, and the state it leaves: at one instant the same
--- for every new state of that kind, so it is worked out once a call and kept in p[9].
+-- for every new state of that kind, so it is worked out once a call and kept in p[9]. It is a
+-- record (fields 1-7 as above; 8: itself; 9, 10: the value and expiry its first write works out;
+-- 11-15: the decision) that every such state shares until another item uses it, which then
+-- gets a record of its own (one table fewer per new key).
 local function decide_new(p)
   local st = {0, 0, 0}
   local ok, remaining, retry, reset, delay = decide(p[1], st, now, p[2], p[3], p[4], p[5], p[6])
-  p[9] = {ok, remaining, retry, reset, delay, st[1], st[2], st[3]}
-  return p[9]
+  local changed = p[5] > 0 and (ok or p[6])
+  local memo = {st[1], st[2], st[3], false, 0, p[1], changed, false, false, false, ok, remaining,
+                retry, reset, delay}
+  memo[8] = memo
+  p[9] = memo
+  return memo
 end
 
 local replied = 1  -- the reply's length
@@ -587,7 +595,7 @@ for _ = 1, tonumber(ARGV[2]) do
       end
       if not raw and m == 1 and alg ~= 3 then
         new = p[9] or decide_new(p)
-        st = {new[6], new[7], new[8], false, 0, alg, false, new}
+        st = new
       elseif not raw then
         st = {0, 0, 0, false, 0, alg, false}
         if alg == 3 then st.log = {} end
@@ -603,13 +611,16 @@ for _ = 1, tonumber(ARGV[2]) do
         st = {idle, x, 0, raw, idle, alg, false}
       end
       records[s] = st
+    elseif st[8] == st then  -- a new state as decide_new left it: now a record of its own
+      st = {st[1], st[2], st[3], false, 0, st[6], st[7], false}
+      records[s] = st
     else
       st[8] = false  -- no longer as decide_new left it, maybe
     end
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay
     if new then
-      ok, remaining, retry, reset, delay = new[1], new[2], new[3], new[4], new[5]
+      ok, remaining, retry, reset, delay = new[11], new[12], new[13], new[14], new[15]
     elseif alg == 4 then  -- decide(), written out
       ok, remaining, retry, reset, delay = sliding_window(st, now, p[2], p[3], cost)
     elseif alg == 2 then

@@ -29,11 +29,13 @@ namespace {
 // scrapers out, and the admin port cannot be used to exhaust the process either.
 constexpr size_t kAdminMaxConnections = 128;
 
-// The Redis backend of `sluice serve`: client, store and the engine's view of it.
+// The Redis backend of `sluice serve`: client, store and the engine's view of it. The client
+// is declared last so that it goes first: its destructor fails the calls still in flight (a
+// background refund, say), whose callbacks use the store, which must still be there.
 struct RedisBackend {
-  std::unique_ptr<redis::Client> client;
   std::unique_ptr<redis::RedisStore> store;
   std::unique_ptr<redis::RedisEngineStore> engine_store;
+  std::unique_ptr<redis::Client> client;
   std::string where;  // for messages: the URL's host:port or "cluster (N seeds)"
 };
 

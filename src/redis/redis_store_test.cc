@@ -184,6 +184,33 @@ TEST(RedisStoreTest, BreakerOpensOnTimeoutsAndClosesWhenRedisIsBack) {
   EXPECT_EQ(store.GetStats().breaker_opened, 1u);
 }
 
+// `sluice serve` closes the client before the store (RedisBackend's member order): calls still in
+// flight then fail through the store's callbacks, each request answered once, and the store,
+// destroyed afterwards, sees no late callback.
+TEST(RedisStoreTest, ClosingTheClientAnswersTheCallsInFlight) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false, 5s);
+  auto admin = Open({server.url()}, false);
+  auto store = std::make_unique<RedisStore>(client.get(), RedisStore::Options{});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .cost = 1};
+  ASSERT_TRUE(Decide(*store, {item}).ok());
+  ASSERT_EQ(Command(*admin, {"CLIENT", "PAUSE", "1500", "ALL"})->str, "OK");
+  std::atomic<int> answered{0}, failed{0};
+  for (int i = 0; i < 300; ++i) {
+    store->DecideAll(std::span(&item, 1), [&](absl::StatusOr<DecideResult> r) {
+      failed += r.ok() ? 0 : 1;
+      ++answered;
+    });
+  }
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(answered.load(), 0);  // all held by the pause
+  client.reset();
+  EXPECT_EQ(answered.load(), 300);
+  EXPECT_EQ(failed.load(), 300);
+  store.reset();
+}
+
 // Decides `keys` (limit id 1, cost 1) at once, without waiting between them; the results in order.
 std::vector<absl::StatusOr<DecideResult>> DecideAtOnce(RedisStore& store, const Limit& limit,
                                                        const std::vector<std::string>& keys) {

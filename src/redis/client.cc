@@ -86,6 +86,11 @@ class ClientImpl : public Client {
     // Let the closes run, then stop.
     asio::post(io_, [this] { io_.stop(); });
     thread_.join();
+    // The closes' callbacks may have sent more (a caller's next batch, say), posted after the
+    // stop: run those here, where they fail at once on closed connections, so that every call
+    // is answered.
+    io_.restart();
+    while (io_.poll() > 0) continue;
   }
 
   void Send(std::string_view key, std::string command, Callback done) override {

@@ -185,8 +185,8 @@ TEST(RedisStoreTest, BreakerOpensOnTimeoutsAndClosesWhenRedisIsBack) {
 }
 
 // `sluice serve` closes the client before the store (RedisBackend's member order): calls still in
-// flight then fail through the store's callbacks, each request answered once, and the store,
-// destroyed afterwards, sees no late callback.
+// flight then fail through the store's callbacks, and so do the requests queued behind them,
+// which the store sends as the first ones fail: each request is answered once, none is lost.
 TEST(RedisStoreTest, ClosingTheClientAnswersTheCallsInFlight) {
   testing::RedisServer server;
   auto client = Open({server.url()}, false, 5s);

@@ -89,6 +89,35 @@ TEST(RespTest, ReaderHandlesSplitsNestingAndGarbage) {
   ReplyReader garbage;
   garbage.Feed("?what\r\n", 7);
   EXPECT_FALSE(garbage.Next().ok());
+
+  // Arrays empty, nil and nested, built in place; an array cut by garbage is an error (its
+  // partial tree freed), and a reader destroyed halfway through one frees what it holds.
+  ReplyReader arrays;
+  const std::string more = "*0\r\n*-1\r\n*2\r\n*2\r\n:7\r\n$-1\r\n+x\r\n";
+  arrays.Feed(more.data(), more.size());
+  auto empty = arrays.Next();
+  ASSERT_TRUE(empty.ok() && empty->has_value());
+  EXPECT_EQ((*empty)->type, Reply::Type::kArray);
+  EXPECT_TRUE((*empty)->elements.empty());
+  auto nil = arrays.Next();
+  ASSERT_TRUE(nil.ok() && nil->has_value());
+  EXPECT_EQ((*nil)->type, Reply::Type::kNil);
+  auto nested = arrays.Next();
+  ASSERT_TRUE(nested.ok() && nested->has_value());
+  ASSERT_EQ((*nested)->elements.size(), 2u);
+  ASSERT_EQ((*nested)->elements[0].elements.size(), 2u);
+  EXPECT_EQ((*nested)->elements[0].elements[0].integer, 7);
+  EXPECT_EQ((*nested)->elements[0].elements[1].type, Reply::Type::kNil);
+  EXPECT_EQ((*nested)->elements[1].type, Reply::Type::kStatus);
+  EXPECT_EQ((*nested)->elements[1].str, "x");
+  ReplyReader cut;
+  cut.Feed("*3\r\n:1\r\n?bad\r\n", 14);
+  EXPECT_FALSE(cut.Next().ok());
+  ReplyReader halfway;
+  halfway.Feed("*3\r\n:1\r\n*2\r\n:2\r\n", 16);
+  auto partial = halfway.Next();
+  ASSERT_TRUE(partial.ok());
+  EXPECT_FALSE(partial->has_value());
 }
 
 // An io_context on its own thread, and synchronous calls for the tests.

@@ -2,39 +2,58 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
+#include <memory>
 
+#include "fmt/compile.h"
 #include "fmt/format.h"
 
 namespace sluice::redis {
 namespace {
 
-Reply Convert(const redisReply& r) {
-  Reply out;
-  switch (r.type) {
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-    case REDIS_REPLY_ERROR:
-      out.type = r.type == REDIS_REPLY_STRING   ? Reply::Type::kString
-                 : r.type == REDIS_REPLY_STATUS ? Reply::Type::kStatus
-                                                : Reply::Type::kError;
-      out.str.assign(r.str, r.len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.type = Reply::Type::kInteger;
-      out.integer = r.integer;
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::kArray;
-      out.elements.reserve(r.elements);
-      for (size_t i = 0; i < r.elements; ++i) out.elements.push_back(Convert(*r.element[i]));
-      break;
-    default:
-      out.type = Reply::Type::kNil;
-      break;
-  }
-  return out;
+// hiredis's reader builds our Reply tree itself, through its object functions, instead of a tree
+// of its own that would then be copied (a batch's reply has an element per number). A child is
+// made in place in its parent's elements, sized by createArray, so only the root is allocated
+// and only the root is freed (hiredis frees nothing else: r->reply is the root).
+Reply* Place(const redisReadTask* task) {
+  if (task->parent == nullptr) return new Reply();
+  return &static_cast<Reply*>(task->parent->obj)->elements[static_cast<size_t>(task->idx)];
 }
+
+void* CreateString(const redisReadTask* task, char* str, size_t len) {
+  Reply* r = Place(task);
+  r->type = task->type == REDIS_REPLY_STRING   ? Reply::Type::kString
+            : task->type == REDIS_REPLY_STATUS ? Reply::Type::kStatus
+                                               : Reply::Type::kError;
+  r->str.assign(str, len);
+  return r;
+}
+
+void* CreateArray(const redisReadTask* task, int elements) {
+  Reply* r = Place(task);
+  r->type = Reply::Type::kArray;
+  r->elements.resize(static_cast<size_t>(std::max(elements, 0)));
+  return r;
+}
+
+void* CreateInteger(const redisReadTask* task, long long value) {
+  Reply* r = Place(task);
+  r->type = Reply::Type::kInteger;
+  r->integer = value;
+  return r;
+}
+
+void* CreateNil(const redisReadTask* task) {
+  Reply* r = Place(task);
+  r->type = Reply::Type::kNil;
+  return r;
+}
+
+void FreeReply(void* reply) { delete static_cast<Reply*>(reply); }
+
+redisReplyObjectFunctions kReplyFunctions = {CreateString, CreateArray, CreateInteger, CreateNil,
+                                             FreeReply};
 
 bool ParseInt(std::string_view text, int* out) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
@@ -97,9 +116,11 @@ absl::StatusOr<Endpoint> ParseUrl(std::string_view url) {
 }
 
 void AppendCommand(std::string* out, std::span<const std::string_view> args) {
-  fmt::format_to(std::back_inserter(*out), "*{}\r\n", args.size());
+  // Compiled formats: a batch's command has an argument per key, and a format string parsed at
+  // run time for each cost more than the rest of the encoding.
+  fmt::format_to(std::back_inserter(*out), FMT_COMPILE("*{}\r\n"), args.size());
   for (std::string_view a : args) {
-    fmt::format_to(std::back_inserter(*out), "${}\r\n", a.size());
+    fmt::format_to(std::back_inserter(*out), FMT_COMPILE("${}\r\n"), a.size());
     out->append(a);
     out->append("\r\n");
   }
@@ -109,7 +130,7 @@ void AppendCommand(std::string* out, std::initializer_list<std::string_view> arg
   AppendCommand(out, std::span(args.begin(), args.size()));
 }
 
-ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {}
+ReplyReader::ReplyReader() : reader_(redisReaderCreateWithFunctions(&kReplyFunctions)) {}
 
 ReplyReader::~ReplyReader() { redisReaderFree(reader_); }
 
@@ -121,8 +142,8 @@ absl::StatusOr<std::optional<Reply>> ReplyReader::Next() {
     return absl::DataLossError(fmt::format("not a Redis reply stream: {}", reader_->errstr));
   }
   if (raw == nullptr) return std::optional<Reply>();
-  std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw), freeReplyObject);
-  return std::optional<Reply>(Convert(*reply));
+  std::unique_ptr<Reply> reply(static_cast<Reply*>(raw));
+  return std::optional<Reply>(std::move(*reply));
 }
 
 }  // namespace sluice::redis

@@ -2,8 +2,10 @@
 
 #include <bit>
 #include <cstring>
-#include <unordered_map>
+#include <array>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
 #include "redis/decide_lua.h"  // generated from scripts/decide.lua: kDecideLua
 
@@ -56,7 +58,10 @@ namespace {
 
 // An item's six numbers as decide.lua reads them (struct '<dddddd'): its kind. Flags: 1
 // count_denied, 2 shadow, 4 its state is a hash field.
-std::string PackKind(const DecideItem& it) {
+constexpr size_t kKindBytes = 6 * sizeof(double);
+
+// An item's kind as decide.lua reads it: six little-endian doubles, written to `out`.
+void PackKindInto(const DecideItem& it, char* out) {
   const Limit& l = *it.limit;
   const int flags = (it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0) | (it.field.empty() ? 0 : 4);
   const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
@@ -65,7 +70,14 @@ std::string PackKind(const DecideItem& it) {
                              static_cast<double>(l.Capacity()),
                              static_cast<double>(it.cost),
                              static_cast<double>(flags)};
-  return std::string(reinterpret_cast<const char*>(numbers), sizeof numbers);
+  static_assert(sizeof numbers == kKindBytes);
+  std::memcpy(out, numbers, sizeof numbers);
+}
+
+std::string PackKind(const DecideItem& it) {
+  std::string out(kKindBytes, '\0');
+  PackKindInto(it, out.data());
+  return out;
 }
 
 // A refund's item: its kind, then its hash field if any.
@@ -110,21 +122,31 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
   for (const auto& r : requests) items += r.size();
   // The distinct kinds of item (limit, cost, flags) and states (key, field), each once, numbered
   // in the order first used, and the plan that says, per request, how many items it has and the
-  // kind and state of each (see decide.lua's header).
-  std::unordered_map<std::string, size_t> kind_numbers;
+  // kind and state of each (see decide.lua's header). Maps of views, into `packed` (reserved
+  // for every item, so never moved) and into the items: no allocation per item.
+  std::vector<std::array<char, kKindBytes>> packed;
+  packed.reserve(items);
+  absl::flat_hash_map<std::string_view, size_t> kind_numbers;
   std::vector<std::string_view> kinds;
-  std::unordered_map<std::string, size_t> state_numbers;
+  absl::flat_hash_map<std::pair<std::string_view, std::string_view>, size_t> state_numbers;
+  state_numbers.reserve(items);
   std::vector<const DecideItem*> states;  // each state's first item
+  states.reserve(items);
   std::string plan;
   plan.reserve(requests.size() + 2 * items);
   for (const auto& request : requests) {
     AppendPlanCount(&plan, request.size());
     for (const DecideItem& it : request) {
-      auto kind = kind_numbers.try_emplace(PackKind(it), kinds.size() + 1).first;
-      if (kind->second > kinds.size()) kinds.push_back(kind->first);
-      std::string id = it.key;
-      if (!it.field.empty()) (id += '\0') += it.field;
-      auto state = state_numbers.try_emplace(std::move(id), states.size() + 1).first;
+      PackKindInto(it, packed.emplace_back().data());
+      auto kind = kind_numbers.try_emplace(std::string_view(packed.back().data(), kKindBytes),
+                                           kinds.size() + 1).first;
+      if (kind->second > kinds.size()) {
+        kinds.push_back(kind->first);
+      } else {
+        packed.pop_back();  // a kind already listed
+      }
+      auto state = state_numbers.try_emplace(std::pair<std::string_view, std::string_view>(it.key, it.field),
+                                             states.size() + 1).first;
       if (state->second > states.size()) states.push_back(&it);
       AppendPlanCount(&plan, kind->second);
       AppendPlanCount(&plan, state->second);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "redis/client.h"
 #include "redis/redis_store.h"
@@ -246,7 +247,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
         if (--shared.running == 0) shared.cv.notify_all();
         return;
       }
-      const std::string key = fmt::format("k{}", self->rng() % o.keys);
+      const std::string key = fmt::format(FMT_COMPILE("k{}"), self->rng() % o.keys);
       const auto t0 = Clock::now();
       auto finish = [&, self, t0](bool ok, bool admitted) {
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();

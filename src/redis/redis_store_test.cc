@@ -60,6 +60,20 @@ TEST(RedisStoreTest, KeysAreShortAndTaggedByDescriptor) {
   EXPECT_EQ(store.RedisKey(1, std::string(4096, 'k')).size(), a.size() - 2);
 }
 
+// The names of states already in Redis must not change from one version to the next (their
+// states would be lost): pinned here, for both layouts.
+TEST(RedisStoreTest, KeyNamesAreStable) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false);
+  RedisStore store(client.get(), {});
+  EXPECT_EQ(store.RedisKey(0xabc, "3:key5:value"), "sluice:{4855cc667960e75b}abc");
+  EXPECT_EQ(store.RedisKey(0, ""), "sluice:{2d06800538d394c2}0");
+  RedisStore packed(client.get(), {.key_prefix = "p:", .buckets = 1000});
+  EXPECT_EQ(packed.RedisKey(0x10, "3:key5:value"), "p:{1d3}4855cc667960e75b:10");
+  const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 5, kHour);
+  EXPECT_EQ(packed.StatePlace(bucket, 0x10, "3:key5:value").key, "p:{1d3}");
+}
+
 // Packed (buckets > 0): bounded states are fields of one of `buckets` hashes, named by the
 // descriptor's hash and the limit id; sliding_log keeps a key, in the same slot.
 TEST(RedisStoreTest, PackedStatesShareHashesInTheDescriptorsSlot) {

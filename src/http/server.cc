@@ -70,8 +70,8 @@ bool WithoutContent(unsigned code) { return code / 100 == 1 || code == 204 || co
 // How the end of an answer's body is known (RFC 9112 §6.3).
 enum class Framing { kLength, kChunked, kClose };
 
-// Writes the status line and header fields of `response` into `*out` (replacing what it held).
-// Content-Length, Transfer-Encoding and Connection are the server's: any the handler set are
+// Writes the status line and header fields of `response` into `*out` (replacing what it held):
+// its field set, then its appended fields. Content-Length, Transfer-Encoding and Connection are the server's: any the handler set are
 // replaced. The body is announced by `framing` (kLength: `content_length` bytes). An answer
 // without content gets neither field; the answer to HEAD announces the body it would have had
 // (RFC 9110 §9.3.2).
@@ -98,6 +98,7 @@ void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_a
     out->append(value.data(), value.size());
     out->append("\r\n");
   }
+  out->append(response.appended_fields());
   if (!WithoutContent(code)) {
     if (framing == Framing::kLength) {
       out->append("Content-Length: ");

@@ -106,11 +106,16 @@ struct Pending {
   bool count_denied;
 };
 
+// A batch's state keys and pending limits. Inline room for the usual request (a descriptor or
+// two, a limit or two each), so that deciding it allocates no list.
+using Keys = absl::InlinedVector<std::string, 4>;
+using PendingList = absl::InlinedVector<Pending, 8>;
+
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
 // keys appended to `keys`.
 void Collect(const rules::Config& config, const Request& request, size_t index,
-             Response& response, std::vector<std::string>& keys, std::vector<Pending>& pending) {
+             Response& response, Keys& keys, PendingList& pending) {
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
   const Domain* domain = config.FindDomain(request.domain);
@@ -208,8 +213,8 @@ void Finish(Response& response) {
 // Every limit of a set of requests, listed for a store. Holds pointers into the responses and
 // string_views into its own keys: never moved once built.
 struct Engine::Batch {
-  std::vector<std::string> keys;
-  std::vector<Pending> pending;
+  Keys keys;  // inline: never moved (see above), so views into short keys stay valid
+  PendingList pending;
   absl::InlinedVector<store::MemoryStore::Item, 8> items;
   absl::InlinedVector<AppliedLimit*, 8> applied;
 

@@ -45,9 +45,17 @@ bool SameFieldName(std::string_view a, std::string_view b) {
 
 void AppendSfString(std::string_view text, fmt::memory_buffer* out) {
   out->push_back('"');
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out->push_back('\\');
-    out->push_back(Printable(c));
+  // Names rarely need escaping or replacing: then one append rather than a push per byte.
+  const bool as_is = std::all_of(text.begin(), text.end(), [](char c) {
+    return c != '"' && c != '\\' && Printable(c) == c;
+  });
+  if (as_is) {
+    out->append(text);
+  } else {
+    for (const char c : text) {
+      if (c == '"' || c == '\\') out->push_back('\\');
+      out->push_back(Printable(c));
+    }
   }
   out->push_back('"');
 }

@@ -24,6 +24,7 @@
 #ifndef SLUICE_HTTP_SERVER_H_
 #define SLUICE_HTTP_SERVER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -62,10 +63,15 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
     // Room for the usual set at once (the five rate-limit fields take about 200 bytes) rather
     // than growing through 30, 60, 120...
     if (appended_fields_.empty()) appended_fields_.reserve(256);
-    appended_fields_.append(name);
-    appended_fields_.append(": ");
-    appended_fields_.append(value);
-    appended_fields_.append("\r\n");
+    const size_t at = appended_fields_.size();
+    appended_fields_.resize(at + name.size() + value.size() + 4);  // one size check, not four
+    char* out = appended_fields_.data() + at;
+    out = std::copy(name.begin(), name.end(), out);
+    *out++ = ':';
+    *out++ = ' ';
+    out = std::copy(value.begin(), value.end(), out);
+    *out++ = '\r';
+    *out = '\n';
   }
   // The appended fields, each with its CRLF, in the order they were appended.
   std::string_view appended_fields() const { return appended_fields_; }

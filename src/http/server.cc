@@ -777,6 +777,31 @@ void HttpServer::Run() {
 
 void HttpServer::Stop() {
   if (impl_->stopping.exchange(true)) return;
+  // Those still busy at the deadline (a long streamed answer, a slow upstream) are closed. The
+  // watchdog starts before the post below: only that post lets Run() return, so Finish() (after
+  // Run) sees it and joins it. Started after, it could still be being assigned when Finish()
+  // looked, and the server be destroyed with it running (std::terminate).
+  impl_->watchdog = std::thread([impl = impl_.get()] {
+    std::unique_lock<std::mutex> lock(impl->finished_mu);
+    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, [impl] { return impl->finished; })) {
+      return;
+    }
+    lock.unlock();
+    std::vector<std::shared_ptr<Impl::Session>> left;
+    {
+      std::lock_guard<std::mutex> sessions_lock(impl->sessions_mu);
+      for (auto* list : {&impl->draining, &impl->sessions}) {
+        for (auto& w : *list) {
+          if (auto s = w.lock()) left.push_back(std::move(s));
+        }
+      }
+    }
+    if (!left.empty()) {
+      spdlog::warn("shutdown: {} connection(s) still busy after {} ms, closing them", left.size(),
+                   impl->options.shutdown_timeout.count());
+    }
+    for (auto& s : left) s->ForceClose();
+  });
   asio::post(*impl_->contexts[0], [impl = impl_.get()] {
     for (auto& l : impl->listeners) {
       beast::error_code ec;
@@ -798,28 +823,6 @@ void HttpServer::Stop() {
     // Busy sessions finish their response and then close (keep-alive is off while stopping);
     // once no work is left, every io_context's run() returns.
     impl->guards.clear();
-  });
-  // Those still busy at the deadline (a long streamed answer, a slow upstream) are closed.
-  impl_->watchdog = std::thread([impl = impl_.get()] {
-    std::unique_lock<std::mutex> lock(impl->finished_mu);
-    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, [impl] { return impl->finished; })) {
-      return;
-    }
-    lock.unlock();
-    std::vector<std::shared_ptr<Impl::Session>> left;
-    {
-      std::lock_guard<std::mutex> sessions_lock(impl->sessions_mu);
-      for (auto* list : {&impl->draining, &impl->sessions}) {
-        for (auto& w : *list) {
-          if (auto s = w.lock()) left.push_back(std::move(s));
-        }
-      }
-    }
-    if (!left.empty()) {
-      spdlog::warn("shutdown: {} connection(s) still busy after {} ms, closing them", left.size(),
-                   impl->options.shutdown_timeout.count());
-    }
-    for (auto& s : left) s->ForceClose();
   });
 }
 

@@ -128,8 +128,8 @@ using PendingList = absl::InlinedVector<Pending, 8>;
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
 // keys appended to `keys`.
-void Collect(const rules::Config& config, const Request& request, size_t index,
-             Response& response, Keys& keys, PendingList& pending) {
+void Collect(const rules::Config& config, const Request& request, size_t index, Response& response,
+             Keys& keys, PendingList& pending) {
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
   const Domain* domain = config.FindDomain(request.domain);

@@ -961,8 +961,8 @@ descriptors:
 // XXH3 hash of the node path, a zero byte, the plan and LimitId, both for an input hashed in one
 // call and for one too long for that (streamed).
 TEST(RuleLimitIdTest, IsTheHashOfPathZeroPlanAndDefinition) {
-  const Limit limit{.algorithm = Algorithm::kTokenBucket, .requests = 10, .window_us = 1000000,
-                    .burst = 20};
+  const Limit limit{
+      .algorithm = Algorithm::kTokenBucket, .requests = 10, .window_us = 1000000, .burst = 20};
   const uint64_t definition = LimitId(limit);
   for (const std::string& path : {std::string("api/key"), std::string(300, 'p')}) {
     std::string bytes = path;

@@ -91,7 +91,9 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
       forwarded.emplace();
       if (original.headers != nullptr) {
         auto range = original.headers->equal_range("X-Forwarded-For");
-        for (auto it = range.first; it != range.second; ++it) forwarded->push_back(View(it->value()));
+        for (auto it = range.first; it != range.second; ++it) {
+          forwarded->push_back(View(it->value()));
+        }
       }
     }
     return *forwarded;

@@ -82,7 +82,9 @@ class FieldWriter {
   }
   bool empty() const { return end_ == begin_; }
   void clear() { end_ = begin_; }
-  std::string_view text() const { return std::string_view(begin_, static_cast<size_t>(end_ - begin_)); }
+  std::string_view text() const {
+    return std::string_view(begin_, static_cast<size_t>(end_ - begin_));
+  }
 
  private:
   char* const begin_;

@@ -408,15 +408,14 @@ TEST(RateLimitHeadersTest, NamesAreEscapedAndLimitedToPrintableAscii) {
 TEST(RateLimitHeadersTest, LongNamesNeedingEscapesComeOutWhole) {
   const std::string quoted(300, '"');
   const std::string plain(400, 'n');
-  const Response r = MakeResponse(true,
-                                  {{Applied(quoted, 1, kSecondUs, Allow(0, 1)),
-                                    Applied(plain, 2, kSecondUs, Allow(1, 1))}},
-                                  0, 0, 0);
+  const Response r = MakeResponse(
+      true,
+      {{Applied(quoted, 1, kSecondUs, Allow(0, 1)), Applied(plain, 2, kSecondUs, Allow(1, 1))}}, 0,
+      0, 0);
   std::string escaped;
   for (size_t i = 0; i < quoted.size(); ++i) escaped += "\\\"";
   const auto h = Render(r);
-  EXPECT_EQ(Field(h, "RateLimit-Policy"),
-            "\"" + escaped + "\";q=1;w=1, \"" + plain + "\";q=2;w=1");
+  EXPECT_EQ(Field(h, "RateLimit-Policy"), "\"" + escaped + "\";q=1;w=1, \"" + plain + "\";q=2;w=1");
   EXPECT_EQ(Field(h, "RateLimit"), "\"" + escaped + "\";r=0;t=1, \"" + plain + "\";r=1;t=1");
 }
 

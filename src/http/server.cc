@@ -71,10 +71,10 @@ bool WithoutContent(unsigned code) { return code / 100 == 1 || code == 204 || co
 enum class Framing { kLength, kChunked, kClose };
 
 // Writes the status line and header fields of `response` into `*out` (replacing what it held):
-// its field set, then its appended fields. Content-Length, Transfer-Encoding and Connection are the server's: any the handler set are
-// replaced. The body is announced by `framing` (kLength: `content_length` bytes). An answer
-// without content gets neither field; the answer to HEAD announces the body it would have had
-// (RFC 9110 §9.3.2).
+// its field set, then its appended fields. Content-Length, Transfer-Encoding and Connection are the
+// server's: any the handler set are replaced. The body is announced by `framing` (kLength:
+// `content_length` bytes). An answer without content gets neither field; the answer to HEAD
+// announces the body it would have had (RFC 9110 §9.3.2).
 void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_alive,
                      Framing framing, uint64_t content_length, std::string* out) {
   using namespace std::string_view_literals;  // literals without a strlen per append (per answer)
@@ -783,7 +783,8 @@ void HttpServer::Stop() {
   // looked, and the server be destroyed with it running (std::terminate).
   impl_->watchdog = std::thread([impl = impl_.get()] {
     std::unique_lock<std::mutex> lock(impl->finished_mu);
-    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, [impl] { return impl->finished; })) {
+    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout,
+                                   [impl] { return impl->finished; })) {
       return;
     }
     lock.unlock();

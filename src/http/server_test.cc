@@ -119,8 +119,9 @@ TEST_F(DeferralTest, AppendedFieldsFollowTheFieldSetNowAndLater) {
                                    "GET /now HTTP/1.1\r\nHost: x\r\n\r\n"
                                    "GET /later HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                                    std::chrono::seconds(3));
-  const std::string closing = "HTTP/1.1 200 OK\r\nX-Set: 1\r\nX-One: a\r\nX-Two: b c\r\n"
-                              "Content-Length: 2\r\nConnection: close\r\n\r\nok";
+  const std::string closing =
+      "HTTP/1.1 200 OK\r\nX-Set: 1\r\nX-One: a\r\nX-Two: b c\r\n"
+      "Content-Length: 2\r\nConnection: close\r\n\r\nok";
   EXPECT_EQ(out, expected + closing);
 }
 

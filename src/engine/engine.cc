@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
@@ -82,13 +83,26 @@ bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b) {
   return a.decision.reset_after_us > b.decision.reset_after_us;
 }
 
+// The XXH3 hash of node_path, a zero byte, plan and LimitId(limit). This runs for every applied
+// limit of every request: when the bytes fit on the stack they are hashed in one call, which
+// skips the streaming state's set-up and gives the same value (XXH3 hashes an input the same
+// whether it gets it at once or in pieces).
 uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit) {
+  const uint64_t definition = LimitId(limit);
+  char bytes[256];
+  const size_t size = node_path.size() + 1 + plan.size() + sizeof definition;
+  if (size <= sizeof bytes) {
+    char* out = std::copy(node_path.begin(), node_path.end(), bytes);
+    *out++ = '\0';
+    out = std::copy(plan.begin(), plan.end(), out);
+    std::memcpy(out, &definition, sizeof definition);
+    return XXH3_64bits(bytes, size);
+  }
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   XXH3_64bits_update(&state, node_path.data(), node_path.size());
   XXH3_64bits_update(&state, "\0", 1);
   XXH3_64bits_update(&state, plan.data(), plan.size());
-  const uint64_t definition = LimitId(limit);
   XXH3_64bits_update(&state, &definition, sizeof definition);
   return XXH3_64bits_digest(&state);
 }
@@ -106,11 +120,16 @@ struct Pending {
   bool count_denied;
 };
 
+// A batch's state keys and pending limits. Inline room for the usual request (a descriptor or
+// two, a limit or two each), so that deciding it allocates no list.
+using Keys = absl::InlinedVector<std::string, 4>;
+using PendingList = absl::InlinedVector<Pending, 8>;
+
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
 // keys appended to `keys`.
-void Collect(const rules::Config& config, const Request& request, size_t index,
-             Response& response, std::vector<std::string>& keys, std::vector<Pending>& pending) {
+void Collect(const rules::Config& config, const Request& request, size_t index, Response& response,
+             Keys& keys, PendingList& pending) {
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
   const Domain* domain = config.FindDomain(request.domain);
@@ -208,8 +227,8 @@ void Finish(Response& response) {
 // Every limit of a set of requests, listed for a store. Holds pointers into the responses and
 // string_views into its own keys: never moved once built.
 struct Engine::Batch {
-  std::vector<std::string> keys;
-  std::vector<Pending> pending;
+  Keys keys;  // inline: never moved (see above), so views into short keys stay valid
+  PendingList pending;
   absl::InlinedVector<store::MemoryStore::Item, 8> items;
   absl::InlinedVector<AppliedLimit*, 8> applied;
 

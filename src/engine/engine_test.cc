@@ -26,6 +26,9 @@
 #include "sluice/limit.h"
 #include "store/memory_store.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace sluice::engine {
 namespace {
 
@@ -952,6 +955,24 @@ descriptors:
     // The user's counter holds exactly what was admitted for it: denied requests took nothing.
     EXPECT_EQ(Remaining(Check(Req("c", {Peek({{"user", UserName(u)}})}))), 20 - by_user) << u;
   }
+}
+
+// Limiter state (in memory and in Redis) is keyed by this id, so its value must not change: the
+// XXH3 hash of the node path, a zero byte, the plan and LimitId, both for an input hashed in one
+// call and for one too long for that (streamed).
+TEST(RuleLimitIdTest, IsTheHashOfPathZeroPlanAndDefinition) {
+  const Limit limit{
+      .algorithm = Algorithm::kTokenBucket, .requests = 10, .window_us = 1000000, .burst = 20};
+  const uint64_t definition = LimitId(limit);
+  for (const std::string& path : {std::string("api/key"), std::string(300, 'p')}) {
+    std::string bytes = path;
+    bytes += '\0';
+    bytes += "pro";
+    bytes.append(reinterpret_cast<const char*>(&definition), sizeof definition);
+    EXPECT_EQ(RuleLimitId(path, "pro", limit), XXH3_64bits(bytes.data(), bytes.size()))
+        << path.size() << " bytes of path";
+  }
+  EXPECT_NE(RuleLimitId("api/key", "pro", limit), RuleLimitId("api/key", "", limit));
 }
 
 }  // namespace

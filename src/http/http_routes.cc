@@ -84,26 +84,37 @@ std::string ClientAddress(std::string_view peer, const std::vector<std::string_v
 absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
                                              const OriginalRequest& original) {
   RouteChecks checks;
-  std::vector<std::string_view> forwarded;
-  if (original.headers != nullptr) {
-    auto range = original.headers->equal_range("X-Forwarded-For");
-    for (auto it = range.first; it != range.second; ++it) forwarded.push_back(View(it->value()));
-  }
+  // X-Forwarded-For is looked up only for a remote_address action (the first one).
+  std::optional<std::vector<std::string_view>> forwarded;
+  const auto forwarded_values = [&]() -> const std::vector<std::string_view>& {
+    if (!forwarded) {
+      forwarded.emplace();
+      if (original.headers != nullptr) {
+        auto range = original.headers->equal_range("X-Forwarded-For");
+        for (auto it = range.first; it != range.second; ++it) {
+          forwarded->push_back(View(it->value()));
+        }
+      }
+    }
+    return *forwarded;
+  };
   for (const auto& domain : config.domains) {
     if (!domain->http) continue;
     const rules::HttpSection& http = *domain->http;
     const rules::HttpRoute* route = FindRoute(http, original.method, original.path);
     if (route == nullptr) continue;
     std::optional<std::string> client;  // computed on first use
-    engine::Request request;
+    // Built in place (this runs for every request): entries are filled where they will stay,
+    // and what turns out empty is dropped again.
+    engine::Request& request = checks.requests.emplace_back();
     request.domain = domain->name;
     request.descriptors.reserve(route->rate_limits.size());
     for (const std::vector<HttpAction>& actions : route->rate_limits) {
-      engine::Descriptor descriptor;
+      engine::Descriptor& descriptor = request.descriptors.emplace_back();
       descriptor.entries.reserve(actions.size());
       bool skip = false;
       for (const HttpAction& action : actions) {
-        std::string value;
+        std::string& value = descriptor.entries.emplace_back().value;
         switch (action.kind) {
           case HttpAction::Kind::kRequestHeaders: {
             const auto it = original.headers == nullptr ? HttpRequest::const_iterator()
@@ -111,22 +122,24 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
             if (original.headers == nullptr || it == original.headers->end()) {
               skip = true;
             } else {
-              value = std::string(View(it->value()));
+              value.assign(View(it->value()));
             }
             break;
           }
           case HttpAction::Kind::kRemoteAddress:
-            if (!client) client = ClientAddress(original.peer, forwarded, http.trusted_proxies);
+            if (!client) {
+              client = ClientAddress(original.peer, forwarded_values(), http.trusted_proxies);
+            }
             value = *client;
             break;
           case HttpAction::Kind::kGenericKey:
             value = action.descriptor_value;
             break;
           case HttpAction::Kind::kPath:
-            value = std::string(original.path);
+            value.assign(original.path);
             break;
           case HttpAction::Kind::kMethod:
-            value = std::string(original.method);
+            value.assign(original.method);
             break;
         }
         if (skip) break;
@@ -136,15 +149,14 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
               "(http.max_key_bytes)",
               action.descriptor_key, value.size(), config.settings.max_key_bytes));
         }
-        rules::Entry entry;
-        entry.key = action.descriptor_key;
-        entry.value = std::move(value);
-        descriptor.entries.push_back(std::move(entry));
+        descriptor.entries.back().key = action.descriptor_key;
       }
-      if (!skip && !descriptor.entries.empty()) request.descriptors.push_back(std::move(descriptor));
+      if (skip || descriptor.entries.empty()) request.descriptors.pop_back();
     }
-    if (request.descriptors.empty()) continue;
-    checks.requests.push_back(std::move(request));
+    if (request.descriptors.empty()) {
+      checks.requests.pop_back();
+      continue;
+    }
     checks.sections.push_back(&http);
   }
   return checks;

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
 #include "http/server.h"
@@ -36,9 +37,10 @@ struct OriginalRequest {
 
 // The engine requests for `original`, one per domain that applies, with the `http:` section of
 // each (same order). InvalidArgument when an entry value is longer than http.max_key_bytes.
+// Room for one domain inline: the usual config is checked without allocating these lists.
 struct RouteChecks {
-  std::vector<engine::Request> requests;
-  std::vector<const rules::HttpSection*> sections;
+  absl::InlinedVector<engine::Request, 1> requests;
+  absl::InlinedVector<const rules::HttpSection*, 1> sections;
 };
 absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
                                              const OriginalRequest& original);

@@ -36,6 +36,10 @@ http:
         - actions:
             - method: {}
             - path: {descriptor_key: p}
+    - match: {path: /keyed}
+      rate_limits:
+        - actions:
+            - request_headers: {header_name: X-Api-Key, descriptor_key: api_key}
 descriptors:
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 10}
@@ -97,6 +101,19 @@ TEST_F(HttpRoutesTest, MissingHeaderSkipsOnlyItsDescriptor) {
   ASSERT_TRUE(checks.ok());
   ASSERT_THAT(checks->requests[0].descriptors, SizeIs(1));
   EXPECT_EQ(Text(*checks, 0), "method=DELETE,p=/api");
+}
+
+TEST_F(HttpRoutesTest, RouteWhoseEveryDescriptorIsSkippedChecksNothing) {
+  auto checks = Build("GET", "/keyed");
+  ASSERT_TRUE(checks.ok());
+  EXPECT_THAT(checks->requests, IsEmpty());
+  EXPECT_THAT(checks->sections, IsEmpty());
+  request_.set("X-Api-Key", "k1");
+  checks = Build("GET", "/keyed");
+  ASSERT_TRUE(checks.ok());
+  ASSERT_THAT(checks->requests, SizeIs(1));
+  ASSERT_THAT(checks->sections, SizeIs(1));
+  EXPECT_EQ(Text(*checks, 0), "api_key=k1");
 }
 
 TEST_F(HttpRoutesTest, UnicodeAndLongValuesUpToTheMaximum) {

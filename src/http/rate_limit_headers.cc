@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
+#include <memory>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -43,21 +45,55 @@ bool SameFieldName(std::string_view a, std::string_view b) {
   return true;
 }
 
-void AppendSfString(std::string_view text, fmt::memory_buffer* out) {
-  out->push_back('"');
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out->push_back('\\');
-    out->push_back(Printable(c));
+// Writes a field value into room the caller sized beforehand (an upper bound of what it will
+// write, see ForEachRateLimitHeader): no capacity check per piece, which matters because this
+// runs for every answer.
+class FieldWriter {
+ public:
+  explicit FieldWriter(char* room) : begin_(room), end_(room) {}
+  void Put(char c) { *end_++ = c; }
+  void Put(std::string_view text) {
+    std::memcpy(end_, text.data(), text.size());
+    end_ += text.size();
   }
-  out->push_back('"');
-}
+  // `prefix` and the decimal `value`, e.g. ";q=100".
+  void PutParameter(std::string_view prefix, int64_t value) {
+    Put(prefix);
+    const fmt::format_int digits(value);
+    Put(std::string_view(digits.data(), digits.size()));
+  }
+  // An sf-string (RFC 9651 §3.3.3): quoted, '"' and '\\' escaped, other bytes outside printable
+  // ASCII replaced by '?'.
+  void PutSfString(std::string_view text) {
+    Put('"');
+    // Names rarely need escaping or replacing: then one copy rather than a byte at a time.
+    const bool as_is = std::all_of(text.begin(), text.end(), [](char c) {
+      return c != '"' && c != '\\' && Printable(c) == c;
+    });
+    if (as_is) {
+      Put(text);
+    } else {
+      for (const char c : text) {
+        if (c == '"' || c == '\\') Put('\\');
+        Put(Printable(c));
+      }
+    }
+    Put('"');
+  }
+  bool empty() const { return end_ == begin_; }
+  void clear() { end_ = begin_; }
+  std::string_view text() const {
+    return std::string_view(begin_, static_cast<size_t>(end_ - begin_));
+  }
 
-// Appends `prefix` and the decimal `value`, e.g. ";q=100".
-void AppendParameter(std::string_view prefix, int64_t value, fmt::memory_buffer* out) {
-  const fmt::format_int text(value);
-  out->append(prefix);
-  out->append(std::string_view(text.data(), text.size()));
-}
+ private:
+  char* const begin_;
+  char* end_;
+};
+
+// The most bytes an sf-string of `text` takes, and a ";x=" parameter.
+constexpr size_t kParameterBytes = 3 + 20;  // ";q=" and an int64
+size_t SfStringBytes(std::string_view text) { return 2 + 2 * text.size(); }
 
 // One applied limit on its way into the IETF lists.
 struct Item {
@@ -151,30 +187,37 @@ void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles
       }
     }
 
-    fmt::memory_buffer field;
+    // Room for the longer of the two lists, on the stack unless the names are very long.
+    size_t room_bytes = 0;
+    for (const Item& item : items) {
+      if (!item.duplicate) room_bytes += 2 + SfStringBytes(item.Name()) + 2 * kParameterBytes;
+    }
+    char stack_room[512];
+    std::unique_ptr<char[]> heap_room;
+    if (room_bytes > sizeof stack_room) heap_room = std::make_unique<char[]>(room_bytes);
+    FieldWriter field(heap_room != nullptr ? heap_room.get() : stack_room);
     const auto append_list = [&](auto append_params) {
       field.clear();
       for (const Item& item : items) {
         if (item.duplicate) continue;
-        if (field.size() != 0) field.append(std::string_view(", "));
-        AppendSfString(item.Name(), &field);
+        if (!field.empty()) field.Put(", ");
+        field.PutSfString(item.Name());
         append_params(item);
       }
     };
-    // Parameters appended piece by piece: this runs for every answer, and a format string would
+    // Parameters written piece by piece: this runs for every answer, and a format string would
     // be parsed each time.
     append_list([&](const Item& item) {
       const Limit& limit = item.applied->limit;
-      AppendParameter(";q=", ClampField(limit.requests), &field);
-      AppendParameter(";w=", std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))),
-                      &field);
+      field.PutParameter(";q=", ClampField(limit.requests));
+      field.PutParameter(";w=", std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))));
     });
-    emit("RateLimit-Policy", std::string_view(field.data(), field.size()));
+    emit("RateLimit-Policy", field.text());
     append_list([&](const Item& item) {
-      AppendParameter(";r=", ClampField(item.applied->decision.remaining), &field);
-      AppendParameter(";t=", item.t, &field);
+      field.PutParameter(";r=", ClampField(item.applied->decision.remaining));
+      field.PutParameter(";t=", item.t);
     });
-    emit("RateLimit", std::string_view(field.data(), field.size()));
+    emit("RateLimit", field.text());
   }
 
   if (!response.allowed) {

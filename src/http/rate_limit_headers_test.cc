@@ -403,6 +403,22 @@ TEST(RateLimitHeadersTest, NamesAreEscapedAndLimitedToPrintableAscii) {
   }
 }
 
+// The lists are written into room sized beforehand: names long enough (and needing escapes)
+// to outgrow the usual room come out whole.
+TEST(RateLimitHeadersTest, LongNamesNeedingEscapesComeOutWhole) {
+  const std::string quoted(300, '"');
+  const std::string plain(400, 'n');
+  const Response r = MakeResponse(
+      true,
+      {{Applied(quoted, 1, kSecondUs, Allow(0, 1)), Applied(plain, 2, kSecondUs, Allow(1, 1))}}, 0,
+      0, 0);
+  std::string escaped;
+  for (size_t i = 0; i < quoted.size(); ++i) escaped += "\\\"";
+  const auto h = Render(r);
+  EXPECT_EQ(Field(h, "RateLimit-Policy"), "\"" + escaped + "\";q=1;w=1, \"" + plain + "\";q=2;w=1");
+  EXPECT_EQ(Field(h, "RateLimit"), "\"" + escaped + "\";r=0;t=1, \"" + plain + "\";r=1;t=1");
+}
+
 TEST(RateLimitHeadersTest, NamesThatSanitiseAlikeAreOnePolicy) {
   const Response r = MakeResponse(true,
                                   {{Applied("caf\xc3\xa9", 1, kSecondUs, Allow(0, 1))},

@@ -70,21 +70,22 @@ bool WithoutContent(unsigned code) { return code / 100 == 1 || code == 204 || co
 // How the end of an answer's body is known (RFC 9112 §6.3).
 enum class Framing { kLength, kChunked, kClose };
 
-// Writes the status line and header fields of `response` into `*out` (replacing what it held).
-// Content-Length, Transfer-Encoding and Connection are the server's: any the handler set are
-// replaced. The body is announced by `framing` (kLength: `content_length` bytes). An answer
-// without content gets neither field; the answer to HEAD announces the body it would have had
-// (RFC 9110 §9.3.2).
+// Writes the status line and header fields of `response` into `*out` (replacing what it held):
+// its field set, then its appended fields. Content-Length, Transfer-Encoding and Connection are the
+// server's: any the handler set are replaced. The body is announced by `framing` (kLength:
+// `content_length` bytes). An answer without content gets neither field; the answer to HEAD
+// announces the body it would have had (RFC 9110 §9.3.2).
 void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_alive,
                      Framing framing, uint64_t content_length, std::string* out) {
+  using namespace std::string_view_literals;  // literals without a strlen per append (per answer)
   out->clear();
   const unsigned code = response.result_int();
-  out->append(version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
+  out->append(version == 10 ? "HTTP/1.0 "sv : "HTTP/1.1 "sv);
   AppendDecimal(code, out);
   out->push_back(' ');
   const auto reason = response.reason();
   out->append(reason.data(), reason.size());
-  out->append("\r\n");
+  out->append("\r\n"sv);
   for (const auto& field : response) {
     const beast_http::field name = field.name();
     if (name == beast_http::field::content_length || name == beast_http::field::connection ||
@@ -94,25 +95,26 @@ void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_a
     const auto name_text = field.name_string();
     const auto value = field.value();
     out->append(name_text.data(), name_text.size());
-    out->append(": ");
+    out->append(": "sv);
     out->append(value.data(), value.size());
-    out->append("\r\n");
+    out->append("\r\n"sv);
   }
+  out->append(response.appended_fields());
   if (!WithoutContent(code)) {
     if (framing == Framing::kLength) {
-      out->append("Content-Length: ");
+      out->append("Content-Length: "sv);
       AppendDecimal(content_length, out);
-      out->append("\r\n");
+      out->append("\r\n"sv);
     } else if (framing == Framing::kChunked) {
-      out->append("Transfer-Encoding: chunked\r\n");
+      out->append("Transfer-Encoding: chunked\r\n"sv);
     }
   }
   if (!keep_alive) {
-    out->append("Connection: close\r\n");
+    out->append("Connection: close\r\n"sv);
   } else if (version == 10) {
-    out->append("Connection: keep-alive\r\n");
+    out->append("Connection: keep-alive\r\n"sv);
   }
-  out->append("\r\n");
+  out->append("\r\n"sv);
 }
 
 void AppendHex(uint64_t value, std::string* out) {
@@ -775,6 +777,32 @@ void HttpServer::Run() {
 
 void HttpServer::Stop() {
   if (impl_->stopping.exchange(true)) return;
+  // Those still busy at the deadline (a long streamed answer, a slow upstream) are closed. The
+  // watchdog starts before the post below: only that post lets Run() return, so Finish() (after
+  // Run) sees it and joins it. Started after, it could still be being assigned when Finish()
+  // looked, and the server be destroyed with it running (std::terminate).
+  impl_->watchdog = std::thread([impl = impl_.get()] {
+    std::unique_lock<std::mutex> lock(impl->finished_mu);
+    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout,
+                                   [impl] { return impl->finished; })) {
+      return;
+    }
+    lock.unlock();
+    std::vector<std::shared_ptr<Impl::Session>> left;
+    {
+      std::lock_guard<std::mutex> sessions_lock(impl->sessions_mu);
+      for (auto* list : {&impl->draining, &impl->sessions}) {
+        for (auto& w : *list) {
+          if (auto s = w.lock()) left.push_back(std::move(s));
+        }
+      }
+    }
+    if (!left.empty()) {
+      spdlog::warn("shutdown: {} connection(s) still busy after {} ms, closing them", left.size(),
+                   impl->options.shutdown_timeout.count());
+    }
+    for (auto& s : left) s->ForceClose();
+  });
   asio::post(*impl_->contexts[0], [impl = impl_.get()] {
     for (auto& l : impl->listeners) {
       beast::error_code ec;
@@ -796,28 +824,6 @@ void HttpServer::Stop() {
     // Busy sessions finish their response and then close (keep-alive is off while stopping);
     // once no work is left, every io_context's run() returns.
     impl->guards.clear();
-  });
-  // Those still busy at the deadline (a long streamed answer, a slow upstream) are closed.
-  impl_->watchdog = std::thread([impl = impl_.get()] {
-    std::unique_lock<std::mutex> lock(impl->finished_mu);
-    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, [impl] { return impl->finished; })) {
-      return;
-    }
-    lock.unlock();
-    std::vector<std::shared_ptr<Impl::Session>> left;
-    {
-      std::lock_guard<std::mutex> sessions_lock(impl->sessions_mu);
-      for (auto* list : {&impl->draining, &impl->sessions}) {
-        for (auto& w : *list) {
-          if (auto s = w.lock()) left.push_back(std::move(s));
-        }
-      }
-    }
-    if (!left.empty()) {
-      spdlog::warn("shutdown: {} connection(s) still busy after {} ms, closing them", left.size(),
-                   impl->options.shutdown_timeout.count());
-    }
-    for (auto& s : left) s->ForceClose();
   });
 }
 

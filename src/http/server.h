@@ -24,6 +24,7 @@
 #ifndef SLUICE_HTTP_SERVER_H_
 #define SLUICE_HTTP_SERVER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -44,7 +45,40 @@ namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
 using HttpRequest = beast_http::request<beast_http::string_body>;
-using HttpResponse = beast_http::response<beast_http::string_body>;
+
+// An answer: Beast's response (status, fields, body) plus header fields the handler has already
+// written out as text, which the server sends after the other fields. The written-out fields
+// cost one append each instead of one allocation and one tree insertion in Beast's field set,
+// which counts on the request path (the rate-limit fields of every decision). They are not in
+// the field set: find()/operator[] do not see them and set() does not replace them. Do not
+// append Content-Length, Transfer-Encoding or Connection (the server's own, see WriteAnswer).
+class HttpResponse : public beast_http::response<beast_http::string_body> {
+ public:
+  using Base = beast_http::response<beast_http::string_body>;
+  using Base::Base;
+  HttpResponse() = default;
+
+  // Adds "name: value" (a field name and value as RFC 9110 §5 allows: no CR or LF).
+  void AppendField(std::string_view name, std::string_view value) {
+    // Room for the usual set at once (the five rate-limit fields take about 200 bytes) rather
+    // than growing through 30, 60, 120...
+    if (appended_fields_.empty()) appended_fields_.reserve(256);
+    const size_t at = appended_fields_.size();
+    appended_fields_.resize(at + name.size() + value.size() + 4);  // one size check, not four
+    char* out = appended_fields_.data() + at;
+    out = std::copy(name.begin(), name.end(), out);
+    *out++ = ':';
+    *out++ = ' ';
+    out = std::copy(value.begin(), value.end(), out);
+    *out++ = '\r';
+    *out = '\n';
+  }
+  // The appended fields, each with its CRLF, in the order they were appended.
+  std::string_view appended_fields() const { return appended_fields_; }
+
+ private:
+  std::string appended_fields_;
+};
 
 // A body read piece by piece: a request's, handed to its handler before it was read (see
 // Deferral::body()), or an upstream's answer. Used on one thread (the connection's), one Read at

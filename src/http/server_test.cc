@@ -98,6 +98,33 @@ TEST_F(DeferralTest, LaterAnswersFromOtherThreadsKeepPipelinedOrder) {
   EXPECT_EQ(out.rfind("HTTP/1.1 202 Accepted", 0), 0u) << out;
 }
 
+TEST_F(DeferralTest, AppendedFieldsFollowTheFieldSetNowAndLater) {
+  Serve([](HttpRequest& request, const std::string&, HttpResponse& response, Deferral& deferral) {
+    const auto fill = [](HttpResponse& answer) {
+      answer.set("X-Set", "1");
+      answer.AppendField("X-One", "a");
+      answer.AppendField("X-Two", "b c");
+      answer.body() = "ok";
+    };
+    if (request.target() == "/now") return fill(response);
+    std::thread([responder = deferral.Take(), fill]() mutable {
+      HttpResponse later(beast_http::status::ok, 11);
+      fill(later);
+      responder.Send(std::move(later));
+    }).detach();
+  });
+  const std::string expected =
+      "HTTP/1.1 200 OK\r\nX-Set: 1\r\nX-One: a\r\nX-Two: b c\r\nContent-Length: 2\r\n\r\nok";
+  const std::string out = Exchange(port_,
+                                   "GET /now HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /later HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                   std::chrono::seconds(3));
+  const std::string closing =
+      "HTTP/1.1 200 OK\r\nX-Set: 1\r\nX-One: a\r\nX-Two: b c\r\n"
+      "Content-Length: 2\r\nConnection: close\r\n\r\nok";
+  EXPECT_EQ(out, expected + closing);
+}
+
 TEST_F(DeferralTest, DroppedResponderAnswers500) {
   Serve([](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
     Responder dropped = deferral.Take();

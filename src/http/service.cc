@@ -1,5 +1,7 @@
 #include "http/service.h"
 
+#include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <optional>
 
@@ -120,13 +122,24 @@ void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResp
 
 void Service::CountResponse(const HttpResponse& response) {
   if (metrics_ == nullptr) return;
-  const std::string code = std::to_string(response.result_int());
-  const std::string_view labels[] = {code};
-  metrics_->http_requests->WithLabels(labels)->Inc();
+  const unsigned code = response.result_int();  // Beast keeps it below 1000
+  Counter* counter = code < response_counters_.size()
+                         ? response_counters_[code].load(std::memory_order_relaxed)
+                         : nullptr;
+  if (counter == nullptr) {
+    const std::string text = std::to_string(code);
+    const std::string_view labels[] = {text};
+    counter = metrics_->http_requests->WithLabels(labels);
+    // Racing threads store the same pointer; it stays valid as long as the registry.
+    if (code < response_counters_.size()) {
+      response_counters_[code].store(counter, std::memory_order_relaxed);
+    }
+  }
+  counter->Inc();
 }
 
 void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
-                               const std::function<void(Send)>& decide) {
+                               absl::FunctionRef<void(Send)> decide) {
   if (!engine_.remote()) {
     // The in-memory engine answers before it returns: nothing to share with a later thread.
     decide([&response](HttpResponse answer) { response = std::move(answer); });
@@ -241,8 +254,11 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
     return SetJson(response, beast_http::status::bad_request,
                    RenderError(std::string(checks.status().message())));
   }
+  // No route applies: allowed, and nothing to decide, count or report (what DecideRoutes would
+  // answer too, without its round through the engine).
+  if (checks->requests.empty()) return response.result(beast_http::status::ok);
   AnswerMaybeLater(response, deferral, [&](Send send) {
-    DecideRoutes(config, std::move(checks->requests), std::move(checks->sections), nullptr,
+    DecideRoutes(config, *std::move(checks), nullptr,
                  [this, config, send = std::move(send)](RouteDecision decision) {
                    HttpResponse answer;
                    // An allowed request gets an empty 200: proxies act on the status and the
@@ -256,23 +272,24 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
   });
 }
 
-void Service::DecideRoutes(std::shared_ptr<const rules::Config> config,
-                           std::vector<engine::Request> requests,
-                           std::vector<const rules::HttpSection*> sections,
+void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
                            engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
   const int64_t now_us = clock_->NowMicros();
   if (!engine_.remote()) {
     absl::InlinedVector<std::string_view, 2> domains;
-    for (const engine::Request& r : requests) domains.push_back(r.domain);
-    std::vector<engine::Response> decisions = engine_.CheckAll(*config, requests, now_us, consumed);
-    return done(Summarize(domains, sections, std::move(decisions), now_us));
+    for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
+    std::vector<engine::Response> decisions = engine_.CheckAll(
+        *config, std::span(checks.requests.data(), checks.requests.size()), now_us, consumed);
+    return done(Summarize(domains, checks.sections, std::move(decisions), now_us));
   }
   // The requests go to the engine; the answer needs only their domains.
   std::vector<std::string> domains;
-  for (const engine::Request& r : requests) domains.push_back(r.domain);
+  for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
+  std::vector<engine::Request> requests(std::make_move_iterator(checks.requests.begin()),
+                                        std::make_move_iterator(checks.requests.end()));
   engine_.CheckAllAsync(
       std::move(config), std::move(requests), now_us,
-      [this, domains = std::move(domains), sections = std::move(sections), now_us,
+      [this, domains = std::move(domains), sections = std::move(checks.sections), now_us,
        done = std::move(done)](std::vector<engine::Response> decisions) {
         const std::vector<std::string_view> names(domains.begin(), domains.end());
         done(Summarize(names, sections, std::move(decisions), now_us));
@@ -288,7 +305,7 @@ void Service::RecordDecision(std::string_view domain, const engine::Response& de
 }
 
 Service::RouteDecision Service::Summarize(std::span<const std::string_view> domains,
-                                          const std::vector<const rules::HttpSection*>& sections,
+                                          std::span<const rules::HttpSection* const> sections,
                                           std::vector<engine::Response> decisions, int64_t now_us) {
   RouteDecision out;
   for (size_t i = 0; i < decisions.size(); ++i) {
@@ -337,16 +354,19 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
   }
+  // No limit applied (e.g. no route matched): no field at all, not even Retry-After.
+  if (std::all_of(decision.descriptors.begin(), decision.descriptors.end(),
+                  [](const engine::DescriptorResult& d) { return d.limits.empty(); })) {
+    return;
+  }
   // The settings were validated when loaded; a bad list cannot reach here.
   const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
-  // insert, not set: none of these fields is in the response yet, so there is nothing to replace.
-  // Only Retry-After is a field Beast knows: naming the others `unknown` saves it a lookup.
-  ForEachRateLimitHeader(
-      decision, styles, [&response](std::string_view name, std::string_view value) {
-        response.insert(name == "Retry-After" ? beast_http::field::retry_after
-                                              : beast_http::field::unknown,
-                        name, value);
-      });
+  // Appended as text, not inserted into the field set: none of these fields is in the response
+  // yet, nothing reads them back, and this runs for every decision.
+  ForEachRateLimitHeader(decision, styles,
+                         [&response](std::string_view name, std::string_view value) {
+                           response.AppendField(name, value);
+                         });
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {

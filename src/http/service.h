@@ -12,6 +12,7 @@
 #ifndef SLUICE_HTTP_SERVICE_H_
 #define SLUICE_HTTP_SERVICE_H_
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <optional>
@@ -19,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "engine/engine.h"
+#include "http/http_routes.h"
 #include "http/metrics.h"
 #include "http/rate_limit_headers.h"
 #include "http/server.h"
@@ -70,10 +73,10 @@ class Service {
  private:
   // Receives the finished answer: now, or later from the backend's thread.
   using Send = std::function<void(HttpResponse)>;
-  // Runs `decide`, which must call its Send exactly once: before returning (the answer goes into
-  // `response`) or later (through `deferral`).
+  // Runs `decide` (before returning; it is not kept), which must call its Send exactly once:
+  // before returning (the answer goes into `response`) or later (through `deferral`).
   void AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
-                        const std::function<void(Send)>& decide);
+                        absl::FunctionRef<void(Send)> decide);
   void CountResponse(const HttpResponse& response);
   void Readyz(HttpResponse& response);
 
@@ -83,16 +86,14 @@ class Service {
     engine::Response combined;
     int status = 200;  // 200, or the deny status of the first domain that denied
   };
-  // Decides `requests` (one per domain, `sections` their http: sections) on whichever store
+  // Decides `checks` (a request per domain, with its http: section) on whichever store
   // decides; `done` runs once, perhaps on the backend's thread. With `consumed` (which must
   // live until `done`), what an admitted request consumed is recorded there for a refund.
-  void DecideRoutes(std::shared_ptr<const rules::Config> config,
-                    std::vector<engine::Request> requests,
-                    std::vector<const rules::HttpSection*> sections, engine::Consumption* consumed,
-                    std::function<void(RouteDecision)> done);
+  void DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
+                    engine::Consumption* consumed, std::function<void(RouteDecision)> done);
   // The route decision from the engine's answers (one per domain, `domains` their names).
   RouteDecision Summarize(std::span<const std::string_view> domains,
-                          const std::vector<const rules::HttpSection*>& sections,
+                          std::span<const rules::HttpSection* const> sections,
                           std::vector<engine::Response> decisions, int64_t now_us);
   void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
              Deferral& deferral, std::shared_ptr<const rules::Config> config);
@@ -126,6 +127,8 @@ class Service {
   std::function<BackendHealth()> backend_health_;
   UpstreamClient upstream_;
   std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
+  // metrics_->http_requests' child per status code, looked up on its first answer.
+  std::array<std::atomic<Counter*>, 1000> response_counters_{};
 };
 
 }  // namespace sluice::http

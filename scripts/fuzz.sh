@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (the `fuzz` preset: clang-14, ASan + UBSan) and runs each for a
 # bounded time on a copy of its seed corpus (fuzz/corpus/<target>/; the copy grows, the
-# repository's corpus does not). Exits non-zero if any target found a crash, leak, timeout or
-# out-of-memory, and says where the reproducer is.
+# repository's corpus does not), with fuzz/<target>.dict as its dictionary. Exits non-zero if any
+# target found a crash, leak, timeout or out-of-memory, and says where the reproducer is.
 #
 #   FUZZ_SECONDS   seconds per target (default 20)
 #   FUZZ_TARGETS   targets to run (default: all)
@@ -24,8 +24,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$work/$t/corpus" "$work/$t/artifacts"
   cp fuzz/corpus/"$t"/* "$work/$t/corpus/"
   echo "fuzz: $t for ${seconds}s"
+  dict=()
+  [ -f "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
   # -timeout: one input over 5 s is a hang; -rss_limit_mb also caps a single malloc.
-  if build/fuzz/"$t" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \
+  if build/fuzz/"$t" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 "${dict[@]}" \
       -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" "$work/$t/corpus" \
       >"$work/$t/log" 2>&1; then
     grep -E '^stat::number_of_executed_units' "$work/$t/log" | sed "s/^/fuzz: $t: /" || true

@@ -132,9 +132,10 @@ TEST(RespTest, ReaderDoesNotAllocateForAnnouncedArrayCount) {
 
   // An honest array longer than the reserved part, fed in pieces, comes out whole.
   constexpr int kElements = 10000;
-  std::string stream = "*2\r\n*" + std::to_string(kElements) + "\r\n";
-  for (int i = 0; i < kElements; ++i) stream += ":" + std::to_string(i) + "\r\n";
-  stream += "$2\r\nok\r\n";
+  std::string stream = "*2\r\n*";
+  stream.append(std::to_string(kElements)).append("\r\n");
+  for (int i = 0; i < kElements; ++i) stream.append(":").append(std::to_string(i)).append("\r\n");
+  stream.append("$2\r\nok\r\n");
   ReplyReader reader;
   std::optional<Reply> reply;
   for (size_t at = 0; at < stream.size() && !reply; at += 1000) {

@@ -53,8 +53,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       store::MemoryStore::Options{.max_entries = 1 << 10, .shards = 2}, clock);
   static engine::Engine* const engine = new engine::Engine(store);
 
-  const rules::LoadResult result =
-      rules::LoadConfigText("fuzz.yaml", std::string_view(reinterpret_cast<const char*>(data), size));
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  // A domain's `clients:` names a file that the loader reads from disk: any path (/dev/stdin,
+  // /dev/zero, the working directory's files) would make this a test of the machine, not of the
+  // parser. The config author names their own files; leave them out.
+  if (text.find("clients") != std::string_view::npos) return 0;
+  const rules::LoadResult result = rules::LoadConfigText("fuzz.yaml", text);
   if ((result.config == nullptr) == result.errors.empty()) abort();  // exactly one of the two
   for (const rules::ConfigError& error : result.errors) {
     if (error.ToString().empty()) abort();

@@ -83,8 +83,8 @@ void FuzzCheck(Harness& h, std::string_view body) {
     MustBeJson(h, http::RenderError(std::string(request.status().message())));
     return;
   }
-  MustBeJson(h, http::RenderCheckResponse(
-                    h.engine.Check(*h.config, *request, h.clock.NowMicros())));
+  MustBeJson(h,
+             http::RenderCheckResponse(h.engine.Check(*h.config, *request, h.clock.NowMicros())));
 }
 
 void FuzzRls(Harness& h, std::string_view body) {
@@ -99,7 +99,7 @@ void FuzzRls(Harness& h, std::string_view body) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness* const harness = new Harness();  // one engine for the whole run, as a server
-  harness->clock.Advance(10'000);                  // 10 ms between requests: windows move on
+  harness->clock.Advance(10'000);                 // 10 ms between requests: windows move on
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   FuzzCheck(*harness, body);
   FuzzRls(*harness, body);

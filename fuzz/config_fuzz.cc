@@ -39,7 +39,8 @@ void AddDescriptors(const rules::RuleNode& node, std::vector<rules::Entry>* path
       if (c == '*') c = 'x';
     }
     path->push_back(rules::Entry{child->key, value});
-    request->descriptors.push_back(engine::Descriptor{.entries = *path, .limit = {}, .hits_addend = {}});
+    request->descriptors.push_back(
+        engine::Descriptor{.entries = *path, .limit = {}, .hits_addend = {}});
     if (path->size() < kMaxDepth) AddDescriptors(*child, path, request);
     path->pop_back();
   }

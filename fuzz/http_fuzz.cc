@@ -53,10 +53,9 @@ void FuzzClientAddress(std::string_view input) {
   if (client == peer) return;
   if (trusted.empty()) abort();  // nobody to believe, yet not the peer
   // Otherwise a hop of some field: text from that field.
-  const bool from_a_field =
-      std::any_of(forwarded.begin(), forwarded.end(), [&](std::string_view field) {
-        return field.find(client) != std::string_view::npos;
-      });
+  const bool from_a_field = std::any_of(
+      forwarded.begin(), forwarded.end(),
+      [&](std::string_view field) { return field.find(client) != std::string_view::npos; });
   if (!from_a_field || client.find(',') != std::string::npos) abort();
 }
 

@@ -15,6 +15,7 @@ run: build
 
 test: build
 	ctest --preset release -j $(JOBS)
+	FUZZ_JOBS=$(JOBS) scripts/fuzz.sh
 
 debug: bootstrap
 	cmake --preset debug

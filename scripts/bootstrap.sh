@@ -14,6 +14,8 @@ packages=(
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
   # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools
+  # fuzzing (scripts/fuzz.sh, run by `make test`): clang and its libFuzzer/sanitizer runtimes
+  clang-14 libclang-rt-14-dev
 )
 # The gRPC end-to-end test's client runs on Node.js; a node already on the PATH (from any
 # source) will do, otherwise Debian's.

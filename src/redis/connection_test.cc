@@ -120,6 +120,37 @@ TEST(RespTest, ReaderHandlesSplitsNestingAndGarbage) {
   EXPECT_FALSE(partial->has_value());
 }
 
+// An array's header is the peer's word: the reader allocates for the elements that arrive, not
+// for the count announced (found by fuzz/resp_fuzz.cc: "*2000000000" made it ask for 144 GB).
+TEST(RespTest, ReaderDoesNotAllocateForAnnouncedArrayCount) {
+  ReplyReader liar;
+  const std::string header = "*2000000000\r\n:1\r\n*2000000000\r\n:2\r\n";
+  liar.Feed(header.data(), header.size());
+  auto next = liar.Next();
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->has_value());  // waiting for the rest, holding two elements
+
+  // An honest array longer than the reserved part, fed in pieces, comes out whole.
+  constexpr int kElements = 10000;
+  std::string stream = "*2\r\n*";
+  stream.append(std::to_string(kElements)).append("\r\n");
+  for (int i = 0; i < kElements; ++i) stream.append(":").append(std::to_string(i)).append("\r\n");
+  stream.append("$2\r\nok\r\n");
+  ReplyReader reader;
+  std::optional<Reply> reply;
+  for (size_t at = 0; at < stream.size() && !reply; at += 1000) {
+    reader.Feed(stream.data() + at, std::min<size_t>(1000, stream.size() - at));
+    auto r = reader.Next();
+    ASSERT_TRUE(r.ok());
+    reply = std::move(*r);
+  }
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_EQ(reply->elements.size(), 2u);
+  ASSERT_EQ(reply->elements[0].elements.size(), static_cast<size_t>(kElements));
+  for (int i = 0; i < kElements; ++i) ASSERT_EQ(reply->elements[0].elements[i].integer, i);
+  EXPECT_EQ(reply->elements[1].str, "ok");
+}
+
 // An io_context on its own thread, and synchronous calls for the tests.
 class ConnectionTest : public ::testing::Test {
  protected:

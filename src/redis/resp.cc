@@ -14,11 +14,22 @@ namespace {
 
 // hiredis's reader builds our Reply tree itself, through its object functions, instead of a tree
 // of its own that would then be copied (a batch's reply has an element per number). A child is
-// made in place in its parent's elements, sized by createArray, so only the root is allocated
-// and only the root is freed (hiredis frees nothing else: r->reply is the root).
+// made in place in its parent's elements, so only the root is allocated and only the root is
+// freed (hiredis frees nothing else: r->reply is the root).
+//
+// The parent's elements grow as its children arrive, not to the count its header announces: that
+// count is the peer's word, and "*2000000000\r\n" alone would otherwise allocate 144 GB (found by
+// fuzz/resp_fuzz.cc). Growing never moves a Reply hiredis still points to: only the parent's
+// vector grows, and its earlier children are complete. createArray still reserves the announced
+// count, up to kMaxReservedElements, so a usual reply takes one allocation per array.
+constexpr size_t kMaxReservedElements = 4096;
+
 Reply* Place(const redisReadTask* task) {
   if (task->parent == nullptr) return new Reply();
-  return &static_cast<Reply*>(task->parent->obj)->elements[static_cast<size_t>(task->idx)];
+  std::vector<Reply>& siblings = static_cast<Reply*>(task->parent->obj)->elements;
+  const size_t idx = static_cast<size_t>(task->idx);
+  if (siblings.size() <= idx) siblings.resize(idx + 1);
+  return &siblings[idx];
 }
 
 void* CreateString(const redisReadTask* task, char* str, size_t len) {
@@ -33,7 +44,7 @@ void* CreateString(const redisReadTask* task, char* str, size_t len) {
 void* CreateArray(const redisReadTask* task, int elements) {
   Reply* r = Place(task);
   r->type = Reply::Type::kArray;
-  r->elements.resize(static_cast<size_t>(std::max(elements, 0)));
+  r->elements.reserve(std::min(static_cast<size_t>(std::max(elements, 0)), kMaxReservedElements));
   return r;
 }
 

@@ -133,6 +133,11 @@ start auth --config "$tmp/auth.yaml"
 check "reload without token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://$ADMIN/v1/reload")"
 check "DELETE /v1/limits without token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://$ADMIN/v1/limits?domain=api&descriptors=user=u1")"
 check "reload with token -> 200" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' -X POST "http://$ADMIN/v1/reload")"
+# (on this instance: its headers may take 16 KiB, room for a URL past http.max_key_bytes)
+long_value=$(head -c 4097 /dev/zero | tr '\0' v)
+check "inspect a value of 4097 bytes (over http.max_key_bytes) -> 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADMIN/v1/limits?domain=api&descriptors=user%3D$long_value")"
+check "DELETE a value of 4097 bytes -> 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' -X DELETE "http://$ADMIN/v1/limits?domain=api&descriptors=user%3D$long_value")"
+check_contains "inspect a value of 4096 bytes works" '"remaining"' "$(curl -s "http://$ADMIN/v1/limits?domain=api&descriptors=user%3D${long_value:1}")"
 stop
 check "SIGTERM exits 0 (auth)" 0 "$STATUS"
 

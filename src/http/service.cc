@@ -419,6 +419,19 @@ void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferra
     return SetJson(response, beast_http::status::not_found,
                    RenderError(fmt::format("unknown domain '{}'", *domain)));
   }
+  // The same bound as on the data plane (/v1/check, the http: routes): no key that could not
+  // have been stored is looked up.
+  const size_t max_key_bytes = config->settings.max_key_bytes;
+  for (const engine::Descriptor& d : *descriptors) {
+    for (const rules::Entry& e : d.entries) {
+      if (e.key.size() > max_key_bytes || e.value.size() > max_key_bytes) {
+        return SetJson(response, beast_http::status::bad_request,
+                       RenderError(fmt::format("descriptor key '{:.64}' or its value is longer than "
+                                               "the maximum of {} bytes (http.max_key_bytes)",
+                                               e.key, max_key_bytes)));
+      }
+    }
+  }
   engine::Request query{.domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
   AnswerMaybeLater(response, deferral, [&](Send send) {
     if (remove) {

@@ -167,6 +167,13 @@ TEST(ClientAddressTest, WalksForwardedForFromTheRight) {
   EXPECT_EQ(ClientAddress("127.0.0.1", {"203.0.113.7"}, {}), "127.0.0.1");
 }
 
+TEST(ClientAddressTest, AddressesWithAZeroByteAreNotAddresses) {
+  using namespace std::string_view_literals;
+  EXPECT_FALSE(rules::ParseCidr("10.0.0.1\0junk"sv).has_value());
+  EXPECT_FALSE(rules::ParseCidr("10.0.0.0/8\0"sv).has_value());
+  EXPECT_TRUE(rules::ParseCidr("10.0.0.1"sv).has_value());
+}
+
 TEST(ClientAddressTest, PrefixBoundariesAreExact) {
   const auto trusted = Trusted({"10.0.0.0/9"});  // 10.0.0.0 - 10.127.255.255
   EXPECT_EQ(ClientAddress("10.127.255.255", {"203.0.113.7"}, trusted), "203.0.113.7");

@@ -489,6 +489,8 @@ std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const YAML::Node& doc) {
 }
 
 std::optional<Cidr> ParseCidr(std::string_view text) {
+  // inet_pton reads a C string: "10.0.0.1\0junk" would pass as 10.0.0.1.
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
   std::string address(text);
   int bits = -1;
   if (const size_t slash = address.find('/'); slash != std::string::npos) {

@@ -255,19 +255,21 @@ TEST_F(ConnectionTest, ManyThreadsShareOneConnectionInOrder) {
 
 TEST_F(ConnectionTest, DeadlineThenLateReplyIsDroppedInOrder) {
   testing::RedisServer server;
-  auto c = Open(server.url(), 30ms);
+  // A deadline far below the pause, and far above what a command takes on a loaded machine (at
+  // 30 ms this test once failed under load on its setup SET).
+  auto c = Open(server.url(), 150ms);
   auto admin = Open(server.url());
   ASSERT_TRUE(WaitState(*c, Connection::State::kReady)) << c->last_error();
   ASSERT_TRUE(WaitState(*admin, Connection::State::kReady));
   ASSERT_EQ(Call(*c, {"SET", "k", "old"})->str, "OK");
-  ASSERT_EQ(Call(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
+  ASSERT_EQ(Call(*admin, {"CLIENT", "PAUSE", "1500", "ALL"})->str, "OK");
   const auto start = std::chrono::steady_clock::now();
   auto slow = Call(*c, {"GET", "k"});
   const auto waited = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(slow.ok());
   EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_LT(waited, 250ms);  // the deadline, not the pause
-  std::this_thread::sleep_for(400ms);  // the pause ends; the late reply arrives and is dropped
+  EXPECT_LT(waited, 1000ms);  // the deadline, not the pause
+  std::this_thread::sleep_for(1700ms);  // the pause ends; the late reply arrives and is dropped
   ASSERT_EQ(Call(*c, {"SET", "k", "new"})->str, "OK");
   EXPECT_EQ(Call(*c, {"GET", "k"})->str, "new");
 }

@@ -168,7 +168,9 @@ TEST(RedisStoreTest, ScriptIsReloadedAfterFlushAndAfterARestart) {
 
 TEST(RedisStoreTest, BreakerOpensOnTimeoutsAndClosesWhenRedisIsBack) {
   testing::RedisServer server;
-  auto client = Open({server.url()}, false, 20ms);
+  // A timeout far below the pause, and far above a command on a loaded machine (20 ms could fail
+  // the first, unpaused call).
+  auto client = Open({server.url()}, false, 150ms);
   auto admin = Open({server.url()}, false);
   RedisStore store(client.get(), {.breaker = {.failures_to_open = 3, .open_for = 300ms}});
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);

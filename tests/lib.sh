@@ -61,11 +61,15 @@ stop() {
   STATUS=$?
 }
 
-# free_port: a loopback TCP port nobody listens on now (random, probed).
+# free_port: a loopback TCP port nobody listens on now (random, probed), below the kernel's
+# ephemeral range (net.ipv4.ip_local_port_range, 32768 up by default): a port some client
+# connection holds as its local end is not seen by the probe but cannot be bound.
 free_port() {
-  local p
+  local p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((low > 21000)) || low=32768
   for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((20000 + RANDOM % (low - 20000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
   done
   echo "no free port found" >&2; return 1

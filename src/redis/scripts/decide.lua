@@ -500,7 +500,7 @@ if ARGV[1] == '2' then
   return {now}
 end
 -- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,
--- changed, [the decide_new it started from]} (sliding_log: its log in .log), by its number:
+-- changed} (sliding_log: its log in .log), by its number:
 -- records[s] is the state of keys_in[s] (of its field fields[s], for a packed state). The new
 -- states of one kind that no other item has used share one record, decide_new's (see there).
 local records, fields = {}, {}
@@ -612,10 +612,8 @@ for _ = 1, tonumber(ARGV[2]) do
       end
       records[s] = st
     elseif st[8] == st then  -- a new state as decide_new left it: now a record of its own
-      st = {st[1], st[2], st[3], false, 0, st[6], st[7], false}
+      st = {st[1], st[2], st[3], false, 0, st[6], st[7]}
       records[s] = st
-    else
-      st[8] = false  -- no longer as decide_new left it, maybe
     end
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay

@@ -184,13 +184,15 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
   queued.items.reserve(items.size());
   for (const auto& it : items) queued.limits.push_back(*it.limit);
   bool one_slot = true;
+  uint16_t first_slot = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     Place place = StatePlace(queued.limits[i], items[i].limit_id, items[i].key);
     queued.items.push_back({&queued.limits[i], std::move(place.key), items[i].cost,
                             items[i].count_denied, items[i].shadow, std::move(place.field)});
-    if (cluster && i > 0 && KeySlot(queued.items[i].key) != KeySlot(queued.items[0].key)) {
-      one_slot = false;
-    }
+    if (!cluster) continue;
+    const uint16_t slot = KeySlot(queued.items[i].key);
+    if (i == 0) first_slot = slot;
+    if (slot != first_slot) one_slot = false;
   }
   auto finish = [this, done = std::move(done)](absl::StatusOr<DecideResult> result) {
     Record(result.status());

@@ -257,31 +257,43 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
   // No route applies: allowed, and nothing to decide, count or report (what DecideRoutes would
   // answer too, without its round through the engine).
   if (checks->requests.empty()) return response.result(beast_http::status::ok);
+  if (!engine_.remote()) {
+    // Decided before returning: the answer is written straight into `response`, with no
+    // callback to allocate (this is the busiest path).
+    return SetAuthAnswer(*config, DecideRoutesNow(*config, *checks, nullptr), response);
+  }
   AnswerMaybeLater(response, deferral, [&](Send send) {
     DecideRoutes(config, *std::move(checks), nullptr,
                  [this, config, send = std::move(send)](RouteDecision decision) {
                    HttpResponse answer;
-                   // An allowed request gets an empty 200: proxies act on the status and the
-                   // headers and drop the body (nginx auth_request always does). A denial keeps
-                   // its JSON body.
-                   SetDecision(*config, decision.combined,
-                               static_cast<beast_http::status>(decision.status), answer,
-                               /*body=*/decision.status != 200);
+                   SetAuthAnswer(*config, decision, answer);
                    send(std::move(answer));
                  });
   });
 }
 
+void Service::SetAuthAnswer(const rules::Config& config, const RouteDecision& decision,
+                            HttpResponse& response) {
+  // An allowed request gets an empty 200: proxies act on the status and the headers and drop
+  // the body (nginx auth_request always does). A denial keeps its JSON body.
+  SetDecision(config, decision.combined, static_cast<beast_http::status>(decision.status),
+              response, /*body=*/decision.status != 200);
+}
+
+Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, RouteChecks& checks,
+                                                engine::Consumption* consumed) {
+  const int64_t now_us = clock_->NowMicros();
+  absl::InlinedVector<std::string_view, 2> domains;
+  for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
+  std::vector<engine::Response> decisions = engine_.CheckAll(
+      config, std::span(checks.requests.data(), checks.requests.size()), now_us, consumed);
+  return Summarize(domains, checks.sections, std::move(decisions), now_us);
+}
+
 void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
                            engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
+  if (!engine_.remote()) return done(DecideRoutesNow(*config, checks, consumed));
   const int64_t now_us = clock_->NowMicros();
-  if (!engine_.remote()) {
-    absl::InlinedVector<std::string_view, 2> domains;
-    for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
-    std::vector<engine::Response> decisions = engine_.CheckAll(
-        *config, std::span(checks.requests.data(), checks.requests.size()), now_us, consumed);
-    return done(Summarize(domains, checks.sections, std::move(decisions), now_us));
-  }
   // The requests go to the engine; the answer needs only their domains.
   std::vector<std::string> domains;
   for (const engine::Request& r : checks.requests) domains.push_back(r.domain);

@@ -91,6 +91,12 @@ class Service {
   // live until `done`), what an admitted request consumed is recorded there for a refund.
   void DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
                     engine::Consumption* consumed, std::function<void(RouteDecision)> done);
+  // The same, on the in-memory engine only (no remote store), answered before it returns.
+  RouteDecision DecideRoutesNow(const rules::Config& config, RouteChecks& checks,
+                                engine::Consumption* consumed);
+  // Forward-auth's answer to a route decision.
+  void SetAuthAnswer(const rules::Config& config, const RouteDecision& decision,
+                     HttpResponse& response);
   // The route decision from the engine's answers (one per domain, `domains` their names).
   RouteDecision Summarize(std::span<const std::string_view> domains,
                           std::span<const rules::HttpSection* const> sections,

@@ -399,7 +399,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   void Answered() {
     busy_ = false;
     if (close_after_write_) return BodyUnread() && !server_->stopping.load() ? Linger() : Close();
-    response_ = {};
+    response_.Clear();
     if (body_parser_) {  // the room a streamed body took is not kept for the next request
       body_parser_.reset();
       body_piece_ = std::string();

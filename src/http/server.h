@@ -76,6 +76,17 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
   // The appended fields, each with its CRLF, in the order they were appended.
   std::string_view appended_fields() const { return appended_fields_; }
 
+  // Back to a default-constructed answer, keeping the room of the appended fields (up to 1 KiB)
+  // for the next answer on the same connection: one allocation per connection, not per answer.
+  void Clear() {
+    static_cast<Base&>(*this) = Base();
+    if (appended_fields_.capacity() > 1024) {
+      appended_fields_ = std::string();
+    } else {
+      appended_fields_.clear();
+    }
+  }
+
  private:
   std::string appended_fields_;
 };

@@ -125,6 +125,32 @@ TEST_F(DeferralTest, AppendedFieldsFollowTheFieldSetNowAndLater) {
   EXPECT_EQ(out, expected + closing);
 }
 
+
+// The answer object is reused on a keep-alive connection (its appended fields' room is kept):
+// nothing of one answer may leak into the next.
+TEST_F(DeferralTest, NextAnswerOnTheConnectionStartsEmpty) {
+  Serve([](HttpRequest& request, const std::string&, HttpResponse& response, Deferral&) {
+    EXPECT_EQ(response.result(), beast_http::status::ok);
+    EXPECT_TRUE(response.appended_fields().empty());
+    EXPECT_EQ(response.begin(), response.end());
+    EXPECT_TRUE(response.body().empty());
+    if (request.target() == "/fields") {
+      response.result(beast_http::status::too_many_requests);
+      response.set("X-Set", "1");
+      response.AppendField("X-One", "a");
+      response.body() = "full";
+    }
+  });
+  const std::string out = Exchange(port_,
+                                   "GET /fields HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /fields HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                   std::chrono::seconds(3));
+  const std::string fields =
+      "HTTP/1.1 429 Too Many Requests\r\nX-Set: 1\r\nX-One: a\r\nContent-Length: 4\r\n";
+  EXPECT_EQ(out, fields + "\r\nfull" + "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" + fields +
+                     "Connection: close\r\n\r\nfull");
+}
 TEST_F(DeferralTest, DroppedResponderAnswers500) {
   Serve([](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
     Responder dropped = deferral.Take();

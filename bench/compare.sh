@@ -16,7 +16,9 @@
 #
 # For each peer and scenario: rps and p99 from wrk, the server's CPU seconds during the wrk run
 # (utime+stime of /proc/PID/stat before and after; nginx: master + worker), and requests per
-# server CPU-second; then sluice/nginx ratios. Peers alternate within each scenario so that both
+# server CPU-second, and that CPU time per request split into user (the server's own code) and
+# sys (the kernel: system calls, TCP over loopback, which on this path is most of it); then
+# sluice/nginx ratios. Peers alternate within each scenario so that both
 # see the same machine. With ROUNDS > 1 every figure is the median over the rounds (each column
 # on its own).
 #
@@ -111,22 +113,23 @@ to_ms() {
 }
 
 # ---------------------------------------------------------------- runs
-results="$run_dir/rows.tsv"   # round peer scenario rps p99_ms cpu_s req_per_cpu_s
+results="$run_dir/rows.tsv"   # round peer scenario rps p99_ms cpu_s req_per_cpu_s user_us sys_us
 : >"$results"
 
 run_one() {
-    local round="$1" peer="$2" scen="$3" out args before after total rps p99 non2xx errs cpu eff
+    local round="$1" peer="$2" scen="$3" out args total rps p99 non2xx errs cpu eff
+    local user0 sys0 user1 sys1 user_us sys_us
     out="$run_dir/$peer.$scen.$round.txt"
     case "$scen" in
         allow_100k) args=(-s "$ANCHORS/wrk/keys.lua" "$(url "$peer" "$scen")" -- "$NKEYS") ;;
         *)          args=(-s "$ANCHORS/wrk/fixed.lua" "$(url "$peer" "$scen")" -- one-key) ;;
     esac
     # shellcheck disable=SC2046
-    before="$(cpu_ticks $(server_pids "$peer"))"
+    read -r user0 sys0 < <(cpu_ticks_split $(server_pids "$peer"))
     wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency "${args[@]}" >"$out" 2>&1 \
         || { cat "$out" >&2; die "wrk failed for $peer $scen"; }
     # shellcheck disable=SC2046
-    after="$(cpu_ticks $(server_pids "$peer"))"
+    read -r user1 sys1 < <(cpu_ticks_split $(server_pids "$peer"))
     rps="$(awk '/^Requests\/sec:/ {print $2}' "$out")"
     p99="$(awk '$1 == "99%" {print $2}' "$out")"
     total="$(awk '/ requests in / {print $1}' "$out")"
@@ -138,11 +141,15 @@ run_one() {
         *)      [ "$non2xx" -eq 0 ] || log "WARN $peer $scen: $non2xx of $total were non-2xx" ;;
     esac
     [ -z "$errs" ] || log "WARN $peer $scen: socket errors: $errs"
-    cpu="$(awk -v t=$((after - before)) -v hz="$clk_tck" 'BEGIN { printf "%.2f", t / hz }')"
+    cpu="$(awk -v t=$((user1 - user0 + sys1 - sys0)) -v hz="$clk_tck" 'BEGIN { printf "%.2f", t / hz }')"
     eff="$(awk -v n="$total" -v c="$cpu" 'BEGIN { if (c > 0) printf "%.0f", n / c; else print "inf" }')"
-    log "round $round $peer $scen: $rps rps, p99 $(to_ms "$p99") ms, $cpu CPU-s, $eff req/CPU-s"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$rps" "$(to_ms "$p99")" \
-        "$cpu" "$eff" >>"$results"
+    # CPU microseconds per request: in the server's own code (user) and in the kernel (sys).
+    user_us="$(awk -v t=$((user1 - user0)) -v hz="$clk_tck" -v n="$total" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+    sys_us="$(awk -v t=$((sys1 - sys0)) -v hz="$clk_tck" -v n="$total" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+    log "round $round $peer $scen: $rps rps, p99 $(to_ms "$p99") ms, $cpu CPU-s, $eff req/CPU-s," \
+        "$user_us us user + $sys_us us sys per request"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$rps" "$(to_ms "$p99")" \
+        "$cpu" "$eff" "$user_us" "$sys_us" >>"$results"
 }
 
 if [ "$WARMUP" != 0 ]; then
@@ -161,21 +168,21 @@ done
 # ---------------------------------------------------------------- table
 # Medians per peer x scenario (each column on its own), then sluice/nginx ratios.
 {
-    printf 'scenario\tpeer\trps\tp99_ms\tcpu_s\treq_per_cpu_s\trps_ratio\tp99_ratio\treq_per_cpu_ratio\n'
+    printf 'scenario\tpeer\trps\tp99_ms\tcpu_s\treq_per_cpu_s\tuser_us\tsys_us\trps_ratio\tp99_ratio\treq_per_cpu_ratio\n'
     awk -F'\t' -v scenarios="$SCENARIOS" '
         function median(list,   a, n, i, j, t) {
             n = split(list, a, " ")
             for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
             return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
         }
-        { k = $2 SUBSEP $3; for (c = 4; c <= 7; c++) v[k, c] = v[k, c] " " $c }
+        { k = $2 SUBSEP $3; for (c = 4; c <= 9; c++) v[k, c] = v[k, c] " " $c }
         END {
             ns = split(scenarios, sc, " ")
             for (s = 1; s <= ns; s++) {
-                for (c = 4; c <= 7; c++) { n[c] = median(v["nginx", sc[s], c]); m[c] = median(v["sluice", sc[s], c]) }
-                printf "%s\tnginx\t%.0f\t%.2f\t%.2f\t%.0f\t\t\t\n", sc[s], n[4], n[5], n[6], n[7]
-                printf "%s\tsluice\t%.0f\t%.2f\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\n", sc[s], m[4], m[5], m[6], m[7],
-                       m[4] / n[4], (n[5] > 0 ? m[5] / n[5] : 0), (n[7] > 0 ? m[7] / n[7] : 0)
+                for (c = 4; c <= 9; c++) { n[c] = median(v["nginx", sc[s], c]); m[c] = median(v["sluice", sc[s], c]) }
+                printf "%s\tnginx\t%.0f\t%.2f\t%.2f\t%.0f\t%.2f\t%.2f\t\t\t\n", sc[s], n[4], n[5], n[6], n[7], n[8], n[9]
+                printf "%s\tsluice\t%.0f\t%.2f\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", sc[s], m[4], m[5], m[6], m[7],
+                       m[8], m[9], m[4] / n[4], (n[5] > 0 ? m[5] / n[5] : 0), (n[7] > 0 ? m[7] / n[7] : 0)
             }
         }' "$results"
 } >"$run_dir/table.tsv"

@@ -50,3 +50,14 @@ cpu_ticks() {
     done
     echo "$total"
 }
+
+# cpu_ticks_split PID...: "UTIME STIME", each summed over the pids, in clock ticks: the server's
+# own code against the kernel's work on its behalf (system calls, TCP on loopback).
+cpu_ticks_split() {
+    local user=0 sys=0 pid u s
+    for pid in "$@"; do
+        read -r u s < <(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12, $13}')
+        user=$((user + u)) sys=$((sys + s))
+    done
+    echo "$user $sys"
+}

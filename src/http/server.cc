@@ -143,7 +143,11 @@ struct HttpServer::Impl {
   Impl(const ServerOptions& o, ServerStats* s)
       : options(o), stats(s), contexts(static_cast<size_t>(std::max(1, o.threads))) {
     for (auto& c : contexts) {
-      c = std::make_unique<asio::io_context>(1);
+      // One thread runs each context, and a socket is only ever used from its own context's
+      // thread (see Session), so Asio's per-socket lock is not needed: it cost a lock and an
+      // unlock for every read, write and readiness event. Posting to a context and registering
+      // a socket with it (accepting on another thread) stay locked.
+      c = std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
       guards.emplace_back(asio::make_work_guard(*c));
     }
   }
@@ -190,7 +194,9 @@ struct HttpServer::Impl {
 // phase with one deadline checked by one timer (see SetDeadline), and writes each answer as
 // one gather write: the status line and header fields it serializes itself, then the body.
 // A connection runs on one io_context with one thread, so it needs no strand; the only
-// cross-thread entries (Deliver, CloseIfIdle) post to it.
+// cross-thread entries (Start, Deliver, DeliverStream, CloseIfIdle, ForceClose) post to it. Its
+// socket must never be used from another thread: the contexts run without Asio's per-socket
+// lock (BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO).
 class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                                   public Responder::Target,
                                   public BodyReader,
@@ -215,6 +221,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     listener_->open.fetch_sub(1, std::memory_order_relaxed);
   }
 
+  Executor executor() { return socket_.get_executor(); }
+
+  // On the connection's thread.
   void Start() {
     deadline_ = SteadyClock::now() + server_->options.idle_timeout;
     ArmTimer();
@@ -680,7 +689,9 @@ void HttpServer::Impl::Accept(Listener& listener) {
           listener.open.fetch_add(1, std::memory_order_relaxed);
           auto session = std::make_shared<Session>(std::move(socket), this, &listener);
           Track(session);
-          session->Start();
+          // Started on the socket's own thread: no socket is used from two threads (see the
+          // contexts' concurrency hint).
+          asio::post(session->executor(), [session] { session->Start(); });
         }
         if (!stopping.load()) Accept(listener);
       });

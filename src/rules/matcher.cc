@@ -43,19 +43,31 @@ const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* 
 }
 
 const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
-                                std::vector<const RuleNode*>* path) {
-  if (path != nullptr) path->clear();
+                                std::span<const RuleNode*> path, size_t* depth) {
   const RuleNode* node = &domain.root;
   const RuleNode* result = nullptr;
+  size_t matched = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     MatchKind kind;
     const RuleNode* child = MatchLevel(*node, entries[i], &kind);
     if (child == nullptr) break;
-    if (path != nullptr) path->push_back(child);
+    if (matched < path.size()) path[matched] = child;
+    ++matched;
     if (i + 1 == entries.size() && child->has_rate_limit) result = child;
     if (child->children.empty()) break;
     node = child;
   }
+  if (depth != nullptr) *depth = matched;
+  return result;
+}
+
+const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
+                                std::vector<const RuleNode*>* path) {
+  if (path == nullptr) return MatchDescriptor(domain, entries, {}, nullptr);
+  path->resize(entries.size());  // room for every level
+  size_t depth = 0;
+  const RuleNode* result = MatchDescriptor(domain, entries, std::span(*path), &depth);
+  path->resize(depth);
   return result;
 }
 

@@ -194,7 +194,9 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
                   .window_us = d.limit->window_us,
                   .burst = std::nullopt};
       if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
-      result.limits.push_back({limit, "", d.limit->unit, false, {}});
+      AppliedLimit& applied = result.limits.emplace_back();
+      applied.limit = limit;
+      applied.unit = d.limit->unit;
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
                          count_denied});
@@ -222,8 +224,12 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
     const KeyPlace key = AppendStateKey(d.entries, matches[i].path, keys);
     result.limits.reserve(limits->size());
     for (const LimitRule& rule : *limits) {
-      result.limits.push_back(
-          {rule.limit, rule.name, rule.unit, rule.shadow_mode || node->shadow_mode || domain_shadow, {}});
+      // Filled in place: no temporary to copy the strings into first.
+      AppliedLimit& applied = result.limits.emplace_back();
+      applied.limit = rule.limit;
+      applied.name = rule.name;
+      applied.unit = rule.unit;
+      applied.shadow = rule.shadow_mode || node->shadow_mode || domain_shadow;
       pending.push_back({index, i, result.limits.size() - 1, key,
                          RuleLimitId(node->path, plan_name, rule.limit), cost, count_denied});
     }

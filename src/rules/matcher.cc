@@ -23,23 +23,40 @@ bool WildcardMatch(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
-const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind) {
-  auto it = node.index.find(absl::string_view(entry.key.data(), entry.key.size()));
-  if (it == node.index.end()) return nullptr;
-  const RuleNode::KeyIndex& index = it->second;
-  auto v = index.by_value.find(absl::string_view(entry.value.data(), entry.value.size()));
-  if (v != index.by_value.end()) {
-    *kind = MatchKind::kExact;
-    return v->second;
+namespace {
+
+// The value `map` holds under `text`, or nullptr. A level of a rule tree mostly has a key or two
+// and a few values: so few are compared in turn, which costs less than hashing `text`.
+template <typename Map>
+const typename Map::mapped_type* Find(const Map& map, const std::string& text) {
+  constexpr size_t kScanned = 4;
+  if (map.size() <= kScanned) {
+    for (const auto& [key, value] : map) {
+      if (key == text) return &value;
+    }
+    return nullptr;
   }
-  for (const RuleNode* w : index.wildcards) {
+  auto it = map.find(absl::string_view(text.data(), text.size()));
+  return it == map.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind) {
+  const RuleNode::KeyIndex* index = Find(node.index, entry.key);
+  if (index == nullptr) return nullptr;
+  if (const RuleNode* const* exact = Find(index->by_value, entry.value)) {
+    *kind = MatchKind::kExact;
+    return *exact;
+  }
+  for (const RuleNode* w : index->wildcards) {
     if (WildcardMatch(w->value, entry.value)) {
       *kind = MatchKind::kWildcard;
       return w;
     }
   }
   *kind = MatchKind::kKeyOnly;
-  return index.any_value;
+  return index->any_value;
 }
 
 const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,

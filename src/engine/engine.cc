@@ -49,7 +49,9 @@ KeyPlace AppendStateKey(std::span<const Entry> entries, std::span<const RuleNode
     return DecimalDigits(part.size()) + 1 + part.size();  // "<length>:<part>"
   };
   size_t size = 0;
-  for (size_t i = 0; i < entries.size(); ++i) size += part_size(entries[i].key) + part_size(value_of(i));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    size += part_size(entries[i].key) + part_size(value_of(i));
+  }
   const size_t offset = out.size();
   out.resize(offset + size);
   char* cursor = out.data() + offset;

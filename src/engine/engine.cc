@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -17,33 +18,54 @@ using rules::Domain;
 using rules::LimitRule;
 using rules::RuleNode;
 
-// The key a descriptor's state is kept under: its entries, with a shared wildcard's pattern in
-// place of the value (share_threshold). Each part is length-prefixed, so no two different entry
-// lists give the same key whatever bytes the values hold.
-// Built by hand (one allocation, no format string to parse): it is made for every request.
-std::string StateKey(const std::vector<Entry>& entries, const std::vector<const RuleNode*>& path) {
+// A batch's state keys, written one after another into one buffer; a key is its place there.
+// Inline room for the usual request (a descriptor or two), so that building keys allocates
+// nothing.
+using KeyBytes = absl::InlinedVector<char, 256>;
+struct KeyPlace {
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+size_t DecimalDigits(size_t n) {
+  size_t digits = 1;
+  for (; n >= 10; n /= 10) ++digits;
+  return digits;
+}
+
+// Appends to `out` the key a descriptor's state is kept under: its entries, with a shared
+// wildcard's pattern in place of the value (share_threshold); `path` holds the node matched at
+// each level (empty for a limit override). Each part is length-prefixed, so no two different
+// entry lists give the same key whatever bytes the values hold.
+// Written by hand into the batch's buffer, sized exactly first (no string per key, no format
+// string to parse): it is made for every request.
+KeyPlace AppendStateKey(std::span<const Entry> entries, std::span<const RuleNode* const> path,
+                        KeyBytes& out) {
   const auto value_of = [&](size_t i) -> const std::string& {
     const bool shared = i < path.size() && path[i]->share_threshold;
     return shared ? path[i]->value : entries[i].value;
   };
+  const auto part_size = [](const std::string& part) {
+    return DecimalDigits(part.size()) + 1 + part.size();  // "<length>:<part>"
+  };
   size_t size = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
-    // Two parts, each with its length (at most 20 digits) and ':'.
-    size += entries[i].key.size() + value_of(i).size() + 2 * 21;
+    size += part_size(entries[i].key) + part_size(value_of(i));
   }
-  std::string key;
-  key.reserve(size);
-  const auto append_part = [&key](const std::string& part) {
-    const fmt::format_int length(part.size());
-    key.append(length.data(), length.size());
-    key += ':';
-    key += part;
+  const size_t offset = out.size();
+  out.resize(offset + size);
+  char* cursor = out.data() + offset;
+  char* const end = cursor + size;
+  const auto append_part = [&cursor, end](const std::string& part) {
+    cursor = std::to_chars(cursor, end, part.size()).ptr;
+    *cursor++ = ':';
+    cursor = std::copy(part.begin(), part.end(), cursor);
   };
   for (size_t i = 0; i < entries.size(); ++i) {
     append_part(entries[i].key);
     append_part(value_of(i));
   }
-  return key;
+  return {offset, size};
 }
 
 const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
@@ -114,22 +136,21 @@ struct Pending {
   size_t response;    // which request of the batch
   size_t descriptor;  // which descriptor of it
   size_t limit;       // which of the descriptor's limits
-  size_t key;         // index into the batch's keys
+  KeyPlace key;       // in the batch's key bytes
   uint64_t limit_id;
   uint64_t cost;
   bool count_denied;
 };
 
-// A batch's state keys and pending limits. Inline room for the usual request (a descriptor or
-// two, a limit or two each), so that deciding it allocates no list.
-using Keys = absl::InlinedVector<std::string, 4>;
+// A batch's pending limits. Inline room for the usual request (a descriptor or two, a limit or
+// two each), so that deciding it allocates no list.
 using PendingList = absl::InlinedVector<Pending, 8>;
 
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
 // keys appended to `keys`.
 void Collect(const rules::Config& config, const Request& request, size_t index, Response& response,
-             Keys& keys, PendingList& pending) {
+             KeyBytes& keys, PendingList& pending) {
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
   const Domain* domain = config.FindDomain(request.domain);
@@ -139,15 +160,29 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
   const bool count_denied = domain->count_denied.value_or(config.settings.count_denied);
   const bool domain_shadow = domain->shadow_mode || config.settings.shadow_mode;
 
-  // Match every descriptor, then drop the rules another matched rule replaces.
-  absl::InlinedVector<const RuleNode*, 4> matched(n, nullptr);
-  absl::InlinedVector<std::vector<const RuleNode*>, 4> paths(n);
-  absl::flat_hash_set<std::string> replaced;
-  for (size_t i = 0; i < n; ++i) {
-    if (request.descriptors[i].limit.has_value()) continue;
-    paths[i].reserve(request.descriptors[i].entries.size());  // one node per entry at most
-    matched[i] = rules::MatchDescriptor(*domain, request.descriptors[i].entries, &paths[i]);
-    if (matched[i] != nullptr) replaced.insert(matched[i]->replaces.begin(), matched[i]->replaces.end());
+  // Match every descriptor, then drop the rules another matched rule replaces. The state key
+  // needs each descriptor's path (the node matched at each level, at most one per entry): all
+  // paths share `nodes`, sized up front so that the spans into it stay valid.
+  struct Match {
+    const RuleNode* rule = nullptr;
+    std::span<const RuleNode* const> path;
+  };
+  size_t levels = 0;
+  for (const Descriptor& d : request.descriptors) levels += d.entries.size();
+  absl::InlinedVector<const RuleNode*, 8> nodes(levels);
+  absl::InlinedVector<Match, 4> matches(n);
+  absl::flat_hash_set<std::string_view> replaced;  // views of the config's `replaces`
+  for (size_t i = 0, used = 0; i < n; ++i) {
+    const Descriptor& d = request.descriptors[i];
+    if (d.limit.has_value()) continue;
+    const std::span<const RuleNode*> room(nodes.data() + used, d.entries.size());
+    used += d.entries.size();
+    size_t depth = 0;
+    matches[i].rule = rules::MatchDescriptor(*domain, d.entries, room, &depth);
+    matches[i].path = room.first(depth);
+    if (matches[i].rule != nullptr) {
+      for (const std::string& name : matches[i].rule->replaces) replaced.insert(name);
+    }
   }
 
   for (size_t i = 0; i < n; ++i) {
@@ -161,15 +196,17 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
                   .window_us = d.limit->window_us,
                   .burst = std::nullopt};
       if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
-      result.limits.push_back({limit, "", d.limit->unit, false, {}});
-      keys.push_back(StateKey(d.entries, {}));
-      pending.push_back({index, i, result.limits.size() - 1, keys.size() - 1,
+      AppliedLimit& applied = result.limits.emplace_back();
+      applied.limit = limit;
+      applied.unit = d.limit->unit;
+      pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
                          count_denied});
       continue;
     }
-    const RuleNode* node = matched[i];
-    if (node == nullptr || (!node->rate_limit_name.empty() && replaced.contains(node->rate_limit_name))) {
+    const RuleNode* node = matches[i].rule;
+    if (node == nullptr || (!node->rate_limit_name.empty() && !replaced.empty() &&
+                            replaced.contains(std::string_view(node->rate_limit_name)))) {
       continue;
     }
     result.rule = node;
@@ -186,11 +223,16 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       plan_name = plan->name;
       result.plan = plan->name;
     }
-    keys.push_back(StateKey(d.entries, paths[i]));
+    const KeyPlace key = AppendStateKey(d.entries, matches[i].path, keys);
+    result.limits.reserve(limits->size());
     for (const LimitRule& rule : *limits) {
-      result.limits.push_back(
-          {rule.limit, rule.name, rule.unit, rule.shadow_mode || node->shadow_mode || domain_shadow, {}});
-      pending.push_back({index, i, result.limits.size() - 1, keys.size() - 1,
+      // Filled in place: no temporary to copy the strings into first.
+      AppliedLimit& applied = result.limits.emplace_back();
+      applied.limit = rule.limit;
+      applied.name = rule.name;
+      applied.unit = rule.unit;
+      applied.shadow = rule.shadow_mode || node->shadow_mode || domain_shadow;
+      pending.push_back({index, i, result.limits.size() - 1, key,
                          RuleLimitId(node->path, plan_name, rule.limit), cost, count_denied});
     }
   }
@@ -225,9 +267,9 @@ void Finish(Response& response) {
 }  // namespace
 
 // Every limit of a set of requests, listed for a store. Holds pointers into the responses and
-// string_views into its own keys: never moved once built.
+// string_views into its own key bytes: never moved once built.
 struct Engine::Batch {
-  Keys keys;  // inline: never moved (see above), so views into short keys stay valid
+  KeyBytes keys;  // inline: never moved (see above), and not grown once built
   PendingList pending;
   absl::InlinedVector<store::MemoryStore::Item, 8> items;
   absl::InlinedVector<AppliedLimit*, 8> applied;
@@ -247,7 +289,7 @@ struct Engine::Batch {
       applied.push_back(&limit);
       items.push_back({.limit = &limit.limit,
                        .limit_id = p.limit_id,
-                       .key = keys[p.key],
+                       .key = std::string_view(keys.data() + p.key.offset, p.key.size),
                        .cost = p.cost,
                        .count_denied = p.count_denied,
                        .shadow = limit.shadow});

@@ -957,6 +957,32 @@ descriptors:
   }
 }
 
+// Limiter state (in memory and in Redis) is keyed by the state key too, so its bytes must not
+// change: each entry's key and value (a shared wildcard's pattern in place of the value), each
+// prefixed with its length and ':'. Several descriptors, an override and keys longer than the
+// batch's inline room all keep their own.
+TEST_F(EngineTest, StateKeysAreLengthPrefixedEntries) {
+  Load(kExampleC);
+  std::string long_path(300, 'x');
+  long_path.insert(0, "/downloads/");
+  Descriptor override = Desc({{"api_key", "k1"}, {"path", "/o"}});
+  override.limit = LimitOverride{.requests_per_unit = 5, .window_us = kSecondUs, .unit = "second"};
+  Consumption consumed;
+  const std::vector<Response> responses = engine_.CheckAll(
+      *config_,
+      std::vector<Request>{Req("files", {Desc({{"bucket", "reports-2025"}}),
+                                         Desc({{"path", "/downloads/x.zip"}}), override}),
+                           Req("files", {Desc({{"path", long_path}}), Desc({{"api_key", "k1"}})})},
+      clock_.NowMicros(), &consumed);
+  ASSERT_THAT(responses, SizeIs(2));
+  ASSERT_TRUE(responses[0].allowed);
+  std::vector<std::string> keys;
+  for (const Consumption::Item& item : consumed.items) keys.push_back(item.key);
+  EXPECT_THAT(keys, ::testing::ElementsAre("6:bucket9:reports-*", "4:path16:/downloads/x.zip",
+                                           "7:api_key2:k14:path2:/o", "4:path311:" + long_path,
+                                           "7:api_key2:k1"));
+}
+
 // Limiter state (in memory and in Redis) is keyed by this id, so its value must not change: the
 // XXH3 hash of the node path, a zero byte, the plan and LimitId, both for an input hashed in one
 // call and for one too long for that (streamed).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/utility/utility.h"
 #include "fmt/format.h"
 #include "rules/parsers.h"
 
@@ -83,7 +84,10 @@ std::string ClientAddress(std::string_view peer, const std::vector<std::string_v
 
 absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
                                              const OriginalRequest& original) {
-  RouteChecks checks;
+  // Built in the object returned (one named result, returned on every path), so that the
+  // requests are not moved on the way out: this runs for every request.
+  absl::StatusOr<RouteChecks> result(absl::in_place);
+  RouteChecks& checks = *result;
   // X-Forwarded-For is looked up only for a remote_address action (the first one).
   std::optional<std::vector<std::string_view>> forwarded;
   const auto forwarded_values = [&]() -> const std::vector<std::string_view>& {
@@ -144,10 +148,11 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
         }
         if (skip) break;
         if (value.size() > config.settings.max_key_bytes) {
-          return absl::InvalidArgumentError(fmt::format(
+          result = absl::InvalidArgumentError(fmt::format(
               "the value for descriptor key '{}' is {} bytes, longer than the maximum of {} "
               "(http.max_key_bytes)",
               action.descriptor_key, value.size(), config.settings.max_key_bytes));
+          return result;
         }
         descriptor.entries.back().key = action.descriptor_key;
       }
@@ -159,7 +164,7 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
     }
     checks.sections.push_back(&http);
   }
-  return checks;
+  return result;
 }
 
 }  // namespace sluice::http

@@ -23,39 +23,68 @@ bool WildcardMatch(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
-const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind) {
-  auto it = node.index.find(absl::string_view(entry.key.data(), entry.key.size()));
-  if (it == node.index.end()) return nullptr;
-  const RuleNode::KeyIndex& index = it->second;
-  auto v = index.by_value.find(absl::string_view(entry.value.data(), entry.value.size()));
-  if (v != index.by_value.end()) {
-    *kind = MatchKind::kExact;
-    return v->second;
+namespace {
+
+// The value `map` holds under `text`, or nullptr. A level of a rule tree mostly has a key or two
+// and a few values: so few are compared in turn, which costs less than hashing `text`.
+template <typename Map>
+const typename Map::mapped_type* Find(const Map& map, const std::string& text) {
+  constexpr size_t kScanned = 4;
+  if (map.size() <= kScanned) {
+    for (const auto& [key, value] : map) {
+      if (key == text) return &value;
+    }
+    return nullptr;
   }
-  for (const RuleNode* w : index.wildcards) {
+  auto it = map.find(absl::string_view(text.data(), text.size()));
+  return it == map.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind) {
+  const RuleNode::KeyIndex* index = Find(node.index, entry.key);
+  if (index == nullptr) return nullptr;
+  if (const RuleNode* const* exact = Find(index->by_value, entry.value)) {
+    *kind = MatchKind::kExact;
+    return *exact;
+  }
+  for (const RuleNode* w : index->wildcards) {
     if (WildcardMatch(w->value, entry.value)) {
       *kind = MatchKind::kWildcard;
       return w;
     }
   }
   *kind = MatchKind::kKeyOnly;
-  return index.any_value;
+  return index->any_value;
 }
 
 const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
-                                std::vector<const RuleNode*>* path) {
-  if (path != nullptr) path->clear();
+                                std::span<const RuleNode*> path, size_t* depth) {
   const RuleNode* node = &domain.root;
   const RuleNode* result = nullptr;
+  size_t matched = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     MatchKind kind;
     const RuleNode* child = MatchLevel(*node, entries[i], &kind);
     if (child == nullptr) break;
-    if (path != nullptr) path->push_back(child);
+    if (matched < path.size()) path[matched] = child;
+    ++matched;
     if (i + 1 == entries.size() && child->has_rate_limit) result = child;
     if (child->children.empty()) break;
     node = child;
   }
+  if (depth != nullptr) *depth = matched;
+  return result;
+}
+
+const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
+                                std::vector<const RuleNode*>* path) {
+  if (path == nullptr) return MatchDescriptor(domain, entries, {}, nullptr);
+  path->resize(entries.size());  // room for every level
+  size_t depth = 0;
+  const RuleNode* result = MatchDescriptor(domain, entries, std::span(*path), &depth);
+  path->resize(depth);
   return result;
 }
 

@@ -7,6 +7,7 @@
 #ifndef SLUICE_RULES_MATCHER_H_
 #define SLUICE_RULES_MATCHER_H_
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +27,12 @@ struct Entry {
 // nullptr. When `path` is given it receives the node matched at each level (up to the result).
 const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
                                 std::vector<const RuleNode*>* path = nullptr);
+
+// The same, allocating nothing: the node matched at each level goes to path[0], path[1], ... as
+// far as `path` has room (one node per entry is always enough), and *depth, when given,
+// receives how many levels matched.
+const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> entries,
+                                std::span<const RuleNode*> path, size_t* depth);
 
 enum class MatchKind { kExact, kWildcard, kKeyOnly };
 

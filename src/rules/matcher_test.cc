@@ -5,6 +5,7 @@
 
 #include "rules/matcher.h"
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@ namespace sluice::rules {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::IsEmpty;
 
 // ---------------------------------------------------------------------------------------------
@@ -253,6 +255,30 @@ TEST_F(MatcherTest, PathReceivesTheNodeOfEachLevel) {
   EXPECT_THAT(names, ElementsAre("m.tenant_acme"));
   EXPECT_EQ(MatchDescriptor(*domain_, std::vector<Entry>{}, &path), nullptr);
   EXPECT_THAT(path, IsEmpty());
+}
+
+TEST_F(MatcherTest, PathIntoCallersRoomMatchesTheVectorForm) {
+  Load(kTree);
+  const std::vector<Entry> entries = {{"tenant", "foo"}, {"method", "GET"}, {"user", "bob"}};
+  std::vector<const RuleNode*> expected;
+  const RuleNode* node = MatchDescriptor(*domain_, entries, &expected);
+  ASSERT_NE(node, nullptr);
+
+  std::array<const RuleNode*, 3> room{};
+  size_t depth = 0;
+  EXPECT_EQ(MatchDescriptor(*domain_, entries, room, &depth), node);
+  EXPECT_EQ(depth, 3u);
+  EXPECT_THAT(room, ElementsAreArray(expected));
+
+  // A failed match reports the levels it did match; with less room, what fits.
+  const std::vector<Entry> acme = {{"tenant", "acme"}, {"method", "POST"}};
+  EXPECT_EQ(MatchDescriptor(*domain_, acme, room, &depth), nullptr);
+  EXPECT_EQ(depth, 1u);
+  EXPECT_EQ(room[0]->path, "m.tenant_acme");
+  std::array<const RuleNode*, 1> one{};
+  EXPECT_EQ(MatchDescriptor(*domain_, entries, one, &depth), node);
+  EXPECT_EQ(depth, 3u);
+  EXPECT_EQ(one[0], expected[0]);
 }
 
 TEST_F(MatcherTest, MatchLevelReportsHowItMatched) {

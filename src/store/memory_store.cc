@@ -205,9 +205,12 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
     work[i].is_log = items[i].limit->algorithm == Algorithm::kSlidingLog;
     locked.push_back(work[i].shard);
   }
-  // One lock per shard, always in address order, so concurrent requests cannot deadlock.
-  std::sort(locked.begin(), locked.end());
-  locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
+  // One lock per shard, always in address order, so concurrent requests cannot deadlock. (The
+  // usual request has one item: one shard, nothing to order.)
+  if (locked.size() > 1) {
+    std::sort(locked.begin(), locked.end());
+    locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
+  }
   for (Shard* s : locked) s->mu.Lock();
 
   bool allowed = true;

@@ -30,7 +30,7 @@ constexpr size_t kMaxDepth = 8;
 
 // Adds to `request` a descriptor for every rule node under `node` (a wildcard value is matched
 // by the value with each '*' replaced by "x"; a key-only node by "v").
-void AddDescriptors(const rules::RuleNode& node, std::vector<rules::Entry>* path,
+void AddDescriptors(const rules::RuleNode& node, engine::Entries* path,
                     engine::Request* request) {
   for (const auto& child : node.children) {
     if (request->descriptors.size() >= kMaxDescriptors) return;
@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   for (const auto& domain : result.config->domains) {
     engine::Request request{.domain = domain->name, .descriptors = {}, .hits_addend = 1};
-    std::vector<rules::Entry> path;
+    engine::Entries path;
     AddDescriptors(domain->root, &path, &request);
     if (request.descriptors.empty()) continue;
     clock->Advance(1'000);

@@ -69,7 +69,7 @@ KeyPlace AppendStateKey(std::span<const Entry> entries, std::span<const RuleNode
 }
 
 const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
-                               const std::vector<Entry>& entries) {
+                               std::span<const Entry> entries) {
   const Entry* named = nullptr;
   for (const Entry& e : entries) {
     if (e.key == node.plan_from) named = &e;
@@ -517,9 +517,8 @@ Response Combine(std::vector<Response> parts) {
   return combined;
 }
 
-std::optional<std::vector<Descriptor>> ParseDescriptorList(std::string_view text,
-                                                                   std::string* error) {
-  std::vector<engine::Descriptor> out;
+std::optional<Descriptors> ParseDescriptorList(std::string_view text, std::string* error) {
+  Descriptors out;
   if (text.empty()) {
     *error = "empty descriptor list";
     return std::nullopt;

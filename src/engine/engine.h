@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "rules/config.h"
 #include "rules/matcher.h"
@@ -34,15 +35,22 @@ struct LimitOverride {
   std::string unit;  // "second", ... as received
 };
 
+// Requests and answers keep their lists inline for the usual sizes (a descriptor of a few
+// entries, a limit or two), so that deciding one allocates no list: they are built for every
+// request.
+using Entries = absl::InlinedVector<Entry, 2>;
+
 struct Descriptor {
-  std::vector<Entry> entries;
+  Entries entries;
   std::optional<LimitOverride> limit;
   std::optional<uint64_t> hits_addend;  // overrides the request's; 0 = look without consuming
 };
 
+using Descriptors = absl::InlinedVector<Descriptor, 1>;
+
 struct Request {
   std::string domain;
-  std::vector<Descriptor> descriptors;
+  Descriptors descriptors;
   uint64_t hits_addend = 1;  // 0 counts as 1, as in RLS
 };
 
@@ -55,13 +63,15 @@ struct AppliedLimit {
   Decision decision;
 };
 
+using AppliedLimits = absl::InlinedVector<AppliedLimit, 1>;
+
 struct DescriptorResult {
   enum class Code { kOk, kOverLimit };
   Code code = Code::kOk;
   bool unlimited = false;          // matched an `unlimited: true` rule
   const rules::RuleNode* rule = nullptr;  // null: no rule (or an override)
   std::string plan;                // the plan whose limits applied, if any
-  std::vector<AppliedLimit> limits;
+  AppliedLimits limits;
   // Index into `limits` of the one that speaks for the descriptor (see Response::headline), or -1.
   int headline = -1;
 };
@@ -74,11 +84,13 @@ enum class BackendState {
   kFailedClosed,  // the backend failed; denied by failure_mode closed (HTTP 503, gRPC UNAVAILABLE)
 };
 
+using DescriptorResults = absl::InlinedVector<DescriptorResult, 1>;
+
 struct Response {
   bool domain_found = false;
   BackendState backend = BackendState::kOk;
   bool allowed = true;
-  std::vector<DescriptorResult> descriptors;
+  DescriptorResults descriptors;
   // The most restrictive limit over the whole request: on a deny the denying limit with the
   // longest retry_after; otherwise the lowest remaining. -1 when no limit applied.
   int headline_descriptor = -1;
@@ -200,8 +212,7 @@ Response Combine(std::vector<Response> parts);
 // Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by
 // ','; the value is everything after the first '='), as used by replay, explain and the admin
 // API. nullopt and *error on malformed input.
-std::optional<std::vector<Descriptor>> ParseDescriptorList(std::string_view text,
-                                                           std::string* error);
+std::optional<Descriptors> ParseDescriptorList(std::string_view text, std::string* error);
 
 // The identity under which a configured limit keeps its state: a hash of where it sits (domain,
 // descriptor path, plan) and of its definition, so that it survives any reload that leaves it

@@ -45,13 +45,13 @@ constexpr int64_t kDayUs = 86400 * kSecondUs;
 // 2023-11-14 22:13:20 UTC: 20 s into a minute, 800 s into an hour, 80000 s into a day.
 constexpr int64_t kT0 = int64_t{1700000000} * kSecondUs;
 
-Descriptor Desc(std::vector<Entry> entries) {
+Descriptor Desc(engine::Entries entries) {
   Descriptor d;
   d.entries = std::move(entries);
   return d;
 }
 
-Descriptor Peek(std::vector<Entry> entries) {
+Descriptor Peek(engine::Entries entries) {
   Descriptor d = Desc(std::move(entries));
   d.hits_addend = 0;
   return d;
@@ -64,7 +64,7 @@ std::string UserName(int u) {
   return name;
 }
 
-Request Req(std::string domain, std::vector<Descriptor> descriptors, uint64_t hits_addend = 1) {
+Request Req(std::string domain, engine::Descriptors descriptors, uint64_t hits_addend = 1) {
   Request r;
   r.domain = std::move(domain);
   r.descriptors = std::move(descriptors);
@@ -97,7 +97,7 @@ class EngineTest : public ::testing::Test {
   }
 
   // One descriptor, cost `hits`.
-  Response Check1(const std::string& domain, std::vector<Entry> entries, uint64_t hits = 1) {
+  Response Check1(const std::string& domain, engine::Entries entries, uint64_t hits = 1) {
     return Check(Req(domain, {Desc(std::move(entries))}, hits));
   }
 
@@ -584,7 +584,7 @@ descriptors:
   const std::vector<Descriptor> others = {Desc({{"tb", "x"}}), Desc({{"lb", "x"}}),
                                           Desc({{"fw", "x"}}), Desc({{"sl", "x"}}),
                                           Desc({{"sw", "x"}})};
-  std::vector<Descriptor> all = {Desc({{"gate", "x"}})};
+  engine::Descriptors all = {Desc({{"gate", "x"}})};
   all.insert(all.end(), others.begin(), others.end());
   const Response first = Check(Req("d", all));
   ASSERT_TRUE(first.allowed);

@@ -552,7 +552,7 @@ Decision Deny(int64_t retry_after_us, int64_t reset_after_us) {
                   .delay_us = 0};
 }
 
-DescriptorResult Result(std::vector<AppliedLimit> limits, int headline) {
+DescriptorResult Result(engine::AppliedLimits limits, int headline) {
   DescriptorResult result;
   result.limits = std::move(limits);
   result.headline = headline;
@@ -562,7 +562,7 @@ DescriptorResult Result(std::vector<AppliedLimit> limits, int headline) {
   return result;
 }
 
-Response Resp(bool allowed, std::vector<DescriptorResult> descriptors) {
+Response Resp(bool allowed, engine::DescriptorResults descriptors) {
   Response response;
   response.domain_found = true;
   response.allowed = allowed;

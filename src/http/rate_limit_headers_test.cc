@@ -64,7 +64,7 @@ AppliedLimit Applied(std::string name, uint64_t requests, int64_t window_us, Dec
 
 // A response as the engine shapes it; the headline (descriptor, limit) and `remaining` are given
 // explicitly so the tests do not re-implement the engine's choice.
-Response MakeResponse(bool allowed, std::vector<std::vector<AppliedLimit>> descriptors,
+Response MakeResponse(bool allowed, std::vector<engine::AppliedLimits> descriptors,
                       int headline_descriptor, int headline_limit, int64_t remaining) {
   Response r;
   r.domain_found = true;

@@ -276,7 +276,7 @@ void Service::SetAuthAnswer(const rules::Config& config, const RouteDecision& de
                             HttpResponse& response) {
   // An allowed request gets an empty 200: proxies act on the status and the headers and drop
   // the body (nginx auth_request always does). A denial keeps its JSON body.
-  SetDecision(config, decision.combined, static_cast<beast_http::status>(decision.status),
+  SetDecision(config, decision.combined(), static_cast<beast_http::status>(decision.status),
               response, /*body=*/decision.status != 200);
 }
 
@@ -330,8 +330,13 @@ Service::RouteDecision Service::Summarize(std::span<const std::string_view> doma
   if (metrics_ != nullptr && !decisions.empty()) {
     metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
   }
-  out.combined = engine::Combine(std::move(decisions));
-  if (!out.combined.allowed && out.status == 200) out.status = 429;
+  out.responses = std::move(decisions);
+  if (out.responses.size() != 1) {
+    engine::Response combined = engine::Combine(std::move(out.responses));
+    out.responses.clear();
+    out.responses.push_back(std::move(combined));
+  }
+  if (!out.combined().allowed && out.status == 200) out.status = 429;
   return out;
 }
 

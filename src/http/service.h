@@ -83,7 +83,11 @@ class Service {
   struct ProxyCall;
   // The `http:` routes' decision over every domain, as one (forward-auth and the proxy).
   struct RouteDecision {
-    engine::Response combined;
+    // The decision over every domain, always one response: the engine's own when one domain
+    // applied (not moved out of the list it came in), else their Combine().
+    std::vector<engine::Response> responses;
+    const engine::Response& combined() const { return responses.front(); }
+    engine::Response& combined() { return responses.front(); }
     int status = 200;  // 200, or the deny status of the first domain that denied
   };
   // Decides `checks` (a request per domain, with its http: section) on whichever store

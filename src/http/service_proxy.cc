@@ -133,15 +133,15 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
     CountResponse(response);
     call->responder.Send(std::move(response));
   };
-  if (!decided.combined.allowed) {
+  if (!decided.combined().allowed) {
     CountProxy("denied");
     HttpResponse response;
-    SetDecision(*call->config, decided.combined, static_cast<beast_http::status>(decided.status),
+    SetDecision(*call->config, decided.combined(), static_cast<beast_http::status>(decided.status),
                 response);
     return answer(std::move(response));
   }
   int64_t delay_us = 0;
-  for (const auto& d : decided.combined.descriptors) {
+  for (const auto& d : decided.combined().descriptors) {
     for (const auto& limit : d.limits) delay_us = std::max(delay_us, limit.decision.delay_us);
   }
   if (delay_us > 0 &&
@@ -160,7 +160,7 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
         call->config->settings.max_delayed);
     return answer(std::move(response));
   }
-  call->decision = std::move(decided.combined);
+  call->decision = std::move(decided.combined());
   if (delay_us == 0) return Forward(std::move(call));
   call->delay.emplace(call->executor, std::chrono::microseconds(delay_us));
   // A client that leaves during the delay is not forwarded: the delay ends at once and the

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -216,6 +217,49 @@ void StreamHelloWorld(Deferral& deferral, std::optional<uint64_t> length) {
       });
     });
   });
+}
+
+// Connections are accepted on the first thread and served on all of them (each socket only on
+// its own thread: the contexts run without Asio's per-socket lock). Many connections at once,
+// each with pipelined requests, must all be answered in order.
+TEST(ThreadsTest, ConnectionsSpreadOverThreadsAreAllServed) {
+  HttpServer server(ServerOptions{.threads = 3});
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  auto port = server.Listen("127.0.0.1:0", [&](HttpRequest& request, const std::string&,
+                                               HttpResponse& response, Deferral&) {
+    {
+      std::lock_guard lock(mu);
+      threads.insert(std::this_thread::get_id());
+    }
+    response.body() = std::string(request.target());
+  });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread runner([&] { server.Run(); });
+  constexpr int kConnections = 24;
+  std::vector<std::string> answers(kConnections);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kConnections; ++c) {
+    clients.emplace_back([&, c] {
+      const std::string id = std::to_string(c);
+      answers[c] = Exchange(*port,
+                            "GET /" + id + "/a HTTP/1.1\r\nHost: x\r\n\r\n"
+                            "GET /" + id + "/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                            std::chrono::seconds(5));
+    });
+  }
+  for (auto& t : clients) t.join();
+  server.Stop();
+  runner.join();
+  for (int c = 0; c < kConnections; ++c) {
+    const std::string id = std::to_string(c);
+    const size_t a = answers[c].find("/" + id + "/a");
+    const size_t b = answers[c].find("/" + id + "/b");
+    ASSERT_NE(a, std::string::npos) << answers[c];
+    ASSERT_NE(b, std::string::npos) << answers[c];
+    EXPECT_LT(a, b);
+  }
+  EXPECT_EQ(threads.size(), 3u);  // spread over every thread
 }
 
 // An endless streamed answer (a piece every 20 ms until a write fails) must not hold Stop()

@@ -141,6 +141,29 @@ check_contains "inspect a value of 4096 bytes works" '"remaining"' "$(curl -s "h
 stop
 check "SIGTERM exits 0 (auth)" 0 "$STATUS"
 
+# --- the `headers:` setting chooses the families of rate-limit fields (Retry-After always on 429)
+styles_req='{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"styles"}]}]}'
+for styles in x_ratelimit ietf none; do
+  cat >"$tmp/styles-$styles.yaml" <<YAML
+rules: rules2
+headers: [$styles]
+YAML
+  start "styles-$styles" --config "$tmp/styles-$styles.yaml"
+  post /v1/check "$styles_req" >/dev/null
+  post /v1/check "$styles_req" >/dev/null
+  check "headers: [$styles]: third check denied" 429 "$(post /v1/check "$styles_req")"
+  present() { if [ -n "$(header "$1")" ]; then echo yes; else echo no; fi; }
+  x=no; ietf=no
+  [ "$styles" = x_ratelimit ] && x=yes
+  [ "$styles" = ietf ] && ietf=yes
+  check "headers: [$styles]: X-RateLimit-Limit sent" "$x" "$(present X-RateLimit-Limit)"
+  check "headers: [$styles]: X-RateLimit-Remaining sent" "$x" "$(present X-RateLimit-Remaining)"
+  check "headers: [$styles]: RateLimit-Policy sent" "$ietf" "$(present RateLimit-Policy)"
+  check "headers: [$styles]: RateLimit sent" "$ietf" "$(present RateLimit)"
+  check "headers: [$styles]: Retry-After sent" 5 "$(header Retry-After)"
+  stop
+done
+
 # --- refusing a non-loopback admin without a token
 "$sluice" serve --config "$tmp/rules2" --listen 127.0.0.1:0 --admin 0.0.0.0:0 >"$tmp/refuse.out" 2>&1
 check "non-loopback admin without token refused" 1 "$?"

@@ -376,14 +376,12 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
                   [](const engine::DescriptorResult& d) { return d.limits.empty(); })) {
     return;
   }
-  // The settings were validated when loaded; a bad list cannot reach here.
-  const HeaderStyles styles = ParseHeaderStyles(config.settings.headers).value_or(HeaderStyles{});
+  const HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
+                            .ietf = config.settings.ietf_headers};
   // Appended as text, not inserted into the field set: none of these fields is in the response
   // yet, nothing reads them back, and this runs for every decision.
-  ForEachRateLimitHeader(decision, styles,
-                         [&response](std::string_view name, std::string_view value) {
-                           response.AppendField(name, value);
-                         });
+  response.ReserveFields();
+  AppendRateLimitFieldLines(decision, styles, response.mutable_appended_fields());
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {

@@ -158,6 +158,9 @@ struct Settings {
   int local_instances = 1;  // failure_mode local: the limit is divided by this
   uint32_t redis_buckets = 0;  // hashes the states are packed into (0: a key per state)
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
+  // `headers` as flags, set with it by the settings parser: read for every answer.
+  bool x_ratelimit_headers = true;
+  bool ietf_headers = true;
   size_t max_entries = size_t{1} << 24;
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;

@@ -626,6 +626,8 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.redis_buckets, 65536u);
   EXPECT_EQ(s.max_entries, 1000u);
   EXPECT_THAT(s.headers, ElementsAre("ietf"));
+  EXPECT_FALSE(s.x_ratelimit_headers);
+  EXPECT_TRUE(s.ietf_headers);
   EXPECT_EQ(s.max_header_bytes, 8192u);
   EXPECT_EQ(s.max_body_bytes, 4096u);
   EXPECT_EQ(s.max_key_bytes, 512u);

@@ -97,6 +97,11 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
       r.Error(doc["headers"], "headers: 'none' cannot be combined with other styles");
     }
     s.headers = *headers;
+    const auto named = [&](std::string_view style) {
+      return std::find(headers->begin(), headers->end(), style) != headers->end();
+    };
+    s.x_ratelimit_headers = named("x_ratelimit");
+    s.ietf_headers = named("ietf");
   }
   if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
     if (r.CheckMap(http, "http",

@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "sluice/limit.h"
 
@@ -56,11 +57,12 @@ class FieldWriter {
     std::memcpy(end_, text.data(), text.size());
     end_ += text.size();
   }
-  // `prefix` and the decimal `value`, e.g. ";q=100".
-  void PutParameter(std::string_view prefix, int64_t value) {
-    Put(prefix);
-    const fmt::format_int digits(value);
-    Put(std::string_view(digits.data(), digits.size()));
+  // `prefix` (a literal: its size is known here, so the copy is inlined) and the decimal
+  // `value`, written in place, e.g. ";q=100".
+  template <size_t N>
+  void PutParameter(const char (&prefix)[N], int64_t value) {
+    std::memcpy(end_, prefix, N - 1);
+    end_ = fmt::format_to(end_ + N - 1, FMT_COMPILE("{}"), value);
   }
   // An sf-string (RFC 9651 §3.3.3): quoted, '"' and '\\' escaped, other bytes outside printable
   // ASCII replaced by '?'.
@@ -121,11 +123,48 @@ bool MoreConstrained(const Item& a, const Item& b) {
   return a.index < b.index;
 }
 
-void Emit(absl::FunctionRef<void(std::string_view, std::string_view)> emit, std::string_view name,
-          int64_t value) {
-  const fmt::format_int text(value);
-  emit(name, std::string_view(text.data(), text.size()));
-}
+// Where the fields go (Render's Sink): a callback per field, or text lines appended to a string.
+class CallbackSink {
+ public:
+  explicit CallbackSink(absl::FunctionRef<void(std::string_view, std::string_view)> emit)
+      : emit_(emit) {}
+  void Text(std::string_view name, std::string_view value) { emit_(name, value); }
+  void Integer(std::string_view name, int64_t value) {
+    const fmt::format_int text(value);
+    emit_(name, std::string_view(text.data(), text.size()));
+  }
+
+ private:
+  absl::FunctionRef<void(std::string_view, std::string_view)> emit_;
+};
+
+// "Name: value\r\n" per field, appended to a string in place: no call per field, no copy of the
+// value through a callback (this runs for every answer the HTTP server sends).
+class LineSink {
+ public:
+  explicit LineSink(std::string* out) : out_(out) {}
+  void Text(std::string_view name, std::string_view value) {
+    out_->append(name).append(": ", 2).append(value).append("\r\n", 2);
+  }
+  // The whole line written on the stack first, then appended at once (names are short).
+  void Integer(std::string_view name, int64_t value) {
+    char line[64];
+    if (name.size() > sizeof line - 24) {
+      const fmt::format_int text(value);
+      return Text(name, std::string_view(text.data(), text.size()));
+    }
+    char* end = std::copy(name.begin(), name.end(), line);
+    *end++ = ':';
+    *end++ = ' ';
+    end = fmt::format_to(end, FMT_COMPILE("{}"), value);
+    *end++ = '\r';
+    *end++ = '\n';
+    out_->append(line, static_cast<size_t>(end - line));
+  }
+
+ private:
+  std::string* const out_;
+};
 
 }  // namespace
 
@@ -150,8 +189,11 @@ absl::StatusOr<HeaderStyles> ParseHeaderStyles(std::span<const std::string> name
   return styles;
 }
 
-void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles& styles,
-                            absl::FunctionRef<void(std::string_view, std::string_view)> emit) {
+namespace {
+
+// The fields of `response` in `styles`, given one by one to `sink` (see ForEachRateLimitHeader).
+template <typename Sink>
+void Render(const engine::Response& response, const HeaderStyles& styles, Sink& sink) {
   const engine::AppliedLimit* headline = response.Headline();
   absl::InlinedVector<Item, 8> items;
   for (const engine::DescriptorResult& descriptor : response.descriptors) {
@@ -167,9 +209,9 @@ void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles
   if (items.empty()) return;  // no limit applied: nothing to say (reference §6.5)
 
   if (styles.x_ratelimit && headline != nullptr) {
-    Emit(emit, "X-RateLimit-Limit", ClampField(headline->limit.requests));
-    Emit(emit, "X-RateLimit-Remaining", ClampField(response.remaining));
-    Emit(emit, "X-RateLimit-Reset", TSeconds(headline->decision));
+    sink.Integer("X-RateLimit-Limit", ClampField(headline->limit.requests));
+    sink.Integer("X-RateLimit-Remaining", ClampField(response.remaining));
+    sink.Integer("X-RateLimit-Reset", TSeconds(headline->decision));
   }
 
   if (styles.ietf) {
@@ -212,12 +254,12 @@ void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles
       field.PutParameter(";q=", ClampField(limit.requests));
       field.PutParameter(";w=", std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))));
     });
-    emit("RateLimit-Policy", field.text());
+    sink.Text("RateLimit-Policy", field.text());
     append_list([&](const Item& item) {
       field.PutParameter(";r=", ClampField(item.applied->decision.remaining));
       field.PutParameter(";t=", item.t);
     });
-    emit("RateLimit", field.text());
+    sink.Text("RateLimit", field.text());
   }
 
   if (!response.allowed) {
@@ -225,8 +267,22 @@ void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles
     for (const Item& item : items) {
       if (item.enforced_deny) retry_after = std::max(retry_after, item.t);
     }
-    Emit(emit, "Retry-After", retry_after);
+    sink.Integer("Retry-After", retry_after);
   }
+}
+
+}  // namespace
+
+void ForEachRateLimitHeader(const engine::Response& response, const HeaderStyles& styles,
+                            absl::FunctionRef<void(std::string_view, std::string_view)> emit) {
+  CallbackSink sink(emit);
+  Render(response, styles, sink);
+}
+
+void AppendRateLimitFieldLines(const engine::Response& response, const HeaderStyles& styles,
+                               std::string* out) {
+  LineSink sink(out);
+  Render(response, styles, sink);
 }
 
 void AppendRateLimitHeaders(const engine::Response& response, const HeaderStyles& styles,

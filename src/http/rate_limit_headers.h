@@ -91,6 +91,11 @@ void ForEachRateLimitHeader(
     const engine::Response& response, const HeaderStyles& styles,
     absl::FunctionRef<void(std::string_view name, std::string_view value)> emit);
 
+// The same fields as text, "Name: value\r\n" each, appended to `*out` (not owned; must not be
+// null): what the HTTP server writes.
+void AppendRateLimitFieldLines(const engine::Response& response, const HeaderStyles& styles,
+                               std::string* out);
+
 // The same fields appended to `*out` (not owned; must not be null).
 void AppendRateLimitHeaders(const engine::Response& response, const HeaderStyles& styles,
                             std::vector<Header>* out);

@@ -83,6 +83,12 @@ Response MakeResponse(bool allowed, std::vector<engine::AppliedLimits> descripto
 std::vector<Header> Render(const Response& response, const HeaderStyles& styles = kBoth) {
   std::vector<Header> headers;
   AppendRateLimitHeaders(response, styles, &headers);
+  // The text form (what the HTTP server sends) says the same, in the same order, in every test.
+  std::string expected_lines;
+  for (const Header& h : headers) expected_lines += h.name + ": " + h.value + "\r\n";
+  std::string lines = "Before: 1\r\n";  // appended to, not replaced
+  AppendRateLimitFieldLines(response, styles, &lines);
+  EXPECT_EQ(lines, "Before: 1\r\n" + expected_lines);
   return headers;
 }
 
@@ -166,6 +172,17 @@ TEST(RateLimitHeadersTest, CallbackSeesTheSameFieldsInTheSameOrder) {
     seen.push_back(Header{std::string(name), std::string(value)});
   });
   EXPECT_EQ(seen, Render(r));
+}
+
+TEST(RateLimitHeadersTest, FieldLinesAreTheWholeFieldsAsText) {
+  const Response r =
+      MakeResponse(false, {{Applied("per-key", 60, kMinuteUs, Deny(2500000, kMinuteUs))}}, 0, 0, 0);
+  std::string lines;
+  AppendRateLimitFieldLines(r, kBoth, &lines);
+  EXPECT_EQ(lines,
+            "X-RateLimit-Limit: 60\r\nX-RateLimit-Remaining: 0\r\nX-RateLimit-Reset: 3\r\n"
+            "RateLimit-Policy: \"per-key\";q=60;w=60\r\nRateLimit: \"per-key\";r=0;t=3\r\n"
+            "Retry-After: 3\r\n");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -60,9 +60,7 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
 
   // Adds "name: value" (a field name and value as RFC 9110 §5 allows: no CR or LF).
   void AppendField(std::string_view name, std::string_view value) {
-    // Room for the usual set at once (the five rate-limit fields take about 200 bytes) rather
-    // than growing through 30, 60, 120...
-    if (appended_fields_.empty()) appended_fields_.reserve(256);
+    if (appended_fields_.empty()) ReserveFields();
     const size_t at = appended_fields_.size();
     appended_fields_.resize(at + name.size() + value.size() + 4);  // one size check, not four
     char* out = appended_fields_.data() + at;
@@ -75,6 +73,13 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
   }
   // The appended fields, each with its CRLF, in the order they were appended.
   std::string_view appended_fields() const { return appended_fields_; }
+  // For a writer of whole field lines ("Name: value\r\n" each, under the rules of AppendField)
+  // that appends them itself.
+  std::string* mutable_appended_fields() { return &appended_fields_; }
+
+  // Room for the usual set at once (the five rate-limit fields take about 200 bytes) rather
+  // than growing through 30, 60, 120...
+  void ReserveFields() { appended_fields_.reserve(256); }
 
   // Back to a default-constructed answer, keeping the room of the appended fields (up to 1 KiB)
   // for the next answer on the same connection: one allocation per connection, not per answer.

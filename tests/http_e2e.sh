@@ -148,7 +148,7 @@ for styles in x_ratelimit ietf none; do
 rules: rules2
 headers: [$styles]
 YAML
-  start "styles-$styles" --config "$tmp/styles-$styles.yaml"
+  start "styles-$styles" --config "$tmp/styles-$styles.yaml" --threads 1  # one thread: one counter cache
   post /v1/check "$styles_req" >/dev/null
   post /v1/check "$styles_req" >/dev/null
   check "headers: [$styles]: third check denied" 429 "$(post /v1/check "$styles_req")"
@@ -161,6 +161,11 @@ YAML
   check "headers: [$styles]: RateLimit-Policy sent" "$ietf" "$(present RateLimit-Policy)"
   check "headers: [$styles]: RateLimit sent" "$ietf" "$(present RateLimit)"
   check "headers: [$styles]: Retry-After sent" 5 "$(header Retry-After)"
+  metrics=$(curl -s "http://$ADMIN/metrics")
+  check_contains "headers: [$styles]: 2 allowed decisions counted" \
+    'sluice_decisions_total{domain="api",limit="per_user",decision="allowed"} 2' "$metrics"
+  check_contains "headers: [$styles]: 1 denied decision counted" \
+    'sluice_decisions_total{domain="api",limit="per_user",decision="denied"} 1' "$metrics"
   stop
 done
 

@@ -1,6 +1,8 @@
 #include "http/service.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -71,6 +73,11 @@ std::optional<std::string> QueryParam(const HttpRequest& request, std::string_vi
   return std::nullopt;
 }
 
+uint64_t NextServiceSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 void MethodNotAllowed(HttpResponse& response, const char* allowed) {
   response.set(beast_http::field::allow, allowed);
   SetJson(response, beast_http::status::method_not_allowed,
@@ -82,7 +89,7 @@ void MethodNotAllowed(HttpResponse& response, const char* allowed) {
 Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
                  std::string admin_token, engine::RemoteStore* remote)
     : config_(config), store_(store), engine_(store, remote), clock_(clock),
-      admin_token_(std::move(admin_token)) {}
+      admin_token_(std::move(admin_token)), serial_(NextServiceSerial()) {}
 
 void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
                          std::function<void()> before_render) {
@@ -341,11 +348,36 @@ Service::RouteDecision Service::Summarize(std::span<const std::string_view> doma
 }
 
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
+  // The counter of a (domain, limit name) pair, remembered per thread in a few slots picked by
+  // the names' lengths: a hit compares two short strings instead of hashing three labels and
+  // probing the family, for every limit of every decision. A counter is never removed from its
+  // family, so a remembered one stays valid as long as the Service (and its registry).
+  struct Slot {
+    uint64_t service = 0;  // serial_ of the Service that filled it; 0: empty
+    const void* family = nullptr;
+    std::string domain;
+    std::string name;
+    Counter* counters[2] = {nullptr, nullptr};  // denied, allowed
+  };
+  thread_local std::array<Slot, 8> slots;
   for (const auto& d : decision.descriptors) {
     for (const auto& limit : d.limits) {
-      const std::string_view labels[] = {domain, limit.name,
-                                         limit.decision.allowed ? "allowed" : "denied"};
-      metrics_->decisions->WithLabels(labels)->Inc();
+      const bool allowed = limit.decision.allowed;
+      Slot& slot = slots[(domain.size() * 7 + limit.name.size()) % slots.size()];
+      if (slot.service != serial_ || slot.family != metrics_->decisions ||
+          slot.domain != domain || slot.name != limit.name) {
+        slot.service = serial_;
+        slot.family = metrics_->decisions;
+        slot.domain.assign(domain);
+        slot.name.assign(limit.name);
+        slot.counters[0] = slot.counters[1] = nullptr;
+      }
+      Counter*& counter = slot.counters[allowed ? 1 : 0];
+      if (counter == nullptr) {
+        const std::string_view labels[] = {domain, limit.name, allowed ? "allowed" : "denied"};
+        counter = metrics_->decisions->WithLabels(labels);
+      }
+      counter->Inc();
     }
   }
 }

@@ -139,6 +139,9 @@ class Service {
   std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
   // metrics_->http_requests' child per status code, looked up on its first answer.
   std::array<std::atomic<Counter*>, 1000> response_counters_{};
+  // Tells this Service's entries in the per-thread cache of decision counters (CountDecisions)
+  // from those of a Service that lived before at the same address.
+  const uint64_t serial_;
 };
 
 }  // namespace sluice::http

@@ -376,14 +376,18 @@ std::string StatusName(const engine::DescriptorResult& result) {
 
 std::string RenderCheckResponse(const engine::Response& response) {
   std::string out;
-  out.reserve(32 + 112 * response.descriptors.size());
-  out += response.allowed ? R"({"allowed":true,"statuses":[)" : R"({"allowed":false,"statuses":[)";
-  for (size_t i = 0; i < response.descriptors.size(); ++i) {
-    if (i > 0) out += ',';
-    AppendStatus(&out, response.descriptors[i]);
-  }
-  out += "]}";
+  AppendCheckResponse(&out, response);
   return out;
+}
+
+void AppendCheckResponse(std::string* out, const engine::Response& response) {
+  out->reserve(out->size() + 32 + 112 * response.descriptors.size());
+  *out += response.allowed ? R"({"allowed":true,"statuses":[)" : R"({"allowed":false,"statuses":[)";
+  for (size_t i = 0; i < response.descriptors.size(); ++i) {
+    if (i > 0) *out += ',';
+    AppendStatus(out, response.descriptors[i]);
+  }
+  *out += "]}";
 }
 
 std::string RenderError(std::string_view message) {

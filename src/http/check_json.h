@@ -80,6 +80,8 @@ absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t 
 
 // The response body for `response` (see above).
 std::string RenderCheckResponse(const engine::Response& response);
+// The same, appended to `*out` (not owned; must not be null).
+void AppendCheckResponse(std::string* out, const engine::Response& response);
 
 // `{"error":"<message>"}`, the body of a 400.
 std::string RenderError(std::string_view message);

@@ -81,10 +81,16 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
   // than growing through 30, 60, 120...
   void ReserveFields() { appended_fields_.reserve(256); }
 
-  // Back to a default-constructed answer, keeping the room of the appended fields (up to 1 KiB)
-  // for the next answer on the same connection: one allocation per connection, not per answer.
+  // Back to a default-constructed answer, keeping the room of the appended fields and of the
+  // body (each up to 1 KiB) for the next answer on the same connection: one allocation per
+  // connection, not per answer.
   void Clear() {
+    std::string body = std::move(this->body());
     static_cast<Base&>(*this) = Base();
+    if (body.capacity() <= 1024) {  // a short body's room too (a denial's JSON)
+      body.clear();
+      this->body() = std::move(body);
+    }
     if (appended_fields_.capacity() > 1024) {
       appended_fields_ = std::string();
     } else {

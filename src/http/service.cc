@@ -392,8 +392,13 @@ void Service::SetDecision(const rules::Config& config, const engine::Response& d
                    R"json({"error":"rate limit backend unavailable (failure_mode: closed)"})json");
   }
   AddRateLimitHeaders(config, decision, response);
-  if (!body) return response.result(status);
-  SetJson(response, status, RenderCheckResponse(decision));
+  response.result(status);
+  if (!body) return;
+  // Appended rather than set, and rendered into the answer's own body (whose room a connection
+  // keeps): every denial of forward-auth and every /v1/check answer comes here.
+  response.AppendField("Content-Type", "application/json");
+  response.body().clear();
+  AppendCheckResponse(&response.body(), decision);
 }
 
 void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Response& decision,

@@ -38,6 +38,13 @@ int64_t TSeconds(const Decision& decision) {
 // RFC 9651 §3.3.3: an sf-string holds printable ASCII only.
 char Printable(char c) { return c >= 0x20 && c <= 0x7E ? c : '?'; }
 
+// Whether `text` goes into an sf-string as it is: no '"' or '\\' to escape, nothing outside
+// printable ASCII to replace.
+bool SfStringAsIs(std::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return c != '"' && c != '\\' && Printable(c) == c; });
+}
+
 bool SameFieldName(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -69,10 +76,7 @@ class FieldWriter {
   void PutSfString(std::string_view text) {
     Put('"');
     // Names rarely need escaping or replacing: then one copy rather than a byte at a time.
-    const bool as_is = std::all_of(text.begin(), text.end(), [](char c) {
-      return c != '"' && c != '\\' && Printable(c) == c;
-    });
-    if (as_is) {
+    if (SfStringAsIs(text)) {
       Put(text);
     } else {
       for (const char c : text) {
@@ -138,28 +142,17 @@ class CallbackSink {
   absl::FunctionRef<void(std::string_view, std::string_view)> emit_;
 };
 
-// "Name: value\r\n" per field, appended to a string in place: no call per field, no copy of the
-// value through a callback (this runs for every answer the HTTP server sends).
+// "Name: value\r\n" per field, appended to a string (the usual single-limit answer takes the
+// faster AppendSingleLimitLines instead).
 class LineSink {
  public:
   explicit LineSink(std::string* out) : out_(out) {}
   void Text(std::string_view name, std::string_view value) {
     out_->append(name).append(": ", 2).append(value).append("\r\n", 2);
   }
-  // The whole line written on the stack first, then appended at once (names are short).
   void Integer(std::string_view name, int64_t value) {
-    char line[64];
-    if (name.size() > sizeof line - 24) {
-      const fmt::format_int text(value);
-      return Text(name, std::string_view(text.data(), text.size()));
-    }
-    char* end = std::copy(name.begin(), name.end(), line);
-    *end++ = ':';
-    *end++ = ' ';
-    end = fmt::format_to(end, FMT_COMPILE("{}"), value);
-    *end++ = '\r';
-    *end++ = '\n';
-    out_->append(line, static_cast<size_t>(end - line));
+    const fmt::format_int text(value);
+    Text(name, std::string_view(text.data(), text.size()));
   }
 
  private:
@@ -295,10 +288,7 @@ bool AppendSingleLimitLines(const engine::Response& response, const HeaderStyles
   }
   if (applied != 1) return false;
   const std::string_view name = only->name;
-  if (!std::all_of(name.begin(), name.end(),
-                   [](char c) { return c != '"' && c != '\\' && Printable(c) == c; })) {
-    return false;
-  }
+  if (!SfStringAsIs(name)) return false;
   char line[512];  // at most 64 bytes of name, 7 numbers of 20 digits and the fixed text
   char* end = line;
   const auto put = [&end](std::string_view text) {

@@ -77,10 +77,6 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
   // that appends them itself.
   std::string* mutable_appended_fields() { return &appended_fields_; }
 
-  // Room for the usual set at once (the five rate-limit fields take about 200 bytes) rather
-  // than growing through 30, 60, 120...
-  void ReserveFields() { appended_fields_.reserve(256); }
-
   // Back to a default-constructed answer, keeping the room of the appended fields and of the
   // body (each up to 1 KiB) for the next answer on the same connection: one allocation per
   // connection, not per answer.
@@ -99,6 +95,10 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
   }
 
  private:
+  // Room for the usual set at once (the five rate-limit fields take about 200 bytes) rather
+  // than growing through 30, 60, 120...
+  void ReserveFields() { appended_fields_.reserve(256); }
+
   std::string appended_fields_;
 };
 

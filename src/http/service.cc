@@ -1,6 +1,5 @@
 #include "http/service.h"
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <iterator>
@@ -408,16 +407,11 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
   }
-  // No limit applied (e.g. no route matched): no field at all, not even Retry-After.
-  if (std::all_of(decision.descriptors.begin(), decision.descriptors.end(),
-                  [](const engine::DescriptorResult& d) { return d.limits.empty(); })) {
-    return;
-  }
   const HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
                             .ietf = config.settings.ietf_headers};
   // Appended as text, not inserted into the field set: none of these fields is in the response
-  // yet, nothing reads them back, and this runs for every decision.
-  response.ReserveFields();
+  // yet, nothing reads them back, and this runs for every decision. (No limit applied, e.g. no
+  // route matched: nothing is appended, not even Retry-After.)
   AppendRateLimitFieldLines(decision, styles, response.mutable_appended_fields());
 }
 

@@ -105,30 +105,6 @@ bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b) {
   return a.decision.reset_after_us > b.decision.reset_after_us;
 }
 
-// The XXH3 hash of node_path, a zero byte, plan and LimitId(limit). This runs for every applied
-// limit of every request: when the bytes fit on the stack they are hashed in one call, which
-// skips the streaming state's set-up and gives the same value (XXH3 hashes an input the same
-// whether it gets it at once or in pieces).
-uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit) {
-  const uint64_t definition = LimitId(limit);
-  char bytes[256];
-  const size_t size = node_path.size() + 1 + plan.size() + sizeof definition;
-  if (size <= sizeof bytes) {
-    char* out = std::copy(node_path.begin(), node_path.end(), bytes);
-    *out++ = '\0';
-    out = std::copy(plan.begin(), plan.end(), out);
-    std::memcpy(out, &definition, sizeof definition);
-    return XXH3_64bits(bytes, size);
-  }
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  XXH3_64bits_update(&state, node_path.data(), node_path.size());
-  XXH3_64bits_update(&state, "\0", 1);
-  XXH3_64bits_update(&state, plan.data(), plan.size());
-  XXH3_64bits_update(&state, &definition, sizeof definition);
-  return XXH3_64bits_digest(&state);
-}
-
 namespace {
 
 // One limit of one descriptor waiting for its decision.
@@ -232,8 +208,9 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.name = rule.name;
       applied.unit = rule.unit;
       applied.shadow = rule.shadow_mode || node->shadow_mode || domain_shadow;
-      pending.push_back({index, i, result.limits.size() - 1, key,
-                         RuleLimitId(node->path, plan_name, rule.limit), cost, count_denied});
+      const uint64_t limit_id =
+          plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
+      pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied});
     }
   }
 }
@@ -339,6 +316,11 @@ std::vector<Response> Engine::CheckAll(const rules::Config& config,
   std::vector<Response> responses(requests.size());
   Evaluate(config, requests, std::span(responses), now_us, nullptr, consumed);
   return responses;
+}
+
+void Engine::CheckAll(const rules::Config& config, std::span<const Request> requests,
+                      std::span<Response> responses, int64_t now_us, Consumption* consumed) {
+  Evaluate(config, requests, responses, now_us, nullptr, consumed);
 }
 
 void Engine::Refund(const Consumption& consumed, int64_t now_us) {
@@ -504,7 +486,7 @@ void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request req
   remote_->Reset(std::span(batch.items.data(), batch.items.size()), std::move(done));
 }
 
-Response Combine(std::vector<Response> parts) {
+Response Combine(std::span<Response> parts) {
   if (parts.size() == 1) return std::move(parts.front());  // already finished: nothing to merge
   Response combined;
   for (Response& part : parts) {

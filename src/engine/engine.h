@@ -173,6 +173,10 @@ class Engine {
   // With `consumed`, an admitted batch also records what it consumed there (for Refund).
   std::vector<Response> CheckAll(const rules::Config& config, std::span<const Request> requests,
                                  int64_t now_us, Consumption* consumed = nullptr);
+  // The same into `responses` (as many as `requests`, freshly made), for a caller that keeps
+  // the answers where they will be used.
+  void CheckAll(const rules::Config& config, std::span<const Request> requests,
+                std::span<Response> responses, int64_t now_us, Consumption* consumed = nullptr);
 
   // Gives back what an admitted request consumed (see MemoryStore::Refund for what that means
   // per algorithm): e.g. the upstream it was admitted for failed. On the remote store when there
@@ -206,18 +210,15 @@ bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b);
 
 // One response for several requests decided together by CheckAll: their descriptors in order,
 // with the headline and the lowest remaining over all of them. `parts` are as CheckAll returns
-// them (a single part is returned as it is).
-Response Combine(std::vector<Response> parts);
+// them (a single part is returned as it is); they are moved from.
+Response Combine(std::span<Response> parts);
 
 // Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by
 // ','; the value is everything after the first '='), as used by replay, explain and the admin
 // API. nullopt and *error on malformed input.
 std::optional<Descriptors> ParseDescriptorList(std::string_view text, std::string* error);
 
-// The identity under which a configured limit keeps its state: a hash of where it sits (domain,
-// descriptor path, plan) and of its definition, so that it survives any reload that leaves it
-// unchanged.
-uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit);
+using sluice::RuleLimitId;  // (sluice/limit.h) the state identity of a configured limit
 
 }  // namespace sluice::engine
 

@@ -200,7 +200,7 @@ TEST_F(EngineAsyncTest, CombineKeepsTheWorstBackendState) {
   parts.push_back(ok);
   parts.push_back(closed);
   parts.push_back(open);
-  const Response combined = Combine(std::move(parts));
+  const Response combined = Combine(std::span(parts));
   EXPECT_EQ(combined.backend, BackendState::kFailedClosed);
   EXPECT_FALSE(combined.allowed);
 }

@@ -707,7 +707,7 @@ TEST_F(EngineTest, CheckAllIsAllOrNothingAcrossDomains) {
   EXPECT_EQ(Remaining(Check(Req("a", {Peek({{"ip", "1"}})}))), 3);
 
   // Combine: descriptors in order, the headline is b's denying limit.
-  const Response combined = Combine(std::move(r));
+  const Response combined = Combine(std::span(r));
   EXPECT_FALSE(combined.allowed);
   ASSERT_THAT(combined.descriptors, SizeIs(2));
   EXPECT_EQ(combined.headline_descriptor, 1);

@@ -291,9 +291,13 @@ Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, Rou
   const int64_t now_us = clock_->NowMicros();
   absl::InlinedVector<std::string_view, 2> domains;
   for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
-  std::vector<engine::Response> decisions = engine_.CheckAll(
-      config, std::span(checks.requests.data(), checks.requests.size()), now_us, consumed);
-  return Summarize(domains, checks.sections, std::move(decisions), now_us);
+  // The engine answers straight into the decision: no list of answers to allocate and move.
+  RouteDecision out;
+  out.responses.resize(checks.requests.size());
+  engine_.CheckAll(config, std::span(checks.requests.data(), checks.requests.size()),
+                   std::span(out.responses.data(), out.responses.size()), now_us, consumed);
+  Summarize(domains, checks.sections, now_us, out);
+  return out;
 }
 
 void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
@@ -310,7 +314,11 @@ void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChe
       [this, domains = std::move(domains), sections = std::move(checks.sections), now_us,
        done = std::move(done)](std::vector<engine::Response> decisions) {
         const std::vector<std::string_view> names(domains.begin(), domains.end());
-        done(Summarize(names, sections, std::move(decisions), now_us));
+        RouteDecision out;
+        out.responses.assign(std::make_move_iterator(decisions.begin()),
+                             std::make_move_iterator(decisions.end()));
+        Summarize(names, sections, now_us, out);
+        done(std::move(out));
       },
       consumed);
 }
@@ -322,10 +330,10 @@ void Service::RecordDecision(std::string_view domain, const engine::Response& de
   CountDecisions(domain, decision);
 }
 
-Service::RouteDecision Service::Summarize(std::span<const std::string_view> domains,
-                                          std::span<const rules::HttpSection* const> sections,
-                                          std::vector<engine::Response> decisions, int64_t now_us) {
-  RouteDecision out;
+void Service::Summarize(std::span<const std::string_view> domains,
+                        std::span<const rules::HttpSection* const> sections, int64_t now_us,
+                        RouteDecision& out) {
+  auto& decisions = out.responses;
   for (size_t i = 0; i < decisions.size(); ++i) {
     if (metrics_ != nullptr) CountDecisions(domains[i], decisions[i]);
     if (out.status != 200) continue;
@@ -336,14 +344,12 @@ Service::RouteDecision Service::Summarize(std::span<const std::string_view> doma
   if (metrics_ != nullptr && !decisions.empty()) {
     metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
   }
-  out.responses = std::move(decisions);
-  if (out.responses.size() != 1) {
-    engine::Response combined = engine::Combine(std::move(out.responses));
-    out.responses.clear();
-    out.responses.push_back(std::move(combined));
+  if (decisions.size() != 1) {
+    engine::Response combined = engine::Combine(std::span(decisions.data(), decisions.size()));
+    decisions.clear();
+    decisions.push_back(std::move(combined));
   }
   if (!out.combined().allowed && out.status == 200) out.status = 429;
-  return out;
 }
 
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {

@@ -85,7 +85,7 @@ class Service {
   struct RouteDecision {
     // The decision over every domain, always one response: the engine's own when one domain
     // applied (not moved out of the list it came in), else their Combine().
-    std::vector<engine::Response> responses;
+    absl::InlinedVector<engine::Response, 1> responses;
     const engine::Response& combined() const { return responses.front(); }
     engine::Response& combined() { return responses.front(); }
     int status = 200;  // 200, or the deny status of the first domain that denied
@@ -101,10 +101,11 @@ class Service {
   // Forward-auth's answer to a route decision.
   void SetAuthAnswer(const rules::Config& config, const RouteDecision& decision,
                      HttpResponse& response);
-  // The route decision from the engine's answers (one per domain, `domains` their names).
-  RouteDecision Summarize(std::span<const std::string_view> domains,
-                          std::span<const rules::HttpSection* const> sections,
-                          std::vector<engine::Response> decisions, int64_t now_us);
+  // Completes a route decision whose `responses` hold the engine's answers (one per domain,
+  // `domains` their names): counts them, sets the status and combines them into one.
+  void Summarize(std::span<const std::string_view> domains,
+                 std::span<const rules::HttpSection* const> sections, int64_t now_us,
+                 RouteDecision& out);
   void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
              Deferral& deferral, std::shared_ptr<const rules::Config> config);
   void ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided);

@@ -109,6 +109,7 @@ class DomainParser {
       }
       auto node = std::make_unique<RuleNode>();
       if (ParseDescriptor(item, parent, *node)) {
+        for (LimitRule& rule : node->limits) rule.state_id = RuleLimitId(node->path, "", rule.limit);
         const RuleNode* child = node.get();
         const std::string composite =
             child->has_value ? fmt::format("{}_{}", child->key, child->value) : child->key;

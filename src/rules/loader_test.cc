@@ -1252,6 +1252,42 @@ TEST(LoaderFilesTest, VersionChangesWhenAFileChangesAndNotOtherwise) {
   EXPECT_EQ(version(), v1);  // back to the same bytes, back to the same version
 }
 
+// A node's limits carry their state identity from load (the engine keys state by it); a plan's
+// limits do not, since theirs depends on the node that uses the plan.
+TEST(LoaderTest, NodeLimitsCarryTheirStateIdFromLoad) {
+  const auto config = MustLoad(R"(
+domain: d
+plans:
+  free: {limits: [{name: f, requests: 5, window: 1s}]}
+default_plan: free
+descriptors:
+  - key: a
+    value: x
+    limits:
+      - {name: fast, requests: 10, window: 1s}
+      - {name: slow, requests: 1000, window: 1d}
+    descriptors:
+      - key: b
+        rate_limit: {requests: 3, window: 1m}
+  - key: c
+    plan_from: c
+)");
+  ASSERT_NE(config, nullptr);
+  const Domain* d = config->FindDomain("d");
+  ASSERT_NE(d, nullptr);
+  const RuleNode& a = *d->root.children[0];
+  ASSERT_THAT(a.limits, SizeIs(2));
+  for (const LimitRule& rule : a.limits) {
+    EXPECT_EQ(rule.state_id, RuleLimitId(a.path, "", rule.limit)) << rule.name;
+  }
+  EXPECT_NE(a.limits[0].state_id, a.limits[1].state_id);
+  const RuleNode& b = *a.children[0];
+  ASSERT_THAT(b.limits, SizeIs(1));
+  EXPECT_EQ(b.limits[0].state_id, RuleLimitId(b.path, "", b.limits[0].limit));
+  EXPECT_NE(b.limits[0].state_id, 0u);
+  EXPECT_EQ(d->plans.at("free").limits[0].state_id, 0u);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(SuggestTest, ClosestCandidateWithinASmallDistance) {

@@ -1,6 +1,6 @@
 // PooledAllocator: a freed block serves the next allocation of its class on the same thread,
 // classes do not mix, a block freed on another thread joins that thread's list, sizes above the
-// largest class bypass the lists, each list is capped.
+// largest class bypass the lists, each list is capped; and HttpRequest's fields use it.
 //
 // Each test runs its allocations on threads of its own, whose lists start empty.
 
@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "http/server.h"
 
 namespace sluice::http {
 namespace {
@@ -147,6 +149,24 @@ TEST(PooledAllocatorTest, RebindsAndComparesEqual) {
     std::vector<uint64_t, PooledAllocator<uint64_t>> numbers(words);
     for (uint64_t i = 0; i < 1000; ++i) numbers.push_back(i);
     EXPECT_EQ(numbers[999], 999u);
+  });
+}
+
+TEST(PooledAllocatorTest, RequestFieldsComeFromTheLists) {
+  OnNewThread([] {
+    {
+      HttpRequest request(beast_http::verb::get, "/v1/auth/one-key", 11);
+      request.set(beast_http::field::host, "example.com");
+      request.set("X-Api-Key", "one-key");
+      HttpRequest copy = request;
+      EXPECT_EQ(copy["X-Api-Key"], "one-key");
+      EXPECT_EQ(copy.target(), "/v1/auth/one-key");
+    }
+    size_t free_blocks = 0;
+    for (size_t bytes : {size_t{64}, size_t{128}, size_t{256}, size_t{512}}) {
+      free_blocks += PooledFreeBlocks(bytes);
+    }
+    EXPECT_EQ(free_blocks, 6u);  // two requests, each a target and two fields
   });
 }
 

@@ -338,7 +338,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     body_parser_.emplace(std::move(*parser_));
     body_parser_->eager(true);
     parser_.reset();
-    HttpRequest request(beast_http::request_header<>(body_parser_->get().base()));
+    HttpRequest request(HttpRequest::header_type(body_parser_->get().base()));
     const auto expect = request[beast_http::field::expect];
     expect_continue_ = beast::iequals(expect, "100-continue");
     Handle(request, shared_from_this());
@@ -641,9 +641,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   Timer timer_;
   SteadyClock::time_point deadline_;  // of the current phase; max() while a handler defers
   beast::flat_buffer buffer_;
-  std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
+  template <class Body>
+  using RequestParser = beast_http::parser<true, Body, PooledAllocator<char>>;  // of an HttpRequest
+  std::optional<RequestParser<beast_http::string_body>> parser_;
   // A streamed request body (OnHeader): its parser, and the piece it is read into.
-  std::optional<beast_http::request_parser<beast_http::buffer_body>> body_parser_;
+  std::optional<RequestParser<beast_http::buffer_body>> body_parser_;
   std::string body_piece_;
   bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
   std::function<void()> client_gone_;  // Responder::OnClientGone's, while watching

@@ -40,11 +40,15 @@
 #include <boost/beast/http.hpp>
 
 #include "absl/status/statusor.h"
+#include "http/pooled_allocator.h"
 
 namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
-using HttpRequest = beast_http::request<beast_http::string_body>;
+// A request's field set (and its target) lives in blocks from the threads' free lists, not from
+// malloc: see pooled_allocator.h.
+using HttpFields = beast_http::basic_fields<PooledAllocator<char>>;
+using HttpRequest = beast_http::request<beast_http::string_body, HttpFields>;
 
 // An answer: Beast's response (status, fields, body) plus header fields the handler has already
 // written out as text, which the server sends after the other fields. The written-out fields

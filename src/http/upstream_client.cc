@@ -68,7 +68,8 @@ std::string UpstreamTarget::Describe() const {
                                              : fmt::format("http://{}:{}", host, port);
 }
 
-void StripHopByHop(beast_http::fields& fields) {
+template <class Allocator>
+void StripHopByHop(beast_http::basic_fields<Allocator>& fields) {
   // Fields named by Connection are this hop's too (RFC 9110 §7.6.1).
   std::vector<std::string> named;
   auto range = fields.equal_range(beast_http::field::connection);
@@ -81,6 +82,9 @@ void StripHopByHop(beast_http::fields& fields) {
     fields.erase(name);
   }
 }
+
+template void StripHopByHop(HttpFields& fields);
+template void StripHopByHop(beast_http::fields& fields);
 
 void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer) {
   StripHopByHop(request.base());
@@ -205,7 +209,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
                                        self->ReadHeader();
                                      });
     }
-    head_.emplace(beast_http::request_header<>(request_.base()));
+    head_.emplace(HttpRequest::header_type(request_.base()));
     head_serializer_.emplace(*head_);
     beast_http::async_write_header(connection_->stream, *head_serializer_,
                                    [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -434,8 +438,9 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   Clock::time_point deadline_;  // of the answer's header
   std::function<void(UpstreamResult)> done_;
   const std::shared_ptr<BodyReader> request_body_;  // null: the body is in request_
-  std::optional<beast_http::request<beast_http::empty_body>> head_;  // request_'s header
-  std::optional<beast_http::request_serializer<beast_http::empty_body>> head_serializer_;
+  // request_'s header
+  std::optional<beast_http::request<beast_http::empty_body, HttpFields>> head_;
+  std::optional<beast_http::serializer<true, beast_http::empty_body, HttpFields>> head_serializer_;
   std::string chunk_size_;  // the size line of the chunk being sent
   bool body_started_ = false;  // (streamed) the body was asked for from the client
   bool body_sent_ = false;     // (streamed) the whole body was sent

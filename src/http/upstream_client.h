@@ -127,8 +127,10 @@ class UpstreamClient {
 void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer);
 
 // Removes the hop-by-hop fields of a message: Connection and every field it names,
-// Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade.
-void StripHopByHop(beast_http::fields& fields);
+// Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade. For a request's fields
+// (HttpFields) and for an answer's (beast_http::fields).
+template <class Allocator>
+void StripHopByHop(beast_http::basic_fields<Allocator>& fields);
 
 }  // namespace sluice::http
 

@@ -4,8 +4,10 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "fmt/format.h"
@@ -278,29 +280,87 @@ size_t Utf8SequenceLength(std::string_view s) {
   return 0;
 }
 
+// The end of the run of bytes from `from` on that go into a JSON string as they are (no control
+// character, quote, backslash or non-ASCII byte).
+size_t PlainJsonRunEnd(std::string_view text, size_t from) {
+  size_t end = from;
+  while (end < text.size()) {
+    const auto c = static_cast<unsigned char>(text[end]);
+    if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) break;
+    ++end;
+  }
+  return end;
+}
+
+// Short pieces gathered on the stack and appended to a string in one go (when full, and at the
+// end): a status is a dozen small pieces, and each std::string append checks capacity and length
+// on its own. Every /v1/check answer and forward-auth denial is written through one.
+class PieceWriter {
+ public:
+  explicit PieceWriter(std::string* out) : out_(out) {}
+  PieceWriter(const PieceWriter&) = delete;
+  PieceWriter& operator=(const PieceWriter&) = delete;
+  ~PieceWriter() { Flush(); }
+
+  [[gnu::always_inline]] void Add(std::string_view piece) {
+    if (piece.size() > sizeof buffer_ - used_) {
+      Flush();
+      if (piece.size() > sizeof buffer_) return (void)out_->append(piece);
+    }
+    std::memcpy(buffer_ + used_, piece.data(), piece.size());
+    used_ += piece.size();
+  }
+  template <typename Int>
+  void AddInt(Int value) {
+    const fmt::format_int text(value);
+    Add(std::string_view(text.data(), text.size()));
+  }
+  // The string, with everything added so far in it.
+  std::string* Flushed() {
+    Flush();
+    return out_;
+  }
+
+ private:
+  void Flush() {
+    out_->append(buffer_, used_);
+    used_ = 0;
+  }
+
+  std::string* out_;
+  char buffer_[256];
+  size_t used_ = 0;
+};
+
 void AppendStatus(std::string* out, const engine::DescriptorResult& result) {
-  *out += R"({"name":)";
-  AppendJsonString(out, StatusName(result));
+  using namespace std::string_view_literals;
+  PieceWriter w(out);
+  w.Add(R"({"name":)"sv);
   if (result.headline < 0) {
-    *out += R"(,"limit":null,"remaining":-1,"reset_after_ms":0,"retry_after_ms":0})";
+    w.Add(R"("","limit":null,"remaining":-1,"reset_after_ms":0,"retry_after_ms":0})"sv);
     return;
   }
   const engine::AppliedLimit& limit = result.limits[static_cast<size_t>(result.headline)];
+  if (const std::string_view name = limit.name;
+      !name.empty() && PlainJsonRunEnd(name, 0) == name.size()) {
+    w.Add("\""sv);
+    w.Add(name);
+    w.Add("\""sv);
+  } else {
+    AppendJsonString(w.Flushed(), StatusName(result));
+  }
   const Decision& d = limit.decision;
   // A shadow limit reports its deny but never denies: there is nothing to wait for.
   const int64_t retry_after_ms = d.allowed || limit.shadow ? 0 : CeilMillis(d.retry_after_us);
-  // Appended piece by piece: every /v1/check answer and forward-auth denial goes through here,
-  // and a format string would be parsed each time.
-  const auto append = [out](std::string_view name, auto value) {
-    *out += name;
-    const fmt::format_int text(value);
-    out->append(text.data(), text.size());
-  };
-  append(R"(,"limit":)", limit.limit.requests);
-  append(R"(,"remaining":)", d.remaining);
-  append(R"(,"reset_after_ms":)", CeilMillis(d.reset_after_us));
-  append(R"(,"retry_after_ms":)", retry_after_ms);
-  *out += '}';
+  w.Add(R"(,"limit":)"sv);
+  w.AddInt(limit.limit.requests);
+  w.Add(R"(,"remaining":)"sv);
+  w.AddInt(d.remaining);
+  w.Add(R"(,"reset_after_ms":)"sv);
+  w.AddInt(CeilMillis(d.reset_after_us));
+  w.Add(R"(,"retry_after_ms":)"sv);
+  w.AddInt(retry_after_ms);
+  w.Add("}"sv);
 }
 
 }  // namespace
@@ -403,12 +463,7 @@ void AppendJsonString(std::string* out, std::string_view text) {
   size_t i = 0;
   while (i < text.size()) {
     // Copy the run of bytes that need no attention in one go.
-    size_t run = i;
-    while (run < text.size()) {
-      const auto c = static_cast<unsigned char>(text[run]);
-      if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) break;
-      ++run;
-    }
+    const size_t run = PlainJsonRunEnd(text, i);
     out->append(text.data() + i, run - i);
     i = run;
     if (i == text.size()) break;

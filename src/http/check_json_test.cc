@@ -614,6 +614,20 @@ TEST(RenderCheckResponseTest, OneStatusPerDescriptorInOrderFromItsHeadlineLimit)
       R"({"name":"per-ip","limit":5,"remaining":0,"reset_after_ms":7000,"retry_after_ms":1}]})");
 }
 
+// Names that need escaping, and a name longer than the writer's stack buffer, come out whole
+// and in order among the other pieces.
+TEST(RenderCheckResponseTest, EscapedAndLongNamesComeOutWhole) {
+  const std::string long_name(300, 'n');
+  const Response r = Resp(false, {Result({Applied(7, "say \"hi\" \xC3\xA9", Allow(6, 1000))}, 0),
+                                  Result({Applied(9, long_name, Deny(2000, 2000))}, 0)});
+  EXPECT_EQ(RenderCheckResponse(r),
+            R"({"allowed":false,"statuses":[)"
+            "{\"name\":\"say \\\"hi\\\" \xC3\xA9\",\"limit\":7,\"remaining\":6,\"reset_after_ms\":1,"
+            R"("retry_after_ms":0},{"name":")" +
+                long_name +
+                R"(","limit":9,"remaining":0,"reset_after_ms":2,"retry_after_ms":2}]})");
+}
+
 TEST(RenderCheckResponseTest, DescriptorWithoutLimitHasNullLimitAndRemainingMinusOne) {
   rules::RuleNode unlimited;  // an `unlimited: true` rule matched
   unlimited.path = "api.internal";

@@ -84,12 +84,17 @@ class HttpResponse : public beast_http::response<beast_http::string_body> {
   // Back to a default-constructed answer, keeping the room of the appended fields and of the
   // body (each up to 1 KiB) for the next answer on the same connection: one allocation per
   // connection, not per answer.
+  // Reset member by member: assigning a fresh Base would build, move and destroy a whole field
+  // set on every answer, while most answers have no Beast fields and no reason phrase of their own.
   void Clear() {
-    std::string body = std::move(this->body());
-    static_cast<Base&>(*this) = Base();
-    if (body.capacity() <= 1024) {  // a short body's room too (a denial's JSON)
-      body.clear();
-      this->body() = std::move(body);
+    if (this->reason() != beast_http::obsolete_reason(this->result())) this->reason({});
+    this->result(beast_http::status::ok);
+    this->version(11);
+    if (this->begin() != this->end()) this->clear();
+    if (this->body().capacity() <= 1024) {  // a short body's room too (a denial's JSON)
+      this->body().clear();
+    } else {
+      this->body() = std::string();
     }
     if (appended_fields_.capacity() > 1024) {
       appended_fields_ = std::string();

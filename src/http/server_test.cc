@@ -135,6 +135,13 @@ TEST_F(DeferralTest, NextAnswerOnTheConnectionStartsEmpty) {
     EXPECT_TRUE(response.appended_fields().empty());
     EXPECT_EQ(response.begin(), response.end());
     EXPECT_TRUE(response.body().empty());
+    EXPECT_EQ(response.reason(), "OK");
+    EXPECT_EQ(response.version(), 11u);
+    if (request.target() == "/reason") {  // an upstream's own reason phrase, passed on
+      response.result(beast_http::status::not_found);
+      response.reason("Nowhere");
+      response.version(10);
+    }
     if (request.target() == "/fields") {
       response.result(beast_http::status::too_many_requests);
       response.set("X-Set", "1");
@@ -145,11 +152,13 @@ TEST_F(DeferralTest, NextAnswerOnTheConnectionStartsEmpty) {
   const std::string out = Exchange(port_,
                                    "GET /fields HTTP/1.1\r\nHost: x\r\n\r\n"
                                    "GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   "GET /reason HTTP/1.1\r\nHost: x\r\n\r\n"
                                    "GET /fields HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                                    std::chrono::seconds(3));
   const std::string fields =
       "HTTP/1.1 429 Too Many Requests\r\nX-Set: 1\r\nX-One: a\r\nContent-Length: 4\r\n";
-  EXPECT_EQ(out, fields + "\r\nfull" + "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" + fields +
+  EXPECT_EQ(out, fields + "\r\nfull" + "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" +
+                     "HTTP/1.1 404 Nowhere\r\nContent-Length: 0\r\n\r\n" + fields +
                      "Connection: close\r\n\r\nfull");
 }
 TEST_F(DeferralTest, DroppedResponderAnswers500) {

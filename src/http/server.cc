@@ -207,6 +207,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
         listener_(listener), handler_(&listener->handler) {
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);  // answers are single writes; never wait
+    // Non-blocking for the synchronous calls too: WriteAnswer's first send and WatchClose's peek
+    // return would_block rather than wait (Asio's own operations are non-blocking either way).
+    socket_.non_blocking(true, ec);
     const tcp::endpoint peer = socket_.remote_endpoint(ec);
     if (!ec) {
       const asio::ip::address a = peer.address();
@@ -394,9 +397,24 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     SerializeHeader(response_, version_, !close_after_write_, Framing::kLength,
                     response_.body().size(), &header_);
     const size_t body_size = without_content || head_ ? 0 : response_.body().size();
-    const std::array<asio::const_buffer, 2> buffers{
-        asio::buffer(header_), asio::buffer(response_.body().data(), body_size)};
+    std::array<asio::const_buffer, 2> buffers{asio::buffer(header_),
+                                              asio::buffer(response_.body().data(), body_size)};
     SetDeadline(server_->options.idle_timeout);
+    // Sent at once, as nginx does, when no pipelined request waits in the buffer: the usual short
+    // answer then needs no asynchronous operation started, queued and completed. (With a request
+    // waiting, Answered would go on to it from here, and a long pipeline would nest that deep.)
+    // Whatever the socket does not take now is written asynchronously.
+    if (buffer_.size() == 0) {
+      boost::system::error_code ec;
+      const size_t sent = socket_.send(buffers, 0, ec);
+      if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return Close();
+      if (!ec && sent == asio::buffer_size(buffers)) return Answered();
+      if (!ec) {
+        const size_t from_header = std::min(sent, buffers[0].size());
+        buffers[0] += from_header;
+        buffers[1] += sent - from_header;
+      }
+    }
     asio::async_write(socket_, buffers,
                       [self = shared_from_this()](boost::system::error_code ec, size_t) {
                         if (ec) return self->Close();
@@ -442,10 +460,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       if (ec) return gone();  // closed here (a deadline, the shutdown)
       boost::system::error_code peek;
       char byte;
-      self->socket_.non_blocking(true, peek);
-      if (!peek) self->socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, peek);
-      boost::system::error_code ignored;
-      self->socket_.non_blocking(false, ignored);
+      self->socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, peek);
       if (peek == asio::error::would_block) return self->WatchClose(std::move(gone));
       if (peek) gone();  // eof (the client closed) or a reset; else bytes: watch no more
     });

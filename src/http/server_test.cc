@@ -431,6 +431,35 @@ TEST_F(DeferralTest, AnswerBeforeTheStreamedBodyWasReadClosesTheConnection) {
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno thanks");
 }
 
+// An answer far larger than the socket buffers: the first send takes part of it, the rest is
+// written as the client reads, byte for byte, and the connection goes on to the next request.
+TEST_F(DeferralTest, AnswerLargerThanTheSocketTakesAtOnceIsSentWhole) {
+  std::string big(size_t{8} << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+  Serve([&big](HttpRequest& request, const std::string&, HttpResponse& response, Deferral&) {
+    response.body() = request.target() == "/big" ? big : "small";
+  });
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port_)));
+  asio::write(socket, asio::buffer(std::string("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the socket is full by now
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(big.size()) + "\r\n\r\n";
+  std::string out(head.size() + big.size(), '\0');
+  boost::system::error_code ec;
+  asio::read(socket, asio::buffer(out), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(out.substr(0, head.size()), head);
+  EXPECT_TRUE(out.compare(head.size(), big.size(), big) == 0) << "the body differs";
+  asio::write(socket,
+              asio::buffer(std::string("GET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")));
+  std::string next;
+  asio::read(socket, asio::dynamic_buffer(next), ec);
+  EXPECT_EQ(ec, asio::error::eof) << ec.message();
+  EXPECT_EQ(next, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nsmall");
+}
+
 TEST(LingerTest, AnswerBeforeTheStreamedBodyWasReadLetsTheClientSendItThenReadTheAnswer) {
   HttpServer server(ServerOptions{.threads = 1, .max_body_bytes = size_t{64} << 20});
   auto port = server.Listen(

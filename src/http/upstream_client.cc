@@ -341,7 +341,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     }
     const bool nothing_back = !parser_ || !parser_->got_some();
     if (reused_ && nothing_back && !body_started_ && (!sent || Idempotent(request_.method()))) {
-      connection_.reset();
+      CloseConnection();
       return Connect();
     }
     const char* doing = !sent                                ? "sending the request"
@@ -407,12 +407,15 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     return *length;
   }
 
+  // Closes the connection, which cancels what is pending on it. The object itself lives on
+  // until the exchange ends: a cancelled read still touches its buffer when it completes, and
+  // the handlers of such operations hold the exchange.
   void CloseConnection() {
     if (connection_ == nullptr) return;
     beast::error_code ignored;
     connection_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     connection_->stream.close();
-    connection_.reset();
+    closed_.push_back(std::move(connection_));
   }
 
   void Finish(UpstreamOutcome outcome, beast_http::status status, std::string what) {
@@ -452,6 +455,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   asio::steady_timer header_timer_;  // (streamed) the answer's deadline once the body is sent
   const PoolKey key_;
   std::unique_ptr<Connection> connection_;
+  std::vector<std::unique_ptr<Connection>> closed_;  // closed while an operation was pending
   std::optional<beast_http::response_parser<beast_http::buffer_body>> parser_;
   std::vector<char> piece_;  // the body piece being read
   bool reused_ = false;

@@ -140,10 +140,11 @@ class ScriptedUpstream {
   const bool close_after_answer_;
   const bool silent_;
   const bool early_;
-  std::vector<std::shared_ptr<Conn>> held_;  // answered early, left unread (io thread only)
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::thread thread_;
+  // Answered early, left unread (io thread only). Its sockets go before io_ does.
+  std::vector<std::shared_ptr<Conn>> held_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
   mutable std::mutex mu_;

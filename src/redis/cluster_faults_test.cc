@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -231,10 +233,10 @@ class ClusterFaultsTest : public ::testing::Test {
 
   static testing::RedisCluster* cluster_;
   std::vector<std::unique_ptr<Client>> admin_;
-  std::unique_ptr<Client> client_;
   std::unique_ptr<RedisStore> store_;
+  std::unique_ptr<Client> client_;  // goes before store_ (it fails the calls still in flight)
   const Limit spread_limit_ = MakeLimit(Algorithm::kTokenBucket, 1000000, 1000000);
-  std::vector<std::string> spread_keys_;
+  std::deque<std::string> spread_keys_;  // spread_'s keys point into it: it never moves them
   std::vector<Item> spread_;
   int fresh_ = 0;
 };

@@ -411,17 +411,17 @@ bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
 }
 
 std::string RedisStore::Sha() {
-  std::lock_guard<std::mutex> lock(sha_mu_);
-  return sha_;
+  std::lock_guard<std::mutex> lock(sha_->mu);
+  return sha_->sha;
 }
 
 void RedisStore::LearnSha(std::string_view key) {
   std::string load;
   AppendCommand(&load, {"SCRIPT", "LOAD", DecideScript()});
-  client_->Send(key, std::move(load), [this](absl::StatusOr<Reply> r) {
+  client_->Send(key, std::move(load), [cell = sha_](absl::StatusOr<Reply> r) {
     if (!r.ok() || r->type != Reply::Type::kString) return;
-    std::lock_guard<std::mutex> lock(sha_mu_);
-    sha_ = r->str;
+    std::lock_guard<std::mutex> lock(cell->mu);
+    cell->sha = r->str;
   });
 }
 

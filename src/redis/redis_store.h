@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -74,7 +75,8 @@ class RedisStore {
 
   using Done = std::function<void(absl::StatusOr<DecideResult>)>;
 
-  // `client` is not owned and must outlive the store.
+  // `client` is not owned. It must be there while the store is used and, when both go, go
+  // first: its destructor fails the calls still in flight, whose callbacks use the store.
   RedisStore(Client* client, Options options);
 
   // Decides `items` (as for MemoryStore::DecideAll; nothing in them needs to outlive the call).
@@ -141,8 +143,13 @@ class RedisStore {
   Client* const client_;
   const Options options_;
   Breaker breaker_;
-  std::mutex sha_mu_;
-  std::string sha_;  // decide.lua's SHA1 once SCRIPT LOAD answered; guarded by sha_mu_
+  // decide.lua's SHA1 once SCRIPT LOAD answered. Shared with that call's callback, which may
+  // run after the store is gone (nothing waits for it).
+  struct ShaCell {
+    std::mutex mu;
+    std::string sha;  // guarded by mu
+  };
+  const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0};
   std::mutex batch_mu_;

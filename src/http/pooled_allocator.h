@@ -30,9 +30,34 @@
 #include <new>
 #include <type_traits>
 
+// Under AddressSanitizer a block on a free list is poisoned, so that a use after free of a
+// pooled block is reported as it would be for malloc's.
+#if defined(__SANITIZE_ADDRESS__)
+#define SLUICE_POOLED_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SLUICE_POOLED_ASAN 1
+#endif
+#endif
+#ifdef SLUICE_POOLED_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace sluice::http {
 
 namespace pooled_allocator_internal {
+
+inline void Poison([[maybe_unused]] void* p, [[maybe_unused]] size_t bytes) {
+#ifdef SLUICE_POOLED_ASAN
+  __asan_poison_memory_region(p, bytes);
+#endif
+}
+
+inline void Unpoison([[maybe_unused]] void* p, [[maybe_unused]] size_t bytes) {
+#ifdef SLUICE_POOLED_ASAN
+  __asan_unpoison_memory_region(p, bytes);
+#endif
+}
 
 inline constexpr size_t kClassBytes[] = {64, 128, 256, 512};
 inline constexpr size_t kClasses = std::size(kClassBytes);
@@ -67,6 +92,7 @@ struct Reaper {
     FreeLists& lists = tls_free_lists;
     for (size_t c = 0; c < kClasses; ++c) {
       while (FreeBlock* block = lists.head[c]) {
+        Unpoison(block, kClassBytes[c]);
         lists.head[c] = block->next;
         ::operator delete(block);
       }
@@ -79,22 +105,31 @@ inline void* Allocate(size_t bytes) {
   const size_t c = ClassOf(bytes);
   if (c == kClasses) return ::operator new(bytes);
   FreeLists& lists = tls_free_lists;
-  FreeBlock* block = lists.head[c];
-  if (block == nullptr) return ::operator new(kClassBytes[c]);
-  lists.head[c] = block->next;
-  --lists.length[c];
-  return block;
+  void* p = lists.head[c];
+  if (p == nullptr) {
+    p = ::operator new(kClassBytes[c]);
+  } else {
+    Unpoison(p, sizeof(FreeBlock));
+    lists.head[c] = lists.head[c]->next;
+    --lists.length[c];
+  }
+  Unpoison(p, bytes);  // (and under ASan the rest of the class's room stays out of bounds)
+  Poison(static_cast<char*>(p) + bytes, kClassBytes[c] - bytes);
+  return p;
 }
 
 inline void Deallocate(void* p, size_t bytes) noexcept {
   const size_t c = ClassOf(bytes);
+  if (c == kClasses) return ::operator delete(p);
   FreeLists& lists = tls_free_lists;
-  if (c == kClasses || lists.length[c] >= kMaxFreeBlocks) return ::operator delete(p);
+  Unpoison(p, kClassBytes[c]);
+  if (lists.length[c] >= kMaxFreeBlocks) return ::operator delete(p);
   if (!lists.reaper_armed) {
     thread_local Reaper reaper;  // constructed once per thread, on the first block kept
   }
   lists.head[c] = ::new (p) FreeBlock{lists.head[c]};
   ++lists.length[c];
+  Poison(p, kClassBytes[c]);
 }
 
 }  // namespace pooled_allocator_internal

@@ -1,5 +1,7 @@
 #include "http/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <condition_variable>
@@ -7,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -138,15 +141,16 @@ struct HttpServer::Impl {
     StreamBodyIf stream_body;  // may be empty: every body is read whole
     size_t max_connections = 0;
     std::atomic<size_t> open{0};  // this listener's connections
+    tcp protocol = tcp::v4();     // of the address it listens on
   };
 
   Impl(const ServerOptions& o, ServerStats* s)
       : options(o), stats(s), contexts(static_cast<size_t>(std::max(1, o.threads))) {
     for (auto& c : contexts) {
-      // One thread runs each context, and a socket is only ever used from its own context's
-      // thread (see Session), so Asio's per-socket lock is not needed: it cost a lock and an
-      // unlock for every read, write and readiness event. Posting to a context and registering
-      // a socket with it (accepting on another thread) stay locked.
+      // One thread runs each context, and a socket is only ever created, used and closed on
+      // its own context's thread (see Session and Accept), so Asio's per-socket lock is not
+      // needed: it cost a lock and an unlock for every read, write and readiness event.
+      // Posting to a context stays locked.
       c = std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
       guards.emplace_back(asio::make_work_guard(*c));
     }
@@ -157,7 +161,8 @@ struct HttpServer::Impl {
   }
 
   void Accept(Listener& listener);
-  void Track(const std::shared_ptr<Session>& session);
+  void Serve(Listener& listener, Socket socket);
+  bool TrackUnlessStopping(const std::shared_ptr<Session>& session);
 
   const ServerOptions options;
   ServerStats* stats;
@@ -686,9 +691,30 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   bool busy_ = false;
 };
 
+// A connection's descriptor on its way to the context that serves it: closed if it never gets
+// there (that context stopped first).
+class PendingDescriptor {
+ public:
+  explicit PendingDescriptor(int fd) : fd_(fd) {}
+  PendingDescriptor(PendingDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  PendingDescriptor& operator=(PendingDescriptor&&) = delete;
+  ~PendingDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int Take() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// Connections are accepted on the acceptor's context (contexts[0], this thread) and served on
+// each context in turn. Under the contexts' concurrency hint a socket may be created, used and
+// closed only on its own context's thread (registering it with another context's reactor from
+// here raced with that context's thread: ThreadSanitizer saw it). So a connection for another
+// context leaves this one as a bare descriptor and is wrapped in a socket over there.
 void HttpServer::Impl::Accept(Listener& listener) {
   listener.acceptor->async_accept(
-      NextContext(), [this, &listener](beast::error_code ec, Socket socket) {
+      *contexts[0], [this, &listener](beast::error_code ec, Socket socket) {
         if (ec) {
           if (!stopping.load() && ec != asio::error::operation_aborted) {
             spdlog::warn("accept: {}", ec.message());
@@ -704,23 +730,41 @@ void HttpServer::Impl::Accept(Listener& listener) {
         } else {
           stats->connections_open.fetch_add(1, std::memory_order_relaxed);
           listener.open.fetch_add(1, std::memory_order_relaxed);
-          auto session = std::make_shared<Session>(std::move(socket), this, &listener);
-          Track(session);
-          // Started on the socket's own thread: no socket is used from two threads (see the
-          // contexts' concurrency hint).
-          asio::post(session->executor(), [session] { session->Start(); });
+          asio::io_context& context = NextContext();
+          if (&context == contexts[0].get()) {
+            Serve(listener, std::move(socket));
+          } else {
+            beast::error_code released;
+            PendingDescriptor fd(socket.release(released));
+            asio::post(context, [this, &listener, &context, fd = std::move(fd)]() mutable {
+              Socket adopted(context.get_executor());
+              beast::error_code assigned;
+              adopted.assign(listener.protocol, fd.Take(), assigned);
+              Serve(listener, std::move(adopted));  // (a socket that failed is closed at once)
+            });
+          }
         }
         if (!stopping.load()) Accept(listener);
       });
 }
 
-void HttpServer::Impl::Track(const std::shared_ptr<Session>& session) {
+// On the socket's own thread.
+void HttpServer::Impl::Serve(Listener& listener, Socket socket) {
+  auto session = std::make_shared<Session>(std::move(socket), this, &listener);
+  if (TrackUnlessStopping(session)) session->Start();
+}
+
+// Whether the session was added to those Stop() will close; once Stop() has begun, a session
+// that arrives (accepted just before) is not, and closes as it goes.
+bool HttpServer::Impl::TrackUnlessStopping(const std::shared_ptr<Session>& session) {
   std::lock_guard<std::mutex> lock(sessions_mu);
+  if (stopping.load()) return false;
   if (++tracked_since_prune >= sessions.size() / 2 + 64) {  // amortised O(1), bounded size
     tracked_since_prune = 0;
     std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
   }
   sessions.push_back(session);
+  return true;
 }
 
 Responder::Responder(std::shared_ptr<Target> target, boost::asio::any_io_executor work)
@@ -789,6 +833,7 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   listener.handler = std::move(handler);
   listener.stream_body = std::move(stream_body);
   listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
+  listener.protocol = endpoint->protocol();
   impl_->Accept(impl_->listeners.back());
   return port;
 }

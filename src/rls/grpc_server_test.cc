@@ -27,6 +27,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rls/grpc_testing.h"
 #include "gtest/gtest.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
@@ -42,6 +43,9 @@ using ::grpc::health::v1::Health;
 using ::grpc::health::v1::HealthCheckRequest;
 using ::grpc::health::v1::HealthCheckResponse;
 using RateLimit = RateLimitResponse::RateLimit;
+using grpc_testing::ApiName;
+using grpc_testing::OptionsFor;
+using grpc_testing::StartOnLoopback;
 
 constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
 
@@ -106,26 +110,10 @@ class SlowDownRemote final : public engine::RemoteStore {
   int asked_ = 0;                     // guarded by mu_
 };
 
-// The fixtures run every test on both ShouldRateLimit APIs: the callback API (threads 0) and
-// the async API with two completion queues (threads 2).
-GrpcServer::Options OptionsFor(std::string address, int threads) {
-  GrpcServer::Options options;
-  options.address = std::move(address);
-  options.threads = threads;
-  return options;
-}
-
-std::string ApiName(const ::testing::TestParamInfo<int>& info) {
-  return info.param == 0 ? "Callback" : "Async" + std::to_string(info.param) + "Queues";
-}
-
 class GrpcServerTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    const auto loaded = config_.Reload();
-    ASSERT_TRUE(loaded.errors.empty()) << loaded.errors[0].ToString();
-    auto server =
-        GrpcServer::Start(OptionsFor("127.0.0.1:0", GetParam()), &config_, &store_, &clock_);
+    auto server = StartOnLoopback(GetParam(), &config_, &store_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_GT(server_->port(), 0);
@@ -415,7 +403,7 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   hooked->Shutdown(std::chrono::milliseconds(100));
 }
 
-INSTANTIATE_TEST_SUITE_P(BothApis, GrpcServerTest, ::testing::Values(0, 2), ApiName);
+INSTANTIATE_TEST_SUITE_P(BothApis, GrpcServerTest, grpc_testing::BothApis(), ApiName);
 
 }  // namespace
 }  // namespace sluice::rls

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rls/grpc_server.h"
+#include "rls/grpc_testing.h"
 #include "rls/wire_testing.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
@@ -29,6 +30,8 @@ namespace sluice::rls {
 namespace {
 
 using ::testing::ElementsAre;
+using grpc_testing::ApiName;
+using grpc_testing::StartOnLoopback;
 using wire::Decode;
 using wire::kLen;
 using wire::kVarint;
@@ -53,26 +56,10 @@ struct RawResult {
   std::string bytes;
 };
 
-// The fixtures run every test on both ShouldRateLimit APIs: the callback API (threads 0) and
-// the async API with two completion queues (threads 2).
-GrpcServer::Options OptionsFor(std::string address, int threads) {
-  GrpcServer::Options options;
-  options.address = std::move(address);
-  options.threads = threads;
-  return options;
-}
-
-std::string ApiName(const ::testing::TestParamInfo<int>& info) {
-  return info.param == 0 ? "Callback" : "Async" + std::to_string(info.param) + "Queues";
-}
-
 class GrpcWireTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    const auto loaded = config_.Reload();
-    ASSERT_TRUE(loaded.errors.empty()) << loaded.errors[0].ToString();
-    auto server =
-        GrpcServer::Start(OptionsFor("127.0.0.1:0", GetParam()), &config_, &store_, &clock_);
+    auto server = StartOnLoopback(GetParam(), &config_, &store_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = std::make_unique<::grpc::GenericStub>(::grpc::CreateChannel(
@@ -195,7 +182,7 @@ TEST_P(GrpcWireTest, UnknownMethodIsUnimplemented) {
   EXPECT_EQ(r.status.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
 }
 
-INSTANTIATE_TEST_SUITE_P(BothApis, GrpcWireTest, ::testing::Values(0, 2), ApiName);
+INSTANTIATE_TEST_SUITE_P(BothApis, GrpcWireTest, grpc_testing::BothApis(), ApiName);
 
 }  // namespace
 }  // namespace sluice::rls

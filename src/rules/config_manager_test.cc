@@ -234,6 +234,30 @@ TEST(ConfigManagerTest, InvalidEditKeepsTheOldConfigAndReportsFileLineColumn) {
   EXPECT_EQ(manager.reload_failures(), 3u);
 }
 
+// An empty or comment-only file renamed over a domain's file (a truncated write, a bad deploy)
+// must not remove the domain: it is an error, the old config stays, the failure is counted.
+TEST(ConfigManagerTest, EmptyFileOverADomainKeepsTheDomain) {
+  TempDir dir;
+  const std::string file = dir / "api.yaml";
+  WriteFile(file, ApiDomain("api", 10));
+  ConfigManager manager({dir.path().string()}, "");
+  ASSERT_TRUE(manager.Reload().applied);
+  const std::shared_ptr<const Config> before = manager.Current();
+
+  for (const char* text : {"", "# nothing here yet\n", "\n\n  \n", "---\n"}) {
+    WriteFile(dir / "new.yaml", text);
+    fs::rename(dir / "new.yaml", file);
+    const ConfigManager::ReloadOutcome outcome = manager.Reload();
+    EXPECT_FALSE(outcome.applied) << "text: '" << text << "'";
+    ASSERT_FALSE(outcome.errors.empty());
+    EXPECT_THAT(outcome.errors.front().ToString(),
+                HasSubstr(file + ":1:1: the file holds no YAML document"));
+    EXPECT_EQ(manager.Current(), before);
+    EXPECT_EQ(ApiKeyLimit(manager, "api"), 10u);
+  }
+  EXPECT_EQ(manager.reload_failures(), 4u);
+}
+
 TEST(ConfigManagerTest, UnchangedReloadReportsUnchangedAndKeepsTheSnapshot) {
   TempDir dir;
   WriteFile(dir / "api.yaml", ApiDomain("api", 10));

@@ -250,12 +250,17 @@ class DomainParser {
     LimitRule rule;
     rule.position = r_.PositionOf(map);
     rule.limit.algorithm = Algorithm::kFixedWindow;  // envoyproxy/ratelimit's only algorithm
-    if (auto name = r_.String(map, "algorithm")) {
-      auto algorithm = ParseAlgorithm(*name);
-      if (algorithm.ok()) {
-        rule.limit.algorithm = *algorithm;
-      } else {
-        r_.Error(map["algorithm"], std::string(algorithm.status().message()));
+    bool algorithm_known = true;  // else checks that depend on it (burst) say nothing more
+    if (map["algorithm"].IsDefined() && !map["algorithm"].IsNull()) {
+      algorithm_known = false;
+      if (auto name = r_.String(map, "algorithm")) {
+        auto algorithm = ParseAlgorithm(*name);
+        if (algorithm.ok()) {
+          rule.limit.algorithm = *algorithm;
+          algorithm_known = true;
+        } else {
+          r_.Error(map["algorithm"], std::string(algorithm.status().message()));
+        }
       }
     }
     if (map["requests"].IsDefined() && map["requests_per_unit"].IsDefined()) {
@@ -284,7 +289,8 @@ class DomainParser {
       r_.Error(map, fmt::format("{} needs a unit (second, minute, hour, day, week, month, year) "
                                 "or a window (e.g. 30s)", what));
     }
-    if (const YAML::Node burst = map["burst"]; burst.IsDefined() && !burst.IsNull()) {
+    if (const YAML::Node burst = map["burst"];
+        algorithm_known && burst.IsDefined() && !burst.IsNull()) {
       if (auto b = r_.AsUnsigned(burst, "burst", kMaxBurst)) {
         if (rule.limit.algorithm == Algorithm::kTokenBucket && *b < 1) {
           r_.Error(burst, "burst of a token_bucket must be at least 1");

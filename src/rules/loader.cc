@@ -68,7 +68,14 @@ class Loader {
            fmt::format("YAML syntax error: {}", e.msg));
       return;
     }
-    if (!doc.IsDefined() || doc.IsNull()) return;  // an empty file holds nothing
+    if (!doc.IsDefined() || doc.IsNull()) {
+      // An empty (or comment-only) file is a mistake, never "no rules": written over a domain's
+      // file (a truncated write, a bad rename) it would drop that domain's limits silently.
+      Fail(file, 1, 1,
+           "the file holds no YAML document (a rules file needs `domain:`, a settings file a map "
+           "of settings)");
+      return;
+    }
     YamlReader reader(file, &errors_);
     if (doc.IsMap() && doc["domain"].IsDefined()) {
       if (auto domain = ParseDomain(reader, doc)) domains_.push_back(std::move(domain));
@@ -76,6 +83,11 @@ class Loader {
     }
     if (!doc.IsMap()) {
       reader.Error(doc, "a config file must be a map (a domain file has `domain:`)");
+      return;
+    }
+    if (doc["descriptors"].IsDefined()) {
+      // Rules without their domain, not a settings file (which has no `descriptors:`).
+      reader.Error(doc, "a rules file needs a `domain:` (this one has `descriptors:` but no domain)");
       return;
     }
     if (settings_) {

@@ -337,15 +337,6 @@ descriptors:
   EXPECT_EQ(Child(config->FindDomain("big")->root, 0)->limits[0].limit.requests, 4294967295u);
 }
 
-TEST(LoaderExamplesTest, EmptyFileAndCommentOnlyFileHoldNothing) {
-  auto config = MustLoad("");
-  ASSERT_NE(config, nullptr);
-  EXPECT_THAT(config->domains, IsEmpty());
-  config = MustLoad("# nothing here\n");
-  ASSERT_NE(config, nullptr);
-  EXPECT_THAT(config->domains, IsEmpty());
-}
-
 TEST(LoaderExamplesTest, DomainWithoutDescriptorsLoads) {
   auto config = MustLoad("domain: bare\n");
   ASSERT_NE(config, nullptr);
@@ -794,6 +785,39 @@ TEST(LoaderErrorsTest, UnknownAlgorithm) {
              "    rate_limit: {algorithm: token-bucket, requests: 1, window: 1s}\n"),
       ElementsAre("t.yaml:4:29: unknown algorithm \"token-bucket\" (known: token_bucket, gcra, "
                   "leaky_bucket, fixed_window, sliding_log, sliding_window)"));
+}
+
+// One mistake, one error: an unknown algorithm does not also make its burst look misplaced.
+TEST(LoaderErrorsTest, UnknownAlgorithmWithBurstIsOneError) {
+  EXPECT_THAT(
+      Errors("domain: d\ndescriptors:\n  - key: a\n"
+             "    rate_limit: {algorithm: bogus, requests: 1, window: 1s, burst: 5}\n"),
+      ElementsAre("t.yaml:4:29: unknown algorithm \"bogus\" (known: token_bucket, gcra, "
+                  "leaky_bucket, fixed_window, sliding_log, sliding_window)"));
+  // A burst on a known algorithm without one is still an error of its own.
+  EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n"
+                     "    rate_limit: {algorithm: fixed_window, requests: 1, window: 1s, "
+                     "burst: 5}\n"),
+              SizeIs(1));
+}
+
+// A file with no document at all is an error, not "no rules" (see ConfigManagerTest's
+// EmptyFileOverADomainKeepsTheDomain for why).
+TEST(LoaderErrorsTest, EmptyFileIsAnError) {
+  for (const char* text : {"", "# only a comment\n", "\n   \n", "---\n", "~\n"}) {
+    EXPECT_THAT(Errors(text),
+                ElementsAre("t.yaml:1:1: the file holds no YAML document (a rules file needs "
+                            "`domain:`, a settings file a map of settings)"))
+        << "text: '" << text << "'";
+  }
+}
+
+// Rules whose `domain:` is missing are reported as such, not as an unknown settings key.
+TEST(LoaderErrorsTest, RulesWithoutDomainSayTheDomainIsMissing) {
+  EXPECT_THAT(Errors("descriptors:\n  - key: a\n    rate_limit: {unit: second, "
+                     "requests_per_unit: 1}\n"),
+              ElementsAre("t.yaml:1:1: a rules file needs a `domain:` (this one has "
+                          "`descriptors:` but no domain)"));
 }
 
 TEST(LoaderErrorsTest, BurstRules) {

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds="${FUZZ_SECONDS:-20}"
-read -r -a targets <<<"${FUZZ_TARGETS:-fuzz_check_json fuzz_config fuzz_resp fuzz_http}"
+read -r -a targets <<<"${FUZZ_TARGETS:-fuzz_check_json fuzz_config fuzz_resp fuzz_http fuzz_http_server fuzz_rls}"
 
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "${FUZZ_JOBS:-2}"

@@ -129,7 +129,9 @@ inline void Deallocate(void* p, size_t bytes) noexcept {
   }
   lists.head[c] = ::new (p) FreeBlock{lists.head[c]};
   ++lists.length[c];
-  Poison(p, kClassBytes[c]);
+  // All but the link: LeakSanitizer does not look for pointers in poisoned memory, so a poisoned
+  // link would make every block after the list's head look leaked.
+  Poison(static_cast<char*>(p) + sizeof(FreeBlock), kClassBytes[c] - sizeof(FreeBlock));
 }
 
 }  // namespace pooled_allocator_internal

@@ -475,7 +475,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                        Responder::StreamStarted started) {
     close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
     const bool without_content = WithoutContent(response_.result_int());
-    stream_.emplace();
+    stream_ = Stream{};  // not emplace(): clang-14 sees Stream as not default-constructible here
     stream_->discard = without_content || head_;
     stream_->chunked = !without_content && !content_length && version_ != 10;
     stream_->content_length = stream_->discard ? std::optional<uint64_t>(0) : content_length;

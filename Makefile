@@ -16,6 +16,9 @@ run: build
 test: build
 	ctest --preset release -j $(JOBS)
 	FUZZ_JOBS=$(JOBS) scripts/fuzz.sh
+	# The unit tests of the code that manages memory by hand (store, HTTP server and upstream
+	# client, pooled allocator, Redis connection and client), built by fuzz.sh with ASan + UBSan.
+	ctest --test-dir build/fuzz -L unit -j $(JOBS) --output-on-failure
 
 debug: bootstrap
 	cmake --preset debug

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Many slow and idle connections against `sluice serve` (one thread): slowloris cannot hold the
-# server, the connection cap closes extra connections at once, and everything recovers.
+# server, the connection cap closes extra connections at once, the server's own 400/413/431 are
+# counted, and everything recovers.
 # Usage: SLUICE=path/to/sluice tests/robustness_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
@@ -75,6 +76,41 @@ close_all
 sleep 0.3
 check "after they close, new connections are served" 200 "$(healthy)"
 stop
+
+printf 'http: {header_timeout: 1s, idle_timeout: 30s}\n' >"$tmp/answers.yaml"
+start answers --config "$tmp/answers.yaml" --threads 1
+host=${DATA%:*} port=${DATA##*:}
+# --- requests the server answers itself (it cannot read them, or HTTP/1.1 without Host) are
+# counted with the others
+raw() {  # raw REQUEST: the status line of the answer to REQUEST sent as is
+  exec {fd}<>"/dev/tcp/$host/$port"
+  printf '%b' "$1" >&"$fd"
+  timeout 3 head -n 1 <&"$fd" | tr -d '\r'
+  exec {fd}<&-
+}
+check "HTTP/1.1 without Host -> 400 (RFC 9112 §3.2)" "HTTP/1.1 400 Bad Request" "$(raw 'GET /healthcheck HTTP/1.1\r\n\r\n')"
+check "two Host fields -> 400" "HTTP/1.1 400 Bad Request" "$(raw 'GET /healthcheck HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n')"
+check "HTTP/1.0 without Host is fine" "HTTP/1.0 200 OK" "$(raw 'GET /healthcheck HTTP/1.0\r\n\r\n')"
+check "a bad request line -> 400" "HTTP/1.1 400 Bad Request" "$(raw 'NOT A REQUEST LINE\r\n\r\n')"
+check "a body over max_body_bytes -> 413" "HTTP/1.1 413 Payload Too Large" "$(raw 'POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 300000000\r\n\r\n')"
+big=$(head -c 20000 /dev/zero | tr '\0' a)
+check "a header block over max_header_bytes -> 431" "HTTP/1.1 431 Request Header Fields Too Large" "$(raw "GET /healthcheck HTTP/1.1\r\nHost: x\r\nX-Big: $big\r\n\r\n")"
+metrics=$(curl -s -m 2 "http://$ADMIN/metrics")
+check "400s counted" 'sluice_http_requests_total{code="400"} 3' "$(grep '^sluice_http_requests_total{code="400"}' <<<"$metrics")"
+check "413 counted" 'sluice_http_requests_total{code="413"} 1' "$(grep '^sluice_http_requests_total{code="413"}' <<<"$metrics")"
+check "431 counted" 'sluice_http_requests_total{code="431"} 1' "$(grep '^sluice_http_requests_total{code="431"}' <<<"$metrics")"
+
+# --- a request of too many descriptors is refused at once, saying why
+body='{"domain":"d","descriptors":['
+for i in $(seq 10000); do body+='{"entries":[{"key":"k","value":"v"}]},'; done
+body="${body%,}]}"
+start_s=$(date +%s%N)
+answer=$(curl -s -m 5 -w ' %{http_code}' -H 'Content-Type: application/json' --data-binary @- "http://$DATA/v1/check" <<<"$body")
+elapsed_ms=$(( ($(date +%s%N) - start_s) / 1000000 ))
+check "10000 descriptors -> 400 naming the bound" '{"error":"descriptors: 10000 descriptors, more than the maximum of 64"} 400' "$answer"
+check "answered within 1 s (${elapsed_ms} ms)" 1 "$(( elapsed_ms < 1000 ))"
+stop
+
 printf 'http: {header_timeout: 1s, idle_timeout: 2s}\n' >"$tmp/idle.yaml"
 start idle --config "$tmp/idle.yaml" --threads 1
 host=${DATA%:*} port=${DATA##*:}

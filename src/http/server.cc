@@ -120,6 +120,15 @@ void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_a
   out->append("\r\n"sv);
 }
 
+// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host field. (Beast keeps fields of one
+// name next to each other, in their order: the one after the first Host tells a second.)
+bool HasOneHost(const HttpRequest& request) {
+  const auto host = request.find(beast_http::field::host);
+  if (host == request.end()) return false;
+  const auto next = std::next(host);
+  return next == request.end() || next->name() != beast_http::field::host;
+}
+
 void AppendHex(uint64_t value, std::string* out) {
   char digits[16];
   char* begin = std::end(digits);
@@ -138,7 +147,8 @@ struct HttpServer::Impl {
   struct Listener {
     std::unique_ptr<tcp::acceptor> acceptor;
     Handler handler;
-    StreamBodyIf stream_body;  // may be empty: every body is read whole
+    StreamBodyIf stream_body;         // may be empty: every body is read whole
+    ServerAnswered server_answered;  // may be empty
     size_t max_connections = 0;
     std::atomic<size_t> open{0};  // this listener's connections
     tcp protocol = tcp::v4();     // of the address it listens on
@@ -353,6 +363,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   void Handle(HttpRequest& request, std::shared_ptr<BodyReader> body) {
+    if (request.version() >= 11 && !HasOneHost(request)) {
+      return Fail(beast_http::status::bad_request,
+                  "an HTTP/1.1 request needs exactly one Host field (RFC 9112 3.2)");
+    }
     version_ = request.version();
     keep_alive_ = request.keep_alive();
     head_ = request.method() == beast_http::verb::head;
@@ -383,7 +397,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                });
   }
 
+  // Answers `status` itself (the handler never sees the request) and closes the connection.
   void Fail(beast_http::status status, std::string message) {
+    if (listener_->server_answered) listener_->server_answered(static_cast<unsigned>(status));
     version_ = 11;
     keep_alive_ = false;
     head_ = false;
@@ -815,7 +831,8 @@ HttpServer::HttpServer(const ServerOptions& options)
 HttpServer::~HttpServer() { impl_->Finish(); }
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
-                                       size_t max_connections, StreamBodyIf stream_body) {
+                                       size_t max_connections, StreamBodyIf stream_body,
+                                       ServerAnswered server_answered) {
   auto endpoint = ParseAddress(address);
   if (!endpoint.ok()) return endpoint.status();
   auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
@@ -832,6 +849,7 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   listener.acceptor = std::move(acceptor);
   listener.handler = std::move(handler);
   listener.stream_body = std::move(stream_body);
+  listener.server_answered = std::move(server_answered);
   listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
   listener.protocol = endpoint->protocol();
   impl_->Accept(impl_->listeners.back());

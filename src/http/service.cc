@@ -140,9 +140,8 @@ void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResp
   if (!deferral.taken()) CountResponse(response);  // else counted when sent
 }
 
-void Service::CountResponse(const HttpResponse& response) {
+void Service::CountStatus(unsigned code) {  // below 1000 (Beast keeps a status there)
   if (metrics_ == nullptr) return;
-  const unsigned code = response.result_int();  // Beast keeps it below 1000
   Counter* counter = code < response_counters_.size()
                          ? response_counters_[code].load(std::memory_order_relaxed)
                          : nullptr;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Many slow and idle connections against `sluice serve` (one thread): slowloris cannot hold the
-# server, the connection cap closes extra connections at once, the server's own 400/413/431 are
-# counted, and everything recovers.
+# Many slow and idle connections against `sluice serve` (one thread; two for the silent ones):
+# slowloris cannot hold the server, the connection cap closes extra connections at once (or,
+# when some are idle, the one idle the longest), silent connections go at the header timeout, the
+# server's own 400/413/431 are counted, and everything recovers.
 # Usage: SLUICE=path/to/sluice tests/robustness_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
@@ -65,7 +66,11 @@ stop
 printf 'http: {header_timeout: 30s, idle_timeout: 30s, max_connections: 150}\n' >"$tmp/cap.yaml"
 start cap --config "$tmp/cap.yaml" --threads 1
 host=${DATA%:*} port=${DATA##*:}
-open_slow 200
+# (the first 150 have their bytes read before the rest come: a connection not yet read from is
+# idle, and an idle one would be closed to make room rather than the new one refused)
+open_slow 150
+sleep 0.3
+open_slow 50
 sleep 0.3
 check "the admin port still answers while the data plane is full" 200 "$(curl -s -m 2 -o /dev/null -w '%{http_code}' "http://$ADMIN/healthz")"
 check "a new data-plane connection is refused while full" 000 "$(healthy)"
@@ -77,9 +82,29 @@ sleep 0.3
 check "after they close, new connections are served" 200 "$(healthy)"
 stop
 
-printf 'http: {header_timeout: 1s, idle_timeout: 30s}\n' >"$tmp/answers.yaml"
-start answers --config "$tmp/answers.yaml" --threads 1
+# --- silent connections (never a byte) cannot hold the server: at the cap, a new connection
+# takes the place of the one idle the longest, and each is closed at the header timeout counted
+# from the accept, not at the idle timeout
+printf 'http: {header_timeout: 2s, idle_timeout: 30s, max_connections: 50}\n' >"$tmp/silent.yaml"
+start silent --config "$tmp/silent.yaml" --threads 2
 host=${DATA%:*} port=${DATA##*:}
+slow_fds=()
+for _ in $(seq 50); do exec {fd}<>"/dev/tcp/$host/$port" && slow_fds+=("$fd"); done
+check "50 silent connections opened (the cap)" 50 "${#slow_fds[@]}"
+sleep 0.3
+check "a client still gets its answer while they hold the cap" 200 "$(healthy)"
+read -r -t 0.5 -u "${slow_fds[0]}" _
+check "the oldest silent connection was closed to make room (EOF at once)" 1 "$(( $? <= 1 ))"
+check "and another client too" 200 "$(healthy)"
+check "nothing was refused" "sluice_http_connections_rejected_total 0" "$(curl -s -m 2 "http://$ADMIN/metrics" | grep '^sluice_http_connections_rejected_total')"
+close_all
+exec {fd}<>"/dev/tcp/$host/$port"
+start_s=$(date +%s%N)
+timeout 5 cat <&"$fd" >/dev/null
+elapsed_ms=$(( ($(date +%s%N) - start_s) / 1000000 ))
+exec {fd}<&-
+check "a silent connection is closed at the header timeout (2 s), not the idle one (30 s)" 1 "$(( elapsed_ms >= 1600 && elapsed_ms < 3500 ))"
+
 # --- requests the server answers itself (it cannot read them, or HTTP/1.1 without Host) are
 # counted with the others
 raw() {  # raw REQUEST: the status line of the answer to REQUEST sent as is

@@ -5,9 +5,18 @@
 // (431), a body limit decided from Content-Length before the body is read (413), a header read
 // timeout and an idle keep-alive timeout (slowloris cannot hold a connection), malformed requests
 // and HTTP/1.1 requests without exactly one Host field (400, connection closed). Keep-alive and
-// pipelined requests are served in order. Each listener
-// has its own cap on open connections (so a flood on one cannot lock out another, e.g. admin);
-// connections over it are closed at once.
+// pipelined requests are served in order.
+//
+// Timeouts, as nginx's client_header_timeout and keepalive_timeout: a new connection's first
+// request must arrive whole within header_timeout from the accept (one that sends nothing is
+// closed then, or at idle_timeout if that is shorter); after an answer, the connection waits up
+// to idle_timeout for the first byte of the next request, which must then arrive whole within
+// header_timeout.
+//
+// Each listener has its own cap on open connections (so a flood on one cannot lock out another,
+// e.g. admin). A connection arriving at the cap takes the place of the listener's connection
+// that has been idle the longest (waiting for the first byte of a request, a new connection that
+// sent nothing too), which is closed; only when none is idle is the new one closed at once.
 //
 // Handlers run on the connection's thread and must not block. A handler that has to wait (for
 // Redis, for an upstream) takes the response with Deferral::Take() and answers later through the

@@ -408,9 +408,9 @@ absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t 
     return Problem(descriptors_where, "empty (at least one is needed)");
   }
   if (descriptors->size() > engine::kMaxRequestDescriptors) {
-    return Problem(descriptors_where, fmt::format("{} descriptors, more than the maximum of {}",
-                                                  descriptors->size(),
-                                                  engine::kMaxRequestDescriptors));
+    return Problem(descriptors_where,
+                   fmt::format("{} descriptors, more than the maximum of {}", descriptors->size(),
+                               engine::kMaxRequestDescriptors));
   }
   request.descriptors.reserve(descriptors->size());
   size_t index = 0;

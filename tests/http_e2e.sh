@@ -133,6 +133,9 @@ start auth --config "$tmp/auth.yaml"
 check "reload without token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://$ADMIN/v1/reload")"
 check "DELETE /v1/limits without token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://$ADMIN/v1/limits?domain=api&descriptors=user=u1")"
 check "reload with token -> 200" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' -X POST "http://$ADMIN/v1/reload")"
+check "the Bearer scheme is case-insensitive (RFC 9110 §11.1) -> 200" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'authorization: bearer s3cret' -X POST "http://$ADMIN/v1/reload")"
+check "a wrong token -> 401" 401 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cre' -X POST "http://$ADMIN/v1/reload")"
+check "two Authorization fields (the right one first) -> 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' -H 'Authorization: Bearer other' -X POST "http://$ADMIN/v1/reload")"
 # (on this instance: its headers may take 16 KiB, room for a URL past http.max_key_bytes)
 long_value=$(head -c 4097 /dev/zero | tr '\0' v)
 check "inspect a value of 4097 bytes (over http.max_key_bytes) -> 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADMIN/v1/limits?domain=api&descriptors=user%3D$long_value")"

@@ -290,7 +290,8 @@ int RunServe(const ServeFlags& flags) {
       listen,
       [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
           http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
-      0, [&](const http::HttpRequest& header) { return service.StreamsBody(header); });
+      0, [&](const http::HttpRequest& header) { return service.StreamsBody(header); },
+      [&](unsigned status) { service.CountStatus(status); });
   if (!data_port.ok()) {
     std::cerr << "serve: " << data_port.status().message() << "\n";
     return 1;

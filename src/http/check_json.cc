@@ -236,6 +236,10 @@ absl::StatusOr<engine::Descriptor> ParseDescriptor(element value, const Where& w
   auto entries = AsArray(*fields[0], entries_where);
   if (!entries.ok()) return entries.status();
   if (entries->size() == 0) return Problem(entries_where, "empty (a descriptor needs an entry)");
+  if (entries->size() > engine::kMaxDescriptorEntries) {
+    return Problem(entries_where, fmt::format("{} entries, more than the maximum of {}",
+                                              entries->size(), engine::kMaxDescriptorEntries));
+  }
   descriptor.entries.reserve(entries->size());
   size_t index = 0;
   for (const element e : *entries) {
@@ -402,6 +406,11 @@ absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t 
   if (!descriptors.ok()) return descriptors.status();
   if (descriptors->size() == 0) {
     return Problem(descriptors_where, "empty (at least one is needed)");
+  }
+  if (descriptors->size() > engine::kMaxRequestDescriptors) {
+    return Problem(descriptors_where,
+                   fmt::format("{} descriptors, more than the maximum of {}", descriptors->size(),
+                               engine::kMaxRequestDescriptors));
   }
   request.descriptors.reserve(descriptors->size());
   size_t index = 0;

@@ -32,8 +32,8 @@
 //  - Entry `value` is required but may be empty. Keys and values are opaque bytes: any valid
 //    UTF-8, escapes decoded (simdjson rejects invalid UTF-8 and bad escapes).
 //  - Size: the domain and each entry key and each entry value are at most `max_key_bytes` bytes
-//    once decoded (http.max_key_bytes, default 4096), each on its own; the number of descriptors
-//    and entries is bounded only by the body limit.
+//    once decoded (http.max_key_bytes, default 4096), each on its own; at most 64 descriptors,
+//    each of at most 32 entries (engine::kMaxRequestDescriptors, kMaxDescriptorEntries).
 //
 // Errors are InvalidArgument with a message "<where>: <problem>", where <where> is a path into
 // the body ("descriptors[1].entries[0].key: missing") or "body" for the document as a whole

@@ -250,6 +250,27 @@ TEST(ParseCheckRequestTest, LargeBodiesParseToo) {
   EXPECT_EQ(MustParse(kValidBody).domain, "api");
 }
 
+// A request is decided at once on one thread: its descriptors and their entries are bounded
+// (a body of 15000 descriptors held the thread for 73 ms), with a message saying which bound.
+TEST(ParseCheckRequestTest, DescriptorsAndEntriesAreBounded) {
+  const std::string kEntry = R"({"key":"k","value":"v"})";
+  const auto descriptors = [&](size_t n) {
+    return R"({"domain":"d","descriptors":[)" +
+           Repeat(R"({"entries":[)" + kEntry + "]},", n - 1) + R"({"entries":[)" + kEntry +
+           "]}]}";
+  };
+  const auto entries = [&](size_t n) {
+    return WithDescriptor(R"({"entries":[)" + Repeat(kEntry + ",", n - 1) + kEntry + "]}");
+  };
+  EXPECT_THAT(MustParse(descriptors(64)).descriptors, SizeIs(64));
+  EXPECT_EQ(ErrorOf(descriptors(65)), "descriptors: 65 descriptors, more than the maximum of 64");
+  EXPECT_EQ(ErrorOf(descriptors(15000)),
+            "descriptors: 15000 descriptors, more than the maximum of 64");
+  EXPECT_THAT(MustParse(entries(32)).descriptors[0].entries, SizeIs(32));
+  EXPECT_EQ(ErrorOf(entries(33)),
+            "descriptors[0].entries: 33 entries, more than the maximum of 32");
+}
+
 TEST(ParseCheckRequestTest, TheMaximumIsTheConfiguredOne) {
   EXPECT_EQ(ErrorOf(OneEntryBody("abcd", "v"), 4), "ok");
   EXPECT_EQ(ErrorOf(OneEntryBody("abcde", "v"), 4),

@@ -120,6 +120,15 @@ void SerializeHeader(const HttpResponse& response, unsigned version, bool keep_a
   out->append("\r\n"sv);
 }
 
+// RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host field. (Beast keeps fields of one
+// name next to each other, in their order: the one after the first Host tells a second.)
+bool HasOneHost(const HttpRequest& request) {
+  const auto host = request.find(beast_http::field::host);
+  if (host == request.end()) return false;
+  const auto next = std::next(host);
+  return next == request.end() || next->name() != beast_http::field::host;
+}
+
 void AppendHex(uint64_t value, std::string* out) {
   char digits[16];
   char* begin = std::end(digits);
@@ -135,13 +144,28 @@ void AppendHex(uint64_t value, std::string* out) {
 struct HttpServer::Impl {
   class Session;
 
+  // A listener's idle connections on one context (those waiting for the first byte of a
+  // request, new ones included), in the order they became idle: the candidates to close when a
+  // connection arrives at the listener's cap. Linked through the sessions themselves, so a
+  // request costs no allocation and no lock: the list is used on its context's thread only,
+  // except `oldest_idle_since`, which the acceptor reads to find the context whose idle
+  // connection has waited the longest.
+  struct alignas(64) IdleList {
+    static constexpr int64_t kNone = INT64_MAX;
+    Session* head = nullptr;  // idle the longest
+    Session* tail = nullptr;
+    std::atomic<int64_t> oldest_idle_since{kNone};  // head's, steady clock ticks; kNone if empty
+  };
+
   struct Listener {
     std::unique_ptr<tcp::acceptor> acceptor;
     Handler handler;
-    StreamBodyIf stream_body;  // may be empty: every body is read whole
+    StreamBodyIf stream_body;        // may be empty: every body is read whole
+    ServerAnswered server_answered;  // may be empty
     size_t max_connections = 0;
-    std::atomic<size_t> open{0};  // this listener's connections
-    tcp protocol = tcp::v4();     // of the address it listens on
+    std::atomic<size_t> open{0};       // this listener's connections
+    tcp protocol = tcp::v4();          // of the address it listens on
+    std::unique_ptr<IdleList[]> idle;  // one per context, by the context's index
   };
 
   Impl(const ServerOptions& o, ServerStats* s)
@@ -156,12 +180,18 @@ struct HttpServer::Impl {
     }
   }
 
-  asio::io_context& NextContext() {
-    return *contexts[next_context.fetch_add(1, std::memory_order_relaxed) % contexts.size()];
+  size_t NextContext() {
+    return next_context.fetch_add(1, std::memory_order_relaxed) % contexts.size();
   }
 
   void Accept(Listener& listener);
-  void Serve(Listener& listener, Socket socket);
+  // Hands an accepted connection to contexts[context]; with `make_room`, it takes the place of
+  // the oldest idle connection there (see Serve).
+  void Dispatch(Listener& listener, size_t context, Socket socket, bool make_room);
+  void Serve(Listener& listener, size_t context, Socket socket, bool make_room);
+  // The index of the context whose idle connection of `listener` has waited the longest, or
+  // contexts.size() when none is idle.
+  size_t OldestIdleContext(const Listener& listener) const;
   bool TrackUnlessStopping(const std::shared_ptr<Session>& session);
 
   const ServerOptions options;
@@ -207,9 +237,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                                   public BodyReader,
                                   public BodyWriter {
  public:
-  Session(Socket socket, Impl* server, Listener* listener)
+  Session(Socket socket, Impl* server, Listener* listener, IdleList* idle)
       : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server),
-        listener_(listener), handler_(&listener->handler) {
+        listener_(listener), idle_(idle), handler_(&listener->handler) {
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);  // answers are single writes; never wait
     // Non-blocking for the synchronous calls too: WriteAnswer's first send and WatchClose's peek
@@ -225,6 +255,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   ~Session() {
+    LeaveIdle();
     server_->stats->connections_open.fetch_sub(1, std::memory_order_relaxed);
     listener_->open.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -233,9 +264,22 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   // On the connection's thread.
   void Start() {
-    deadline_ = SteadyClock::now() + server_->options.idle_timeout;
+    // The first request must arrive whole within the header timeout from now; a client that
+    // sends nothing is not let wait longer than an idle one either.
+    const SteadyClock::time_point now = SteadyClock::now();
+    first_request_deadline_ = now + server_->options.header_timeout;
+    deadline_ = std::min(first_request_deadline_, now + server_->options.idle_timeout);
     ArmTimer();
     WaitForRequest();
+  }
+
+  // Closes the connection if it is idle (IdleList), on its own thread, to make room for a new
+  // one; false if none of this list was idle.
+  static bool CloseOldestIdle(IdleList& idle) {
+    Session* const oldest = idle.head;
+    if (oldest == nullptr) return false;
+    oldest->Close();  // unlinks it; its pending read completes with operation_aborted
+    return true;
   }
 
   // Closes the connection unless a request is being handled or written.
@@ -257,8 +301,46 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // earlier than the timer's expiry; a later deadline is picked up when the timer fires, so a
   // busy connection re-arms its timer about once per timeout instead of once per operation.
   void SetDeadline(std::chrono::milliseconds timeout) {
-    deadline_ = SteadyClock::now() + timeout;
+    SetDeadlineAt(SteadyClock::now() + timeout);
+  }
+  void SetDeadlineAt(SteadyClock::time_point deadline) {
+    deadline_ = deadline;
     if (deadline_ < timer_.expiry()) ArmTimer();
+  }
+
+  // Waiting for the first byte of a request: last in the idle list of its listener and context.
+  void EnterIdle(SteadyClock::time_point now) {
+    idle_since_ = now;
+    idle_prev_ = idle_->tail;
+    idle_next_ = nullptr;
+    if (idle_->tail != nullptr) {
+      idle_->tail->idle_next_ = this;
+    } else {
+      idle_->head = this;
+      PublishOldestIdle();
+    }
+    idle_->tail = this;
+    idle_linked_ = true;
+  }
+
+  void LeaveIdle() {
+    if (!idle_linked_) return;
+    idle_linked_ = false;
+    (idle_next_ != nullptr ? idle_next_->idle_prev_ : idle_->tail) = idle_prev_;
+    if (idle_prev_ != nullptr) {
+      idle_prev_->idle_next_ = idle_next_;
+    } else {
+      idle_->head = idle_next_;
+      PublishOldestIdle();
+    }
+    idle_prev_ = idle_next_ = nullptr;
+  }
+
+  void PublishOldestIdle() {
+    idle_->oldest_idle_since.store(idle_->head != nullptr
+                                       ? idle_->head->idle_since_.time_since_epoch().count()
+                                       : IdleList::kNone,
+                                   std::memory_order_relaxed);
   }
 
   void ArmTimer() {
@@ -275,20 +357,25 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     Close();  // pending reads and writes complete with operation_aborted
   }
 
-  // Between requests: wait up to the idle timeout for the first byte of the next one.
+  // Between requests: wait up to the idle timeout for the first byte of the next one (the first
+  // request's wait is bounded in Start). Idle meanwhile: closed if room is needed.
   void WaitForRequest() {
     if (server_->stopping.load()) return Close();
     if (buffer_.size() > 0) return ReadRequest();
-    SetDeadline(server_->options.idle_timeout);
+    const SteadyClock::time_point now = SteadyClock::now();
+    if (!first_request_) SetDeadlineAt(now + server_->options.idle_timeout);
+    EnterIdle(now);
     socket_.async_read_some(buffer_.prepare(kReadSize),
                             [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                              self->LeaveIdle();
                               if (ec) return self->Close();
                               self->buffer_.commit(n);
                               self->ReadRequest();
                             });
   }
 
-  // A request has begun: the whole of it must arrive within the header timeout.
+  // A request has begun: the whole of it must arrive within the header timeout (the first one:
+  // counted from the accept).
   void ReadRequest() {
     busy_ = true;
     parser_.emplace();
@@ -296,7 +383,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     parser_->body_limit(server_->options.max_body_bytes);
     // To be asked whether to stream a body, the parser must stop after the header.
     parser_->eager(!listener_->stream_body);
-    SetDeadline(server_->options.header_timeout);
+    if (first_request_) {
+      SetDeadlineAt(first_request_deadline_);
+    } else {
+      SetDeadline(server_->options.header_timeout);
+    }
     Parse();
   }
 
@@ -353,6 +444,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   void Handle(HttpRequest& request, std::shared_ptr<BodyReader> body) {
+    if (request.version() >= 11 && !HasOneHost(request)) {
+      return Fail(beast_http::status::bad_request,
+                  "an HTTP/1.1 request needs exactly one Host field (RFC 9112 3.2)");
+    }
     version_ = request.version();
     keep_alive_ = request.keep_alive();
     head_ = request.method() == beast_http::verb::head;
@@ -383,7 +478,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                });
   }
 
+  // Answers `status` itself (the handler never sees the request) and closes the connection.
   void Fail(beast_http::status status, std::string message) {
+    if (listener_->server_answered) listener_->server_answered(static_cast<unsigned>(status));
     version_ = 11;
     keep_alive_ = false;
     head_ = false;
@@ -430,6 +527,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // The answer is out: the next request, or the end of the connection.
   void Answered() {
     busy_ = false;
+    first_request_ = false;
     if (close_after_write_) return BodyUnread() && !server_->stopping.load() ? Linger() : Close();
     response_.Clear();
     if (body_parser_) {  // the room a streamed body took is not kept for the next request
@@ -646,6 +744,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   void Close() {
+    LeaveIdle();
     busy_ = false;
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
@@ -682,6 +781,14 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   std::optional<Stream> stream_;
   Impl* server_;
   Listener* listener_;
+  IdleList* idle_;  // the listener's, of this context
+  // Linked into *idle_ while idle_linked_ (see EnterIdle); idle_since_: when it became idle.
+  Session* idle_prev_ = nullptr;
+  Session* idle_next_ = nullptr;
+  bool idle_linked_ = false;
+  SteadyClock::time_point idle_since_;
+  bool first_request_ = true;  // none answered yet
+  SteadyClock::time_point first_request_deadline_;  // the accept + header_timeout
   const Handler* handler_;
   std::string peer_;
   unsigned version_ = 11;    // of the request being answered
@@ -723,34 +830,65 @@ void HttpServer::Impl::Accept(Listener& listener) {
           return;
         }
         stats->connections_total.fetch_add(1, std::memory_order_relaxed);
-        if (listener.open.load(std::memory_order_relaxed) >= listener.max_connections) {
+        const bool at_cap =
+            listener.open.load(std::memory_order_relaxed) >= listener.max_connections;
+        // At the cap, the new connection goes where the oldest idle one is, and replaces it
+        // there (or is refused there, if that one got busy meanwhile).
+        const size_t context = at_cap ? OldestIdleContext(listener) : NextContext();
+        if (context == contexts.size()) {
           stats->connections_rejected.fetch_add(1, std::memory_order_relaxed);
           beast::error_code ignored;
           socket.close(ignored);
         } else {
           stats->connections_open.fetch_add(1, std::memory_order_relaxed);
           listener.open.fetch_add(1, std::memory_order_relaxed);
-          asio::io_context& context = NextContext();
-          if (&context == contexts[0].get()) {
-            Serve(listener, std::move(socket));
-          } else {
-            beast::error_code released;
-            PendingDescriptor fd(socket.release(released));
-            asio::post(context, [this, &listener, &context, fd = std::move(fd)]() mutable {
-              Socket adopted(context.get_executor());
-              beast::error_code assigned;
-              adopted.assign(listener.protocol, fd.Take(), assigned);
-              Serve(listener, std::move(adopted));  // (a socket that failed is closed at once)
-            });
-          }
+          Dispatch(listener, context, std::move(socket), at_cap);
         }
         if (!stopping.load()) Accept(listener);
       });
 }
 
+size_t HttpServer::Impl::OldestIdleContext(const Listener& listener) const {
+  size_t oldest = contexts.size();
+  int64_t oldest_since = IdleList::kNone;
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    const int64_t since = listener.idle[i].oldest_idle_since.load(std::memory_order_relaxed);
+    if (since < oldest_since) {
+      oldest = i;
+      oldest_since = since;
+    }
+  }
+  return oldest;
+}
+
+void HttpServer::Impl::Dispatch(Listener& listener, size_t context, Socket socket,
+                                bool make_room) {
+  if (context == 0) return Serve(listener, 0, std::move(socket), make_room);
+  beast::error_code released;
+  PendingDescriptor fd(socket.release(released));
+  asio::post(*contexts[context],
+             [this, &listener, context, make_room, fd = std::move(fd)]() mutable {
+               Socket adopted(contexts[context]->get_executor());
+               beast::error_code assigned;
+               adopted.assign(listener.protocol, fd.Take(), assigned);
+               // (a socket that failed is closed at once)
+               Serve(listener, context, std::move(adopted), make_room);
+             });
+}
+
 // On the socket's own thread.
-void HttpServer::Impl::Serve(Listener& listener, Socket socket) {
-  auto session = std::make_shared<Session>(std::move(socket), this, &listener);
+void HttpServer::Impl::Serve(Listener& listener, size_t context, Socket socket, bool make_room) {
+  if (make_room && !Session::CloseOldestIdle(listener.idle[context])) {
+    // The idle connections here got busy since the acceptor looked: refused after all.
+    beast::error_code ignored;
+    socket.close(ignored);
+    listener.open.fetch_sub(1, std::memory_order_relaxed);
+    stats->connections_open.fetch_sub(1, std::memory_order_relaxed);
+    stats->connections_rejected.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto session =
+      std::make_shared<Session>(std::move(socket), this, &listener, &listener.idle[context]);
   if (TrackUnlessStopping(session)) session->Start();
 }
 
@@ -815,7 +953,8 @@ HttpServer::HttpServer(const ServerOptions& options)
 HttpServer::~HttpServer() { impl_->Finish(); }
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
-                                       size_t max_connections, StreamBodyIf stream_body) {
+                                       size_t max_connections, StreamBodyIf stream_body,
+                                       ServerAnswered server_answered) {
   auto endpoint = ParseAddress(address);
   if (!endpoint.ok()) return endpoint.status();
   auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
@@ -832,6 +971,8 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   listener.acceptor = std::move(acceptor);
   listener.handler = std::move(handler);
   listener.stream_body = std::move(stream_body);
+  listener.server_answered = std::move(server_answered);
+  listener.idle = std::make_unique<Impl::IdleList[]>(impl_->contexts.size());
   listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
   listener.protocol = endpoint->protocol();
   impl_->Accept(impl_->listeners.back());

@@ -4,9 +4,19 @@
 // is one self-owning Session (see server.cc) with every limit in one place: a header block limit
 // (431), a body limit decided from Content-Length before the body is read (413), a header read
 // timeout and an idle keep-alive timeout (slowloris cannot hold a connection), malformed requests
-// (400, connection closed). Keep-alive and pipelined requests are served in order. Each listener
-// has its own cap on open connections (so a flood on one cannot lock out another, e.g. admin);
-// connections over it are closed at once.
+// and HTTP/1.1 requests without exactly one Host field (400, connection closed). Keep-alive and
+// pipelined requests are served in order.
+//
+// Timeouts, as nginx's client_header_timeout and keepalive_timeout: a new connection's first
+// request must arrive whole within header_timeout from the accept (one that sends nothing is
+// closed then, or at idle_timeout if that is shorter); after an answer, the connection waits up
+// to idle_timeout for the first byte of the next request, which must then arrive whole within
+// header_timeout.
+//
+// Each listener has its own cap on open connections (so a flood on one cannot lock out another,
+// e.g. admin). A connection arriving at the cap takes the place of the listener's connection
+// that has been idle the longest (waiting for the first byte of a request, a new connection that
+// sent nothing too), which is closed; only when none is idle is the new one closed at once.
 //
 // Handlers run on the connection's thread and must not block. A handler that has to wait (for
 // Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
@@ -227,6 +237,9 @@ class Deferral {
 // moved from: it is destroyed when the handler returns). `peer` is the client's address.
 using Handler = std::function<void(HttpRequest& request, const std::string& peer,
                                    HttpResponse& response, Deferral& deferral)>;
+// Told, on the connection's thread, of each answer the server writes itself instead of the
+// handler (a request it could not read or accept: 400, 413, 431), with its status code.
+using ServerAnswered = std::function<void(unsigned status)>;
 // Asked, on the connection's thread, about each request that has a body, once its header is in:
 // true hands the request to the handler at once with the body to read (Deferral::body()); false
 // reads the body whole first (bounded by max_body_bytes) as for every other request.
@@ -258,8 +271,10 @@ class HttpServer {
   // Returns the bound port. At most `max_connections` connections of this listener are open at
   // once (0: ServerOptions::max_connections). With `stream_body`, the requests it picks get
   // their body streamed (max_body_bytes still bounds it: a larger Content-Length is a 413).
+  // `server_answered` is told of the answers that never reach `handler` (to count them).
   absl::StatusOr<int> Listen(const std::string& address, Handler handler,
-                             size_t max_connections = 0, StreamBodyIf stream_body = nullptr);
+                             size_t max_connections = 0, StreamBodyIf stream_body = nullptr,
+                             ServerAnswered server_answered = nullptr);
 
   // Serves until Stop(); runs the worker threads and returns when they are done.
   void Run();

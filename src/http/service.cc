@@ -77,6 +77,20 @@ uint64_t NextServiceSerial() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+// The token of Authorization credentials "Bearer <token>" (RFC 6750 §2.1), or nullopt for
+// another scheme. The scheme is case-insensitive (RFC 9110 §11.1) and followed by one or more
+// spaces (§11.4: auth-scheme 1*SP token68).
+std::optional<std::string_view> BearerToken(std::string_view credentials) {
+  constexpr std::string_view kScheme = "bearer";
+  if (credentials.size() <= kScheme.size() || credentials[kScheme.size()] != ' ' ||
+      !boost::beast::iequals(credentials.substr(0, kScheme.size()), kScheme)) {
+    return std::nullopt;
+  }
+  const size_t token = credentials.find_first_not_of(' ', kScheme.size());
+  if (token == std::string_view::npos) return std::nullopt;
+  return credentials.substr(token);
+}
+
 void MethodNotAllowed(HttpResponse& response, const char* allowed) {
   response.set(beast_http::field::allow, allowed);
   SetJson(response, beast_http::status::method_not_allowed,
@@ -126,9 +140,8 @@ void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResp
   if (!deferral.taken()) CountResponse(response);  // else counted when sent
 }
 
-void Service::CountResponse(const HttpResponse& response) {
+void Service::CountStatus(unsigned code) {  // below 1000 (Beast keeps a status there)
   if (metrics_ == nullptr) return;
-  const unsigned code = response.result_int();  // Beast keeps it below 1000
   Counter* counter = code < response_counters_.size()
                          ? response_counters_[code].load(std::memory_order_relaxed)
                          : nullptr;
@@ -518,10 +531,17 @@ void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferra
 
 bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
   if (admin_token_.empty()) return true;
-  const auto it = request.find(beast_http::field::authorization);
-  if (it != request.end() &&
-      std::string_view(it->value().data(), it->value().size()) == "Bearer " + admin_token_) {
-    return true;
+  const auto [first, end] = request.equal_range(beast_http::field::authorization);
+  // Two credentials are ambiguous (a proxy in front may have checked the other one): refused
+  // rather than taking the first.
+  if (first != end && std::next(first) != end) {
+    SetJson(response, beast_http::status::bad_request,
+            R"({"error":"more than one Authorization field"})");
+    return false;
+  }
+  if (first != end) {
+    const auto token = BearerToken(std::string_view(first->value().data(), first->value().size()));
+    if (token && *token == admin_token_) return true;
   }
   response.set(beast_http::field::www_authenticate, "Bearer");
   SetJson(response, beast_http::status::unauthorized,

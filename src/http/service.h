@@ -64,6 +64,10 @@ class Service {
   bool StreamsBody(const HttpRequest& header) const;
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response,
                    Deferral& deferral);
+  // Counts a data-plane answer in sluice_http_requests_total. HandleData counts its own; the
+  // data listener's `server_answered` brings those the server wrote itself (a request it could
+  // not read: 400, 413, 431).
+  void CountStatus(unsigned code);
 
   // Closes the reverse proxy's idle upstream connections. Call after the HttpServer stopped
   // running and before it is destroyed (they live on its io_contexts).
@@ -77,7 +81,7 @@ class Service {
   // before returning (the answer goes into `response`) or later (through `deferral`).
   void AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
                         absl::FunctionRef<void(Send)> decide);
-  void CountResponse(const HttpResponse& response);
+  void CountResponse(const HttpResponse& response) { CountStatus(response.result_int()); }
   void Readyz(HttpResponse& response);
 
   struct ProxyCall;

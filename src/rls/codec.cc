@@ -117,6 +117,11 @@ absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request) {
   if (request.descriptors().empty()) {
     return absl::InvalidArgumentError("rate limit descriptor list must not be empty");
   }
+  if (static_cast<size_t>(request.descriptors_size()) > engine::kMaxRequestDescriptors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rate limit descriptor list has ", request.descriptors_size(),
+                     " descriptors, more than the maximum of ", engine::kMaxRequestDescriptors));
+  }
   engine::Request out;
   out.domain = request.domain();
   out.hits_addend = std::max<uint64_t>(1, request.hits_addend());
@@ -126,6 +131,11 @@ absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request) {
     if (in.entries().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("rate limit descriptor ", i, " has no entries"));
+    }
+    if (static_cast<size_t>(in.entries_size()) > engine::kMaxDescriptorEntries) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rate limit descriptor ", i, " has ", in.entries_size(),
+                       " entries, more than the maximum of ", engine::kMaxDescriptorEntries));
     }
     engine::Descriptor& d = out.descriptors.emplace_back();
     d.entries.reserve(static_cast<size_t>(in.entries_size()));

@@ -70,6 +70,9 @@ inline constexpr uint32_t kUnlimitedRemaining = 0xFFFFFFFFu;
 //   "rate limit descriptor list must not be empty"
 //   "rate limit descriptor 2 has no entries"                    (Envoy's validate rule, re-done)
 //   "rate limit descriptor 2, entry 0: key must not be empty"   (idem)
+//   "rate limit descriptor list has 65 descriptors, more than the maximum of 64"  (sluice's
+//   "rate limit descriptor 2 has 33 entries, more than the maximum of 32"         bounds, see
+//                                                                   engine::kMaxRequestDescriptors)
 //   "rate limit descriptor 2: limit override unit UNKNOWN is not a time unit"  (upstream panics)
 //   "rate limit descriptor 2: limit override unit 9 is not a RateLimitUnit"
 // Semantics (§2.2, §4 GetHitsAddends): request hits_addend 0/unset -> 1; a descriptor's

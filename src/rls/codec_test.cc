@@ -121,6 +121,30 @@ TEST(FromProtoTest, EmptyEntryKeyIsRejected) {
   EXPECT_EQ(r.status().message(), "rate limit descriptor 1, entry 1: key must not be empty");
 }
 
+// A request is decided at once on one thread: its descriptors and their entries are bounded.
+TEST(FromProtoTest, DescriptorsAndEntriesAreBounded) {
+  RateLimitRequest request;
+  request.set_domain("edge");
+  for (int i = 0; i < 64; ++i) AddDescriptor(&request, {{"k", "v"}});
+  EXPECT_TRUE(FromProto(request).ok());
+  AddDescriptor(&request, {{"k", "v"}});
+  absl::StatusOr<engine::Request> r = FromProto(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "rate limit descriptor list has 65 descriptors, more than the maximum of 64");
+
+  RateLimitRequest wide = Request1("edge", "k", "v");
+  std::vector<std::pair<std::string, std::string>> entries(32, {"k", "v"});
+  AddDescriptor(&wide, entries);
+  EXPECT_TRUE(FromProto(wide).ok());
+  entries.emplace_back("k", "v");
+  AddDescriptor(&wide, entries);
+  r = FromProto(wide);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "rate limit descriptor 2 has 33 entries, more than the maximum of 32");
+}
+
 TEST(FromProtoTest, RequestHitsAddendZeroOrUnsetMeansOne) {
   RateLimitRequest request = Request1("edge", "k", "v");
   EXPECT_EQ(FromProto(request)->hits_addend, 1u);
@@ -663,6 +687,16 @@ TEST_F(RlsTest, JsonReferenceExampleOverLimit) {
       R"({"overallCode":"OVER_LIMIT","statuses":[)"
       R"({"code":"OK","currentLimit":{"requestsPerUnit":10,"unit":"SECOND"},"limitRemaining":9,"durationUntilReset":"1s"},)"
       R"({"code":"OVER_LIMIT","currentLimit":{"requestsPerUnit":5,"unit":"MINUTE"},"durationUntilReset":"40s"}]})");
+}
+
+TEST_F(RlsTest, JsonWithTooManyDescriptorsIsBadRequest) {
+  std::string body = R"({"domain":"edge","descriptors":[)";
+  for (int i = 0; i < 10000; ++i) {
+    body += i == 0 ? "" : ",";
+    body += R"({"entries":[{"key":"remote_address","value":"10.0.0.1"}]})";
+  }
+  body += "]}";
+  ExpectBadRequest(Json(body));
 }
 
 TEST_F(RlsTest, JsonPrintsTheLimitNameAfterUnit) {

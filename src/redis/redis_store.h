@@ -23,6 +23,11 @@
 // script may take keys of several slots of its node: allow-cross-slot-keys); should the slot map
 // change under a batch, its requests go again one by one, following MOVED and ASK.
 //
+// Each request has one deadline, the client's timeout from DecideAll: its wait for a call, both
+// steps across slots, redirections and a NOSCRIPT repeat all count against it, and each script
+// call carries it to Redis in Redis's clock, where decide.lua changes nothing past it (a call
+// that waited in a hung server's socket must not consume for a request answered otherwise).
+//
 // The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
 // replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
 // (breaker.h) refuses calls at once while Redis keeps failing. Safe for concurrent use; `done`
@@ -32,6 +37,7 @@
 #define SLUICE_REDIS_REDIS_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -109,9 +115,11 @@ class RedisStore {
 
  private:
   struct Call;
-  void Run(std::shared_ptr<Call> call, bool commit, std::function<void(absl::StatusOr<DecideResult>)> done);
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  void Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
+           std::function<void(absl::StatusOr<DecideResult>)> done);
   void RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
-                std::function<void(absl::StatusOr<DecideResult>)> done);
+                SteadyTime deadline, std::function<void(absl::StatusOr<DecideResult>)> done);
   void Record(const absl::Status& status);
   // One refund script call for `items` (all in one slot).
   void RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
@@ -122,6 +130,7 @@ class RedisStore {
   struct Queued {
     std::vector<Limit> limits;
     std::vector<DecideItem> items;
+    SteadyTime deadline;  // the decision's: DecideAll's time + the client's timeout
     std::function<void(absl::StatusOr<DecideResult>)> done;
   };
   struct NodeQueue {

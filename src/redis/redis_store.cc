@@ -470,7 +470,15 @@ void RedisStore::LearnSha(std::string_view key) {
 }
 
 void RedisStore::Record(const absl::Status& status) {
-  if (status.ok()) return breaker_.Succeeded();
+  if (status.ok()) {
+    last_success_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                           std::memory_order_relaxed);
+    return breaker_.Succeeded();
+  }
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last_error_ = std::string(status.message());
+  }
   errors_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kUnavailable ||
@@ -479,6 +487,48 @@ void RedisStore::Record(const absl::Status& status) {
   } else {
     breaker_.Succeeded();  // Redis answered: the connection is fine
   }
+}
+
+RedisStore::Health RedisStore::GetHealth() {
+  if (!client_->Ready()) return {false, client_->last_error()};
+  if (breaker_.Healthy()) {
+    const std::chrono::steady_clock::duration since_success(
+        std::chrono::steady_clock::now().time_since_epoch().count() -
+        last_success_ns_.load(std::memory_order_relaxed));
+    if (since_success > kIdleProbe) Probe();  // idle: nothing else would notice a hung Redis
+    return {true, "connected"};
+  }
+  Probe();  // no request may come to probe (a backend that is not ready gets no traffic)
+  const Breaker::State state = breaker_.state();
+  std::string last;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last = last_error_;
+  }
+  return {false, state == Breaker::State::kClosed
+                    ? fmt::format("connected, but the last call failed: {}", last)
+                    : fmt::format("circuit breaker {} after repeated failures (last: {})",
+                                  Breaker::Name(state), last)};
+}
+
+void RedisStore::Probe() {
+  if (probing_.exchange(true)) return;
+  if (!breaker_.Allow()) {
+    probing_ = false;
+    return;
+  }
+  std::string ping;
+  AppendCommand(&ping, {"PING"});
+  client_->Send("", std::move(ping), [this](absl::StatusOr<Reply> reply) {
+    if (reply.ok() && !reply->IsError()) {
+      Record(absl::OkStatus());
+    } else {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      last_error_ = reply.ok() ? reply->str : std::string(reply.status().message());
+    }
+    if (!reply.ok() || reply->IsError()) breaker_.Failed();
+    probing_ = false;
+  });
 }
 
 RedisStore::Stats RedisStore::GetStats() const {

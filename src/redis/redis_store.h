@@ -111,7 +111,21 @@ class RedisStore {
   std::string RedisKey(uint64_t limit_id, std::string_view key) const;
 
   Stats GetStats() const;
-  bool Ready() const { return client_->Ready(); }
+
+  // Whether decisions on Redis work now (what /readyz, sluice_backend_up and gRPC health
+  // report): the client is connected, the breaker is closed and the last call did not fail
+  // (time out or lose its connection); `detail` says which, and the last failure. A connection
+  // that is up is not enough: a hung Redis keeps its connections while every call times out.
+  // Readiness must not wait for traffic that may never come (a load balancer sends none to a
+  // backend that is not ready, and an idle instance has no calls to learn from), so while not
+  // up, or when no call has succeeded for kIdleProbe, this sends a probe itself (PING, one at a
+  // time, through the breaker); the next look at health sees its outcome.
+  static constexpr std::chrono::seconds kIdleProbe{1};
+  struct Health {
+    bool up = false;
+    std::string detail;
+  };
+  Health GetHealth();
 
  private:
   struct Call;
@@ -161,6 +175,12 @@ class RedisStore {
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0};
+  // Sends a health probe (PING) unless one is in flight or the breaker refuses.
+  void Probe();
+  std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
+  std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
+  mutable std::mutex error_mu_;
+  std::string last_error_;  // the last call's failure; guarded by error_mu_
   std::mutex batch_mu_;
   absl::flat_hash_map<std::string, NodeQueue> queues_;  // by node; guarded by batch_mu_
   size_t queued_ = 0;  // requests waiting, all nodes; guarded by batch_mu_

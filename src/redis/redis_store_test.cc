@@ -1,7 +1,8 @@
 // RedisStore on real Redis: one limit held exactly by many concurrent callers, all-or-nothing
 // across slots of a cluster, NOSCRIPT after SCRIPT FLUSH and after a crash and restart, the
 // circuit breaker opening on timeouts and closing once Redis answers again, calls that ran late
-// (Redis stopped or busy) consuming nothing, and one timeout per decision.
+// (Redis stopped or busy) consuming nothing, one timeout per decision, and health that follows
+// what decisions get.
 
 #include "redis/redis_store.h"
 
@@ -353,6 +354,42 @@ TEST(RedisStoreTest, ADecisionWaitsAtMostOneTimeout) {
         << std::chrono::duration_cast<std::chrono::milliseconds>(a.took).count() << " ms";
   }
   EXPECT_EQ(RemainingAfterQueuedCalls(*client, store, limit, "slow"), 39);
+}
+
+// Issue 18 (4): readiness follows what decisions get. While Redis hangs its connections stay up
+// (the client is Ready) but calls time out: not up; once the breaker opens it says so; after
+// Redis resumes, health comes back by its own probe, with no request sent.
+TEST(RedisStoreTest, HealthFollowsDecisionsNotTheConnection) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false, 100ms);
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 2, .open_for = 200ms}});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
+  const Item item{.limit = &limit, .limit_id = 1, .key = "health", .cost = 1};
+  ASSERT_TRUE(Decide(store, {item}).ok());
+  EXPECT_TRUE(store.GetHealth().up) << store.GetHealth().detail;
+  ASSERT_TRUE(server.Pause());
+  EXPECT_EQ(Decide(store, {item}).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(client->Ready());  // what readiness used to report
+  RedisStore::Health health = store.GetHealth();
+  EXPECT_FALSE(health.up);
+  EXPECT_THAT(health.detail, ::testing::HasSubstr("last call failed"));
+  EXPECT_EQ(Decide(store, {item}).status().code(), absl::StatusCode::kDeadlineExceeded);
+  health = store.GetHealth();
+  EXPECT_FALSE(health.up);
+  EXPECT_THAT(health.detail, ::testing::HasSubstr("circuit breaker open"));
+  // Still hung: the health probes time out too, and health stays down.
+  const auto hung_until = std::chrono::steady_clock::now() + 600ms;
+  while (std::chrono::steady_clock::now() < hung_until) {
+    EXPECT_FALSE(store.GetHealth().up);
+    std::this_thread::sleep_for(20ms);
+  }
+  server.Resume();
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < deadline && !(health = store.GetHealth()).up) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(health.up) << health.detail;
+  EXPECT_EQ(store.GetStats().breaker, Breaker::State::kClosed);
 }
 
 // On a cluster, single-slot requests headed to one node share script calls (keys of several

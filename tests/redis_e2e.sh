@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # End-to-end tests of the Redis backend: four `sluice serve` processes share one real
 # redis-server (and then a real 3-master Redis Cluster) and must hold each limit exactly between
-# them; then the faults — Redis killed and restarted empty (NOSCRIPT), CLIENT PAUSE, DEBUG SLEEP —
-# with every request answered by its domain's failure_mode (open, closed, local), /readyz and the
-# metrics saying so, and decisions back on Redis within 5 s of it returning. A wrong Redis
+# them; then the faults — Redis killed and restarted empty (NOSCRIPT), CLIENT PAUSE, DEBUG SLEEP,
+# SIGSTOP — with every request answered by its domain's failure_mode (open, closed, local),
+# /readyz and the metrics saying so (a hung Redis too, whose connections stay open), requests
+# answered while it hung consuming nothing, and decisions back on Redis within 5 s of it
+# returning. A wrong Redis
 # password is a start-up error. The limits hold too with the states packed into hashes
 # (redis.buckets).
 # Usage: SLUICE=path/to/sluice tests/redis_e2e.sh tests/redis
 set -u
 fixtures=$1
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-for tool in curl redis-server redis-cli; do
+for tool in curl redis-server redis-cli node; do
   command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 done
 
@@ -171,6 +173,48 @@ check "debug sleep: closed domain 503" 503 "$(check_one "${datas[2]}" closed use
 wait "$sleeper"
 back=$(tenths_until_decided "${datas[2]}" hank)
 check "after debug sleep: decided on Redis again" 1 "$((back > 0 ? 1 : 0))"
+
+# SIGSTOP: Redis hangs with its connections open (issue 18). Readiness and sluice_backend_up
+# follow what decisions get, not the connection, with no traffic needed to notice either way;
+# and the requests answered 503 while it hung consume nothing when it resumes.
+ready_code() { curl -s -o "$tmp/ready" -w '%{http_code}' "http://$1/readyz"; }
+backend_up() { curl -s "http://$1/metrics" | grep '^sluice_backend_up ' | awk '{print $2}'; }
+# gRPC health (grpc.health.v1 with tests/grpc's Node.js client) on a fifth instance, given the
+# traffic instance 3 gets below.
+grpc_health() { timeout 10 node "$(dirname "$0")/grpc/health_status.js" "$1" 2>&1 | tail -1; }
+start g --config "$tmp/rules" --redis "redis://127.0.0.1:$rport" --grpc 127.0.0.1:0 --threads 1
+gdata=$DATA gadmin=$ADMIN ggrpc=$GRPC gpid=$PID
+check "gRPC health SERVING while Redis decides" SERVING "$(grpc_health "$ggrpc")"
+sleep 1.2  # instance 0 has decided nothing for over a second: idle
+check "before the hang: sam's first request allowed" 200 "$(check_one "${datas[3]}" closed user sam)"
+kill -STOP "$RPID"
+hung=$(for _ in $(seq 8); do echo "${datas[3]}"; done |
+  xargs -P 8 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
+    -d '{"domain":"closed","descriptors":[{"entries":[{"key":"user","value":"sam"}]}]}' \
+    "http://{}/v1/check" | grep -c '^503$')
+check "hung: 8 requests of a closed domain answered 503" 8 "$hung"
+check "hung: readyz 503 where calls timed out" 503 "$(ready_code "${admins[3]}")"
+check_contains "hung: readyz says a call failed" "fail" "$(cat "$tmp/ready")"
+check "hung: sluice_backend_up 0 where calls timed out" 0 "$(backend_up "${admins[3]}")"
+check "hung: a closed-domain request on the gRPC instance answered 503" 503 \
+  "$(check_one "$gdata" closed user sam)"
+check "hung: gRPC health NOT_SERVING" NOT_SERVING "$(grpc_health "$ggrpc")"
+idle=0
+for i in $(seq 30); do [[ $(ready_code "${admins[0]}") == 503 ]] && { idle=$i; break; }; sleep 0.1; done
+check "hung: an idle instance's readyz turns 503 by its own probe (within 3 s)" 1 "$((idle > 0 ? 1 : 0))"
+kill -CONT "$RPID"
+ready=0
+for i in $(seq 50); do [[ $(ready_code "${admins[3]}") == 200 ]] && { ready=$i; break; }; sleep 0.1; done
+check "resumed: readyz 200 again, with no request sent, within 5 s" 1 "$((ready > 0 ? 1 : 0))"
+check "resumed: sluice_backend_up 1" 1 "$(backend_up "${admins[3]}")"
+serving=0
+for i in $(seq 50); do [[ $(grpc_health "$ggrpc") == SERVING ]] && { serving=$i; break; }; sleep 0.1; done
+check "resumed: gRPC health SERVING again within 5 s" 1 "$((serving > 0 ? 1 : 0))"
+sleep 0.3  # whatever waited in Redis's sockets has run
+check_contains "resumed: the 9 answered while it hung consumed nothing (4 of 5 left)" '"remaining":4' \
+  "$(curl -s "http://${admins[1]}/v1/limits?domain=closed&descriptors=user=sam")"
+PID=$gpid stop
+check "the gRPC instance stops cleanly" 0 "$STATUS"
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "instance $i stops cleanly" 0 "$STATUS"; done
 
 # ---------------------------------------------------------------- passwords

@@ -91,7 +91,6 @@ absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
 // Registers the backend's families on /metrics.
 absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& backend) {
   redis::RedisStore* store = backend.store.get();
-  redis::Client* client = backend.client.get();
   using Stats = redis::RedisStore::Stats;
   const std::pair<const char*, const char*> counters[] = {
       {"sluice_backend_calls_total", "decisions asked of the backend"},
@@ -111,8 +110,10 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& 
                                               });
     if (!status.ok()) return status;
   }
-  if (auto s = registry.AddCallbackGauge("sluice_backend_up", "1 when the backend can decide",
-                                         [client] { return client->Ready() ? 1.0 : 0.0; });
+  if (auto s = registry.AddCallbackGauge(
+          "sluice_backend_up",
+          "1 when the backend can decide: connected, breaker closed, last call did not fail",
+          [store] { return store->GetHealth().up ? 1.0 : 0.0; });
       !s.ok()) {
     return s;
   }
@@ -219,16 +220,16 @@ int RunServe(const ServeFlags& flags) {
   http::Service service(&manager, &store, SystemClock::Get(), token, remote);
   std::function<bool()> backend_serving;
   if (redis_backend) {
-    redis::Client* client = redis_backend->client.get();
+    redis::RedisStore* redis_store = redis_backend->store.get();
     const std::string where = redis_backend->where;
-    service.SetBackendHealth([client, where] {
-      const bool ready = client->Ready();
-      return http::Service::BackendHealth{
-          ready, ready ? where + ": connected" : where + ": " + client->last_error()};
+    // Not the connection alone: a hung Redis keeps it while every decision times out.
+    service.SetBackendHealth([redis_store, where] {
+      const redis::RedisStore::Health health = redis_store->GetHealth();
+      return http::Service::BackendHealth{health.up, where + ": " + health.detail};
     });
-    // gRPC health: SERVING while Redis answers, or while no domain fails closed without it.
-    backend_serving = [client, &manager] {
-      if (client->Ready()) return true;
+    // gRPC health: SERVING while Redis decides, or while no domain fails closed without it.
+    backend_serving = [redis_store, &manager] {
+      if (redis_store->GetHealth().up) return true;
       const auto config = manager.Current();
       return config->FirstFailingClosed() == nullptr;
     };

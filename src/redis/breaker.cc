@@ -43,6 +43,11 @@ Breaker::State Breaker::state() const {
   return state_;
 }
 
+bool Breaker::Healthy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == State::kClosed && consecutive_failures_ == 0;
+}
+
 uint64_t Breaker::opened() const {
   std::lock_guard<std::mutex> lock(mu_);
   return opened_;

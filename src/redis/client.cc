@@ -93,8 +93,10 @@ class ClientImpl : public Client {
     while (io_.poll() > 0) continue;
   }
 
-  void Send(std::string_view key, std::string command, Callback done) override {
-    if (!options_.cluster) return seeds_.front()->Pick()->Send(std::move(command), std::move(done));
+  void Send(std::string_view key, std::string command, Callback done, Deadline deadline) override {
+    if (!options_.cluster) {
+      return seeds_.front()->Pick()->Send(std::move(command), std::move(done), 1, deadline);
+    }
     const uint16_t slot = KeySlot(key);
     Node* node = slots_[slot].load(std::memory_order_acquire);
     if (node == nullptr) {
@@ -106,8 +108,11 @@ class ClientImpl : public Client {
     auto attempt = std::make_shared<Attempt>();
     attempt->command = std::move(command);
     attempt->done = std::move(done);
+    attempt->deadline = deadline;
     Dispatch(std::move(attempt), node, /*asking=*/false);
   }
+
+  std::chrono::microseconds timeout() const override { return options_.connection.timeout; }
 
   bool Ready() const override {
     if (!options_.cluster) return seeds_.front()->HasReadyConnection();
@@ -183,6 +188,7 @@ class ClientImpl : public Client {
     Callback done;
     int redirects = 0;
     std::chrono::steady_clock::time_point connect_wait_until{};  // set on the first wait
+    Deadline deadline;  // the caller's, for every node the command goes to
   };
 
   // The node at `endpoint`, created (and connecting) on first use. Nodes live as long as the
@@ -220,12 +226,16 @@ class ClientImpl : public Client {
   }
 
   void Dispatch(std::shared_ptr<Attempt> attempt, Node* node, bool asking) {
-    // A node still connecting gets up to one command timeout to finish, polled every ms.
+    // A node still connecting gets up to one command timeout (or what is left of the caller's
+    // deadline) to finish, polled every ms.
     if (node->StillConnecting()) {
       const auto now = std::chrono::steady_clock::now();
       if (attempt->connect_wait_until == std::chrono::steady_clock::time_point{}) {
         attempt->connect_wait_until =
             now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.connection.timeout);
+        if (attempt->deadline.at != std::chrono::steady_clock::time_point{}) {
+          attempt->connect_wait_until = std::min(attempt->connect_wait_until, attempt->deadline.at);
+        }
       }
       if (now < attempt->connect_wait_until) {
         auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(1));
@@ -240,6 +250,8 @@ class ClientImpl : public Client {
     }
     std::string bytes;
     if (asking) AppendCommand(&bytes, {"ASKING"});
+    Deadline deadline = attempt->deadline;
+    if (deadline.redis_time_at != std::string::npos) deadline.redis_time_at += bytes.size();
     bytes += attempt->command;
     node->Pick()->Send(
         std::move(bytes),
@@ -270,7 +282,7 @@ class ClientImpl : public Client {
           }
           Dispatch(std::move(attempt), target, redirect->ask);
         },
-        asking ? 2 : 1);
+        asking ? 2 : 1, deadline);
   }
 
   // --- the slot map

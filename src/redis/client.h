@@ -12,6 +12,7 @@
 #ifndef SLUICE_REDIS_CLIENT_H_
 #define SLUICE_REDIS_CLIENT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,7 +45,12 @@ class Client {
   virtual ~Client() = default;
 
   // Sends `command` (one RESP command, see AppendCommand) to the node that serves `key`'s slot.
-  virtual void Send(std::string_view key, std::string command, Callback done) = 0;
+  // `deadline` holds for the whole call, redirections and waits for a node's connection included
+  // (and, with Deadline::redis_time_at, each node it goes to is told it in its own clock).
+  virtual void Send(std::string_view key, std::string command, Callback done,
+                    Deadline deadline = {}) = 0;
+  // Options::connection.timeout: how long a call may take when its caller gives no deadline.
+  virtual std::chrono::microseconds timeout() const = 0;
 
   // True when commands can be sent: the server is connected, or the cluster's slot map is
   // loaded, covers every slot, and every node serving a slot is connected.

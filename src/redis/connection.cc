@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 
 #include "fmt/format.h"
+#include "redis/redis_clock.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::redis {
@@ -27,10 +28,10 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     asio::post(io_, [self = shared_from_this()] { self->Connect(); });
   }
 
-  void Send(std::string command, Callback done, size_t replies) override {
+  void Send(std::string command, Callback done, size_t replies, Deadline deadline) override {
     asio::post(io_, [self = shared_from_this(), command = std::move(command), done = std::move(done),
-                     replies]() mutable {
-      self->Enqueue(std::move(command), std::move(done), replies);
+                     replies, deadline]() mutable {
+      self->Enqueue(std::move(command), std::move(done), replies, deadline);
     });
   }
 
@@ -56,6 +57,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     size_t replies = 1;       // how many replies this entry takes
     Reply collected;          // the array of a multi-reply entry
     Clock::time_point deadline;
+    bool carries_redis_time = false;  // its reply starts with Redis's time (Deadline)
   };
 
   void SetState(State s, std::string error) {
@@ -116,7 +118,9 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
       ++replies;
     }
     AppendCommand(&hello, {"PING"});
-    ++replies;
+    // Redis's clock, before any command that carries a deadline in it (RedisClock).
+    AppendCommand(&hello, {"TIME"});
+    replies += 2;
     Push(std::move(hello), replies,
          [self = shared_from_this(), gen = generation_](absl::StatusOr<Reply> reply) {
            if (gen != self->generation_) return;
@@ -125,10 +129,14 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
              if (r.IsError()) return self->Fail(fmt::format("login to {} failed: {}",
                                                            self->options_.endpoint.Address(), r.str));
            }
-           if (reply->IsError()) {
-             return self->Fail(fmt::format("login to {} failed: {}", self->options_.endpoint.Address(),
-                                           reply->str));
+           if (reply->elements.empty() || reply->elements.back().elements.size() != 2) {
+             return self->Fail(fmt::format("login to {} failed: a malformed reply to TIME",
+                                           self->options_.endpoint.Address()));
            }
+           const Reply& time = reply->elements.back();
+           self->clock_.Sample(std::atoll(time.elements[0].str.c_str()) * 1000000 +
+                                   std::atoll(time.elements[1].str.c_str()),
+                               Clock::now());
            self->backoff_ = self->options_.min_backoff;
            // The login's deadline was the connect timeout; commands' deadlines are shorter.
            self->timer_.cancel();
@@ -173,7 +181,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
 
   // --- sending
 
-  void Enqueue(std::string command, Callback done, size_t replies) {
+  void Enqueue(std::string command, Callback done, size_t replies, Deadline deadline) {
     if (state() != State::kReady) {
       const std::string why = last_error();
       return done(absl::UnavailableError(
@@ -185,22 +193,53 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
           fmt::format("redis {}: {} commands already waiting", options_.endpoint.Address(),
                       pending_.size())));
     }
-    Push(std::move(command), replies, std::move(done), /*internal=*/false);
+    const auto now = Clock::now();
+    const auto latest = now + std::chrono::duration_cast<Clock::duration>(options_.timeout);
+    const auto at = deadline.at == Clock::time_point{} ? latest : std::min(deadline.at, latest);
+    if (at <= now) {
+      return done(absl::DeadlineExceededError(fmt::format(
+          "redis {}: the call's deadline passed before it was sent", options_.endpoint.Address())));
+    }
+    const bool carries_redis_time = deadline.redis_time_at != std::string::npos;
+    if (carries_redis_time) WriteRedisDeadline(&command, deadline.redis_time_at, at);
+    PushUntil(std::move(command), replies, std::move(done), at, carries_redis_time);
   }
 
-  void Push(std::string command, size_t replies, Callback done, bool internal) {
+  // Writes into `command` the earliest Redis time at which this connection may have given up on
+  // it (steady `at`), less a margin for the reply's way back: a script that finds TIME past it
+  // changes nothing, and one that does not is answered in time (see Deadline).
+  void WriteRedisDeadline(std::string* command, size_t field, Clock::time_point at) {
+    if (field + kRedisTimeDigits > command->size()) return;  // not a field of this command
+    const auto margin = std::chrono::duration_cast<Clock::duration>(options_.timeout) / 8;
+    // The login read TIME before the connection was ready, so there is always an estimate.
+    const int64_t redis_us = clock_.EarliestRedisTime(at - margin).value_or(0);
+    const std::string digits =
+        fmt::format("{:0{}d}", std::max<int64_t>(0, redis_us), kRedisTimeDigits);
+    if (digits.size() != kRedisTimeDigits) return;  // past the year 2286: no deadline
+    command->replace(field, kRedisTimeDigits, digits);
+  }
+
+  void PushUntil(std::string command, size_t replies, Callback done, Clock::time_point deadline,
+                 bool carries_redis_time) {
     Pending p;
     p.done = std::move(done);
     p.replies = std::max<size_t>(1, replies);
     if (p.replies > 1) p.collected.type = Reply::Type::kArray;
-    p.deadline = Clock::now() + (internal ? std::chrono::duration_cast<Clock::duration>(
-                                                options_.connect_timeout)
-                                          : std::chrono::duration_cast<Clock::duration>(
-                                                options_.timeout));
+    p.deadline = deadline;
+    p.carries_redis_time = carries_redis_time;
     pending_.push_back(std::move(p));
-    if (!deadline_armed_) ArmDeadline();
+    if (!deadline_armed_ || deadline < armed_at_) ArmDeadline();
     out_.append(command);
     if (!writing_) WriteMore();
+  }
+
+  // `internal`: the connection's own login (AUTH, SELECT, PING, TIME), whose deadline is the
+  // connect timeout; else Options::timeout.
+  void Push(std::string command, size_t replies, Callback done, bool internal) {
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(
+        internal ? options_.connect_timeout : options_.timeout);
+    PushUntil(std::move(command), replies, std::move(done), Clock::now() + timeout,
+              /*carries_redis_time=*/false);
   }
 
   void WriteMore() {
@@ -219,16 +258,24 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
                       });
   }
 
-  // --- deadlines: one timer, set to the oldest live command's deadline (deadlines grow along
-  // the queue). Replies do not touch it: when it fires early it just moves on, so a healthy
-  // connection pays at most one timer wake-up per timeout period, not one per command.
+  // --- deadlines: one timer, set to the earliest deadline of a live command. (A caller's
+  // deadline may be earlier than those of commands sent before it, so every live command is
+  // looked at; the store keeps few in flight.) Replies do not touch it: when it fires early it
+  // just moves on, so a healthy connection pays about one timer wake-up per timeout period, not
+  // one per command; and it fires at most 16 times a period, however many deadlines there are
+  // (a deadline may then be noticed up to timeout / 16 late).
 
   void ArmDeadline() {
-    auto it = std::find_if(pending_.begin(), pending_.end(),
-                           [](const Pending& p) { return p.done != nullptr; });
-    deadline_armed_ = it != pending_.end();
+    auto earliest = Clock::time_point::max();
+    for (const Pending& p : pending_) {
+      if (p.done != nullptr) earliest = std::min(earliest, p.deadline);
+    }
+    deadline_armed_ = earliest != Clock::time_point::max();
     if (!deadline_armed_) return;
-    timer_.expires_at(it->deadline);
+    armed_at_ =
+        std::max(earliest,
+                 last_expiry_ + std::chrono::duration_cast<Clock::duration>(options_.timeout / 16));
+    timer_.expires_at(armed_at_);
     timer_.async_wait([self = shared_from_this(), gen = generation_](boost::system::error_code ec) {
       if (ec || gen != self->generation_) return;
       self->ExpireDeadlines();
@@ -237,14 +284,18 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
 
   void ExpireDeadlines() {
     const auto now = Clock::now();
+    last_expiry_ = now;
     bool login_expired = false;
-    for (Pending& p : pending_) {
-      if (p.done == nullptr) continue;
-      if (p.deadline > now) break;
+    // A callback may send more (appended to pending_, looked at next time) or fail the
+    // connection (pending_ emptied): indexes, not iterators.
+    const size_t count = pending_.size();
+    for (size_t i = 0; i < count && i < pending_.size(); ++i) {
+      Pending& p = pending_[i];
+      if (p.done == nullptr || p.deadline > now) continue;
       if (state() != State::kReady) login_expired = true;
       Callback done = std::move(p.done);
       p.done = nullptr;  // its reply, when it comes, is dropped
-      done(absl::DeadlineExceededError(fmt::format("redis {}: no reply within {} µs",
+      done(absl::DeadlineExceededError(fmt::format("redis {}: no reply in time (timeout {} µs)",
                                                    options_.endpoint.Address(),
                                                    options_.timeout.count())));
     }
@@ -281,6 +332,10 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
         if (front.collected.elements.size() < front.replies) continue;
         reply = std::move(front.collected);
       }
+      if (front.carries_redis_time && reply.type == Reply::Type::kArray &&
+          !reply.elements.empty() && reply.elements[0].type == Reply::Type::kInteger) {
+        clock_.Sample(reply.elements[0].integer, Clock::now());
+      }
       Callback done = std::move(front.done);
       pending_.pop_front();
       if (done) done(std::move(reply));
@@ -299,6 +354,9 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   bool closed_ = false;
   bool writing_ = false;
   bool deadline_armed_ = false;
+  Clock::time_point armed_at_{};     // when the deadline timer fires, while armed
+  Clock::time_point last_expiry_{};  // when it last fired
+  RedisClock clock_;                 // Redis's clock: TIME at login, then script replies
   std::string out_;        // commands waiting for the next write
   std::string in_flight_;  // the write in progress
   std::deque<Pending> pending_;

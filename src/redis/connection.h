@@ -4,12 +4,14 @@
 // the next write, so concurrent requests share system calls and round trips (auto-pipelining);
 // replies come back in order and each goes to its command's callback, on the io_context's thread.
 //
-// Bounded in every way: each command has a deadline (Options::timeout; its callback then gets
-// DeadlineExceeded and the late reply is dropped when it arrives), at most
+// Bounded in every way: each command has a deadline (Options::timeout, or an earlier one the
+// caller gives, see Deadline; its callback then gets DeadlineExceeded and the late reply is
+// dropped when it arrives), at most
 // Options::max_pending commands wait for replies (more get ResourceExhausted at once), and while
 // the connection is down commands fail at once with Unavailable — nothing queues for a server
 // that is not there. The connection re-establishes itself with exponential backoff capped at
-// Options::max_backoff, logging in (AUTH) and selecting the database each time.
+// Options::max_backoff, logging in (AUTH), selecting the database and reading Redis's clock
+// (TIME, for deadlines in that clock: see Deadline) each time.
 //
 // Callbacks get an error Status for transport failures only; a Redis error reply (-ERR ...,
 // -NOSCRIPT ...) is a Reply of type kError.
@@ -32,6 +34,20 @@ namespace sluice::redis {
 
 using Callback = std::function<void(absl::StatusOr<Reply>)>;
 
+// When the caller stops waiting for a command's reply and, for a command that can check it
+// itself (decide.lua), where the command carries that moment in the server's own clock.
+struct Deadline {
+  // Steady time; the default (the epoch) means now + Options::timeout. A later one is cut to that.
+  std::chrono::steady_clock::time_point at{};
+  // Byte offset in the command of a bulk string of kRedisTimeDigits digits that the connection
+  // overwrites with the earliest Redis time (µs since the epoch, see RedisClock) at which it may
+  // already have given up on the command: `at`, less a margin for the reply's way back
+  // (Options::timeout / 8). npos: none. Such a command's reply must be an array whose first
+  // element is Redis's time (µs) when it ran; the connection learns Redis's clock from it.
+  size_t redis_time_at = std::string::npos;
+};
+inline constexpr size_t kRedisTimeDigits = 16;
+
 class Connection {
  public:
   struct Options {
@@ -52,8 +68,10 @@ class Connection {
   virtual ~Connection() = default;
 
   // `command` is one or more RESP commands (AppendCommand); `replies` of them are expected and
-  // delivered as one array reply when more than one (a pipeline), else the single reply.
-  virtual void Send(std::string command, Callback done, size_t replies = 1) = 0;
+  // delivered as one array reply when more than one (a pipeline), else the single reply. A
+  // deadline already past fails the command at once, unsent.
+  virtual void Send(std::string command, Callback done, size_t replies = 1,
+                    Deadline deadline = {}) = 0;
 
   // Fails what is pending with Unavailable and stops reconnecting. Safe from any thread.
   virtual void Close() = 0;

@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "redis/redis_clock.h"
 #include "redis/resp.h"
 #include "tests/support/redis_server.h"
 
@@ -346,6 +347,71 @@ TEST_F(ConnectionTest, NothingListening) {
   ASSERT_TRUE(WaitState(*c, Connection::State::kDown));
   EXPECT_THAT(c->last_error(), HasSubstr("cannot connect"));
   EXPECT_EQ(Call(*c, {"PING"}).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// RedisClock maps steady time to Redis time from samples that prove a lower bound of the offset:
+// never later than the truth, tightest with the shortest round trip, and after a step back of
+// Redis's clock it follows within two periods.
+TEST(RedisClockTest, ErrsEarlyAndFollowsTheBestSample) {
+  using SteadyClock = std::chrono::steady_clock;
+  const SteadyClock::time_point t0{std::chrono::hours(1)};
+  const auto us = [](SteadyClock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  constexpr int64_t kOffset = 1'700'000'000'000'000;  // Redis time - steady time, the truth
+  RedisClock clock;
+  EXPECT_FALSE(clock.EarliestRedisTime(t0).has_value());
+  // Redis read its clock at t0 + 100 µs; the reply came 900 µs later.
+  clock.Sample(us(t0 + 100us) + kOffset, t0 + 1ms);
+  const auto later = t0 + 5ms;
+  EXPECT_EQ(*clock.EarliestRedisTime(later), us(later) + kOffset - 900);  // early by the way back
+  // A worse sample (a longer way back) changes nothing; a better one tightens it.
+  clock.Sample(us(t0 + 2ms) + kOffset, t0 + 5ms);
+  EXPECT_EQ(*clock.EarliestRedisTime(later), us(later) + kOffset - 900);
+  clock.Sample(us(t0 + 3ms) + kOffset, t0 + 3ms + 50us);
+  EXPECT_EQ(*clock.EarliestRedisTime(later), us(later) + kOffset - 50);
+  // Redis's clock steps back a second: the old samples still count for a while (erring late),
+  // and are forgotten once two periods began after the step.
+  auto t = t0 + 1s;
+  for (; t < t0 + RedisClock::kPeriod; t += 1s) clock.Sample(us(t) + kOffset - 1'000'000, t + 10us);
+  EXPECT_EQ(*clock.EarliestRedisTime(t), us(t) + kOffset - 50);
+  for (; t <= t0 + 2 * RedisClock::kPeriod + 2s; t += 1s) {
+    clock.Sample(us(t) + kOffset - 1'000'000, t + 10us);
+  }
+  EXPECT_EQ(*clock.EarliestRedisTime(t), us(t) + kOffset - 1'000'000 - 10);
+}
+
+// Login reads Redis's TIME, so a command that carries a deadline in Redis's time gets one at once:
+// here a script that returns the deadline it was given, which lies within the timeout of
+// Redis's clock now (less the margin for the reply's way back) and never past it.
+TEST_F(ConnectionTest, WritesTheDeadlineInRedisTime) {
+  testing::RedisServer server;
+  auto c = Open(server.url(), 800ms);
+  ASSERT_TRUE(WaitState(*c, Connection::State::kReady));
+  const std::string zeros(kRedisTimeDigits, '0');
+  const std::string script =
+      "local t = redis.call('TIME') return {t[1] * 1000000 + t[2], tonumber(ARGV[1])}";
+  std::string command;
+  AppendCommand(&command, {"EVAL", script, "0", zeros});
+  Deadline deadline{.redis_time_at = command.size() - 2 - kRedisTimeDigits};
+  std::promise<absl::StatusOr<Reply>> promise;
+  c->Send(command, [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); }, 1,
+          deadline);
+  auto future = promise.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
+  auto reply = future.get();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->elements.size(), 2u);
+  const int64_t now_us = reply->elements[0].integer, deadline_us = reply->elements[1].integer;
+  EXPECT_GT(deadline_us, now_us + 500'000);  // 800 ms less 1/8, less this call's time
+  EXPECT_LE(deadline_us, now_us + 700'000);
+  // A deadline already past: failed at once, not sent.
+  std::promise<absl::StatusOr<Reply>> past;
+  c->Send(command, [&past](absl::StatusOr<Reply> r) { past.set_value(std::move(r)); }, 1,
+          {.at = std::chrono::steady_clock::now() - 1ms});
+  auto past_future = past.get_future();
+  ASSERT_EQ(past_future.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(past_future.get().status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace

@@ -180,6 +180,12 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
   // server).
   const bool cluster = client_->cluster();
   Queued queued;
+  // One deadline for the whole decision: time in the queue, a cross-slot request's two steps,
+  // redirections and a NOSCRIPT repeat all count against it (each call carries it to Redis too,
+  // so a call that runs late there changes nothing: decide.lua).
+  queued.deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(client_->timeout());
   queued.limits.reserve(items.size());
   queued.items.reserve(items.size());
   for (const auto& it : items) queued.limits.push_back(*it.limit);
@@ -206,6 +212,7 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
   }
   // Otherwise grouped by slot (a moved vector keeps its elements, so the items' limit pointers
   // stay valid).
+  const SteadyTime deadline = queued.deadline;
   auto call = std::make_shared<Call>();
   call->limits = std::move(queued.limits);
   call->items = std::move(queued.items);
@@ -215,15 +222,18 @@ void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done
     if (fresh) call->groups.emplace_back();
     call->groups[it->second].push_back(i);
   }
-  if (call->groups.size() <= 1) return Run(std::move(call), /*commit=*/true, std::move(finish));
+  if (call->groups.size() <= 1) {
+    return Run(std::move(call), /*commit=*/true, deadline, std::move(finish));
+  }
   // Across slots: evaluate everywhere first; decide for real only if every slot would admit.
-  Run(call, /*commit=*/false, [this, call, finish](absl::StatusOr<DecideResult> dry) mutable {
-    if (!dry.ok() || !dry->allowed) return finish(std::move(dry));
-    Run(std::move(call), /*commit=*/true, std::move(finish));
-  });
+  Run(call, /*commit=*/false, deadline,
+      [this, call, deadline, finish](absl::StatusOr<DecideResult> dry) mutable {
+        if (!dry.ok() || !dry->allowed) return finish(std::move(dry));
+        Run(std::move(call), /*commit=*/true, deadline, std::move(finish));
+      });
 }
 
-void RedisStore::Run(std::shared_ptr<Call> call, bool commit,
+void RedisStore::Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
                      std::function<void(absl::StatusOr<DecideResult>)> done) {
   struct Gather {
     std::mutex mu;
@@ -243,7 +253,7 @@ void RedisStore::Run(std::shared_ptr<Call> call, bool commit,
     std::vector<DecideItem> items;
     for (size_t i : call->groups[g]) items.push_back(call->items[i]);
     std::string key = items.front().key;
-    RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/true,
+    RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/true, deadline,
              [this, call, gather, g, commit](absl::StatusOr<DecideResult> r) {
                std::unique_lock<std::mutex> lock(gather->mu);
                if (!r.ok()) {
@@ -285,13 +295,15 @@ void RedisStore::RefundAdmitted(const Call& call, const std::vector<int64_t>& ad
 }
 
 void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
+                          SteadyTime deadline,
                           std::function<void(absl::StatusOr<DecideResult>)> done) {
   const std::string sha = by_sha ? Sha() : std::string();
-  std::string command = EncodeDecide(sha, items, commit);
+  Deadline call_deadline{.at = deadline};
+  std::string command = EncodeDecide(sha, items, commit, &call_deadline.redis_time_at);
   const bool sent_text = sha.empty();
   script_calls_.fetch_add(1, std::memory_order_relaxed);
   client_->Send(key, std::move(command),
-                [this, key, items = std::move(items), commit, sent_text,
+                [this, key, items = std::move(items), commit, sent_text, deadline,
                  done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
                   if (!reply.ok()) return done(reply.status());
                   if (reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
@@ -299,11 +311,12 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool c
                     // text, which runs it and loads it again.
                     noscript_.fetch_add(1, std::memory_order_relaxed);
                     return RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/false,
-                                    std::move(done));
+                                    deadline, std::move(done));
                   }
                   if (sent_text) LearnSha(key);  // the SHA, for next time
                   done(ParseDecideReply(*reply, items));
-                });
+                },
+                call_deadline);
 }
 
 // Takes the next batch of `node`'s queue (at most max_batch), or marks one call fewer in flight
@@ -345,13 +358,42 @@ void RedisStore::Enqueue(std::string node, Queued queued) {
 }
 
 void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_sha) {
+  // Requests whose deadline passed while they waited are answered now, not sent: the call's
+  // deadline is the earliest of those left (the first, usually: the queue is in order).
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Queued> late;
+  for (size_t i = 0; i < batch.size();) {
+    if (batch[i].deadline > now) {
+      ++i;
+      continue;
+    }
+    late.push_back(std::move(batch[i]));
+    batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  if (batch.empty()) {
+    // Nothing to send: this call slot is free again, for whatever waits.
+    std::vector<Queued> next;
+    {
+      std::lock_guard<std::mutex> lock(batch_mu_);
+      next = TakeBatch(node, /*starting=*/false);
+    }
+    if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
+  }
+  for (Queued& q : late) {
+    q.done(absl::DeadlineExceededError("redis: no reply in time (the request waited for a call)"));
+  }
+  if (batch.empty()) return;
+  Deadline call_deadline{.at = batch.front().deadline};
+  for (const Queued& q : batch) call_deadline.at = std::min(call_deadline.at, q.deadline);
   const std::string sha = by_sha ? Sha() : std::string();
   std::vector<std::span<const DecideItem>> requests;
   requests.reserve(batch.size());
   for (const Queued& q : batch) requests.emplace_back(q.items);
   // On a cluster the call goes to the node of its first key; the others were on that node too
   // when queued. Their slots may differ: the keys go as arguments (allow-cross-slot-keys).
-  std::string command = EncodeDecide(sha, requests, /*commit=*/true, /*keys_in_argv=*/client_->cluster());
+  std::string command = EncodeDecide(sha, requests, /*commit=*/true,
+                                     /*keys_in_argv=*/client_->cluster(),
+                                     &call_deadline.redis_time_at);
   const bool sent_text = sha.empty();
   const std::string route = batch.front().items.front().key;
   script_calls_.fetch_add(1, std::memory_order_relaxed);
@@ -383,6 +425,7 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
                       auto one = std::make_shared<Queued>(std::move(q));
                       std::string key = one->items.front().key;
                       RunGroup(std::move(key), one->items, /*commit=*/true, /*by_sha=*/true,
+                               one->deadline,
                                [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
                     }
                     return;
@@ -399,7 +442,8 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
                       batch[i].done(results.status());
                     }
                   }
-                });
+                },
+                call_deadline);
 }
 
 bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
@@ -426,7 +470,15 @@ void RedisStore::LearnSha(std::string_view key) {
 }
 
 void RedisStore::Record(const absl::Status& status) {
-  if (status.ok()) return breaker_.Succeeded();
+  if (status.ok()) {
+    last_success_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                           std::memory_order_relaxed);
+    return breaker_.Succeeded();
+  }
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last_error_ = std::string(status.message());
+  }
   errors_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kUnavailable ||
@@ -435,6 +487,48 @@ void RedisStore::Record(const absl::Status& status) {
   } else {
     breaker_.Succeeded();  // Redis answered: the connection is fine
   }
+}
+
+RedisStore::Health RedisStore::GetHealth() {
+  if (!client_->Ready()) return {false, client_->last_error()};
+  if (breaker_.Healthy()) {
+    const std::chrono::steady_clock::duration since_success(
+        std::chrono::steady_clock::now().time_since_epoch().count() -
+        last_success_ns_.load(std::memory_order_relaxed));
+    if (since_success > kIdleProbe) Probe();  // idle: nothing else would notice a hung Redis
+    return {true, "connected"};
+  }
+  Probe();  // no request may come to probe (a backend that is not ready gets no traffic)
+  const Breaker::State state = breaker_.state();
+  std::string last;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    last = last_error_;
+  }
+  return {false, state == Breaker::State::kClosed
+                    ? fmt::format("connected, but the last call failed: {}", last)
+                    : fmt::format("circuit breaker {} after repeated failures (last: {})",
+                                  Breaker::Name(state), last)};
+}
+
+void RedisStore::Probe() {
+  if (probing_.exchange(true)) return;
+  if (!breaker_.Allow()) {
+    probing_ = false;
+    return;
+  }
+  std::string ping;
+  AppendCommand(&ping, {"PING"});
+  client_->Send("", std::move(ping), [this](absl::StatusOr<Reply> reply) {
+    if (reply.ok() && !reply->IsError()) {
+      Record(absl::OkStatus());
+    } else {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      last_error_ = reply.ok() ? reply->str : std::string(reply.status().message());
+    }
+    if (!reply.ok() || reply->IsError()) breaker_.Failed();
+    probing_ = false;
+  });
 }
 
 RedisStore::Stats RedisStore::GetStats() const {

@@ -23,6 +23,11 @@
 // script may take keys of several slots of its node: allow-cross-slot-keys); should the slot map
 // change under a batch, its requests go again one by one, following MOVED and ASK.
 //
+// Each request has one deadline, the client's timeout from DecideAll: its wait for a call, both
+// steps across slots, redirections and a NOSCRIPT repeat all count against it, and each script
+// call carries it to Redis in Redis's clock, where decide.lua changes nothing past it (a call
+// that waited in a hung server's socket must not consume for a request answered otherwise).
+//
 // The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
 // replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
 // (breaker.h) refuses calls at once while Redis keeps failing. Safe for concurrent use; `done`
@@ -32,6 +37,7 @@
 #define SLUICE_REDIS_REDIS_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -105,13 +111,29 @@ class RedisStore {
   std::string RedisKey(uint64_t limit_id, std::string_view key) const;
 
   Stats GetStats() const;
-  bool Ready() const { return client_->Ready(); }
+
+  // Whether decisions on Redis work now (what /readyz, sluice_backend_up and gRPC health
+  // report): the client is connected, the breaker is closed and the last call did not fail
+  // (time out or lose its connection); `detail` says which, and the last failure. A connection
+  // that is up is not enough: a hung Redis keeps its connections while every call times out.
+  // Readiness must not wait for traffic that may never come (a load balancer sends none to a
+  // backend that is not ready, and an idle instance has no calls to learn from), so while not
+  // up, or when no call has succeeded for kIdleProbe, this sends a probe itself (PING, one at a
+  // time, through the breaker); the next look at health sees its outcome.
+  static constexpr std::chrono::seconds kIdleProbe{1};
+  struct Health {
+    bool up = false;
+    std::string detail;
+  };
+  Health GetHealth();
 
  private:
   struct Call;
-  void Run(std::shared_ptr<Call> call, bool commit, std::function<void(absl::StatusOr<DecideResult>)> done);
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  void Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
+           std::function<void(absl::StatusOr<DecideResult>)> done);
   void RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
-                std::function<void(absl::StatusOr<DecideResult>)> done);
+                SteadyTime deadline, std::function<void(absl::StatusOr<DecideResult>)> done);
   void Record(const absl::Status& status);
   // One refund script call for `items` (all in one slot).
   void RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
@@ -122,6 +144,7 @@ class RedisStore {
   struct Queued {
     std::vector<Limit> limits;
     std::vector<DecideItem> items;
+    SteadyTime deadline;  // the decision's: DecideAll's time + the client's timeout
     std::function<void(absl::StatusOr<DecideResult>)> done;
   };
   struct NodeQueue {
@@ -152,6 +175,12 @@ class RedisStore {
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0};
+  // Sends a health probe (PING) unless one is in flight or the breaker refuses.
+  void Probe();
+  std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
+  std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
+  mutable std::mutex error_mu_;
+  std::string last_error_;  // the last call's failure; guarded by error_mu_
   std::mutex batch_mu_;
   absl::flat_hash_map<std::string, NodeQueue> queues_;  // by node; guarded by batch_mu_
   size_t queued_ = 0;  // requests waiting, all nodes; guarded by batch_mu_

@@ -1,6 +1,8 @@
 // RedisStore on real Redis: one limit held exactly by many concurrent callers, all-or-nothing
-// across slots of a cluster, NOSCRIPT after SCRIPT FLUSH and after a crash and restart, and the
-// circuit breaker opening on timeouts and closing once Redis answers again.
+// across slots of a cluster, NOSCRIPT after SCRIPT FLUSH and after a crash and restart, the
+// circuit breaker opening on timeouts and closing once Redis answers again, calls that ran late
+// (Redis stopped or busy) consuming nothing, one timeout per decision, and health that follows
+// what decisions get.
 
 #include "redis/redis_store.h"
 
@@ -246,6 +248,148 @@ std::vector<absl::StatusOr<DecideResult>> DecideAtOnce(RedisStore& store, const 
   std::unique_lock<std::mutex> lock(mu);
   cv.wait_for(lock, 20s, [&] { return answered == keys.size(); });
   return results;
+}
+
+// Sends `count` requests for `limit` on key `key` (limit id 1, cost 1) at once and waits for all
+// their answers (at most 10 s); each answer's status and how long it took.
+struct Answered {
+  absl::Status status;
+  std::chrono::steady_clock::duration took;
+};
+std::vector<Answered> DecideManyAtOnce(RedisStore& store, const Limit& limit,
+                                       const std::string& key, int count) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Answered> answers(static_cast<size_t>(count), {absl::InternalError("no answer"), {}});
+  int answered = 0;
+  const Item item{.limit = &limit, .limit_id = 1, .key = key, .cost = 1};
+  for (int i = 0; i < count; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    store.DecideAll(std::span(&item, 1), [&, i, start](absl::StatusOr<DecideResult> r) {
+      std::lock_guard<std::mutex> lock(mu);
+      answers[static_cast<size_t>(i)] = {r.status(), std::chrono::steady_clock::now() - start};
+      ++answered;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, 10s, [&] { return answered == count; });
+  return answers;
+}
+
+// What is left of `limit` on `key` (a cost-0 request), once every call sent before has run:
+// each of the client's connections answers a PING first (replies come in order).
+int64_t RemainingAfterQueuedCalls(Client& client, RedisStore& store, const Limit& limit,
+                                  const std::string& key) {
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Command(client, {"PING"}).ok());
+  auto r = Decide(store, {{.limit = &limit, .limit_id = 1, .key = key, .cost = 0}});
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->decisions[0].remaining : -1;
+}
+
+// Issue 18 (5): while Redis hangs (SIGSTOP) every request times out and gets its failure policy's
+// answer; the script calls then wait in Redis's socket and run when it resumes. Past their
+// deadline (in Redis's time) they must change nothing: a decision nobody received consumes
+// nothing.
+TEST(RedisStoreTest, CallsThatTimedOutWhileRedisHungConsumeNothing) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false, 100ms);
+  // Every request its own call, all sent at once, none refused by the breaker: 20 script calls
+  // wait in the stopped server's socket.
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}, .max_batch = 1,
+                                  .max_in_flight = 64});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
+  ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = "hung", .cost = 1}}).ok());
+  std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
+  ASSERT_TRUE(server.Pause());
+  const auto answers = DecideManyAtOnce(store, limit, "hung", 20);
+  for (const Answered& a : answers) {
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kDeadlineExceeded) << a.status;
+  }
+  EXPECT_GE(store.GetStats().script_calls, 21u);
+  server.Resume();
+  EXPECT_EQ(RemainingAfterQueuedCalls(*client, store, limit, "hung"), 39);
+}
+
+// The same with Redis busy rather than stopped: DEBUG SLEEP blocks it with the calls already read.
+TEST(RedisStoreTest, CallsThatTimedOutDuringDebugSleepConsumeNothing) {
+  testing::RedisServer server({"--enable-debug-command", "yes"});
+  auto client = Open({server.url()}, false, 100ms);
+  auto admin = Open({server.url()}, false, 5s);
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}, .max_batch = 1,
+                                  .max_in_flight = 64});
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 40, kHour);
+  ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = "slept", .cost = 1}}).ok());
+  std::this_thread::sleep_for(100ms);
+  auto sleeping = std::async(std::launch::async, [&] {
+    return Command(*admin, {"DEBUG", "SLEEP", "0.6"});
+  });
+  std::this_thread::sleep_for(50ms);  // it sleeps
+  const auto answers = DecideManyAtOnce(store, limit, "slept", 20);
+  for (const Answered& a : answers) {
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kDeadlineExceeded) << a.status;
+  }
+  auto slept = sleeping.get();
+  ASSERT_TRUE(slept.ok()) << slept.status();
+  EXPECT_EQ(slept->str, "OK");
+  EXPECT_EQ(RemainingAfterQueuedCalls(*client, store, limit, "slept"), 39);
+}
+
+// Issue 18 (8): a decision waits at most one redis.timeout, whatever it waited for: here, for a
+// script call slot (max_in_flight 1) taken by a call that times out.
+TEST(RedisStoreTest, ADecisionWaitsAtMostOneTimeout) {
+  testing::RedisServer server;
+  constexpr auto kTimeout = 300ms;
+  auto client = Open({server.url()}, false, kTimeout);
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}, .max_in_flight = 1});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
+  ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = "slow", .cost = 1}}).ok());
+  ASSERT_TRUE(server.Pause());
+  const auto answers = DecideManyAtOnce(store, limit, "slow", 10);
+  server.Resume();
+  for (const Answered& a : answers) {
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kDeadlineExceeded) << a.status;
+    // One timeout, and slack for a loaded machine; two would be 600 ms.
+    EXPECT_LT(a.took, kTimeout + 150ms)
+        << std::chrono::duration_cast<std::chrono::milliseconds>(a.took).count() << " ms";
+  }
+  EXPECT_EQ(RemainingAfterQueuedCalls(*client, store, limit, "slow"), 39);
+}
+
+// Issue 18 (4): readiness follows what decisions get. While Redis hangs its connections stay up
+// (the client is Ready) but calls time out: not up; once the breaker opens it says so; after
+// Redis resumes, health comes back by its own probe, with no request sent.
+TEST(RedisStoreTest, HealthFollowsDecisionsNotTheConnection) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false, 100ms);
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 2, .open_for = 200ms}});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
+  const Item item{.limit = &limit, .limit_id = 1, .key = "health", .cost = 1};
+  ASSERT_TRUE(Decide(store, {item}).ok());
+  EXPECT_TRUE(store.GetHealth().up) << store.GetHealth().detail;
+  ASSERT_TRUE(server.Pause());
+  EXPECT_EQ(Decide(store, {item}).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(client->Ready());  // what readiness used to report
+  RedisStore::Health health = store.GetHealth();
+  EXPECT_FALSE(health.up);
+  EXPECT_THAT(health.detail, ::testing::HasSubstr("last call failed"));
+  EXPECT_EQ(Decide(store, {item}).status().code(), absl::StatusCode::kDeadlineExceeded);
+  health = store.GetHealth();
+  EXPECT_FALSE(health.up);
+  EXPECT_THAT(health.detail, ::testing::HasSubstr("circuit breaker open"));
+  // Still hung: the health probes time out too, and health stays down.
+  const auto hung_until = std::chrono::steady_clock::now() + 600ms;
+  while (std::chrono::steady_clock::now() < hung_until) {
+    EXPECT_FALSE(store.GetHealth().up);
+    std::this_thread::sleep_for(20ms);
+  }
+  server.Resume();
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < deadline && !(health = store.GetHealth()).up) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(health.up) << health.detail;
+  EXPECT_EQ(store.GetStats().breaker, Breaker::State::kClosed);
 }
 
 // On a cluster, single-slot requests headed to one node share script calls (keys of several

@@ -116,7 +116,7 @@ void AppendPlanCount(std::string* plan, size_t count) {
 }  // namespace
 
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
-                         bool commit, bool keys_in_argv) {
+                         bool commit, bool keys_in_argv, size_t* deadline_at) {
   static_assert(std::endian::native == std::endian::little, "decide.lua reads little-endian doubles");
   size_t items = 0;
   for (const auto& r : requests) items += r.size();
@@ -166,6 +166,10 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
     for (const DecideItem* it : states) args.push_back(it->key);
   }
   args.push_back(argv_keys ? "3" : (commit ? "1" : "0"));
+  static constexpr char kNoDeadline[] = "0000000000000000";
+  static_assert(sizeof kNoDeadline == kRedisTimeDigits + 1);
+  const size_t deadline_arg = args.size();
+  args.push_back(std::string_view(kNoDeadline, kRedisTimeDigits));
   args.push_back(requests_text);
   if (argv_keys) {
     args.push_back(states_text);
@@ -179,12 +183,22 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
   }
   std::string command;
   AppendCommand(&command, args);
+  if (deadline_at != nullptr) {
+    // AppendCommand's layout: *<count>\r\n, then $<length>\r\n<bytes>\r\n per argument.
+    size_t at = fmt::formatted_size("*{}\r\n", args.size());
+    for (size_t i = 0; i <= deadline_arg; ++i) {
+      at += fmt::formatted_size("${}\r\n", args[i].size());
+      if (i < deadline_arg) at += args[i].size() + 2;
+    }
+    *deadline_at = at;
+  }
   return command;
 }
 
-std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit) {
+std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit,
+                         size_t* deadline_at) {
   const std::span<const DecideItem> one[] = {items};
-  return EncodeDecide(sha, one, commit);
+  return EncodeDecide(sha, one, commit, /*keys_in_argv=*/false, deadline_at);
 }
 
 absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
@@ -195,6 +209,10 @@ absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
   if (reply.type != Reply::Type::kArray || e.empty()) return malformed();
   for (const Reply& r : e) {
     if (r.type != Reply::Type::kInteger) return malformed();
+  }
+  if (e.size() == 2 && e[1].integer == -1) {  // {now_us, -1}: no decision has two elements
+    return absl::DeadlineExceededError(
+        "decide script: Redis ran the call past its deadline; it changed nothing");
   }
   std::vector<DecideResult> out(requests.size());
   size_t at = 1;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "redis/connection.h"
 #include "redis/resp.h"
 #include "sluice/limit.h"
 
@@ -41,10 +42,14 @@ struct DecideItem {
 // `requests` in turn, each all-or-nothing; `commit` false evaluates without writing anything.
 // `keys_in_argv` (with commit) passes the keys as arguments, not KEYS, so that they may be in
 // several slots of one cluster node (see decide.lua).
+// The call's deadline goes as kRedisTimeDigits zeros (none); `deadline_at`, when given, gets
+// their byte offset in the command, for the connection to write the deadline there
+// (Deadline::redis_time_at).
 std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
-                         bool commit, bool keys_in_argv = false);
+                         bool commit, bool keys_in_argv = false, size_t* deadline_at = nullptr);
 // One request.
-std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit);
+std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit,
+                         size_t* deadline_at = nullptr);
 
 // The call that gives back what `items` (their cost) consumed when admitted at `decided_at_us`
 // (Redis's time, DecideResult::now_us), as algo::RefundCompact / RefundSlidingLog do. Its reply
@@ -59,7 +64,7 @@ struct DecideResult {
 };
 
 // Reads decide.lua's reply to EncodeDecide(..., requests, ...); an error for anything else (e.g.
-// an error reply).
+// an error reply). DeadlineExceeded when the script ran past its deadline (and changed nothing).
 absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
     const Reply& reply, std::span<const std::span<const DecideItem>> requests);
 // One request.

@@ -613,5 +613,43 @@ TEST_P(ScriptsTest, EvaluateOnlyWritesNothing) {
   EXPECT_FALSE(text->allowed);  // 2 more of 3 with 2 used
 }
 
+// A call that Redis runs past its deadline (Redis's time, ARGV[2]) changes nothing and says so:
+// its client gave up on it, so it must not consume. Before the deadline it decides as usual;
+// with none (zeros) it always does. Both layouts, one request and a batch with keys in ARGV.
+TEST_P(ScriptsTest, ACallPastItsDeadlineChangesNothing) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit window = MakeLimit(Algorithm::kFixedWindow, 5, int64_t{3600} * 1000000);
+  std::vector<DecideItem> items = {{&window, "late", 1, false, false}};
+  if (packed_) items[0].field = "late-field";
+  const std::span<const DecideItem> batch[] = {items, items};
+  auto time = Call({"TIME"});
+  ASSERT_TRUE(time.ok());
+  const int64_t now_us =
+      std::stoll(time->elements[0].str) * 1000000 + std::stoll(time->elements[1].str);
+  const auto with_deadline = [&](int64_t deadline_us, bool as_batch) {
+    size_t at = 0;
+    std::string command = as_batch ? EncodeDecide(sha_, batch, true, /*keys_in_argv=*/true, &at)
+                                   : EncodeDecide(sha_, items, true, &at);
+    EXPECT_EQ(command.substr(at, kRedisTimeDigits), std::string(kRedisTimeDigits, '0'));
+    command.replace(at, kRedisTimeDigits, fmt::format("{:016d}", deadline_us));
+    return SendRaw(std::move(command));
+  };
+  for (bool as_batch : {false, true}) {
+    auto late = with_deadline(now_us - 1, as_batch);
+    ASSERT_TRUE(late.ok()) << late.status();
+    EXPECT_EQ(ParseDecideReply(*late, items).status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(ParseDecideReply(*late, batch).status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(Call({"EXISTS", "late"})->integer, 0) << as_batch;
+  }
+  auto in_time = with_deadline(now_us + 60'000'000, false);
+  ASSERT_TRUE(in_time.ok());
+  auto decided = ParseDecideReply(*in_time, items);
+  ASSERT_TRUE(decided.ok()) << decided.status();
+  EXPECT_EQ(decided->decisions[0].remaining, 4);
+  auto none = ParseDecideReply(*SendRaw(EncodeDecide(sha_, items, true)), items);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->decisions[0].remaining, 3);
+}
+
 }  // namespace
 }  // namespace sluice::redis

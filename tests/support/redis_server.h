@@ -73,7 +73,26 @@ class RedisServer {
   // SIGKILL: the server dies as in a crash.
   void Kill() { Signal(SIGKILL); }
   // SIGTERM, then SIGKILL after 5 s.
-  void Stop() { Signal(SIGTERM); }
+  void Stop() {
+    Resume();
+    Signal(SIGTERM);
+  }
+
+  // SIGSTOP: the server hangs with its connections open, as a stuck process does. True once the
+  // kernel says it is stopped (within 2 s).
+  bool Pause() {
+    if (pid_ <= 0 || kill(pid_, SIGSTOP) != 0) return false;
+    for (int i = 0; i < 200; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG | WUNTRACED) == pid_ && WIFSTOPPED(status)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // SIGCONT: it goes on with whatever it was sent meanwhile.
+  void Resume() {
+    if (pid_ > 0) kill(pid_, SIGCONT);
+  }
 
   // A port for a cluster node: free, and so is its cluster bus port (port + 10000, which must
   // stay below 65536, so the kernel's ephemeral range will not do).

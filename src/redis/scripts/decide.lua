@@ -11,9 +11,13 @@
 -- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written),
 --          2 = refund (give back what admitted requests consumed: see "Refunds" below),
 --          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above)
--- ARGV[2]: R, the number of requests; they are decided in turn, at the same instant, each
+-- ARGV[2]: the deadline, Redis's time in µs (16 digits; 0: none): a call that finds TIME past it
+--          changes nothing and returns {now_us, -1}. The client has given up on the call by
+--          then (or is about to; redis::Deadline), so what it would decide nobody would get: it
+--          must not consume anything either (a call queued while Redis hung runs when it resumes).
+-- ARGV[3]: R, the number of requests; they are decided in turn, at the same instant, each
 --          all-or-nothing on its own (as R calls of DecideAll would be)
--- mode 3 only: ARGV[3] the number of keys K, then the K keys (what KEYS holds otherwise)
+-- mode 3 only: ARGV[4] the number of keys K, then the K keys (what KEYS holds otherwise)
 -- then L, the number of kinds of item in the call, then the L kinds, each 6 little-endian
 -- doubles (struct '<dddddd': one unpack per kind, not per item):
 --   algorithm, N, W (µs), capacity, cost, flags
@@ -499,21 +503,23 @@ if ARGV[1] == '2' then
   end
   return {now}
 end
+local deadline = tonumber(ARGV[2])
+if deadline > 0 and now > deadline then return {now, -1} end  -- too late: nothing is written
 -- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,
 -- changed} (sliding_log: its log in .log), by its number:
 -- records[s] is the state of keys_in[s] (of its field fields[s], for a packed state). The new
 -- states of one kind that no other item has used share one record, decide_new's (see there).
 local records, fields = {}, {}
 local reply = {now}
-local arg = 3
+local arg = 4
 local keys_in = KEYS
 -- The values of keys_in (MGET), read ahead for the states with keys of their own; false: none.
 local stored = false
 if ARGV[1] == '3' then
   keys_in = {}
-  local k = tonumber(ARGV[3])
-  for i = 1, k do keys_in[i] = ARGV[3 + i] end
-  arg = 4 + k
+  local k = tonumber(ARGV[4])
+  for i = 1, k do keys_in[i] = ARGV[4 + i] end
+  arg = 5 + k
 elseif #KEYS > 0 then
   -- One MGET instead of a GET per key: a hash key (packed states) reads as nil and is ignored.
   -- Not for a cluster node's batch, whose keys span slots, which one command may not.
@@ -566,7 +572,7 @@ local function decide_new(p)
 end
 
 local replied = 1  -- the reply's length
-for _ = 1, tonumber(ARGV[2]) do
+for _ = 1, tonumber(ARGV[3]) do
   local m = plan[at_plan]
   if m < 255 then at_plan = at_plan + 1 else m = plan_count() end
   -- For a request of several items, whether it is allowed and, for the undo: record, kind, saved

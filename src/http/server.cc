@@ -179,6 +179,7 @@ struct HttpServer::Impl {
   std::vector<std::weak_ptr<Session>> draining;  // still busy when Stop() came; sessions_mu
 
   // After Stop(): closes what is still open at the shutdown deadline, unless Run() is over.
+  std::function<void()> at_deadline;  // OnShutdownDeadline's, run by the watchdog first
   std::thread watchdog;
   std::mutex finished_mu;
   std::condition_variable finished_cv;
@@ -838,6 +839,10 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   return port;
 }
 
+void HttpServer::OnShutdownDeadline(std::function<void()> at_deadline) {
+  impl_->at_deadline = std::move(at_deadline);
+}
+
 void HttpServer::Run() {
   std::vector<std::thread> threads;
   for (size_t i = 1; i < impl_->contexts.size(); ++i) {
@@ -856,9 +861,14 @@ void HttpServer::Stop() {
   // looked, and the server be destroyed with it running (std::terminate).
   impl_->watchdog = std::thread([impl = impl_.get()] {
     std::unique_lock<std::mutex> lock(impl->finished_mu);
-    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout,
-                                   [impl] { return impl->finished; })) {
-      return;
+    const auto over = [impl] { return impl->finished; };
+    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, over)) return;
+    if (impl->at_deadline) {
+      // What the handlers wait on ends now; their answers (a 503) need a moment to go out.
+      lock.unlock();
+      impl->at_deadline();
+      lock.lock();
+      if (impl->finished_cv.wait_for(lock, kShutdownGrace, over)) return;
     }
     lock.unlock();
     std::vector<std::shared_ptr<Impl::Session>> left;

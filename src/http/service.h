@@ -68,6 +68,10 @@ class Service {
   // Closes the reverse proxy's idle upstream connections. Call after the HttpServer stopped
   // running and before it is destroyed (they live on its io_contexts).
   void CloseUpstreams() { upstream_.CloseIdle(); }
+  // Ends the reverse proxy's exchanges still in flight, and refuses new ones, for the shutdown
+  // deadline (HttpServer::OnShutdownDeadline): a request still waiting for its upstream is
+  // answered 503, an answer still streaming is cut. From any thread.
+  void CancelUpstreams() { upstream_.CancelAll(); }
   const UpstreamClient& upstream_client() const { return upstream_; }
 
  private:

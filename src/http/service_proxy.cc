@@ -216,6 +216,9 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
     case UpstreamOutcome::kError:
       CountProxy("upstream_error");
       break;
+    case UpstreamOutcome::kCancelled:  // the upstream may have acted on it: nothing refunded
+      CountProxy("cancelled");
+      break;
   }
   if (refund && !call->consumed.items.empty()) {
     engine_.Refund(call->consumed, clock_->NowMicros());

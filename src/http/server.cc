@@ -239,10 +239,17 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     WaitForRequest();
   }
 
-  // Closes the connection unless a request is being handled or written.
+  // Stop(): closes the connection if it is idle, but not over a request that has already
+  // arrived (closing a socket with bytes unread would reset the connection, and lose the
+  // request): the wait for the next request is cancelled and WaitForRequest looks again. A
+  // connection answering finishes first (see WriteAnswer); one lingering lingers briefly.
   void CloseIfIdle() {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      if (!self->busy_) self->Close();
+      if (self->waiting_) {
+        self->socket_.cancel();  // the read ends (or has ended with a request's first bytes)
+      } else if (self->lingering_ && self->deadline_ > SteadyClock::now() + kStopLingerTime) {
+        self->SetDeadline(kStopLingerTime);
+      }
     });
   }
   // Closes the connection whatever it is doing (the shutdown deadline passed): a streamed answer
@@ -276,13 +283,20 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     Close();  // pending reads and writes complete with operation_aborted
   }
 
-  // Between requests: wait up to the idle timeout for the first byte of the next one.
+  // Between requests: wait up to the idle timeout for the first byte of the next one. Once
+  // stopping, only a request already received (in the buffer or the socket) is still read.
   void WaitForRequest() {
-    if (server_->stopping.load()) return Close();
     if (buffer_.size() > 0) return ReadRequest();
+    if (server_->stopping.load() && !BytesWaiting()) return Close();
     SetDeadline(server_->options.idle_timeout);
+    waiting_ = true;
     socket_.async_read_some(buffer_.prepare(kReadSize),
                             [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                              self->waiting_ = false;
+                              // Cancelled by Stop() (CloseIfIdle): look again.
+                              if (ec == asio::error::operation_aborted && self->socket_.is_open()) {
+                                return self->WaitForRequest();
+                              }
                               if (ec) return self->Close();
                               self->buffer_.commit(n);
                               self->ReadRequest();
@@ -291,7 +305,6 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   // A request has begun: the whole of it must arrive within the header timeout.
   void ReadRequest() {
-    busy_ = true;
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
@@ -397,8 +410,27 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // A streamed request body not read to its end: the connection cannot go on to the next one.
   bool BodyUnread() const { return body_parser_ && !body_parser_->is_done(); }
 
+  // Whether the client's next bytes are in already, unread: a pipelined request, or one sent
+  // right after the last answer.
+  bool NextRequestArrived() { return buffer_.size() > 0 || BytesWaiting(); }
+
+  // Whether the socket holds bytes not read yet. Looks without waiting or consuming.
+  bool BytesWaiting() {
+    char byte;
+    boost::system::error_code ec;
+    const size_t n = socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, ec);
+    return !ec && n > 0;
+  }
+
+  // Once stopping, the connection ends after this answer, unless the client's next request has
+  // arrived already: that one is answered too (requests received before the shutdown are not
+  // lost), and the last answer says Connection: close.
+  bool CloseAfterThisAnswer() {
+    return !keep_alive_ || BodyUnread() || (server_->stopping.load() && !NextRequestArrived());
+  }
+
   void WriteAnswer() {
-    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
+    close_after_write_ = CloseAfterThisAnswer();
     const bool without_content = WithoutContent(response_.result_int());
     SerializeHeader(response_, version_, !close_after_write_, Framing::kLength,
                     response_.body().size(), &header_);
@@ -430,8 +462,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   // The answer is out: the next request, or the end of the connection.
   void Answered() {
-    busy_ = false;
-    if (close_after_write_) return BodyUnread() && !server_->stopping.load() ? Linger() : Close();
+    // Stopping, a request the client sent before it read this Connection: close would reset the
+    // connection if it came before the close, which may destroy this answer: so it lingers.
+    if (close_after_write_) return BodyUnread() || server_->stopping.load() ? Linger() : Close();
     response_.Clear();
     if (body_parser_) {  // the room a streamed body took is not kept for the next request
       body_parser_.reset();
@@ -474,7 +507,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   void WriteStreamHead(std::optional<uint64_t> content_length,
                        Responder::StreamStarted started) {
-    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
+    close_after_write_ = CloseAfterThisAnswer();
     const bool without_content = WithoutContent(response_.result_int());
     stream_.emplace();
     stream_->discard = without_content || head_;
@@ -578,7 +611,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return Close();
-    SetDeadline(std::min(kLingerTime, server_->options.idle_timeout));
+    SetDeadline(std::min(server_->stopping.load() ? kStopLingerTime : kLingerTime,
+                         server_->options.idle_timeout));
     if (!body_read_pending_) Drain();  // else the pending read goes on with it
   }
 
@@ -647,7 +681,6 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   void Close() {
-    busy_ = false;
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -657,6 +690,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   static constexpr size_t kReadSize = 8192;
   static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
   static constexpr std::chrono::milliseconds kLingerTime{5000};  // see Linger
+  static constexpr std::chrono::milliseconds kStopLingerTime{1000};  // (once stopping)
 
   Socket socket_;
   Timer timer_;
@@ -689,7 +723,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   bool keep_alive_ = false;  // what the request asked for
   bool head_ = false;        // a HEAD request: fields only, no body
   bool close_after_write_ = false;
-  bool busy_ = false;
+  bool waiting_ = false;  // for the next request (WaitForRequest's read is pending)
 };
 
 // A connection's descriptor on its way to the context that serves it: closed if it never gets

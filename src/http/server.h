@@ -17,10 +17,11 @@
 // bounded whatever its size. Likewise a listener may hand a request to its handler
 // as soon as its header is in, with the body left to read piece by piece (Listen's
 // `stream_body`, Deferral::body()). Stop() stops accepting, closes idle connections and lets
-// requests in flight (deferred and streamed ones too) finish, up to
-// ServerOptions::shutdown_timeout; at that deadline the handlers' own waits are ended
-// (OnShutdownDeadline), and what is still open a moment later is closed; Run() returns once
-// every connection is closed and every handler's wait has ended.
+// requests in flight (deferred and streamed ones too) finish, and those already received
+// (pipelined, or sent on a keep-alive connection just before) be answered, the last one on a
+// connection with Connection: close, up to ServerOptions::shutdown_timeout; at that deadline
+// the handlers' own waits are ended (OnShutdownDeadline), and what is still open a moment later
+// is closed; Run() returns once every connection is closed and every handler's wait has ended.
 
 #ifndef SLUICE_HTTP_SERVER_H_
 #define SLUICE_HTTP_SERVER_H_

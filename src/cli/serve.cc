@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -330,10 +332,18 @@ int RunServe(const ServeFlags& flags) {
   }
   manager.ReloadOnSighup();
 
+  // Shutdown is bounded by one deadline, http.shutdown_timeout after the signal: requests in
+  // flight get until then, the reverse proxy's upstream exchanges still pending are then
+  // cancelled (their clients answered 503), and the gRPC calls in flight get what is left of it.
+  using SteadyClock = std::chrono::steady_clock;
+  const auto shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000);
+  std::atomic<SteadyClock::time_point> shutdown_deadline{SteadyClock::time_point::max()};
+  server.OnShutdownDeadline([&service] { service.CancelUpstreams(); });
   std::thread signal_waiter([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
     spdlog::info("sluice: signal {}, shutting down", signal);
+    shutdown_deadline.store(SteadyClock::now() + shutdown_timeout);
     if (grpc_server) grpc_server->StartDraining();
     server.Stop();
   });
@@ -349,10 +359,15 @@ int RunServe(const ServeFlags& flags) {
   std::cout << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
             << " version " << loaded.version << ", " << threads << " threads, backend "
             << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
-  server.Run();
+  server.Run();  // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
-  // The HTTP side has drained; calls still in flight on the gRPC port get a short grace.
-  if (grpc_server) grpc_server->Shutdown(std::chrono::seconds(2));
+  // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the
+  // deadline (gRPC cancels those still running then).
+  if (grpc_server) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        shutdown_deadline.load() - SteadyClock::now());
+    grpc_server->Shutdown(std::max(left, std::chrono::milliseconds(0)));
+  }
   manager.StopWatching();
   spdlog::info("sluice: stopped");
   return 0;

@@ -642,7 +642,9 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
         {.name = "sluice_proxy_requests_total",
          .help = "Reverse proxy requests by outcome: forwarded (the upstream answered), denied, "
                  "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed), "
-                 "client_gone (the client left during its shaping delay: not forwarded).",
+                 "client_gone (the client left during its shaping delay: not forwarded), "
+                 "cancelled (503: still delayed, or no answer from the upstream, at the shutdown "
+                 "deadline).",
          .label_names = {"outcome"},
          .max_children = 16});
     if (!f.ok()) return f.status();

@@ -209,6 +209,7 @@ struct HttpServer::Impl {
   std::vector<std::weak_ptr<Session>> draining;  // still busy when Stop() came; sessions_mu
 
   // After Stop(): closes what is still open at the shutdown deadline, unless Run() is over.
+  std::function<void()> at_deadline;  // OnShutdownDeadline's, run by the watchdog first
   std::thread watchdog;
   std::mutex finished_mu;
   std::condition_variable finished_cv;
@@ -282,10 +283,17 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     return true;
   }
 
-  // Closes the connection unless a request is being handled or written.
+  // Stop(): closes the connection if it is idle, but not over a request that has already
+  // arrived (closing a socket with bytes unread would reset the connection, and lose the
+  // request): the wait for the next request is cancelled and WaitForRequest looks again. A
+  // connection answering finishes first (see WriteAnswer); one lingering lingers briefly.
   void CloseIfIdle() {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      if (!self->busy_) self->Close();
+      if (self->waiting_) {
+        self->socket_.cancel();  // the read ends (or has ended with a request's first bytes)
+      } else if (self->lingering_ && self->deadline_ > SteadyClock::now() + kStopLingerTime) {
+        self->SetDeadline(kStopLingerTime);
+      }
     });
   }
   // Closes the connection whatever it is doing (the shutdown deadline passed): a streamed answer
@@ -358,16 +366,23 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   // Between requests: wait up to the idle timeout for the first byte of the next one (the first
-  // request's wait is bounded in Start). Idle meanwhile: closed if room is needed.
+  // request's wait is bounded in Start). Idle meanwhile: closed if room is needed. Once
+  // stopping, only a request already received (in the buffer or the socket) is still read.
   void WaitForRequest() {
-    if (server_->stopping.load()) return Close();
     if (buffer_.size() > 0) return ReadRequest();
+    if (server_->stopping.load() && !BytesWaiting()) return Close();
     const SteadyClock::time_point now = SteadyClock::now();
     if (!first_request_) SetDeadlineAt(now + server_->options.idle_timeout);
     EnterIdle(now);
+    waiting_ = true;
     socket_.async_read_some(buffer_.prepare(kReadSize),
                             [self = shared_from_this()](boost::system::error_code ec, size_t n) {
                               self->LeaveIdle();
+                              self->waiting_ = false;
+                              // Cancelled by Stop() (CloseIfIdle): look again.
+                              if (ec == asio::error::operation_aborted && self->socket_.is_open()) {
+                                return self->WaitForRequest();
+                              }
                               if (ec) return self->Close();
                               self->buffer_.commit(n);
                               self->ReadRequest();
@@ -377,7 +392,6 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // A request has begun: the whole of it must arrive within the header timeout (the first one:
   // counted from the accept).
   void ReadRequest() {
-    busy_ = true;
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
@@ -493,8 +507,27 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // A streamed request body not read to its end: the connection cannot go on to the next one.
   bool BodyUnread() const { return body_parser_ && !body_parser_->is_done(); }
 
+  // Whether the client's next bytes are in already, unread: a pipelined request, or one sent
+  // right after the last answer.
+  bool NextRequestArrived() { return buffer_.size() > 0 || BytesWaiting(); }
+
+  // Whether the socket holds bytes not read yet. Looks without waiting or consuming.
+  bool BytesWaiting() {
+    char byte;
+    boost::system::error_code ec;
+    const size_t n = socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, ec);
+    return !ec && n > 0;
+  }
+
+  // Once stopping, the connection ends after this answer, unless the client's next request has
+  // arrived already: that one is answered too (requests received before the shutdown are not
+  // lost), and the last answer says Connection: close.
+  bool CloseAfterThisAnswer() {
+    return !keep_alive_ || BodyUnread() || (server_->stopping.load() && !NextRequestArrived());
+  }
+
   void WriteAnswer() {
-    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
+    close_after_write_ = CloseAfterThisAnswer();
     const bool without_content = WithoutContent(response_.result_int());
     SerializeHeader(response_, version_, !close_after_write_, Framing::kLength,
                     response_.body().size(), &header_);
@@ -526,9 +559,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   // The answer is out: the next request, or the end of the connection.
   void Answered() {
-    busy_ = false;
     first_request_ = false;
-    if (close_after_write_) return BodyUnread() && !server_->stopping.load() ? Linger() : Close();
+    // Stopping, a request the client sent before it read this Connection: close would reset the
+    // connection if it came before the close, which may destroy this answer: so it lingers.
+    if (close_after_write_) return BodyUnread() || server_->stopping.load() ? Linger() : Close();
     response_.Clear();
     if (body_parser_) {  // the room a streamed body took is not kept for the next request
       body_parser_.reset();
@@ -571,7 +605,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   void WriteStreamHead(std::optional<uint64_t> content_length,
                        Responder::StreamStarted started) {
-    close_after_write_ = !keep_alive_ || server_->stopping.load() || BodyUnread();
+    close_after_write_ = CloseAfterThisAnswer();
     const bool without_content = WithoutContent(response_.result_int());
     stream_ = Stream{};  // not emplace(): clang-14 sees Stream as not default-constructible here
     stream_->discard = without_content || head_;
@@ -675,7 +709,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return Close();
-    SetDeadline(std::min(kLingerTime, server_->options.idle_timeout));
+    SetDeadline(std::min(server_->stopping.load() ? kStopLingerTime : kLingerTime,
+                         server_->options.idle_timeout));
     if (!body_read_pending_) Drain();  // else the pending read goes on with it
   }
 
@@ -745,7 +780,6 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
 
   void Close() {
     LeaveIdle();
-    busy_ = false;
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -755,6 +789,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   static constexpr size_t kReadSize = 8192;
   static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
   static constexpr std::chrono::milliseconds kLingerTime{5000};  // see Linger
+  static constexpr std::chrono::milliseconds kStopLingerTime{1000};  // (once stopping)
 
   Socket socket_;
   Timer timer_;
@@ -795,7 +830,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   bool keep_alive_ = false;  // what the request asked for
   bool head_ = false;        // a HEAD request: fields only, no body
   bool close_after_write_ = false;
-  bool busy_ = false;
+  bool waiting_ = false;  // for the next request (WaitForRequest's read is pending)
 };
 
 // A connection's descriptor on its way to the context that serves it: closed if it never gets
@@ -979,6 +1014,10 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   return port;
 }
 
+void HttpServer::OnShutdownDeadline(std::function<void()> at_deadline) {
+  impl_->at_deadline = std::move(at_deadline);
+}
+
 void HttpServer::Run() {
   std::vector<std::thread> threads;
   for (size_t i = 1; i < impl_->contexts.size(); ++i) {
@@ -997,9 +1036,14 @@ void HttpServer::Stop() {
   // looked, and the server be destroyed with it running (std::terminate).
   impl_->watchdog = std::thread([impl = impl_.get()] {
     std::unique_lock<std::mutex> lock(impl->finished_mu);
-    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout,
-                                   [impl] { return impl->finished; })) {
-      return;
+    const auto over = [impl] { return impl->finished; };
+    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, over)) return;
+    if (impl->at_deadline) {
+      // What the handlers wait on ends now; their answers (a 503) need a moment to go out.
+      lock.unlock();
+      impl->at_deadline();
+      lock.lock();
+      if (impl->finished_cv.wait_for(lock, kShutdownGrace, over)) return;
     }
     lock.unlock();
     std::vector<std::shared_ptr<Impl::Session>> left;

@@ -27,9 +27,11 @@
 // bounded whatever its size. Likewise a listener may hand a request to its handler
 // as soon as its header is in, with the body left to read piece by piece (Listen's
 // `stream_body`, Deferral::body()). Stop() stops accepting, closes idle connections and lets
-// requests in flight (deferred and streamed ones too) finish, up to
-// ServerOptions::shutdown_timeout, after which it closes what is left; Run() returns once every
-// connection is closed.
+// requests in flight (deferred and streamed ones too) finish, and those already received
+// (pipelined, or sent on a keep-alive connection just before) be answered, the last one on a
+// connection with Connection: close, up to ServerOptions::shutdown_timeout; at that deadline
+// the handlers' own waits are ended (OnShutdownDeadline), and what is still open a moment later
+// is closed; Run() returns once every connection is closed and every handler's wait has ended.
 
 #ifndef SLUICE_HTTP_SERVER_H_
 #define SLUICE_HTTP_SERVER_H_
@@ -275,6 +277,13 @@ class HttpServer {
   absl::StatusOr<int> Listen(const std::string& address, Handler handler,
                              size_t max_connections = 0, StreamBodyIf stream_body = nullptr,
                              ServerAnswered server_answered = nullptr);
+
+  // Called once, from a thread of the server's own, when the shutdown deadline passes with
+  // Run() not done: for what the handlers wait on (an upstream) to give up and answer now. The
+  // connections still busy get kShutdownGrace more to write those answers before they are
+  // closed. Set before Run().
+  void OnShutdownDeadline(std::function<void()> at_deadline);
+  static constexpr std::chrono::milliseconds kShutdownGrace{250};
 
   // Serves until Stop(); runs the worker threads and returns when they are done.
   void Run();

@@ -3,9 +3,16 @@
 // deferred request in flight. Streamed answers (chunked, a wrong length closing the connection)
 // and streamed request bodies (read piece by piece, pipelining after them, an answer sent before
 // the body was read closing the connection, 100 Continue). A stream still running at the
-// shutdown deadline is cut.
+// shutdown deadline is cut. Requests received before Stop() (pipelined behind one being
+// answered, or sent on keep-alive connections under load) are all answered.
 
 #include "http/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -543,6 +550,163 @@ TEST_F(DeferralTest, ExpectContinueIsAnsweredWhenTheBodyIsFirstRead) {
   EXPECT_EQ(out,
             "HTTP/1.1 100 Continue\r\n\r\n"
             "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello|");
+}
+
+// Requests a client pipelined behind one still being answered when Stop() came have arrived
+// before the shutdown: each is answered in turn, the last with Connection: close, and only then
+// is the connection closed (not reset over the unread requests).
+TEST(ShutdownTest, RequestsReceivedBeforeStopAreAllAnswered) {
+  HttpServer server(ServerOptions{.threads = 1});
+  std::mutex mu;
+  std::optional<Responder> held;  // guarded by mu
+  auto port = server.Listen("127.0.0.1:0", [&](HttpRequest& request, const std::string&,
+                                               HttpResponse& response, Deferral& deferral) {
+    if (request.target() == "/held") {
+      std::lock_guard lock(mu);
+      held.emplace(deferral.Take());
+      return;
+    }
+    response.body() = std::string(request.target());
+  });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread run([&] { server.Run(); });
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
+  asio::write(socket, asio::buffer(std::string("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")));
+  const auto taken = [&] {
+    std::lock_guard lock(mu);
+    return held.has_value();
+  };
+  for (int i = 0; i < 2000 && !taken(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(taken());
+  // While the first is deferred the server reads nothing more: these wait in its socket.
+  asio::write(socket, asio::buffer(std::string("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+                                               "GET /b HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  server.Stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Stop() has run meanwhile
+  {
+    std::lock_guard lock(mu);
+    HttpResponse later(beast_http::status::ok, 11);
+    later.body() = "held";
+    held->Send(std::move(later));
+  }
+  std::string out;
+  boost::system::error_code ec;
+  asio::read(socket, asio::dynamic_buffer(out), ec);  // until the server's end
+  EXPECT_EQ(ec, asio::error::eof) << ec.message();
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld"
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n/a"
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n/b");
+  socket.close();
+  run.join();
+}
+
+// One answer read from a blocking socket: the status line and fields, then Content-Length
+// bytes of body. False if the connection ended (or broke, or was silent 5 s) first. `*close`
+// tells whether it said Connection: close.
+bool ReadAnswer(int fd, std::string* pending, std::string* body, bool* close) {
+  const auto fill = [&] {
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    pending->append(buf, static_cast<size_t>(n));
+    return true;
+  };
+  size_t end;
+  while ((end = pending->find("\r\n\r\n")) == std::string::npos) {
+    if (!fill()) return false;
+  }
+  const std::string head = pending->substr(0, end + 4);
+  const size_t at = head.find("Content-Length: ");
+  if (at == std::string::npos) return false;
+  const size_t length = std::stoul(head.substr(at + 16));
+  while (pending->size() < end + 4 + length) {
+    if (!fill()) return false;
+  }
+  *body = pending->substr(end + 4, length);
+  *close = head.find("Connection: close") != std::string::npos;
+  pending->erase(0, end + 4 + length);
+  return true;
+}
+
+// Keep-alive clients sending pairs of pipelined requests without pause, across Stop(): every
+// request written before Stop() was called gets its whole answer (the connection may end only
+// after it); those written later get an answer or the connection's end, never a hang.
+TEST(ShutdownTest, NoRequestSentBeforeStopIsLostUnderLoad) {
+  HttpServer server(ServerOptions{.threads = 2});
+  auto port = server.Listen("127.0.0.1:0", [](HttpRequest& request, const std::string&,
+                                              HttpResponse& response, Deferral&) {
+    response.body() = std::string(request.target());
+  });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread run([&] { server.Run(); });
+  constexpr int kClients = 6;
+  constexpr int kMaxPairs = 20000;  // each client's bound, with a bound in time
+  std::atomic<bool> stop_called{false};
+  std::atomic<int> ready{0};     // clients past their first 20 pairs
+  std::atomic<int> lost{0};      // requests written before Stop() without a whole answer
+  std::vector<std::string> failures(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      timeval timeout{.tv_sec = 5, .tv_usec = 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(*port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        failures[c] = "cannot connect";
+        ++ready;
+        return;
+      }
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      std::string pending;
+      bool counted = false;
+      for (int i = 0; i < kMaxPairs && std::chrono::steady_clock::now() < give_up; ++i) {
+        if (i == 20 && !counted) {
+          counted = true;
+          ++ready;
+        }
+        const std::string a = "/" + std::to_string(c) + "/" + std::to_string(i) + "/a";
+        const std::string b = "/" + std::to_string(c) + "/" + std::to_string(i) + "/b";
+        const std::string pair = "GET " + a + " HTTP/1.1\r\nHost: x\r\n\r\nGET " + b +
+                                 " HTTP/1.1\r\nHost: x\r\n\r\n";
+        const ssize_t sent = ::send(fd, pair.data(), pair.size(), MSG_NOSIGNAL);
+        const bool before_stop = !stop_called.load();  // written whole before Stop() was called
+        if (sent != static_cast<ssize_t>(pair.size())) {
+          if (before_stop) failures[c] = "cannot send before Stop()";
+          break;
+        }
+        std::string body;
+        bool close = false;
+        const bool got_a = ReadAnswer(fd, &pending, &body, &close);
+        if (got_a && body != a) failures[c] = "answer " + body + " for " + a;
+        const bool got_b = got_a && !close && ReadAnswer(fd, &pending, &body, &close);
+        if (got_b && body != b) failures[c] = "answer " + body + " for " + b;
+        if (before_stop && !(got_a && got_b)) {
+          lost += got_a ? 1 : 2;
+          failures[c] = "pair " + std::to_string(i) + " written before Stop() not answered";
+        }
+        if (!got_b || close) break;
+      }
+      if (!counted) ++ready;
+      ::close(fd);
+    });
+  }
+  for (int i = 0; i < 5000 && ready.load() < kClients; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  stop_called = true;
+  server.Stop();
+  for (auto& t : clients) t.join();
+  run.join();
+  EXPECT_EQ(lost.load(), 0);
+  for (int c = 0; c < kClients; ++c) EXPECT_EQ(failures[c], "") << "client " << c;
 }
 
 }  // namespace

@@ -15,11 +15,14 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "engine/engine.h"
 #include "http/http_routes.h"
@@ -72,6 +75,10 @@ class Service {
   // Closes the reverse proxy's idle upstream connections. Call after the HttpServer stopped
   // running and before it is destroyed (they live on its io_contexts).
   void CloseUpstreams() { upstream_.CloseIdle(); }
+  // Ends the reverse proxy's requests still in flight, and refuses new ones, for the shutdown
+  // deadline (HttpServer::OnShutdownDeadline): one held for a shaping delay or waiting for its
+  // upstream is answered 503, an answer still streaming is cut. From any thread.
+  void CancelUpstreams();
   const UpstreamClient& upstream_client() const { return upstream_; }
 
  private:
@@ -115,6 +122,9 @@ class Service {
   void ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided);
   void Forward(std::shared_ptr<ProxyCall> call);
   void ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result);
+  // Adds a call about to wait out a shaping delay to those CancelUpstreams() ends; false once
+  // CancelUpstreams() was called.
+  bool TrackDelayed(const std::shared_ptr<ProxyCall>& call);
   void CountProxy(std::string_view outcome);
   void AddRateLimitHeaders(const rules::Config& config, const engine::Response& decision,
                            HttpResponse& response) const;
@@ -142,6 +152,11 @@ class Service {
   std::function<BackendHealth()> backend_health_;
   UpstreamClient upstream_;
   std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
+  // Those requests, for CancelUpstreams(); expired entries are dropped every so often.
+  std::mutex delayed_mu_;
+  std::vector<std::weak_ptr<ProxyCall>> delayed_calls_ ABSL_GUARDED_BY(delayed_mu_);
+  size_t delayed_since_prune_ ABSL_GUARDED_BY(delayed_mu_) = 0;
+  bool proxy_cancelled_ ABSL_GUARDED_BY(delayed_mu_) = false;
   // metrics_->http_requests' child per status code, looked up on its first answer.
   std::array<std::atomic<Counter*>, 1000> response_counters_{};
   // Tells this Service's entries in the per-thread cache of decision counters (CountDecisions)

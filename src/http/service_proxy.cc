@@ -13,7 +13,10 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <vector>
 
 #include "fmt/format.h"
 #include "http/check_json.h"
@@ -34,6 +37,7 @@ struct Service::ProxyCall {
   boost::asio::any_io_executor executor;
   std::optional<boost::asio::steady_timer> delay;
   bool client_gone = false;  // the client closed its connection during the delay
+  bool cancelled = false;    // the shutdown deadline came during the delay (CancelUpstreams)
 };
 
 namespace {
@@ -44,6 +48,14 @@ bool Has(const std::vector<std::string>& list, std::string_view what) {
 
 std::string_view MethodOf(const HttpRequest& request) {
   return {request.method_string().data(), request.method_string().size()};
+}
+
+// sluice's answer to a proxied request still held for its shaping delay at the shutdown deadline.
+HttpResponse ShuttingDown() {
+  HttpResponse response(beast_http::status::service_unavailable, 11);
+  response.set(beast_http::field::content_type, "application/json");
+  response.body() = R"({"error":"not forwarded: sluice is shutting down"})";
+  return response;
 }
 
 // Counts an answer cut short mid-body by `side` ("upstream" or "client"); `cut` may be null.
@@ -162,6 +174,12 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
   }
   call->decision = std::move(decided.combined());
   if (delay_us == 0) return Forward(std::move(call));
+  if (!TrackDelayed(call)) {  // past the shutdown deadline: not held, not forwarded
+    delayed_.fetch_sub(1, std::memory_order_relaxed);
+    engine_.Refund(call->consumed, clock_->NowMicros());
+    CountProxy("cancelled");
+    return answer(ShuttingDown());
+  }
   call->delay.emplace(call->executor, std::chrono::microseconds(delay_us));
   // A client that leaves during the delay is not forwarded: the delay ends at once and the
   // request keeps nothing of the quota (as when shaping is full).
@@ -178,8 +196,47 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
       CountProxy("client_gone");
       return;  // the Responder, dropped with the call, answers a client that is not there
     }
+    if (call->cancelled) {  // the shutdown deadline: not forwarded, so it keeps nothing
+      engine_.Refund(call->consumed, clock_->NowMicros());
+      CountProxy("cancelled");
+      HttpResponse response = ShuttingDown();
+      CountResponse(response);
+      return call->responder.Send(std::move(response));
+    }
     Forward(std::move(call));
   });
+}
+
+bool Service::TrackDelayed(const std::shared_ptr<ProxyCall>& call) {
+  std::lock_guard<std::mutex> lock(delayed_mu_);
+  if (proxy_cancelled_) return false;
+  if (++delayed_since_prune_ >= delayed_calls_.size() / 2 + 64) {  // amortised O(1), bounded
+    delayed_since_prune_ = 0;
+    std::erase_if(delayed_calls_, [](const std::weak_ptr<ProxyCall>& w) { return w.expired(); });
+  }
+  delayed_calls_.push_back(call);
+  return true;
+}
+
+void Service::CancelUpstreams() {
+  // The upstream client first: a delay ending meanwhile forwards into a cancelled exchange (503).
+  upstream_.CancelAll();
+  std::vector<std::weak_ptr<ProxyCall>> delayed;
+  {
+    std::lock_guard<std::mutex> lock(delayed_mu_);
+    proxy_cancelled_ = true;
+    delayed.swap(delayed_calls_);
+  }
+  for (const std::weak_ptr<ProxyCall>& w : delayed) {
+    std::shared_ptr<ProxyCall> call = w.lock();
+    if (call == nullptr) continue;
+    const boost::asio::any_io_executor executor = call->executor;
+    boost::asio::post(executor, [call = std::move(call)] {
+      if (!call->delay) return;
+      call->cancelled = true;
+      call->delay->cancel();  // (a delay already over went on to Forward)
+    });
+  }
 }
 
 void Service::Forward(std::shared_ptr<ProxyCall> call) {
@@ -215,6 +272,9 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
       break;
     case UpstreamOutcome::kError:
       CountProxy("upstream_error");
+      break;
+    case UpstreamOutcome::kCancelled:  // the upstream may have acted on it: nothing refunded
+      CountProxy("cancelled");
       break;
   }
   if (refund && !call->consumed.items.empty()) {

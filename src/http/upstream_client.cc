@@ -151,6 +151,18 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
 
   ~Exchange() override { CloseConnection(); }  // a body not read to its end: never pooled
 
+  // UpstreamClient::CancelAll(), on the io_context's thread.
+  void Cancel() {
+    resolver_.cancel();
+    if (!Over()) {
+      return Finish(UpstreamOutcome::kCancelled, beast_http::status::service_unavailable,
+                    "not answered before sluice shut down");
+    }
+    CloseConnection();  // the body's read pending (or the next) ends with kError
+  }
+
+  const asio::any_io_executor& executor() const { return executor_; }
+
   void Start() {
     connection_ = client_->TakeIdle(key_);
     // A streamed body cannot be sent again once a piece of it was read from the client, and a
@@ -472,7 +484,34 @@ void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget targ
   auto exchange = std::make_shared<Exchange>(this, executor, std::move(target), std::move(request),
                                              timeout, std::move(done), std::move(request_body));
   // Run on the io_context's thread: pooled connections are touched only there.
+  if (!Track(exchange)) return asio::dispatch(executor, [exchange] { exchange->Cancel(); });
   asio::dispatch(executor, [exchange] { exchange->Start(); });
+}
+
+bool UpstreamClient::Track(const std::shared_ptr<Exchange>& exchange) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  if (++tracked_since_prune_ >= live_.size() / 2 + 64) {  // amortised O(1), bounded size
+    tracked_since_prune_ = 0;
+    std::erase_if(live_, [](const std::weak_ptr<Exchange>& w) { return w.expired(); });
+  }
+  live_.push_back(exchange);
+  return true;
+}
+
+void UpstreamClient::CancelAll() {
+  std::vector<std::weak_ptr<Exchange>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    live.swap(live_);
+  }
+  for (const std::weak_ptr<Exchange>& w : live) {
+    std::shared_ptr<Exchange> exchange = w.lock();
+    if (exchange == nullptr) continue;
+    const asio::any_io_executor executor = exchange->executor();
+    asio::post(executor, [exchange = std::move(exchange)] { exchange->Cancel(); });
+  }
 }
 
 std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolKey& key) {

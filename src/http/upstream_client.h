@@ -24,8 +24,9 @@
 // before that, or cut short by the upstream, closes it.
 //
 // Safe for concurrent use. The callback runs on the thread of the io_context the request's
-// executor belongs to. Every exchange in flight keeps that io_context's run() going; CloseIdle()
-// must be called once no io_context runs any more and before they are destroyed.
+// executor belongs to. Every exchange in flight keeps that io_context's run() going, whatever
+// the upstream does, until its timeout or CancelAll() (a shutdown's deadline); CloseIdle() must
+// be called once no io_context runs any more and before they are destroyed.
 
 #ifndef SLUICE_HTTP_UPSTREAM_CLIENT_H_
 #define SLUICE_HTTP_UPSTREAM_CLIENT_H_
@@ -67,6 +68,7 @@ enum class UpstreamOutcome {
   kConnectError,  // no connection (refused, unresolvable, unreachable): 502
   kTimeout,       // no answer header within the timeout: 504
   kError,         // the connection broke, or the answer's header was malformed: 502
+  kCancelled,     // CancelAll() came before the answer's header (shutting down): 503
 };
 
 // The body of an upstream's answer (kOk), read piece by piece, at most body_piece_bytes at a
@@ -102,6 +104,13 @@ class UpstreamClient {
   // Closes every idle connection (see the banner for when).
   void CloseIdle();
 
+  // Ends every exchange in flight, and every later one at once, for a shutdown that cannot wait
+  // for the upstream: one still connecting, sending or waiting for the answer's header calls
+  // back with kCancelled (sluice's 503); one whose body is being read has its connection closed
+  // (its UpstreamBody reads kError, which cuts the client's answer short). From any thread; the
+  // exchanges end on their io_contexts' threads, soon after.
+  void CancelAll();
+
   // Connections opened so far and idle ones held now (for tests and metrics).
   uint64_t connections_opened() const;
   size_t idle_connections() const;
@@ -111,6 +120,8 @@ class UpstreamClient {
   struct Connection;
   using PoolKey = std::pair<const void*, std::string>;  // (io_context, "host:port")
 
+  // Adds `exchange` to those CancelAll() ends; false once CancelAll() was called.
+  bool Track(const std::shared_ptr<Exchange>& exchange);
   std::unique_ptr<Connection> TakeIdle(const PoolKey& key);
   void ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection);
 
@@ -118,6 +129,10 @@ class UpstreamClient {
   mutable std::mutex mu_;
   std::map<PoolKey, std::vector<std::unique_ptr<Connection>>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every exchange started, for CancelAll(); expired entries are dropped every so often.
+  std::vector<std::weak_ptr<Exchange>> live_ ABSL_GUARDED_BY(mu_);
+  size_t tracked_since_prune_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Turns a request received from `peer` into the one to send upstream: hop-by-hop fields removed

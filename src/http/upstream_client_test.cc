@@ -3,7 +3,8 @@
 // closed before a streamed body is read is left out), 502 when nothing listens, 504 on a silent
 // upstream, the request/response header rewriting, and the streamed body: bounded pieces,
 // chunked and close-delimited answers, an answer cut short or abandoned (its connection never
-// pooled), the idle timeout between pieces.
+// pooled), the idle timeout between pieces. CancelAll() (the shutdown deadline) ends exchanges at
+// once: 503 before the header, the body cut after.
 
 #include "http/upstream_client.h"
 
@@ -570,6 +571,48 @@ TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {
   EXPECT_EQ(request[beast_http::field::host], "example.test");
   EXPECT_EQ(request["X-Kept"], "k");
   EXPECT_EQ(request.target(), "/a?b=c");
+}
+
+// CancelAll() (the shutdown deadline) ends an exchange whatever the upstream does: one waiting
+// for a header that would come much later (30 s) is answered 503 at once, and later ones too.
+TEST_F(UpstreamClientTest, CancelAllAnswersAWaitingExchange503AtOnce) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
+  std::thread cancel([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    client_.CancelAll();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get, std::chrono::seconds(30));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  cancel.join();
+  EXPECT_EQ(r.outcome, UpstreamOutcome::kCancelled);
+  EXPECT_EQ(r.response.result(), beast_http::status::service_unavailable);
+  EXPECT_THAT(r.response.body(), HasSubstr("shut down"));
+  EXPECT_LT(elapsed, std::chrono::seconds(3));
+  EXPECT_EQ(client_.idle_connections(), 0u);
+  // Once cancelled, every later exchange is answered so at once, without a connection.
+  const int connections = upstream.connections();
+  EXPECT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kCancelled);
+  EXPECT_EQ(upstream.connections(), connections);
+}
+
+// An answer whose body is still coming is cut by CancelAll(): its reader sees kError at once,
+// not after the upstream's silence of 30 s.
+TEST_F(UpstreamClientTest, CancelAllCutsABodyStillStreaming) {
+  ScriptedUpstream upstream("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false);
+  std::thread cancel([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    client_.CancelAll();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get, std::chrono::seconds(30));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  cancel.join();
+  ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);  // the header came before
+  EXPECT_EQ(r.response.body(), "abc");
+  EXPECT_EQ(body_status_, UpstreamBody::Status::kError);
+  EXPECT_LT(elapsed, std::chrono::seconds(3));
+  EXPECT_EQ(client_.idle_connections(), 0u);
 }
 
 }  // namespace

@@ -140,6 +140,13 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
              fmt::format("{}:{}", target_.host, target_.port)) {
     request_.version(11);
     request_.keep_alive(true);
+    // HTTP/1.1 requires Host (RFC 9112 §3.2): an HTTP/1.0 client may have sent none, so the
+    // upstream's own authority stands in (as nginx's proxy_set_header Host $proxy_host).
+    if (request_.find(beast_http::field::host) == request_.end()) {
+      const bool ipv6 = target_.host.find(':') != std::string::npos;
+      request_.set(beast_http::field::host, ipv6 ? fmt::format("[{}]:{}", target_.host, target_.port)
+                                                 : fmt::format("{}:{}", target_.host, target_.port));
+    }
     if (request_body_ == nullptr) {
       request_.prepare_payload();
     } else if (const auto length = request_body_->content_length()) {

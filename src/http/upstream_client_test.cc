@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "fmt/format.h"
+
 namespace sluice::http {
 namespace {
 
@@ -440,6 +442,19 @@ TEST_F(UpstreamClientTest, StreamedRequestBodyWithoutALengthIsSentChunked) {
   const std::string sent = upstream.ReceivedEndingWith("0\r\n\r\n");
   EXPECT_THAT(sent, HasSubstr("Transfer-Encoding: chunked\r\n"));
   EXPECT_THAT(sent, ::testing::EndsWith("\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"));
+}
+
+// A request without Host (an HTTP/1.0 client's) is sent as HTTP/1.1, which requires one: the
+// upstream's authority stands in. A Host the client sent is kept (see PrepareUpstreamRequest).
+TEST_F(UpstreamClientTest, RequestWithoutHostGetsTheUpstreamsAuthority) {
+  ScriptedUpstream upstream(kOk, false);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc"}, 3);
+  const UpstreamResult result = Upload(upstream.port(), beast_http::verb::post, body);
+  EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
+  const std::string sent = upstream.ReceivedEndingWith("abc");
+  EXPECT_THAT(sent, HasSubstr(fmt::format("\r\nHost: 127.0.0.1:{}\r\n", upstream.port())));
+  EXPECT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  EXPECT_THAT(upstream.ReceivedEndingWith("\r\n\r\n"), HasSubstr("\r\nHost: test\r\n"));
 }
 
 TEST_F(UpstreamClientTest, StreamedRequestBodyWithALengthIsSentAsIs) {

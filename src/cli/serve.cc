@@ -204,8 +204,9 @@ int RunServe(const ServeFlags& flags) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  store::MemoryStore store({.max_entries = settings.max_entries, .shards = 64},
-                           SystemClock::Get());
+  store::MemoryStore store(
+      {.max_entries = settings.max_entries, .shards = 64, .on_full = settings.on_full},
+      SystemClock::Get());
   std::optional<RedisBackend> redis_backend;
   if (flags.redis || settings.backend == "redis") {
     auto started = StartRedis(settings, flags.redis);
@@ -248,10 +249,14 @@ int RunServe(const ServeFlags& flags) {
       {.store =
            [&store] {
              const auto st = store.GetStats();
-             return http::ServerMetrics::StoreStats{static_cast<double>(st.entries),
-                                                    static_cast<double>(st.memory_bytes),
-                                                    static_cast<double>(st.evictions),
-                                                    static_cast<double>(st.reclaimed)};
+             return http::ServerMetrics::StoreStats{
+                 .entries = static_cast<double>(st.entries),
+                 .memory_bytes = static_cast<double>(st.memory_bytes),
+                 .reclaimed = static_cast<double>(st.reclaimed),
+                 .overflow_states = static_cast<double>(st.overflow_states),
+                 .on_full = std::string(OnFullName(st.on_full)),
+                 .no_room_allowed = static_cast<double>(st.no_room_allowed),
+                 .no_room_denied = static_cast<double>(st.no_room_denied)};
            },
        .config =
            [&manager] {

@@ -16,6 +16,7 @@
 #include "http/server.h"
 #include "http/service.h"
 #include "redis/client.h"
+#include "redis/eviction_policy.h"
 #include "redis/redis_store.h"
 #include "rls/grpc_server.h"
 #include "rules/config_manager.h"
@@ -80,6 +81,19 @@ absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
     }
     spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", backend.where, why);
   }
+  // Redis's own eviction would drop live states (each a reset limit): warn unless noeviction.
+  redis::ReadMaxmemoryPolicy(
+      *backend.client, settings.redis_key_prefix,
+      [where = backend.where](absl::StatusOr<std::string> policy) {
+        if (!policy.ok()) {
+          spdlog::warn(
+              "{}: could not read maxmemory-policy ({}); exact limits need noeviction "
+              "(docs/redis.md)",
+              where, std::string(policy.status().message()));
+        } else if (auto warning = redis::EvictionPolicyWarning(*policy)) {
+          spdlog::warn("{}: {}", where, *warning);
+        }
+      });
   redis::RedisStore::Options store_options;
   store_options.key_prefix = settings.redis_key_prefix;
   store_options.buckets = settings.redis_buckets;

@@ -7,7 +7,7 @@
 # answered while it hung consuming nothing, and decisions back on Redis within 5 s of it
 # returning. A wrong Redis
 # password is a start-up error. The limits hold too with the states packed into hashes
-# (redis.buckets).
+# (redis.buckets). A Redis whose maxmemory-policy can evict live states is warned about.
 # Usage: SLUICE=path/to/sluice tests/redis_e2e.sh tests/redis
 set -u
 fixtures=$1
@@ -107,6 +107,8 @@ check "every state has a TTL" 1 "$((ttl > 0 ? 1 : 0))"
 check_contains "readyz: backend connected" "connected" "$(curl -s "http://${admins[0]}/readyz")"
 check "metrics: backend up" 1 "$(metric sluice_backend_up)"
 check "metrics: backend calls counted" 1 "$(( $(metric sluice_backend_calls_total) > 0 ? 1 : 0 ))"
+check "noeviction (Redis's default): no eviction-policy warning" 0 \
+  "$(cat "$tmp/s0.out" "$tmp/s0.err" | grep -c 'maxmemory-policy')"
 
 # Admin: inspect without consuming, then reset a key on Redis ("unblock this customer").
 for _ in 1 2 3 4 5; do check_one "${datas[2]}" exact user carol >/dev/null; done
@@ -233,7 +235,8 @@ check "the right password: not degraded" "" "$(header X-RateLimit-Status)"
 stop
 
 # ---------------------------------------------------------------- packed states (redis.buckets)
-for _ in $(seq 5); do pport=$(free_port); start_redis "$pport" && break; done
+# (This Redis has an eviction policy, which can drop live states: sluice warns at start.)
+for _ in $(seq 5); do pport=$(free_port); start_redis "$pport" --maxmemory-policy allkeys-lru && break; done
 mkdir -p "$tmp/packed-rules"
 cp "$tmp/rules/"*.yaml "$tmp/packed-rules/"
 cat >"$tmp/packed-rules/sluice.yaml" <<EOF
@@ -264,6 +267,8 @@ done <"$tmp/packed.keys"
 check "packed: the states share at most 8 hashes" 1 "$((hashes >= 1 && hashes <= 8 ? 1 : 0))"
 check "packed: only sliding_log keeps a key of its own" 1 "$strings"
 check "packed: every key has a TTL" 0 "$no_ttl"
+check_contains "packed: allkeys-lru is warned about at start" "maxmemory-policy is allkeys-lru" \
+  "$(cat "$tmp/p0.out" "$tmp/p0.err")"
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "packed instance $i stops cleanly" 0 "$STATUS"; done
 
 # ---------------------------------------------------------------- a 3-master cluster

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "sluice/on_full.h"
 
 namespace sluice {
 
@@ -34,10 +35,12 @@ class Limiter {
   struct Options {
     // Not owned; must outlive the limiter.
     const Clock* clock = SystemClock::Get();
-    // Upper bound on keys held at once; beyond it the least valuable state is evicted.
+    // Upper bound on keys held at once. A key's state is never dropped while it is in use;
+    // when the limiter is full, a new key is decided as `on_full` says (sluice/on_full.h).
     size_t max_keys = size_t{1} << 20;
     // Independent locks; more shards, less contention between threads.
     size_t shards = 16;
+    OnFull on_full = OnFull::kShared;
   };
 
   // InvalidArgument when `limit` fails ValidateLimit.

@@ -42,7 +42,8 @@ int RunRulesReplay(const rules::Config& config, const std::string& domain, std::
   }
   ManualClock clock;
   store::MemoryStore store(store::MemoryStore::Options{.max_entries = config.settings.max_entries,
-                                                       .shards = 64},
+                                                       .shards = 64,
+                                                       .on_full = config.settings.on_full},
                            &clock);
   engine::Engine engine(&store);
   engine::Request request;

@@ -18,6 +18,7 @@
 #include "http/server.h"
 #include "http/service.h"
 #include "redis/client.h"
+#include "redis/eviction_policy.h"
 #include "redis/redis_store.h"
 #include "rls/grpc_server.h"
 #include "rules/config_manager.h"
@@ -82,6 +83,19 @@ absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
     }
     spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", backend.where, why);
   }
+  // Redis's own eviction would drop live states (each a reset limit): warn unless noeviction.
+  redis::ReadMaxmemoryPolicy(
+      *backend.client, settings.redis_key_prefix,
+      [where = backend.where](absl::StatusOr<std::string> policy) {
+        if (!policy.ok()) {
+          spdlog::warn(
+              "{}: could not read maxmemory-policy ({}); exact limits need noeviction "
+              "(docs/redis.md)",
+              where, std::string(policy.status().message()));
+        } else if (auto warning = redis::EvictionPolicyWarning(*policy)) {
+          spdlog::warn("{}: {}", where, *warning);
+        }
+      });
   redis::RedisStore::Options store_options;
   store_options.key_prefix = settings.redis_key_prefix;
   store_options.buckets = settings.redis_buckets;
@@ -207,8 +221,9 @@ int RunServe(const ServeFlags& flags) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  store::MemoryStore store({.max_entries = settings.max_entries, .shards = 64},
-                           SystemClock::Get());
+  store::MemoryStore store(
+      {.max_entries = settings.max_entries, .shards = 64, .on_full = settings.on_full},
+      SystemClock::Get());
   std::optional<RedisBackend> redis_backend;
   if (flags.redis || settings.backend == "redis") {
     auto started = StartRedis(settings, flags.redis);
@@ -251,10 +266,14 @@ int RunServe(const ServeFlags& flags) {
       {.store =
            [&store] {
              const auto st = store.GetStats();
-             return http::ServerMetrics::StoreStats{static_cast<double>(st.entries),
-                                                    static_cast<double>(st.memory_bytes),
-                                                    static_cast<double>(st.evictions),
-                                                    static_cast<double>(st.reclaimed)};
+             return http::ServerMetrics::StoreStats{
+                 .entries = static_cast<double>(st.entries),
+                 .memory_bytes = static_cast<double>(st.memory_bytes),
+                 .reclaimed = static_cast<double>(st.reclaimed),
+                 .overflow_states = static_cast<double>(st.overflow_states),
+                 .on_full = std::string(OnFullName(st.on_full)),
+                 .no_room_allowed = static_cast<double>(st.no_room_allowed),
+                 .no_room_denied = static_cast<double>(st.no_room_denied)};
            },
        .config =
            [&manager] {

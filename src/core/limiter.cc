@@ -15,7 +15,9 @@ Limiter::Limiter(const Limit& limit, const Options& options)
     : limit_(limit),
       limit_id_(LimitId(limit)),
       store_(std::make_unique<store::MemoryStore>(
-          store::MemoryStore::Options{.max_entries = options.max_keys, .shards = options.shards},
+          store::MemoryStore::Options{.max_entries = options.max_keys,
+                                      .shards = options.shards,
+                                      .on_full = options.on_full},
           options.clock)) {}
 
 Limiter::~Limiter() = default;

@@ -282,9 +282,20 @@ TEST(LimiterTest, SizeStaysWithinMaxKeys) {
   ManualClock clock(kT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock, .max_keys = 64, .shards = 16});
   ASSERT_NE(limiter, nullptr);
+  ASSERT_TRUE(limiter->Decide("busy", 20).allowed);
+  for (int i = 0; i < 10000; ++i) limiter->Decide("flood-" + std::to_string(i));
+  EXPECT_LE(limiter->size(), 64u);
+  EXPECT_FALSE(limiter->Decide("busy").allowed) << "a full limiter never drops a key in use";
+}
+
+TEST(LimiterTest, AFullLimiterAdmitsNewKeysUntrackedWhenAskedTo) {
+  ManualClock clock(kT0);
+  auto limiter = MustCreate(
+      TenPerSecondBurst20(),
+      {.clock = &clock, .max_keys = 64, .shards = 16, .on_full = OnFull::kAllowUntracked});
+  ASSERT_NE(limiter, nullptr);
   for (int i = 0; i < 10000; ++i) {
-    ASSERT_TRUE(limiter->Decide("flood-" + std::to_string(i)).allowed)
-        << "a full limiter evicts, it does not deny";
+    ASSERT_TRUE(limiter->Decide("flood-" + std::to_string(i)).allowed) << "allow_untracked";
   }
   EXPECT_LE(limiter->size(), 64u);
 }

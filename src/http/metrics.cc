@@ -673,10 +673,14 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     auto store = std::make_shared<std::function<StoreStats()>>(std::move(sources.store));
     const std::pair<const char*, double StoreStats::*> gauges[] = {
         {"sluice_store_entries", &StoreStats::entries},
-        {"sluice_store_memory_bytes", &StoreStats::memory_bytes}};
-    const char* gauge_help[] = {"Limiter states held by the in-memory store.",
-                                "Memory of the in-memory store's tables."};
-    for (size_t i = 0; i < 2; ++i) {
+        {"sluice_store_memory_bytes", &StoreStats::memory_bytes},
+        {"sluice_store_overflow_states", &StoreStats::overflow_states}};
+    const char* gauge_help[] = {
+        "Limiter states held by the in-memory store (at most store.max_entries).",
+        "Memory of the in-memory store's tables.",
+        "Overflow states held by the in-memory store (store.on_full shared): one per limit and "
+        "shard that ran out of room."};
+    for (size_t i = 0; i < 3; ++i) {
       auto field = gauges[i].second;
       if (absl::Status s = registry->AddCallbackGauge(gauges[i].first, gauge_help[i],
                                                       [store, field] { return (*store)().*field; });
@@ -684,18 +688,26 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
         return s;
       }
     }
-    const std::pair<const char*, double StoreStats::*> counters[] = {
-        {"sluice_store_evictions_total", &StoreStats::evictions},
-        {"sluice_store_reclaimed_total", &StoreStats::reclaimed}};
-    const char* counter_help[] = {"Live limiter states dropped to make room (they start fresh).",
-                                  "Idle limiter states reclaimed."};
-    for (size_t i = 0; i < 2; ++i) {
-      auto field = counters[i].second;
-      if (absl::Status s = registry->AddCallbackCounter(
-              counters[i].first, counter_help[i], [store, field] { return (*store)().*field; });
-          !s.ok()) {
-        return s;
-      }
+    if (absl::Status s = registry->AddCallbackCounter("sluice_store_reclaimed_total",
+                                                      "Idle limiter states reclaimed.",
+                                                      [store] { return (*store)().reclaimed; });
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = registry->AddCallback(
+            {.name = "sluice_store_no_room_decisions_total",
+             .help = "Decisions of keys new to the in-memory store that found it full (no live "
+                     "state is ever dropped for room), by store.on_full mode and decision.",
+             .label_names = {"on_full", "decision"}},
+            MetricType::kCounter,
+            [store] {
+              const StoreStats stats = (*store)();
+              return std::vector<CallbackSample>{
+                  {{stats.on_full, "allowed"}, stats.no_room_allowed},
+                  {{stats.on_full, "denied"}, stats.no_room_denied}};
+            });
+        !s.ok()) {
+      return s;
     }
   }
 

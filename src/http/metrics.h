@@ -283,8 +283,11 @@ std::string FormatMetricValue(double value);
 //   sluice_decision_duration_seconds                 histogram  engine decision time (observe µs)
 //   sluice_store_entries                             gauge      live limiter states (callback)
 //   sluice_store_memory_bytes                        gauge      table memory (callback)
-//   sluice_store_evictions_total                     counter    states dropped for room (callback)
+//   sluice_store_overflow_states                     gauge      on_full shared states (callback)
 //   sluice_store_reclaimed_total                     counter    idle states reclaimed (callback)
+//   sluice_store_no_room_decisions_total{on_full,decision}  counter  new keys that found the store
+//       full (callback); on_full: the store's mode, decision: "allowed" | "denied". No live state
+//       is ever dropped for room, so there is no evictions counter.
 //   sluice_config_info{version}                      gauge      1, labelled with the active version
 //   sluice_config_reloads_total{result}              counter    result: "success" | "failure"
 //   sluice_http_open_connections                     gauge      connections open now
@@ -300,8 +303,12 @@ struct ServerMetrics {
   struct StoreStats {
     double entries = 0;
     double memory_bytes = 0;
-    double evictions = 0;
     double reclaimed = 0;
+    double overflow_states = 0;
+    // Decisions of new keys that found the store full, under the store's `on_full` mode.
+    std::string on_full = "shared";
+    double no_room_allowed = 0;
+    double no_room_denied = 0;
   };
   struct ConfigStats {
     std::string version;  // empty: no config loaded yet (no sluice_config_info series)

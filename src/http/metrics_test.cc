@@ -586,7 +586,13 @@ ServerMetrics::Sources FixedSources() {
   return {
       .store =
           [] {
-            return ServerMetrics::StoreStats{3, 4096, 1, 2};
+            return ServerMetrics::StoreStats{.entries = 3,
+                                             .memory_bytes = 4096,
+                                             .reclaimed = 2,
+                                             .overflow_states = 1,
+                                             .on_full = "shared",
+                                             .no_room_allowed = 5,
+                                             .no_room_denied = 7};
           },
       .config =
           [] {
@@ -641,16 +647,23 @@ TEST(ServerMetrics, FreshRegistryExposesTheDocumentedFamilies) {
                 "was given back (refund_on).\n"
                 "# TYPE sluice_proxy_refunds_total counter\n"
                 "sluice_proxy_refunds_total 0\n"
-                "# HELP sluice_store_entries Limiter states held by the in-memory store.\n"
+                "# HELP sluice_store_entries Limiter states held by the in-memory store (at "
+                "most store.max_entries).\n"
                 "# TYPE sluice_store_entries gauge\n"
                 "sluice_store_entries 3\n"
-                "# HELP sluice_store_evictions_total Live limiter states dropped to make room "
-                "(they start fresh).\n"
-                "# TYPE sluice_store_evictions_total counter\n"
-                "sluice_store_evictions_total 1\n"
                 "# HELP sluice_store_memory_bytes Memory of the in-memory store's tables.\n"
                 "# TYPE sluice_store_memory_bytes gauge\n"
                 "sluice_store_memory_bytes 4096\n"
+                "# HELP sluice_store_no_room_decisions_total Decisions of keys new to the "
+                "in-memory store that found it full (no live state is ever dropped for room), by "
+                "store.on_full mode and decision.\n"
+                "# TYPE sluice_store_no_room_decisions_total counter\n"
+                "sluice_store_no_room_decisions_total{on_full=\"shared\",decision=\"allowed\"} 5\n"
+                "sluice_store_no_room_decisions_total{on_full=\"shared\",decision=\"denied\"} 7\n"
+                "# HELP sluice_store_overflow_states Overflow states held by the in-memory store "
+                "(store.on_full shared): one per limit and shard that ran out of room.\n"
+                "# TYPE sluice_store_overflow_states gauge\n"
+                "sluice_store_overflow_states 1\n"
                 "# HELP sluice_store_reclaimed_total Idle limiter states reclaimed.\n"
                 "# TYPE sluice_store_reclaimed_total counter\n"
                 "sluice_store_reclaimed_total 2\n"

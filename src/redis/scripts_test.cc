@@ -407,6 +407,31 @@ TEST_F(PackedStatesTest, NewFieldsSweepDeadOnes) {
             (now_ms * 1000 / day.window_us + 1) * day.window_us - 1000000);
 }
 
+// A flood of unique keys into the victim's hash (issue 18): the sweeps delete only fields past
+// their idle time, so the victim's live state is never lost and it stays at its limit. The flood
+// mixes states that are dead by the next batch (sweepable) with live ones.
+TEST_F(PackedStatesTest, AFloodOfNewFieldsNeverDropsALiveState) {
+  ASSERT_FALSE(sha_.empty());
+  const Limit hourly = MakeLimit(Algorithm::kTokenBucket, 5, int64_t{3600} * 1000000);
+  const Limit brief = MakeLimit(Algorithm::kTokenBucket, 10, 10000);  // 1 ms per token
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(OnRedis({{&hourly, 2, "victim", 1, false, false}}).allowed);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    const bool live = i % 2 == 1;
+    const DecideResult r = OnRedis({{live ? &hourly : &brief, 2,
+                                     fmt::format("{}{}", live ? "fh" : "fb", i), 1, false, false}});
+    ASSERT_TRUE(r.allowed);
+    if (i % 100 == 99) std::this_thread::sleep_for(2ms);  // the brief ones go back to initial
+  }
+  EXPECT_EQ(FieldsStartingWith("t:h0", "2:fh"), 1000) << "every live flood state kept";
+  EXPECT_LT(FieldsStartingWith("t:h0", "2:fb"), 500) << "the sweeps took dead ones";
+  EXPECT_TRUE(OnRedis({{&hourly, 2, "victim", 1, false, false}}).allowed);
+  EXPECT_TRUE(OnRedis({{&hourly, 2, "victim", 1, false, false}}).allowed);
+  EXPECT_FALSE(OnRedis({{&hourly, 2, "victim", 1, false, false}}).allowed)
+      << "the victim's state survived the flood: 5 in all";
+}
+
 // A hash whose states are all back to initial goes by itself: its expiry follows its states.
 TEST_F(PackedStatesTest, AHashOfIdleStatesExpires) {
   ASSERT_FALSE(sha_.empty());

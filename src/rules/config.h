@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "sluice/limit.h"
+#include "sluice/on_full.h"
 
 namespace sluice::rules {
 
@@ -165,6 +166,7 @@ struct Settings {
   bool x_ratelimit_headers = true;
   bool ietf_headers = true;
   size_t max_entries = size_t{1} << 24;
+  OnFull on_full = OnFull::kShared;  // store.on_full: a new key in a full store
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
   size_t max_key_bytes = 4 << 10;

@@ -589,7 +589,7 @@ redis:
   timeout: 25ms
   instances: 3
   buckets: 65536
-store: {max_entries: 1000}
+store: {max_entries: 1000, on_full: deny}
 headers: [ietf]
 http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512, upstream_timeout: 2500ms,
        max_delayed: 77, shutdown_timeout: 3s}
@@ -616,6 +616,7 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.local_instances, 3);
   EXPECT_EQ(s.redis_buckets, 65536u);
   EXPECT_EQ(s.max_entries, 1000u);
+  EXPECT_EQ(s.on_full, OnFull::kDeny);
   EXPECT_THAT(s.headers, ElementsAre("ietf"));
   EXPECT_FALSE(s.x_ratelimit_headers);
   EXPECT_TRUE(s.ietf_headers);
@@ -1093,6 +1094,9 @@ grpc: {threads: -2}
               ElementsAre("t.yaml:1:36: buckets must be at most 16777216, got 16777217"));
   EXPECT_THAT(Errors("backend: redis\n"),
               ElementsAre("t.yaml:1:10: backend redis needs redis.url or redis.nodes"));
+  EXPECT_THAT(Errors("store: {on_full: evict}\n"),
+              ElementsAre("t.yaml:1:18: unknown store.on_full 'evict' (shared, deny or "
+                          "allow_untracked)"));
 }
 
 TEST(LoaderErrorsTest, ADocumentThatIsNotAMap) {

@@ -81,8 +81,17 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     }
   }
   if (const YAML::Node store = doc["store"]; store.IsDefined() && !store.IsNull()) {
-    if (r.CheckMap(store, "store", {"max_entries"})) {
+    if (r.CheckMap(store, "store", {"max_entries", "on_full"})) {
       s.max_entries = r.Unsigned(store, "max_entries", uint64_t{1} << 32).value_or(s.max_entries);
+      if (auto on_full = r.String(store, "on_full")) {
+        if (auto mode = ParseOnFull(*on_full)) {
+          s.on_full = *mode;
+        } else {
+          r.Error(store["on_full"],
+                  fmt::format("unknown store.on_full '{}' (shared, deny or allow_untracked)",
+                              *on_full));
+        }
+      }
     }
   }
   if (auto headers = r.Strings(doc, "headers")) {

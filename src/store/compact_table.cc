@@ -125,18 +125,6 @@ size_t CompactTable::SweepSome(int64_t now_us, size_t count) {
   return erased;
 }
 
-CompactTable::Slot* CompactTable::EvictionCandidate(uint64_t hash, size_t sample) {
-  Slot* best = nullptr;
-  size_t i = Home(hash);
-  for (size_t seen = 0, scanned = 0; seen < sample && scanned < capacity_; ++scanned, i = Next(i)) {
-    Slot& s = slots_[i];
-    if (s.hash == 0) continue;
-    ++seen;
-    if (best == nullptr || s.state.idle_at_us < best->state.idle_at_us) best = &s;
-  }
-  return best;
-}
-
 void CompactTable::Rehash(size_t new_capacity) {
   SlotArray old = std::move(slots_);
   const size_t old_capacity = capacity_;

@@ -59,7 +59,7 @@ class CompactTable {
   }
 
   // Adds hash (which must be absent) with state, growing if needed. nullptr when the table holds
-  // max_entries already: the caller reclaims or evicts first.
+  // max_entries already: the caller reclaims first (the store never drops a live entry).
   Slot* Insert(uint64_t hash, const algo::CompactState& state);
 
   void Erase(Slot* slot);
@@ -70,11 +70,6 @@ class CompactTable {
   // Examines up to `count` slots from a rolling cursor and erases the idle ones: a little
   // housekeeping on each insert keeps long-idle keys from piling up. Returns how many it erased.
   size_t SweepSome(int64_t now_us, size_t count);
-
-  // Picks an entry to evict to make room for `hash`: among the occupied slots from hash's home
-  // onwards (up to `sample`), the one that becomes idle first — the one whose loss forgets the
-  // least. Never nullptr unless the table is empty.
-  Slot* EvictionCandidate(uint64_t hash, size_t sample);
 
   size_t size() const { return size_; }
   size_t capacity() const { return capacity_; }

@@ -150,7 +150,6 @@ TEST(CompactTableTest, StartsEmptyWithMinimumCapacity) {
   EXPECT_EQ(table.max_entries(), 1000u);
   EXPECT_EQ(table.memory_bytes(), CompactTable::kMinCapacity * sizeof(Slot));
   EXPECT_EQ(table.Find(12345), nullptr);
-  EXPECT_EQ(table.EvictionCandidate(12345, 8), nullptr);
 }
 
 TEST(CompactTableTest, NormalizeHashRemapsOnlyZero) {
@@ -450,48 +449,6 @@ TEST(CompactTableTest, SweepSomeExaminesOnlyCountSlotsPerCall) {
   EXPECT_EQ(table.SweepSome(10, 0), 0u);
   EXPECT_EQ(table.SweepSome(10, 100), 7u);
   EXPECT_EQ(table.size(), 0u);
-}
-
-TEST(CompactTableTest, EvictionCandidateIsTheSoonestIdleAmongTheSampled) {
-  CompactTable table(1000);
-  // One entry at each of homes 3..10 except 6 (an empty slot in the middle), with these idle
-  // times:            home: 3   4   5   7   8   9  10
-  const int64_t idle_at[] = {50, 40, 60, 10, 30, 5, 1};
-  const uint64_t homes[] = {3, 4, 5, 7, 8, 9, 10};
-  for (int i = 0; i < 7; ++i) {
-    ASSERT_NE(table.Insert(HashAtHome16(homes[i], 0), {.idle_at_us = idle_at[i], .aux = homes[i]}),
-              nullptr);
-  }
-  const uint64_t probe = HashAtHome16(3, 77);
-  Slot* c = table.EvictionCandidate(probe, 1);
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->state.aux, 3u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(probe, 2)), 4u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(probe, 3)), 4u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(probe, 4)), 7u) << "the empty slot 6 is skipped";
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(probe, 6)), 9u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(probe, 7)), 10u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(probe, 100)), 10u) << "a sample above size";
-  // Sampling from home 8 onwards wraps round the end back to home 3.
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(HashAtHome16(8, 77), 2)), 9u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(HashAtHome16(11, 77), 1)), 3u);
-  EXPECT_EQ(AuxOf(table.EvictionCandidate(HashAtHome16(11, 77), 3)), 4u);
-  // The candidate is a live slot: erasing it removes exactly that entry.
-  Slot* victim = table.EvictionCandidate(probe, 100);
-  ASSERT_NE(victim, nullptr);
-  table.Erase(victim);
-  EXPECT_EQ(table.Find(HashAtHome16(10, 0)), nullptr);
-  EXPECT_EQ(table.size(), 6u);
-}
-
-TEST(CompactTableTest, EvictionCandidateFindsAnEntryFromAnyHome) {
-  CompactTable table(1000);
-  ASSERT_NE(table.Insert(HashAtHome16(2, 0), {.idle_at_us = 9, .aux = 0}), nullptr);
-  for (uint64_t home = 0; home < 16; ++home) {
-    Slot* c = table.EvictionCandidate(HashAtHome16(home, 5), 8);
-    ASSERT_NE(c, nullptr) << "home " << home;
-    EXPECT_EQ(c->hash, HashAtHome16(2, 0));
-  }
 }
 
 TEST(CompactTableTest, MemoryStaysAtMost32BytesPerEntryOnceGrown) {

@@ -11,8 +11,15 @@
 namespace sluice::store {
 namespace {
 
-constexpr size_t kSweepPerInsert = 2;    // slots examined for idle entries on each new key
-constexpr size_t kEvictionSample = 8;    // entries compared when one must be evicted
+constexpr size_t kSweepPerNewKey = 2;  // slots examined for idle entries on each new key
+
+// Takes back the last CommitSlidingLog of `cost` (DecideAll's undo).
+void UndoLogCommit(algo::LogState& log, uint64_t cost, int64_t saved_idle_at_us) {
+  log.entries.back().cost -= cost;
+  if (log.entries.back().cost == 0) log.entries.pop_back();
+  log.sum -= cost;
+  log.idle_at_us = saved_idle_at_us;
+}
 
 }  // namespace
 
@@ -25,16 +32,24 @@ struct alignas(64) MemoryStore::Shard {
   CompactTable table ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, algo::LogState> logs ABSL_GUARDED_BY(mu);
   size_t log_inserts_since_sweep ABSL_GUARDED_BY(mu) = 0;
-  size_t inserts_since_full_sweep ABSL_GUARDED_BY(mu) = 0;
+  size_t new_keys_since_full_sweep ABSL_GUARDED_BY(mu) = 0;
+  // on_full shared: limit id -> the state its new keys share while the shard is full. Node maps:
+  // DecideAll holds pointers into them while it creates others.
+  absl::node_hash_map<uint64_t, algo::CompactState> overflow ABSL_GUARDED_BY(mu);
+  absl::node_hash_map<uint64_t, algo::LogState> overflow_logs ABSL_GUARDED_BY(mu);
 
   size_t Entries() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return table.size() + logs.size(); }
+  size_t OverflowStates() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return overflow.size() + overflow_logs.size();
+  }
 };
 
-MemoryStore::MemoryStore(const Options& options, const Clock* clock) : clock_(clock) {
+MemoryStore::MemoryStore(const Options& options, const Clock* clock)
+    : clock_(clock), on_full_(options.on_full) {
   // Never more shards than entries, and the shards' bounds add up to max_entries exactly.
   const size_t max_entries = std::max<size_t>(options.max_entries, 1);
-  const size_t n = std::min(std::bit_ceil(std::max<size_t>(options.shards, 1)),
-                            std::bit_floor(max_entries));
+  const size_t n =
+      std::min(std::bit_ceil(std::max<size_t>(options.shards, 1)), std::bit_floor(max_entries));
   shards_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     shards_.push_back(std::make_unique<Shard>(max_entries / n + (i < max_entries % n ? 1 : 0)));
@@ -72,28 +87,144 @@ Decision MemoryStore::DecideAt(const Limit& limit, uint64_t limit_id, std::strin
   if (limit.algorithm == Algorithm::kSlidingLog) {
     auto it = shard.logs.find(hash);
     if (it != shard.logs.end()) return algo::DecideSlidingLog(it->second, now, limit, cost);
-    algo::LogState fresh;
-    const Decision d = algo::DecideSlidingLog(fresh, now, limit, cost);
-    if (d.allowed && cost > 0) StoreFreshLog(shard, hash, std::move(fresh), now);
-    return d;
+    Reclaim(shard, now);
+    const Placement placement = Place(shard, 0);
+    if (placement == Placement::kOverflow) {
+      if (algo::LogState* log = OverflowLog(shard, limit_id)) {
+        const Decision d = algo::DecideSlidingLog(*log, now, limit, cost);
+        CountNoRoom(d.allowed);
+        return d;
+      }
+    }
+    algo::LogState start =
+        placement == Placement::kTracked ? StartLog(shard, limit_id, now) : algo::LogState{};
+    const Decision d = algo::DecideSlidingLog(start, now, limit, cost);
+    if (!d.allowed || cost == 0) return d;  // it needs no room
+    if (placement == Placement::kTracked) {
+      StoreFreshLog(shard, hash, std::move(start), now);
+      return d;
+    }
+    if (placement == Placement::kUntracked) {
+      CountNoRoom(true);
+      return d;
+    }
+    CountNoRoom(false);
+    return NoRoomDecision();
   }
 
   CompactTable& table = shard.table;
   if (CompactTable::Slot* slot = table.Find(hash)) {
     return algo::DecideCompact(slot->state, now, limit, cost);
   }
-  algo::CompactState fresh;
-  const Decision d = algo::DecideCompact(fresh, now, limit, cost);
-  if (d.allowed && cost > 0) StoreFresh(shard, hash, fresh, now);  // else it needs no slot
-  return d;
+  Reclaim(shard, now);  // erases slots: none is held
+  const Placement placement = Place(shard, 0);
+  if (placement == Placement::kOverflow) {
+    if (algo::CompactState* state = OverflowState(shard, limit_id)) {
+      const Decision d = algo::DecideCompact(*state, now, limit, cost);
+      CountNoRoom(d.allowed);
+      return d;
+    }
+  }
+  algo::CompactState start =
+      placement == Placement::kTracked ? StartState(shard, limit_id, now) : algo::CompactState{};
+  const algo::CompactState before = start;
+  const Decision d = algo::DecideCompact(start, now, limit, cost);
+  if (start == before) return d;  // denied or a peek: it needs no room
+  if (placement == Placement::kTracked) {
+    StoreFresh(shard, hash, start);
+    return d;
+  }
+  if (placement == Placement::kUntracked) {
+    CountNoRoom(true);
+    return d;
+  }
+  CountNoRoom(false);
+  return NoRoomDecision();
 }
 
-void MemoryStore::StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state,
-                             int64_t now) {
-  if (const size_t erased = shard.table.SweepSome(now, kSweepPerInsert)) {
-    reclaimed_.fetch_add(erased, std::memory_order_relaxed);
+size_t MemoryStore::Reclaim(Shard& shard, int64_t now) {
+  CompactTable& table = shard.table;
+  size_t erased = table.SweepSome(now, kSweepPerNewKey);
+  ++shard.new_keys_since_full_sweep;
+  if ((shard.Entries() >= shard.max_entries || table.NeedsGrowth()) &&
+      shard.new_keys_since_full_sweep >= (table.capacity() + shard.logs.size()) / 8) {
+    // Before growing, and while full, take back everything idle. Rate-limited to once per
+    // capacity/8 new keys, so that a full shard with nothing idle costs O(1) amortised per new
+    // key; counting every new key (not only those inserted) means a full shard still gets swept
+    // and finds its idle states once they are there.
+    shard.new_keys_since_full_sweep = 0;
+    erased += table.EraseIdle(now);
+    const size_t logs_before = shard.logs.size();
+    absl::erase_if(shard.logs, [now](const auto& kv) { return kv.second.IsIdle(now); });
+    erased += logs_before - shard.logs.size();
+    absl::erase_if(shard.overflow, [now](const auto& kv) { return kv.second.IsIdle(now); });
+    absl::erase_if(shard.overflow_logs, [now](const auto& kv) { return kv.second.IsIdle(now); });
   }
-  MakeRoom(shard, hash, now);
+  if (erased > 0) reclaimed_.fetch_add(erased, std::memory_order_relaxed);
+  return erased;
+}
+
+MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) const {
+  if (shard.Entries() + reserved < shard.max_entries) return Placement::kTracked;
+  switch (on_full_) {
+    case OnFull::kShared:
+      return Placement::kOverflow;
+    case OnFull::kDeny:
+      return Placement::kDenied;
+    case OnFull::kAllowUntracked:
+      return Placement::kUntracked;
+  }
+  return Placement::kDenied;
+}
+
+algo::CompactState* MemoryStore::OverflowState(Shard& shard, uint64_t limit_id) {
+  if (auto it = shard.overflow.find(limit_id); it != shard.overflow.end()) return &it->second;
+  if (shard.OverflowStates() >= kMaxOverflowStates) return nullptr;  // until Reclaim sweeps
+  return &shard.overflow[limit_id];
+}
+
+algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id) {
+  if (auto it = shard.overflow_logs.find(limit_id); it != shard.overflow_logs.end()) {
+    return &it->second;
+  }
+  if (shard.OverflowStates() >= kMaxOverflowStates) return nullptr;
+  return &shard.overflow_logs[limit_id];
+}
+
+algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int64_t now) const {
+  if (on_full_ == OnFull::kShared) {
+    if (auto it = shard.overflow.find(limit_id);
+        it != shard.overflow.end() && !it->second.IsIdle(now)) {
+      return it->second;
+    }
+  }
+  return {};
+}
+
+algo::LogState MemoryStore::StartLog(Shard& shard, uint64_t limit_id, int64_t now) const {
+  if (on_full_ == OnFull::kShared) {
+    if (auto it = shard.overflow_logs.find(limit_id);
+        it != shard.overflow_logs.end() && !it->second.IsIdle(now)) {
+      return it->second;
+    }
+  }
+  return {};
+}
+
+Decision MemoryStore::NoRoomDecision() {
+  return Decision{.allowed = false,
+                  .remaining = 0,
+                  .retry_after_us = kNoRoomRetryAfterUs,
+                  .reset_after_us = kNoRoomRetryAfterUs,
+                  .delay_us = 0};
+}
+
+void MemoryStore::CountNoRoom(bool allowed) {
+  (allowed ? no_room_allowed_ : no_room_denied_).fetch_add(1, std::memory_order_relaxed);
+}
+
+void MemoryStore::StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state) {
+  // Place left room, and max_entries is also the table's own bound: Insert succeeds.
   shard.table.Insert(hash, state);
 }
 
@@ -105,29 +236,8 @@ void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& lo
     absl::erase_if(shard.logs, [now](const auto& kv) { return kv.second.IsIdle(now); });
     reclaimed_.fetch_add(before - shard.logs.size(), std::memory_order_relaxed);
   }
-  MakeRoom(shard, hash, now);
   shard.logs.emplace(hash, std::move(log));
 }
-
-void MemoryStore::MakeRoom(Shard& shard, uint64_t hash, int64_t now) {
-  CompactTable& table = shard.table;
-  ++shard.inserts_since_full_sweep;
-  const bool full = shard.Entries() >= shard.max_entries;
-  if ((full || table.NeedsGrowth()) && shard.inserts_since_full_sweep >= table.capacity() / 8) {
-    // Before growing (or evicting), take back everything idle. Rate-limited to once per
-    // capacity/8 new keys so that a full shard with nothing idle does not sweep on every insert.
-    shard.inserts_since_full_sweep = 0;
-    reclaimed_.fetch_add(table.EraseIdle(now), std::memory_order_relaxed);
-  }
-  if (shard.Entries() < shard.max_entries) return;
-  if (CompactTable::Slot* victim = table.EvictionCandidate(hash, kEvictionSample)) {
-    table.Erase(victim);
-  } else {
-    shard.logs.erase(shard.logs.begin());
-  }
-  evictions_.fetch_add(1, std::memory_order_relaxed);
-}
-
 void MemoryStore::Prefetch(uint64_t limit_id, std::string_view key) const {
   const uint64_t hash = Hash(limit_id, key);
   ShardFor(hash).table.Prefetch(hash);  // NOLINT: deliberately unlocked, see CompactTable
@@ -166,9 +276,12 @@ MemoryStore::Stats MemoryStore::GetStats() const {
   for (const auto& shard : shards_) {
     util::SpinLockHolder lock(&shard->mu);
     stats.entries += shard->Entries();
+    stats.overflow_states += shard->OverflowStates();
     stats.memory_bytes += shard->table.memory_bytes();
   }
-  stats.evictions = evictions_.load(std::memory_order_relaxed);
+  stats.on_full = on_full_;
+  stats.no_room_allowed = no_room_allowed_.load(std::memory_order_relaxed);
+  stats.no_room_denied = no_room_denied_.load(std::memory_order_relaxed);
   stats.reclaimed = reclaimed_.load(std::memory_order_relaxed);
   return stats;
 }
@@ -183,27 +296,40 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
   if (decided_at_us != nullptr) *decided_at_us = now;
   const size_t n = items.size();
 
-  // A state being decided: an existing slot or log, or a fresh one to insert at the end.
+  // A state being decided: an existing slot or log, a new key's own state (stored at the end if
+  // it consumed and was placed kTracked), or its limit's overflow state.
   struct Work {
     uint64_t hash = 0;
     Shard* shard = nullptr;
     bool is_log = false;
-    algo::CompactState* state = nullptr;  // compact: the slot's state or `fresh_state`
-    algo::LogState* log = nullptr;        // sliding_log: the stored log or `fresh_log`
-    int fresh_of = -1;                    // index of the Work that owns the fresh state, or -1
+    size_t owner = 0;     // the first item with this state; later ones decide it in turn
+    bool is_new = false;  // owners: no stored state
+    Placement placement = Placement::kTracked;  // owners of new keys
+    algo::CompactState* state = nullptr;  // compact: the slot's, `fresh_state` or an overflow one
+    algo::LogState* log = nullptr;        // sliding_log: the stored log, `fresh_log`, overflow
     algo::CompactState fresh_state;
     std::unique_ptr<algo::LogState> fresh_log;
-    algo::CompactState saved;             // for undo
+    algo::CompactState saved;  // for undo
     int64_t saved_idle_at = 0;
     bool consumed = false;
+    bool no_room = false;  // denied for lack of room
   };
   absl::InlinedVector<Work, 8> work(n);
   absl::InlinedVector<Shard*, 8> locked;
   for (size_t i = 0; i < n; ++i) {
-    work[i].hash = Hash(items[i].limit_id, items[i].key);
-    work[i].shard = &ShardFor(work[i].hash);
-    work[i].is_log = items[i].limit->algorithm == Algorithm::kSlidingLog;
-    locked.push_back(work[i].shard);
+    Work& w = work[i];
+    w.hash = Hash(items[i].limit_id, items[i].key);
+    w.shard = &ShardFor(w.hash);
+    w.is_log = items[i].limit->algorithm == Algorithm::kSlidingLog;
+    w.owner = i;
+    // The same state twice in one request (identical descriptors) is decided twice in turn.
+    for (size_t j = 0; j < i; ++j) {
+      if (work[j].hash == w.hash && work[j].is_log == w.is_log) {
+        w.owner = j;
+        break;
+      }
+    }
+    locked.push_back(w.shard);
   }
   // One lock per shard, always in address order, so concurrent requests cannot deadlock. (The
   // usual request has one item: one shard, nothing to order.)
@@ -213,29 +339,70 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
   }
   for (Shard* s : locked) s->mu.Lock();
 
+  // Each owner's stored state, if any. A new key gets housekeeping first (which may move or
+  // erase slots: then every lookup is done again, and an idle state another item found may be
+  // gone), then a place; only then are pointers taken for good.
+  const auto look_up = [&work, n] {
+    bool all_found = true;
+    for (size_t i = 0; i < n; ++i) {
+      Work& w = work[i];
+      if (w.owner != i) continue;
+      if (w.is_log) {
+        auto it = w.shard->logs.find(w.hash);
+        w.log = it == w.shard->logs.end() ? nullptr : &it->second;
+        all_found = all_found && w.log != nullptr;
+      } else {
+        CompactTable::Slot* slot = w.shard->table.Find(w.hash);
+        w.state = slot == nullptr ? nullptr : &slot->state;
+        all_found = all_found && w.state != nullptr;
+      }
+    }
+    return all_found;
+  };
+  if (!look_up()) {
+    size_t erased = 0;
+    for (size_t i = 0; i < n; ++i) {
+      Work& w = work[i];
+      if (w.owner == i && w.state == nullptr && w.log == nullptr) erased += Reclaim(*w.shard, now);
+    }
+    if (erased > 0) look_up();
+    absl::InlinedVector<std::pair<const Shard*, size_t>, 8> reserved;  // kTracked places given
+    for (size_t i = 0; i < n; ++i) {
+      Work& w = work[i];
+      if (w.owner != i || w.state != nullptr || w.log != nullptr) continue;
+      w.is_new = true;
+      auto it = std::find_if(reserved.begin(), reserved.end(),
+                             [&](const auto& r) { return r.first == w.shard; });
+      if (it == reserved.end()) it = reserved.insert(reserved.end(), {w.shard, 0});
+      w.placement = Place(*w.shard, it->second);
+      if (w.placement == Placement::kTracked) ++it->second;
+    }
+  }
+
   bool allowed = true;
   for (size_t i = 0; i < n; ++i) {
     Work& w = work[i];
     const Item& item = items[i];
-    // The same state twice in one request (identical descriptors) is decided twice in turn.
-    for (size_t j = 0; j < i && w.state == nullptr && w.log == nullptr; ++j) {
-      if (work[j].hash == w.hash && work[j].is_log == w.is_log) {
-        w.state = work[j].state;
-        w.log = work[j].log;
-      }
-    }
-    if (w.state == nullptr && w.log == nullptr) {
-      if (w.is_log) {
-        auto it = w.shard->logs.find(w.hash);
-        if (it != w.shard->logs.end()) {
-          w.log = &it->second;
+    const Work& owner = work[w.owner];
+    if (w.owner != i) {
+      w.state = owner.state;
+      w.log = owner.log;
+    } else if (w.is_new) {  // else look_up found its state
+      if (w.placement == Placement::kOverflow) {
+        if (w.is_log) {
+          w.log = OverflowLog(*w.shard, item.limit_id);
         } else {
-          w.fresh_log = std::make_unique<algo::LogState>();
-          w.log = w.fresh_log.get();
+          w.state = OverflowState(*w.shard, item.limit_id);
         }
-      } else if (CompactTable::Slot* slot = w.shard->table.Find(w.hash)) {
-        w.state = &slot->state;
-      } else {
+        if (w.log == nullptr && w.state == nullptr) w.placement = Placement::kDenied;
+      }
+      const bool copy = w.placement == Placement::kTracked;
+      if (w.is_log && w.log == nullptr) {
+        w.fresh_log = std::make_unique<algo::LogState>(copy ? StartLog(*w.shard, item.limit_id, now)
+                                                            : algo::LogState{});
+        w.log = w.fresh_log.get();
+      } else if (!w.is_log && w.state == nullptr) {
+        w.fresh_state = copy ? StartState(*w.shard, item.limit_id, now) : algo::CompactState{};
         w.state = &w.fresh_state;
       }
     }
@@ -256,6 +423,19 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
       }
       w.consumed = !(*w.state == w.saved);
     }
+    if (w.consumed && work[w.owner].placement == Placement::kDenied) {
+      // A new key with no room (on_full deny): what it would have consumed cannot be kept.
+      if (w.is_log) {
+        UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
+      } else {
+        *w.state = w.saved;
+      }
+      w.consumed = false;
+      if (d.allowed) {
+        w.no_room = true;
+        d = NoRoomDecision();
+      }
+    }
     if (!d.allowed && !item.shadow) allowed = false;
   }
 
@@ -268,37 +448,48 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
         continue;  // count_denied applies to fixed_window only
       }
       if (w.is_log) {
-        algo::LogState& log = *w.log;
-        log.entries.back().cost -= item.cost;
-        if (log.entries.back().cost == 0) log.entries.pop_back();
-        log.sum -= item.cost;
-        log.idle_at_us = w.saved_idle_at;
+        UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
       } else {
         *w.state = w.saved;
       }
       w.consumed = false;
-      Decision peek = w.is_log ? algo::EvaluateSlidingLog(*w.log, now, *item.limit, 0)
-                               : [&] {
-                                   algo::CompactState copy = *w.state;
-                                   return algo::DecideCompact(copy, now, *item.limit, 0);
-                                 }();
+      Decision peek = w.is_log ? algo::EvaluateSlidingLog(*w.log, now, *item.limit, 0) : [&] {
+        algo::CompactState copy = *w.state;
+        return algo::DecideCompact(copy, now, *item.limit, 0);
+      }();
       out[i].remaining = peek.remaining;
       out[i].reset_after_us = peek.reset_after_us;
       out[i].delay_us = 0;
     }
   }
 
-  // Fresh states that now hold something are stored.
+  // New keys' own states that now hold something are stored (kTracked) or dropped (kDenied,
+  // kUntracked); decisions that found no room are counted.
+  absl::InlinedVector<bool, 8> keep(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const Work& w = work[i];
+    if (w.consumed) keep[w.owner] = true;
+    switch (work[w.owner].is_new ? work[w.owner].placement : Placement::kTracked) {
+      case Placement::kTracked:
+        break;
+      case Placement::kOverflow:
+        CountNoRoom(out[i].allowed && allowed);
+        break;
+      case Placement::kDenied:
+        if (w.no_room) CountNoRoom(false);
+        break;
+      case Placement::kUntracked:
+        if (w.consumed) CountNoRoom(true);
+        break;
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     Work& w = work[i];
-    if (w.is_log ? w.fresh_log == nullptr || w.fresh_log->LiveEntries() == 0
-                 : w.state != &w.fresh_state || w.fresh_state == algo::CompactState{}) {
-      continue;
-    }
+    if (w.owner != i || !w.is_new || w.placement != Placement::kTracked || !keep[i]) continue;
     if (w.is_log) {
       StoreFreshLog(*w.shard, w.hash, std::move(*w.fresh_log), now);
     } else {
-      StoreFresh(*w.shard, w.hash, w.fresh_state, now);
+      StoreFresh(*w.shard, w.hash, w.fresh_state);
     }
   }
   for (Shard* s : locked) s->mu.Unlock();

@@ -3,12 +3,41 @@
 // Safe for concurrent use without external synchronization. The key space is split over
 // independent shards, each behind its own lock; a decision locks exactly one shard.
 //
-// Bounded: at most Options::max_entries live (limit, key) states. Idle states — back to their
-// initial value: a full bucket, a window that is over — are reclaimed as the store goes (a few
-// slots are swept on every new key, and a whole shard is swept before it would grow). When a
-// shard is full anyway, a new key evicts, among a few entries near its slot, the one that would
-// become idle first (the least state is lost); evictions are counted. An evicted key starts
-// fresh, i.e. it is treated leniently — the store never denies a request for lack of room.
+// Bounded, and never lenient for a key it tracks: at most Options::max_entries live (limit, key)
+// states, split evenly over the shards. Idle states (back to their initial value: a full bucket,
+// a window that is over) are reclaimed as the store goes: a few slots are swept on every new
+// key, and a whole shard is swept before it grows or while it is full (at most once per
+// capacity/8 new keys, so amortised O(1) per request, and a full store finds its idle states
+// again even when no new key can be inserted).
+//
+// A live state is never dropped to make room. Dropping one (the old eviction of "the entry that
+// would become idle soonest") handed a key in active use a fresh quota, so a flood of unique
+// keys lifted any other key's limit. Instead, a key seen for the first time in a shard that is
+// full (nothing idle to reclaim) is not stored, and Options::on_full says how it is decided
+// (see sluice/on_full.h):
+//   shared (default)  against its limit's overflow state in that shard, shared by every new key
+//                     of that limit that found no room there. A key always hashes to the same
+//                     shard, so all its untracked requests went through that one state: it never
+//                     gets more than its limit. Overflow states are outside max_entries, one per
+//                     limit id per shard at most (bounded by kMaxOverflowStates per shard; past
+//                     that, a new key is denied), and reclaimed when idle.
+//   deny              the request is denied if it would consume (retry_after 1 s); peeks and
+//                     requests that would be denied anyway are answered as usual.
+//   allow_untracked   admitted if the limit alone allows it (as a fresh key), not recorded.
+// So that a key decided through the overflow state does not get a fresh full quota when it later
+// finds room (2x in one window), a new key (shared mode) starts from a copy of its limit's
+// overflow state in its shard whenever that state is not idle. Every algorithm's state only
+// grows more restrictive with each admitted request (a later TAT, a higher window count, one more
+// log entry), and the overflow state admitted a superset of that key's untracked requests, so the
+// copy is at least as restrictive as the key's own history. The price: new keys in a shard whose
+// overflow state is busy start with less than a full quota until that state goes idle — one
+// window (or bucket refill) after the store last ran out of room.
+// A key whose state went idle (and was reclaimed) is a new key again: under a lasting flood it
+// is decided by on_full too, which for allow_untracked means not limited at all — that mode is
+// for those who prefer availability to limits. DecideAll places its new keys before deciding, so
+// all-or-nothing holds (a no-room deny denies the request; the other items are undone); Refund
+// gives nothing back to an overflow state, Reset leaves them alone.
+// Every decision that found no room is counted (Stats::no_room_allowed / no_room_denied).
 //
 // Compact: token_bucket, leaky_bucket, fixed_window and sliding_window keep 24 bytes per entry in
 // a table at least 75 % full, so at most 32 bytes per key; see compact_table.h for the
@@ -30,9 +59,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "algo/algorithms.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "sluice/on_full.h"
 #include "store/compact_table.h"
 #include "util/spin_lock.h"
 
@@ -42,14 +73,27 @@ class MemoryStore {
  public:
   struct Options {
     size_t max_entries = size_t{1} << 24;  // ~16.7M (limit, key) states in all
-    size_t shards = 64;                   // rounded up to a power of two
+    size_t shards = 64;                    // rounded up to a power of two
+    OnFull on_full = OnFull::kShared;      // a new key in a full shard; see above
   };
 
+  // Overflow states one shard holds at most (on_full shared): one per limit id.
+  static constexpr size_t kMaxOverflowStates = 4096;
+  // on_full deny: the retry_after of a request denied for lack of room. Room comes back as
+  // states go idle, which the store notices as new keys arrive.
+  static constexpr int64_t kNoRoomRetryAfterUs = 1000000;
+
   struct Stats {
-    size_t entries = 0;         // live states
-    size_t memory_bytes = 0;    // table slots (sliding logs not included)
-    uint64_t evictions = 0;     // live states dropped for room
-    uint64_t reclaimed = 0;     // idle states dropped
+    OnFull on_full = OnFull::kShared;
+    size_t entries = 0;          // tracked states, at most max_entries
+    size_t overflow_states = 0;  // on_full shared: overflow states held (outside max_entries)
+    size_t memory_bytes = 0;     // table slots (sliding logs and overflow states not included)
+    uint64_t reclaimed = 0;      // idle states dropped
+    // Decisions of new keys that found no room (their shard full, nothing idle): admitted
+    // (shared: consumed from the overflow state; allow_untracked: not recorded) or denied
+    // (shared: by the overflow state; deny: for lack of room).
+    uint64_t no_room_allowed = 0;
+    uint64_t no_room_denied = 0;
   };
 
   // `clock` is not owned and must outlive the store.
@@ -90,7 +134,9 @@ class MemoryStore {
   // Gives back what `items` consumed when DecideAll admitted them at `decided_at_us` (e.g. the
   // upstream failed); see algo::RefundCompact for what each algorithm gives back. Pass only
   // items that consumed (their decision allowed, cost > 0). A key whose state is gone (idle,
-  // reclaimed, evicted, reset) is left alone. Never makes a state better than a fresh key's.
+  // reclaimed, reset) or was never stored (decided without room) is left alone: the overflow
+  // state is shared, so nothing is given back to it (conservative). Never makes a state better
+  // than a fresh key's.
   void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us);
 
   // Starts fetching the state of (limit_id, key) into the cache, without locking: a caller with
@@ -98,7 +144,9 @@ class MemoryStore {
   // their memory latencies overlap. Purely a hint.
   void Prefetch(uint64_t limit_id, std::string_view key) const;
 
-  // Forgets the state of one key ("unblock this customer"). True if there was one.
+  // Forgets the state of one key ("unblock this customer"). True if there was one. The overflow
+  // states are left alone: while its limit's overflow state in its shard is busy, a reset key
+  // starts from a copy of it (on_full shared), as any new key does.
   bool Reset(uint64_t limit_id, std::string_view key);
 
   Stats GetStats() const;
@@ -111,19 +159,45 @@ class MemoryStore {
 
   uint64_t Hash(uint64_t limit_id, std::string_view key) const;
   Shard& ShardFor(uint64_t hash) const { return *shards_[hash & shard_mask_]; }
-  // Makes room for one more entry in `shard`: reclaims idle entries, evicts if still full.
+  // Where a key seen for the first time is decided.
+  enum class Placement {
+    kTracked,    // it gets a slot (if it consumes)
+    kOverflow,   // against its limit's overflow state (on_full shared)
+    kDenied,     // denied if it would consume (on_full deny; shared with no overflow state left)
+    kUntracked,  // as a fresh key, not recorded (on_full allow_untracked)
+  };
+  // Housekeeping for a new key in `shard`: sweeps a few slots, and the whole shard when it is
+  // full or about to grow (rate-limited). Returns how many states it erased; when any, slot and
+  // log pointers are invalid. Requires shard.mu.
+  size_t Reclaim(Shard& shard, int64_t now);
+  // Where a new key goes when `reserved` more keys are already promised a place in `shard`:
+  // kTracked while the shard holds fewer than max_entries - reserved states, else per on_full.
   // Requires shard.mu.
-  void MakeRoom(Shard& shard, uint64_t hash, int64_t now);
-  // Stores the state of a key seen for the first time (after MakeRoom). Require shard.mu.
-  void StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state, int64_t now);
+  Placement Place(const Shard& shard, size_t reserved) const;
+  // The overflow state of `limit_id` in `shard`, created if needed; nullptr when the shard holds
+  // kMaxOverflowStates already (Reclaim drops the idle ones). Pointers stay valid until Reclaim.
+  // Require shard.mu.
+  algo::CompactState* OverflowState(Shard& shard, uint64_t limit_id);
+  algo::LogState* OverflowLog(Shard& shard, uint64_t limit_id);
+  // What a new tracked key starts from (on_full shared: a copy of its limit's overflow state
+  // while that is busy; else a fresh state). Require shard.mu.
+  algo::CompactState StartState(Shard& shard, uint64_t limit_id, int64_t now) const;
+  algo::LogState StartLog(Shard& shard, uint64_t limit_id, int64_t now) const;
+  // Store the state of a key seen for the first time, placed kTracked. Require shard.mu.
+  void StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state);
   void StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& log, int64_t now);
+  // A new key's decision when it would consume and has no room (deny, or no overflow state).
+  static Decision NoRoomDecision();
+  void CountNoRoom(bool allowed);
 
   const Clock* clock_;
   std::vector<std::unique_ptr<Shard>> shards_;
   uint64_t shard_mask_;
   std::atomic<int64_t> latest_now_us_{0};
-  std::atomic<uint64_t> evictions_{0};
+  const OnFull on_full_;
   std::atomic<uint64_t> reclaimed_{0};
+  std::atomic<uint64_t> no_room_allowed_{0};
+  std::atomic<uint64_t> no_room_denied_{0};
 };
 
 }  // namespace sluice::store

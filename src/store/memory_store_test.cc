@@ -407,7 +407,7 @@ TEST(MemoryStoreTest, AStoreUsesOneClockForAllKeys) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bounded memory: idle reclaim and eviction.
+// Bounded memory: idle reclaim, and a full store (see also memory_store_full_test.cc).
 
 TEST(MemoryStoreTest, IdleKeysAreReclaimedAsNewKeysArrive) {
   // Each key makes one request: its bucket is full again 100 ms later.
@@ -424,7 +424,7 @@ TEST(MemoryStoreTest, IdleKeysAreReclaimedAsNewKeysArrive) {
     }
     const MemoryStore::Stats stats = store.GetStats();
     SCOPED_TRACE(round);
-    EXPECT_EQ(stats.evictions, 0u);
+    EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied, 0u);
     EXPECT_EQ(stats.entries + stats.reclaimed, (round + 1) * kPerRound) << "every state accounted";
     // Only this round's keys are busy; older ones go as new keys come, so what the store holds
     // follows the keys of about one round, not all the keys it has seen.
@@ -450,7 +450,7 @@ TEST(MemoryStoreTest, IdleSlidingLogsAreReclaimedAsNewKeysArrive) {
     }
     const MemoryStore::Stats stats = store.GetStats();
     SCOPED_TRACE(round);
-    EXPECT_EQ(stats.evictions, 0u);
+    EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied, 0u);
     EXPECT_EQ(stats.entries + stats.reclaimed, (round + 1) * kPerRound);
     EXPECT_LE(stats.entries, 3 * kPerRound);
     clock.Advance(2 * kSecond);
@@ -458,7 +458,7 @@ TEST(MemoryStoreTest, IdleSlidingLogsAreReclaimedAsNewKeysArrive) {
   EXPECT_GE(store.GetStats().reclaimed, 3 * kPerRound);
 }
 
-TEST(MemoryStoreTest, IdleKeysAreReclaimedBeforeAnythingIsEvicted) {
+TEST(MemoryStoreTest, IdleKeysAreReclaimedBeforeTheStoreIsFull) {
   const Limit limit = TokenBucket(10, kSecond);
   const uint64_t id = LimitId(limit);
   ManualClock clock(kT0);
@@ -471,13 +471,13 @@ TEST(MemoryStoreTest, IdleKeysAreReclaimedBeforeAnythingIsEvicted) {
   clock.Advance(kSecond);
   for (uint64_t i = 0; i < 3000; ++i) store.Decide(limit, id, name("newer", i), 1);
   const MemoryStore::Stats stats = store.GetStats();
-  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied, 0u);
   EXPECT_LE(stats.entries, 4096u);
   EXPECT_GE(stats.reclaimed, 3000u);
   EXPECT_EQ(stats.entries + stats.reclaimed, 9000u);
 }
 
-TEST(MemoryStoreTest, FullStoreEvictsToStayWithinMaxEntries) {
+TEST(MemoryStoreTest, FullStoreStaysWithinMaxEntriesAndKeepsEveryTrackedState) {
   // Busy keys (the clock does not move), a hundred times the bound.
   const Limit limit = TokenBucket(5, kSecond);
   const uint64_t id = LimitId(limit);
@@ -485,48 +485,51 @@ TEST(MemoryStoreTest, FullStoreEvictsToStayWithinMaxEntries) {
   MemoryStore store({.max_entries = 1024, .shards = 4}, &clock);
   KeyName name;
   constexpr uint64_t kKeys = 100000;
+  uint64_t allowed = 0;
   for (uint64_t i = 0; i < kKeys; ++i) {
-    const Decision d = store.Decide(limit, id, name("flood-", i), 1);
-    ASSERT_TRUE(d.allowed) << "the store never denies for lack of room";
+    allowed += store.Decide(limit, id, name("flood-", i), 1).allowed ? 1 : 0;
     if (i % 1000 == 999) {
       ASSERT_LE(store.GetStats().entries, 1024u) << "after " << i + 1;
     }
   }
   const MemoryStore::Stats stats = store.GetStats();
-  EXPECT_LE(stats.entries, 1024u);
-  EXPECT_GE(stats.entries, 900u) << "evicts one for one, not in bulk";
+  EXPECT_EQ(stats.entries, 1024u);
   EXPECT_EQ(stats.reclaimed, 0u) << "nothing was idle";
-  EXPECT_EQ(stats.evictions, kKeys - stats.entries);
+  EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied, kKeys - 1024);
+  EXPECT_EQ(stats.no_room_allowed, 4u * 5) << "the keys without room share 5 per shard";
+  EXPECT_EQ(allowed, 1024u + 4 * 5);
   EXPECT_LE(stats.memory_bytes, 32u * 1024);
 
-  // Exactly the keys still held remember their request; evicted ones start fresh (remaining 5).
-  uint64_t remembered = 0, fresh = 0;
+  // Every key that got a slot still remembers its request; none was dropped for room.
+  uint64_t remembered = 0;
   for (uint64_t i = 0; i < kKeys; ++i) {
     const int64_t remaining = store.Decide(limit, id, name("flood-", i), 0).remaining;
-    ASSERT_TRUE(remaining == 4 || remaining == 5) << remaining;
-    (remaining == 4 ? remembered : fresh)++;
+    remembered += remaining == 4 ? 1 : 0;
   }
-  EXPECT_EQ(remembered, stats.entries);
-  EXPECT_EQ(fresh, stats.evictions);
+  EXPECT_EQ(remembered, 1024u);
 }
 
-TEST(MemoryStoreTest, FullStoreEvictsSlidingLogsToo) {
+TEST(MemoryStoreTest, FullStoreKeepsEverySlidingLog) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kSecond);
   const uint64_t id = LimitId(limit);
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 256, .shards = 2}, &clock);
   KeyName name;
-  for (uint64_t i = 0; i < 5000; ++i) {
+  for (uint64_t i = 0; i < 100; ++i) {
     ASSERT_TRUE(store.Decide(limit, id, name("log-", i), 1).allowed);
   }
+  for (uint64_t i = 0; i < 5000; ++i) store.Decide(limit, id, name("more-", i), 1);
   const MemoryStore::Stats stats = store.GetStats();
-  EXPECT_LE(stats.entries, 256u);
-  EXPECT_EQ(stats.evictions, 5000 - stats.entries);
+  EXPECT_EQ(stats.entries, 256u);
+  EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied, 5000u - 156u);
+  for (uint64_t i = 0; i < 100; ++i) {
+    ASSERT_EQ(store.Decide(limit, id, name("log-", i), 0).remaining, 4) << "log-" << i;
+  }
 }
 
-TEST(MemoryStoreTest, EvictionSparesStateThatStaysLongest) {
-  // Eight keys whose state lasts an hour among a flood whose state lasts a second: eviction takes
-  // the entry that becomes idle first among those it samples, so the long ones survive.
+TEST(MemoryStoreTest, LongLivedStatesSurviveAFloodOfShortOnes) {
+  // Eight keys whose state lasts an hour among a flood whose state lasts a second: the old
+  // eviction took the entry that became idle first; now nothing live is ever taken.
   const Limit hourly = TokenBucket(1, 3600 * kSecond);
   const Limit flood = TokenBucket(1, kSecond);
   ManualClock clock(kT0);
@@ -537,10 +540,10 @@ TEST(MemoryStoreTest, EvictionSparesStateThatStaysLongest) {
   }
   for (uint64_t i = 0; i < 20000; ++i) store.Decide(flood, LimitId(flood), name("f", i), 1);
   const MemoryStore::Stats stats = store.GetStats();
-  EXPECT_GT(stats.evictions, 19000u);
+  EXPECT_GT(stats.no_room_allowed + stats.no_room_denied, 19000u);
   for (uint64_t i = 0; i < 8; ++i) {
     EXPECT_FALSE(store.Decide(hourly, LimitId(hourly), name("vip-", i), 1).allowed)
-        << "vip-" << i << " was evicted and started over";
+        << "vip-" << i << " lost its state and started over";
   }
 }
 
@@ -557,7 +560,7 @@ TEST(MemoryStoreTest, FloodOfAMillionUniqueKeysStaysWithinMaxEntries) {
   const MemoryStore::Stats stats = store.GetStats();
   EXPECT_LE(stats.entries, 100000u);
   EXPECT_GE(stats.entries, 90000u);
-  EXPECT_EQ(stats.evictions + stats.entries, kKeys);
+  EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied + stats.entries, kKeys);
   EXPECT_LE(stats.memory_bytes, 32u * 100000) << "bounded by max_entries, not by the flood";
 }
 
@@ -580,8 +583,8 @@ TEST(MemoryStoreTest, AMillionTokenBucketKeysTakeAtMost32BytesEach) {
   constexpr uint64_t kKeys = 1000000;
   for (uint64_t i = 0; i < kKeys; ++i) store.Decide(limit, id, name("user:", i), 1);
   const MemoryStore::Stats stats = store.GetStats();
-  EXPECT_EQ(stats.entries, kKeys) << "all busy, none evicted (hash collisions aside)";
-  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.entries, kKeys) << "all busy, all held (hash collisions aside)";
+  EXPECT_EQ(stats.no_room_allowed + stats.no_room_denied, 0u);
   EXPECT_LE(static_cast<double>(stats.memory_bytes) / static_cast<double>(stats.entries), 32.0);
 }
 

@@ -1,0 +1,46 @@
+# The soak's plots (bench/soak.sh runs it once per phase):
+#   gnuplot -e "dir='PHASE_DIR'; png='OUT/PHASE'" bench/soak/plots.gp
+# Reads the series analyze.js wrote (load.dat, rss-*.dat, hot.dat, faults.dat) and writes
+# PHASE-rps.png, PHASE-p99.png, PHASE-rss.png, PHASE-hot.png. Redis faults are shaded.
+
+set terminal pngcairo size 720,300 font ",9"
+set grid
+set xrange [0:*]
+set xlabel "seconds since the start of the load"
+set key top left opaque
+set style fill transparent solid 0.25 noborder
+faults = dir.'/faults.dat'
+
+# Shaded fault periods: x = middle, y = ymax / 2, half widths.
+shade(ymax) = sprintf("'%s' using (($1+$2)/2):(%g/2):(($2-$1)/2):(%g/2) with boxxyerror lc rgb '#ff8080' title 'Redis fault'", faults, ymax, ymax)
+
+stats dir.'/load.dat' using 2 nooutput name 'R'
+set output png.'-rps.png'
+set title "answered requests per second"
+set yrange [0:R_max * 1.2]
+eval "plot ".shade(R_max * 1.2).", '".dir."/load.dat' using 1:2 with lines lw 1.5 lc rgb '#1060c0' title 'answers/s'"
+
+stats dir.'/load.dat' using 4 nooutput name 'P'
+set output png.'-p99.png'
+set title "client-side latency (ms), per interval"
+set logscale y
+set yrange [0.5:P_max * 2 + 1]
+eval "plot ".shade(P_max * 2 + 1).", '".dir."/load.dat' using 1:($4 > 0 ? $4 : 0.5) with lines lw 1.5 lc rgb '#c03010' title 'p99', '' using 1:($3 > 0 ? $3 : 0.5) with lines lc rgb '#808080' title 'p50'"
+unset logscale y
+
+set output png.'-rss.png'
+set title "resident memory per instance (MiB); a, b: on Redis; m: memory store (max_entries 1000)"
+set yrange [0:*]
+stats dir.'/rss-a.dat' using 2 nooutput name 'A'
+stats dir.'/rss-m.dat' using 2 nooutput name 'M'
+ymax = (A_max > M_max ? A_max : M_max) * 1.3
+set yrange [0:ymax]
+eval "plot ".shade(ymax).", '".dir."/rss-a.dat' using 1:2 with lines lw 1.5 title 'a', '".dir."/rss-b.dat' using 1:2 with lines lw 1.5 title 'b', '".dir."/rss-m.dat' using 1:2 with lines lw 1.5 title 'm'"
+
+set output png.'-hot.png'
+set title "exact hot0 (fixed_window 10/1s, both instances, all frontends): admitted per window"
+set yrange [0:*]
+stats dir.'/hot.dat' using 3 nooutput name 'H'
+ymax = (H_max > 10 ? H_max : 10) * 1.4
+set yrange [0:ymax]
+eval "plot ".shade(ymax).", '".dir."/hot.dat' using 1:3 with steps lc rgb '#a0a0a0' title 'possibly in the window', '' using 1:2 with steps lw 1.5 lc rgb '#1060c0' title 'surely in the window', '' using 1:4 with lines lw 1.5 dt 2 lc rgb '#c03010' title 'limit'"

@@ -233,7 +233,7 @@ start_cluster() {
     for _ in 1 2 3; do
       p=$(free_port) || continue
       start_redis "$p" "$work/$phase/redis-$p" --cluster-enabled yes --cluster-config-file nodes.conf \
-        --cluster-node-timeout 5000 && { redis_ports+=("$p"); redis_pids+=("$RPID"); break; }
+        --cluster-node-timeout 8000 && { redis_ports+=("$p"); redis_pids+=("$RPID"); break; }
     done
   done
   ((${#redis_ports[@]} == 6)) || return 1
@@ -272,7 +272,7 @@ kill_restart() {  # kill_restart PORT DOWN_S: kill -9, wait, restart from the AO
   kill -9 "$pid"; wait "$pid" 2>/dev/null
   sleep "$down"
   local extra=()
-  [[ $phase == cluster ]] && extra=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000)
+  [[ $phase == cluster ]] && extra=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 8000)
   if start_redis "$port" "$work/$phase/redis-$port" "${extra[@]}"; then
     port_pid[$port]=$RPID
     fault "$start" redis_kill "kill -9 of redis $port, restarted after ${down}s"
@@ -375,7 +375,7 @@ EOF
   # Redis faults: at 30 % of the phase and every 5 minutes after a kill -9 (down 3 s); at 60 %
   # and every 5 minutes a SIGSTOP of 4 s; in the cluster at 20 % (and every 5 minutes) a manual
   # failover. In the cluster the kill and the stop hit a master, for less than the node timeout
-  # (5 s), so that they are not failovers themselves.
+  # (8 s), so that they are not failovers themselves.
   local schedule
   schedule=$(awk -v d="$seconds" -v c="$([[ $phase == cluster ]] && echo 1 || echo 0)" 'BEGIN {
     for (t = 0.3 * d; t < d - 10; t += 300) printf "%d kill\n", t;

@@ -126,7 +126,7 @@ for (const dir of phaseDirs) {
     if (m) (excusedBy[`exact|user|${m[1]}`] = excusedBy[`exact|user|${m[1]}`] || []).push({start: e.start, end: e.end + 1});
   }
   const rows = [];
-  let hotSeries = null;
+  const hotSeries = {};
   for (const [g, {lim, reqs}] of Object.entries(groups).sort()) {
     const adm = reqs.filter((r) => r.outcome === 'allow');
     const W = lim.window_ms;
@@ -180,8 +180,8 @@ for (const dir of phaseDirs) {
           }
         }
       }
-      if (g === 'exact|hot|hot0') {
-        hotSeries = [...possible.keys()].sort((a, b) => a - b).map((w) => [(w * W - t0) / 1000, sure.get(w) || 0, possible.get(w), lim.limit]);
+      if (g === 'exact|hot|hot0' || g === 'mem|hot|hot0|m') {
+        hotSeries[g] = [...possible.keys()].sort((a, b) => a - b).map((w) => [(w * W - t0) / 1000, sure.get(w) || 0, possible.get(w), lim.limit]);
       }
     } else {  // sliding_log
       const a = adm.filter((r) => r.recv + 2 <= r.send + W).sort((x, y) => x.send - y.send);
@@ -264,10 +264,15 @@ for (const dir of phaseDirs) {
     return [(b * bucketMs) / 1000, lat.length / (bucketMs / 1000), quantile(lat, 0.5), quantile(lat, 0.99)];
   });
   fs.writeFileSync(path.join(dir, 'load.dat'), series.map((x) => x.join(' ')).join('\n') + '\n');
-  fs.writeFileSync(path.join(dir, 'hot.dat'), (hotSeries || []).map((x) => x.join(' ')).join('\n') + '\n');
+  for (const [g, file] of [['exact|hot|hot0', 'hot.dat'], ['mem|hot|hot0|m', 'memhot.dat']]) {
+    fs.writeFileSync(path.join(dir, file), (hotSeries[g] || [[-10, 0, 0, 0]]).map((x) => x.join(' ')).join('\n') + '\n');
+  }
   // (a point off the plot when there was no fault: gnuplot refuses an empty file)
   fs.writeFileSync(path.join(dir, 'faults.dat'), (faults.length ? faults : [{start: t0 - 10000, end: t0 - 10000, what: 'none'}])
     .map((f) => `${(f.start - t0) / 1000} ${(f.end - t0) / 1000} ${f.what}`).join('\n') + '\n');
+  const floods = events.filter((e) => e.what === 'flood');
+  fs.writeFileSync(path.join(dir, 'floods.dat'), (floods.length ? floods : [{start: t0 - 10000, end: t0 - 10000}])
+    .map((f) => `${(f.start - t0) / 1000} ${(f.end - t0) / 1000}`).join('\n') + '\n');
   const names = cfg.instances.map((i) => i.name);
   for (const n of names) {
     fs.writeFileSync(path.join(dir, `rss-${n}.dat`), rss.filter((x) => x.inst === n).map((x) => `${(x.t - t0) / 1000} ${x.kb / 1024}`).join('\n') + '\n');
@@ -299,6 +304,8 @@ for (const dir of phaseDirs) {
   p(`![requests per second](${phase}-rps.png) ![p99](${phase}-p99.png)`);
   p();
   p(`![RSS](${phase}-rss.png) ![admitted against the limit, exact hot0](${phase}-hot.png)`);
+  p();
+  p(`![admitted against the limit, mem hot0 on the memory store](${phase}-memhot.png)`);
   p();
 }
 

@@ -3,7 +3,7 @@
 # Reads the series analyze.js wrote (load.dat, rss-*.dat, hot.dat, faults.dat) and writes
 # PHASE-rps.png, PHASE-p99.png, PHASE-rss.png, PHASE-hot.png. Redis faults are shaded.
 
-set terminal pngcairo size 720,300 font ",9"
+set terminal pngcairo size 720,300 font ",9" noenhanced
 set grid
 set xrange [0:*]
 set xlabel "seconds since the start of the load"
@@ -37,10 +37,19 @@ ymax = (A_max > M_max ? A_max : M_max) * 1.3
 set yrange [0:ymax]
 eval "plot ".shade(ymax).", '".dir."/rss-a.dat' using 1:2 with lines lw 1.5 title 'a', '".dir."/rss-b.dat' using 1:2 with lines lw 1.5 title 'b', '".dir."/rss-m.dat' using 1:2 with lines lw 1.5 title 'm'"
 
-set output png.'-hot.png'
-set title "exact hot0 (fixed_window 10/1s, both instances, all frontends): admitted per window"
-set yrange [0:*]
-stats dir.'/hot.dat' using 3 nooutput name 'H'
-ymax = (H_max > 10 ? H_max : 10) * 1.4
-set yrange [0:ymax]
-eval "plot ".shade(ymax).", '".dir."/hot.dat' using 1:3 with steps lc rgb '#a0a0a0' title 'possibly in the window', '' using 1:2 with steps lw 1.5 lc rgb '#1060c0' title 'surely in the window', '' using 1:4 with lines lw 1.5 dt 2 lc rgb '#c03010' title 'limit'"
+# hot_plot(file, title): admitted per window against the limit (analyze.js: t sure possible limit)
+do for [which in "hot memhot"] {
+  file = dir.'/'.which.'.dat'
+  stats file using 3 nooutput name 'H'
+  stats file using 4 nooutput name 'L'
+  set output png.'-'.which.'.png'
+  if (which eq "hot") {
+    set title sprintf("exact hot0 on Redis (fixed window, %d per second; instances a and b, every frontend): admissions per window", L_max)
+  } else {
+    set title sprintf("mem hot0 on the memory store of m (fixed window, %d per second; unique-key floods shaded blue)", L_max)
+  }
+  ymax = (H_max > L_max ? H_max : L_max) * 1.4 + 1
+  set yrange [0:ymax]
+  floods = sprintf("'%s/floods.dat' using (($1+$2)/2):(%g/2):(($2-$1)/2):(%g/2) with boxxyerror lc rgb '#80a0ff' title 'flood'", dir, ymax, ymax)
+  eval "plot ".shade(ymax).", ".floods.", '".file."' using 1:3 with steps lc rgb '#a0a0a0' title 'possibly in the window', '' using 1:2 with steps lw 1.5 lc rgb '#1060c0' title 'surely in the window', '' using 1:4 with lines lw 1.5 dt 2 lc rgb '#c03010' title 'limit'"
+}

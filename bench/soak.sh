@@ -421,6 +421,7 @@ EOF
     post=$(curl -s -m 5 -X POST "http://${admin_of[$i]}/v1/reload" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')
     printf '%s\t%s\t%s\n' "${names[$i]}" "$v" "$post" >>"$phase_dir/rules-final.tsv"
   done
+  for i in 0 1 2; do curl -s -m 5 "http://${admin_of[$i]}/metrics" >"$phase_dir/metrics-${names[$i]}.txt"; done
   printf 'instance\texit_status\n' >"$phase_dir/exits.tsv"
   for i in 0 1 2; do
     local status=gone

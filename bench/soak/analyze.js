@@ -77,6 +77,10 @@ for (const dir of phaseDirs) {
   for (const r of requests) statusCounts[`${r.fe === 'grpc' ? 'grpc ' : 'http '}${r.status}`] = (statusCounts[`${r.fe === 'grpc' ? 'grpc ' : 'http '}${r.status}`] || 0) + 1;
   p(`Answers by status: ${Object.entries(statusCounts).sort().map(([s, n]) => `${s}: ${fmt(n)}`).join(', ')}.`);
   p();
+  // Every request sent has its one line: the driver's own count must match.
+  if (driver && driver.issued !== undefined && driver.issued !== requests.length) {
+    fail(`the driver sent ${driver.issued} requests but recorded ${requests.length}`);
+  }
   if (total.noanswer) {
     fail(`${total.noanswer} requests unanswered`);
     const ex = requests.filter((r) => r.outcome === 'noanswer').slice(0, 5);
@@ -172,7 +176,7 @@ for (const dir of phaseDirs) {
           if ((consumers.get(lo) || 0) >= lim.limit || excused(lo * W, (lo + 1) * W)) continue;
           seen.add(lo);
           row.under++;
-          if (row.underExamples.length < 3) {
+          if (row.underExamples.length < 10) {
             const inWindow = reqs.filter((x) => Math.floor(x.send / W) <= lo && Math.floor((x.recv + 1) / W) >= lo);
             const c = {};
             for (const x of inWindow) c[x.outcome] = (c[x.outcome] || 0) + 1;
@@ -237,6 +241,18 @@ for (const dir of phaseDirs) {
     const line = `${f.what} at ${sec(f.start)} s (${((f.end - f.start) / 1000).toFixed(1)} s): /readyz said not ready on ${down.length ? down.join(', ') : 'no instance'} of ${redisNames.join(', ')} (${during.length} samples)`;
     p(`- readiness: ${line}`);
     if (down.length < redisNames.length) fail(`readiness stayed up: ${line}`);
+  }
+  // A few counters from each instance's /metrics just before it stopped.
+  const metric = (text, re) => text.split('\n').filter((l) => re.test(l) && !l.startsWith('#'))
+    .reduce((sum, l) => sum + Number(l.trim().split(/\s+/).pop()), 0);
+  for (const inst of cfg.instances) {
+    const file = path.join(dir, `metrics-${inst.name}.txt`);
+    if (!fs.existsSync(file)) continue;
+    const m = fs.readFileSync(file, 'utf8');
+    p(`- ${inst.name} (${inst.backend}) /metrics at the end: store entries ${metric(m, /^sluice_store_entries\b/)}, ` +
+      `evictions ${metric(m, /^sluice_store_evictions_total\b/)}, reloads ${metric(m, /^sluice_config_reloads_total\{[^}]*success/)} applied / ` +
+      `${metric(m, /^sluice_config_reloads_total\{[^}]*fail/)} refused, proxy refunds ${metric(m, /^sluice_proxy_refunds_total\b/)}` +
+      (inst.backend === 'redis' ? `, breaker opened ${metric(m, /^sluice_backend_breaker_opened_total\b/)} times, backend timeouts ${metric(m, /^sluice_backend_timeouts_total\b/)}` : ''));
   }
   // Rules at the end: the last file written is valid; the instances on Redis share it and must
   // have loaded it (the file watcher), which a POST /v1/reload afterwards must not change.

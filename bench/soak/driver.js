@@ -59,6 +59,7 @@ const memoryInstances = instances.filter((i) => i.backend === 'memory');
 
 let inFlight = 0;
 let skipped = 0;  // not sent because maxInFlight requests were already waiting (load shedding)
+let issued = 0;  // requests sent: each gets exactly one line in requests.tsv (analyze.js checks)
 
 function logRequest(r, outcome, status, flag = '') {
   requestsLog.write(`${r.send}\t${Date.now()}\t${r.inst.name}\t${r.fe}\t${r.domain}\t${r.key}\t${r.value}\t${outcome}\t${status}\t${flag}\n`);
@@ -98,6 +99,7 @@ const checkBody = (domain, key, value) =>
 function send(inst, fe, domain, key, value) {
   const r = {inst, fe, domain, key, value, send: Date.now()};
   inFlight++;
+  issued++;
   const done = (...a) => { inFlight--; classifyHttp(r, ...a); };
   const json = {'content-type': 'application/json'};
   if (fe === 'check') return httpCall(inst, 'POST', '/v1/check', json, checkBody(domain, key, value), done);
@@ -286,7 +288,7 @@ let finished = false;
 function finish() {
   if (finished) return;
   finished = true;
-  const summary = {sent, floodSent, skipped, inFlight, reloads: reloadN, reloadCounts};
+  const summary = {issued, sent, floodSent, skipped, inFlight, reloads: reloadN, reloadCounts};
   fs.writeFileSync(path.join(cfg.out, 'driver.json'), JSON.stringify(summary, null, 1) + '\n');
   let open = 4;
   const closed = () => { if (--open === 0) process.exit(0); };

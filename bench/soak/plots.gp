@@ -7,7 +7,7 @@ set terminal pngcairo size 720,300 font ",9" noenhanced
 set grid
 set xrange [0:*]
 set xlabel "seconds since the start of the load"
-set key top left opaque
+set key top left opaque box
 set style fill transparent solid 0.25 noborder
 faults = dir.'/faults.dat'
 
@@ -20,6 +20,7 @@ set title "answered requests per second"
 set yrange [0:R_max * 1.2]
 eval "plot ".shade(R_max * 1.2).", '".dir."/load.dat' using 1:2 with lines lw 1.5 lc rgb '#1060c0' title 'answers/s'"
 
+set autoscale y
 stats dir.'/load.dat' using 4 nooutput name 'P'
 set output png.'-p99.png'
 set title "client-side latency (ms), per interval"
@@ -30,7 +31,7 @@ unset logscale y
 
 set output png.'-rss.png'
 set title "resident memory per instance (MiB); a, b: on Redis; m: memory store (max_entries 1000)"
-set yrange [0:*]
+set autoscale y
 stats dir.'/rss-a.dat' using 2 nooutput name 'A'
 stats dir.'/rss-m.dat' using 2 nooutput name 'M'
 ymax = (A_max > M_max ? A_max : M_max) * 1.3
@@ -40,6 +41,7 @@ eval "plot ".shade(ymax).", '".dir."/rss-a.dat' using 1:2 with lines lw 1.5 titl
 # hot_plot(file, title): admitted per window against the limit (analyze.js: t sure possible limit)
 do for [which in "hot memhot"] {
   file = dir.'/'.which.'.dat'
+  set autoscale y  # stats obeys the y range left by the previous plot
   stats file using 3 nooutput name 'H'
   stats file using 4 nooutput name 'L'
   set output png.'-'.which.'.png'

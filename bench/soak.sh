@@ -251,12 +251,13 @@ start_cluster() {
   log "the cluster did not form: $(tail -3 "$phase_dir/cluster-create.log")"
   return 1
 }
-# pid_of_port PORT: the redis-server pid now serving PORT (restarts change it).
+# port_pid[PORT]: the redis-server pid now serving PORT (a restart changes it).
 declare -A port_pid
 masters() {  # the ports of the masters that are up, from any node's CLUSTER NODES
-  local p
+  local p out
   for p in "${redis_ports[@]}"; do
-    redis-cli -p "$p" cluster nodes 2>/dev/null | awk '$3 ~ /master/ && $3 !~ /fail/ {split($2, a, "[:@]"); print a[2]}' && return
+    out=$(redis-cli -p "$p" cluster nodes 2>/dev/null | awk '$3 ~ /master/ && $3 !~ /fail/ {split($2, a, "[:@]"); print a[2]}')
+    [[ -n $out ]] && { echo "$out"; return; }
   done
 }
 replica_of() {  # replica_of MASTER_PORT: the port of one of its replicas

@@ -14,6 +14,8 @@ packages=(
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
   # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools
+  # the soak's plots (bench/soak.sh)
+  gnuplot-nox
   # fuzzing (scripts/fuzz.sh, run by `make test`): clang and its libFuzzer/sanitizer runtimes
   clang-14 libclang-rt-14-dev
 )

@@ -1,0 +1,461 @@
+#!/usr/bin/env bash
+# The soak (issue 18): a bounded run of `sluice serve` under mixed load and faults, on loopback
+# only, that proves nothing is lost — or says what was.
+#
+#   bench/soak.sh               SOAK_MINUTES (default 30) of load and faults, then a report
+#   SOAK_SECONDS=120 bench/soak.sh                       the 2-minute run that `make test` does
+#
+# Each phase starts a Redis (with AOF, appendfsync always, so that a kill -9 loses nothing it
+# acknowledged) or a 3-master Redis Cluster with a replica each, the test upstream
+# (tests/upstream_server.cc), two `sluice serve` on that Redis (domains with exact limits
+# shared by both) and one on the memory store with a small store.max_entries, and
+# bench/soak/driver.js, which sends an open-loop, rate-limited mix over POST /v1/check, POST
+# /json, gRPC ShouldRateLimit, forward-auth /v1/auth and the reverse proxy (upstream answers
+# sometimes 500, sometimes stalls past upstream_timeout), on hot keys with exact limits
+# (fixed_window, sliding_log) and many cooler keys, while it reloads the rules (a tenth invalid,
+# some written in place in two pieces), resets keys through the admin API, floods the memory
+# instance with unique keys and samples RSS and /readyz every second. This script meanwhile
+# kills Redis (-9, restarted from its AOF), stops it (SIGSTOP/SIGCONT), and in the cluster phase
+# fails a master over to its replica (CLUSTER FAILOVER), on a schedule scaled to the duration.
+# Then bench/soak/analyze.js reads every request's record and writes the report
+# (SOAK_OUT/report.md, PNG plots by gnuplot): requests by frontend and answer, unanswered ones,
+# admissions beyond an exact limit in any window (certain ones only: a request counts in a
+# window only when its whole [send, receive] interval lies in it; windows of failure_mode
+# open/local domains that overlap a Redis outage are counted apart), denials under the limit,
+# crashes, RSS, p99, readiness during outages, reloads.
+#
+# Phases: SOAK_CLUSTER=0 one Redis only, 1 the cluster only, auto (default) both when the run
+# is 10 minutes or longer (two thirds / one third), else one Redis only.
+# Exit status: 0 when every check passed, 1 otherwise (the report says which), 2 on a setup
+# failure. Every process started here is stopped by its pid on exit.
+#
+# Env: SOAK_MINUTES (30, fractional allowed) or SOAK_SECONDS (wins), SOAK_CLUSTER (auto),
+#   SOAK_OUT (build/soak-<UTC timestamp>), SOAK_RPS (120 requests/s of mixed load),
+#   SOAK_FLOOD_RPS (150 unique keys/s during floods), SLUICE (build/release/sluice),
+#   UPSTREAM (build/release/upstream_server).
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+sluice=${SLUICE:-$root/build/release/sluice}
+upstream=${UPSTREAM:-$root/build/release/upstream_server}
+grpc_modules=$root/tests/grpc/node_modules
+
+if [[ -n ${SOAK_SECONDS:-} ]]; then
+  total=$SOAK_SECONDS
+else
+  total=$(awk -v m="${SOAK_MINUTES:-30}" 'BEGIN { printf "%d", m * 60 }')
+fi
+((total >= 30)) || { echo "soak: at least 30 seconds (SOAK_SECONDS=$total)" >&2; exit 2; }
+out=${SOAK_OUT:-$root/build/soak-$(date -u +%Y%m%dT%H%M%SZ)}
+rps=${SOAK_RPS:-120}
+flood_rps=${SOAK_FLOOD_RPS:-150}
+cluster_mode=${SOAK_CLUSTER:-auto}
+
+for tool in node redis-server redis-cli curl gnuplot; do
+  command -v $tool >/dev/null || { echo "soak: $tool is missing (scripts/bootstrap.sh installs it)" >&2; exit 2; }
+done
+for f in "$sluice" "$upstream"; do [[ -x $f ]] || { echo "soak: $f is not built" >&2; exit 2; }; done
+[[ -d $grpc_modules/@grpc/grpc-js ]] || { echo "soak: npm ci in tests/grpc first (scripts/bootstrap.sh)" >&2; exit 2; }
+
+mkdir -p "$out"
+work=$(mktemp -d /tmp/sluice-soak.XXXXXX)
+pidfile=$work/pids  # every process started, one pid a line (Redis gets new ones on restarts)
+: >"$pidfile"
+cleanup() {
+  local p
+  while read -r p; do
+    kill -CONT "$p" 2>/dev/null  # a stopped Redis would not die of SIGTERM
+    kill -9 "$p" 2>/dev/null
+  done <"$pidfile"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+now_ms() { date +%s%3N; }
+log() { echo "soak: $(date -u +%H:%M:%S) $*" >&2; }
+
+# free_port: as tests/lib.sh, below the ephemeral range so no client connection holds it; the
+# cluster bus port (+10000) must be free as well.
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((10000 + RANDOM % 12000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
+    echo "$p"; return 0
+  done
+  return 1
+}
+
+# start_redis PORT DIR [ARGS...]: redis-server on 127.0.0.1:PORT with its AOF in DIR (kept
+# across restarts); waits for PONG (loading the AOF included). Sets RPID.
+start_redis() {
+  local port=$1 dir=$2; shift 2
+  mkdir -p "$dir"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes \
+    --appendfsync always "$@" >>"$dir/redis.log" 2>&1 &
+  RPID=$!
+  echo "$RPID" >>"$pidfile"
+  for _ in $(seq 200); do
+    [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && return 0
+    kill -0 "$RPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  log "redis-server on $port did not start: $(tail -2 "$dir/redis.log")"
+  return 1
+}
+
+# start_sluice NAME ARGS...: `sluice serve` on free ports with gRPC; waits for its config line.
+# Sets PID DATA ADMIN GRPC.
+start_sluice() {
+  local name=$1; shift
+  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 1 "$@" \
+    >"$phase_dir/$name.out" 2>"$phase_dir/$name.err" &
+  PID=$!
+  echo "$PID" >>"$pidfile"
+  for _ in $(seq 200); do
+    grep -q '^sluice: config' "$phase_dir/$name.out" 2>/dev/null && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  DATA=$(sed -n 's/^sluice: data plane listening on //p' "$phase_dir/$name.out")
+  ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$phase_dir/$name.out")
+  GRPC=$(sed -n 's/^sluice: grpc listening on //p' "$phase_dir/$name.out")
+  [[ -n $DATA && -n $ADMIN && -n $GRPC ]] || { log "$name did not start: $(tail -3 "$phase_dir/$name.err")"; return 1; }
+}
+
+# stop_pid PID: SIGTERM, then the exit status (SIGKILL after 10 s: 137).
+stop_pid() {
+  kill -CONT "$1" 2>/dev/null
+  kill -TERM "$1" 2>/dev/null
+  for _ in $(seq 200); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
+  kill -9 "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+
+fault() {  # fault START_MS WHAT DETAIL: one line of faults.tsv, ending now
+  printf '%s\t%s\t%s\t%s\n' "$1" "$(now_ms)" "$2" "$3" >>"$phase_dir/faults.tsv"
+}
+
+# The rules, the same for every phase. The limits' figures are also written to limits.json for
+# the analysis, from the same variables.
+write_rules() {
+  local dir=$1 up=$2
+  mkdir -p "$dir/rules"
+  cat >"$dir/rules/exact.yaml" <<EOF
+# Exact limits on Redis, shared by both instances and every frontend (forward-auth and the
+# proxy through the http routes: one header, one descriptor). A backend failure is a 503.
+domain: exact
+failure_mode: closed
+http:
+  upstream: http://$up
+  refund_on: [5xx, timeout]
+  routes:
+    - match: {prefix: /}
+      rate_limits:
+        - actions: [{request_headers: {header_name: X-Hot, descriptor_key: hot}}]
+        - actions: [{request_headers: {header_name: X-Slog, descriptor_key: slog}}]
+        - actions: [{request_headers: {header_name: X-User, descriptor_key: user}}]
+descriptors:
+  - key: hot
+    rate_limit: {algorithm: fixed_window, requests: 6, window: 1s}
+  - key: slog
+    rate_limit: {algorithm: sliding_log, requests: 5, window: 1s}
+  - key: user
+    rate_limit: {algorithm: fixed_window, requests: 3, window: 5s}
+EOF
+  cat >"$dir/rules/openx.yaml" <<'EOF'
+# The same hot-key limit, failing open: admissions while Redis is away are counted apart.
+domain: openx
+failure_mode: open
+descriptors:
+  - key: hot
+    rate_limit: {algorithm: fixed_window, requests: 3, window: 1s}
+EOF
+  cat >"$dir/rules/localx.yaml" <<'EOF'
+domain: localx
+failure_mode: local
+descriptors:
+  - key: hot
+    rate_limit: {algorithm: fixed_window, requests: 2, window: 1s}
+EOF
+  cat >"$dir/rules/mem.yaml" <<'EOF'
+# Exact limits on the memory-store instance (its own store, so per instance), and the flood's
+# domain: unique keys with an hour's window, live for as long as the run.
+domain: mem
+descriptors:
+  - key: hot
+    rate_limit: {algorithm: fixed_window, requests: 6, window: 1s}
+  - key: slog
+    rate_limit: {algorithm: sliding_log, requests: 5, window: 1s}
+EOF
+  cat >"$dir/rules/flood.yaml" <<'EOF'
+domain: flood
+descriptors:
+  - key: f
+    rate_limit: {algorithm: fixed_window, requests: 5, window: 1h}
+EOF
+  cat >"$dir/rules/churn.yaml" <<'EOF'
+domain: churn
+descriptors:
+  - key: c
+    rate_limit: {requests: 1000, window: 1s}
+EOF
+  cat >"$dir/limits.json" <<'EOF'
+[
+ {"domain": "exact", "key": "hot", "algorithm": "fixed_window", "limit": 6, "window_ms": 1000, "failure_mode": "closed", "scope": "shared"},
+ {"domain": "exact", "key": "slog", "algorithm": "sliding_log", "limit": 5, "window_ms": 1000, "failure_mode": "closed", "scope": "shared"},
+ {"domain": "exact", "key": "user", "algorithm": "fixed_window", "limit": 3, "window_ms": 5000, "failure_mode": "closed", "scope": "shared", "resets": true},
+ {"domain": "openx", "key": "hot", "algorithm": "fixed_window", "limit": 3, "window_ms": 1000, "failure_mode": "open", "scope": "shared"},
+ {"domain": "localx", "key": "hot", "algorithm": "fixed_window", "limit": 2, "window_ms": 1000, "failure_mode": "local", "scope": "shared"},
+ {"domain": "mem", "key": "hot", "algorithm": "fixed_window", "limit": 6, "window_ms": 1000, "failure_mode": "none", "scope": "instance"},
+ {"domain": "mem", "key": "slog", "algorithm": "sliding_log", "limit": 5, "window_ms": 1000, "failure_mode": "none", "scope": "instance"}
+]
+EOF
+}
+
+# ---------------------------------------------------------------- Redis: one server or a cluster
+redis_ports=() redis_pids=()
+start_single() {
+  local p
+  for _ in 1 2 3; do
+    p=$(free_port) || continue
+    start_redis "$p" "$work/$phase/redis-$p" && { redis_ports=("$p"); redis_pids=("$RPID"); return 0; }
+  done
+  return 1
+}
+start_cluster() {
+  local i p
+  redis_ports=() redis_pids=()
+  for i in 0 1 2 3 4 5; do
+    for _ in 1 2 3; do
+      p=$(free_port) || continue
+      start_redis "$p" "$work/$phase/redis-$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+        --cluster-node-timeout 8000 && { redis_ports+=("$p"); redis_pids+=("$RPID"); break; }
+    done
+  done
+  ((${#redis_ports[@]} == 6)) || return 1
+  local addrs=()
+  for p in "${redis_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$phase_dir/cluster-create.log" 2>&1
+  for _ in $(seq 200); do
+    local ok=1
+    for p in "${redis_ports[@]}"; do
+      redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+    done
+    ((ok)) && return 0
+    sleep 0.1
+  done
+  log "the cluster did not form: $(tail -3 "$phase_dir/cluster-create.log")"
+  return 1
+}
+# port_pid[PORT]: the redis-server pid now serving PORT (a restart changes it).
+declare -A port_pid
+masters() {  # the ports of the masters that are up, from any node's CLUSTER NODES
+  local p out
+  for p in "${redis_ports[@]}"; do
+    out=$(redis-cli -p "$p" cluster nodes 2>/dev/null | awk '$3 ~ /master/ && $3 !~ /fail/ {split($2, a, "[:@]"); print a[2]}')
+    [[ -n $out ]] && { echo "$out"; return; }
+  done
+}
+replica_of() {  # replica_of MASTER_PORT: the port of one of its replicas
+  local id
+  id=$(redis-cli -p "$1" cluster myid)
+  redis-cli -p "$1" cluster nodes | awk -v id="$id" '$4 == id {split($2, a, "[:@]"); print a[2]; exit}'
+}
+
+kill_restart() {  # kill_restart PORT DOWN_S: kill -9, wait, restart from the AOF
+  local port=$1 down=$2 start pid
+  pid=${port_pid[$port]}
+  start=$(now_ms)
+  kill -9 "$pid"; wait "$pid" 2>/dev/null
+  sleep "$down"
+  local extra=()
+  [[ $phase == cluster ]] && extra=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 8000)
+  if start_redis "$port" "$work/$phase/redis-$port" "${extra[@]}"; then
+    port_pid[$port]=$RPID
+    fault "$start" redis_kill "kill -9 of redis $port, restarted after ${down}s"
+  else
+    fault "$start" redis_kill "kill -9 of redis $port, restart FAILED"
+  fi
+}
+stop_cont() {  # stop_cont PORT STOPPED_S
+  local start pid=${port_pid[$1]}
+  start=$(now_ms)
+  kill -STOP "$pid"
+  sleep "$2"
+  kill -CONT "$pid"
+  fault "$start" redis_stop "SIGSTOP of redis $1 for ${2}s"
+}
+failover() {
+  local master replica start
+  master=$(masters | head -1)
+  replica=$(replica_of "$master")
+  [[ -n $replica ]] || { log "no replica of $master"; return; }
+  start=$(now_ms)
+  redis-cli -p "$replica" cluster failover >/dev/null
+  for _ in $(seq 100); do
+    redis-cli -p "$replica" role 2>/dev/null | head -1 | grep -q master && break
+    sleep 0.1
+  done
+  fault "$start" failover "CLUSTER FAILOVER: replica $replica took over from master $master ($(redis-cli -p "$replica" role | head -1))"
+}
+
+# ---------------------------------------------------------------- one phase
+# run_phase NAME SECONDS: single or cluster; results in $out/NAME.
+run_phase() {
+  phase=$1
+  local seconds=$2 i
+  phase_dir=$out/$phase
+  mkdir -p "$phase_dir" "$work/$phase"
+  : >"$phase_dir/faults.tsv"
+  log "phase $phase: $seconds s"
+  if [[ $phase == cluster ]]; then start_cluster || return 2; else start_single || return 2; fi
+  for i in "${!redis_ports[@]}"; do port_pid[${redis_ports[$i]}]=${redis_pids[$i]}; done
+
+  "$upstream" --listen 127.0.0.1:0 >"$phase_dir/upstream.out" 2>"$phase_dir/upstream.err" &
+  local upid=$!
+  echo "$upid" >>"$pidfile"
+  for _ in $(seq 100); do grep -q '^upstream: listening' "$phase_dir/upstream.out" && break; sleep 0.05; done
+  local up
+  up=$(sed -n 's/^upstream: listening on //p' "$phase_dir/upstream.out")
+  [[ -n $up ]] || { log "the upstream did not start"; return 2; }
+
+  local conf=$work/$phase/conf
+  write_rules "$conf" "$up"
+  cp "$conf/limits.json" "$phase_dir/"
+  local redis_yaml
+  if [[ $phase == cluster ]]; then
+    redis_yaml="redis: {cluster: true, nodes: [redis://127.0.0.1:${redis_ports[0]}, redis://127.0.0.1:${redis_ports[1]}], timeout: 250ms, instances: 2}"
+  else
+    redis_yaml="redis: {url: redis://127.0.0.1:${redis_ports[0]}, timeout: 250ms, instances: 2}"
+  fi
+  cat >"$conf/redis.yaml" <<EOF
+rules: ./rules
+backend: redis
+$redis_yaml
+http: {upstream_timeout: 1s}
+EOF
+  cat >"$conf/memory.yaml" <<EOF
+rules: ./rules
+backend: memory
+store: {max_entries: 1000}
+http: {upstream_timeout: 1s}
+EOF
+  local names=(a b m) configs=("$conf/redis.yaml" "$conf/redis.yaml" "$conf/memory.yaml")
+  local backends=(redis redis memory) spids=() instances_json=""
+  for i in 0 1 2; do
+    start_sluice "${names[$i]}" --config "${configs[$i]}" || return 2
+    spids+=("$PID")
+    instances_json+="${instances_json:+,}{\"name\":\"${names[$i]}\",\"backend\":\"${backends[$i]}\",\"pid\":$PID,\"data\":\"$DATA\",\"admin\":\"$ADMIN\",\"grpc\":\"$GRPC\"}"
+  done
+  printf 'instance\tpid\n' >"$phase_dir/instances.tsv"
+  for i in 0 1 2; do printf '%s\t%s\n' "${names[$i]}" "${spids[$i]}" >>"$phase_dir/instances.tsv"; done
+
+  # The schedule, scaled to the phase: about 1000 reloads in 30 minutes (at least 3 a second
+  # in short runs), a key reset every 2 s, floods of unique keys, Redis faults every 5 minutes.
+  local reload_ms floods
+  reload_ms=$(( seconds >= 600 ? seconds * 1800 / 1000 : 300 ))
+  floods=$(awk -v d="$seconds" 'BEGIN { s = "";
+    for (t = 0.15 * d; t < d - 20; t += 300) { e = t + (d < 600 ? 0.3 * d : 40); if (e > d - 10) e = d - 10;
+      s = s (s == "" ? "" : ",") sprintf("[%.1f,%.1f]", t, e) } print s }')
+  cat >"$phase_dir/driver-config.json" <<EOF
+{"out": "$phase_dir", "seconds": $seconds, "rps": $rps, "floodRps": $flood_rps, "floods": [$floods],
+ "maxInFlight": 400, "hotKeys": 4, "slogKeys": 2, "userKeys": 200, "stallMs": 1500,
+ "reloadEveryMs": $reload_ms, "resetEveryMs": 2000, "rulesDir": "$conf/rules",
+ "protoDir": "$root/src/rls/proto", "grpcModules": "$grpc_modules", "instances": [$instances_json]}
+EOF
+  node "$here/soak/driver.js" "$phase_dir/driver-config.json" >"$phase_dir/driver.out" 2>&1 &
+  local dpid=$!
+  echo "$dpid" >>"$pidfile"
+  local t0
+  t0=$(date +%s)
+
+  # Redis faults: at 30 % of the phase and every 5 minutes after a kill -9 (down 3 s); at 60 %
+  # and every 5 minutes a SIGSTOP of 4 s; in the cluster at 20 % (and every 5 minutes) a manual
+  # failover. In the cluster the kill and the stop hit a master, for less than the node timeout
+  # (8 s), so that they are not failovers themselves.
+  local schedule
+  schedule=$(awk -v d="$seconds" -v c="$([[ $phase == cluster ]] && echo 1 || echo 0)" 'BEGIN {
+    for (t = 0.3 * d; t < d - 10; t += 300) printf "%d kill\n", t;
+    for (t = 0.6 * d; t < d - 10; t += 300) printf "%d stop\n", t;
+    if (c) for (t = 0.2 * d; t < d - 10; t += 300) printf "%d failover\n", t; }' | sort -n)
+  log "schedule: $(echo $schedule)"
+  local at what target
+  while read -r at what; do
+    [[ -n $at ]] || continue
+    while (( $(date +%s) - t0 < at )); do
+      kill -0 "$dpid" 2>/dev/null || break 2
+      sleep 0.2
+    done
+    if [[ $phase == cluster ]]; then target=$(masters | head -1); else target=${redis_ports[0]}; fi
+    log "$what on redis $target"
+    case $what in
+      kill) kill_restart "$target" 3 ;;
+      stop) stop_cont "$target" 4 ;;
+      failover) failover ;;
+    esac
+  done <<<"$schedule"
+  # The driver ends by itself (its load stops at SECONDS, its last requests time out 10 s later).
+  for _ in $(seq $(( (seconds + 40) * 5 ))); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$dpid" 2>/dev/null
+  wait "$dpid" 2>/dev/null
+  # The driver's last rules file is a valid one: every instance on Redis must pick it up (the
+  # file watcher) within 5 s and end on the same version. An instance that does not is then
+  # asked to reload by POST /v1/reload, which tells a missed file change from a refused one.
+  local admin_of=() v
+  for i in 0 1 2; do admin_of+=("$(sed -n 's/^sluice: admin listening on //p' "$phase_dir/${names[$i]}.out")"); done
+  rules_of() {  # rules_of ADMIN: version, reload successes, failures (tab-separated)
+    curl -s -m 5 "http://$1/v1/rules" |
+      sed -n 's/.*"version":"\([^"]*\)".*"reload_successes":\([0-9]*\),"reload_failures":\([0-9]*\).*/\1\t\2\t\3\n/p'
+  }
+  for _ in $(seq 25); do
+    sleep 0.2
+    [[ $(rules_of "${admin_of[0]}" | cut -f1) == "$(rules_of "${admin_of[1]}" | cut -f1)" ]] && break
+  done
+  printf 'instance\tversion\treload_successes\treload_failures\tafter_post_reload\n' >"$phase_dir/rules-final.tsv"
+  for i in 0 1 2; do
+    v=$(rules_of "${admin_of[$i]}" | head -1)
+    local post
+    post=$(curl -s -m 5 -X POST "http://${admin_of[$i]}/v1/reload" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')
+    printf '%s\t%s\t%s\n' "${names[$i]}" "$v" "$post" >>"$phase_dir/rules-final.tsv"
+  done
+  for i in 0 1 2; do curl -s -m 5 "http://${admin_of[$i]}/metrics" >"$phase_dir/metrics-${names[$i]}.txt"; done
+  printf 'instance\texit_status\n' >"$phase_dir/exits.tsv"
+  for i in 0 1 2; do
+    local status=gone
+    if kill -0 "${spids[$i]}" 2>/dev/null; then stop_pid "${spids[$i]}"; status=$?; fi
+    printf '%s\t%s\n' "${names[$i]}" "$status" >>"$phase_dir/exits.tsv"
+  done
+  stop_pid "$upid"
+  for i in "${!redis_ports[@]}"; do stop_pid "${port_pid[${redis_ports[$i]}]}"; done
+  log "phase $phase done"
+  return 0
+}
+
+# ---------------------------------------------------------------- phases, then the report
+phases=()
+case $cluster_mode in
+  0) phases=("single $total") ;;
+  1) phases=("cluster $total") ;;
+  *) if ((total >= 600)); then phases=("single $((total * 2 / 3))" "cluster $((total - total * 2 / 3))");
+     else phases=("single $total"); fi ;;
+esac
+log "$total s in all, phases: ${phases[*]}, report in $out"
+dirs=()
+for ph in "${phases[@]}"; do
+  read -r name secs <<<"$ph"
+  run_phase "$name" "$secs" || { log "phase $name: setup failed"; exit 2; }
+  dirs+=("$out/$name")
+done
+node "$here/soak/analyze.js" "$out" "${dirs[@]}"
+verdict=$?
+for d in "${dirs[@]}"; do
+  name=$(basename "$d")
+  gnuplot -e "dir='$d'; png='$out/$name'" "$here/soak/plots.gp" 2>"$d/gnuplot.err" ||
+    log "gnuplot failed for $name: $(head -3 "$d/gnuplot.err")"
+done
+log "report: $out/report.md ($( ((verdict == 0)) && echo PASS || echo FAIL))"
+exit "$verdict"

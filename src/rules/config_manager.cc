@@ -81,11 +81,20 @@ void ConfigManager::AddWatches() {
     const int wd = inotify_add_watch(inotify_fd_, dir.c_str(), kWatchMask);
     return wd >= 0 ? &watches_[wd] : nullptr;
   };
-  // Plan mapping files may live outside the rules directories: watch them by name too.
+  // Plan mapping files may live outside the rules directories: watch them by name too. So may
+  // the rules that a settings file names (`rules:`, relative to the settings file): they are
+  // watched as if they had been given as a path.
   std::vector<std::string> files;
+  std::vector<std::string> roots = paths_;
   if (std::shared_ptr<const Config> config = Current()) {
     for (const auto& domain : config->domains) {
       if (!domain->clients_path.empty()) files.push_back(domain->clients_path);
+    }
+    const Settings& settings = config->settings;
+    if (!settings.file.empty() && !settings.rules_path.empty()) {
+      fs::path rules = settings.rules_path;
+      if (rules.is_relative()) rules = fs::path(settings.file).parent_path() / rules;
+      roots.push_back(rules.string());
     }
   }
   for (const std::string& f : files) {
@@ -95,7 +104,7 @@ void ConfigManager::AddWatches() {
       parent->names.insert(path.filename().string());
     }
   }
-  for (const std::string& p : paths_) {
+  for (const std::string& p : roots) {
     std::error_code ec;
     fs::path path = fs::absolute(p, ec).lexically_normal();
     if (path.filename().empty()) path = path.parent_path();  // "rules/" -> "rules"

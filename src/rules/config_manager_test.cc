@@ -324,6 +324,27 @@ TEST(ConfigManagerTest, WatcherPicksUpAValidEdit) {
   manager.StopWatching();
 }
 
+// `--config sluice.yaml` whose `rules:` names a directory: the rules there are watched as if the
+// directory had been given itself (an edit, a new file, a removed file).
+TEST(ConfigManagerTest, WatcherFollowsTheRulesDirectoryASettingsFileNames) {
+  TempDir dir;
+  const std::string settings = (dir.root() / "sluice.yaml").string();
+  WriteFile(settings, "rules: config\n");  // relative to the settings file: dir.path()
+  WriteFile(dir / "api.yaml", ApiDomain("api", 10));
+  ConfigManager manager({settings}, "");
+  ASSERT_TRUE(manager.Reload().applied);
+  ASSERT_EQ(ApiKeyLimit(manager, "api"), 10u);
+  ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
+
+  WriteFile(dir / "api.yaml", ApiDomain("api", 20));
+  EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 20));
+  WriteFile(dir / "web.yaml", ApiDomain("web", 30));
+  EXPECT_TRUE(WaitForApiKeyLimit(manager, "web", 30));
+  fs::remove(dir / "web.yaml");
+  EXPECT_TRUE(WaitFor([&] { return manager.Current()->FindDomain("web") == nullptr; }));
+  manager.StopWatching();
+}
+
 // The plan mapping file may live outside the rules directory; editing it reloads too.
 TEST(ConfigManagerTest, WatcherPicksUpAnEditedClientsFileOutsideTheRulesDirectory) {
   TempDir dir;

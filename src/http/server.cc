@@ -192,7 +192,13 @@ struct HttpServer::Impl {
   // The index of the context whose idle connection of `listener` has waited the longest, or
   // contexts.size() when none is idle.
   size_t OldestIdleContext(const Listener& listener) const;
-  bool TrackUnlessStopping(const std::shared_ptr<Session>& session);
+  // Adds the session to those Stop() closes: while serving, to `sessions`; once Stop() has
+  // begun, to `draining` (it answers what it has already received, then closes; see Start).
+  void Track(const std::shared_ptr<Session>& session);
+  // Stop(): accepts, without waiting, the connections the kernel has completed but nobody has
+  // accepted yet (a request may already be in them), so that they are answered rather than
+  // reset with the listener; at most `max` of them. On contexts[0].
+  void AcceptBacklog(Listener& listener, size_t max);
 
   const ServerOptions options;
   ServerStats* stats;
@@ -924,20 +930,36 @@ void HttpServer::Impl::Serve(Listener& listener, size_t context, Socket socket, 
   }
   auto session =
       std::make_shared<Session>(std::move(socket), this, &listener, &listener.idle[context]);
-  if (TrackUnlessStopping(session)) session->Start();
+  Track(session);
+  session->Start();
 }
 
-// Whether the session was added to those Stop() will close; once Stop() has begun, a session
-// that arrives (accepted just before) is not, and closes as it goes.
-bool HttpServer::Impl::TrackUnlessStopping(const std::shared_ptr<Session>& session) {
+void HttpServer::Impl::Track(const std::shared_ptr<Session>& session) {
   std::lock_guard<std::mutex> lock(sessions_mu);
-  if (stopping.load()) return false;
+  if (stopping.load()) {
+    // Accepted just as Stop() began (or by AcceptBacklog): the shutdown deadline covers it.
+    draining.push_back(session);
+    return;
+  }
   if (++tracked_since_prune >= sessions.size() / 2 + 64) {  // amortised O(1), bounded size
     tracked_since_prune = 0;
     std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
   }
   sessions.push_back(session);
-  return true;
+}
+
+void HttpServer::Impl::AcceptBacklog(Listener& listener, size_t max) {
+  beast::error_code ec;
+  listener.acceptor->non_blocking(true, ec);
+  for (size_t i = 0; i < max && !ec; ++i) {
+    Socket socket(contexts[0]->get_executor());
+    listener.acceptor->accept(socket, ec);
+    if (ec) break;  // would_block: the backlog is empty
+    stats->connections_total.fetch_add(1, std::memory_order_relaxed);
+    stats->connections_open.fetch_add(1, std::memory_order_relaxed);
+    listener.open.fetch_add(1, std::memory_order_relaxed);
+    Serve(listener, 0, std::move(socket), /*make_room=*/false);
+  }
 }
 
 Responder::Responder(std::shared_ptr<Target> target, boost::asio::any_io_executor work)
@@ -1063,6 +1085,7 @@ void HttpServer::Stop() {
   });
   asio::post(*impl_->contexts[0], [impl = impl_.get()] {
     for (auto& l : impl->listeners) {
+      impl->AcceptBacklog(l, l.max_connections);
       beast::error_code ec;
       l.acceptor->close(ec);
     }

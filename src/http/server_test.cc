@@ -29,6 +29,8 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
+#include "fmt/format.h"
+
 namespace sluice::http {
 namespace {
 
@@ -601,6 +603,51 @@ TEST(ShutdownTest, RequestsReceivedBeforeStopAreAllAnswered) {
             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n/a"
             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n/b");
   socket.close();
+  run.join();
+}
+
+// Connections whose requests arrived before Stop() but that the server had not accepted yet (its
+// only thread was busy) are accepted and answered, not reset when the listener closes.
+TEST(ShutdownTest, ConnectionsNotYetAcceptedAtStopAreAnswered) {
+  HttpServer server(ServerOptions{.threads = 1});
+  std::atomic<bool> blocking{false};
+  auto port = server.Listen("127.0.0.1:0", [&](HttpRequest& request, const std::string&,
+                                               HttpResponse& response, Deferral&) {
+    if (request.target() == "/block") {  // holds the server's only thread
+      blocking = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    response.body() = std::string(request.target());
+  });
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread run([&] { server.Run(); });
+  const tcp::endpoint at(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port));
+  asio::io_context io;
+  tcp::socket first(io);
+  first.connect(at);
+  asio::write(first, asio::buffer(std::string("GET /block HTTP/1.1\r\nHost: x\r\n\r\n")));
+  for (int i = 0; i < 2000 && !blocking; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(blocking);
+  // The kernel completes these connections and takes their requests; nobody accepts them yet.
+  std::vector<tcp::socket> waiting;
+  for (int i = 0; i < 5; ++i) {
+    waiting.emplace_back(io);
+    waiting.back().connect(at);
+    asio::write(waiting.back(), asio::buffer(fmt::format("GET /w{} HTTP/1.1\r\nHost: x\r\n\r\n", i)));
+  }
+  server.Stop();  // while the thread is still blocked
+  for (int i = 0; i < 5; ++i) {
+    std::string out;
+    boost::system::error_code ec;
+    asio::read(waiting[i], asio::dynamic_buffer(out), ec);  // until the server's end
+    EXPECT_EQ(ec, asio::error::eof) << i << ": " << ec.message();
+    EXPECT_EQ(out, fmt::format("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n"
+                               "\r\n/w{}", i));
+  }
+  std::string out;
+  boost::system::error_code ec;
+  asio::read(first, asio::dynamic_buffer(out), ec);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\n/block");
   run.join();
 }
 

@@ -678,8 +678,8 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     const char* gauge_help[] = {
         "Limiter states held by the in-memory store (at most store.max_entries).",
         "Memory of the in-memory store's tables.",
-        "Overflow states held by the in-memory store (store.on_full shared): one per limit and "
-        "shard that ran out of room."};
+        ("Overflow states held by the in-memory store (store.on_full shared): one per limit and "
+         "shard that ran out of room.")};
     for (size_t i = 0; i < 3; ++i) {
       auto field = gauges[i].second;
       if (absl::Status s = registry->AddCallbackGauge(gauges[i].first, gauge_help[i],

@@ -15,9 +15,14 @@
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "store/memory_store.h"
+#include "store/store_testing.h"
 
 namespace sluice::store {
 namespace {
+
+using test::KeyName;
+using test::ModelDecide;
+using test::ModelState;
 
 constexpr int64_t kSecond = 1000000;
 constexpr int64_t kMs = 1000;
@@ -26,32 +31,6 @@ constexpr int64_t kMinute = 60 * kSecond;
 // at most 50 s) run within one fixed window of a minute. A key's state that goes idle is dropped
 // and the key is new again; that is tested apart.
 constexpr int64_t kT0 = 1700000000 / 60 * kMinute + kSecond + 123457;
-
-// Builds "<prefix><n>" in a buffer it owns; the view lives until the next call.
-class KeyName {
- public:
-  std::string_view operator()(std::string_view prefix, uint64_t n) {
-    std::copy(prefix.begin(), prefix.end(), buf_);
-    char* end = std::to_chars(buf_ + prefix.size(), buf_ + sizeof buf_, n).ptr;
-    return std::string_view(buf_, static_cast<size_t>(end - buf_));
-  }
-
- private:
-  char buf_[64];
-};
-
-// One key's state under the pure functions: what the store must answer for a tracked key.
-struct Model {
-  algo::CompactState compact;
-  algo::LogState log;
-
-  Decision Decide(int64_t now_us, const Limit& limit, uint64_t cost) {
-    if (limit.algorithm == Algorithm::kSlidingLog) {
-      return algo::DecideSlidingLog(log, now_us, limit, cost);
-    }
-    return algo::DecideCompact(compact, now_us, limit, cost);
-  }
-};
 
 // 5 requests per `window_us` (at most 5 at one instant), for each algorithm.
 Limit FivePer(Algorithm algorithm, int64_t window_us) {
@@ -87,10 +66,10 @@ TEST_P(FullStoreTest, AFloodOfNewKeysNeverLiftsATrackedKeysLimit) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 64, .shards = 4, .on_full = on_full()}, &clock);
   KeyName name;
-  Model victim;
+  ModelState victim;
   int victim_allowed = 0;
   const auto victim_asks = [&] {
-    const Decision expected = victim.Decide(clock.NowMicros(), limit, 1);
+    const Decision expected = ModelDecide(victim, clock.NowMicros(), limit, 1);
     const Decision got = store.Decide(limit, id, "victim", 1);
     EXPECT_EQ(got, expected) << "at +" << (clock.NowMicros() - kT0) << " µs";
     victim_allowed += got.allowed ? 1 : 0;
@@ -138,7 +117,7 @@ TEST_P(FullStoreTest, AFloodThroughDecideAllNeverLiftsATrackedKeysLimit) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 64, .shards = 4, .on_full = on_full()}, &clock);
   KeyName name;
-  Model victim;
+  ModelState victim;
   for (uint64_t i = 0; i < 20000; ++i) {
     const std::string_view key = name("flood-", i);
     const MemoryStore::Item items[] = {{.limit = &other, .limit_id = 2, .key = key},
@@ -149,7 +128,7 @@ TEST_P(FullStoreTest, AFloodThroughDecideAllNeverLiftsATrackedKeysLimit) {
       const MemoryStore::Item mine[] = {{.limit = &limit, .limit_id = 1, .key = "victim"}};
       Decision got[1];
       store.DecideAll(mine, clock.NowMicros(), got);
-      ASSERT_EQ(got[0], victim.Decide(clock.NowMicros(), limit, 1)) << "flood key " << i;
+      ASSERT_EQ(got[0], ModelDecide(victim, clock.NowMicros(), limit, 1)) << "flood key " << i;
     }
     if (i % 100 == 99) clock.Advance(10 * kMs);
   }
@@ -166,17 +145,17 @@ TEST_P(OverflowTransitionTest, AnUntrackedKeyNeverExceedsItsLimitOnceItIsTracked
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 4, .shards = 1, .on_full = OnFull::kShared}, &clock);
   KeyName name;
-  std::vector<Model> fillers(4);
+  std::vector<ModelState> fillers(4);
   for (uint64_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(store.Decide(brief, 2, name("filler-", i), 1).allowed);
-    fillers[i].Decide(kT0, brief, 1);
+    ModelDecide(fillers[i], kT0, brief, 1);
   }
   // The store is full of live states: "late" is decided against the overflow state.
-  Model model;
+  ModelState model;
   int allowed = 0;
   for (int i = 0; i < 3; ++i) {
     const Decision d = store.Decide(limit, 1, "late", 1);
-    EXPECT_EQ(d, model.Decide(clock.NowMicros(), limit, 1));
+    EXPECT_EQ(d, ModelDecide(model, clock.NowMicros(), limit, 1));
     allowed += d.allowed ? 1 : 0;
   }
   EXPECT_EQ(store.GetStats().entries, 4u);
@@ -184,14 +163,14 @@ TEST_P(OverflowTransitionTest, AnUntrackedKeyNeverExceedsItsLimitOnceItIsTracked
   // The fillers' states are exact.
   for (uint64_t i = 0; i < 4; ++i) {
     EXPECT_EQ(store.Decide(brief, 2, name("filler-", i), 0),
-              fillers[i].Decide(clock.NowMicros(), brief, 0));
+              ModelDecide(fillers[i], clock.NowMicros(), brief, 0));
   }
   // The fillers go idle; "late" gets a slot, but not a fresh quota.
   clock.Advance(2 * kSecond);
   for (int i = 0; i < 10; ++i) {
     const Decision d = store.Decide(limit, 1, "late", 1);
     allowed += d.allowed ? 1 : 0;
-    EXPECT_EQ(d, model.Decide(clock.NowMicros(), limit, 1)) << "request " << i << " once room";
+    EXPECT_EQ(d, ModelDecide(model, clock.NowMicros(), limit, 1)) << "request " << i << " once room";
   }
   EXPECT_GE(store.GetStats().reclaimed, 1u);
   EXPECT_LE(store.GetStats().no_room_allowed, 4u) << "a sweep interval, then room";

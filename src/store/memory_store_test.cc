@@ -19,40 +19,19 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "store/store_testing.h"
 
 namespace sluice::store {
 namespace {
+
+using test::KeyName;
+using test::ModelDecide;
+using test::ModelState;
 
 constexpr int64_t kSecond = 1000000;
 constexpr int64_t kMs = 1000;
 // A realistic unix time, deliberately not aligned to any window.
 constexpr int64_t kT0 = 1700000000 * kSecond + 123457;
-
-// Builds "<prefix><n>" in a buffer it owns, without allocating; the view lives until the next call.
-class KeyName {
- public:
-  std::string_view operator()(std::string_view prefix, uint64_t n) {
-    std::copy(prefix.begin(), prefix.end(), buf_);
-    char* end = std::to_chars(buf_ + prefix.size(), buf_ + sizeof buf_, n).ptr;
-    return std::string_view(buf_, static_cast<size_t>(end - buf_));
-  }
-
- private:
-  char buf_[64];
-};
-
-// The state a pure-function model keeps for one key, whatever the algorithm.
-struct ModelState {
-  algo::CompactState compact;
-  algo::LogState log;
-};
-
-Decision ModelDecide(ModelState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
-  if (limit.algorithm == Algorithm::kSlidingLog) {
-    return algo::DecideSlidingLog(state.log, now_us, limit, cost);
-  }
-  return algo::DecideCompact(state.compact, now_us, limit, cost);
-}
 
 Limit MakeLimit(Algorithm algorithm, uint64_t n, int64_t window_us,
                 std::optional<uint64_t> burst = std::nullopt) {

@@ -115,10 +115,12 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& 
       {"sluice_backend_timeouts_total", "backend calls that timed out"},
       {"sluice_backend_noscript_reloads_total", "NOSCRIPT answers, the script reloaded"},
       {"sluice_backend_refused_total", "calls refused at once by the open circuit breaker"},
-      {"sluice_backend_breaker_opened_total", "times the circuit breaker opened"}};
+      {"sluice_backend_breaker_opened_total", "times the circuit breaker opened"},
+      {"sluice_backend_late_refunds_total",
+       "requests admitted by a script call whose reply came after they were answered, refunded"}};
   uint64_t Stats::*const fields[] = {&Stats::calls,    &Stats::script_calls,     &Stats::errors,
                                      &Stats::timeouts, &Stats::noscript_reloads, &Stats::refused,
-                                     &Stats::breaker_opened};
+                                     &Stats::breaker_opened, &Stats::late_refunds};
   for (size_t i = 0; i < std::size(counters); ++i) {
     auto status = registry.AddCallbackCounter(counters[i].first, counters[i].second,
                                               [store, field = fields[i]] {
@@ -128,7 +130,7 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& 
   }
   if (auto s = registry.AddCallbackGauge(
           "sluice_backend_up",
-          "1 when the backend can decide: connected, breaker closed, last call did not fail",
+          "1 when the backend can decide: connected, breaker closed, no call failed in the last second",
           [store] { return store->GetHealth().up ? 1.0 : 0.0; });
       !s.ok()) {
     return s;

@@ -34,7 +34,7 @@ class Breaker {
 
   State state() const;
   uint64_t opened() const;  // how many times it has opened
-  // Closed, and the last call did not fail: what readiness reports as up.
+  // Closed, and the last call did not fail (readiness asks this, and more: RedisStore::GetHealth).
   bool Healthy() const;
 
   static std::string_view Name(State s);

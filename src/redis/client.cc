@@ -95,7 +95,8 @@ class ClientImpl : public Client {
 
   void Send(std::string_view key, std::string command, Callback done, Deadline deadline) override {
     if (!options_.cluster) {
-      return seeds_.front()->Pick()->Send(std::move(command), std::move(done), 1, deadline);
+      return seeds_.front()->Pick()->Send(std::move(command), std::move(done), 1,
+                                          std::move(deadline));
     }
     const uint16_t slot = KeySlot(key);
     Node* node = slots_[slot].load(std::memory_order_acquire);
@@ -108,7 +109,7 @@ class ClientImpl : public Client {
     auto attempt = std::make_shared<Attempt>();
     attempt->command = std::move(command);
     attempt->done = std::move(done);
-    attempt->deadline = deadline;
+    attempt->deadline = std::move(deadline);
     Dispatch(std::move(attempt), node, /*asking=*/false);
   }
 
@@ -252,6 +253,11 @@ class ClientImpl : public Client {
     if (asking) AppendCommand(&bytes, {"ASKING"});
     Deadline deadline = attempt->deadline;
     if (deadline.redis_time_at != std::string::npos) deadline.redis_time_at += bytes.size();
+    if (asking && deadline.late) {  // a late reply is ASKING's +OK, then the command's
+      deadline.late = [late = std::move(deadline.late)](const Reply& reply) {
+        if (reply.elements.size() == 2) late(reply.elements[1]);
+      };
+    }
     bytes += attempt->command;
     node->Pick()->Send(
         std::move(bytes),

@@ -30,8 +30,8 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
 
   void Send(std::string command, Callback done, size_t replies, Deadline deadline) override {
     asio::post(io_, [self = shared_from_this(), command = std::move(command), done = std::move(done),
-                     replies, deadline]() mutable {
-      self->Enqueue(std::move(command), std::move(done), replies, deadline);
+                     replies, deadline = std::move(deadline)]() mutable {
+      self->Enqueue(std::move(command), std::move(done), replies, std::move(deadline));
     });
   }
 
@@ -54,6 +54,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
  private:
   struct Pending {
     Callback done;            // null once answered (timed out)
+    std::function<void(const Reply&)> late;  // Deadline::late
     size_t replies = 1;       // how many replies this entry takes
     Reply collected;          // the array of a multi-reply entry
     Clock::time_point deadline;
@@ -202,7 +203,8 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     }
     const bool carries_redis_time = deadline.redis_time_at != std::string::npos;
     if (carries_redis_time) WriteRedisDeadline(&command, deadline.redis_time_at, at);
-    PushUntil(std::move(command), replies, std::move(done), at, carries_redis_time);
+    PushUntil(std::move(command), replies, std::move(done), at, carries_redis_time,
+              std::move(deadline.late));
   }
 
   // Writes into `command` the earliest Redis time at which this connection may have given up on
@@ -220,9 +222,10 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   }
 
   void PushUntil(std::string command, size_t replies, Callback done, Clock::time_point deadline,
-                 bool carries_redis_time) {
+                 bool carries_redis_time, std::function<void(const Reply&)> late = nullptr) {
     Pending p;
     p.done = std::move(done);
+    p.late = std::move(late);
     p.replies = std::max<size_t>(1, replies);
     if (p.replies > 1) p.collected.type = Reply::Type::kArray;
     p.deadline = deadline;
@@ -294,7 +297,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
       if (p.done == nullptr || p.deadline > now) continue;
       if (state() != State::kReady) login_expired = true;
       Callback done = std::move(p.done);
-      p.done = nullptr;  // its reply, when it comes, is dropped
+      p.done = nullptr;  // its reply, when it comes, goes to p.late or is dropped
       done(absl::DeadlineExceededError(fmt::format("redis {}: no reply in time (timeout {} µs)",
                                                    options_.endpoint.Address(),
                                                    options_.timeout.count())));
@@ -337,8 +340,13 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
         clock_.Sample(reply.elements[0].integer, Clock::now());
       }
       Callback done = std::move(front.done);
+      auto late = std::move(front.late);
       pending_.pop_front();
-      if (done) done(std::move(reply));
+      if (done) {
+        done(std::move(reply));
+      } else if (late) {
+        late(reply);
+      }
     }
     if (gen == generation_) ReadMore();
   }

@@ -5,8 +5,8 @@
 // replies come back in order and each goes to its command's callback, on the io_context's thread.
 //
 // Bounded in every way: each command has a deadline (Options::timeout, or an earlier one the
-// caller gives, see Deadline; its callback then gets DeadlineExceeded and the late reply is
-// dropped when it arrives), at most
+// caller gives, see Deadline; its callback then gets DeadlineExceeded and the late reply, when it
+// arrives, is dropped or goes to Deadline::late), at most
 // Options::max_pending commands wait for replies (more get ResourceExhausted at once), and while
 // the connection is down commands fail at once with Unavailable — nothing queues for a server
 // that is not there. The connection re-establishes itself with exponential backoff capped at
@@ -45,6 +45,10 @@ struct Deadline {
   // (Options::timeout / 8). npos: none. Such a command's reply must be an array whose first
   // element is Redis's time (µs) when it ran; the connection learns Redis's clock from it.
   size_t redis_time_at = std::string::npos;
+  // When set: gets the reply of a command whose callback already got DeadlineExceeded, if that
+  // reply still comes (not if the connection drops first), for a caller that must undo what the
+  // command did after all (a decision that consumed quota for a request answered otherwise).
+  std::function<void(const Reply&)> late = nullptr;
 };
 inline constexpr size_t kRedisTimeDigits = 16;
 

@@ -20,7 +20,17 @@ struct RedisStore::Call {
 };
 
 RedisStore::RedisStore(Client* client, Options options)
-    : client_(client), options_(std::move(options)), breaker_(options_.breaker) {}
+    : client_(client),
+      options_(std::move(options)),
+      breaker_(options_.breaker),
+      late_guard_(std::make_shared<LateGuard>()) {
+  late_guard_->store = this;
+}
+
+RedisStore::~RedisStore() {
+  std::lock_guard<std::mutex> lock(late_guard_->mu);
+  late_guard_->store = nullptr;
+}
 
 void RedisStore::Reset(std::span<const store::MemoryStore::Item> items,
                        std::function<void(absl::StatusOr<size_t>)> done) {
@@ -253,7 +263,7 @@ void RedisStore::Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadlin
     std::vector<DecideItem> items;
     for (size_t i : call->groups[g]) items.push_back(call->items[i]);
     std::string key = items.front().key;
-    RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/true, deadline,
+    RunGroup(std::move(key), std::move(items), call, commit, /*by_sha=*/true, deadline,
              [this, call, gather, g, commit](absl::StatusOr<DecideResult> r) {
                std::unique_lock<std::mutex> lock(gather->mu);
                if (!r.ok()) {
@@ -294,29 +304,56 @@ void RedisStore::RefundAdmitted(const Call& call, const std::vector<int64_t>& ad
   }
 }
 
-void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
+void RedisStore::RefundLate(LateGuard& guard, const Reply& reply,
+                            std::span<const std::span<const DecideItem>> requests) {
+  std::lock_guard<std::mutex> lock(guard.mu);
+  RedisStore* store = guard.store;
+  if (store == nullptr) return;
+  auto results = ParseDecideReply(reply, requests);
+  if (!results.ok()) return;  // it ran past its deadline (and changed nothing), or failed
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const DecideResult& result = (*results)[r];
+    if (!result.allowed) continue;
+    std::vector<DecideItem> items;
+    for (size_t i = 0; i < requests[r].size(); ++i) {
+      if (result.decisions[i].allowed && requests[r][i].cost > 0) items.push_back(requests[r][i]);
+    }
+    if (items.empty()) continue;
+    store->late_refunds_.fetch_add(1, std::memory_order_relaxed);
+    store->RefundGroup(std::move(items), result.now_us, [](absl::Status) {});
+  }
+}
+
+void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items,
+                          std::shared_ptr<const void> limits, bool commit, bool by_sha,
                           SteadyTime deadline,
                           std::function<void(absl::StatusOr<DecideResult>)> done) {
   const std::string sha = by_sha ? Sha() : std::string();
   Deadline call_deadline{.at = deadline};
   std::string command = EncodeDecide(sha, items, commit, &call_deadline.redis_time_at);
+  if (commit) {
+    call_deadline.late = [guard = late_guard_, items, limits](const Reply& reply) {
+      const std::span<const DecideItem> one[] = {items};
+      RefundLate(*guard, reply, one);
+    };
+  }
   const bool sent_text = sha.empty();
   script_calls_.fetch_add(1, std::memory_order_relaxed);
   client_->Send(key, std::move(command),
-                [this, key, items = std::move(items), commit, sent_text, deadline,
+                [this, key, items = std::move(items), limits, commit, sent_text, deadline,
                  done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
                   if (!reply.ok()) return done(reply.status());
                   if (reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
                     // The node does not have it (restart, SCRIPT FLUSH, failover): send the
                     // text, which runs it and loads it again.
                     noscript_.fetch_add(1, std::memory_order_relaxed);
-                    return RunGroup(std::move(key), std::move(items), commit, /*by_sha=*/false,
-                                    deadline, std::move(done));
+                    return RunGroup(std::move(key), std::move(items), std::move(limits), commit,
+                                    /*by_sha=*/false, deadline, std::move(done));
                   }
                   if (sent_text) LearnSha(key);  // the SHA, for next time
                   done(ParseDecideReply(*reply, items));
                 },
-                call_deadline);
+                std::move(call_deadline));
 }
 
 // Takes the next batch of `node`'s queue (at most max_batch), or marks one call fewer in flight
@@ -396,10 +433,17 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
                                      &call_deadline.redis_time_at);
   const bool sent_text = sha.empty();
   const std::string route = batch.front().items.front().key;
+  // Shared with the late-reply handler: one of the two runs.
+  auto sent = std::make_shared<std::vector<Queued>>(std::move(batch));
+  call_deadline.late = [guard = late_guard_, sent](const Reply& reply) {
+    std::vector<std::span<const DecideItem>> requests;
+    for (const Queued& q : *sent) requests.emplace_back(q.items);
+    RefundLate(*guard, reply, requests);
+  };
   script_calls_.fetch_add(1, std::memory_order_relaxed);
   client_->Send(route, std::move(command),
-                [this, node = std::move(node), route, batch = std::move(batch),
-                 sent_text](absl::StatusOr<Reply> reply) mutable {
+                [this, node = std::move(node), route, sent, sent_text](absl::StatusOr<Reply> reply) mutable {
+                  std::vector<Queued>& batch = *sent;
                   if (reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
                     noscript_.fetch_add(1, std::memory_order_relaxed);
                     return SendBatch(std::move(node), std::move(batch), /*by_sha=*/false);
@@ -424,7 +468,7 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
                     for (Queued& q : batch) {
                       auto one = std::make_shared<Queued>(std::move(q));
                       std::string key = one->items.front().key;
-                      RunGroup(std::move(key), one->items, /*commit=*/true, /*by_sha=*/true,
+                      RunGroup(std::move(key), one->items, one, /*commit=*/true, /*by_sha=*/true,
                                one->deadline,
                                [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
                     }
@@ -443,7 +487,7 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
                     }
                   }
                 },
-                call_deadline);
+                std::move(call_deadline));
 }
 
 bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
@@ -483,6 +527,8 @@ void RedisStore::Record(const absl::Status& status) {
   if (status.code() == absl::StatusCode::kDeadlineExceeded) timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
+    last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                           std::memory_order_relaxed);
     breaker_.Failed();
   } else {
     breaker_.Succeeded();  // Redis answered: the connection is fine
@@ -491,10 +537,12 @@ void RedisStore::Record(const absl::Status& status) {
 
 RedisStore::Health RedisStore::GetHealth() {
   if (!client_->Ready()) return {false, client_->last_error()};
-  if (breaker_.Healthy()) {
+  const int64_t now_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::chrono::steady_clock::duration since_failure(
+      now_ns - last_failure_ns_.load(std::memory_order_relaxed));
+  if (breaker_.Healthy() && since_failure > kFailureHold) {
     const std::chrono::steady_clock::duration since_success(
-        std::chrono::steady_clock::now().time_since_epoch().count() -
-        last_success_ns_.load(std::memory_order_relaxed));
+        now_ns - last_success_ns_.load(std::memory_order_relaxed));
     if (since_success > kIdleProbe) Probe();  // idle: nothing else would notice a hung Redis
     return {true, "connected"};
   }
@@ -506,7 +554,9 @@ RedisStore::Health RedisStore::GetHealth() {
     last = last_error_;
   }
   return {false, state == Breaker::State::kClosed
-                    ? fmt::format("connected, but the last call failed: {}", last)
+                    ? fmt::format("connected, but a call failed {} ms ago: {}",
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      since_failure).count(), last)
                     : fmt::format("circuit breaker {} after repeated failures (last: {})",
                                   Breaker::Name(state), last)};
 }
@@ -523,6 +573,8 @@ void RedisStore::Probe() {
     if (reply.ok() && !reply->IsError()) {
       Record(absl::OkStatus());
     } else {
+      last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                             std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(error_mu_);
       last_error_ = reply.ok() ? reply->str : std::string(reply.status().message());
     }
@@ -541,7 +593,8 @@ RedisStore::Stats RedisStore::GetStats() const {
                .breaker = breaker_.state(),
                .breaker_opened = breaker_.opened(),
                .cross_slot_refunds = cross_slot_refunds_.load(),
-               .batches_split = batches_split_.load()};
+               .batches_split = batches_split_.load(),
+               .late_refunds = late_refunds_.load()};
 }
 
 }  // namespace sluice::redis

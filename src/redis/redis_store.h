@@ -28,6 +28,10 @@
 // call carries it to Redis in Redis's clock, where decide.lua changes nothing past it (a call
 // that waited in a hung server's socket must not consume for a request answered otherwise).
 //
+// A call whose reply comes after that deadline had run in time after all (Redis's clock said
+// so, but the reply was slow on its way back): what it admitted is given back as soon as the
+// reply comes, so that a request answered by the failure policy is not charged either.
+//
 // The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
 // replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
 // (breaker.h) refuses calls at once while Redis keeps failing. Safe for concurrent use; `done`
@@ -77,6 +81,7 @@ class RedisStore {
     uint64_t breaker_opened = 0;
     uint64_t cross_slot_refunds = 0;  // slots refunded after another slot refused
     uint64_t batches_split = 0;  // cluster batches sent again request by request (slots moved)
+    uint64_t late_refunds = 0;  // requests admitted by a call whose reply came too late, refunded
   };
 
   using Done = std::function<void(absl::StatusOr<DecideResult>)>;
@@ -84,6 +89,9 @@ class RedisStore {
   // `client` is not owned. It must be there while the store is used and, when both go, go
   // first: its destructor fails the calls still in flight, whose callbacks use the store.
   RedisStore(Client* client, Options options);
+  ~RedisStore();
+  RedisStore(const RedisStore&) = delete;
+  RedisStore& operator=(const RedisStore&) = delete;
 
   // Decides `items` (as for MemoryStore::DecideAll; nothing in them needs to outlive the call).
   // Errors: Unavailable (not connected, breaker open), DeadlineExceeded, Internal.
@@ -113,14 +121,17 @@ class RedisStore {
   Stats GetStats() const;
 
   // Whether decisions on Redis work now (what /readyz, sluice_backend_up and gRPC health
-  // report): the client is connected, the breaker is closed and the last call did not fail
-  // (time out or lose its connection); `detail` says which, and the last failure. A connection
+  // report): the client is connected, the breaker is closed and no call failed (timed out or
+  // lost its connection) in the last kFailureHold; `detail` says which, and the last failure.
+  // A failure holds for a while, whatever succeeds after it: on a cluster with one master hung,
+  // the calls to the other masters succeed in between the failing ones. A connection
   // that is up is not enough: a hung Redis keeps its connections while every call times out.
   // Readiness must not wait for traffic that may never come (a load balancer sends none to a
   // backend that is not ready, and an idle instance has no calls to learn from), so while not
   // up, or when no call has succeeded for kIdleProbe, this sends a probe itself (PING, one at a
   // time, through the breaker); the next look at health sees its outcome.
   static constexpr std::chrono::seconds kIdleProbe{1};
+  static constexpr std::chrono::seconds kFailureHold{1};
   struct Health {
     bool up = false;
     std::string detail;
@@ -132,8 +143,11 @@ class RedisStore {
   using SteadyTime = std::chrono::steady_clock::time_point;
   void Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
            std::function<void(absl::StatusOr<DecideResult>)> done);
-  void RunGroup(std::string key, std::vector<DecideItem> items, bool commit, bool by_sha,
-                SteadyTime deadline, std::function<void(absl::StatusOr<DecideResult>)> done);
+  // One script call for `items` (one slot). `limits` owns what the items point to; a late
+  // reply's refund (commit only) keeps it until then.
+  void RunGroup(std::string key, std::vector<DecideItem> items, std::shared_ptr<const void> limits,
+                bool commit, bool by_sha, SteadyTime deadline,
+                std::function<void(absl::StatusOr<DecideResult>)> done);
   void Record(const absl::Status& status);
   // One refund script call for `items` (all in one slot).
   void RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
@@ -141,6 +155,16 @@ class RedisStore {
   // After a cross-slot commit that did not admit: the slots that admitted give their share back.
   void RefundAdmitted(const Call& call, const std::vector<int64_t>& admitted_at,
                       const std::vector<Decision>& decisions);
+  // The store, for the handlers of late replies (Deadline::late), which may come after it is
+  // gone; null from its destructor on.
+  struct LateGuard {
+    std::mutex mu;
+    RedisStore* store;  // guarded by mu
+  };
+  // The reply of a decide call that came after its requests were answered (DeadlineExceeded):
+  // each request it admitted gives back what it consumed; nothing if the store is gone.
+  static void RefundLate(LateGuard& guard, const Reply& reply,
+                         std::span<const std::span<const DecideItem>> requests);
   struct Queued {
     std::vector<Limit> limits;
     std::vector<DecideItem> items;
@@ -173,12 +197,14 @@ class RedisStore {
     std::string sha;  // guarded by mu
   };
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
+  const std::shared_ptr<LateGuard> late_guard_;
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
-      refused_{0}, cross_slot_refunds_{0}, batches_split_{0};
+      refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.
   void Probe();
   std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
   std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
+  std::atomic<int64_t> last_failure_ns_{0};  // and of the last that failed (timeout, connection)
   mutable std::mutex error_mu_;
   std::string last_error_;  // the last call's failure; guarded by error_mu_
   std::mutex batch_mu_;

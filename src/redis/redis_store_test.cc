@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/delay_relay.h"
 #include "tests/support/redis_calls.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
@@ -311,6 +312,42 @@ TEST(RedisStoreTest, CallsThatTimedOutWhileRedisHungConsumeNothing) {
   EXPECT_EQ(RemainingAfterQueuedCalls(*client, store, limit, "hung"), 39);
 }
 
+// A call that Redis ran in time but whose reply came after the timeout (a relay holds the replies
+// back) was answered DeadlineExceeded: what it admitted comes back when the reply arrives. (The
+// soak found one: a request answered 503 that kept its quota.) One call per request, and batched.
+TEST(RedisStoreTest, AReplyThatCameTooLateGivesBackWhatItsCallAdmitted) {
+  testing::RedisServer server;
+  testing::DelayRelay relay(server.port());
+  auto client = Open({relay.url()}, false, 100ms);
+  auto direct = Open({server.url()}, false, 5s);
+  RedisStore observer(direct.get(), {});
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
+  for (size_t max_batch : {size_t{1}, size_t{128}}) {
+    SCOPED_TRACE(max_batch);
+    const std::string key = fmt::format("late{}", max_batch);
+    RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000},
+                                    .max_batch = max_batch, .max_in_flight = 64});
+    ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = key, .cost = 1}}).ok());
+    std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
+    relay.set_reply_delay(400ms);
+    const auto answers = DecideManyAtOnce(store, limit, key, 10);
+    for (const Answered& a : answers) {
+      EXPECT_EQ(a.status.code(), absl::StatusCode::kDeadlineExceeded) << a.status;
+    }
+    // They ran in time: Redis counts them now, with their replies still held.
+    EXPECT_EQ(RemainingAfterQueuedCalls(*direct, observer, limit, key), 29);
+    relay.set_reply_delay(0ms);
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    int64_t remaining = -1;
+    while (std::chrono::steady_clock::now() < until &&
+           (remaining = RemainingAfterQueuedCalls(*direct, observer, limit, key)) != 39) {
+      std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_EQ(remaining, 39);
+    EXPECT_EQ(store.GetStats().late_refunds, 10u);
+  }
+}
+
 // The same with Redis busy rather than stopped: DEBUG SLEEP blocks it with the calls already read.
 TEST(RedisStoreTest, CallsThatTimedOutDuringDebugSleepConsumeNothing) {
   testing::RedisServer server({"--enable-debug-command", "yes"});
@@ -372,7 +409,7 @@ TEST(RedisStoreTest, HealthFollowsDecisionsNotTheConnection) {
   EXPECT_TRUE(client->Ready());  // what readiness used to report
   RedisStore::Health health = store.GetHealth();
   EXPECT_FALSE(health.up);
-  EXPECT_THAT(health.detail, ::testing::HasSubstr("last call failed"));
+  EXPECT_THAT(health.detail, ::testing::HasSubstr("a call failed"));
   EXPECT_EQ(Decide(store, {item}).status().code(), absl::StatusCode::kDeadlineExceeded);
   health = store.GetHealth();
   EXPECT_FALSE(health.up);
@@ -390,6 +427,59 @@ TEST(RedisStoreTest, HealthFollowsDecisionsNotTheConnection) {
   }
   EXPECT_TRUE(health.up) << health.detail;
   EXPECT_EQ(store.GetStats().breaker, Breaker::State::kClosed);
+}
+
+// A failed call holds readiness down for RedisStore::kFailureHold, whatever succeeds after it:
+// on a cluster with one master hung, calls to the other masters succeed in between the failing
+// ones, and readiness must not flicker up between them. (The soak found an instance whose
+// /readyz said 200 at every sample through a 4 s SIGSTOP of one of three masters.)
+TEST(RedisStoreTest, HealthStaysDownWhileOneClusterMasterHangs) {
+  testing::RedisCluster cluster(3);
+  ASSERT_TRUE(cluster.created());
+  auto client = Open({cluster.url(0)}, true, 100ms);
+  ASSERT_TRUE(client->Ready()) << client->last_error();
+  RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}});
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 1000000, kHour);
+  // A key on the master to hang, and one on another master.
+  const std::string hung_node = client->NodeFor(store.RedisKey(1, "h0"));
+  std::string other_key;
+  for (int i = 0; other_key.empty() && i < 1000; ++i) {
+    const std::string key = fmt::format("o{}", i);
+    if (client->NodeFor(store.RedisKey(1, key)) != hung_node) other_key = key;
+  }
+  ASSERT_FALSE(other_key.empty());
+  testing::RedisServer* hung = nullptr;
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    if (hung_node.ends_with(fmt::format(":{}", cluster.port(i)))) hung = &cluster.node(i);
+  }
+  ASSERT_NE(hung, nullptr) << hung_node;
+  const Item on_hung{.limit = &limit, .limit_id = 1, .key = "h0", .cost = 1};
+  const Item elsewhere{.limit = &limit, .limit_id = 1, .key = other_key, .cost = 1};
+  ASSERT_TRUE(Decide(store, {on_hung}).ok());
+  ASSERT_TRUE(Decide(store, {elsewhere}).ok());
+  EXPECT_TRUE(store.GetHealth().up) << store.GetHealth().detail;
+
+  ASSERT_TRUE(hung->Pause());
+  int samples = 0, up = 0;
+  const auto until = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_EQ(Decide(store, {on_hung}).status().code(), absl::StatusCode::kDeadlineExceeded);
+    for (int i = 0; i < 5; ++i) {  // the other masters keep deciding
+      ASSERT_TRUE(Decide(store, {elsewhere}).ok());
+      const RedisStore::Health health = store.GetHealth();
+      ++samples;
+      if (health.up) ++up;
+    }
+  }
+  hung->Resume();
+  EXPECT_GT(samples, 10);
+  EXPECT_EQ(up, 0) << up << " of " << samples << " looks said up while a master hung";
+  EXPECT_THAT(store.GetHealth().detail, ::testing::HasSubstr("a call failed"));
+  // Back within the hold once every call succeeds again.
+  ASSERT_TRUE(Decide(store, {on_hung}).ok());
+  std::this_thread::sleep_for(RedisStore::kFailureHold + 100ms);
+  ASSERT_TRUE(Decide(store, {elsewhere}).ok());
+  EXPECT_TRUE(store.GetHealth().up) << store.GetHealth().detail;
 }
 
 // On a cluster, single-slot requests headed to one node share script calls (keys of several

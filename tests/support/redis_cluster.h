@@ -64,6 +64,7 @@ class RedisCluster {
   // Every node, masters and replicas (which is which changes with failovers: ask the nodes).
   size_t size() const { return nodes_.size(); }
   std::string url(size_t i) const { return nodes_[i]->url(); }
+  RedisServer& node(size_t i) { return *nodes_[i]; }
 
  private:
   std::string dir_;

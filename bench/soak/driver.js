@@ -127,7 +127,9 @@ function send(inst, fe, domain, key, value) {
       if (name === 'UNAVAILABLE' || name === 'DEADLINE_EXCEEDED') return logRequest(r, 'noanswer', name, (error.details || '').replace(/\s+/g, '_').slice(0, 60));
       return logRequest(r, 'error', name, (error.details || '').replace(/\s+/g, '_').slice(0, 60));
     }
-    if (response.overall_code === 'OK') return logRequest(r, 'allow', 'OK');
+    // A failure policy's answer says so in a header to add, as over HTTP.
+    const status = (response.response_headers_to_add || []).find((h) => h.key === 'x-ratelimit-status');
+    if (response.overall_code === 'OK') return logRequest(r, 'allow', 'OK', status ? status.value : '');
     if (response.overall_code === 'OVER_LIMIT') return logRequest(r, 'deny', 'OVER_LIMIT');
     return logRequest(r, 'error', response.overall_code);
   });

@@ -290,6 +290,8 @@ void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::C
         if (headers_of) headers_of(response, &headers);
         if (response.backend == engine::BackendState::kFailedOpen) {
           headers.push_back({"x-ratelimit-status", "degraded"});
+        } else if (response.backend == engine::BackendState::kLocal) {
+          headers.push_back({"x-ratelimit-status", "local"});
         }
         done(ToProto(response, headers));
       });

@@ -329,6 +329,31 @@ TEST_P(GrpcServerTest, AnswersFromTheBackendsThreadAfterTheHandlerReturned) {
   EXPECT_EQ(remote.asked(), 1);
 }
 
+// failure_mode local decides in this process's memory and says so, as over HTTP
+// (X-RateLimit-Status: local).
+TEST_P(GrpcServerTest, FailureModeLocalCarriesTheLocalMarker) {
+  SlowDownRemote remote(std::chrono::milliseconds(1));
+  rules::ConfigManager local{{}, std::string("failure_mode: local\n") + kConfig};
+  ASSERT_TRUE(local.Reload().applied);
+  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
+  options.remote = &remote;
+  auto server = GrpcServer::Start(options, &local, &store_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto rls = RateLimitService::NewStub(ChannelTo(**server));
+  for (const auto expected : {RateLimitResponse::OK, RateLimitResponse::OK, RateLimitResponse::OVER_LIMIT}) {
+    ::grpc::ClientContext context;
+    SetDeadline(&context);
+    RateLimitResponse response;
+    const ::grpc::Status status =
+        rls->ShouldRateLimit(&context, Request("edge", {{{"user", "kim"}}}), &response);
+    ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+    EXPECT_EQ(response.overall_code(), expected);  // 2 per minute, decided here
+    ASSERT_EQ(response.response_headers_to_add_size(), 1);
+    EXPECT_EQ(response.response_headers_to_add(0).key(), "x-ratelimit-status");
+    EXPECT_EQ(response.response_headers_to_add(0).value(), "local");
+  }
+}
+
 // Shutdown with no grace while a decision is still with the backend: it returns once that
 // decision is answered, and the client hears back (answer or cancellation), never a hang.
 TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {

@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 #include "rules/parsers.h"
 #include "rules/yaml_reader.h"
+#include "rules/yaml_syntax.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -60,6 +61,11 @@ class Loader {
   void AddText(const std::string& file, std::string_view text, bool named_directly) {
     XXH3_64bits_update(&hash_state_, file.data(), file.size());
     XXH3_64bits_update(&hash_state_, text.data(), text.size());
+    // libyaml first: yaml-cpp takes some malformed documents (yaml_syntax.h).
+    if (auto syntax = FindYamlSyntaxError(text)) {
+      Fail(file, syntax->line, syntax->column, fmt::format("YAML syntax error: {}", syntax->message));
+      return;
+    }
     YAML::Node doc;
     try {
       doc = YAML::Load(std::string(text));

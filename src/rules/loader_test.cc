@@ -673,9 +673,41 @@ TEST(LoaderExtensionsTest, EmbeddedDefaultConfigLoads) {
 
 TEST(LoaderErrorsTest, YamlSyntaxError) {
   EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second\n"),
-              ElementsAre("t.yaml:5:1: YAML syntax error: end of map flow not found"));
+              ElementsAre("t.yaml:5:1: YAML syntax error: did not find expected ',' or '}' "
+                          "(while parsing a flow mapping at 4:17)"));
   EXPECT_THAT(Errors("domain: d\n  bad: indent\n"),
-              ElementsAre("t.yaml:2:6: YAML syntax error: illegal map value"));
+              ElementsAre("t.yaml:2:6: YAML syntax error: mapping values are not allowed in this "
+                          "context"));
+}
+
+// Issue 19 (2): malformed documents are YAML syntax errors at their position, as upstream's
+// parser (go-yaml, a port of libyaml) says, never loaded as something else. yaml-cpp alone took
+// the unterminated quotes: `'''` as "a config file must be a map", `domain: 'abc` as a domain.
+TEST(LoaderErrorsTest, MalformedDocumentsAreSyntaxErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"'''", "t.yaml:1:4: YAML syntax error: found unexpected end of stream (while scanning a "
+              "quoted scalar at 1:1)"},
+      {"'''\n", "t.yaml:2:1: YAML syntax error: found unexpected end of stream (while scanning "
+                "a quoted scalar at 1:1)"},
+      {"domain: 'abc\ndescriptors: []\n",
+       "t.yaml:3:1: YAML syntax error: found unexpected end of stream (while scanning a quoted "
+       "scalar at 1:9)"},
+      {"domain: \"abc\n", "t.yaml:2:1: YAML syntax error: found unexpected end of stream (while "
+                          "scanning a quoted scalar at 1:9)"},
+      {"domain: d\ndescriptors:\n  - key: a\n     value: b\n",
+       "t.yaml:4:11: YAML syntax error: mapping values are not allowed in this context"},
+      {"domain: d\ndescriptors:\n\t- key: a\n",
+       "t.yaml:3:1: YAML syntax error: found character that cannot start any token (while "
+       "scanning for the next token at 3:1)"},
+      {"domain: d\ndescriptors: [a, b\n",
+       "t.yaml:3:1: YAML syntax error: did not find expected ',' or ']' (while parsing a flow "
+       "sequence at 2:14)"},
+      // Well-formed YAML with a key twice: a config error, at the second.
+      {"domain: d\ndomain: e\ndescriptors: []\n", "t.yaml:2:1: duplicate key 'domain' in domain file"},
+  };
+  for (const auto& [text, error] : cases) {
+    EXPECT_THAT(Errors(text), ElementsAre(error)) << text;
+  }
 }
 
 TEST(LoaderErrorsTest, UnknownKeyWithDidYouMean) {

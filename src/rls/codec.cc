@@ -10,6 +10,7 @@
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "http/rate_limit_headers.h"
+#include "rls/proto_json.h"
 #include "rules/loader.h"
 
 namespace sluice::rls {
@@ -127,11 +128,8 @@ absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request) {
   out.hits_addend = std::max<uint64_t>(1, request.hits_addend());
   out.descriptors.reserve(static_cast<size_t>(request.descriptors_size()));
   for (int i = 0; i < request.descriptors_size(); ++i) {
+    // A descriptor with no entries matches no rule: answered OK with no limit, as upstream.
     const RateLimitDescriptor& in = request.descriptors(i);
-    if (in.entries().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rate limit descriptor ", i, " has no entries"));
-    }
     if (static_cast<size_t>(in.entries_size()) > engine::kMaxDescriptorEntries) {
       return absl::InvalidArgumentError(
           absl::StrCat("rate limit descriptor ", i, " has ", in.entries_size(),
@@ -332,12 +330,8 @@ JsonResult RenderJsonResponse(const absl::StatusOr<RateLimitResponse>& response)
   if (!response.ok()) return TextAnswer(400, "Bad Request");
 
   JsonResult result{.status = 200, .content_type = kJsonContentType, .body = {}, .nosniff = false};
-  // Default options = protojson.Marshal: lowerCamelCase, enum names, zero values omitted, compact.
-  if (!google::protobuf::util::MessageToJsonString(*response, &result.body,
-                                                   google::protobuf::util::JsonPrintOptions())
-           .ok()) {
-    return TextAnswer(500, "Internal Server Error");
-  }
+  // As protojson.Marshal with default options (proto_json.h).
+  if (!AppendProtoJson(*response, &result.body)) return TextAnswer(500, "Internal Server Error");
   switch (response->overall_code()) {
     case RateLimitResponse::OK:
       result.status = 200;

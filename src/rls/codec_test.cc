@@ -105,12 +105,15 @@ TEST(FromProtoTest, NoDescriptorsIsRejectedWithUpstreamsMessage) {
   EXPECT_EQ(r.status().message(), "rate limit descriptor list must not be empty");
 }
 
-TEST(FromProtoTest, DescriptorWithoutEntriesIsRejected) {
+// Issue 19 (7): upstream takes a descriptor with no entries (it matches no rule); only an empty
+// descriptor list is an error.
+TEST(FromProtoTest, DescriptorWithoutEntriesIsTaken) {
   RateLimitRequest request = Request1("edge", "k", "v");
   request.add_descriptors();
   const absl::StatusOr<engine::Request> r = FromProto(request);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), "rate limit descriptor 1 has no entries");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_THAT(r->descriptors, SizeIs(2));
+  EXPECT_THAT(r->descriptors[1].entries, IsEmpty());
 }
 
 TEST(FromProtoTest, EmptyEntryKeyIsRejected) {
@@ -689,6 +692,24 @@ TEST_F(RlsTest, JsonReferenceExampleOverLimit) {
       R"({"code":"OVER_LIMIT","currentLimit":{"requestsPerUnit":5,"unit":"MINUTE"},"durationUntilReset":"40s"}]})");
 }
 
+// Issue 19 (7): a descriptor with no entries is answered OK with no limit, as upstream answers
+// it ({"code":"OK"}); with a limit in the request, that limit applies to it, as upstream's does
+// (on the domain alone).
+TEST_F(RlsTest, JsonDescriptorWithNoEntriesIsOkWithoutALimit) {
+  const JsonResult r = Json(
+      R"({"domain":"edge","descriptors":[{"entries":[]},)"
+      R"({"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body,
+            R"({"overallCode":"OK","statuses":[{"code":"OK"},{"code":"OK","currentLimit":)"
+            R"({"requestsPerUnit":10,"unit":"SECOND"},"limitRemaining":9,"durationUntilReset":"1s"}]})");
+  const std::string with_limit =
+      R"({"domain":"edge","descriptors":[{"entries":[],"limit":{"requests_per_unit":1,"unit":"HOUR"}}]})";
+  EXPECT_EQ(Json(with_limit).status, 200);
+  EXPECT_EQ(Json(with_limit).status, 429);
+  EXPECT_EQ(Json(R"({"domain":"edge","descriptors":[]})").status, 400);
+}
+
 TEST_F(RlsTest, JsonWithTooManyDescriptorsIsBadRequest) {
   std::string body = R"({"domain":"edge","descriptors":[)";
   for (int i = 0; i < 10000; ++i) {
@@ -699,12 +720,14 @@ TEST_F(RlsTest, JsonWithTooManyDescriptorsIsBadRequest) {
   ExpectBadRequest(Json(body));
 }
 
-TEST_F(RlsTest, JsonPrintsTheLimitNameAfterUnit) {
+// Issue 19 (6): protojson writes fields in declaration order, and rls.proto declares the
+// limit's `name` before `requests_per_unit` (proto_json_test checks every message).
+TEST_F(RlsTest, JsonPrintsTheLimitNameFirst) {
   const JsonResult r =
       Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"login","value":"a"}]}]})");
   EXPECT_EQ(r.body,
-            R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":2,)"
-            R"("unit":"MINUTE","name":"login"},"limitRemaining":1,"durationUntilReset":"40s"}]})");
+            R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"login",)"
+            R"("requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"40s"}]})");
 }
 
 TEST_F(RlsTest, JsonUnknownDomainIsOkWithBareStatuses) {
@@ -753,7 +776,7 @@ TEST_F(RlsTest, JsonServiceErrorsAreBadRequest) {
   ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[]})"));  // empty descriptors
   ExpectBadRequest(Json(R"({"domain":"edge"})"));
   ExpectBadRequest(Json("{}"));  // empty domain
-  ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[]}]})"));
+  ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"","value":"v"}]}]})"));
   ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[{"value":"v"}]}]})"));
   ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"a"}],)"
                         R"("limit":{"requests_per_unit":5}}]})"));  // UNKNOWN unit
@@ -800,8 +823,8 @@ TEST_F(RlsTest, JsonCarriesResponseHeadersOnlyWhenEnabled) {
       R"({"domain":"edge","descriptors":[{"entries":[{"key":"login","value":"h"}]}]})", options);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body,
-            R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":2,)"
-            R"("unit":"MINUTE","name":"login"},"limitRemaining":1,"durationUntilReset":"40s"}],)"
+            R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"login",)"
+            R"("requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"40s"}],)"
             R"("responseHeadersToAdd":[{"key":"RateLimit-Policy","value":"\"login\";q=2;w=60"}]})");
 }
 

@@ -1,0 +1,148 @@
+#include "rls/proto_json.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace sluice::rls {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// A JSON string: quotes, backslashes and control characters escaped, the rest as it is.
+void AppendString(std::string_view text, std::string* out) {
+  out->push_back('"');
+  for (const char c : text) {
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\b': out->append("\\b"); break;
+      case '\f': out->append("\\f"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppend(out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+bool IsWellKnown(const google::protobuf::Descriptor& type) {
+  return type.file()->package() == "google.protobuf";
+}
+
+bool AppendMessage(const Message& message, std::string* out);
+
+// One value of `field` (element `index` of a repeated one, else -1).
+bool AppendValue(const Message& message, const FieldDescriptor& field, int index,
+                 std::string* out) {
+  const Reflection& r = *message.GetReflection();
+  const bool repeated = index >= 0;
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      absl::StrAppend(out, repeated ? r.GetRepeatedInt32(message, &field, index)
+                                    : r.GetInt32(message, &field));
+      return true;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      absl::StrAppend(out, repeated ? r.GetRepeatedUInt32(message, &field, index)
+                                    : r.GetUInt32(message, &field));
+      return true;
+    case FieldDescriptor::CPPTYPE_INT64:  // 64-bit integers are strings in proto3 JSON
+      absl::StrAppend(out, "\"", repeated ? r.GetRepeatedInt64(message, &field, index)
+                                          : r.GetInt64(message, &field), "\"");
+      return true;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      absl::StrAppend(out, "\"", repeated ? r.GetRepeatedUInt64(message, &field, index)
+                                          : r.GetUInt64(message, &field), "\"");
+      return true;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      out->append((repeated ? r.GetRepeatedBool(message, &field, index)
+                            : r.GetBool(message, &field)) ? "true" : "false");
+      return true;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const int number = repeated ? r.GetRepeatedEnumValue(message, &field, index)
+                                  : r.GetEnumValue(message, &field);
+      const auto* value = field.enum_type()->FindValueByNumber(number);
+      if (value == nullptr) {
+        absl::StrAppend(out, number);  // a number with no name is written as the number
+      } else {
+        AppendString(value->name(), out);
+      }
+      return true;
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string scratch;
+      const std::string& text = repeated
+                                    ? r.GetRepeatedStringReference(message, &field, index, &scratch)
+                                    : r.GetStringReference(message, &field, &scratch);
+      if (field.type() == FieldDescriptor::TYPE_BYTES) {
+        AppendString(absl::Base64Escape(text), out);
+      } else {
+        AppendString(text, out);
+      }
+      return true;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return AppendMessage(repeated ? r.GetRepeatedMessage(message, &field, index)
+                                    : r.GetMessage(message, &field),
+                           out);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return false;  // no such field in the messages sent; protobuf's rules for them are subtle
+  }
+  return false;
+}
+
+bool AppendMessage(const Message& message, std::string* out) {
+  if (IsWellKnown(*message.GetDescriptor())) {
+    std::string json;
+    if (!google::protobuf::util::MessageToJsonString(message, &json).ok()) return false;
+    out->append(json);
+    return true;
+  }
+  std::vector<const FieldDescriptor*> fields;  // the fields that are set, by number
+  message.GetReflection()->ListFields(message, &fields);
+  std::sort(fields.begin(), fields.end(), [](const FieldDescriptor* a, const FieldDescriptor* b) {
+    return a->index() < b->index();  // declaration order
+  });
+  out->push_back('{');
+  bool first = true;
+  for (const FieldDescriptor* field : fields) {
+    if (field->is_map()) return false;  // none in the messages sent
+    if (!first) out->push_back(',');
+    first = false;
+    AppendString(field->json_name(), out);
+    out->push_back(':');
+    if (!field->is_repeated()) {
+      if (!AppendValue(message, *field, -1, out)) return false;
+      continue;
+    }
+    out->push_back('[');
+    const int size = message.GetReflection()->FieldSize(message, field);
+    for (int i = 0; i < size; ++i) {
+      if (i > 0) out->push_back(',');
+      if (!AppendValue(message, *field, i, out)) return false;
+    }
+    out->push_back(']');
+  }
+  out->push_back('}');
+  return true;
+}
+
+}  // namespace
+
+bool AppendProtoJson(const Message& message, std::string* out) { return AppendMessage(message, out); }
+
+}  // namespace sluice::rls

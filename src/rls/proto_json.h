@@ -1,0 +1,25 @@
+// A protobuf message as JSON the way Go's protojson.Marshal writes it with default options,
+// which is what envoyproxy/ratelimit's /json endpoint sends: lowerCamelCase names, enum names,
+// fields at their default value left out, compact, and fields in the order the .proto file
+// declares them. That order is the difference from protobuf's C++ printer, which writes fields
+// by number: envoy's RateLimitResponse.RateLimit declares `name` (3) before
+// `requests_per_unit` (1), so a named limit reads {"name":...,"requestsPerUnit":...,"unit":...}.
+//
+// Well-known types (google.protobuf.Duration, Struct, ...) have JSON forms of their own and are
+// written by protobuf's printer; every other message is walked here.
+
+#ifndef SLUICE_RLS_PROTO_JSON_H_
+#define SLUICE_RLS_PROTO_JSON_H_
+
+#include <string>
+
+#include <google/protobuf/message.h>
+
+namespace sluice::rls {
+
+// Appends `message` to `out`; false if protobuf's printer refused a well-known type's value.
+bool AppendProtoJson(const google::protobuf::Message& message, std::string* out);
+
+}  // namespace sluice::rls
+
+#endif  // SLUICE_RLS_PROTO_JSON_H_

@@ -85,3 +85,20 @@ fresh_minute() {
   local left=$((60 - $(date +%s) % 60))
   ((left >= ${1:-10})) || sleep "$left"
 }
+
+# start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT; sets RPID.
+start_redis() {
+  local port=$1; shift
+  mkdir -p "$tmp/redis-$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/redis-$port" \
+    --enable-debug-command local "$@" >"$tmp/redis-$port.log" 2>&1 &
+  RPID=$!
+  pids+=("$RPID")
+  for _ in $(seq 100); do
+    redis-cli -p "$port" ping 2>&1 | grep -qE 'PONG|NOAUTH' && return 0
+    kill -0 "$RPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "redis-server on $port did not start:"; tail -3 "$tmp/redis-$port.log"
+  return 1
+}

@@ -134,7 +134,10 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
   if (domain == nullptr) return;
 
   const bool count_denied = domain->count_denied.value_or(config.settings.count_denied);
-  const bool domain_shadow = domain->shadow_mode || config.settings.shadow_mode;
+  // (Global shadow mode is not a shadow of every limit: it admits after the decision, see
+  // Conclude, so that statuses keep their codes.)
+  const bool domain_shadow = domain->shadow_mode;
+  const bool all_quota = config.settings.quota_mode;
 
   // Match every descriptor, then drop the rules another matched rule replaces. The state key
   // needs each descriptor's path (the node matched at each level, at most one per entry): all
@@ -166,6 +169,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
     DescriptorResult& result = response.descriptors[i];
     // A descriptor's own hits_addend (0 = peek) wins; the request's counts as at least 1.
     const uint64_t cost = d.hits_addend.value_or(std::max<uint64_t>(1, request.hits_addend));
+    result.quota = all_quota;
     if (d.limit.has_value()) {
       Limit limit{.algorithm = Algorithm::kFixedWindow,
                   .requests = d.limit->requests_per_unit,
@@ -175,6 +179,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       AppliedLimit& applied = result.limits.emplace_back();
       applied.limit = limit;
       applied.unit = d.limit->unit;
+      applied.quota = result.quota;
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
                          count_denied});
@@ -188,8 +193,10 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
     result.rule = node;
     if (node->unlimited) {
       result.unlimited = true;
+      result.quota = false;  // an unlimited descriptor takes no part, as upstream
       continue;
     }
+    result.quota = all_quota || node->quota_mode;
     const std::vector<LimitRule>* limits = &node->limits;
     std::string_view plan_name;
     if (!node->plan_from.empty()) {
@@ -208,6 +215,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.name = rule.name;
       applied.unit = rule.unit;
       applied.shadow = rule.shadow_mode || node->shadow_mode || domain_shadow;
+      applied.quota = result.quota;
       const uint64_t limit_id =
           plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
       pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied});
@@ -241,6 +249,32 @@ void Finish(Response& response) {
   }
 }
 
+// Whether the request has quota-mode descriptors and every one of them is over its limit.
+bool QuotasSpent(const Response& response) {
+  size_t quotas = 0, spent = 0;
+  for (const DescriptorResult& d : response.descriptors) {
+    if (!d.quota) continue;
+    ++quotas;
+    if (d.code == DescriptorResult::Code::kOverLimit) ++spent;
+  }
+  return quotas > 0 && spent == quotas;
+}
+
+// The batch's verdict once the store has decided (`store_allowed`, all-or-nothing, with
+// quota-mode limits not denying by themselves): denied as well when some request has spent all
+// its quotas, and then what the store consumed must be given back (the returned flag); never a
+// denial in global shadow mode, which admits what would be denied. Finishes the responses.
+bool Conclude(const rules::Config& config, std::span<Response> responses, bool store_allowed) {
+  bool spent = false;
+  for (Response& response : responses) {
+    Finish(response);
+    spent = spent || QuotasSpent(response);
+  }
+  const bool allowed = (store_allowed && !spent) || config.settings.shadow_mode;
+  for (Response& response : responses) response.allowed = allowed;
+  return store_allowed && spent;
+}
+
 }  // namespace
 
 // Every limit of a set of requests, listed for a store. Holds pointers into the responses and
@@ -269,7 +303,8 @@ struct Engine::Batch {
                        .key = std::string_view(keys.data() + p.key.offset, p.key.size),
                        .cost = p.cost,
                        .count_denied = p.count_denied,
-                       .shadow = limit.shadow});
+                       // A quota-mode limit does not deny the request by itself (Conclude).
+                       .shadow = limit.shadow || limit.quota});
     }
   }
 
@@ -365,13 +400,13 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
   const bool allowed = store_->DecideAll(std::span(batch.items.data(), batch.items.size()), now_us,
                                          std::span(decisions.data(), decisions.size()),
                                          &decided_at_us);
-  if (consumed != nullptr && allowed) {
-    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, consumed);
-  }
   for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
-  for (Response& response : responses) {
-    response.allowed = allowed;
-    Finish(response);
+  if (Conclude(config, responses, allowed)) {  // every quota spent: give back what was taken
+    Consumption taken;
+    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, &taken);
+    Refund(taken, now_us);
+  } else if (consumed != nullptr && allowed) {
+    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, consumed);
   }
 }
 
@@ -388,7 +423,7 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
   call->consumed = consumed;
   call->batch.Build(*call->config, call->requests, std::span(call->responses));
   if (call->batch.items.empty()) {
-    for (Response& response : call->responses) Finish(response);
+    Conclude(*call->config, std::span(call->responses), true);
     return call->done(std::move(call->responses));
   }
   remote_->DecideAll(std::span(call->batch.items.data(), call->batch.items.size()),
@@ -400,14 +435,16 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
                          for (size_t k = 0; k < result->decisions.size(); ++k) {
                            call->batch.Apply(k, result->decisions[k]);
                          }
-                         if (call->consumed != nullptr && result->allowed) {
+                         if (Conclude(*call->config, std::span(call->responses),
+                                      result->allowed)) {
+                           Consumption taken;
+                           Record(call->batch, result->decisions, result->decided_at_us, &taken);
+                           taken.remote = true;
+                           Refund(taken, call->now_us);
+                         } else if (call->consumed != nullptr && result->allowed) {
                            Record(call->batch, result->decisions, result->decided_at_us,
                                   call->consumed);
                            call->consumed->remote = true;
-                         }
-                         for (Response& response : call->responses) {
-                           response.allowed = result->allowed;
-                           Finish(response);
                          }
                        }
                        call->done(std::move(call->responses));
@@ -471,10 +508,9 @@ void Engine::Fail(AsyncCall& call, const absl::Status&) {
               allowed;
     for (size_t i = 0; i < local.size(); ++i) batch.Apply(local_index[i], decisions[i]);
   }
-  for (Response& response : call.responses) {
-    response.allowed = allowed;
-    Finish(response);
-  }
+  // (What failure_mode local consumed for a request whose quotas are all spent stays consumed
+  // on this process's store, a share of the limit while Redis is away.)
+  Conclude(config, std::span(call.responses), allowed);
 }
 
 void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request request,

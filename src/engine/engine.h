@@ -67,6 +67,7 @@ struct AppliedLimit {
   std::string name;
   std::string unit;  // as configured with `unit:`, else empty
   bool shadow = false;
+  bool quota = false;  // its descriptor is in quota mode (DescriptorResult::quota)
   Decision decision;
 };
 
@@ -76,6 +77,14 @@ struct DescriptorResult {
   enum class Code { kOk, kOverLimit };
   Code code = Code::kOk;
   bool unlimited = false;          // matched an `unlimited: true` rule
+  // Quota mode (a rule's `quota_mode: true`, or the settings' for every descriptor but an
+  // unlimited one), as envoyproxy/ratelimit decides it: such a descriptor over its limit keeps
+  // its OVER_LIMIT code but does not deny the request by itself; the request is denied when some
+  // descriptor not in quota mode is over its limit, or when every quota-mode descriptor is. Its
+  // limits then consume nothing where they deny, like shadow ones, while the others of the
+  // request consume as usual; a request denied because all its quotas are spent gives back
+  // what the others consumed (all-or-nothing, as always).
+  bool quota = false;
   const rules::RuleNode* rule = nullptr;  // null: no rule (or an override)
   std::string plan;                // the plan whose limits applied, if any
   AppliedLimits limits;

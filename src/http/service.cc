@@ -375,12 +375,13 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     const void* family = nullptr;
     std::string domain;
     std::string name;
-    Counter* counters[2] = {nullptr, nullptr};  // denied, allowed
+    Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
   };
   thread_local std::array<Slot, 8> slots;
   for (const auto& d : decision.descriptors) {
     for (const auto& limit : d.limits) {
-      const bool allowed = limit.decision.allowed;
+      // A quota-mode limit over its limit is counted apart: it did not deny by itself.
+      const int outcome = limit.decision.allowed ? 1 : limit.quota ? 2 : 0;
       Slot& slot = slots[(domain.size() * 7 + limit.name.size()) % slots.size()];
       if (slot.service != serial_ || slot.family != metrics_->decisions ||
           slot.domain != domain || slot.name != limit.name) {
@@ -388,11 +389,12 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
         slot.family = metrics_->decisions;
         slot.domain.assign(domain);
         slot.name.assign(limit.name);
-        slot.counters[0] = slot.counters[1] = nullptr;
+        slot.counters[0] = slot.counters[1] = slot.counters[2] = nullptr;
       }
-      Counter*& counter = slot.counters[allowed ? 1 : 0];
+      Counter*& counter = slot.counters[outcome];
       if (counter == nullptr) {
-        const std::string_view labels[] = {domain, limit.name, allowed ? "allowed" : "denied"};
+        static constexpr std::string_view kOutcomes[] = {"denied", "allowed", "quota_exceeded"};
+        const std::string_view labels[] = {domain, limit.name, kOutcomes[outcome]};
         counter = metrics_->decisions->WithLabels(labels);
       }
       counter->Inc();

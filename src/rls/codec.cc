@@ -208,14 +208,13 @@ RateLimitResponse::RateLimit CurrentLimit(const Limit& limit) {
 RateLimitResponse ToProto(const engine::Response& response,
                           std::span<const HeaderField> response_headers) {
   RateLimitResponse out;
-  bool over_limit = !response.allowed;
   out.mutable_statuses()->Reserve(static_cast<int>(response.descriptors.size()));
   for (const engine::DescriptorResult& result : response.descriptors) {
-    RateLimitResponse::DescriptorStatus* status = out.add_statuses();
-    FillStatus(result, status);
-    over_limit = over_limit || status->code() == RateLimitResponse::OVER_LIMIT;
+    FillStatus(result, out.add_statuses());
   }
-  out.set_overall_code(over_limit ? RateLimitResponse::OVER_LIMIT : RateLimitResponse::OK);
+  // The request's verdict, not "some status is OVER_LIMIT": in quota mode and in global shadow
+  // mode a descriptor over its limit keeps its code while the request is admitted.
+  out.set_overall_code(response.allowed ? RateLimitResponse::OK : RateLimitResponse::OVER_LIMIT);
   for (const HeaderField& field : response_headers) {
     ::envoy::config::core::v3::HeaderValue* header = out.add_response_headers_to_add();
     header->set_key(field.name);

@@ -57,6 +57,9 @@ struct RuleNode {
   std::string rate_limit_name;      // rate_limit.name (also the name of its limits)
   std::vector<std::string> replaces;
   bool shadow_mode = false;
+  // Over its limits, this descriptor alone does not deny the request (upstream's quota_mode):
+  // see engine::DescriptorResult::quota.
+  bool quota_mode = false;
   bool detailed_metric = false;
   std::string plan_from;            // entry key naming the plan; limits come from the plan
   std::string path;                 // "domain.key_value.key": for stats, explain, state ids
@@ -179,7 +182,11 @@ struct Settings {
   int64_t upstream_timeout_us = 30 * 1000000;
   size_t max_delayed = 10000;  // reverse proxy: requests held by leaky_bucket shaping at once
   bool count_denied = false;
+  // Global shadow mode (upstream's SHADOW_MODE): a request that would be denied is admitted;
+  // each descriptor's status still says OVER_LIMIT where it is (engine.h).
   bool shadow_mode = false;
+  // Every descriptor in quota mode (upstream's QUOTA_MODE), as if each had `quota_mode: true`.
+  bool quota_mode = false;
   bool allow_unknown_domain = false;
   // RLS (gRPC ShouldRateLimit and /json): IETF RateLimit/RateLimit-Policy fields in
   // response_headers_to_add, and an unknown domain as an error instead of OK.

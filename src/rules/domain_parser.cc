@@ -158,7 +158,7 @@ class DomainParser {
     node.shadow_mode = r_.Bool(item, "shadow_mode").value_or(false);
     node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
     r_.Bool(item, "value_to_metric");
-    r_.Bool(item, "quota_mode");
+    node.quota_mode = r_.Bool(item, "quota_mode").value_or(false);
     node.share_threshold = r_.Bool(item, "share_threshold").value_or(false);
     if (node.share_threshold && !node.wildcard) {
       r_.Error(item["share_threshold"],

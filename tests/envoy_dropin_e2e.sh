@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# End-to-end checks of envoyproxy/ratelimit's behaviours that sluice matches (issue 19), over
+# gRPC and /json (tests/grpc/dropin_test.js, Node.js), in memory and on a real redis-server:
+# per-descriptor quota_mode (and its metric), a descriptor with no entries, a named limit's JSON
+# field order, and the settings' global shadow_mode.
+# Usage: SLUICE=path/to/sluice tests/envoy_dropin_e2e.sh tests/grpc
+set -u
+fixtures=$(cd "$1" && pwd)
+sluice=${SLUICE:?set SLUICE to the sluice binary}
+for tool in curl redis-server redis-cli node; do
+  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
+done
+[[ -d $fixtures/node_modules/@grpc/grpc-js ]] ||
+  (cd "$fixtures" && timeout 300 npm ci --no-audit --no-fund >/dev/null) ||
+  { echo "npm ci failed in $fixtures"; echo "0 passed, 1 failed"; exit 1; }
+
+source "$(dirname "$0")/lib.sh"
+
+mkdir -p "$tmp/rules"
+cp "$fixtures/dropin/q.yaml" "$tmp/rules/"
+printf 'rules: rules\nshadow_mode: true\n' >"$tmp/shadow.yaml"
+
+for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+backends=("memory" "redis")
+
+# run NAME MODE ARGS...: a server with ARGS, the Node.js checks in MODE against it.
+run() {
+  local name=$1 mode=$2; shift 2
+  start "$name" "$@" --grpc 127.0.0.1:0 --threads 1
+  if [[ -z $GRPC || -z $DATA ]]; then
+    check "$name: started" 1 0; cat "$tmp/$name.err"; return
+  fi
+  timeout 60 node "$fixtures/dropin_test.js" "$GRPC" "$DATA" "$mode" >"$tmp/$name.node" 2>&1
+  local status=$?
+  sed "s/^/  $name: /" "$tmp/$name.node"
+  check "$name: every check passed" 0 "$status"
+  check "$name: ran its checks" 1 "$(grep -Eq '^[1-9][0-9]* passed, 0 failed$' "$tmp/$name.node" && echo 1)"
+  if [[ $mode == quota ]]; then
+    local quota
+    quota=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_decisions_total{domain="q",.*decision="quota_exceeded"} [1-9]')
+    check "$name: quota-mode denials counted apart in sluice_decisions_total" 1 "$quota"
+  fi
+  stop
+}
+
+for backend in "${backends[@]}"; do
+  redis_args=()
+  [[ $backend == redis ]] && redis_args=(--redis "redis://127.0.0.1:$rport")
+  run "quota-$backend" quota --config "$tmp/rules" "${redis_args[@]}"
+  run "shadow-$backend" shadow --config "$tmp/shadow.yaml" "${redis_args[@]}"
+done
+check "redis holds the states of the Redis runs" 1 \
+  "$(( $(redis-cli -p "$rport" dbsize) > 0 ? 1 : 0 ))"
+
+finish

@@ -316,11 +316,12 @@ struct Engine::Batch {
 
 // What an admitted batch consumed, for a refund.
 void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
-                    Consumption* consumed) {
+                    Consumption* consumed, bool denied) {
   consumed->decided_at_us = decided_at_us;
   for (size_t k = 0; k < batch.items.size(); ++k) {
     const store::MemoryStore::Item& item = batch.items[k];
     if (!decisions[k].allowed || item.cost == 0) continue;  // a shadow deny took nothing
+    if (denied && item.count_denied) continue;  // a denied request counts there (count_denied)
     consumed->items.push_back({.limit = *item.limit,
                                .limit_id = item.limit_id,
                                .key = std::string(item.key),
@@ -403,7 +404,8 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
   for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
   if (Conclude(config, responses, allowed)) {  // every quota spent: give back what was taken
     Consumption taken;
-    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, &taken);
+    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, &taken,
+           /*denied=*/true);
     Refund(taken, now_us);
   } else if (consumed != nullptr && allowed) {
     Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, consumed);
@@ -438,7 +440,8 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
                          if (Conclude(*call->config, std::span(call->responses),
                                       result->allowed)) {
                            Consumption taken;
-                           Record(call->batch, result->decisions, result->decided_at_us, &taken);
+                           Record(call->batch, result->decisions, result->decided_at_us, &taken,
+                                  /*denied=*/true);
                            taken.remote = true;
                            Refund(taken, call->now_us);
                          } else if (call->consumed != nullptr && result->allowed) {

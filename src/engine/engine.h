@@ -212,8 +212,10 @@ class Engine {
   struct Batch;
   struct AsyncCall;
   void Fail(AsyncCall& call, const absl::Status& error);
+  // What the batch consumed, into `consumed`; of a request `denied` after all (its quotas spent),
+  // what is to be given back: not what count_denied keeps counted.
   static void Record(const Batch& batch, std::span<const Decision> decisions,
-                     int64_t decided_at_us, Consumption* consumed);
+                     int64_t decided_at_us, Consumption* consumed, bool denied = false);
 
   store::MemoryStore* store_;
   RemoteStore* remote_;

@@ -1065,6 +1065,17 @@ TEST_F(QuotaModeTest, TheOnlyQuotaOverItsLimitDeniesAndTheOthersGiveBack) {  // 
   EXPECT_EQ(Left("regular", "r"), 5);  // consumed, then given back
 }
 
+// With count_denied (upstream's counting), a denied request counts: nothing is given back.
+TEST_F(QuotaModeTest, CountDeniedKeepsWhatARequestWithItsQuotasSpentTook) {
+  std::string rules(kQuotaRules);
+  rules.replace(0, std::string_view("domain: q\n").size(), "domain: q\ncount_denied: true\n");
+  Load(rules);
+  Spend("quota", "a");
+  const Response r = Check(Req("q", {Desc({{"regular", "r"}}), Desc({{"quota", "a"}})}));
+  EXPECT_FALSE(r.allowed);
+  EXPECT_EQ(Left("regular", "r"), 4);
+}
+
 TEST_F(QuotaModeTest, UnderEveryLimitIsOk) {  // ...MixedPerDescriptorModesUnderLimit
   const Response r = Check(Req("q", {Desc({{"regular", "r"}}), Desc({{"quota", "a"}})}));
   EXPECT_TRUE(r.allowed);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of envoyproxy/ratelimit's behaviours that sluice matches (issue 19), over
 # gRPC and /json (tests/grpc/dropin_test.js, Node.js), in memory and on a real redis-server:
-# per-descriptor quota_mode (and its metric), a descriptor with no entries, a named limit's JSON
+# per-descriptor quota_mode (and its metrics, near_limit too), a descriptor with no entries, a named limit's JSON
 # field order, and the settings' global shadow_mode.
 # Usage: SLUICE=path/to/sluice tests/envoy_dropin_e2e.sh tests/grpc
 set -u
@@ -39,6 +39,9 @@ run() {
     local quota
     quota=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_decisions_total{domain="q",.*decision="quota_exceeded"} [1-9]')
     check "$name: quota-mode denials counted apart in sluice_decisions_total" 1 "$quota"
+    local near
+    near=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_near_limit_decisions_total{domain="q",.*} [1-9]')
+    check "$name: near-limit decisions counted (sluice_near_limit_decisions_total)" 1 "$(( near > 0 ? 1 : 0 ))"
   fi
   stop
 }

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <cstring>
 
@@ -266,9 +267,20 @@ bool QuotasSpent(const Response& response) {
 // denial in global shadow mode, which admits what would be denied. Finishes the responses.
 bool Conclude(const rules::Config& config, std::span<Response> responses, bool store_allowed) {
   bool spent = false;
+  const float ratio = config.settings.near_limit_ratio;
   for (Response& response : responses) {
     Finish(response);
     spent = spent || QuotasSpent(response);
+    for (DescriptorResult& d : response.descriptors) {
+      for (AppliedLimit& limit : d.limits) {
+        if (!limit.decision.allowed) continue;
+        const uint64_t capacity = limit.limit.Capacity();
+        const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(0, limit.decision.remaining));
+        const uint64_t used = capacity > left ? capacity - left : 0;
+        // As upstream: the product in single precision, then floor.
+        limit.near_limit = used > static_cast<uint64_t>(std::floor(static_cast<float>(capacity) * ratio));
+      }
+    }
   }
   const bool allowed = (store_allowed && !spent) || config.settings.shadow_mode;
   for (Response& response : responses) response.allowed = allowed;

@@ -68,6 +68,8 @@ struct AppliedLimit {
   std::string unit;  // as configured with `unit:`, else empty
   bool shadow = false;
   bool quota = false;  // its descriptor is in quota mode (DescriptorResult::quota)
+  // Admitted with what is used of the limit past the settings' near_limit_ratio of it.
+  bool near_limit = false;
   Decision decision;
 };
 

@@ -1141,5 +1141,25 @@ TEST_F(QuotaModeTest, GlobalShadowModeOverQuotaModeIsOk) {  // TestServiceQuotaM
   EXPECT_THAT(Codes(r), ElementsAre(Code::kOverLimit, Code::kOverLimit));
 }
 
+
+// Issue 19 (9): near_limit as upstream computes it: admitted with what is used of the limit
+// above floor(limit × ratio), the product in single precision (limit 10 at 0.7: 7, where
+// double precision would give 6), denials never near.
+TEST_F(QuotaModeTest, NearLimitIsPastTheRatioInSinglePrecision) {
+  TempDir dir;
+  LoadPaths({dir.Write("settings.yaml", "near_limit_ratio: 0.7\n"),
+             dir.Write("n.yaml", "domain: n\ndescriptors:\n  - key: k\n"
+                                 "    rate_limit: {unit: minute, requests_per_unit: 10}\n")});
+  std::vector<bool> near;
+  for (int i = 0; i < 11; ++i) near.push_back(Check1("n", {{"k", "v"}}).descriptors[0].limits[0].near_limit);
+  EXPECT_THAT(near, ElementsAre(false, false, false, false, false, false, false,  // used 1..7
+                                true, true, true,                                // used 8..10
+                                false));                                         // denied
+  Load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n");
+  near.clear();  // the default ratio, 0.8: past 4 of 5
+  for (int i = 0; i < 5; ++i) near.push_back(Check1("d", {{"k", "v"}}).descriptors[0].limits[0].near_limit);
+  EXPECT_THAT(near, ElementsAre(false, false, false, false, true));
+}
+
 }  // namespace
 }  // namespace sluice::engine

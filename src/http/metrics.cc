@@ -603,6 +603,16 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     m.decisions = *f;
   }
   {
+    auto f = registry->AddCounter(
+        {.name = "sluice_near_limit_decisions_total",
+         .help = "Admitted decisions that left the limit used past near_limit_ratio of it "
+                 "(upstream's near_limit), by domain and limit name.",
+         .label_names = {"domain", "limit"},
+         .max_children = sources.max_decision_series});
+    if (!f.ok()) return f.status();
+    m.near_limit = *f;
+  }
+  {
     auto f = registry->AddHistogram(
         {.name = "sluice_decision_duration_seconds",
          .help = "Time the engine took to decide a request (all its limits)."},

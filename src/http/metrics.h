@@ -332,6 +332,7 @@ struct ServerMetrics {
   static std::vector<int64_t> DecisionLatencyBoundsUs();
 
   Family<Counter>* decisions = nullptr;    // WithLabels({domain, limit_name, decision})
+  Family<Counter>* near_limit = nullptr;   // WithLabels({domain, limit_name})
   Histogram* decision_duration = nullptr;  // Observe(elapsed_us)
   Gauge* http_open_connections = nullptr;
   Counter* http_connections = nullptr;

@@ -376,6 +376,7 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     std::string domain;
     std::string name;
     Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
+    Counter* near_limit = nullptr;
   };
   thread_local std::array<Slot, 8> slots;
   for (const auto& d : decision.descriptors) {
@@ -389,7 +390,7 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
         slot.family = metrics_->decisions;
         slot.domain.assign(domain);
         slot.name.assign(limit.name);
-        slot.counters[0] = slot.counters[1] = slot.counters[2] = nullptr;
+        slot.counters[0] = slot.counters[1] = slot.counters[2] = slot.near_limit = nullptr;
       }
       Counter*& counter = slot.counters[outcome];
       if (counter == nullptr) {
@@ -398,6 +399,13 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
         counter = metrics_->decisions->WithLabels(labels);
       }
       counter->Inc();
+      if (limit.near_limit) {
+        if (slot.near_limit == nullptr) {
+          const std::string_view labels[] = {domain, limit.name};
+          slot.near_limit = metrics_->near_limit->WithLabels(labels);
+        }
+        slot.near_limit->Inc();
+      }
     }
   }
 }

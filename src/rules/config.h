@@ -187,6 +187,9 @@ struct Settings {
   bool shadow_mode = false;
   // Every descriptor in quota mode (upstream's QUOTA_MODE), as if each had `quota_mode: true`.
   bool quota_mode = false;
+  // An admitted decision is "near the limit" when what is used of the limit after it is above
+  // floor(capacity × this) (upstream's NEAR_LIMIT_RATIO, in its single precision).
+  float near_limit_ratio = 0.8f;
   bool allow_unknown_domain = false;
   // RLS (gRPC ShouldRateLimit and /json): IETF RateLimit/RateLimit-Policy fields in
   // response_headers_to_add, and an unknown domain as an error instead of OK.

@@ -710,6 +710,13 @@ TEST(LoaderErrorsTest, MalformedDocumentsAreSyntaxErrors) {
   }
 }
 
+TEST(LoaderErrorsTest, NearLimitRatioIsANumberFromZeroToOne) {
+  EXPECT_THAT(Errors("near_limit_ratio: 1.5\n"),
+              ElementsAre("t.yaml:1:19: near_limit_ratio must be a number from 0 to 1"));
+  EXPECT_THAT(Errors("near_limit_ratio: lots\n"),
+              ElementsAre("t.yaml:1:19: near_limit_ratio must be a number from 0 to 1"));
+}
+
 TEST(LoaderErrorsTest, UnknownKeyWithDidYouMean) {
   EXPECT_THAT(Errors(R"yaml(domain: d
 descriptor:

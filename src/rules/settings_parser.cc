@@ -13,8 +13,8 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   if (doc.IsNull()) return s;  // an empty file: all defaults
   if (!r.CheckMap(doc, "settings",
                   {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
-                   "headers", "http", "count_denied", "shadow_mode", "quota_mode", "unknown_domain",
-                   "rls"})) {
+                   "headers", "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
+                   "unknown_domain", "rls"})) {
     return s;
   }
   s.rules_path = r.String(doc, "rules").value_or("");
@@ -23,6 +23,20 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   s.count_denied = r.Bool(doc, "count_denied").value_or(false);
   s.shadow_mode = r.Bool(doc, "shadow_mode").value_or(false);
   s.quota_mode = r.Bool(doc, "quota_mode").value_or(false);
+  if (const YAML::Node ratio = doc["near_limit_ratio"]; ratio.IsDefined()) {
+    float value = -1;
+    if (ratio.IsScalar()) {
+      try {
+        value = ratio.as<float>();
+      } catch (const YAML::Exception&) {
+      }
+    }
+    if (!(value >= 0 && value <= 1)) {
+      r.Error(ratio, "near_limit_ratio must be a number from 0 to 1");
+    } else {
+      s.near_limit_ratio = value;
+    }
+  }
   if (auto unknown = r.String(doc, "unknown_domain")) {
     if (*unknown != "allow" && *unknown != "deny") {
       r.Error(doc["unknown_domain"], "unknown_domain must be allow or deny");

@@ -2,7 +2,7 @@
 # End-to-end checks of envoyproxy/ratelimit's behaviours that sluice matches (issue 19), over
 # gRPC and /json (tests/grpc/dropin_test.js, Node.js), in memory and on a real redis-server:
 # per-descriptor quota_mode (and its metrics, near_limit too), a descriptor with no entries, a named limit's JSON
-# field order, and the settings' global shadow_mode.
+# field order, and the settings' global shadow_mode and response_dynamic_metadata.
 # Usage: SLUICE=path/to/sluice tests/envoy_dropin_e2e.sh tests/grpc
 set -u
 fixtures=$(cd "$1" && pwd)
@@ -18,7 +18,7 @@ source "$(dirname "$0")/lib.sh"
 
 mkdir -p "$tmp/rules"
 cp "$fixtures/dropin/q.yaml" "$tmp/rules/"
-printf 'rules: rules\nshadow_mode: true\n' >"$tmp/shadow.yaml"
+printf 'rules: rules\nshadow_mode: true\nresponse_dynamic_metadata: true\n' >"$tmp/shadow.yaml"
 
 for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
 backends=("memory" "redis")

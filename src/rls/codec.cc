@@ -239,12 +239,76 @@ absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
   const engine::Response response = engine.Check(*config, *converted, now_us);
   std::vector<HeaderField> headers;
   if (options.response_headers) options.response_headers(response, &headers);
-  return ToProto(response, headers);
+  RateLimitResponse out = ToProto(response, headers);
+  if (options.dynamic_metadata) *out.mutable_dynamic_metadata() = DynamicMetadata(request, response);
+  return out;
+}
+
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+// Adds `from`'s keys that `into` lacks; where both hold a map, the maps are merged the same way;
+// otherwise `into`'s value stays (the first one wins).
+void MergeFirstWins(const Struct& from, Struct* into) {
+  for (const auto& [key, value] : from.fields()) {
+    auto it = into->mutable_fields()->find(key);
+    if (it == into->mutable_fields()->end()) {
+      (*into->mutable_fields())[key] = value;
+    } else if (it->second.has_struct_value() && value.has_struct_value()) {
+      MergeFirstWins(value.struct_value(), it->second.mutable_struct_value());
+    }
+  }
+}
+
+}  // namespace
+
+Struct DynamicMetadata(const RateLimitRequest& request, const engine::Response& response) {
+  Struct out;
+  auto& fields = *out.mutable_fields();
+  fields["domain"].set_string_value(request.domain());
+  auto* descriptors = fields["descriptors"].mutable_list_value();
+  for (const RateLimitDescriptor& d : request.descriptors()) {
+    Struct& one = *descriptors->add_values()->mutable_struct_value();
+    auto* entries = (*one.mutable_fields())["entries"].mutable_list_value();
+    for (const auto& e : d.entries()) {
+      entries->add_values()->set_string_value(absl::StrCat(e.key(), "=", e.value()));
+    }
+    if (d.has_limit()) {
+      const int unit = d.limit().unit();
+      (*one.mutable_fields())["limit"].set_string_value(absl::StrCat(
+          "requests_per_unit:", d.limit().requests_per_unit(), " unit:",
+          ::envoy::type::v3::RateLimitUnit_IsValid(unit)
+              ? ::envoy::type::v3::RateLimitUnit_Name(static_cast<RateLimitUnit>(unit))
+              : absl::StrCat(unit)));
+    }
+    if (d.has_hits_addend()) {
+      (*one.mutable_fields())["hitsAddend"].set_number_value(
+          static_cast<double>(d.hits_addend().value()));
+    }
+  }
+  if (request.hits_addend() != 0) {
+    fields["hitsAddend"].set_number_value(static_cast<double>(request.hits_addend()));
+  }
+  Struct merged;
+  for (const engine::DescriptorResult& d : response.descriptors) {
+    if (d.code == engine::DescriptorResult::Code::kOverLimit || d.unlimited || d.rule == nullptr ||
+        d.rule->metadata_json.empty()) {
+      continue;
+    }
+    Struct metadata;
+    if (!google::protobuf::util::JsonStringToMessage(d.rule->metadata_json, &metadata).ok()) continue;
+    MergeFirstWins(metadata, &merged);
+  }
+  if (merged.fields_size() > 0) *fields["metadata"].mutable_struct_value() = std::move(merged);
+  return out;
 }
 
 RlsOptions RlsOptionsFromSettings(const rules::Settings& settings) {
   RlsOptions options;
   options.reject_unknown_domain = settings.rls_reject_unknown_domain;
+  options.dynamic_metadata = settings.rls_dynamic_metadata;
   if (settings.rls_response_headers) {
     options.response_headers = [](const engine::Response& response, std::vector<HeaderField>* out) {
       std::vector<http::Header> fields;
@@ -274,10 +338,14 @@ void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::C
   std::vector<engine::Request> requests;
   requests.push_back(*std::move(converted));
   std::string domain = requests.front().domain;
+  // The request, for the dynamic metadata built with the answer.
+  std::shared_ptr<const RateLimitRequest> asked;
+  if (options.dynamic_metadata) asked = std::make_shared<RateLimitRequest>(request);
   engine.CheckAllAsync(
       std::move(config), std::move(requests), now_us,
       [headers_of = options.response_headers, on_decision = options.on_decision,
-       domain = std::move(domain), done = std::move(done)](std::vector<engine::Response> responses) {
+       domain = std::move(domain), asked = std::move(asked),
+       done = std::move(done)](std::vector<engine::Response> responses) {
         const engine::Response& response = responses.front();
         if (on_decision) on_decision(domain, response);
         if (response.backend == engine::BackendState::kFailedClosed && !response.allowed) {
@@ -290,7 +358,9 @@ void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::C
         } else if (response.backend == engine::BackendState::kLocal) {
           headers.push_back({"x-ratelimit-status", "local"});
         }
-        done(ToProto(response, headers));
+        RateLimitResponse out = ToProto(response, headers);
+        if (asked != nullptr) *out.mutable_dynamic_metadata() = DynamicMetadata(*asked, response);
+        done(std::move(out));
       });
 }
 

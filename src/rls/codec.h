@@ -122,7 +122,18 @@ struct RlsOptions {
   std::function<void(const engine::Response&, std::vector<HeaderField>*)> response_headers;
   // ShouldRateLimitAsync tells it of every decision (for metrics).
   std::function<void(std::string_view domain, const engine::Response&)> on_decision;
+  // The answer carries dynamic_metadata, as upstream's RESPONSE_DYNAMIC_METADATA builds it
+  // (DynamicMetadata below).
+  bool dynamic_metadata = false;
 };
+
+// Upstream's dynamic metadata for `request` and its decision: {"domain", "descriptors": [{
+// "entries": ["k=v", ...], "limit": the request's override in protobuf text form, when given,
+// "hitsAddend": the descriptor's, when given}], "hitsAddend": the request's, when not 0,
+// "metadata": the rules' `metadata` of the descriptors not over their limit (nor unlimited),
+// merged in request order, the first value of a key winning (maps merged key by key)}.
+google::protobuf::Struct DynamicMetadata(const RateLimitRequest& request,
+                                         const engine::Response& response);
 
 // The options the settings ask for: `rls.unknown_domain: error` rejects unknown domains, and
 // `rls.response_headers: true` puts the IETF RateLimit-Policy / RateLimit fields (the same as the

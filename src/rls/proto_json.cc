@@ -1,9 +1,12 @@
 #include "rls/proto_json.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/escaping.h"
@@ -44,6 +47,53 @@ bool IsWellKnown(const google::protobuf::Descriptor& type) {
 }
 
 bool AppendMessage(const Message& message, std::string* out);
+
+// google.protobuf.Value, Struct (keys sorted, as protojson writes a map) and ListValue.
+void AppendStructValue(const google::protobuf::Value& value, std::string* out);
+void AppendStruct(const google::protobuf::Struct& s, std::string* out) {
+  std::vector<const std::string*> keys;
+  for (const auto& [key, value] : s.fields()) keys.push_back(&key);
+  std::sort(keys.begin(), keys.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  out->push_back('{');
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendString(*keys[i], out);
+    out->push_back(':');
+    AppendStructValue(s.fields().at(*keys[i]), out);
+  }
+  out->push_back('}');
+}
+void AppendStructValue(const google::protobuf::Value& value, std::string* out) {
+  switch (value.kind_case()) {
+    case google::protobuf::Value::kStructValue:
+      return AppendStruct(value.struct_value(), out);
+    case google::protobuf::Value::kListValue:
+      out->push_back('[');
+      for (int i = 0; i < value.list_value().values_size(); ++i) {
+        if (i > 0) out->push_back(',');
+        AppendStructValue(value.list_value().values(i), out);
+      }
+      out->push_back(']');
+      return;
+    case google::protobuf::Value::kStringValue:
+      return AppendString(value.string_value(), out);
+    case google::protobuf::Value::kBoolValue:
+      out->append(value.bool_value() ? "true" : "false");
+      return;
+    case google::protobuf::Value::kNumberValue: {
+      const double n = value.number_value();
+      if (!std::isfinite(n)) {  // not a JSON number: protojson refuses; a string is kinder
+        return AppendString(std::isnan(n) ? "NaN" : n > 0 ? "Infinity" : "-Infinity", out);
+      }
+      char digits[32];
+      const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;  // shortest
+      out->append(digits, end);
+      return;
+    }
+    default:
+      out->append("null");
+  }
+}
 
 // One value of `field` (element `index` of a repeated one, else -1).
 bool AppendValue(const Message& message, const FieldDescriptor& field, int index,
@@ -106,6 +156,10 @@ bool AppendValue(const Message& message, const FieldDescriptor& field, int index
 }
 
 bool AppendMessage(const Message& message, std::string* out) {
+  if (const auto* s = dynamic_cast<const google::protobuf::Struct*>(&message)) {
+    AppendStruct(*s, out);
+    return true;
+  }
   if (IsWellKnown(*message.GetDescriptor())) {
     std::string json;
     if (!google::protobuf::util::MessageToJsonString(message, &json).ok()) return false;

@@ -5,8 +5,9 @@
 // by number: envoy's RateLimitResponse.RateLimit declares `name` (3) before
 // `requests_per_unit` (1), so a named limit reads {"name":...,"requestsPerUnit":...,"unit":...}.
 //
-// Well-known types (google.protobuf.Duration, Struct, ...) have JSON forms of their own and are
-// written by protobuf's printer; every other message is walked here.
+// Well-known types have JSON forms of their own: google.protobuf.Struct (dynamic_metadata) is
+// written here with its keys sorted, as protojson writes a map; the others (Duration, ...) by
+// protobuf's printer. Every other message is walked here.
 
 #ifndef SLUICE_RLS_PROTO_JSON_H_
 #define SLUICE_RLS_PROTO_JSON_H_

@@ -62,6 +62,9 @@ struct RuleNode {
   bool quota_mode = false;
   bool detailed_metric = false;
   std::string plan_from;            // entry key naming the plan; limits come from the plan
+  // `metadata:` as a JSON object (empty: none), for RLS dynamic metadata (upstream's
+  // RESPONSE_DYNAMIC_METADATA).
+  std::string metadata_json;
   std::string path;                 // "domain.key_value.key": for stats, explain, state ids
   Position position;
 
@@ -190,6 +193,8 @@ struct Settings {
   // An admitted decision is "near the limit" when what is used of the limit after it is above
   // floor(capacity × this) (upstream's NEAR_LIMIT_RATIO, in its single precision).
   float near_limit_ratio = 0.8f;
+  // RLS answers carry dynamic_metadata (upstream's RESPONSE_DYNAMIC_METADATA; rls/codec.h).
+  bool rls_dynamic_metadata = false;
   bool allow_unknown_domain = false;
   // RLS (gRPC ShouldRateLimit and /json): IETF RateLimit/RateLimit-Policy fields in
   // response_headers_to_add, and an unknown domain as an error instead of OK.

@@ -159,6 +159,9 @@ class DomainParser {
     node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
     r_.Bool(item, "value_to_metric");
     node.quota_mode = r_.Bool(item, "quota_mode").value_or(false);
+    if (const YAML::Node metadata = item["metadata"]; metadata.IsDefined() && !metadata.IsNull()) {
+      node.metadata_json = r_.MapAsJson(metadata, "metadata").value_or("");
+    }
     node.share_threshold = r_.Bool(item, "share_threshold").value_or(false);
     if (node.share_threshold && !node.wildcard) {
       r_.Error(item["share_threshold"],

@@ -14,7 +14,7 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   if (!r.CheckMap(doc, "settings",
                   {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
                    "headers", "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
-                   "unknown_domain", "rls"})) {
+                   "response_dynamic_metadata", "unknown_domain", "rls"})) {
     return s;
   }
   s.rules_path = r.String(doc, "rules").value_or("");
@@ -23,6 +23,7 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   s.count_denied = r.Bool(doc, "count_denied").value_or(false);
   s.shadow_mode = r.Bool(doc, "shadow_mode").value_or(false);
   s.quota_mode = r.Bool(doc, "quota_mode").value_or(false);
+  s.rls_dynamic_metadata = r.Bool(doc, "response_dynamic_metadata").value_or(false);
   if (const YAML::Node ratio = doc["near_limit_ratio"]; ratio.IsDefined()) {
     float value = -1;
     if (ratio.IsScalar()) {

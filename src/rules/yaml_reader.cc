@@ -1,11 +1,80 @@
 #include "rules/yaml_reader.h"
 
 #include <charconv>
+#include <cmath>
 
 #include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
 
 namespace sluice::rules {
+
+namespace {
+
+void AppendJsonText(std::string_view text, std::string* out) {
+  out->push_back('"');
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      *out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendJson(const YAML::Node& node, std::string* out) {
+  if (node.IsMap()) {
+    out->push_back('{');
+    bool first = true;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!first) out->push_back(',');
+      first = false;
+      AppendJsonText(it->first.IsScalar() ? it->first.Scalar() : "", out);
+      out->push_back(':');
+      AppendJson(it->second, out);
+    }
+    out->push_back('}');
+  } else if (node.IsSequence()) {
+    out->push_back('[');
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (i > 0) out->push_back(',');
+      AppendJson(node[i], out);
+    }
+    out->push_back(']');
+  } else if (!node.IsDefined() || node.IsNull()) {
+    *out += "null";
+  } else {
+    const std::string& text = node.Scalar();
+    if (node.Tag() != "!") {  // unquoted: maybe a bool or a number
+      if (text == "true" || text == "false") {
+        *out += text;
+        return;
+      }
+      double number = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+      if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(number)) {
+        *out += fmt::format("{}", number);
+        return;
+      }
+    }
+    AppendJsonText(text, out);
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> YamlReader::MapAsJson(const YAML::Node& node, std::string_view what) {
+  if (!node.IsMap()) {
+    Error(node, fmt::format("{} must be a map", what));
+    return std::nullopt;
+  }
+  std::string out;
+  AppendJson(node, &out);
+  return out;
+}
 
 Position YamlReader::PositionOf(const YAML::Node& node) const {
   const YAML::Mark mark = node.Mark();

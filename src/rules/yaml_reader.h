@@ -51,6 +51,11 @@ class YamlReader {
   std::optional<std::string> AsString(const YAML::Node& node, std::string_view what);
   std::optional<uint64_t> AsUnsigned(const YAML::Node& node, std::string_view what, uint64_t max);
 
+  // A map as a JSON object (maps, lists, and scalars typed as YAML 1.2's core schema reads them
+  // unquoted: true/false, null, numbers; quoted ones stay strings), for `metadata`; nullopt,
+  // with an error, when it is not a map.
+  std::optional<std::string> MapAsJson(const YAML::Node& node, std::string_view what);
+
  private:
   std::string file_;
   std::vector<ConfigError>* errors_;

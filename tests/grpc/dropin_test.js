@@ -5,7 +5,7 @@
 //
 // Usage: node dropin_test.js GRPC_HOST:PORT HTTP_HOST:PORT quota|shadow
 //   quota:  per-descriptor quota_mode, a descriptor with no entries, a named limit's JSON order
-//   shadow: the server runs with the settings' shadow_mode: true
+//   shadow: the server runs with the settings' shadow_mode and response_dynamic_metadata
 // Prints one line per check and exits 1 if any failed (or if the run takes over 30 s).
 
 'use strict';
@@ -55,8 +55,10 @@ function viaGrpc(request) {
     rls.ShouldRateLimit(request, {deadline: Date.now() + 5000}, (error, response) => {
       if (error) return resolve({error: grpc.status[error.code]});
       const statuses = response.statuses || [];
+      const md = response.dynamicMetadata && response.dynamicMetadata.fields;
       resolve({overall: response.overallCode, codes: statuses.map((s) => s.code),
-               remaining: statuses.map((s) => s.limitRemaining || 0), raw: ''});
+               remaining: statuses.map((s) => s.limitRemaining || 0), raw: '',
+               metadataDomain: md && md.domain ? md.domain.stringValue : null});
     });
   });
 }
@@ -75,7 +77,8 @@ function viaJson(request) {
         try { parsed = JSON.parse(raw); } catch (e) { return resolve({error: `${res.statusCode} ${raw}`}); }
         const statuses = parsed.statuses || [];
         resolve({overall: parsed.overallCode, http: res.statusCode, codes: statuses.map((s) => s.code),
-                 remaining: statuses.map((s) => s.limitRemaining || 0), raw});
+                 remaining: statuses.map((s) => s.limitRemaining || 0), raw,
+                 metadataDomain: parsed.dynamicMetadata ? parsed.dynamicMetadata.domain : null});
       });
     });
     req.setTimeout(5000, () => req.destroy(new Error('timeout')));
@@ -105,6 +108,7 @@ async function quota(send, name, t) {
   // A descriptor with no entries: OK, no limit (upstream).
   r = await send(request({entries: []}, d('regular', `e${t}`)));
   check(`${name}: a descriptor with no entries is OK without a limit`, ['OK', 'OK'], r.codes);
+  check(`${name}: no dynamic metadata unless asked for`, null, r.metadataDomain);
   check(`${name}: ...and the other is decided`, [0, 4], r.remaining);
   if (name === 'json') {
     check('json: {"code":"OK"} for the descriptor with no entries', true,
@@ -120,6 +124,7 @@ async function shadow(send, name, t) {
   check(`${name}: global shadow mode admits`, 'OK', r.overall);
   check(`${name}: ...and the status keeps OVER_LIMIT`, ['OVER_LIMIT', 'OK'], r.codes);
   if (name === 'json') check('json: admitted is 200', 200, r.http);
+  check(`${name}: response_dynamic_metadata: the answer names its domain`, 'q', r.metadataDomain);
 }
 
 async function main() {

@@ -37,7 +37,8 @@ run() {
   check "$name: ran its checks" 1 "$(grep -Eq '^[1-9][0-9]* passed, 0 failed$' "$tmp/$name.node" && echo 1)"
   if [[ $mode == quota ]]; then
     local quota
-    quota=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_decisions_total{domain="q",.*decision="quota_exceeded"} [1-9]')
+    # (The quota's limit has no name: it is labelled as headers and /v1/check name it.)
+    quota=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_decisions_total{domain="q",limit="3-per-1d",decision="quota_exceeded"} [1-9]')
     check "$name: quota-mode denials counted apart in sluice_decisions_total" 1 "$quota"
     local near
     near=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_near_limit_decisions_total{domain="q",.*} [1-9]')

@@ -88,6 +88,13 @@ const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
 
 }  // namespace
 
+uint64_t ReportedLimit(const Limit& limit) { return std::max(limit.requests, limit.Capacity()); }
+
+std::string LimitName(const AppliedLimit& limit) {
+  if (!limit.name.empty()) return limit.name;
+  return fmt::format("{}-per-{}", limit.limit.requests, FormatDuration(limit.limit.window_us));
+}
+
 // Is `a` more restrictive than `b`? A deny beats an allow; between denies the longer wait
 // (never = longest); between allows the lower remaining, then the later reset.
 bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b) {

@@ -223,6 +223,16 @@ class Engine {
   RemoteStore* remote_;
 };
 
+// What answers call a limit's size (X-RateLimit-Limit, RateLimit-Policy's q, /v1/check's
+// "limit"): its requests per window, or its burst when that is larger (a token bucket of 100/s
+// with a burst of 200 admits 200 at once), so that no remaining ever exceeds it.
+uint64_t ReportedLimit(const Limit& limit);
+
+// The name answers, metrics and logs give a limit: its `name:`, else "<requests>-per-<window>"
+// ("100-per-1s", FormatDuration's spelling). (RLS current_limit.name stays the configured one,
+// empty when there is none, as upstream.)
+std::string LimitName(const AppliedLimit& limit);
+
 // Is `a` more restrictive than `b`? A deny (not in shadow mode) beats an allow; between denies
 // the longer wait (never = longest); between allows the lower remaining, then the later reset.
 // The order the engine picks headlines by; renderers that list limits use it too.

@@ -357,7 +357,7 @@ void AppendStatus(std::string* out, const engine::DescriptorResult& result) {
   // A shadow limit reports its deny but never denies: there is nothing to wait for.
   const int64_t retry_after_ms = d.allowed || limit.shadow ? 0 : CeilMillis(d.retry_after_us);
   w.Add(R"(,"limit":)"sv);
-  w.AddInt(limit.limit.requests);
+  w.AddInt(engine::ReportedLimit(limit.limit));
   w.Add(R"(,"remaining":)"sv);
   w.AddInt(d.remaining);
   w.Add(R"(,"reset_after_ms":)"sv);
@@ -438,9 +438,7 @@ absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t 
 
 std::string StatusName(const engine::DescriptorResult& result) {
   if (result.headline < 0) return "";
-  const engine::AppliedLimit& applied = result.limits[static_cast<size_t>(result.headline)];
-  if (!applied.name.empty()) return applied.name;
-  return fmt::format("{}-per-{}", applied.limit.requests, FormatDuration(applied.limit.window_us));
+  return engine::LimitName(result.limits[static_cast<size_t>(result.headline)]);
 }
 
 std::string RenderCheckResponse(const engine::Response& response) {

@@ -202,7 +202,7 @@ void Render(const engine::Response& response, const HeaderStyles& styles, Sink& 
   if (items.empty()) return;  // no limit applied: nothing to say (reference §6.5)
 
   if (styles.x_ratelimit && headline != nullptr) {
-    sink.Integer("X-RateLimit-Limit", ClampField(headline->limit.requests));
+    sink.Integer("X-RateLimit-Limit", ClampField(engine::ReportedLimit(headline->limit)));
     sink.Integer("X-RateLimit-Remaining", ClampField(response.remaining));
     sink.Integer("X-RateLimit-Reset", TSeconds(headline->decision));
   }
@@ -244,7 +244,7 @@ void Render(const engine::Response& response, const HeaderStyles& styles, Sink& 
     // be parsed each time.
     append_list([&](const Item& item) {
       const Limit& limit = item.applied->limit;
-      field.PutParameter(";q=", ClampField(limit.requests));
+      field.PutParameter(";q=", ClampField(engine::ReportedLimit(limit)));
       field.PutParameter(";w=", std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))));
     });
     sink.Text("RateLimit-Policy", field.text());
@@ -300,7 +300,7 @@ bool AppendSingleLimitLines(const engine::Response& response, const HeaderStyles
   const int64_t t = TSeconds(only->decision);
   if (styles.x_ratelimit) {
     put("X-RateLimit-Limit: ");
-    number(ClampField(limit.requests));
+    number(ClampField(engine::ReportedLimit(limit)));
     put("\r\nX-RateLimit-Remaining: ");
     number(ClampField(response.remaining));
     put("\r\nX-RateLimit-Reset: ");
@@ -311,7 +311,7 @@ bool AppendSingleLimitLines(const engine::Response& response, const HeaderStyles
     put("RateLimit-Policy: \"");
     put(name);
     put("\";q=");
-    number(ClampField(limit.requests));
+    number(ClampField(engine::ReportedLimit(limit)));
     put(";w=");
     number(std::max<int64_t>(1, ClampField(CeilSeconds(limit.window_us))));
     put("\r\nRateLimit: \"");

@@ -164,6 +164,24 @@ TEST(RateLimitHeadersTest, SingleLimitDeniedAddsRetryAfterFromTheWait) {
                           Header{"RateLimit", "\"per-key\";r=0;t=3"}, Header{"Retry-After", "3"}));
 }
 
+// Issue 22 (3): a token bucket with a burst reports the burst as its limit (in both families),
+// so Remaining never exceeds Limit; an unnamed one is "<requests>-per-<window>" as everywhere.
+TEST(RateLimitHeadersTest, ABurstLargerThanTheRateIsTheReportedLimit) {
+  AppliedLimit bucket = Applied("", 100, kSecondUs, Allow(199, 10000));
+  bucket.limit.algorithm = Algorithm::kTokenBucket;
+  bucket.limit.burst = 200;
+  const Response r = MakeResponse(true, {{bucket}}, 0, 0, 199);
+  EXPECT_THAT(Render(r),
+              ElementsAre(Header{"X-RateLimit-Limit", "200"}, Header{"X-RateLimit-Remaining", "199"},
+                          Header{"X-RateLimit-Reset", "1"},
+                          Header{"RateLimit-Policy", "\"100-per-1s\";q=200;w=1"},
+                          Header{"RateLimit", "\"100-per-1s\";r=199;t=1"}));
+  // A burst below the rate leaves the rate as the limit.
+  bucket.limit.burst = 10;
+  bucket.decision = Allow(9, 10000);
+  EXPECT_EQ(Field(Render(MakeResponse(true, {{bucket}}, 0, 0, 9)), "X-RateLimit-Limit"), "100");
+}
+
 TEST(RateLimitHeadersTest, CallbackSeesTheSameFieldsInTheSameOrder) {
   const Response r =
       MakeResponse(false, {{Applied("per-key", 60, kMinuteUs, Deny(2500000, kMinuteUs))}}, 0, 0, 0);

@@ -374,7 +374,10 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     uint64_t service = 0;  // serial_ of the Service that filled it; 0: empty
     const void* family = nullptr;
     std::string domain;
-    std::string name;
+    std::string name;       // the configured name; an unnamed limit is told apart by its size
+    uint64_t requests = 0;  // and window, and labelled "<requests>-per-<window>" (LimitName)
+    int64_t window_us = 0;
+    std::string label;
     Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
     Counter* near_limit = nullptr;
   };
@@ -385,23 +388,28 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
       const int outcome = limit.decision.allowed ? 1 : limit.quota ? 2 : 0;
       Slot& slot = slots[(domain.size() * 7 + limit.name.size()) % slots.size()];
       if (slot.service != serial_ || slot.family != metrics_->decisions ||
-          slot.domain != domain || slot.name != limit.name) {
+          slot.domain != domain || slot.name != limit.name ||
+          (limit.name.empty() &&
+           (slot.requests != limit.limit.requests || slot.window_us != limit.limit.window_us))) {
         slot.service = serial_;
         slot.family = metrics_->decisions;
         slot.domain.assign(domain);
         slot.name.assign(limit.name);
+        slot.requests = limit.limit.requests;
+        slot.window_us = limit.limit.window_us;
+        slot.label = engine::LimitName(limit);
         slot.counters[0] = slot.counters[1] = slot.counters[2] = slot.near_limit = nullptr;
       }
       Counter*& counter = slot.counters[outcome];
       if (counter == nullptr) {
         static constexpr std::string_view kOutcomes[] = {"denied", "allowed", "quota_exceeded"};
-        const std::string_view labels[] = {domain, limit.name, kOutcomes[outcome]};
+        const std::string_view labels[] = {domain, slot.label, kOutcomes[outcome]};
         counter = metrics_->decisions->WithLabels(labels);
       }
       counter->Inc();
       if (limit.near_limit) {
         if (slot.near_limit == nullptr) {
-          const std::string_view labels[] = {domain, limit.name};
+          const std::string_view labels[] = {domain, slot.label};
           slot.near_limit = metrics_->near_limit->WithLabels(labels);
         }
         slot.near_limit->Inc();

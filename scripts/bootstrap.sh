@@ -40,8 +40,35 @@ if [ ${#missing[@]} -ne 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # Some of these packages come with a system service that their post-install script starts and
+  # enables: nginx (port 80, and the install fails if that port is taken), redis-server (6379),
+  # prometheus (9090). The tests start their own on free ports, so none may start here: a
+  # policy-rc.d that refuses every start while apt runs (removed after, unless one was there),
+  # then the units apt enabled are disabled again.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# bootstrap.sh: no service starts during its install\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    own_policy=1
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ "$own_policy" = 1 ]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
+  services=()
+  for p in nginx-light:nginx redis-server:redis-server prometheus:prometheus; do
+    case " ${missing[*]} " in *" ${p%%:*} "*) services+=("${p#*:}") ;; esac
+  done
+  if [ ${#services[@]} -ne 0 ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    systemctl disable --quiet "${services[@]}" 2>/dev/null || true
+  fi
+  echo "bootstrap: installed ${missing[*]}"
+  [ ${#services[@]} -eq 0 ] ||
+    echo "bootstrap: the services of ${services[*]} were neither started nor left enabled"
 fi
 
 # The Node.js test client's packages, pinned by tests/grpc/package-lock.json. Not fatal: the

@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"
+#include "fmt/format.h"
 #include "http/server.h"
 #include "http/service.h"
 #include "redis/client.h"
@@ -102,6 +103,24 @@ absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
   backend.store = std::make_unique<redis::RedisStore>(backend.client.get(), store_options);
   backend.engine_store = std::make_unique<redis::RedisEngineStore>(backend.store.get());
   return backend;
+}
+
+// A few requests to try against the embedded default config, with the real ports.
+void PrintTryIt(const std::string& data_host, int data_port, const std::string& admin_host,
+                int admin_port) {
+  // A wildcard address is reached on loopback.
+  const auto reach = [](const std::string& h) {
+    return h.empty() || h == "0.0.0.0" ? std::string("127.0.0.1") : h == "[::]" ? "[::1]" : h;
+  };
+  const std::string data = fmt::format("http://{}:{}", reach(data_host), data_port);
+  const std::string admin = fmt::format("http://{}:{}", reach(admin_host), admin_port);
+  std::cout << "sluice: try it (domain \"default\": 100 r/s per client IP, 10 r/s per API key on "
+               "the free plan):\n"
+            << "  curl -si " << data << "/v1/check -d '{\"domain\":\"default\",\"descriptors\":"
+               "[{\"entries\":[{\"key\":\"api_key\",\"value\":\"k1\"}]}]}'\n"
+            << "  curl -si " << data << "/v1/auth -H 'X-Api-Key: k1'\n"
+            << "  curl -s " << admin << "/metrics | grep sluice_decisions_total\n"
+            << std::flush;
 }
 
 // Registers the backend's families on /metrics.
@@ -380,6 +399,7 @@ int RunServe(const ServeFlags& flags) {
   std::cout << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
             << " version " << loaded.version << ", " << threads << " threads, backend "
             << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
+  if (flags.config.empty()) PrintTryIt(host(listen), *data_port, host(admin), *admin_port);
   server.Run();  // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the

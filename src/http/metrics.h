@@ -278,8 +278,10 @@ std::string FormatMetricValue(double value);
 // The families `sluice serve` exposes on the admin listener's GET /metrics (issue 5).
 //
 //   sluice_decisions_total{domain,limit,decision}   counter    per configured limit that applied
-//       decision: "allowed" | "denied" | "shadow_denied" (a shadow limit that would deny);
-//       limit: the limit's configured `name` — never the raw descriptor key or value.
+//       decision: "allowed" | "denied" (a shadow limit that would deny included) |
+//       "quota_exceeded" (a quota-mode limit over its limit, which does not deny by itself);
+//       limit: the limit's `name`, else "N-per-WINDOW" — never a descriptor key or value.
+//   sluice_near_limit_decisions_total{domain,limit}  counter    admitted past near_limit_ratio
 //   sluice_decision_duration_seconds                 histogram  engine decision time (observe µs)
 //   sluice_store_entries                             gauge      live limiter states (callback)
 //   sluice_store_memory_bytes                        gauge      table memory (callback)

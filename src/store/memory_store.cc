@@ -32,6 +32,16 @@ struct alignas(64) MemoryStore::Shard {
   CompactTable table ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, algo::LogState> logs ABSL_GUARDED_BY(mu);
   size_t log_inserts_since_sweep ABSL_GUARDED_BY(mu) = 0;
+  // The latest time a decision here used. Per shard, under its lock, so that no decision writes
+  // anything shared by every thread (a store-wide latest time bounced one cache line between
+  // all of them); a key's states live in one shard, so its clock still never goes back.
+  int64_t latest_now_us ABSL_GUARDED_BY(mu) = 0;
+
+  // The time a decision here uses for `proposed_us`: clamped, and not before the latest used.
+  int64_t Now(int64_t proposed_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    latest_now_us = std::max(latest_now_us, std::clamp<int64_t>(proposed_us, 0, kMaxTimeUs));
+    return latest_now_us;
+  }
   size_t new_keys_since_full_sweep ABSL_GUARDED_BY(mu) = 0;
   // on_full shared: limit id -> the state its new keys share while the shard is full. Node maps:
   // DecideAll holds pointers into them while it creates others.
@@ -63,15 +73,6 @@ uint64_t MemoryStore::Hash(uint64_t limit_id, std::string_view key) const {
   return CompactTable::NormalizeHash(XXH3_64bits_withSeed(key.data(), key.size(), limit_id));
 }
 
-int64_t MemoryStore::MonotonicNow(int64_t proposed_us) {
-  int64_t now = std::clamp<int64_t>(proposed_us, 0, kMaxTimeUs);
-  int64_t latest = latest_now_us_.load(std::memory_order_relaxed);
-  while (now > latest &&
-         !latest_now_us_.compare_exchange_weak(latest, now, std::memory_order_relaxed)) {
-  }
-  return std::max(now, latest);
-}
-
 Decision MemoryStore::Decide(const Limit& limit, uint64_t limit_id, std::string_view key,
                              uint64_t cost) {
   return DecideAt(limit, limit_id, key, cost, clock_->NowMicros());
@@ -79,10 +80,10 @@ Decision MemoryStore::Decide(const Limit& limit, uint64_t limit_id, std::string_
 
 Decision MemoryStore::DecideAt(const Limit& limit, uint64_t limit_id, std::string_view key,
                                uint64_t cost, int64_t now_us) {
-  const int64_t now = MonotonicNow(now_us);
   const uint64_t hash = Hash(limit_id, key);
   Shard& shard = ShardFor(hash);
   util::SpinLockHolder lock(&shard.mu);
+  const int64_t now = shard.Now(now_us);
 
   if (limit.algorithm == Algorithm::kSlidingLog) {
     auto it = shard.logs.find(hash);
@@ -255,11 +256,11 @@ bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
 }
 
 void MemoryStore::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us) {
-  const int64_t now = std::max(MonotonicNow(now_us), decided_at_us);
   for (const Item& item : items) {
     const uint64_t hash = Hash(item.limit_id, item.key);
     Shard& shard = ShardFor(hash);
     util::SpinLockHolder lock(&shard.mu);
+    const int64_t now = shard.Now(std::max(now_us, decided_at_us));
     if (item.limit->algorithm == Algorithm::kSlidingLog) {
       auto it = shard.logs.find(hash);
       if (it != shard.logs.end()) {
@@ -292,8 +293,6 @@ namespace sluice::store {
 
 bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                             int64_t* decided_at_us) {
-  const int64_t now = MonotonicNow(now_us);
-  if (decided_at_us != nullptr) *decided_at_us = now;
   const size_t n = items.size();
 
   // A state being decided: an existing slot or log, a new key's own state (stored at the end if
@@ -338,6 +337,11 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
     locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
   }
   for (Shard* s : locked) s->mu.Lock();
+  // One time for the whole decision: not before any time its shards have used.
+  int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
+  for (Shard* s : locked) now = std::max(now, s->latest_now_us);
+  for (Shard* s : locked) s->latest_now_us = now;
+  if (decided_at_us != nullptr) *decided_at_us = now;
 
   // Each owner's stored state, if any. A new key gets housekeeping first (which may move or
   // erase slots: then every lookup is done again, and an idle state another item found may be

@@ -126,8 +126,10 @@ class MemoryStore {
   // items). out[i] receives item i's decision; an item that would have allowed a denied request
   // reports allowed with nothing consumed. Returns whether the request is allowed.
   // Atomic with respect to every other decision: the shards involved are locked together.
-  // `decided_at_us`, when given, receives the time the decision used (now_us, clamped; see
-  // MonotonicNow): Refund needs it.
+  // `decided_at_us`, when given, receives the time the decision used (now_us, clamped to
+  // [0, kMaxTimeUs], and never earlier than a time the shards involved have already used: a
+  // state's clock does not go back when threads read the clock in one order and decide in
+  // another): Refund needs it.
   bool DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                  int64_t* decided_at_us = nullptr);
 
@@ -150,9 +152,6 @@ class MemoryStore {
   bool Reset(uint64_t limit_id, std::string_view key);
 
   Stats GetStats() const;
-
-  // The time decisions use for a proposed time: max(proposed, latest used), in [0, kMaxTimeUs].
-  int64_t MonotonicNow(int64_t proposed_us);
 
  private:
   struct Shard;
@@ -193,7 +192,6 @@ class MemoryStore {
   const Clock* clock_;
   std::vector<std::unique_ptr<Shard>> shards_;
   uint64_t shard_mask_;
-  std::atomic<int64_t> latest_now_us_{0};
   const OnFull on_full_;
   std::atomic<uint64_t> reclaimed_{0};
   std::atomic<uint64_t> no_room_allowed_{0};

@@ -1,7 +1,7 @@
 // Redis memory per limiter key: decides K distinct keys through RedisStore on a fresh
 // redis-server and reads INFO memory used_memory before and after, for token_bucket and
 // fixed_window, with a key per state and with the states packed into hashes (redis.buckets). K is 100000 here (a few seconds); SLUICE_REDIS_MEMORY_KEYS=1000000 runs the 1M
-// measurement the README reports. The naive layouts of ../shared/bench/anchors/redis/memory.sh
+// measurement docs/performance.md reports. The naive layouts of ../shared/bench/anchors/redis/memory.sh
 // take ≈97 B (string counter + TTL) and ≈145 B (2-field hash + TTL) at 1M keys.
 
 #include <algorithm>
@@ -148,7 +148,7 @@ TEST(RedisMemoryTest, BytesPerKeyOfEachAlgorithm) {
       EXPECT_GT(m.bytes_per_key, 16.0);
       if (buckets == 0) {
         // One string key per state: Redis's own per-key cost (two dict entries, the key's SDS,
-        // the value's object, the bucket arrays) dominates. See the README's figures at 1M keys.
+        // the value's object, the bucket arrays) dominates. See docs/performance.md for the figures at 1M keys.
         EXPECT_LT(m.bytes_per_key, 200.0);
       } else {
         // Packed, the states of a hash share that cost: the target is 64 B a state.

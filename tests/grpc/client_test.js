@@ -7,11 +7,8 @@
 
 'use strict';
 
-const fs = require('fs');
 const net = require('net');
-const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+const {grpc, loadProtos, checker} = require('./testing');
 
 const target = process.argv[2];
 if (!target) {
@@ -25,32 +22,13 @@ setTimeout(() => {
   process.exit(1);
 }, 30000).unref();
 
-// Our .proto files; the google/protobuf ones from the system (libprotobuf-dev) when present,
-// else proto-loader's bundled copies.
-const protoDir = path.resolve(__dirname, '../../src/rls/proto');
-const includeDirs = [protoDir];
-if (fs.existsSync('/usr/include/google/protobuf/duration.proto')) includeDirs.push('/usr/include');
-const definition = protoLoader.loadSync(
-    ['envoy/service/ratelimit/v3/rls.proto', 'grpc/health/v1/health.proto'],
-    {includeDirs, keepCase: true, longs: String, enums: String, defaults: true, oneofs: true});
-const loaded = grpc.loadPackageDefinition(definition);
+const loaded = loadProtos(['envoy/service/ratelimit/v3/rls.proto', 'grpc/health/v1/health.proto'],
+                          {keepCase: true, longs: String, enums: String, defaults: true, oneofs: true});
 const credentials = grpc.credentials.createInsecure();
 const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(target, credentials);
 const health = new loaded.grpc.health.v1.Health(target, credentials);
 
-let passed = 0;
-let failed = 0;
-function check(name, expected, actual) {
-  const e = JSON.stringify(expected);
-  const a = JSON.stringify(actual);
-  if (e === a) {
-    passed++;
-    console.log(`ok   ${name}`);
-  } else {
-    failed++;
-    console.log(`FAIL ${name}: expected ${e}, got ${a}`);
-  }
-}
+const {check, summary: finish} = checker();
 
 // A unary call as a promise of {error, response}; every call has a deadline.
 function call(client, method, request, deadline = Date.now() + 5000) {
@@ -177,8 +155,7 @@ async function main() {
 
   rls.close();
   health.close();
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed === 0 ? 0 : 1);
+  process.exit(finish() ? 0 : 1);
 }
 
 main().catch((e) => {

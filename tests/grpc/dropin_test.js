@@ -10,11 +10,8 @@
 
 'use strict';
 
-const fs = require('fs');
 const http = require('http');
-const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+const {grpc, loadProtos, checker} = require('./testing');
 
 const [grpcTarget, httpTarget, mode] = process.argv.slice(2);
 if (!grpcTarget || !httpTarget || !['quota', 'shadow'].includes(mode)) {
@@ -26,28 +23,11 @@ setTimeout(() => {
   process.exit(1);
 }, 30000).unref();
 
-const protoDir = path.resolve(__dirname, '../../src/rls/proto');
-const includeDirs = [protoDir];
-if (fs.existsSync('/usr/include/google/protobuf/duration.proto')) includeDirs.push('/usr/include');
-const definition = protoLoader.loadSync(['envoy/service/ratelimit/v3/rls.proto'],
-    {includeDirs, keepCase: false, longs: String, enums: String, defaults: false, oneofs: true});
-const loaded = grpc.loadPackageDefinition(definition);
+const loaded = loadProtos(['envoy/service/ratelimit/v3/rls.proto'],
+    {keepCase: false, longs: String, enums: String, defaults: false, oneofs: true});
 const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(
     grpcTarget, grpc.credentials.createInsecure());
-
-let passed = 0;
-let failed = 0;
-function check(name, expected, actual) {
-  const e = JSON.stringify(expected);
-  const a = JSON.stringify(actual);
-  if (e === a) {
-    passed++;
-    console.log(`ok   ${name}`);
-  } else {
-    failed++;
-    console.log(`FAIL ${name}: expected ${e}, got ${a}`);
-  }
-}
+const {check, summary} = checker();
 
 // One request over a transport; resolves to {overall, codes, remaining, raw} (raw: /json's body).
 function viaGrpc(request) {
@@ -133,8 +113,7 @@ async function main() {
   await run(viaGrpc, 'grpc', `g${t}`);
   await run(viaJson, 'json', `j${t}`);
   rls.close();
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed === 0 ? 0 : 1);
+  process.exit(summary() ? 0 : 1);
 }
 
 main().catch((e) => {

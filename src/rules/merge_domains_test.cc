@@ -122,17 +122,19 @@ TEST(LoaderMergeTest, WithoutMergingASecondFileOfADomainIsADuplicateDomain) {
   TempDir dir;
   const std::string a = dir.Write("a.yaml", kKey1);
   const std::string b = dir.Write("b.yaml", kKey2);
-  EXPECT_THAT(Lines(LoadConfig({a, b})),
-              ElementsAre(b + ":1:1: duplicate domain 'test-domain' in config file (also in " + a +
-                          ")"));
+  EXPECT_THAT(
+      Lines(LoadConfig({a, b})),
+      ElementsAre(b + ":1:1: duplicate domain 'test-domain' in config file (also in " + a + ")"));
 }
 
 TEST(LoaderMergeTest, TheSameFileTwiceIsADuplicateDescriptorNamingBothPositions) {
   TempDir dir;
   const std::string a = dir.Write("merge_domain_key1.yaml", kKey1);
   EXPECT_THAT(Lines(LoadConfig({a, a}, Merging())),
-              ElementsAre(a + ":3:5: duplicate descriptor composite key 'test-domain.key1_value1' "
-                              "(also at " + a + ":3:5)"));
+              ElementsAre(a +
+                          ":3:5: duplicate descriptor composite key 'test-domain.key1_value1' "
+                          "(also at " +
+                          a + ":3:5)"));
 }
 
 TEST(LoaderMergeTest, ADuplicateTopLevelDescriptorIsAnErrorEvenWhenItsChildrenDiffer) {
@@ -157,9 +159,9 @@ descriptors:
         value: /b
         rate_limit: {unit: second, requests_per_unit: 1}
 )yaml");
-  EXPECT_THAT(Lines(LoadConfig({a, b}, Merging())),
-              ElementsAre(b + ":6:5: duplicate descriptor composite key 'd.user' (also at " + a +
-                          ":3:5)"));
+  EXPECT_THAT(
+      Lines(LoadConfig({a, b}, Merging())),
+      ElementsAre(b + ":6:5: duplicate descriptor composite key 'd.user' (also at " + a + ":3:5)"));
 }
 
 TEST(LoaderMergeTest, WildcardAndKeyOnlyDescriptorsOfDifferentFilesMergeWhenDistinct) {
@@ -192,9 +194,9 @@ TEST(LoaderMergeTest, DisagreeingDomainSettingsAreAnErrorNamingBothFiles) {
   const std::string b = dir.Write("b.yaml", kKey2);
   const std::vector<std::string> lines = Lines(LoadConfig({a, b}, Merging()));
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_THAT(lines[0], HasSubstr(b + ":1:1: domain 'test-domain' is merged from " + a + " and " +
-                                  b + ", which disagree on failure_mode (closed in " + a +
-                                  ", open here)"));
+  EXPECT_THAT(lines[0],
+              HasSubstr(b + ":1:1: domain 'test-domain' is merged from " + a + " and " + b +
+                        ", which disagree on failure_mode (closed in " + a + ", open here)"));
 }
 
 TEST(LoaderMergeTest, EqualDomainSettingsMerge) {

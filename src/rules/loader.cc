@@ -122,11 +122,12 @@ class Loader {
     std::vector<std::unique_ptr<Domain>> kept;
     absl::flat_hash_map<std::string, Domain*> by_name;
     for (auto& domain : domains_) {
-      LoadClients(*domain);  // against its own file's plans, before any merge
       auto [it, fresh] = by_name.emplace(domain->name, domain.get());
       if (fresh) {
+        LoadClients(*domain);
         kept.push_back(std::move(domain));
       } else if (config->settings.merge_domains) {
+        LoadClients(*domain);  // against its own file's plans, before they move
         Merge(*it->second, *domain);
       } else {
         const Position& at = domain->root.position;

@@ -42,7 +42,7 @@ descriptors:
   - key: user
     value: alice
     rate_limit:
-      unit: hour
+      unit: day
       requests_per_unit: 2
 EOF
 # A second file of the same domain (MERGE_DOMAIN_CONFIG=true), without a .yaml name.
@@ -52,7 +52,7 @@ descriptors:
   - key: user
     value: bob
     rate_limit:
-      unit: hour
+      unit: day
       requests_per_unit: 3
 EOF
 ln -s v1 "$runtime/current"
@@ -100,11 +100,11 @@ check_contains "an irrelevant variable is named (info)" "info: REDIS_POOL_SIZE: 
 
 check "/healthcheck on PORT" 200 "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$port/healthcheck")"
 check "/json: first request" 200 "$(json alice)"
-check_contains "/json: the limit from the tree" '"currentLimit":{"requestsPerUnit":2,"unit":"HOUR"}' "$(cat "$tmp/body")"
+check_contains "/json: the limit from the tree" '"currentLimit":{"requestsPerUnit":2,"unit":"DAY"}' "$(cat "$tmp/body")"
 check "/json: a limit from the merged .conf file" 200 "$(json bob)"
 check_contains "/json: bob's limit" '"requestsPerUnit":3' "$(cat "$tmp/body")"
 grpc_answer=$(timeout 10 node "$fixtures/should_rate_limit.js" "127.0.0.1:$grpc_port" api user alice 2>&1 | tail -1)
-check "gRPC ShouldRateLimit on GRPC_PORT (2nd of 2)" "OK 2/HOUR" "$grpc_answer"
+check "gRPC ShouldRateLimit on GRPC_PORT (2nd of 2)" "OK 2/DAY" "$grpc_answer"
 check "gRPC health on GRPC_PORT" SERVING "$(timeout 10 node "$fixtures/health_status.js" "127.0.0.1:$grpc_port" 2>&1 | tail -1)"
 check "/json: third request is over the limit" 429 "$(json alice)"
 check_contains "/json: OVER_LIMIT" '"overallCode":"OVER_LIMIT"' "$(cat "$tmp/body")"

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>  // environ
 
 #include <algorithm>
 #include <atomic>
@@ -13,8 +14,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-
-extern char** environ;
 
 #include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"

@@ -1,5 +1,5 @@
 // One RLS v3 ShouldRateLimit call: prints the overall code and each descriptor's limit
-// (OK 2/HOUR), or the error's gRPC status name. Used by tests/envoy_env_e2e.sh.
+// (OK 2/DAY), or the error's gRPC status name. Used by tests/envoy_env_e2e.sh.
 //
 // Usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE (answers within 5 s)
 

@@ -145,6 +145,9 @@ struct Domain {
 struct Settings {
   std::string file;        // where they came from; empty = defaults
   std::string rules_path;  // `rules:`
+  // Files with the same `domain:` make one domain (upstream's MERGE_DOMAIN_CONFIG); when false,
+  // a second file of a domain is an error.
+  bool merge_domains = false;
   std::string listen = "127.0.0.1:8080";
   std::string admin_listen = "127.0.0.1:9091";
   std::string admin_token_file;
@@ -180,9 +183,6 @@ struct Settings {
   size_t max_delayed = 10000;  // reverse proxy: requests held by leaky_bucket shaping at once
   bool count_denied = false;
   bool shadow_mode = false;
-  // Files with the same `domain:` make one domain (upstream's MERGE_DOMAIN_CONFIG); when false,
-  // a second file of a domain is an error.
-  bool merge_domains = false;
   bool allow_unknown_domain = false;
   // RLS (gRPC ShouldRateLimit and /json): IETF RateLimit/RateLimit-Policy fields in
   // response_headers_to_add, and an unknown domain as an error instead of OK.

@@ -19,9 +19,9 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   }
   s.rules_path = r.String(doc, "rules").value_or("");
   s.listen = r.String(doc, "listen").value_or(s.listen);
+  s.merge_domains = r.Bool(doc, "merge_domains").value_or(false);
   s.threads = static_cast<int>(r.Unsigned(doc, "threads", 1024).value_or(0));
   s.count_denied = r.Bool(doc, "count_denied").value_or(false);
-  s.merge_domains = r.Bool(doc, "merge_domains").value_or(false);
   s.shadow_mode = r.Bool(doc, "shadow_mode").value_or(false);
   if (auto unknown = r.String(doc, "unknown_domain")) {
     if (*unknown != "allow" && *unknown != "deny") {

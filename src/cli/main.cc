@@ -100,13 +100,22 @@ int Main(int argc, char** argv) {
   auto* serve = app.add_subcommand("serve", "run the rate limit service");
   std::string config_path, listen, admin, grpc_listen, redis_url;
   int serve_threads = 0;
-  serve->add_option("--config", config_path, "settings file or rules directory");
+  auto* config_option =
+      serve->add_option("--config", config_path, "settings file or rules directory");
   serve->add_option("--listen", listen, "data plane address");
   serve->add_option("--admin", admin, "admin address");
   serve->add_option("--grpc", grpc_listen, "gRPC (Envoy RLS) address; 0 disables it");
   serve->add_option("--threads", serve_threads, "worker threads");
-  serve->add_option("--redis", redis_url,
-                    "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis)");
+  auto* redis_option =
+      serve->add_option("--redis", redis_url,
+                        "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis)");
+  bool envoy_env = false;
+  serve
+      ->add_flag("--envoy-env", envoy_env,
+                 "settings and rules from envoyproxy/ratelimit's environment variables "
+                 "(docs/integration/envoy.md)")
+      ->excludes(config_option)
+      ->excludes(redis_option);
 
   auto* replay = app.add_subcommand("replay", "run a limit or a rules config over a trace");
   LimitFlags replay_flags;
@@ -177,6 +186,7 @@ int Main(int argc, char** argv) {
     if (serve->count("--grpc") > 0) flags.grpc = grpc_listen;
     if (serve->count("--threads") > 0) flags.threads = serve_threads;
     if (serve->count("--redis") > 0) flags.redis = redis_url;
+    flags.envoy_env = envoy_env;
     return RunServe(flags);
   }
   if (check->parsed()) return RunCheckConfig(check_paths, std::cout);

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>  // environ
 
 #include <algorithm>
 #include <atomic>
@@ -9,12 +10,14 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"
+#include "cli/envoy_env.h"
 #include "fmt/format.h"
 #include "http/server.h"
 #include "http/service.h"
@@ -196,15 +199,44 @@ std::optional<std::string> ReadToken(const std::string& path) {
   return token;
 }
 
+// The process environment as a map, for ReadEnvoyEnv.
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const size_t equals = text.find('=');
+    if (equals == std::string_view::npos) continue;
+    env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+  }
+  return env;
+}
+
 }  // namespace
 
 int RunServe(const ServeFlags& flags) {
   // Debian's abseil checks every Mutex acquisition for lock-order cycles (a debug aid), which
   // gRPC pays for on each call; a server has no use for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  rules::ConfigManager manager(flags.config.empty() ? std::vector<std::string>{}
-                                                    : std::vector<std::string>{flags.config},
-                               std::string(kDefaultConfig));
+  std::vector<std::string> paths;
+  if (!flags.config.empty()) paths = {flags.config};
+  std::string config_name = flags.config.empty() ? "<embedded default>" : flags.config;
+  rules::LoadOptions load_options;
+  if (flags.envoy_env) {
+    const EnvoyEnv env = ReadEnvoyEnv(ProcessEnvironment());
+    for (const EnvoyEnvMessage& m : env.messages) {
+      std::cerr << "serve: envoy-env: " << m.ToString() << "\n";
+    }
+    if (!env.ok()) {
+      std::cerr << "serve: envoy-env: not starting: the errors above would change decisions or "
+                   "the deployment (docs/integration/envoy.md)\n";
+      return 1;
+    }
+    spdlog::set_level(spdlog::level::from_str(env.log_level));
+    paths = {env.rules_path};
+    config_name = env.rules_path;
+    load_options = env.load;
+  }
+  rules::ConfigManager manager(paths, std::string(kDefaultConfig), load_options);
   const rules::ConfigManager::ReloadOutcome loaded = manager.Reload();
   if (!loaded.errors.empty()) {
     for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
@@ -396,10 +428,10 @@ int RunServe(const ServeFlags& flags) {
   if (grpc_server) {
     std::cout << "sluice: grpc listening on " << host(grpc) << ":" << grpc_server->port() << "\n";
   }
-  std::cout << "sluice: config " << (flags.config.empty() ? "<embedded default>" : flags.config)
-            << " version " << loaded.version << ", " << threads << " threads, backend "
+  std::cout << "sluice: config " << config_name << " version " << loaded.version << ", " << threads
+            << " threads, backend "
             << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
-  if (flags.config.empty()) PrintTryIt(host(listen), *data_port, host(admin), *admin_port);
+  if (paths.empty()) PrintTryIt(host(listen), *data_port, host(admin), *admin_port);  // the default
   server.Run();  // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the

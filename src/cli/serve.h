@@ -14,9 +14,13 @@ struct ServeFlags {
   std::optional<std::string> grpc;  // "0" (or empty): no gRPC port
   std::optional<int> threads;
   std::optional<std::string> redis;  // selects the Redis backend at this URL
+  // Settings and rules from envoyproxy/ratelimit's environment variables (cli/envoy_env.h)
+  // instead of `config`.
+  bool envoy_env = false;
 };
 
-// Returns the process exit status: 0 after a graceful shutdown, 1 when it cannot start.
+// Returns the process exit status: 0 after a graceful shutdown, 1 when it cannot start (with
+// --envoy-env, also when a variable is refused).
 int RunServe(const ServeFlags& flags);
 
 }  // namespace sluice::cli

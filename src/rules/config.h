@@ -151,6 +151,9 @@ struct Domain {
 struct Settings {
   std::string file;        // where they came from; empty = defaults
   std::string rules_path;  // `rules:`
+  // Files with the same `domain:` make one domain (upstream's MERGE_DOMAIN_CONFIG); when false,
+  // a second file of a domain is an error.
+  bool merge_domains = false;
   std::string listen = "127.0.0.1:8080";
   std::string admin_listen = "127.0.0.1:9091";
   std::string admin_token_file;

@@ -29,9 +29,11 @@ constexpr uint32_t kWatchMask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_F
 
 }  // namespace
 
-ConfigManager::ConfigManager(std::vector<std::string> paths, std::string embedded_text)
+ConfigManager::ConfigManager(std::vector<std::string> paths, std::string embedded_text,
+                             LoadOptions options)
     : paths_(std::move(paths)),
       embedded_text_(std::move(embedded_text)),
+      options_(std::move(options)),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 ConfigManager::~ConfigManager() {
@@ -43,8 +45,8 @@ ConfigManager::~ConfigManager() {
 
 ConfigManager::ReloadOutcome ConfigManager::Reload() {
   std::lock_guard<std::mutex> lock(reload_mu_);
-  LoadResult result =
-      paths_.empty() ? LoadConfigText("<embedded default>", embedded_text_) : LoadConfig(paths_);
+  LoadResult result = paths_.empty() ? LoadConfigText("<embedded default>", embedded_text_)
+                                     : LoadConfig(paths_, options_);
   ReloadOutcome outcome;
   std::shared_ptr<const Config> active = Current();
   if (!result.errors.empty()) {
@@ -109,6 +111,15 @@ void ConfigManager::AddWatches() {
     fs::path path = fs::absolute(p, ec).lexically_normal();
     if (path.filename().empty()) path = path.parent_path();  // "rules/" -> "rules"
     const bool is_directory = fs::is_directory(path, ec);
+    // A symbolic link above the path (envoyproxy/ratelimit's RUNTIME_ROOT, `current` ->
+    // `v2`) is swapped in its own directory, where no other watch sees it.
+    for (fs::path above = path.parent_path(); above.has_relative_path();
+         above = above.parent_path()) {
+      if (!fs::is_symlink(above, ec)) continue;
+      if (WatchInterest* parent = watch(above.parent_path())) {
+        parent->names.insert(above.filename().string());
+      }
+    }
     if (WatchInterest* parent = watch(path.parent_path())) {
       parent->names.insert(path.filename().string());
       // A file of a Kubernetes ConfigMap volume is a symlink through `..data`, which the

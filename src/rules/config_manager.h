@@ -30,8 +30,10 @@ namespace sluice::rules {
 
 class ConfigManager {
  public:
-  // `paths`: files and directories as for LoadConfig. Empty: the `embedded_text` document.
-  ConfigManager(std::vector<std::string> paths, std::string embedded_text);
+  // `paths`: files and directories as for LoadConfig, read with `options`. Empty: the
+  // `embedded_text` document.
+  ConfigManager(std::vector<std::string> paths, std::string embedded_text,
+                LoadOptions options = {});
   ~ConfigManager();
 
   ConfigManager(const ConfigManager&) = delete;
@@ -73,6 +75,7 @@ class ConfigManager {
 
   const std::vector<std::string> paths_;
   const std::string embedded_text_;
+  const LoadOptions options_;
   // (Not std::atomic<std::shared_ptr>: GCC 12's releases its internal lock with relaxed order,
   // which ThreadSanitizer rightly reports as a race.)
   mutable util::SpinLock current_mu_;

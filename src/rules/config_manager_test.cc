@@ -471,6 +471,33 @@ TEST(ConfigManagerTest, WatcherPicksUpAConfigMapSymlinkSwapOfANamedFile) {
   manager.StopWatching();
 }
 
+// envoyproxy/ratelimit's runtime layout: the watched directory is below a symlink (RUNTIME_ROOT,
+// `current` -> `v1`) that a deployment swaps to a new version; nothing below it changes.
+TEST(ConfigManagerTest, WatcherPicksUpASwapOfASymlinkAboveTheDirectory) {
+  TempDir dir;
+  for (const char* version : {"v1", "v2"}) {
+    fs::create_directories(dir.path() / version / "ratelimit" / "config");
+  }
+  WriteFile(dir / "v1/ratelimit/config/api", ApiDomain("api", 10));
+  WriteFile(dir / "v2/ratelimit/config/api", ApiDomain("api", 20));
+  fs::create_directory_symlink("v1", dir.path() / "current");
+  LoadOptions options;
+  options.any_extension = true;
+  ConfigManager manager({dir / "current/ratelimit/config"}, "", options);
+  ASSERT_TRUE(manager.Reload().applied);
+  ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
+  ASSERT_EQ(ApiKeyLimit(manager, "api"), 10u);
+
+  fs::create_directory_symlink("v2", dir.path() / "current.new");
+  fs::rename(dir.path() / "current.new", dir.path() / "current");
+  EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 20));
+  // And back: the watch holds after a swap.
+  fs::create_directory_symlink("v1", dir.path() / "current.new");
+  fs::rename(dir.path() / "current.new", dir.path() / "current");
+  EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 10));
+  manager.StopWatching();
+}
+
 TEST(ConfigManagerTest, RapidSuccessiveWritesEndWithTheLastContentInFewReloads) {
   TempDir dir;
   const std::string file = dir / "api.yaml";

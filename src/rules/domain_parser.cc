@@ -110,27 +110,10 @@ class DomainParser {
       auto node = std::make_unique<RuleNode>();
       if (ParseDescriptor(item, parent, *node)) {
         for (LimitRule& rule : node->limits) rule.state_id = RuleLimitId(node->path, "", rule.limit);
-        const RuleNode* child = node.get();
-        const std::string composite =
-            child->has_value ? fmt::format("{}_{}", child->key, child->value) : child->key;
-        RuleNode::KeyIndex& index = parent.index[child->key];
-        bool fresh;
-        if (child->wildcard) {
-          fresh = std::none_of(index.wildcards.begin(), index.wildcards.end(),
-                               [&](const RuleNode* w) { return w->value == child->value; });
-          if (fresh) index.wildcards.push_back(child);
-        } else if (child->has_value) {
-          fresh = index.by_value.emplace(child->value, child).second;
-        } else {
-          fresh = index.any_value == nullptr;
-          if (fresh) index.any_value = child;
-        }
-        if (!fresh) {
+        if (const RuleNode* first = AddChild(parent, node)) {
           r_.Error(item, fmt::format("duplicate descriptor composite key '{}.{}'", parent.path,
-                                     composite));
-          continue;
+                                     CompositeKey(*first)));
         }
-        parent.children.push_back(std::move(node));
       }
     }
   }
@@ -488,6 +471,34 @@ class DomainParser {
 };
 
 }  // namespace
+
+std::string CompositeKey(const RuleNode& node) {
+  return node.has_value ? fmt::format("{}_{}", node.key, node.value) : node.key;
+}
+
+const RuleNode* AddChild(RuleNode& parent, std::unique_ptr<RuleNode>& child) {
+  RuleNode::KeyIndex& index = parent.index[child->key];
+  const RuleNode* first = nullptr;
+  if (child->wildcard) {
+    auto it = std::find_if(index.wildcards.begin(), index.wildcards.end(),
+                           [&](const RuleNode* w) { return w->value == child->value; });
+    if (it != index.wildcards.end()) first = *it;
+  } else if (child->has_value) {
+    if (auto it = index.by_value.find(child->value); it != index.by_value.end()) first = it->second;
+  } else {
+    first = index.any_value;
+  }
+  if (first != nullptr) return first;
+  if (child->wildcard) {
+    index.wildcards.push_back(child.get());
+  } else if (child->has_value) {
+    index.by_value.emplace(child->value, child.get());
+  } else {
+    index.any_value = child.get();
+  }
+  parent.children.push_back(std::move(child));
+  return nullptr;
+}
 
 std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const YAML::Node& doc) {
   auto domain = std::make_unique<Domain>();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
 #include "rules/parsers.h"
 #include "rules/yaml_reader.h"
@@ -96,6 +97,12 @@ class Loader {
       reader.Error(doc, "a rules file needs a `domain:` (this one has `descriptors:` but no domain)");
       return;
     }
+    if (options_.settings) {
+      reader.Error(doc, fmt::format("config file cannot have empty domain (the settings come from "
+                                    "{}, not from a file)",
+                                    options_.settings->file));
+      return;
+    }
     if (settings_) {
       reader.Error(doc, fmt::format("a second settings file (a document without `domain:`); the "
                                     "first is {}", settings_->file));
@@ -112,20 +119,30 @@ class Loader {
   LoadResult Finish() {
     auto config = std::make_shared<Config>();
     if (settings_) config->settings = *settings_;
+    std::vector<std::unique_ptr<Domain>> kept;
+    absl::flat_hash_map<std::string, Domain*> by_name;
     for (auto& domain : domains_) {
-      auto [it, fresh] = config->by_name.emplace(domain->name, domain.get());
-      if (!fresh) {
+      auto [it, fresh] = by_name.emplace(domain->name, domain.get());
+      if (fresh) {
+        LoadClients(*domain);
+        kept.push_back(std::move(domain));
+      } else if (config->settings.merge_domains) {
+        LoadClients(*domain);  // against its own file's plans, before they move
+        Merge(*it->second, *domain);
+      } else {
         const Position& at = domain->root.position;
         Fail(at.file, at.line, at.column,
              fmt::format("duplicate domain '{}' in config file (also in {})", domain->name,
                          it->second->file));
-        continue;
       }
-      LoadClients(*domain);
+    }
+    for (auto& domain : kept) {
+      config->by_name.emplace(domain->name, domain.get());
       domain->limit_count = CountLimits(domain->root);
       for (const auto& [name, plan] : domain->plans) domain->limit_count += plan.limits.size();
       config->limit_count += domain->limit_count;
     }
+    domains_ = std::move(kept);
     if (!errors_.empty()) {
       std::stable_sort(errors_.begin(), errors_.end(), [](const auto& a, const auto& b) {
         return std::tie(a.position.file, a.position.line, a.position.column) <
@@ -144,18 +161,83 @@ class Loader {
     return {std::move(config), {}};
   }
 
-  Loader() { XXH3_64bits_reset(&hash_state_); }
+  explicit Loader(LoadOptions options) : options_(std::move(options)) {
+    XXH3_64bits_reset(&hash_state_);
+    settings_ = options_.settings;
+  }
 
  private:
+  // Adds the top-level descriptors of `later`, a second file of the domain `into`, to `into`
+  // (upstream's MERGE_DOMAIN_CONFIG: no deep merge, so a top-level descriptor in both files is a
+  // duplicate even when their children differ). The domain-wide keys must not disagree: each
+  // file is read as the whole domain by whoever edits it, so a `failure_mode: closed` in one file
+  // silently governing the descriptors of another would surprise.
+  void Merge(Domain& into, Domain& later) {
+    const Position& at = later.root.position;
+    const auto disagree = [&](std::string_view key, std::string_view first,
+                              std::string_view second) {
+      Fail(at.file, at.line, at.column,
+           fmt::format("domain '{}' is merged from {} and {}, which disagree on {} ({} in {}, {} "
+                       "here); write the same value in every file of the domain",
+                       into.name, into.file, later.file, key, first, into.file, second));
+    };
+    const auto failure_mode_name = [](FailureMode m) {
+      return m == FailureMode::kClosed ? "closed" : m == FailureMode::kLocal ? "local" : "open";
+    };
+    const auto optional_bool = [](const std::optional<bool>& b) {
+      return !b ? "unset" : *b ? "true" : "false";
+    };
+    if (into.failure_mode != later.failure_mode) {
+      disagree("failure_mode", failure_mode_name(into.failure_mode),
+               failure_mode_name(later.failure_mode));
+    }
+    if (into.count_denied != later.count_denied) {
+      disagree("count_denied", optional_bool(into.count_denied), optional_bool(later.count_denied));
+    }
+    if (into.shadow_mode != later.shadow_mode) {
+      disagree("shadow_mode", into.shadow_mode ? "true" : "false",
+               later.shadow_mode ? "true" : "false");
+    }
+    // Sections that describe the whole domain come from one file only.
+    const auto one_file = [&](std::string_view section, bool in_first, bool in_later) {
+      if (!in_first || !in_later) return false;
+      Fail(at.file, at.line, at.column,
+           fmt::format("domain '{}' is merged from {} and {}, and both have `{}`; a merged "
+                       "domain takes it from one file",
+                       into.name, into.file, later.file, section));
+      return true;
+    };
+    const bool http_twice = one_file("http", into.http.has_value(), later.http.has_value());
+    const bool plans_twice = one_file("plans", !into.plans.empty(), !later.plans.empty());
+    for (auto& child : later.root.children) {
+      const Position where = child->position;
+      if (const RuleNode* first = AddChild(into.root, child)) {
+        Fail(where.file, where.line, where.column,
+             fmt::format("duplicate descriptor composite key '{}.{}' (also at {}:{}:{})", into.name,
+                         CompositeKey(*first), first->position.file, first->position.line,
+                         first->position.column));
+      }
+    }
+    if (!http_twice && later.http) into.http = std::move(later.http);
+    if (!plans_twice && !later.plans.empty()) {
+      // Moving the map keeps its nodes, which the clients' entries point to.
+      into.plans = std::move(later.plans);
+      into.default_plan = std::move(later.default_plan);
+      into.clients_path = std::move(later.clients_path);
+      into.clients = std::move(later.clients);
+    }
+  }
+
   void CollectYaml(const fs::path& dir, std::vector<std::string>* out) {
     std::error_code ec;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const fs::path& p = it->path();
-      if (p.filename().string().starts_with(".")) continue;  // dot files, ConfigMap internals
+      // Dot files, ConfigMap internals (unless upstream's layout asks for them).
+      if (!options_.dotfiles && p.filename().string().starts_with(".")) continue;
       std::error_code sec;
       if (fs::is_directory(p, sec)) {
         CollectYaml(p, out);
-      } else if (IsYamlName(p) && fs::is_regular_file(p, sec)) {
+      } else if ((options_.any_extension || IsYamlName(p)) && fs::is_regular_file(p, sec)) {
         out->push_back(p.string());
       }
     }
@@ -224,6 +306,7 @@ class Loader {
     errors_.push_back(std::move(error));
   }
 
+  const LoadOptions options_;
   std::vector<ConfigError> errors_;
   std::vector<std::unique_ptr<Domain>> domains_;
   std::optional<Settings> settings_;
@@ -280,14 +363,14 @@ int64_t UnitMicros(std::string_view unit) {
   return 0;
 }
 
-LoadResult LoadConfig(const std::vector<std::string>& paths) {
-  Loader loader;
+LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& options) {
+  Loader loader(options);
   for (const auto& p : paths) loader.AddPath(p, /*named_directly=*/true);
   return loader.Finish();
 }
 
 LoadResult LoadConfigText(const std::string& file, std::string_view text) {
-  Loader loader;
+  Loader loader(LoadOptions{});
   loader.AddText(file, text, /*named_directly=*/false);
   return loader.Finish();
 }

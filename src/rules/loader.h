@@ -14,6 +14,7 @@
 #define SLUICE_RULES_LOADER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,8 +36,19 @@ struct LoadResult {
   std::vector<ConfigError> errors;
 };
 
+// What LoadConfig reads besides the paths; the defaults are sluice's own layout.
+struct LoadOptions {
+  // Settings decided by the caller (`sluice serve --envoy-env`); a document without `domain:`
+  // is then an error instead of the settings file.
+  std::optional<Settings> settings;
+  // envoyproxy/ratelimit's runtime directory: every regular file is a rules file, whatever its
+  // name ends with, and (`dotfiles`) names starting with '.' are read too.
+  bool any_extension = false;
+  bool dotfiles = false;
+};
+
 // Loads files and directories (see above).
-LoadResult LoadConfig(const std::vector<std::string>& paths);
+LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& options = {});
 
 // Loads one in-memory document, named `file` in errors (the embedded default, tests).
 LoadResult LoadConfigText(const std::string& file, std::string_view text);

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <yaml-cpp/yaml.h>
@@ -16,6 +17,14 @@ namespace sluice::rules {
 
 // A domain file. Errors go to the reader; the result is null if there were any.
 std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const YAML::Node& doc);
+
+// Adds `child` under `parent` and indexes it for matching, unless `parent` already has a child
+// with the same composite key (key, or key and value): then `child` is left as it is and that
+// first child is returned.
+const RuleNode* AddChild(RuleNode& parent, std::unique_ptr<RuleNode>& child);
+
+// "key_value", or "key" for a node without a value, as upstream names a node in messages.
+std::string CompositeKey(const RuleNode& node);
 
 // The settings file. Errors go to the reader.
 Settings ParseSettings(YamlReader& reader, const YAML::Node& doc);

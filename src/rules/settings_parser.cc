@@ -14,11 +14,12 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   if (!r.CheckMap(doc, "settings",
                   {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
                    "headers", "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
-                   "response_dynamic_metadata", "unknown_domain", "rls"})) {
+                   "response_dynamic_metadata", "unknown_domain", "rls", "merge_domains"})) {
     return s;
   }
   s.rules_path = r.String(doc, "rules").value_or("");
   s.listen = r.String(doc, "listen").value_or(s.listen);
+  s.merge_domains = r.Bool(doc, "merge_domains").value_or(false);
   s.threads = static_cast<int>(r.Unsigned(doc, "threads", 1024).value_or(0));
   s.count_denied = r.Bool(doc, "count_denied").value_or(false);
   s.shadow_mode = r.Bool(doc, "shadow_mode").value_or(false);

@@ -1,0 +1,267 @@
+// envoyproxy/ratelimit's environment variables as sluice settings (envoy_env.h): what each maps
+// to, which are refused, and that every variable upstream reads is named in the docs table.
+// The running server is tested in tests/envoy_env_e2e.sh.
+
+#include "cli/envoy_env.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using Env = std::map<std::string, std::string>;
+using Level = EnvoyEnvMessage::Level;
+
+// A deployment as upstream's docker-compose example has it, with Redis on TCP.
+Env Deployment() {
+  return {{"RUNTIME_ROOT", "/data/current"}, {"RUNTIME_SUBDIRECTORY", "ratelimit"},
+          {"REDIS_SOCKET_TYPE", "tcp"},      {"REDIS_URL", "redis:6379"},
+          {"USE_STATSD", "false"},           {"LOG_LEVEL", "debug"}};
+}
+
+Env With(Env env, const std::string& name, const std::string& value) {
+  env[name] = value;
+  return env;
+}
+
+// The messages about `variable` at `level`, as text.
+std::vector<std::string> Said(const EnvoyEnv& result, const std::string& variable, Level level) {
+  std::vector<std::string> out;
+  for (const EnvoyEnvMessage& m : result.messages) {
+    if (m.variable == variable && m.level == level) out.push_back(m.text);
+  }
+  return out;
+}
+
+std::string All(const EnvoyEnv& result) {
+  std::string s;
+  for (const EnvoyEnvMessage& m : result.messages) s += m.ToString() + "\n";
+  return s;
+}
+
+TEST(EnvoyEnvTest, ADeploymentMapsToSettings) {
+  Env env = Deployment();
+  env["PORT"] = "18080";
+  env["GRPC_HOST"] = "127.0.0.1";
+  env["GRPC_PORT"] = "18081";
+  env["DEBUG_HOST"] = "127.0.0.1";
+  env["DEBUG_PORT"] = "16070";
+  env["CACHE_KEY_PREFIX"] = "rl_";
+  env["REDIS_TIMEOUT"] = "1m30s";
+  env["MERGE_DOMAIN_CONFIG"] = "true";
+  env["SHADOW_MODE"] = "1";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.rules_path, "/data/current/ratelimit/config");
+  EXPECT_TRUE(result.load.any_extension);
+  EXPECT_TRUE(result.load.dotfiles);  // upstream's RUNTIME_IGNOREDOTFILES=false
+  EXPECT_EQ(result.log_level, "debug");
+  ASSERT_TRUE(result.load.settings.has_value());
+  const rules::Settings& s = *result.load.settings;
+  EXPECT_EQ(s.listen, "0.0.0.0:18080");
+  EXPECT_EQ(s.grpc_listen, "127.0.0.1:18081");
+  EXPECT_EQ(s.admin_listen, "127.0.0.1:16070");
+  EXPECT_EQ(s.backend, "redis");
+  EXPECT_EQ(s.redis_url, "redis://redis:6379");
+  EXPECT_FALSE(s.redis_cluster);
+  EXPECT_EQ(s.redis_key_prefix, "rl_");
+  EXPECT_EQ(s.redis_timeout_us, 90 * 1000000);
+  EXPECT_TRUE(s.merge_domains);
+  EXPECT_TRUE(s.shadow_mode);
+  EXPECT_TRUE(s.count_denied);  // upstream counts every request, denied or not
+  EXPECT_THAT(Said(result, "DEBUG_HOST", Level::kWarning), IsEmpty());
+}
+
+TEST(EnvoyEnvTest, UpstreamDefaultsNeedATcpRedisAndASubdirectory) {
+  const EnvoyEnv result = ReadEnvoyEnv({});
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(Said(result, "REDIS_SOCKET_TYPE", Level::kError),
+              ElementsAre(HasSubstr("'unix' (the default) is not supported")));
+  EXPECT_THAT(Said(result, "RUNTIME_SUBDIRECTORY", Level::kError),
+              ElementsAre(HasSubstr("not set")));
+  EXPECT_EQ(result.rules_path, "/srv/runtime_data/current/config");
+  const rules::Settings& s = *result.load.settings;
+  EXPECT_EQ(s.listen, "0.0.0.0:8080");
+  EXPECT_EQ(s.grpc_listen, "0.0.0.0:8081");
+  EXPECT_EQ(result.log_level, "warn");
+  EXPECT_FALSE(s.merge_domains);
+  EXPECT_FALSE(s.shadow_mode);
+  EXPECT_EQ(s.redis_key_prefix, rules::Settings().redis_key_prefix);
+  EXPECT_EQ(s.redis_timeout_us, rules::Settings().redis_timeout_us);
+}
+
+TEST(EnvoyEnvTest, TheAdminApiStaysOnLoopbackWithoutAToken) {
+  const EnvoyEnv result = ReadEnvoyEnv(Deployment());  // DEBUG_HOST 0.0.0.0 by default
+  EXPECT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.load.settings->admin_listen, "127.0.0.1:6070");
+  EXPECT_THAT(Said(result, "DEBUG_HOST", Level::kWarning),
+              ElementsAre(HasSubstr("0.0.0.0 (the default): sluice's admin API")));
+}
+
+TEST(EnvoyEnvTest, RedisAuthAndClusterBecomeRedisUrls) {
+  EnvoyEnv result = ReadEnvoyEnv(With(Deployment(), "REDIS_AUTH", "secret"));
+  EXPECT_EQ(result.load.settings->redis_url, "redis://secret@redis:6379");
+  result = ReadEnvoyEnv(With(Deployment(), "REDIS_AUTH", "app:p@ss:word"));
+  EXPECT_EQ(result.load.settings->redis_url, "redis://app:p@ss:word@redis:6379");
+  Env cluster = With(Deployment(), "REDIS_TYPE", "CLUSTER");
+  cluster["REDIS_URL"] = "10.0.0.1:7000,10.0.0.2:7000";
+  cluster["REDIS_AUTH"] = "pw";
+  result = ReadEnvoyEnv(cluster);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_TRUE(result.load.settings->redis_cluster);
+  EXPECT_THAT(result.load.settings->redis_nodes,
+              ElementsAre("redis://pw@10.0.0.1:7000", "redis://pw@10.0.0.2:7000"));
+}
+
+TEST(EnvoyEnvTest, BadRedisAddressesAreErrors) {
+  EXPECT_THAT(
+      Said(ReadEnvoyEnv(With(Deployment(), "REDIS_URL", "redis")), "REDIS_URL", Level::kError),
+      ElementsAre("'redis' is not host:port"));
+  EXPECT_THAT(
+      Said(ReadEnvoyEnv(With(Deployment(), "REDIS_URL", "a:1,b:2")), "REDIS_URL", Level::kError),
+      ElementsAre("several addresses need REDIS_TYPE=cluster"));
+}
+
+// Each of these would change decisions (or break the deployment) if ignored: serve refuses.
+TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
+  const std::map<std::string, std::string> refused = {
+      {"BACKEND_TYPE", "memcache"},
+      {"REDIS_PERSECOND", "true"},
+      {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"},
+      {"REDIS_TYPE", "sentinel"},
+      {"REDIS_SOCKET_TYPE", "unix"},
+      {"REDIS_TLS", "true"},
+      {"QUOTA_MODE", "true"},
+      {"RESPONSE_DYNAMIC_METADATA", "true"},
+      {"NEAR_LIMIT_RATIO", "0.9"},
+      {"LIMIT_RESPONSE_HEADERS_ENABLED", "true"},
+      {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
+      {"GRPC_UDS", "/run/rl.sock"},
+      {"GRPC_SERVER_USE_TLS", "true"},
+      {"GRPC_CLIENT_TLS_CACERT", "/ca.pem"},
+      {"SHADOW_MODE", "yes"},  // not a Go boolean
+      {"PORT", "http"},
+      {"REDIS_TIMEOUT", "10"},  // Go durations need a unit
+      {"LOG_LEVEL", "verbose"},
+  };
+  for (const auto& [name, value] : refused) {
+    const EnvoyEnv result = ReadEnvoyEnv(With(Deployment(), name, value));
+    EXPECT_FALSE(result.ok()) << name << "=" << value;
+    EXPECT_THAT(Said(result, name, Level::kError), testing::SizeIs(1)) << name << "\n"
+                                                                       << All(result);
+  }
+}
+
+TEST(EnvoyEnvTest, TheSameVariablesAtTheirDefaultsAreFine) {
+  Env env = Deployment();
+  for (const char* name :
+       {"REDIS_PERSECOND", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "REDIS_TLS", "QUOTA_MODE",
+        "RESPONSE_DYNAMIC_METADATA", "LIMIT_RESPONSE_HEADERS_ENABLED", "GRPC_SERVER_USE_TLS"}) {
+    env[name] = "false";
+  }
+  env["NEAR_LIMIT_RATIO"] = "0.8";
+  env["BACKEND_TYPE"] = "redis";
+  env["REDIS_TYPE"] = "SINGLE";
+  env["CONFIG_TYPE"] = "FILE";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  EXPECT_TRUE(result.ok()) << All(result);
+}
+
+TEST(EnvoyEnvTest, UnsupportedVariablesThatChangeNoDecisionAreWarnings) {
+  Env env = Deployment();
+  env["USE_STATSD"] = "true";
+  env["STATSD_HOST"] = "statsd";
+  env["TRACING_ENABLED"] = "true";
+  env["LOG_FORMAT"] = "json";
+  env["DOG_STATSD_MOGRIFIER_HITS_PATTERN"] = "x";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  EXPECT_TRUE(result.ok()) << All(result);
+  for (const char* name : {"USE_STATSD", "STATSD_HOST", "TRACING_ENABLED", "LOG_FORMAT",
+                           "DOG_STATSD_MOGRIFIER_HITS_PATTERN"}) {
+    EXPECT_THAT(Said(result, name, Level::kWarning), testing::SizeIs(1)) << name;
+  }
+  // USE_STATSD is on by default upstream: unset, it is not worth a warning every start.
+  EXPECT_THAT(
+      Said(ReadEnvoyEnv(With(Deployment(), "USE_STATSD", "")), "USE_STATSD", Level::kWarning),
+      IsEmpty());
+}
+
+TEST(EnvoyEnvTest, IrrelevantVariablesAreInfo) {
+  Env env = Deployment();
+  env["REDIS_POOL_SIZE"] = "50";
+  env["LOCAL_CACHE_SIZE_IN_BYTES"] = "1000000";
+  env["MEMCACHE_HOST_PORT"] = "m:11211";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  EXPECT_TRUE(result.ok()) << All(result);
+  for (const char* name : {"REDIS_POOL_SIZE", "LOCAL_CACHE_SIZE_IN_BYTES", "MEMCACHE_HOST_PORT"}) {
+    EXPECT_THAT(Said(result, name, Level::kInfo), ElementsAre(HasSubstr("no effect"))) << name;
+  }
+}
+
+// No variable of upstream's falls through to the catch-all: each has its own answer.
+TEST(EnvoyEnvTest, EveryUpstreamVariableHasItsOwnDisposition) {
+  for (const std::string& name : EnvoyEnvVariableNames()) {
+    const EnvoyEnv result = ReadEnvoyEnv(With(Deployment(), name, "1"));
+    for (const EnvoyEnvMessage& m : result.messages) {
+      EXPECT_THAT(m.text, testing::Not(HasSubstr("not by sluice"))) << name;
+    }
+  }
+}
+
+TEST(EnvoyEnvTest, WatchRootOffAndIgnoredDotfiles) {
+  Env env = Deployment();
+  env["RUNTIME_WATCH_ROOT"] = "false";
+  env["RUNTIME_SUBDIRECTORY"] = "";
+  env["RUNTIME_APPDIRECTORY"] = "rules";
+  env["RUNTIME_IGNOREDOTFILES"] = "true";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  EXPECT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.rules_path, "/data/current/rules");
+  EXPECT_FALSE(result.load.dotfiles);
+}
+
+TEST(EnvoyEnvTest, LogLevelsAndIpv6Hosts) {
+  EXPECT_EQ(ReadEnvoyEnv(With(Deployment(), "LOG_LEVEL", "WARNING")).log_level, "warn");
+  EXPECT_EQ(ReadEnvoyEnv(With(Deployment(), "LOG_LEVEL", "error")).log_level, "err");
+  EXPECT_EQ(ReadEnvoyEnv(With(Deployment(), "LOG_LEVEL", "panic")).log_level, "critical");
+  EXPECT_EQ(ReadEnvoyEnv(With(Deployment(), "HOST", "::")).load.settings->listen, "[::]:8080");
+  EXPECT_EQ(ReadEnvoyEnv(With(Deployment(), "DEBUG_HOST", "::1")).load.settings->admin_listen,
+            "[::1]:6070");
+}
+
+TEST(EnvoyEnvTest, GoDurations) {
+  const auto timeout_us = [](const std::string& text) {
+    return ReadEnvoyEnv(With(Deployment(), "REDIS_TIMEOUT", text)).load.settings->redis_timeout_us;
+  };
+  EXPECT_EQ(timeout_us("250ms"), 250000);
+  EXPECT_EQ(timeout_us("1.5s"), 1500000);
+  EXPECT_EQ(timeout_us("1h"), int64_t{3600} * 1000000);
+  EXPECT_EQ(timeout_us("100us"), 100);
+  for (const char* bad : {"0", "-1s", "1x", "s", "1.2.3s", "500ns"}) {
+    EXPECT_FALSE(ReadEnvoyEnv(With(Deployment(), "REDIS_TIMEOUT", bad)).ok()) << bad;
+  }
+}
+
+TEST(EnvoyEnvTest, TheDocsTableNamesEveryVariable) {
+  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/docs/integration/envoy.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const size_t section = doc.find("## Same deployment: upstream's environment variables");
+  ASSERT_NE(section, std::string::npos);
+  for (const std::string& name : EnvoyEnvVariableNames()) {
+    EXPECT_NE(doc.find("`" + name + "`", section), std::string::npos) << name;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::cli

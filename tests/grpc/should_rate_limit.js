@@ -1,0 +1,36 @@
+// One RLS v3 ShouldRateLimit call: prints the overall code and each descriptor's limit
+// (OK 2/DAY), or the error's gRPC status name. Used by tests/envoy_env_e2e.sh.
+//
+// Usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE (answers within 5 s)
+
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const [target, domain, key, value] = process.argv.slice(2);
+if (!value) {
+  console.error('usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE');
+  process.exit(2);
+}
+const includeDirs = [path.resolve(__dirname, '../../src/rls/proto')];
+if (fs.existsSync('/usr/include/google/protobuf/duration.proto')) includeDirs.push('/usr/include');
+const definition = protoLoader.loadSync(['envoy/service/ratelimit/v3/rls.proto'],
+                                        {includeDirs, keepCase: true, longs: String, enums: String,
+                                         defaults: true, oneofs: true});
+const loaded = grpc.loadPackageDefinition(definition);
+const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(
+    target, grpc.credentials.createInsecure());
+const request = {domain, descriptors: [{entries: [{key, value}]}], hits_addend: 1};
+rls.ShouldRateLimit(request, {deadline: Date.now() + 5000}, (error, response) => {
+  if (error) {
+    console.log(grpc.status[error.code]);
+  } else {
+    const limits = response.statuses.map(
+        (s) => s.current_limit ? `${s.current_limit.requests_per_unit}/${s.current_limit.unit}` : '-');
+    console.log(`${response.overall_code} ${limits.join(' ')}`);
+  }
+  rls.close();
+});

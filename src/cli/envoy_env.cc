@@ -471,19 +471,15 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
                 "not supported: upstream then adds a denied request to the descriptors that "
                 "would go over only; sluice counts a denied request everywhere (count_denied) "
                 "or nowhere");
-  r.Unsupported("QUOTA_MODE", false, Level::kError,
-                "not supported yet (planned: the settings key quota_mode)");
-  r.Unsupported("RESPONSE_DYNAMIC_METADATA", false, Level::kError,
-                "not supported yet (planned: the settings key response_dynamic_metadata)");
+  s.quota_mode = r.Bool("QUOTA_MODE", false);
+  s.rls_dynamic_metadata = r.Bool("RESPONSE_DYNAMIC_METADATA", false);
   if (auto ratio = r.Get("NEAR_LIMIT_RATIO")) {
     char* end = nullptr;
     const float value = std::strtof(ratio->c_str(), &end);
-    if (end != ratio->c_str() + ratio->size() || !std::isfinite(value)) {
-      r.Say(Level::kError, "NEAR_LIMIT_RATIO", fmt::format("'{}' is not a number", *ratio));
-    } else if (value != 0.8f) {
-      r.Say(Level::kError, "NEAR_LIMIT_RATIO",
-            "a ratio other than 0.8 is not supported yet (planned: the settings key "
-            "near_limit_ratio)");
+    if (end != ratio->c_str() + ratio->size() || !std::isfinite(value) || value < 0 || value > 1) {
+      r.Say(Level::kError, "NEAR_LIMIT_RATIO", fmt::format("'{}' is not a ratio from 0 to 1", *ratio));
+    } else {
+      s.near_limit_ratio = value;
     }
   }
   r.Unsupported("LIMIT_RESPONSE_HEADERS_ENABLED", false, Level::kError,

@@ -140,9 +140,8 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"REDIS_TYPE", "sentinel"},
       {"REDIS_SOCKET_TYPE", "unix"},
       {"REDIS_TLS", "true"},
-      {"QUOTA_MODE", "true"},
-      {"RESPONSE_DYNAMIC_METADATA", "true"},
-      {"NEAR_LIMIT_RATIO", "0.9"},
+      {"QUOTA_MODE", "yes"},  // not a Go boolean
+      {"NEAR_LIMIT_RATIO", "1.5"},
       {"LIMIT_RESPONSE_HEADERS_ENABLED", "true"},
       {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
       {"GRPC_UDS", "/run/rl.sock"},
@@ -159,6 +158,23 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
     EXPECT_THAT(Said(result, name, Level::kError), testing::SizeIs(1)) << name << "\n"
                                                                        << All(result);
   }
+}
+
+// The global modes map to the settings of the same meaning.
+TEST(EnvoyEnvTest, ModesMapToSettings) {
+  Env env = Deployment();
+  env["QUOTA_MODE"] = "true";
+  env["SHADOW_MODE"] = "1";
+  env["RESPONSE_DYNAMIC_METADATA"] = "T";
+  env["NEAR_LIMIT_RATIO"] = "0.7";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  ASSERT_TRUE(result.load.settings.has_value());
+  const rules::Settings& s = *result.load.settings;
+  EXPECT_TRUE(s.quota_mode);
+  EXPECT_TRUE(s.shadow_mode);
+  EXPECT_TRUE(s.rls_dynamic_metadata);
+  EXPECT_EQ(s.near_limit_ratio, 0.7f);
 }
 
 TEST(EnvoyEnvTest, TheSameVariablesAtTheirDefaultsAreFine) {

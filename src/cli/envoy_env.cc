@@ -45,9 +45,6 @@ constexpr Note kIrrelevant[] = {
     {"EXPIRATION_JITTER_MAX_SECONDS", "sluice sets its keys' expiry from each limit's window"},
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
      "sluice never serves without a loaded configuration"},
-    {"LIMIT_LIMIT_HEADER", "only with LIMIT_RESPONSE_HEADERS_ENABLED=true"},
-    {"LIMIT_REMAINING_HEADER", "only with LIMIT_RESPONSE_HEADERS_ENABLED=true"},
-    {"LIMIT_RESET_HEADER", "only with LIMIT_RESPONSE_HEADERS_ENABLED=true"},
     {"FORCE_START_WITHOUT_INITIAL_CONFIG", "only with CONFIG_TYPE=GRPC_XDS_SOTW"},
     {"GRPC_SERVER_TLS_CERT", "only with GRPC_SERVER_USE_TLS=true"},
     {"GRPC_SERVER_TLS_KEY", "only with GRPC_SERVER_USE_TLS=true"},
@@ -482,9 +479,10 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
       s.near_limit_ratio = value;
     }
   }
-  r.Unsupported("LIMIT_RESPONSE_HEADERS_ENABLED", false, Level::kError,
-                "not supported: sluice's RLS headers (settings rls.response_headers) are the "
-                "IETF RateLimit/RateLimit-Policy fields, not RateLimit-Limit/-Remaining/-Reset");
+  s.rls_upstream_headers = r.Bool("LIMIT_RESPONSE_HEADERS_ENABLED", false);
+  if (auto name = r.Get("LIMIT_LIMIT_HEADER")) s.rls_limit_header = *name;
+  if (auto name = r.Get("LIMIT_REMAINING_HEADER")) s.rls_remaining_header = *name;
+  if (auto name = r.Get("LIMIT_RESET_HEADER")) s.rls_reset_header = *name;
 
   // Stats and tracing: what sluice has instead.
   r.Say(Level::kInfo, "",

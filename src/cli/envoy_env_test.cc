@@ -142,7 +142,7 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"REDIS_TLS", "true"},
       {"QUOTA_MODE", "yes"},  // not a Go boolean
       {"NEAR_LIMIT_RATIO", "1.5"},
-      {"LIMIT_RESPONSE_HEADERS_ENABLED", "true"},
+      {"LIMIT_RESPONSE_HEADERS_ENABLED", "on"},  // not a Go boolean
       {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
       {"GRPC_UDS", "/run/rl.sock"},
       {"GRPC_SERVER_USE_TLS", "true"},
@@ -167,6 +167,8 @@ TEST(EnvoyEnvTest, ModesMapToSettings) {
   env["SHADOW_MODE"] = "1";
   env["RESPONSE_DYNAMIC_METADATA"] = "T";
   env["NEAR_LIMIT_RATIO"] = "0.7";
+  env["LIMIT_RESPONSE_HEADERS_ENABLED"] = "true";
+  env["LIMIT_REMAINING_HEADER"] = "X-Left";
   const EnvoyEnv result = ReadEnvoyEnv(env);
   ASSERT_TRUE(result.ok()) << All(result);
   ASSERT_TRUE(result.load.settings.has_value());
@@ -175,6 +177,9 @@ TEST(EnvoyEnvTest, ModesMapToSettings) {
   EXPECT_TRUE(s.shadow_mode);
   EXPECT_TRUE(s.rls_dynamic_metadata);
   EXPECT_EQ(s.near_limit_ratio, 0.7f);
+  EXPECT_TRUE(s.rls_upstream_headers);
+  EXPECT_EQ(s.rls_limit_header, "RateLimit-Limit");
+  EXPECT_EQ(s.rls_remaining_header, "X-Left");
 }
 
 TEST(EnvoyEnvTest, TheSameVariablesAtTheirDefaultsAreFine) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -317,6 +319,34 @@ RlsOptions RlsOptionsFromSettings(const rules::Settings& settings) {
         if (f.name == "Retry-After") continue;  // Envoy sets its own on a 429
         out->push_back({std::move(f.name), std::move(f.value)});
       }
+    };
+  } else if (settings.rls_upstream_headers) {
+    options.response_headers = [limit = settings.rls_limit_header,
+                                remaining = settings.rls_remaining_header,
+                                reset = settings.rls_reset_header](
+                                   const engine::Response& response,
+                                   std::vector<HeaderField>* out) {
+      // The descriptor closest to its limit, picked as envoyproxy/ratelimit picks it: the lowest
+      // limit_remaining among those with a limit, unless one not in quota mode is over its limit
+      // (then the last such).
+      std::optional<RateLimitResponse::DescriptorStatus> pick;
+      uint32_t lowest = std::numeric_limits<uint32_t>::max();
+      for (const engine::DescriptorResult& result : response.descriptors) {
+        RateLimitResponse::DescriptorStatus status;
+        FillStatus(result, &status);
+        if (status.has_current_limit() && status.limit_remaining() < lowest) {
+          lowest = status.limit_remaining();
+          pick = status;
+        }
+        if (!result.unlimited && !result.quota && status.code() == RateLimitResponse::OVER_LIMIT) {
+          lowest = 0;
+          pick = status;
+        }
+      }
+      if (!pick.has_value() || !pick->has_current_limit()) return;
+      out->push_back({limit, absl::StrCat(pick->current_limit().requests_per_unit())});
+      out->push_back({remaining, absl::StrCat(pick->limit_remaining())});
+      out->push_back({reset, absl::StrCat(pick->duration_until_reset().seconds())});
     };
   }
   return options;

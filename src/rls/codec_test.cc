@@ -464,6 +464,44 @@ TEST_F(RlsTest, SettingsCanRejectUnknownDomainsAndAddTheIetfFields) {
   EXPECT_THAT(fields["RateLimit"], ::testing::HasSubstr(";r="));
 }
 
+// Issue 19: upstream's LIMIT_RESPONSE_HEADERS_ENABLED (`rls.response_headers: upstream`): the
+// limit, remaining and reset of the descriptor closest to its limit, picked as upstream picks it
+// (the lowest remaining, unless one is over its limit), under configurable names.
+TEST_F(RlsTest, SettingsCanAddUpstreamsLimitHeaders) {
+  rules::Settings settings;
+  settings.rls_upstream_headers = true;
+  RlsOptions options = RlsOptionsFromSettings(settings);
+  const auto fields = [&](const RateLimitRequest& request) {
+    std::vector<std::pair<std::string, std::string>> out;
+    const absl::StatusOr<RateLimitResponse> r = Call(request, options);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) {
+      for (const auto& h : r->response_headers_to_add()) out.emplace_back(h.key(), h.value());
+    }
+    return out;
+  };
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  RateLimitRequest two = Request1("edge", "remote_address", "10.9.9.9");
+  AddDescriptor(&two, {{"login", "u"}});
+  // login (2 per minute, 1 left, 40 s to the minute's end) is closer than the address (9 left).
+  EXPECT_EQ(fields(two), (Fields{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "1"},
+                                 {"RateLimit-Reset", "40"}}));
+  // Over its limit, login is picked whatever the others have left.
+  fields(Request1("edge", "login", "u"));
+  RateLimitRequest over = Request1("edge", "login", "u");
+  AddDescriptor(&over, {{"remote_address", "10.9.9.8"}});
+  EXPECT_EQ(fields(over), (Fields{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "0"},
+                                  {"RateLimit-Reset", "40"}}));
+  // No descriptor with a limit: no header.
+  EXPECT_EQ(fields(Request1("edge", "nothing", "matches")), Fields{});
+  settings.rls_limit_header = "X-Limit";
+  settings.rls_remaining_header = "X-Left";
+  settings.rls_reset_header = "X-Reset";
+  options = RlsOptionsFromSettings(settings);
+  EXPECT_EQ(fields(Request1("edge", "remote_address", "10.9.9.7")),
+            (Fields{{"X-Limit", "10"}, {"X-Left", "9"}, {"X-Reset", "1"}}));
+}
+
 TEST_F(RlsTest, NoConfigIsUpstreamsError) {
   const absl::StatusOr<RateLimitResponse> r =
       ShouldRateLimit(engine_, nullptr, Request1("edge", "k", "v"), kT0);

@@ -203,6 +203,13 @@ struct Settings {
   // response_headers_to_add, and an unknown domain as an error instead of OK.
   bool rls_response_headers = false;
   bool rls_reject_unknown_domain = false;
+  // `rls.response_headers: upstream` (upstream's LIMIT_RESPONSE_HEADERS_ENABLED): the limit,
+  // remaining and reset of the descriptor closest to its limit, as upstream picks it, under
+  // these names.
+  bool rls_upstream_headers = false;
+  std::string rls_limit_header = "RateLimit-Limit";
+  std::string rls_remaining_header = "RateLimit-Remaining";
+  std::string rls_reset_header = "RateLimit-Reset";
 };
 
 struct Config {

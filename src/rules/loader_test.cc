@@ -633,6 +633,20 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_TRUE(s.rls_reject_unknown_domain);
 }
 
+TEST(LoaderExtensionsTest, RlsResponseHeadersIetfOrUpstreams) {
+  auto config = MustLoad("rls:\n  response_headers: upstream\n  header_names: {limit: A, reset: C}\n");
+  ASSERT_NE(config, nullptr);
+  EXPECT_TRUE(config->settings.rls_upstream_headers);
+  EXPECT_FALSE(config->settings.rls_response_headers);
+  EXPECT_EQ(config->settings.rls_limit_header, "A");
+  EXPECT_EQ(config->settings.rls_remaining_header, "RateLimit-Remaining");
+  EXPECT_EQ(config->settings.rls_reset_header, "C");
+  config = MustLoad("rls: {response_headers: ietf}\n");
+  ASSERT_NE(config, nullptr);
+  EXPECT_TRUE(config->settings.rls_response_headers);
+  EXPECT_FALSE(config->settings.rls_upstream_headers);
+}
+
 TEST(LoaderExtensionsTest, UpstreamUrls) {
   const auto upstream = [](const std::string& url) -> std::pair<std::string, int> {
     auto config = MustLoad("domain: d\nhttp:\n  upstream: \"" + url + "\"\n");

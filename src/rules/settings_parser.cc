@@ -52,8 +52,23 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     }
   }
   if (const YAML::Node rls = doc["rls"]; rls.IsDefined() && !rls.IsNull()) {
-    if (r.CheckMap(rls, "rls", {"response_headers", "unknown_domain"})) {
-      s.rls_response_headers = r.Bool(rls, "response_headers").value_or(false);
+    if (r.CheckMap(rls, "rls", {"response_headers", "unknown_domain", "header_names"})) {
+      const YAML::Node h = rls["response_headers"];
+      const std::string form = h.IsDefined() && h.IsScalar() ? h.Scalar() : "";
+      if (form == "upstream") {
+        s.rls_upstream_headers = true;
+      } else if (form == "ietf") {
+        s.rls_response_headers = true;
+      } else {
+        s.rls_response_headers = r.Bool(rls, "response_headers").value_or(false);
+      }
+      if (const YAML::Node names = rls["header_names"]; names.IsDefined() && !names.IsNull()) {
+        if (r.CheckMap(names, "rls.header_names", {"limit", "remaining", "reset"})) {
+          s.rls_limit_header = r.String(names, "limit").value_or(s.rls_limit_header);
+          s.rls_remaining_header = r.String(names, "remaining").value_or(s.rls_remaining_header);
+          s.rls_reset_header = r.String(names, "reset").value_or(s.rls_reset_header);
+        }
+      }
       if (auto unknown = r.String(rls, "unknown_domain")) {
         if (*unknown != "ok" && *unknown != "error") {
           r.Error(rls["unknown_domain"], "rls.unknown_domain must be ok or error");

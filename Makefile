@@ -1,7 +1,7 @@
 # Thin wrapper over scripts/bootstrap.sh, CMake presets and ctest. See README.md.
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build debug asan tsan bootstrap clean
+.PHONY: run test build debug asan tsan bootstrap clean package
 
 bootstrap:
 	scripts/bootstrap.sh
@@ -19,6 +19,10 @@ test: build
 	# The unit tests of the code that manages memory by hand (store, HTTP server and upstream
 	# client, pooled allocator, Redis connection and client), built by fuzz.sh with ASan + UBSan.
 	ctest --test-dir build/fuzz -L unit -j $(JOBS) --output-on-failure
+
+# build/release/sluice_<version>_amd64.deb: binary, library and headers, /etc/sluice, systemd unit.
+package: build
+	cd build/release && cpack -G DEB
 
 debug: bootstrap
 	cmake --preset debug

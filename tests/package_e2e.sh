@@ -22,7 +22,8 @@ deb=$(ls "$tmp"/pkg/sluice_*_amd64.deb 2>/dev/null | head -1)
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for path in ./usr/bin/sluice ./usr/lib/libsluice.a ./usr/include/sluice/limiter.h \
             ./etc/sluice/sluice.yaml ./etc/sluice/rules/default.yaml \
-            ./usr/lib/systemd/system/sluice.service ./usr/share/doc/sluice/README.md; do
+            ./usr/lib/systemd/system/sluice.service ./usr/share/doc/sluice/README.md \
+            ./usr/share/man/man1/sluice.1.gz; do
   check_contains "holds $path" "$path" "$contents"
 done
 check_contains "Depends on the libraries it links (dpkg-shlibdeps)" "libgrpc++" "$(dpkg-deb -f "$deb" Depends)"
@@ -35,6 +36,12 @@ check "the packaged rules are the embedded default's" \
 
 root=$tmp/root
 dpkg-deb -x "$deb" "$root"
+if command -v man >/dev/null; then
+  page=$(MANWIDTH=100 man -l "$root/usr/share/man/man1/sluice.1.gz" 2>"$tmp/man.err")
+  check_contains "sluice(1) renders" "SLUICE(1)" "$page"
+  check_contains "sluice(1) has serve's flags, from --help" "--envoy-env" "$page"
+  check "sluice(1): no roff warning" "" "$(cat "$tmp/man.err")"
+fi
 check "check-config on the packaged settings" "ok: 1 domains, 6 limits" \
   "$("$root/usr/bin/sluice" check-config "$root/etc/sluice/sluice.yaml" 2>&1)"
 sluice=$root/usr/bin/sluice

@@ -71,6 +71,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
+#include "util/json_string.h"
 
 namespace sluice::http {
 
@@ -89,10 +90,8 @@ std::string RenderError(std::string_view message);
 // The `name` of a descriptor's status (see above).
 std::string StatusName(const engine::DescriptorResult& result);
 
-// Appends `text` to `out` as a JSON string, quotes included: `"` and `\` escaped, control
-// characters as \n, \t, ... or \u00XX, valid UTF-8 passed through byte for byte, and each byte
-// of an invalid UTF-8 sequence replaced by \ufffd, so the output is always valid JSON.
-void AppendJsonString(std::string* out, std::string_view text);
+// util::AppendJsonString, which this file's answers are written with.
+using util::AppendJsonString;
 
 }  // namespace sluice::http
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "util/json_string.h"
 
 namespace sluice::rls {
 namespace {
@@ -18,29 +19,6 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
-
-// A JSON string: quotes, backslashes and control characters escaped, the rest as it is.
-void AppendString(std::string_view text, std::string* out) {
-  out->push_back('"');
-  for (const char c : text) {
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 bool IsWellKnown(const google::protobuf::Descriptor& type) {
   return type.file()->package() == "google.protobuf";
@@ -57,7 +35,7 @@ void AppendStruct(const google::protobuf::Struct& s, std::string* out) {
   out->push_back('{');
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i > 0) out->push_back(',');
-    AppendString(*keys[i], out);
+    util::AppendJsonString(out, *keys[i]);
     out->push_back(':');
     AppendStructValue(s.fields().at(*keys[i]), out);
   }
@@ -76,14 +54,14 @@ void AppendStructValue(const google::protobuf::Value& value, std::string* out) {
       out->push_back(']');
       return;
     case google::protobuf::Value::kStringValue:
-      return AppendString(value.string_value(), out);
+      return util::AppendJsonString(out, value.string_value());
     case google::protobuf::Value::kBoolValue:
       out->append(value.bool_value() ? "true" : "false");
       return;
     case google::protobuf::Value::kNumberValue: {
       const double n = value.number_value();
       if (!std::isfinite(n)) {  // not a JSON number: protojson refuses; a string is kinder
-        return AppendString(std::isnan(n) ? "NaN" : n > 0 ? "Infinity" : "-Infinity", out);
+        return util::AppendJsonString(out, std::isnan(n) ? "NaN" : n > 0 ? "Infinity" : "-Infinity");
       }
       char digits[32];
       const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;  // shortest
@@ -128,7 +106,7 @@ bool AppendValue(const Message& message, const FieldDescriptor& field, int index
       if (value == nullptr) {
         absl::StrAppend(out, number);  // a number with no name is written as the number
       } else {
-        AppendString(value->name(), out);
+        util::AppendJsonString(out, value->name());
       }
       return true;
     }
@@ -138,9 +116,9 @@ bool AppendValue(const Message& message, const FieldDescriptor& field, int index
                                     ? r.GetRepeatedStringReference(message, &field, index, &scratch)
                                     : r.GetStringReference(message, &field, &scratch);
       if (field.type() == FieldDescriptor::TYPE_BYTES) {
-        AppendString(absl::Base64Escape(text), out);
+        util::AppendJsonString(out, absl::Base64Escape(text));
       } else {
-        AppendString(text, out);
+        util::AppendJsonString(out, text);
       }
       return true;
     }
@@ -177,7 +155,7 @@ bool AppendMessage(const Message& message, std::string* out) {
     if (field->is_map()) return false;  // none in the messages sent
     if (!first) out->push_back(',');
     first = false;
-    AppendString(field->json_name(), out);
+    util::AppendJsonString(out, field->json_name());
     out->push_back(':');
     if (!field->is_repeated()) {
       if (!AppendValue(message, *field, -1, out)) return false;

@@ -5,25 +5,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
+#include "util/json_string.h"
 
 namespace sluice::rules {
 
 namespace {
-
-void AppendJsonText(std::string_view text, std::string* out) {
-  out->push_back('"');
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      *out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
 
 void AppendJson(const YAML::Node& node, std::string* out) {
   if (node.IsMap()) {
@@ -32,7 +18,7 @@ void AppendJson(const YAML::Node& node, std::string* out) {
     for (auto it = node.begin(); it != node.end(); ++it) {
       if (!first) out->push_back(',');
       first = false;
-      AppendJsonText(it->first.IsScalar() ? it->first.Scalar() : "", out);
+      util::AppendJsonString(out, it->first.IsScalar() ? it->first.Scalar() : "");
       out->push_back(':');
       AppendJson(it->second, out);
     }
@@ -60,7 +46,7 @@ void AppendJson(const YAML::Node& node, std::string* out) {
         return;
       }
     }
-    AppendJsonText(text, out);
+    util::AppendJsonString(out, text);
   }
 }
 

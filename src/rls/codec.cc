@@ -225,10 +225,12 @@ RateLimitResponse ToProto(const engine::Response& response,
   return out;
 }
 
-absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
-                                                  const rules::Config* config,
-                                                  const RateLimitRequest& request, int64_t now_us,
-                                                  const RlsOptions& options) {
+namespace {
+
+// The request as the engine takes it, or the error the RPC answers instead: no config,
+// FromProto's, an unknown domain when the options reject it.
+absl::StatusOr<engine::Request> Accept(const rules::Config* config, const RateLimitRequest& request,
+                                       const RlsOptions& options) {
   if (config == nullptr) {
     return absl::FailedPreconditionError("no rate limit configuration loaded");
   }
@@ -238,12 +240,34 @@ absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
     return absl::NotFoundError(
         absl::StrCat("unknown rate limit domain \"", converted->domain, "\""));
   }
-  const engine::Response response = engine.Check(*config, *converted, now_us);
+  return converted;
+}
+
+// The answer to `request` decided as `response`: the options' headers, the marker of a failure
+// policy's answer, and the dynamic metadata when the options ask for it.
+RateLimitResponse Answer(const RateLimitRequest& request, const engine::Response& response,
+                         const RlsOptions& options) {
   std::vector<HeaderField> headers;
   if (options.response_headers) options.response_headers(response, &headers);
+  if (response.backend == engine::BackendState::kFailedOpen) {
+    headers.push_back({"x-ratelimit-status", "degraded"});
+  } else if (response.backend == engine::BackendState::kLocal) {
+    headers.push_back({"x-ratelimit-status", "local"});
+  }
   RateLimitResponse out = ToProto(response, headers);
   if (options.dynamic_metadata) *out.mutable_dynamic_metadata() = DynamicMetadata(request, response);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RateLimitResponse> ShouldRateLimit(engine::Engine& engine,
+                                                  const rules::Config* config,
+                                                  const RateLimitRequest& request, int64_t now_us,
+                                                  const RlsOptions& options) {
+  absl::StatusOr<engine::Request> accepted = Accept(config, request, options);
+  if (!accepted.ok()) return accepted.status();
+  return Answer(request, engine.Check(*config, *accepted, now_us), options);
 }
 
 namespace {
@@ -356,41 +380,25 @@ void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::C
                           const RateLimitRequest& request, int64_t now_us,
                           const RlsOptions& options,
                           std::function<void(absl::StatusOr<RateLimitResponse>)> done) {
-  if (config == nullptr) {
-    return done(absl::FailedPreconditionError("no rate limit configuration loaded"));
-  }
-  absl::StatusOr<engine::Request> converted = FromProto(request);
-  if (!converted.ok()) return done(converted.status());
-  if (options.reject_unknown_domain && config->FindDomain(converted->domain) == nullptr) {
-    return done(absl::NotFoundError(
-        absl::StrCat("unknown rate limit domain \"", converted->domain, "\"")));
-  }
+  absl::StatusOr<engine::Request> accepted = Accept(config.get(), request, options);
+  if (!accepted.ok()) return done(accepted.status());
   std::vector<engine::Request> requests;
-  requests.push_back(*std::move(converted));
+  requests.push_back(*std::move(accepted));
   std::string domain = requests.front().domain;
-  // The request, for the dynamic metadata built with the answer.
+  // The request, for the dynamic metadata built with the answer (only then: a copy).
   std::shared_ptr<const RateLimitRequest> asked;
   if (options.dynamic_metadata) asked = std::make_shared<RateLimitRequest>(request);
   engine.CheckAllAsync(
       std::move(config), std::move(requests), now_us,
-      [headers_of = options.response_headers, on_decision = options.on_decision,
-       domain = std::move(domain), asked = std::move(asked),
+      [options, domain = std::move(domain), asked = std::move(asked),
        done = std::move(done)](std::vector<engine::Response> responses) {
         const engine::Response& response = responses.front();
-        if (on_decision) on_decision(domain, response);
+        if (options.on_decision) options.on_decision(domain, response);
         if (response.backend == engine::BackendState::kFailedClosed && !response.allowed) {
           return done(absl::UnavailableError("rate limit backend unavailable (failure_mode: closed)"));
         }
-        std::vector<HeaderField> headers;
-        if (headers_of) headers_of(response, &headers);
-        if (response.backend == engine::BackendState::kFailedOpen) {
-          headers.push_back({"x-ratelimit-status", "degraded"});
-        } else if (response.backend == engine::BackendState::kLocal) {
-          headers.push_back({"x-ratelimit-status", "local"});
-        }
-        RateLimitResponse out = ToProto(response, headers);
-        if (asked != nullptr) *out.mutable_dynamic_metadata() = DynamicMetadata(*asked, response);
-        done(std::move(out));
+        done(Answer(asked != nullptr ? *asked : RateLimitRequest::default_instance(), response,
+                    options));
       });
 }
 

@@ -77,11 +77,7 @@ start_env() {
   env -i PATH="$PATH" "$@" "$sluice" serve --envoy-env >"$tmp/$name.out" 2>"$tmp/$name.err" &
   PID=$!
   pids+=("$PID")
-  for _ in $(seq 200); do
-    grep -q '^sluice: config' "$tmp/$name.out" 2>/dev/null && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-  done
+  wait_started "$name"
 }
 
 json() {  # json USER: one /json request for domain api; prints the status code, keeps the body

@@ -42,14 +42,20 @@ start() {
   "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "${grpc[@]}" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   PID=$!
   pids+=("$PID")
-  for _ in $(seq 200); do
-    grep -q '^sluice: config' "$tmp/$name.out" 2>/dev/null && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-  done
+  wait_started "$name"
   DATA=$(sed -n 's/^sluice: data plane listening on //p' "$tmp/$name.out")
   ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$tmp/$name.out")
   GRPC=$(sed -n 's/^sluice: grpc listening on //p' "$tmp/$name.out")
+}
+
+# wait_started NAME: waits (at most 10 s) until the `sluice serve` started as NAME (pid PID,
+# output in $tmp/NAME.out) has printed its config line, the last of its start-up, or has exited.
+wait_started() {
+  for _ in $(seq 200); do
+    grep -q '^sluice: config' "$tmp/$1.out" 2>/dev/null && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+  done
 }
 
 # stop: SIGTERM, then STATUS = the exit status (bounded wait; killed after 5 s).

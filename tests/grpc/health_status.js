@@ -6,21 +6,15 @@
 
 'use strict';
 
-const fs = require('fs');
-const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+const {grpc, loadProtos} = require('./testing');
 
 const target = process.argv[2];
 if (!target) {
   console.error('usage: node health_status.js HOST:PORT');
   process.exit(2);
 }
-const includeDirs = [path.resolve(__dirname, '../../src/rls/proto')];
-if (fs.existsSync('/usr/include/google/protobuf/duration.proto')) includeDirs.push('/usr/include');
-const definition = protoLoader.loadSync(['grpc/health/v1/health.proto'],
-                                        {includeDirs, keepCase: true, enums: String, defaults: true});
-const loaded = grpc.loadPackageDefinition(definition);
+const loaded = loadProtos(['grpc/health/v1/health.proto'],
+                          {keepCase: true, enums: String, defaults: true});
 const health = new loaded.grpc.health.v1.Health(target, grpc.credentials.createInsecure());
 health.Check({service: ''}, {deadline: Date.now() + 5000}, (error, response) => {
   console.log(error ? grpc.status[error.code] : response.status);

@@ -5,22 +5,15 @@
 
 'use strict';
 
-const fs = require('fs');
-const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+const {grpc, loadProtos} = require('./testing');
 
 const [target, domain, key, value] = process.argv.slice(2);
 if (!value) {
   console.error('usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE');
   process.exit(2);
 }
-const includeDirs = [path.resolve(__dirname, '../../src/rls/proto')];
-if (fs.existsSync('/usr/include/google/protobuf/duration.proto')) includeDirs.push('/usr/include');
-const definition = protoLoader.loadSync(['envoy/service/ratelimit/v3/rls.proto'],
-                                        {includeDirs, keepCase: true, longs: String, enums: String,
-                                         defaults: true, oneofs: true});
-const loaded = grpc.loadPackageDefinition(definition);
+const loaded = loadProtos(['envoy/service/ratelimit/v3/rls.proto'],
+                          {keepCase: true, longs: String, enums: String, defaults: true, oneofs: true});
 const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(
     target, grpc.credentials.createInsecure());
 const request = {domain, descriptors: [{entries: [{key, value}]}], hits_addend: 1};

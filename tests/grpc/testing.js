@@ -1,4 +1,4 @@
-// Shared by the Node.js end-to-end clients (client_test.js, dropin_test.js): sluice's .proto
+// Shared by the Node.js gRPC clients of the end-to-end tests: sluice's .proto
 // files loaded with @grpc/proto-loader, and a tally of checks that prints one line each.
 
 'use strict';

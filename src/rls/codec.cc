@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -249,12 +248,39 @@ RateLimitResponse Answer(const RateLimitRequest& request, const engine::Response
                          const RlsOptions& options) {
   std::vector<HeaderField> headers;
   if (options.response_headers) options.response_headers(response, &headers);
-  if (response.backend == engine::BackendState::kFailedOpen) {
-    headers.push_back({"x-ratelimit-status", "degraded"});
-  } else if (response.backend == engine::BackendState::kLocal) {
-    headers.push_back({"x-ratelimit-status", "local"});
-  }
   RateLimitResponse out = ToProto(response, headers);
+  const auto add = [&out](const std::string& name, std::string value) {
+    auto* header = out.add_response_headers_to_add();
+    header->set_key(name);
+    header->set_value(std::move(value));
+  };
+  if (options.limit_headers) {  // from the statuses just made (one per descriptor, in order)
+    int pick = -1;
+    uint32_t lowest = std::numeric_limits<uint32_t>::max();
+    for (int i = 0; i < out.statuses_size(); ++i) {
+      const RateLimitResponse::DescriptorStatus& status = out.statuses(i);
+      const engine::DescriptorResult& result = response.descriptors[static_cast<size_t>(i)];
+      if (status.has_current_limit() && status.limit_remaining() < lowest) {
+        lowest = status.limit_remaining();
+        pick = i;
+      }
+      if (!result.unlimited && !result.quota && status.code() == RateLimitResponse::OVER_LIMIT) {
+        lowest = 0;
+        pick = i;
+      }
+    }
+    if (pick >= 0 && out.statuses(pick).has_current_limit()) {
+      const RateLimitResponse::DescriptorStatus& status = out.statuses(pick);
+      add(options.limit_headers->limit, absl::StrCat(status.current_limit().requests_per_unit()));
+      add(options.limit_headers->remaining, absl::StrCat(status.limit_remaining()));
+      add(options.limit_headers->reset, absl::StrCat(status.duration_until_reset().seconds()));
+    }
+  }
+  if (response.backend == engine::BackendState::kFailedOpen) {
+    add("x-ratelimit-status", "degraded");
+  } else if (response.backend == engine::BackendState::kLocal) {
+    add("x-ratelimit-status", "local");
+  }
   if (options.dynamic_metadata) *out.mutable_dynamic_metadata() = DynamicMetadata(request, response);
   return out;
 }
@@ -345,33 +371,9 @@ RlsOptions RlsOptionsFromSettings(const rules::Settings& settings) {
       }
     };
   } else if (settings.rls_upstream_headers) {
-    options.response_headers = [limit = settings.rls_limit_header,
-                                remaining = settings.rls_remaining_header,
-                                reset = settings.rls_reset_header](
-                                   const engine::Response& response,
-                                   std::vector<HeaderField>* out) {
-      // The descriptor closest to its limit, picked as envoyproxy/ratelimit picks it: the lowest
-      // limit_remaining among those with a limit, unless one not in quota mode is over its limit
-      // (then the last such).
-      std::optional<RateLimitResponse::DescriptorStatus> pick;
-      uint32_t lowest = std::numeric_limits<uint32_t>::max();
-      for (const engine::DescriptorResult& result : response.descriptors) {
-        RateLimitResponse::DescriptorStatus status;
-        FillStatus(result, &status);
-        if (status.has_current_limit() && status.limit_remaining() < lowest) {
-          lowest = status.limit_remaining();
-          pick = status;
-        }
-        if (!result.unlimited && !result.quota && status.code() == RateLimitResponse::OVER_LIMIT) {
-          lowest = 0;
-          pick = status;
-        }
-      }
-      if (!pick.has_value() || !pick->has_current_limit()) return;
-      out->push_back({limit, absl::StrCat(pick->current_limit().requests_per_unit())});
-      out->push_back({remaining, absl::StrCat(pick->limit_remaining())});
-      out->push_back({reset, absl::StrCat(pick->duration_until_reset().seconds())});
-    };
+    options.limit_headers = RlsOptions::LimitHeaderNames{.limit = settings.rls_limit_header,
+                                                         .remaining = settings.rls_remaining_header,
+                                                         .reset = settings.rls_reset_header};
   }
   return options;
 }

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -125,6 +126,14 @@ struct RlsOptions {
   // The answer carries dynamic_metadata, as upstream's RESPONSE_DYNAMIC_METADATA builds it
   // (DynamicMetadata below).
   bool dynamic_metadata = false;
+  // Upstream's LIMIT_RESPONSE_HEADERS_ENABLED: response_headers_to_add gets the limit, remaining
+  // and reset (seconds) of the descriptor closest to its limit, picked as upstream picks it (the
+  // lowest limit_remaining among those with a limit, unless one not in quota mode is over its
+  // limit: then the last such), under these names.
+  struct LimitHeaderNames {
+    std::string limit, remaining, reset;
+  };
+  std::optional<LimitHeaderNames> limit_headers;
 };
 
 // Upstream's dynamic metadata for `request` and its decision: {"domain", "descriptors": [{

@@ -177,8 +177,9 @@ void BM_EngineCheck(benchmark::State& state) {
   for (std::vector<Entry>& entries : MakeDescriptors(shape, n, static_cast<int>(state.range(2)))) {
     engine::Request request;
     request.domain = "bench";
-    request.descriptors.push_back(
-        {.entries = engine::Entries(entries.begin(), entries.end()), .limit = {}, .hits_addend = {}});
+    request.descriptors.push_back({.entries = engine::Entries(entries.begin(), entries.end()),
+                                   .limit = {},
+                                   .hits_addend = {}});
     requests.push_back(std::move(request));
   }
   ManualClock clock(kT0);

@@ -20,8 +20,8 @@ int main(int argc, char** argv) {
   const size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
   const size_t n = (mib << 20) / sizeof(size_t);
   if (n < 2) return 2;
-  void* memory = mmap(nullptr, n * sizeof(size_t), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* memory =
+      mmap(nullptr, n * sizeof(size_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return 1;
   auto* next = static_cast<size_t*>(memory);
   std::vector<size_t> order(n);

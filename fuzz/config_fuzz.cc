@@ -30,8 +30,7 @@ constexpr size_t kMaxDepth = 8;
 
 // Adds to `request` a descriptor for every rule node under `node` (a wildcard value is matched
 // by the value with each '*' replaced by "x"; a key-only node by "v").
-void AddDescriptors(const rules::RuleNode& node, engine::Entries* path,
-                    engine::Request* request) {
+void AddDescriptors(const rules::RuleNode& node, engine::Entries* path, engine::Request* request) {
   for (const auto& child : node.children) {
     if (request->descriptors.size() >= kMaxDescriptors) return;
     std::string value = child->has_value ? child->value : "v";

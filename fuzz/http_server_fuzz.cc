@@ -24,6 +24,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -34,11 +38,6 @@
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <boost/beast/core/error.hpp>
-#include <boost/beast/http/empty_body.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include "http/server.h"
 #include "http/service.h"
@@ -117,10 +116,9 @@ struct Harness {
                http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
         0, [this](const http::HttpRequest& header) { return service.StreamsBody(header); });
     auto admin = server.Listen(
-        "127.0.0.1:0", [this](http::HttpRequest& req, const std::string& peer,
-                              http::HttpResponse& res, http::Deferral& deferral) {
-          service.HandleAdmin(req, peer, res, deferral);
-        });
+        "127.0.0.1:0",
+        [this](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
+               http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); });
     if (!data.ok() || !admin.ok()) {
       std::fprintf(stderr, "fuzz_http_server: cannot listen on loopback\n");
       std::abort();

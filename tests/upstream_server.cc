@@ -186,144 +186,148 @@ int main(int argc, char** argv) {
   HttpServer server({.threads = 2, .max_body_bytes = std::numeric_limits<size_t>::max()});
   Counters counters;
   std::atomic<uint64_t>& requests = counters.requests;
-  auto port = server.Listen(listen, [&](HttpRequest& request, const std::string&,
-                                        HttpResponse& response, Deferral& deferral) {
-    const std::string target(request.target());
-    const std::string path = target.substr(0, target.find('?'));
-    response.set(beast_http::field::content_type, "text/plain");
-    if (path == "/stats") {
-      response.body() = "requests=" + std::to_string(requests.load()) +
-                        " connections=" + std::to_string(server.stats().connections_total.load()) +
-                        " holding=" + std::to_string(counters.holding.load()) +
-                        " cut=" + std::to_string(counters.cut.load()) +
-                        " received=" + std::to_string(counters.received.load());
-      return;
-    }
-    ++requests;
-    if (path == "/upload") {
-      if (deferral.body() == nullptr) {  // a body too small to need reading, or none
-        response.body() = "received " + std::to_string(request.body().size()) + " bytes";
-        return;
-      }
-      std::make_shared<UploadReader>(deferral.body(), deferral.Take(), &counters)->Next();
-      return;
-    }
-    if (path == "/early") {  // the body (streamed: see below) is left unread
-      const uint64_t status = Param(target, "status");
-      const auto hold = std::chrono::milliseconds(Param(target, "hold_ms"));
-      HttpResponse head(static_cast<beast_http::status>(
-                            status >= 200 && status <= 599 ? static_cast<unsigned>(status) : 413u),
-                        11);
-      head.set(beast_http::field::content_type, "text/plain");
-      auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor());
-      // A streamed answer, so that the connection ends by Abort: closed outright, without the
-      // lingering close HttpServer gives an answer whose request body is unread.
-      deferral.Take().Stream(
-          std::move(head), 14, [timer, hold](std::shared_ptr<BodyWriter> body) {
-            if (body == nullptr) return;
-            static constexpr std::string_view kEarly = "answered early";
-            BodyWriter& writer = *body;
-            writer.Write(boost::asio::buffer(kEarly.data(), kEarly.size()),
-                         [timer, hold, body](bool) {
-                           timer->expires_after(hold);
-                           timer->async_wait([body](boost::system::error_code) { body->Abort(); });
-                         });
-          });
-      return;
-    }
-    if (path == "/bytes") {
-      const uint64_t total = Param(target, "n");
-      const uint64_t cut = Param(target, "cut");
-      const bool chunked = Param(target, "chunked") == 1;
-      HttpResponse head(beast_http::status::ok, 11);
-      head.set(beast_http::field::content_type, "application/octet-stream");
-      deferral.Take().Stream(
-          std::move(head), chunked ? std::nullopt : std::optional<uint64_t>(total),
-          [&counters, total, cut](std::shared_ptr<BodyWriter> body) {
-            if (body == nullptr) return;
-            const uint64_t stop_at = cut > 0 && cut < total ? cut : total;
-            std::make_shared<Generator>(std::move(body), total, stop_at, &counters)->Next();
-          });
-      return;
-    }
-    if (path == "/release") {
-      ++counters.releases;
-      response.body() = "released";
-      return;
-    }
-    if (path == "/hold") {
-      HttpResponse head(beast_http::status::ok, 11);
-      head.set(beast_http::field::content_type, "text/plain");
-      const uint64_t releases = counters.releases.load();
-      auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor());
-      deferral.Take().Stream(
-          std::move(head), std::nullopt,
-          [&counters, releases, timer](std::shared_ptr<BodyWriter> body) {
-            if (body == nullptr) return;
-            static constexpr std::string_view kFirst = "first part\n";
-            ++counters.holding;
-            BodyWriter& writer = *body;
-            writer.Write(boost::asio::buffer(kFirst.data(), kFirst.size()),
-                         [&counters, releases, timer, body](bool written) {
-                           if (!written) {
-                             --counters.holding;
-                             ++counters.cut;
-                             return;
-                           }
-                           HoldThenFinish(body, &counters, releases, timer, 500);
-                         });
-          });
-      return;
-    }
-    if (path.rfind("/status/", 0) == 0) {
-      int status = 0;
-      const std::string code = path.substr(8);
-      std::from_chars(code.data(), code.data() + code.size(), status);
-      if (status < 200 || status > 599) status = 400;
-      response.result(static_cast<unsigned>(status));
-      response.body() = "status " + code;
-      return;
-    }
-    if (path == "/slow") {
-      const size_t at = target.find("ms=");
-      int ms = 1000;
-      if (at != std::string::npos)
-        std::from_chars(target.data() + at + 3, target.data() + target.size(), ms);
-      auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor(),
-                                                               std::chrono::milliseconds(ms));
-      timer->async_wait([timer, responder = deferral.Take()](boost::system::error_code) mutable {
-        HttpResponse later(beast_http::status::ok, 11);
-        later.set(beast_http::field::content_type, "text/plain");
-        later.body() = "slow";
-        responder.Send(std::move(later));
+  auto port = server.Listen(
+      listen,
+      [&](HttpRequest& request, const std::string&, HttpResponse& response, Deferral& deferral) {
+        const std::string target(request.target());
+        const std::string path = target.substr(0, target.find('?'));
+        response.set(beast_http::field::content_type, "text/plain");
+        if (path == "/stats") {
+          response.body() = "requests=" + std::to_string(requests.load()) + " connections=" +
+                            std::to_string(server.stats().connections_total.load()) +
+                            " holding=" + std::to_string(counters.holding.load()) +
+                            " cut=" + std::to_string(counters.cut.load()) +
+                            " received=" + std::to_string(counters.received.load());
+          return;
+        }
+        ++requests;
+        if (path == "/upload") {
+          if (deferral.body() == nullptr) {  // a body too small to need reading, or none
+            response.body() = "received " + std::to_string(request.body().size()) + " bytes";
+            return;
+          }
+          std::make_shared<UploadReader>(deferral.body(), deferral.Take(), &counters)->Next();
+          return;
+        }
+        if (path == "/early") {  // the body (streamed: see below) is left unread
+          const uint64_t status = Param(target, "status");
+          const auto hold = std::chrono::milliseconds(Param(target, "hold_ms"));
+          HttpResponse head(static_cast<beast_http::status>(status >= 200 && status <= 599
+                                                                ? static_cast<unsigned>(status)
+                                                                : 413u),
+                            11);
+          head.set(beast_http::field::content_type, "text/plain");
+          auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor());
+          // A streamed answer, so that the connection ends by Abort: closed outright, without the
+          // lingering close HttpServer gives an answer whose request body is unread.
+          deferral.Take().Stream(
+              std::move(head), 14, [timer, hold](std::shared_ptr<BodyWriter> body) {
+                if (body == nullptr) return;
+                static constexpr std::string_view kEarly = "answered early";
+                BodyWriter& writer = *body;
+                writer.Write(
+                    boost::asio::buffer(kEarly.data(), kEarly.size()), [timer, hold, body](bool) {
+                      timer->expires_after(hold);
+                      timer->async_wait([body](boost::system::error_code) { body->Abort(); });
+                    });
+              });
+          return;
+        }
+        if (path == "/bytes") {
+          const uint64_t total = Param(target, "n");
+          const uint64_t cut = Param(target, "cut");
+          const bool chunked = Param(target, "chunked") == 1;
+          HttpResponse head(beast_http::status::ok, 11);
+          head.set(beast_http::field::content_type, "application/octet-stream");
+          deferral.Take().Stream(
+              std::move(head), chunked ? std::nullopt : std::optional<uint64_t>(total),
+              [&counters, total, cut](std::shared_ptr<BodyWriter> body) {
+                if (body == nullptr) return;
+                const uint64_t stop_at = cut > 0 && cut < total ? cut : total;
+                std::make_shared<Generator>(std::move(body), total, stop_at, &counters)->Next();
+              });
+          return;
+        }
+        if (path == "/release") {
+          ++counters.releases;
+          response.body() = "released";
+          return;
+        }
+        if (path == "/hold") {
+          HttpResponse head(beast_http::status::ok, 11);
+          head.set(beast_http::field::content_type, "text/plain");
+          const uint64_t releases = counters.releases.load();
+          auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor());
+          deferral.Take().Stream(std::move(head), std::nullopt,
+                                 [&counters, releases, timer](std::shared_ptr<BodyWriter> body) {
+                                   if (body == nullptr) return;
+                                   static constexpr std::string_view kFirst = "first part\n";
+                                   ++counters.holding;
+                                   BodyWriter& writer = *body;
+                                   writer.Write(boost::asio::buffer(kFirst.data(), kFirst.size()),
+                                                [&counters, releases, timer, body](bool written) {
+                                                  if (!written) {
+                                                    --counters.holding;
+                                                    ++counters.cut;
+                                                    return;
+                                                  }
+                                                  HoldThenFinish(body, &counters, releases, timer,
+                                                                 500);
+                                                });
+                                 });
+          return;
+        }
+        if (path.rfind("/status/", 0) == 0) {
+          int status = 0;
+          const std::string code = path.substr(8);
+          std::from_chars(code.data(), code.data() + code.size(), status);
+          if (status < 200 || status > 599) status = 400;
+          response.result(static_cast<unsigned>(status));
+          response.body() = "status " + code;
+          return;
+        }
+        if (path == "/slow") {
+          const size_t at = target.find("ms=");
+          int ms = 1000;
+          if (at != std::string::npos)
+            std::from_chars(target.data() + at + 3, target.data() + target.size(), ms);
+          auto timer = std::make_shared<boost::asio::steady_timer>(deferral.executor(),
+                                                                   std::chrono::milliseconds(ms));
+          timer->async_wait(
+              [timer, responder = deferral.Take()](boost::system::error_code) mutable {
+                HttpResponse later(beast_http::status::ok, 11);
+                later.set(beast_http::field::content_type, "text/plain");
+                later.body() = "slow";
+                responder.Send(std::move(later));
+              });
+          return;
+        }
+        if (path == "/own-limits") {  // an upstream with rate-limit fields of its own
+          response.set("X-RateLimit-Limit", "999");
+          response.set("RateLimit-Policy", "\"upstream\";q=999;w=1");
+          response.body() = "own";
+          return;
+        }
+        if (path == "/hop") {
+          response.set("Keep-Alive", "timeout=5");
+          response.set("X-Hop", "1");
+          response.set(beast_http::field::connection, "X-Hop");
+          response.set("X-End", "1");
+          response.body() = "hop";
+          return;
+        }
+        std::string echo = std::string(request.method_string()) + " " + target + "\n";
+        for (const auto& field : request) {
+          echo += std::string(field.name_string()) + ": " + std::string(field.value()) + "\n";
+        }
+        echo += "\n" + request.body();
+        response.body() = std::move(echo);
+      },
+      0, [](const HttpRequest& header) {  // /upload reads its body as it comes, /early never
+        const std::string_view target(header.target().data(), header.target().size());
+        const std::string_view path = target.substr(0, target.find('?'));
+        return path == "/upload" || path == "/early";
       });
-      return;
-    }
-    if (path == "/own-limits") {  // an upstream with rate-limit fields of its own
-      response.set("X-RateLimit-Limit", "999");
-      response.set("RateLimit-Policy", "\"upstream\";q=999;w=1");
-      response.body() = "own";
-      return;
-    }
-    if (path == "/hop") {
-      response.set("Keep-Alive", "timeout=5");
-      response.set("X-Hop", "1");
-      response.set(beast_http::field::connection, "X-Hop");
-      response.set("X-End", "1");
-      response.body() = "hop";
-      return;
-    }
-    std::string echo = std::string(request.method_string()) + " " + target + "\n";
-    for (const auto& field : request) {
-      echo += std::string(field.name_string()) + ": " + std::string(field.value()) + "\n";
-    }
-    echo += "\n" + request.body();
-    response.body() = std::move(echo);
-  }, 0, [](const HttpRequest& header) {  // /upload reads its body as it comes, /early never
-    const std::string_view target(header.target().data(), header.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
-    return path == "/upload" || path == "/early";
-  });
   if (!port.ok()) {
     std::cerr << "upstream: " << port.status().message() << "\n";
     return 1;

@@ -154,7 +154,8 @@ Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& l
         // In the next window the estimate is cur * (W - e') / W: admitted once
         // e' >= (cur + cost - N) * W / cur.
         i128 into_next = 0;
-        if (cur > 0 && cur + cost > n) into_next = CeilDiv(static_cast<i128>(cur + cost - n) * w, cur);
+        if (cur > 0 && cur + cost > n)
+          into_next = CeilDiv(static_cast<i128>(cur + cost - n) * w, cur);
         wait = to_window_end + ToInt64(into_next);
       }
       d.retry_after_us = wait;
@@ -291,8 +292,8 @@ void RefundSlidingWindow(CompactState& state, int64_t consumed_at_us, int64_t no
 
 }  // namespace
 
-void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us,
-                   const Limit& limit, uint64_t cost) {
+void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us, const Limit& limit,
+                   uint64_t cost) {
   if (cost == 0) return;
   switch (limit.algorithm) {
     case Algorithm::kTokenBucket:
@@ -312,9 +313,9 @@ void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, c
   auto& e = state.entries;
   if (cost == 0 || consumed_at_us + limit.window_us <= now_us) return;  // no longer counts
   // Entries are in time order; the request's is the one stamped with its decision time.
-  auto it = std::lower_bound(e.begin() + static_cast<std::ptrdiff_t>(state.head), e.end(),
-                             consumed_at_us,
-                             [](const LogState::Entry& entry, int64_t t) { return entry.at_us < t; });
+  auto it =
+      std::lower_bound(e.begin() + static_cast<std::ptrdiff_t>(state.head), e.end(), consumed_at_us,
+                       [](const LogState::Entry& entry, int64_t t) { return entry.at_us < t; });
   if (it == e.end() || it->at_us != consumed_at_us) return;
   const uint64_t give_back = std::min(it->cost, cost);
   it->cost -= give_back;

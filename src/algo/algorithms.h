@@ -61,8 +61,8 @@ struct LogState {
   };
   std::vector<Entry> entries;  // oldest first; entries[head..] are live
   size_t head = 0;
-  uint64_t sum = 0;         // total cost of the live entries
-  int64_t idle_at_us = 0;   // newest entry + W: from then on the state is back to initial
+  uint64_t sum = 0;        // total cost of the live entries
+  int64_t idle_at_us = 0;  // newest entry + W: from then on the state is back to initial
 
   bool IsIdle(int64_t now_us) const { return now_us >= idle_at_us; }
   size_t LiveEntries() const { return entries.size() - head; }
@@ -89,8 +89,8 @@ Decision DecideSlidingLog(LogState& state, int64_t now_us, const Limit& limit, u
 //   sliding_log:        the request's entry (admitted at consumed_at_us) loses cost; an entry
 //                       that expired is not there any more.
 // A refund is not a negative consumption: it cannot take a count below 0 or a TAT below now.
-void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us,
-                   const Limit& limit, uint64_t cost);
+void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us, const Limit& limit,
+                   uint64_t cost);
 void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, const Limit& limit,
                       uint64_t cost);
 

@@ -32,7 +32,8 @@ absl::StatusOr<redis::Reply> Call(redis::Client& client, std::string_view key,
   auto future = promise.get_future();
   client.Send(key, std::move(command),
               [&](absl::StatusOr<redis::Reply> r) { promise.set_value(std::move(r)); });
-  if (future.wait_for(10s) != std::future_status::ready) return absl::DeadlineExceededError("no reply");
+  if (future.wait_for(10s) != std::future_status::ready)
+    return absl::DeadlineExceededError("no reply");
   return future.get();
 }
 
@@ -65,11 +66,13 @@ Snapshot TakeSnapshot(const std::vector<std::unique_ptr<redis::Client>>& servers
       }
       if (!line.starts_with("cmdstat_")) continue;
       const size_t colon = line.find(':'), calls = line.find("calls="), usec = line.find("usec=");
-      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
+      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos)
+        continue;
       const std::string name = line.substr(8, colon - 8);
       auto it = std::find_if(out.commands.begin(), out.commands.end(),
                              [&](const CommandStat& c) { return c.name == name; });
-      if (it == out.commands.end()) it = out.commands.insert(out.commands.end(), CommandStat{.name = name});
+      if (it == out.commands.end())
+        it = out.commands.insert(out.commands.end(), CommandStat{.name = name});
       it->calls += std::stoull(line.substr(calls + 6));
       it->usec += std::stoull(line.substr(usec + 5));
     }
@@ -144,8 +147,10 @@ Executed ExecutedBetween(const Snapshot& before, const Snapshot& after) {
 
 int64_t Percentile(std::vector<uint32_t>& samples, double p) {
   if (samples.empty()) return 0;
-  const size_t k = std::min(samples.size() - 1, static_cast<size_t>(p * static_cast<double>(samples.size())));
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k), samples.end());
+  const size_t k =
+      std::min(samples.size() - 1, static_cast<size_t>(p * static_cast<double>(samples.size())));
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k),
+                   samples.end());
   return samples[k];
 }
 
@@ -202,13 +207,16 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   if (o.mode != "sluice") {
     auto loaded = Call(**client, "", {"SCRIPT", "LOAD", script});
     if (!loaded.ok() || loaded->type != redis::Reply::Type::kString) {
-      err << "bench redis: SCRIPT LOAD failed: " << (loaded.ok() ? loaded->str : std::string(loaded.status().message())) << "\n";
+      err << "bench redis: SCRIPT LOAD failed: "
+          << (loaded.ok() ? loaded->str : std::string(loaded.status().message())) << "\n";
       return 1;
     }
     sha = loaded->str;
   }
-  redis::RedisStore store(client->get(), {.key_prefix = "bench:", .breaker = {.failures_to_open = 1000000}, .buckets = o.buckets,
-                                              .batch_cluster = o.cluster_batch});
+  redis::RedisStore store(client->get(), {.key_prefix = "bench:",
+                                          .breaker = {.failures_to_open = 1000000},
+                                          .buckets = o.buckets,
+                                          .batch_cluster = o.cluster_batch});
 
   // Closed loop: `inflight` chains, each starting its next request when the last one answers.
   struct Shared {
@@ -219,7 +227,8 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   } shared;
   std::atomic<uint64_t> decisions{0}, allowed{0}, errors{0};
   const auto start = Clock::now();
-  const auto stop_at = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  const auto stop_at =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   const std::string limit_text = std::to_string(o.limit.requests);
   const std::string window_ms = std::to_string(std::max<int64_t>(1, o.limit.window_us / 1000));
   const std::string window_s = std::to_string(std::max<int64_t>(1, o.limit.window_us / 1000000));
@@ -241,8 +250,9 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
       if (Clock::now() >= stop_at) {
         std::lock_guard<std::mutex> lock(shared.mu);
         const size_t room = kMaxSamples - std::min(kMaxSamples, shared.latencies.size());
-        shared.latencies.insert(shared.latencies.end(), self->local.begin(),
-                                self->local.begin() + static_cast<std::ptrdiff_t>(std::min(room, self->local.size())));
+        shared.latencies.insert(
+            shared.latencies.end(), self->local.begin(),
+            self->local.begin() + static_cast<std::ptrdiff_t>(std::min(room, self->local.size())));
         self->local.clear();
         if (--shared.running == 0) shared.cv.notify_all();
         return;
@@ -250,7 +260,8 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
       const std::string key = fmt::format(FMT_COMPILE("k{}"), self->rng() % o.keys);
       const auto t0 = Clock::now();
       auto finish = [&, self, t0](bool ok, bool admitted) {
-        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+        const auto us =
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
         if (self->local.size() < kMaxSamples / 64) self->local.push_back(static_cast<uint32_t>(us));
         decisions.fetch_add(1, std::memory_order_relaxed);
         if (!ok) errors.fetch_add(1, std::memory_order_relaxed);
@@ -258,7 +269,8 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
         self->next();
       };
       if (o.mode == "sluice") {
-        const store::MemoryStore::Item item{.limit = &o.limit, .limit_id = 1, .key = key, .cost = 1};
+        const store::MemoryStore::Item item{
+            .limit = &o.limit, .limit_id = 1, .key = key, .cost = 1};
         store.DecideAll(std::span(&item, 1), [finish](absl::StatusOr<redis::DecideResult> r) {
           finish(r.ok(), r.ok() && r->allowed);
         });
@@ -267,9 +279,12 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
       std::string command;
       const std::string redis_key = "anchor:" + key;
       if (o.mode == "seed") {
-        const std::string now_ms = std::to_string(
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-        redis::AppendCommand(&command, {"EVALSHA", sha, "1", redis_key, limit_text, window_s, now_ms});
+        const std::string now_ms =
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+        redis::AppendCommand(&command,
+                             {"EVALSHA", sha, "1", redis_key, limit_text, window_s, now_ms});
       } else {
         redis::AppendCommand(&command, {"EVALSHA", sha, "1", redis_key, limit_text, window_ms});
       }
@@ -299,13 +314,17 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   const uint64_t n = decisions.load();
   const double per = n == 0 ? 0 : 1.0 / static_cast<double>(n);
   out << fmt::format(
-             "{{\"mode\":\"{}\",\"algorithm\":\"{}\",\"limit\":\"{}\",\"keys\":{},\"connections\":{},"
+             "{{\"mode\":\"{}\",\"algorithm\":\"{}\",\"limit\":\"{}\",\"keys\":{},\"connections\":{"
+             "},"
              "\"inflight\":{},\"seconds\":{:.2f},\"decisions\":{},\"decisions_per_sec\":{:.0f},"
              "\"allowed\":{},\"errors\":{},\"redis_commands_per_decision\":{:.2f},"
              "\"script_calls_per_decision\":{:.2f},\"redis_us_per_decision\":{:.2f},"
              "\"redis_cpu_us_per_decision\":{:.2f},\"p50_us\":{},"
              "\"p99_us\":{}}}",
-             o.mode, o.mode == "sluice" ? AlgorithmName(o.limit.algorithm) : (o.mode == "seed" ? "sliding_window_counter" : "sliding_log_zset"),
+             o.mode,
+             o.mode == "sluice"
+                 ? AlgorithmName(o.limit.algorithm)
+                 : (o.mode == "seed" ? "sliding_window_counter" : "sliding_log_zset"),
              DescribeLimit(o.limit), o.keys, o.connections, o.inflight, elapsed, n,
              static_cast<double>(n) / elapsed, allowed.load(), errors.load(),
              static_cast<double>(executed.commands) * per,

@@ -19,8 +19,8 @@ struct BenchRedisOptions {
   Limit limit;
   uint64_t keys = 100000;
   int connections = 2;
-  int inflight = 64;  // requests kept in flight at once (closed loop)
-  uint32_t buckets = 0;  // sluice: RedisStore::Options::buckets (0: a key per state)
+  int inflight = 64;          // requests kept in flight at once (closed loop)
+  uint32_t buckets = 0;       // sluice: RedisStore::Options::buckets (0: a key per state)
   bool cluster_batch = true;  // sluice: RedisStore::Options::batch_cluster
   double seconds = 5;
   // sluice: RedisStore and decide.lua. seed: the seed design's script (EVALSHA key limit

@@ -71,7 +71,8 @@ class ZipfSampler {
     return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x));
   }
   static double Helper2(double x) {  // expm1(x) / x
-    return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0 * (1.0 + 0.25 * x));
+    return std::abs(x) > 1e-8 ? std::expm1(x) / x
+                              : 1.0 + x * 0.5 * (1.0 + x / 3.0 * (1.0 + 0.25 * x));
   }
   double H(double x) const { return std::exp(-s_ * std::log(x)); }
   double HIntegral(double x) const {
@@ -207,7 +208,8 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
       elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
       static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
-      DescribeLimit(limit), allowed.load(), store.GetStats().entries, options.clock_every, options.prefetch, warmup_seconds);
+      DescribeLimit(limit), allowed.load(), store.GetStats().entries, options.clock_every,
+      options.prefetch, warmup_seconds);
   return 0;
 }
 

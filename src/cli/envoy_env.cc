@@ -474,7 +474,8 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
     char* end = nullptr;
     const float value = std::strtof(ratio->c_str(), &end);
     if (end != ratio->c_str() + ratio->size() || !std::isfinite(value) || value < 0 || value > 1) {
-      r.Say(Level::kError, "NEAR_LIMIT_RATIO", fmt::format("'{}' is not a ratio from 0 to 1", *ratio));
+      r.Say(Level::kError, "NEAR_LIMIT_RATIO",
+            fmt::format("'{}' is not a ratio from 0 to 1", *ratio));
     } else {
       s.near_limit_ratio = value;
     }

@@ -2,8 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -137,8 +137,10 @@ int Main(int argc, char** argv) {
 
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
-  auto* bench_store = bench->add_subcommand("store", "decisions/s and bytes/key of the memory store");
-  LimitFlags bench_flags{.algorithm = "token_bucket", .requests = 1000, .window = "1d", .burst = {}};
+  auto* bench_store =
+      bench->add_subcommand("store", "decisions/s and bytes/key of the memory store");
+  LimitFlags bench_flags{
+      .algorithm = "token_bucket", .requests = 1000, .window = "1d", .burst = {}};
   bench_flags.Add(bench_store, /*required=*/false);
   BenchStoreOptions bench_options;
   bench_store->add_option("--keys", bench_options.keys, "distinct keys K")->required();
@@ -152,7 +154,8 @@ int Main(int argc, char** argv) {
 
   auto* bench_redis = bench->add_subcommand(
       "redis", "decisions/s, latency and Redis commands per decision against a Redis server");
-  LimitFlags redis_flags{.algorithm = "sliding_window", .requests = 100, .window = "10s", .burst = {}};
+  LimitFlags redis_flags{
+      .algorithm = "sliding_window", .requests = 100, .window = "10s", .burst = {}};
   redis_flags.Add(bench_redis, /*required=*/false);
   BenchRedisOptions redis_options;
   bench_redis->add_option("--redis", redis_options.redis, "redis://host:port")->required();
@@ -163,12 +166,14 @@ int Main(int argc, char** argv) {
   bench_redis->add_option("--inflight", redis_options.inflight,
                           "requests in flight at once (default 64)");
   bench_redis->add_option("--seconds", redis_options.seconds, "duration S (default 5)");
-  bench_redis->add_option("--buckets", redis_options.buckets,
-                          "sluice: pack the states into this many hashes (default 0 = a key per state)");
+  bench_redis->add_option(
+      "--buckets", redis_options.buckets,
+      "sluice: pack the states into this many hashes (default 0 = a key per state)");
   bench_redis->add_option("--cluster-batch", redis_options.cluster_batch,
                           "sluice on a cluster: batch the requests headed to one node (default 1)");
-  bench_redis->add_option("--mode", redis_options.mode,
-                          "sluice (default), seed (the seed design's script) or zset (a ZSET sliding log)");
+  bench_redis->add_option(
+      "--mode", redis_options.mode,
+      "sluice (default), seed (the seed design's script) or zset (a ZSET sliding log)");
   bench_redis->add_option("--script", redis_options.script, "the Lua file for --mode seed or zset");
 
   try {
@@ -202,7 +207,8 @@ int Main(int argc, char** argv) {
     }
     auto loaded = LoadRules(replay_config, "replay");
     if (!loaded) return kUsageError;
-    if (input.empty()) return RunRulesReplay(*loaded, replay_domain, std::cin, std::cout, std::cerr);
+    if (input.empty())
+      return RunRulesReplay(*loaded, replay_domain, std::cin, std::cout, std::cerr);
     std::ifstream file;
     if (!OpenInput(input, &file)) return kUsageError;
     return RunRulesReplay(*loaded, replay_domain, file, std::cout, std::cerr);

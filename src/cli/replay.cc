@@ -12,7 +12,6 @@
 namespace sluice::cli {
 namespace {
 
-
 // Splits on runs of spaces and tabs.
 std::vector<std::string_view> SplitFields(std::string_view line) {
   std::vector<std::string_view> fields;

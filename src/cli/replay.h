@@ -24,7 +24,8 @@ struct TraceRequest {
 };
 
 // Decides one trace request; nullopt (with *error set) stops the replay at that line.
-using TraceDecider = std::function<std::optional<Decision>(const TraceRequest&, std::string* error)>;
+using TraceDecider =
+    std::function<std::optional<Decision>(const TraceRequest&, std::string* error)>;
 
 // The replay loop shared by `replay` and `replay --config`: parses lines, skips blanks and
 // comments, prints one output line per request, stops at the first bad line with

@@ -62,7 +62,8 @@ int RunRulesReplay(const rules::Config& config, const std::string& domain, std::
       d.reset_after_us = headline->decision.reset_after_us;
     }
     for (const auto& desc : response.descriptors) {
-      for (const auto& limit : desc.limits) d.delay_us = std::max(d.delay_us, limit.decision.delay_us);
+      for (const auto& limit : desc.limits)
+        d.delay_us = std::max(d.delay_us, limit.decision.delay_us);
     }
     return std::optional<Decision>(d);
   });
@@ -99,9 +100,10 @@ int RunExplain(const rules::Config& config, const std::string& domain_name,
                            entries[level].key);
         break;
       }
-      const char* how = kind == rules::MatchKind::kExact      ? "exact value"
-                        : kind == rules::MatchKind::kWildcard ? "wildcard"
-                                                              : "key only (any value, counted per value)";
+      const char* how = kind == rules::MatchKind::kExact ? "exact value"
+                        : kind == rules::MatchKind::kWildcard
+                            ? "wildcard"
+                            : "key only (any value, counted per value)";
       out << fmt::format("  level {}: {} matches {} by {} at {}\n", level + 1,
                          entries[level].key + "=" + entries[level].value, child->path, how,
                          Where(child->position));

@@ -50,7 +50,7 @@ struct RedisBackend {
 // the connection so that a wrong password is a start-up error; an unreachable Redis is not (its
 // domains' failure_mode answers until it comes).
 absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
-                                         const std::optional<std::string>& url_flag) {
+                                        const std::optional<std::string>& url_flag) {
   redis::Client::Options options;
   options.cluster = settings.redis_cluster;
   std::vector<std::string> urls;
@@ -119,7 +119,8 @@ void PrintTryIt(const std::string& data_host, int data_port, const std::string& 
   const std::string admin = fmt::format("http://{}:{}", reach(admin_host), admin_port);
   std::cout << "sluice: try it (domain \"default\": 100 r/s per client IP, 10 r/s per API key on "
                "the free plan):\n"
-            << "  curl -si " << data << "/v1/check -d '{\"domain\":\"default\",\"descriptors\":"
+            << "  curl -si " << data
+            << "/v1/check -d '{\"domain\":\"default\",\"descriptors\":"
                "[{\"entries\":[{\"key\":\"api_key\",\"value\":\"k1\"}]}]}'\n"
             << "  curl -si " << data << "/v1/auth -H 'X-Api-Key: k1'\n"
             << "  curl -s " << admin << "/metrics | grep sluice_decisions_total\n"
@@ -140,32 +141,35 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& 
       {"sluice_backend_breaker_opened_total", "times the circuit breaker opened"},
       {"sluice_backend_late_refunds_total",
        "requests admitted by a script call whose reply came after they were answered, refunded"}};
-  uint64_t Stats::*const fields[] = {&Stats::calls,    &Stats::script_calls,     &Stats::errors,
-                                     &Stats::timeouts, &Stats::noscript_reloads, &Stats::refused,
-                                     &Stats::breaker_opened, &Stats::late_refunds};
+  uint64_t Stats::*const fields[] = {
+      &Stats::calls,          &Stats::script_calls,     &Stats::errors,
+      &Stats::timeouts,       &Stats::noscript_reloads, &Stats::refused,
+      &Stats::breaker_opened, &Stats::late_refunds};
   for (size_t i = 0; i < std::size(counters); ++i) {
-    auto status = registry.AddCallbackCounter(counters[i].first, counters[i].second,
-                                              [store, field = fields[i]] {
-                                                return static_cast<double>(store->GetStats().*field);
-                                              });
+    auto status = registry.AddCallbackCounter(
+        counters[i].first, counters[i].second,
+        [store, field = fields[i]] { return static_cast<double>(store->GetStats().*field); });
     if (!status.ok()) return status;
   }
-  if (auto s = registry.AddCallbackGauge(
-          "sluice_backend_up",
-          "1 when the backend can decide: connected, breaker closed, no call failed in the last second",
-          [store] { return store->GetHealth().up ? 1.0 : 0.0; });
+  if (auto s = registry.AddCallbackGauge("sluice_backend_up",
+                                         "1 when the backend can decide: connected, breaker "
+                                         "closed, no call failed in the last second",
+                                         [store] { return store->GetHealth().up ? 1.0 : 0.0; });
       !s.ok()) {
     return s;
   }
-  if (auto s = registry.AddCallbackGauge(
-          "sluice_backend_breaker_state", "circuit breaker: 0 closed, 1 open, 2 half-open",
-          [store] {
-            switch (store->GetStats().breaker) {
-              case redis::Breaker::State::kOpen: return 1.0;
-              case redis::Breaker::State::kHalfOpen: return 2.0;
-              default: return 0.0;
-            }
-          });
+  if (auto s = registry.AddCallbackGauge("sluice_backend_breaker_state",
+                                         "circuit breaker: 0 closed, 1 open, 2 half-open",
+                                         [store] {
+                                           switch (store->GetStats().breaker) {
+                                             case redis::Breaker::State::kOpen:
+                                               return 1.0;
+                                             case redis::Breaker::State::kHalfOpen:
+                                               return 2.0;
+                                             default:
+                                               return 0.0;
+                                           }
+                                         });
       !s.ok()) {
     return s;
   }
@@ -179,7 +183,8 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& 
         return std::vector<http::CallbackSample>{
             {{"open"}, static_cast<double>(engine_store->fallbacks(BackendState::kFailedOpen))},
             {{"local"}, static_cast<double>(engine_store->fallbacks(BackendState::kLocal))},
-            {{"closed"}, static_cast<double>(engine_store->fallbacks(BackendState::kFailedClosed))}};
+            {{"closed"},
+             static_cast<double>(engine_store->fallbacks(BackendState::kFailedClosed))}};
       });
 }
 
@@ -315,30 +320,29 @@ int RunServe(const ServeFlags& flags) {
   const int64_t start_us = SystemClock::Get()->NowMicros();
   http::Registry registry;
   auto metrics = http::ServerMetrics::Register(
-      &registry,
-      {.store =
-           [&store] {
-             const auto st = store.GetStats();
-             return http::ServerMetrics::StoreStats{
-                 .entries = static_cast<double>(st.entries),
-                 .memory_bytes = static_cast<double>(st.memory_bytes),
-                 .reclaimed = static_cast<double>(st.reclaimed),
-                 .overflow_states = static_cast<double>(st.overflow_states),
-                 .on_full = std::string(OnFullName(st.on_full)),
-                 .no_room_allowed = static_cast<double>(st.no_room_allowed),
-                 .no_room_denied = static_cast<double>(st.no_room_denied)};
-           },
-       .config =
-           [&manager] {
-             const auto current = manager.Current();
-             return http::ServerMetrics::ConfigStats{
-                 current ? current->version : "",
-                 static_cast<double>(manager.reload_successes()),
-                 static_cast<double>(manager.reload_failures())};
-           },
-       .now_us = [] { return SystemClock::Get()->NowMicros(); },
-       .start_time_us = start_us,
-       .max_decision_series = 10000});
+      &registry, {.store =
+                      [&store] {
+                        const auto st = store.GetStats();
+                        return http::ServerMetrics::StoreStats{
+                            .entries = static_cast<double>(st.entries),
+                            .memory_bytes = static_cast<double>(st.memory_bytes),
+                            .reclaimed = static_cast<double>(st.reclaimed),
+                            .overflow_states = static_cast<double>(st.overflow_states),
+                            .on_full = std::string(OnFullName(st.on_full)),
+                            .no_room_allowed = static_cast<double>(st.no_room_allowed),
+                            .no_room_denied = static_cast<double>(st.no_room_denied)};
+                      },
+                  .config =
+                      [&manager] {
+                        const auto current = manager.Current();
+                        return http::ServerMetrics::ConfigStats{
+                            current ? current->version : "",
+                            static_cast<double>(manager.reload_successes()),
+                            static_cast<double>(manager.reload_failures())};
+                      },
+                  .now_us = [] { return SystemClock::Get()->NowMicros(); },
+                  .start_time_us = start_us,
+                  .max_decision_series = 10000});
   if (!metrics.ok()) {
     std::cerr << "serve: metrics: " << metrics.status().message() << "\n";
     return 1;
@@ -371,10 +375,11 @@ int RunServe(const ServeFlags& flags) {
     std::cerr << "serve: " << data_port.status().message() << "\n";
     return 1;
   }
-  auto admin_port = server.Listen(admin, [&](http::HttpRequest& req, const std::string& peer,
-                                             http::HttpResponse& res, http::Deferral& deferral) {
-    service.HandleAdmin(req, peer, res, deferral);
-  }, kAdminMaxConnections);
+  auto admin_port = server.Listen(
+      admin,
+      [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
+          http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
+      kAdminMaxConnections);
   if (!admin_port.ok()) {
     std::cerr << "serve: " << admin_port.status().message() << "\n";
     return 1;
@@ -387,10 +392,8 @@ int RunServe(const ServeFlags& flags) {
              settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max()))),
          .remote = remote,
          .backend_serving = backend_serving,
-         .on_decision =
-             [&service](std::string_view domain, const engine::Response& decision, int64_t us) {
-               service.RecordDecision(domain, decision, us);
-             },
+         .on_decision = [&service](std::string_view domain, const engine::Response& decision,
+                                   int64_t us) { service.RecordDecision(domain, decision, us); },
          .threads = settings.grpc_threads},
         &manager, &store, SystemClock::Get());
     if (!started.ok()) {
@@ -421,7 +424,9 @@ int RunServe(const ServeFlags& flags) {
   });
   signal_waiter.detach();
 
-  const auto host = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
+  const auto host = [](const std::string& address) {
+    return address.substr(0, address.rfind(':'));
+  };
   // Machine-readable start-up lines (tests and scripts read the ports from them).
   std::cout << "sluice: data plane listening on " << host(listen) << ":" << *data_port << "\n"
             << "sluice: admin listening on " << host(admin) << ":" << *admin_port << "\n";
@@ -432,7 +437,7 @@ int RunServe(const ServeFlags& flags) {
             << " threads, backend "
             << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
   if (paths.empty()) PrintTryIt(host(listen), *data_port, host(admin), *admin_port);  // the default
-  server.Run();  // returns once Stop() ran and the connections are closed
+  server.Run();              // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the
   // deadline (gRPC cancels those still running then).

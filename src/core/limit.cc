@@ -56,7 +56,8 @@ absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
     if (s.name == name) return s.algorithm;
   }
   std::string names;
-  for (const auto& s : kAlgorithmSpellings) names += fmt::format("{}{}", names.empty() ? "" : ", ", s.name);
+  for (const auto& s : kAlgorithmSpellings)
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", s.name);
   return absl::InvalidArgumentError(
       fmt::format("unknown algorithm \"{}\" (known: {})", name, names));
 }

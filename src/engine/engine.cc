@@ -1,8 +1,8 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <cmath>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -238,7 +238,8 @@ void Finish(Response& response) {
     DescriptorResult& result = response.descriptors[i];
     for (size_t j = 0; j < result.limits.size(); ++j) {
       const AppliedLimit& limit = result.limits[j];
-      if (!limit.decision.allowed && !limit.shadow) result.code = DescriptorResult::Code::kOverLimit;
+      if (!limit.decision.allowed && !limit.shadow)
+        result.code = DescriptorResult::Code::kOverLimit;
       if (result.headline < 0 || MoreRestrictive(limit, result.limits[result.headline])) {
         result.headline = static_cast<int>(j);
       }
@@ -285,7 +286,8 @@ bool Conclude(const rules::Config& config, std::span<Response> responses, bool s
         const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(0, limit.decision.remaining));
         const uint64_t used = capacity > left ? capacity - left : 0;
         // As upstream: the product in single precision, then floor.
-        limit.near_limit = used > static_cast<uint64_t>(std::floor(static_cast<float>(capacity) * ratio));
+        limit.near_limit =
+            used > static_cast<uint64_t>(std::floor(static_cast<float>(capacity) * ratio));
       }
     }
   }
@@ -412,14 +414,15 @@ void Engine::Evaluate(const rules::Config& config, std::span<const Request> requ
   Batch batch;
   batch.Build(config, requests, responses);
   if (forgotten != nullptr) {  // Reset
-    for (const auto& item : batch.items) *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
+    for (const auto& item : batch.items)
+      *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
     return;
   }
   absl::InlinedVector<Decision, 8> decisions(batch.items.size());
   int64_t decided_at_us = now_us;
-  const bool allowed = store_->DecideAll(std::span(batch.items.data(), batch.items.size()), now_us,
-                                         std::span(decisions.data(), decisions.size()),
-                                         &decided_at_us);
+  const bool allowed =
+      store_->DecideAll(std::span(batch.items.data(), batch.items.size()), now_us,
+                        std::span(decisions.data(), decisions.size()), &decided_at_us);
   for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
   if (Conclude(config, responses, allowed)) {  // every quota spent: give back what was taken
     Consumption taken;
@@ -447,30 +450,28 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
     Conclude(*call->config, std::span(call->responses), true);
     return call->done(std::move(call->responses));
   }
-  remote_->DecideAll(std::span(call->batch.items.data(), call->batch.items.size()),
-                     [this, call](absl::StatusOr<RemoteStore::Result> result) {
-                       if (!result.ok() || result->decisions.size() != call->batch.items.size()) {
-                         Fail(*call, result.ok() ? absl::InternalError("short reply")
-                                                 : result.status());
-                       } else {
-                         for (size_t k = 0; k < result->decisions.size(); ++k) {
-                           call->batch.Apply(k, result->decisions[k]);
-                         }
-                         if (Conclude(*call->config, std::span(call->responses),
-                                      result->allowed)) {
-                           Consumption taken;
-                           Record(call->batch, result->decisions, result->decided_at_us, &taken,
-                                  /*denied=*/true);
-                           taken.remote = true;
-                           Refund(taken, call->now_us);
-                         } else if (call->consumed != nullptr && result->allowed) {
-                           Record(call->batch, result->decisions, result->decided_at_us,
-                                  call->consumed);
-                           call->consumed->remote = true;
-                         }
-                       }
-                       call->done(std::move(call->responses));
-                     });
+  remote_->DecideAll(
+      std::span(call->batch.items.data(), call->batch.items.size()),
+      [this, call](absl::StatusOr<RemoteStore::Result> result) {
+        if (!result.ok() || result->decisions.size() != call->batch.items.size()) {
+          Fail(*call, result.ok() ? absl::InternalError("short reply") : result.status());
+        } else {
+          for (size_t k = 0; k < result->decisions.size(); ++k) {
+            call->batch.Apply(k, result->decisions[k]);
+          }
+          if (Conclude(*call->config, std::span(call->responses), result->allowed)) {
+            Consumption taken;
+            Record(call->batch, result->decisions, result->decided_at_us, &taken,
+                   /*denied=*/true);
+            taken.remote = true;
+            Refund(taken, call->now_us);
+          } else if (call->consumed != nullptr && result->allowed) {
+            Record(call->batch, result->decisions, result->decided_at_us, call->consumed);
+            call->consumed->remote = true;
+          }
+        }
+        call->done(std::move(call->responses));
+      });
 }
 
 // The remote store failed: each request as its domain's failure_mode says. `local` decides on
@@ -482,8 +483,9 @@ void Engine::Fail(AsyncCall& call, const absl::Status&) {
   const uint64_t instances = static_cast<uint64_t>(std::max(1, config.settings.local_instances));
   for (size_t r = 0; r < call.requests.size(); ++r) {
     const rules::Domain* domain = config.FindDomain(call.requests[r].domain);
-    const rules::FailureMode mode = domain != nullptr ? domain->failure_mode : rules::FailureMode::kOpen;
-    call.responses[r].backend = mode == rules::FailureMode::kClosed ? BackendState::kFailedClosed
+    const rules::FailureMode mode =
+        domain != nullptr ? domain->failure_mode : rules::FailureMode::kOpen;
+    call.responses[r].backend = mode == rules::FailureMode::kClosed  ? BackendState::kFailedClosed
                                 : mode == rules::FailureMode::kLocal ? BackendState::kLocal
                                                                      : BackendState::kFailedOpen;
     remote_->CountFallback(call.responses[r].backend);
@@ -499,14 +501,18 @@ void Engine::Fail(AsyncCall& call, const absl::Status&) {
     switch (call.responses[batch.pending[k].response].backend) {
       case BackendState::kFailedClosed:
         allowed = allowed && batch.items[k].shadow;
-        batch.Apply(k, {.allowed = false, .remaining = 0, .retry_after_us = 1000000,
-                        .reset_after_us = 1000000, .delay_us = 0});
+        batch.Apply(k, {.allowed = false,
+                        .remaining = 0,
+                        .retry_after_us = 1000000,
+                        .reset_after_us = 1000000,
+                        .delay_us = 0});
         break;
       case BackendState::kLocal: {
         Limit share = limit;
         share.requests = std::max<uint64_t>(1, limit.requests / instances);
-        if (share.burst) share.burst = std::max<uint64_t>(limit.algorithm == Algorithm::kTokenBucket ? 1 : 0,
-                                                          *share.burst / instances);
+        if (share.burst)
+          share.burst = std::max<uint64_t>(limit.algorithm == Algorithm::kTokenBucket ? 1 : 0,
+                                           *share.burst / instances);
         divided.push_back(share);
         store::MemoryStore::Item item = batch.items[k];
         item.limit = &divided.back();
@@ -563,7 +569,7 @@ std::optional<Descriptors> ParseDescriptorList(std::string_view text, std::strin
     *error = "empty descriptor list";
     return std::nullopt;
   }
-  for (std::string_view rest = text; ;) {
+  for (std::string_view rest = text;;) {
     const size_t semi = rest.find(';');
     std::string_view one = rest.substr(0, semi);
     Descriptor d;

@@ -78,7 +78,7 @@ using AppliedLimits = absl::InlinedVector<AppliedLimit, 1>;
 struct DescriptorResult {
   enum class Code { kOk, kOverLimit };
   Code code = Code::kOk;
-  bool unlimited = false;          // matched an `unlimited: true` rule
+  bool unlimited = false;  // matched an `unlimited: true` rule
   // Quota mode (a rule's `quota_mode: true`, or the settings' for every descriptor but an
   // unlimited one), as envoyproxy/ratelimit decides it: such a descriptor over its limit keeps
   // its OVER_LIMIT code but does not deny the request by itself; the request is denied when some
@@ -88,7 +88,7 @@ struct DescriptorResult {
   // what the others consumed (all-or-nothing, as always).
   bool quota = false;
   const rules::RuleNode* rule = nullptr;  // null: no rule (or an override)
-  std::string plan;                // the plan whose limits applied, if any
+  std::string plan;                       // the plan whose limits applied, if any
   AppliedLimits limits;
   // Index into `limits` of the one that speaks for the descriptor (see Response::headline), or -1.
   int headline = -1;
@@ -216,8 +216,8 @@ class Engine {
   void Fail(AsyncCall& call, const absl::Status& error);
   // What the batch consumed, into `consumed`; of a request `denied` after all (its quotas spent),
   // what is to be given back: not what count_denied keeps counted.
-  static void Record(const Batch& batch, std::span<const Decision> decisions,
-                     int64_t decided_at_us, Consumption* consumed, bool denied = false);
+  static void Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
+                     Consumption* consumed, bool denied = false);
 
   store::MemoryStore* store_;
   RemoteStore* remote_;

@@ -28,7 +28,8 @@ constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
 // Decides on its own MemoryStore from a thread of its own, or fails every call while `down`.
 class FakeRemote final : public RemoteStore {
  public:
-  explicit FakeRemote(const Clock* clock) : store_({.max_entries = 1024, .shards = 4}, clock), clock_(clock) {}
+  explicit FakeRemote(const Clock* clock)
+      : store_({.max_entries = 1024, .shards = 4}, clock), clock_(clock) {}
 
   void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) override {
     ++calls;
@@ -71,9 +72,10 @@ class EngineAsyncTest : public ::testing::Test {
     dir_ = templ;
     Write("sluice.yaml", "redis:\n  instances: 4\n");
     for (const char* mode : {"open", "closed", "local"}) {
-      Write(std::string(mode) + ".yaml",
-            "domain: " + std::string(mode) + "\nfailure_mode: " + mode +
-                "\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 8}\n");
+      Write(std::string(mode) + ".yaml", "domain: " + std::string(mode) +
+                                             "\nfailure_mode: " + mode +
+                                             "\ndescriptors:\n  - key: user\n    rate_limit: "
+                                             "{unit: minute, requests_per_unit: 8}\n");
     }
     rules::LoadResult loaded = rules::LoadConfig({dir_.string()});
     for (const auto& e : loaded.errors) ADD_FAILURE() << e.ToString();
@@ -91,8 +93,8 @@ class EngineAsyncTest : public ::testing::Test {
   Response Decide(const std::string& domain, const std::string& user = "alice") {
     Request request;
     request.domain = domain;
-    request.descriptors.push_back({.entries = {{"user", user}}, .limit = std::nullopt,
-                                   .hits_addend = std::nullopt});
+    request.descriptors.push_back(
+        {.entries = {{"user", user}}, .limit = std::nullopt, .hits_addend = std::nullopt});
     std::vector<Request> requests;
     requests.push_back(std::move(request));
     std::promise<std::vector<Response>> answer;
@@ -162,8 +164,8 @@ TEST_F(EngineAsyncTest, ResetGoesToTheRemote) {
   ASSERT_FALSE(Decide("open").allowed);
   Request request;
   request.domain = "open";
-  request.descriptors.push_back({.entries = {{"user", "alice"}}, .limit = std::nullopt,
-                                 .hits_addend = std::nullopt});
+  request.descriptors.push_back(
+      {.entries = {{"user", "alice"}}, .limit = std::nullopt, .hits_addend = std::nullopt});
   std::promise<size_t> forgotten;
   engine_.ResetAsync(config_, request, [&](absl::StatusOr<size_t> n) { forgotten.set_value(*n); });
   EXPECT_EQ(forgotten.get_future().get(), 1u);
@@ -173,8 +175,8 @@ TEST_F(EngineAsyncTest, ResetGoesToTheRemote) {
 TEST_F(EngineAsyncTest, WhatTheRemoteConsumedIsRefundedThere) {
   Request request;
   request.domain = "open";
-  request.descriptors.push_back({.entries = {{"user", "zoe"}}, .limit = std::nullopt,
-                                 .hits_addend = std::nullopt});
+  request.descriptors.push_back(
+      {.entries = {{"user", "zoe"}}, .limit = std::nullopt, .hits_addend = std::nullopt});
   for (int i = 0; i < 8; ++i) {
     Consumption consumed;
     std::promise<bool> allowed;

@@ -693,7 +693,8 @@ TEST_F(EngineTest, CheckAllIsAllOrNothingAcrossDomains) {
             "    rate_limit: {unit: minute, requests_per_unit: 2}\n");
   LoadPaths({dir.path()});
   ASSERT_NE(config_, nullptr);
-  const std::vector<Request> both = {Req("a", {Desc({{"ip", "1"}})}), Req("b", {Desc({{"user", "x"}})})};
+  const std::vector<Request> both = {Req("a", {Desc({{"ip", "1"}})}),
+                                     Req("b", {Desc({{"user", "x"}})})};
   for (int i = 0; i < 2; ++i) {
     const std::vector<Response> r = engine_.CheckAll(*config_, both, clock_.NowMicros());
     ASSERT_THAT(r, SizeIs(2));
@@ -1002,7 +1003,6 @@ TEST(RuleLimitIdTest, IsTheHashOfPathZeroPlanAndDefinition) {
   EXPECT_NE(RuleLimitId("api/key", "pro", limit), RuleLimitId("api/key", "", limit));
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Quota mode and global shadow mode (issue 19 #4, #5), with the cases of envoyproxy/ratelimit's
 // test/service/ratelimit_test.go: there the cache's answers are given, here they come from real
@@ -1057,7 +1057,8 @@ TEST_F(QuotaModeTest, ARegularDescriptorOverItsLimitDenies) {  // TestServicePer
   EXPECT_EQ(Left("quota", "a"), 3);  // all-or-nothing: the quota took nothing
 }
 
-TEST_F(QuotaModeTest, TheOnlyQuotaOverItsLimitDeniesAndTheOthersGiveBack) {  // ...MixedPerDescriptorModes
+TEST_F(QuotaModeTest,
+       TheOnlyQuotaOverItsLimitDeniesAndTheOthersGiveBack) {  // ...MixedPerDescriptorModes
   Spend("quota", "a");
   const Response r = Check(Req("q", {Desc({{"regular", "r"}}), Desc({{"quota", "a"}})}));
   EXPECT_FALSE(r.allowed);
@@ -1084,7 +1085,8 @@ TEST_F(QuotaModeTest, UnderEveryLimitIsOk) {  // ...MixedPerDescriptorModesUnder
   EXPECT_EQ(Left("quota", "a"), 2);
 }
 
-TEST_F(QuotaModeTest, AllQuotasOverDeniesSomeOverAdmits) {  // ...QuotaModeOnly{All,Some}OverTheLimit
+TEST_F(QuotaModeTest,
+       AllQuotasOverDeniesSomeOverAdmits) {  // ...QuotaModeOnly{All,Some}OverTheLimit
   Spend("quota", "a");
   Response r = Check(Req("q", {Desc({{"quota", "a"}}), Desc({{"quota2", "b"}})}));
   EXPECT_TRUE(r.allowed);  // one quota left: the request goes through
@@ -1141,23 +1143,27 @@ TEST_F(QuotaModeTest, GlobalShadowModeOverQuotaModeIsOk) {  // TestServiceQuotaM
   EXPECT_THAT(Codes(r), ElementsAre(Code::kOverLimit, Code::kOverLimit));
 }
 
-
 // Issue 19 (9): near_limit as upstream computes it: admitted with what is used of the limit
 // above floor(limit × ratio), the product in single precision (limit 10 at 0.7: 7, where
 // double precision would give 6), denials never near.
 TEST_F(QuotaModeTest, NearLimitIsPastTheRatioInSinglePrecision) {
   TempDir dir;
   LoadPaths({dir.Write("settings.yaml", "near_limit_ratio: 0.7\n"),
-             dir.Write("n.yaml", "domain: n\ndescriptors:\n  - key: k\n"
-                                 "    rate_limit: {unit: minute, requests_per_unit: 10}\n")});
+             dir.Write("n.yaml",
+                       "domain: n\ndescriptors:\n  - key: k\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 10}\n")});
   std::vector<bool> near;
-  for (int i = 0; i < 11; ++i) near.push_back(Check1("n", {{"k", "v"}}).descriptors[0].limits[0].near_limit);
+  for (int i = 0; i < 11; ++i)
+    near.push_back(Check1("n", {{"k", "v"}}).descriptors[0].limits[0].near_limit);
   EXPECT_THAT(near, ElementsAre(false, false, false, false, false, false, false,  // used 1..7
-                                true, true, true,                                // used 8..10
-                                false));                                         // denied
-  Load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n");
+                                true, true, true,                                 // used 8..10
+                                false));                                          // denied
+  Load(
+      "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: "
+      "5}\n");
   near.clear();  // the default ratio, 0.8: past 4 of 5
-  for (int i = 0; i < 5; ++i) near.push_back(Check1("d", {{"k", "v"}}).descriptors[0].limits[0].near_limit);
+  for (int i = 0; i < 5; ++i)
+    near.push_back(Check1("d", {{"k", "v"}}).descriptors[0].limits[0].near_limit);
   EXPECT_THAT(near, ElementsAre(false, false, false, false, true));
 }
 

@@ -255,9 +255,8 @@ TEST(ParseCheckRequestTest, LargeBodiesParseToo) {
 TEST(ParseCheckRequestTest, DescriptorsAndEntriesAreBounded) {
   const std::string kEntry = R"({"key":"k","value":"v"})";
   const auto descriptors = [&](size_t n) {
-    return R"({"domain":"d","descriptors":[)" +
-           Repeat(R"({"entries":[)" + kEntry + "]},", n - 1) + R"({"entries":[)" + kEntry +
-           "]}]}";
+    return R"({"domain":"d","descriptors":[)" + Repeat(R"({"entries":[)" + kEntry + "]},", n - 1) +
+           R"({"entries":[)" + kEntry + "]}]}";
   };
   const auto entries = [&](size_t n) {
     return WithDescriptor(R"({"entries":[)" + Repeat(kEntry + ",", n - 1) + kEntry + "]}");
@@ -641,12 +640,12 @@ TEST(RenderCheckResponseTest, EscapedAndLongNamesComeOutWhole) {
   const std::string long_name(300, 'n');
   const Response r = Resp(false, {Result({Applied(7, "say \"hi\" \xC3\xA9", Allow(6, 1000))}, 0),
                                   Result({Applied(9, long_name, Deny(2000, 2000))}, 0)});
-  EXPECT_EQ(RenderCheckResponse(r),
-            R"({"allowed":false,"statuses":[)"
-            "{\"name\":\"say \\\"hi\\\" \xC3\xA9\",\"limit\":7,\"remaining\":6,\"reset_after_ms\":1,"
-            R"("retry_after_ms":0},{"name":")" +
-                long_name +
-                R"(","limit":9,"remaining":0,"reset_after_ms":2,"retry_after_ms":2}]})");
+  EXPECT_EQ(
+      RenderCheckResponse(r),
+      R"({"allowed":false,"statuses":[)"
+      "{\"name\":\"say \\\"hi\\\" \xC3\xA9\",\"limit\":7,\"remaining\":6,\"reset_after_ms\":1,"
+      R"("retry_after_ms":0},{"name":")" +
+          long_name + R"(","limit":9,"remaining":0,"reset_after_ms":2,"retry_after_ms":2}]})");
 }
 
 TEST(RenderCheckResponseTest, DescriptorWithoutLimitHasNullLimitAndRemainingMinusOne) {

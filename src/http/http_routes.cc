@@ -45,7 +45,8 @@ bool Trusted(const rules::Cidr& address, const std::vector<rules::Cidr>& trusted
 const rules::HttpRoute* FindRoute(const rules::HttpSection& http, std::string_view method,
                                   std::string_view path) {
   for (const rules::HttpRoute& route : http.routes) {
-    const bool path_matches = !route.path.empty() ? path == route.path : path.starts_with(route.prefix);
+    const bool path_matches =
+        !route.path.empty() ? path == route.path : path.starts_with(route.prefix);
     if (!path_matches) continue;
     if (!route.methods.empty() &&
         std::find(route.methods.begin(), route.methods.end(), method) == route.methods.end()) {
@@ -121,8 +122,9 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
         std::string& value = descriptor.entries.emplace_back().value;
         switch (action.kind) {
           case HttpAction::Kind::kRequestHeaders: {
-            const auto it = original.headers == nullptr ? HttpRequest::const_iterator()
-                                                        : original.headers->find(action.header_name);
+            const auto it = original.headers == nullptr
+                                ? HttpRequest::const_iterator()
+                                : original.headers->find(action.header_name);
             if (original.headers == nullptr || it == original.headers->end()) {
               skip = true;
             } else {

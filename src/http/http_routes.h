@@ -29,9 +29,9 @@ namespace sluice::http {
 
 // What is known of the request being limited.
 struct OriginalRequest {
-  std::string_view method;  // "GET"
-  std::string_view path;    // without the query
-  std::string_view peer;    // the address the connection came from
+  std::string_view method;               // "GET"
+  std::string_view path;                 // without the query
+  std::string_view peer;                 // the address the connection came from
   const HttpRequest* headers = nullptr;  // request headers (and X-Forwarded-For)
 };
 

@@ -49,14 +49,15 @@ class HttpRoutesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     rules::LoadResult loaded = rules::LoadConfigText("web.yaml", kConfig);
-    ASSERT_THAT(loaded.errors, IsEmpty()) << (loaded.errors.empty() ? "" : loaded.errors[0].ToString());
+    ASSERT_THAT(loaded.errors, IsEmpty())
+        << (loaded.errors.empty() ? "" : loaded.errors[0].ToString());
     config_ = loaded.config;
   }
 
   absl::StatusOr<RouteChecks> Build(std::string_view method, std::string_view path,
                                     std::string_view peer = "192.0.2.1") {
-    return BuildRouteChecks(*config_, {.method = method, .path = path, .peer = peer,
-                                       .headers = &request_});
+    return BuildRouteChecks(*config_,
+                            {.method = method, .path = path, .peer = peer, .headers = &request_});
   }
 
   // "k=v,k=v" of descriptor `i` of the only request.

@@ -295,7 +295,9 @@ bool AppendSingleLimitLines(const engine::Response& response, const HeaderStyles
     std::memcpy(end, text.data(), text.size());
     end += text.size();
   };
-  const auto number = [&end](int64_t value) { end = fmt::format_to(end, FMT_COMPILE("{}"), value); };
+  const auto number = [&end](int64_t value) {
+    end = fmt::format_to(end, FMT_COMPILE("{}"), value);
+  };
   const Limit& limit = only->limit;
   const int64_t t = TSeconds(only->decision);
   if (styles.x_ratelimit) {

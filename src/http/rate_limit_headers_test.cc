@@ -172,8 +172,8 @@ TEST(RateLimitHeadersTest, ABurstLargerThanTheRateIsTheReportedLimit) {
   bucket.limit.burst = 200;
   const Response r = MakeResponse(true, {{bucket}}, 0, 0, 199);
   EXPECT_THAT(Render(r),
-              ElementsAre(Header{"X-RateLimit-Limit", "200"}, Header{"X-RateLimit-Remaining", "199"},
-                          Header{"X-RateLimit-Reset", "1"},
+              ElementsAre(Header{"X-RateLimit-Limit", "200"},
+                          Header{"X-RateLimit-Remaining", "199"}, Header{"X-RateLimit-Reset", "1"},
                           Header{"RateLimit-Policy", "\"100-per-1s\";q=200;w=1"},
                           Header{"RateLimit", "\"100-per-1s\";r=199;t=1"}));
   // A burst below the rate leaves the rate as the limit.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
 #include <condition_variable>
 #include <list>
 #include <mutex>
@@ -11,9 +13,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
 
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -246,8 +245,12 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                                   public BodyWriter {
  public:
   Session(Socket socket, Impl* server, Listener* listener, IdleList* idle)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server),
-        listener_(listener), idle_(idle), handler_(&listener->handler) {
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        server_(server),
+        listener_(listener),
+        idle_(idle),
+        handler_(&listener->handler) {
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);  // answers are single writes; never wait
     // Non-blocking for the synchronous calls too: WriteAnswer's first send and WatchClose's peek
@@ -447,7 +450,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     if (ec == beast_http::error::body_limit) {
       return Fail(beast_http::status::payload_too_large, "request body too large");
     }
-    if (ec) return Fail(beast_http::status::bad_request, fmt::format("bad request: {}", ec.message()));
+    if (ec)
+      return Fail(beast_http::status::bad_request, fmt::format("bad request: {}", ec.message()));
     HttpRequest request = parser_->release();
     Handle(request, nullptr);
   }
@@ -476,9 +480,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     Deferral deferral(
         socket_.get_executor(),
         [this] {
-          return Responder(shared_from_this(),
-                           asio::prefer(socket_.get_executor(),
-                                        asio::execution::outstanding_work.tracked));
+          return Responder(
+              shared_from_this(),
+              asio::prefer(socket_.get_executor(), asio::execution::outstanding_work.tracked));
         },
         std::move(body));
     (*handler_)(request, peer_, response_, deferral);
@@ -610,8 +614,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     });
   }
 
-  void WriteStreamHead(std::optional<uint64_t> content_length,
-                       Responder::StreamStarted started) {
+  void WriteStreamHead(std::optional<uint64_t> content_length, Responder::StreamStarted started) {
     close_after_write_ = CloseAfterThisAnswer();
     const bool without_content = WithoutContent(response_.result_int());
     stream_ = Stream{};  // not emplace(): clang-14 sees Stream as not default-constructible here
@@ -620,7 +623,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     stream_->content_length = stream_->discard ? std::optional<uint64_t>(0) : content_length;
     // Without a length or chunked framing, only the connection's end can end the body.
     if (!without_content && !content_length && version_ == 10) close_after_write_ = true;
-    const Framing framing = content_length    ? Framing::kLength
+    const Framing framing = content_length     ? Framing::kLength
                             : stream_->chunked ? Framing::kChunked
                                                : Framing::kClose;
     SerializeHeader(response_, version_, !close_after_write_, framing, content_length.value_or(0),
@@ -648,17 +651,16 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       expect_continue_ = false;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       SetDeadline(server_->options.idle_timeout);
-      return asio::async_write(
-          socket_, asio::buffer(kContinue.data(), kContinue.size()),
-          [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
-                                                            size_t) mutable {
-            self->deadline_ = SteadyClock::time_point::max();
-            if (ec) {
-              self->Close();
-              return got(Status::kError, {});
-            }
-            self->Read(std::move(got));
-          });
+      return asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
+                               [self = shared_from_this(), got = std::move(got)](
+                                   boost::system::error_code ec, size_t) mutable {
+                                 self->deadline_ = SteadyClock::time_point::max();
+                                 if (ec) {
+                                   self->Close();
+                                   return got(Status::kError, {});
+                                 }
+                                 self->Read(std::move(got));
+                               });
     }
     body_piece_.resize(kPieceBytes);
     auto& body = body_parser_->get().body();
@@ -691,9 +693,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
     SetDeadline(server_->options.idle_timeout);  // the longest silence while the body streams
     body_read_pending_ = true;
     socket_.async_read_some(
-        buffer_.prepare(kPieceBytes),
-        [self = shared_from_this(), got = std::move(got)](boost::system::error_code ec,
-                                                          size_t n) mutable {
+        buffer_.prepare(kPieceBytes), [self = shared_from_this(), got = std::move(got)](
+                                          boost::system::error_code ec, size_t n) mutable {
           self->body_read_pending_ = false;
           if (self->lingering_) {  // answered meanwhile: the body is dropped from now on
             got(Status::kError, {});
@@ -753,13 +754,13 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
       buffers[2] = asio::buffer("\r\n", 2);
     }
     SetDeadline(server_->options.idle_timeout);
-    asio::async_write(socket_, buffers,
-                      [self = shared_from_this(), done = std::move(done)](
-                          boost::system::error_code ec, size_t) {
-                        self->deadline_ = SteadyClock::time_point::max();
-                        if (ec) self->Close();
-                        done(!ec);
-                      });
+    asio::async_write(
+        socket_, buffers,
+        [self = shared_from_this(), done = std::move(done)](boost::system::error_code ec, size_t) {
+          self->deadline_ = SteadyClock::time_point::max();
+          if (ec) self->Close();
+          done(!ec);
+        });
   }
 
   void End() override {
@@ -794,8 +795,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   }
 
   static constexpr size_t kReadSize = 8192;
-  static constexpr size_t kPieceBytes = 64 << 10;  // of a streamed request body
-  static constexpr std::chrono::milliseconds kLingerTime{5000};  // see Linger
+  static constexpr size_t kPieceBytes = 64 << 10;                    // of a streamed request body
+  static constexpr std::chrono::milliseconds kLingerTime{5000};      // see Linger
   static constexpr std::chrono::milliseconds kStopLingerTime{1000};  // (once stopping)
 
   Socket socket_;
@@ -808,13 +809,13 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // A streamed request body (OnHeader): its parser, and the piece it is read into.
   std::optional<RequestParser<beast_http::buffer_body>> body_parser_;
   std::string body_piece_;
-  bool expect_continue_ = false;  // the client waits for "100 Continue" before the body
+  bool expect_continue_ = false;       // the client waits for "100 Continue" before the body
   std::function<void()> client_gone_;  // Responder::OnClientGone's, while watching
-  bool body_read_pending_ = false;  // a read for the streamed body is under way
-  bool lingering_ = false;          // answered, the body unread: dropping it until the close
+  bool body_read_pending_ = false;     // a read for the streamed body is under way
+  bool lingering_ = false;             // answered, the body unread: dropping it until the close
   HttpResponse response_;
   std::string header_;  // the serialized status line and fields of response_, reused
-  struct Stream {        // the answer being streamed, if any
+  struct Stream {       // the answer being streamed, if any
     std::optional<uint64_t> content_length;  // announced (0 when discarding)
     uint64_t written = 0;
     bool chunked = false;
@@ -829,7 +830,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   Session* idle_next_ = nullptr;
   bool idle_linked_ = false;
   SteadyClock::time_point idle_since_;
-  bool first_request_ = true;  // none answered yet
+  bool first_request_ = true;                       // none answered yet
   SteadyClock::time_point first_request_deadline_;  // the accept + header_timeout
   const Handler* handler_;
   std::string peer_;
@@ -862,32 +863,31 @@ class PendingDescriptor {
 // here raced with that context's thread: ThreadSanitizer saw it). So a connection for another
 // context leaves this one as a bare descriptor and is wrapped in a socket over there.
 void HttpServer::Impl::Accept(Listener& listener) {
-  listener.acceptor->async_accept(
-      *contexts[0], [this, &listener](beast::error_code ec, Socket socket) {
-        if (ec) {
-          if (!stopping.load() && ec != asio::error::operation_aborted) {
-            spdlog::warn("accept: {}", ec.message());
-            Accept(listener);
-          }
-          return;
-        }
-        stats->connections_total.fetch_add(1, std::memory_order_relaxed);
-        const bool at_cap =
-            listener.open.load(std::memory_order_relaxed) >= listener.max_connections;
-        // At the cap, the new connection goes where the oldest idle one is, and replaces it
-        // there (or is refused there, if that one got busy meanwhile).
-        const size_t context = at_cap ? OldestIdleContext(listener) : NextContext();
-        if (context == contexts.size()) {
-          stats->connections_rejected.fetch_add(1, std::memory_order_relaxed);
-          beast::error_code ignored;
-          socket.close(ignored);
-        } else {
-          stats->connections_open.fetch_add(1, std::memory_order_relaxed);
-          listener.open.fetch_add(1, std::memory_order_relaxed);
-          Dispatch(listener, context, std::move(socket), at_cap);
-        }
-        if (!stopping.load()) Accept(listener);
-      });
+  listener.acceptor->async_accept(*contexts[0], [this, &listener](beast::error_code ec,
+                                                                  Socket socket) {
+    if (ec) {
+      if (!stopping.load() && ec != asio::error::operation_aborted) {
+        spdlog::warn("accept: {}", ec.message());
+        Accept(listener);
+      }
+      return;
+    }
+    stats->connections_total.fetch_add(1, std::memory_order_relaxed);
+    const bool at_cap = listener.open.load(std::memory_order_relaxed) >= listener.max_connections;
+    // At the cap, the new connection goes where the oldest idle one is, and replaces it
+    // there (or is refused there, if that one got busy meanwhile).
+    const size_t context = at_cap ? OldestIdleContext(listener) : NextContext();
+    if (context == contexts.size()) {
+      stats->connections_rejected.fetch_add(1, std::memory_order_relaxed);
+      beast::error_code ignored;
+      socket.close(ignored);
+    } else {
+      stats->connections_open.fetch_add(1, std::memory_order_relaxed);
+      listener.open.fetch_add(1, std::memory_order_relaxed);
+      Dispatch(listener, context, std::move(socket), at_cap);
+    }
+    if (!stopping.load()) Accept(listener);
+  });
 }
 
 size_t HttpServer::Impl::OldestIdleContext(const Listener& listener) const {
@@ -903,8 +903,7 @@ size_t HttpServer::Impl::OldestIdleContext(const Listener& listener) const {
   return oldest;
 }
 
-void HttpServer::Impl::Dispatch(Listener& listener, size_t context, Socket socket,
-                                bool make_room) {
+void HttpServer::Impl::Dispatch(Listener& listener, size_t context, Socket socket, bool make_room) {
   if (context == 0) return Serve(listener, 0, std::move(socket), make_room);
   beast::error_code released;
   PendingDescriptor fd(socket.release(released));

@@ -38,6 +38,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -46,10 +49,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/buffer.hpp>
-#include <boost/beast/http.hpp>
 
 #include "absl/status/statusor.h"
 #include "http/pooled_allocator.h"

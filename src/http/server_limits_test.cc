@@ -5,8 +5,9 @@
 // is idle. Requests the server answers itself (400, 413, 431; HTTP/1.1 without exactly one Host)
 // never reach the handler and are reported to the listener's `server_answered`.
 
-#include "http/server.h"
+#include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -16,8 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <gtest/gtest.h>
+#include "http/server.h"
 
 namespace sluice::http {
 namespace {

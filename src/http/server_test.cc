@@ -9,12 +9,14 @@
 #include "http/server.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -25,9 +27,6 @@
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <gtest/gtest.h>
 
 #include "fmt/format.h"
 
@@ -135,7 +134,6 @@ TEST_F(DeferralTest, AppendedFieldsFollowTheFieldSetNowAndLater) {
   EXPECT_EQ(out, expected + closing);
 }
 
-
 // The answer object is reused on a keep-alive connection (its appended fields' room is kept):
 // nothing of one answer may leak into the next.
 TEST_F(DeferralTest, NextAnswerOnTheConnectionStartsEmpty) {
@@ -174,8 +172,8 @@ TEST_F(DeferralTest, DroppedResponderAnswers500) {
   Serve([](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
     Responder dropped = deferral.Take();
   });
-  const std::string out = Exchange(
-      port_, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", std::chrono::seconds(3));
+  const std::string out = Exchange(port_, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                   std::chrono::seconds(3));
   EXPECT_EQ(out.rfind("HTTP/1.1 500", 0), 0u) << out;
   EXPECT_NE(out.find("dropped without an answer"), std::string::npos) << out;
 }
@@ -192,9 +190,8 @@ TEST_F(DeferralTest, StopWaitsForADeferredRequest) {
     taken = true;
   });
   std::string out;
-  std::thread client([&] {
-    out = Exchange(port_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(3));
-  });
+  std::thread client(
+      [&] { out = Exchange(port_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(3)); });
   while (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   server_.Stop();
   thread_.join();  // returns only after the deferred answer was written
@@ -261,8 +258,10 @@ TEST(ThreadsTest, ConnectionsSpreadOverThreadsAreAllServed) {
     clients.emplace_back([&, c] {
       const std::string id = std::to_string(c);
       answers[c] = Exchange(*port,
-                            "GET /" + id + "/a HTTP/1.1\r\nHost: x\r\n\r\n"
-                            "GET /" + id + "/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                            "GET /" + id +
+                                "/a HTTP/1.1\r\nHost: x\r\n\r\n"
+                                "GET /" +
+                                id + "/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                             std::chrono::seconds(5));
     });
   }
@@ -283,9 +282,11 @@ TEST(ThreadsTest, ConnectionsSpreadOverThreadsAreAllServed) {
 // An endless streamed answer (a piece every 20 ms until a write fails) must not hold Stop()
 // past the shutdown deadline: the connection is closed and Run() returns.
 TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
-  HttpServer server(ServerOptions{.threads = 1, .shutdown_timeout = std::chrono::milliseconds(300)});
+  HttpServer server(
+      ServerOptions{.threads = 1, .shutdown_timeout = std::chrono::milliseconds(300)});
   struct Drip : std::enable_shared_from_this<Drip> {
-    Drip(std::shared_ptr<BodyWriter> b, const asio::any_io_executor& e) : body(std::move(b)), timer(e) {}
+    Drip(std::shared_ptr<BodyWriter> b, const asio::any_io_executor& e)
+        : body(std::move(b)), timer(e) {}
     void Next() {
       body->Write(asio::buffer("tick", 4), [self = shared_from_this()](bool written) {
         if (!written) return;  // the connection is gone: stop
@@ -299,15 +300,15 @@ TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
     asio::steady_timer timer;
   };
   std::atomic<bool> streaming{false};
-  auto port = server.Listen("127.0.0.1:0", [&](HttpRequest&, const std::string&, HttpResponse&,
-                                               Deferral& deferral) {
-    const asio::any_io_executor executor = deferral.executor();
-    deferral.Take().Stream(HttpResponse(beast_http::status::ok, 11), std::nullopt,
-                           [&, executor](std::shared_ptr<BodyWriter> body) {
-                             std::make_shared<Drip>(std::move(body), executor)->Next();
-                             streaming = true;
-                           });
-  });
+  auto port = server.Listen(
+      "127.0.0.1:0", [&](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
+        const asio::any_io_executor executor = deferral.executor();
+        deferral.Take().Stream(HttpResponse(beast_http::status::ok, 11), std::nullopt,
+                               [&, executor](std::shared_ptr<BodyWriter> body) {
+                                 std::make_shared<Drip>(std::move(body), executor)->Next();
+                                 streaming = true;
+                               });
+      });
   ASSERT_TRUE(port.ok()) << port.status();
   std::atomic<bool> ran{false};
   std::thread run([&] {
@@ -315,10 +316,10 @@ TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
     ran = true;
   });
   std::string out;
-  std::thread client([&] {
-    out = Exchange(*port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5));
-  });
-  for (int i = 0; i < 2000 && !streaming; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread client(
+      [&] { out = Exchange(*port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5)); });
+  for (int i = 0; i < 2000 && !streaming; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(streaming);
   const auto stop = std::chrono::steady_clock::now();
   server.Stop();
@@ -329,7 +330,8 @@ TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
   if (!ran) std::abort();  // Run() would never return: joining it would hang the test
   run.join();
   client.join();
-  EXPECT_EQ(out.rfind("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ntick\r\n", 0), 0u) << out;
+  EXPECT_EQ(out.rfind("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ntick\r\n", 0), 0u)
+      << out;
   EXPECT_EQ(out.find("0\r\n\r\n"), std::string::npos) << "cut, so never ended: " << out;
 }
 
@@ -518,7 +520,7 @@ TEST_F(DeferralTest, ClientClosingWhileTheAnswerIsDeferredIsReported) {
     asio::write(socket, asio::buffer(std::string_view("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(gone.load(), 0);  // still there, waiting
-  }  // the client closes
+  }                             // the client closes
   for (int i = 0; i < 300 && gone.load() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -580,7 +582,8 @@ TEST(ShutdownTest, RequestsReceivedBeforeStopAreAllAnswered) {
     std::lock_guard lock(mu);
     return held.has_value();
   };
-  for (int i = 0; i < 2000 && !taken(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 2000 && !taken(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(taken());
   // While the first is deferred the server reads nothing more: these wait in its socket.
   asio::write(socket, asio::buffer(std::string("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -626,14 +629,16 @@ TEST(ShutdownTest, ConnectionsNotYetAcceptedAtStopAreAnswered) {
   tcp::socket first(io);
   first.connect(at);
   asio::write(first, asio::buffer(std::string("GET /block HTTP/1.1\r\nHost: x\r\n\r\n")));
-  for (int i = 0; i < 2000 && !blocking; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 2000 && !blocking; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(blocking);
   // The kernel completes these connections and takes their requests; nobody accepts them yet.
   std::vector<tcp::socket> waiting;
   for (int i = 0; i < 5; ++i) {
     waiting.emplace_back(io);
     waiting.back().connect(at);
-    asio::write(waiting.back(), asio::buffer(fmt::format("GET /w{} HTTP/1.1\r\nHost: x\r\n\r\n", i)));
+    asio::write(waiting.back(),
+                asio::buffer(fmt::format("GET /w{} HTTP/1.1\r\nHost: x\r\n\r\n", i)));
   }
   server.Stop();  // while the thread is still blocked
   for (int i = 0; i < 5; ++i) {
@@ -642,7 +647,8 @@ TEST(ShutdownTest, ConnectionsNotYetAcceptedAtStopAreAnswered) {
     asio::read(waiting[i], asio::dynamic_buffer(out), ec);  // until the server's end
     EXPECT_EQ(ec, asio::error::eof) << i << ": " << ec.message();
     EXPECT_EQ(out, fmt::format("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n"
-                               "\r\n/w{}", i));
+                               "\r\n/w{}",
+                               i));
   }
   std::string out;
   boost::system::error_code ec;
@@ -684,17 +690,16 @@ bool ReadAnswer(int fd, std::string* pending, std::string* body, bool* close) {
 // after it); those written later get an answer or the connection's end, never a hang.
 TEST(ShutdownTest, NoRequestSentBeforeStopIsLostUnderLoad) {
   HttpServer server(ServerOptions{.threads = 2});
-  auto port = server.Listen("127.0.0.1:0", [](HttpRequest& request, const std::string&,
-                                              HttpResponse& response, Deferral&) {
-    response.body() = std::string(request.target());
-  });
+  auto port = server.Listen("127.0.0.1:0",
+                            [](HttpRequest& request, const std::string&, HttpResponse& response,
+                               Deferral&) { response.body() = std::string(request.target()); });
   ASSERT_TRUE(port.ok()) << port.status();
   std::thread run([&] { server.Run(); });
   constexpr int kClients = 6;
   constexpr int kMaxPairs = 20000;  // each client's bound, with a bound in time
   std::atomic<bool> stop_called{false};
-  std::atomic<int> ready{0};     // clients past their first 20 pairs
-  std::atomic<int> lost{0};      // requests written before Stop() without a whole answer
+  std::atomic<int> ready{0};  // clients past their first 20 pairs
+  std::atomic<int> lost{0};   // requests written before Stop() without a whole answer
   std::vector<std::string> failures(kClients);
   std::vector<std::thread> clients;
   for (int c = 0; c < kClients; ++c) {
@@ -721,8 +726,8 @@ TEST(ShutdownTest, NoRequestSentBeforeStopIsLostUnderLoad) {
         }
         const std::string a = "/" + std::to_string(c) + "/" + std::to_string(i) + "/a";
         const std::string b = "/" + std::to_string(c) + "/" + std::to_string(i) + "/b";
-        const std::string pair = "GET " + a + " HTTP/1.1\r\nHost: x\r\n\r\nGET " + b +
-                                 " HTTP/1.1\r\nHost: x\r\n\r\n";
+        const std::string pair =
+            "GET " + a + " HTTP/1.1\r\nHost: x\r\n\r\nGET " + b + " HTTP/1.1\r\nHost: x\r\n\r\n";
         const ssize_t sent = ::send(fd, pair.data(), pair.size(), MSG_NOSIGNAL);
         const bool before_stop = !stop_called.load();  // written whole before Stop() was called
         if (sent != static_cast<ssize_t>(pair.size())) {

@@ -101,8 +101,12 @@ void MethodNotAllowed(HttpResponse& response, const char* allowed) {
 
 Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
                  std::string admin_token, engine::RemoteStore* remote)
-    : config_(config), store_(store), engine_(store, remote), clock_(clock),
-      admin_token_(std::move(admin_token)), serial_(NextServiceSerial()) {}
+    : config_(config),
+      store_(store),
+      engine_(store, remote),
+      clock_(clock),
+      admin_token_(std::move(admin_token)),
+      serial_(NextServiceSerial()) {}
 
 void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
                          std::function<void()> before_render) {
@@ -224,19 +228,18 @@ void Service::Check(const HttpRequest& request, HttpResponse& response, Deferral
   requests.push_back(*std::move(parsed));
   AnswerMaybeLater(response, deferral, [&](Send send) {
     std::string domain = requests.front().domain;
-    engine_.CheckAllAsync(
-        config, std::move(requests), now_us,
-        [this, config, now_us, domain = std::move(domain),
-         send = std::move(send)](std::vector<engine::Response> decisions) {
-          const engine::Response& decision = decisions.front();
-          RecordDecision(domain, decision, clock_->NowMicros() - now_us);
-          HttpResponse answer;
-          SetDecision(*config, decision,
-                      decision.allowed ? beast_http::status::ok
-                                       : beast_http::status::too_many_requests,
-                      answer);
-          send(std::move(answer));
-        });
+    engine_.CheckAllAsync(config, std::move(requests), now_us,
+                          [this, config, now_us, domain = std::move(domain),
+                           send = std::move(send)](std::vector<engine::Response> decisions) {
+                            const engine::Response& decision = decisions.front();
+                            RecordDecision(domain, decision, clock_->NowMicros() - now_us);
+                            HttpResponse answer;
+                            SetDecision(*config, decision,
+                                        decision.allowed ? beast_http::status::ok
+                                                         : beast_http::status::too_many_requests,
+                                        answer);
+                            send(std::move(answer));
+                          });
   });
 }
 
@@ -248,15 +251,16 @@ void Service::Check(const HttpRequest& request, HttpResponse& response, Deferral
 void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response,
                    Deferral& deferral) {
   // The first of two header fields present.
-  const auto either = [&](std::string_view a, std::string_view b) -> std::optional<std::string_view> {
+  const auto either = [&](std::string_view a,
+                          std::string_view b) -> std::optional<std::string_view> {
     auto it = request.find(a);
     if (it == request.end()) it = request.find(b);
     if (it == request.end()) return std::nullopt;
     return std::string_view(it->value().data(), it->value().size());
   };
-  const std::string_view method =
-      either("X-Original-Method", "X-Forwarded-Method")
-          .value_or(std::string_view(request.method_string().data(), request.method_string().size()));
+  const std::string_view method = either("X-Original-Method", "X-Forwarded-Method")
+                                      .value_or(std::string_view(request.method_string().data(),
+                                                                 request.method_string().size()));
   std::string_view uri;
   if (auto original = either("X-Original-URI", "X-Forwarded-Uri")) {
     uri = *original;
@@ -267,8 +271,8 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
   const std::string_view path = uri.substr(0, uri.find('?'));
 
   std::shared_ptr<const rules::Config> config = config_->Current();
-  auto checks = BuildRouteChecks(*config, {.method = method, .path = path, .peer = peer,
-                                           .headers = &request});
+  auto checks = BuildRouteChecks(
+      *config, {.method = method, .path = path, .peer = peer, .headers = &request});
   if (!checks.ok()) {
     return SetJson(response, beast_http::status::bad_request,
                    RenderError(std::string(checks.status().message())));
@@ -351,7 +355,8 @@ void Service::Summarize(std::span<const std::string_view> domains,
     if (metrics_ != nullptr) CountDecisions(domains[i], decisions[i]);
     if (out.status != 200) continue;
     for (const auto& d : decisions[i].descriptors) {
-      if (d.code == engine::DescriptorResult::Code::kOverLimit) out.status = sections[i]->deny_status;
+      if (d.code == engine::DescriptorResult::Code::kOverLimit)
+        out.status = sections[i]->deny_status;
     }
   }
   if (metrics_ != nullptr && !decisions.empty()) {
@@ -387,8 +392,8 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
       // A quota-mode limit over its limit is counted apart: it did not deny by itself.
       const int outcome = limit.decision.allowed ? 1 : limit.quota ? 2 : 0;
       Slot& slot = slots[(domain.size() * 7 + limit.name.size()) % slots.size()];
-      if (slot.service != serial_ || slot.family != metrics_->decisions ||
-          slot.domain != domain || slot.name != limit.name ||
+      if (slot.service != serial_ || slot.family != metrics_->decisions || slot.domain != domain ||
+          slot.name != limit.name ||
           (limit.name.empty() &&
            (slot.requests != limit.limit.requests || slot.window_us != limit.limit.window_us))) {
         slot.service = serial_;
@@ -461,18 +466,20 @@ void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral&
     if (result.nosniff) out.set("X-Content-Type-Options", "nosniff");
     out.body() = result.body;
   };
-  std::variant<rls::RateLimitRequest, rls::JsonResult> parsed = rls::ParseJsonRequest(request.body());
+  std::variant<rls::RateLimitRequest, rls::JsonResult> parsed =
+      rls::ParseJsonRequest(request.body());
   if (const auto* answer = std::get_if<rls::JsonResult>(&parsed)) return render(*answer, response);
   std::shared_ptr<const rules::Config> config = config_->Current();
-  rls::RlsOptions options = config ? rls::RlsOptionsFromSettings(config->settings) : rls::RlsOptions{};
+  rls::RlsOptions options =
+      config ? rls::RlsOptionsFromSettings(config->settings) : rls::RlsOptions{};
   const int64_t now_us = clock_->NowMicros();
   options.on_decision = [this, now_us](std::string_view domain, const engine::Response& decision) {
     RecordDecision(domain, decision, clock_->NowMicros() - now_us);
   };
   AnswerMaybeLater(response, deferral, [&](Send send) {
     rls::ShouldRateLimitAsync(
-        engine_, std::move(config), std::get<rls::RateLimitRequest>(parsed), now_us,
-        options, [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
+        engine_, std::move(config), std::get<rls::RateLimitRequest>(parsed), now_us, options,
+        [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
           HttpResponse answer;
           render(rls::RenderJsonResponse(result), answer);
           send(std::move(answer));
@@ -508,14 +515,16 @@ void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferra
   for (const engine::Descriptor& d : *descriptors) {
     for (const rules::Entry& e : d.entries) {
       if (e.key.size() > max_key_bytes || e.value.size() > max_key_bytes) {
-        return SetJson(response, beast_http::status::bad_request,
-                       RenderError(fmt::format("descriptor key '{:.64}' or its value is longer than "
-                                               "the maximum of {} bytes (http.max_key_bytes)",
-                                               e.key, max_key_bytes)));
+        return SetJson(
+            response, beast_http::status::bad_request,
+            RenderError(fmt::format("descriptor key '{:.64}' or its value is longer than "
+                                    "the maximum of {} bytes (http.max_key_bytes)",
+                                    e.key, max_key_bytes)));
       }
     }
   }
-  engine::Request query{.domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
+  engine::Request query{
+      .domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
   AnswerMaybeLater(response, deferral, [&](Send send) {
     if (remove) {
       return engine_.ResetAsync(config, std::move(query), [send](absl::StatusOr<size_t> forgotten) {
@@ -574,18 +583,21 @@ void Service::Readyz(HttpResponse& response) {
   if (config == nullptr) {
     return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
   }
-  if (!backend_health_) return SetText(response, beast_http::status::ok, "ready\nbackend: memory\n");
+  if (!backend_health_)
+    return SetText(response, beast_http::status::ok, "ready\nbackend: memory\n");
   const BackendHealth health = backend_health_();
   if (health.usable) {
-    return SetText(response, beast_http::status::ok, fmt::format("ready\nbackend: {}\n", health.detail));
+    return SetText(response, beast_http::status::ok,
+                   fmt::format("ready\nbackend: {}\n", health.detail));
   }
   if (const rules::Domain* closed = config->FirstFailingClosed()) {
     return SetText(response, beast_http::status::service_unavailable,
                    fmt::format("not ready\nbackend: {}\ndomain {} has failure_mode closed\n",
                                health.detail, closed->name));
   }
-  SetText(response, beast_http::status::ok,
-          fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));
+  SetText(
+      response, beast_http::status::ok,
+      fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));
 }
 
 void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response,
@@ -604,8 +616,9 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
     const std::shared_ptr<const rules::Config> config = config_->Current();
     std::string domains;
     for (const auto& d : config->domains) {
-      domains += fmt::format("{}{{\"name\":{},\"file\":{},\"limits\":{}}}", domains.empty() ? "" : ",",
-                             JsonString(d->name), JsonString(d->file), d->limit_count);
+      domains +=
+          fmt::format("{}{{\"name\":{},\"file\":{},\"limits\":{}}}", domains.empty() ? "" : ",",
+                      JsonString(d->name), JsonString(d->file), d->limit_count);
     }
     return SetJson(response, beast_http::status::ok,
                    fmt::format("{{\"version\":{},\"domains\":[{}],\"limits\":{},"
@@ -622,11 +635,11 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
     for (const auto& e : outcome.errors) {
       errors += fmt::format("{}{}", errors.empty() ? "" : ",", JsonString(e.ToString()));
     }
-    return SetJson(response,
-                   outcome.errors.empty() ? beast_http::status::ok : beast_http::status::unprocessable_entity,
-                   fmt::format("{{\"applied\":{},\"unchanged\":{},\"version\":{},\"errors\":[{}]}}",
-                               outcome.applied, outcome.unchanged, JsonString(outcome.version),
-                               errors));
+    return SetJson(
+        response,
+        outcome.errors.empty() ? beast_http::status::ok : beast_http::status::unprocessable_entity,
+        fmt::format("{{\"applied\":{},\"unchanged\":{},\"version\":{},\"errors\":[{}]}}",
+                    outcome.applied, outcome.unchanged, JsonString(outcome.version), errors));
   }
   SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
 }

@@ -48,7 +48,9 @@ class Service {
     bool usable = true;
     std::string detail;  // e.g. "redis 127.0.0.1:6379: connected"
   };
-  void SetBackendHealth(std::function<BackendHealth()> health) { backend_health_ = std::move(health); }
+  void SetBackendHealth(std::function<BackendHealth()> health) {
+    backend_health_ = std::move(health);
+  }
 
   // Enables GET /metrics on the admin port and the counting of decisions and responses.
   // `before_render` runs before each scrape (e.g. to copy the server's connection counts).

@@ -131,13 +131,13 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   call->config = config;
   call->responder = deferral.Take();  // every proxied request is answered later
   // What the request consumes is recorded (on the memory store or on Redis) for a refund.
-  DecideRoutes(std::move(config), *std::move(checks), &call->consumed,
-               [this, call](RouteDecision decided) {
-                 // Back on the connection's thread (the decision may come from Redis's).
-                 boost::asio::post(call->executor, [this, call, decided = std::move(decided)]() mutable {
-                   ProxyDecided(call, std::move(decided));
-                 });
-               });
+  DecideRoutes(
+      std::move(config), *std::move(checks), &call->consumed, [this, call](RouteDecision decided) {
+        // Back on the connection's thread (the decision may come from Redis's).
+        boost::asio::post(call->executor, [this, call, decided = std::move(decided)]() mutable {
+          ProxyDecided(call, std::move(decided));
+        });
+      });
 }
 
 void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided) {

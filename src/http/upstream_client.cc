@@ -144,8 +144,9 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     // upstream's own authority stands in (as nginx's proxy_set_header Host $proxy_host).
     if (request_.find(beast_http::field::host) == request_.end()) {
       const bool ipv6 = target_.host.find(':') != std::string::npos;
-      request_.set(beast_http::field::host, ipv6 ? fmt::format("[{}]:{}", target_.host, target_.port)
-                                                 : fmt::format("{}:{}", target_.host, target_.port));
+      request_.set(beast_http::field::host, ipv6
+                                                ? fmt::format("[{}]:{}", target_.host, target_.port)
+                                                : fmt::format("{}:{}", target_.host, target_.port));
     }
     if (request_body_ == nullptr) {
       request_.prepare_payload();
@@ -258,15 +259,12 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
         static constexpr std::string_view kLast = "0\r\n\r\n";
         self->connection_->stream.expires_after(self->timeout_);
         self->writing_ = true;
-        return asio::async_write(self->connection_->stream,
-                                 asio::buffer(kLast.data(), kLast.size()),
-                                 [self](beast::error_code ec, size_t) {
-                                   self->BodyWritten(ec, /*last=*/true);
-                                 });
+        return asio::async_write(
+            self->connection_->stream, asio::buffer(kLast.data(), kLast.size()),
+            [self](beast::error_code ec, size_t) { self->BodyWritten(ec, /*last=*/true); });
       }
-      std::array<asio::const_buffer, 3> buffers{asio::const_buffer(),
-                                                asio::buffer(piece.data(), piece.size()),
-                                                asio::const_buffer()};
+      std::array<asio::const_buffer, 3> buffers{
+          asio::const_buffer(), asio::buffer(piece.data(), piece.size()), asio::const_buffer()};
       if (chunked) {
         self->chunk_size_ = fmt::format("{:x}\r\n", piece.size());
         buffers[0] = asio::buffer(self->chunk_size_);
@@ -363,7 +361,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
       CloseConnection();
       return Connect();
     }
-    const char* doing = !sent                                ? "sending the request"
+    const char* doing = !sent                                     ? "sending the request"
                         : request_body_ != nullptr && !body_sent_ ? "sending the request's body"
                                                                   : "reading the answer";
     Finish(UpstreamOutcome::kError, beast_http::status::bad_gateway,
@@ -379,9 +377,8 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     }
     HttpResponse head(beast_http::response_header<>(parser_->get().base()));
     StripHopByHop(head.base());
-    Call({.outcome = UpstreamOutcome::kOk,
-          .response = std::move(head),
-          .body = shared_from_this()});
+    Call(
+        {.outcome = UpstreamOutcome::kOk, .response = std::move(head), .body = shared_from_this()});
   }
 
   // UpstreamBody.
@@ -463,9 +460,9 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   // request_'s header
   std::optional<beast_http::request<beast_http::empty_body, HttpFields>> head_;
   std::optional<beast_http::serializer<true, beast_http::empty_body, HttpFields>> head_serializer_;
-  std::string chunk_size_;  // the size line of the chunk being sent
-  bool body_started_ = false;  // (streamed) the body was asked for from the client
-  bool body_sent_ = false;     // (streamed) the whole body was sent
+  std::string chunk_size_;       // the size line of the chunk being sent
+  bool body_started_ = false;    // (streamed) the body was asked for from the client
+  bool body_sent_ = false;       // (streamed) the whole body was sent
   bool writing_ = false;         // (streamed) a piece of the body is being written
   bool header_pending_ = false;  // the answer's header is being read
   std::optional<beast::error_code> read_failure_;   // (streamed) while a write was pending

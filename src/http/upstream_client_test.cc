@@ -375,15 +375,15 @@ TEST_F(UpstreamClientTest, BodyAbandonedMidwayClosesTheConnection) {
       false);
   HttpRequest request(beast_http::verb::get, "/x", 11);
   size_t got = 0;
-  client_.Forward(io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()},
-                  std::move(request), std::chrono::seconds(5), [&](UpstreamResult r) {
-                    ASSERT_NE(r.body, nullptr);
-                    UpstreamBody& source = *r.body;
-                    source.Read(
-                        [&got, body = r.body](UpstreamBody::Status, std::string_view piece) {
-                          got = piece.size();  // and the body is dropped after this
-                        });
-                  });
+  client_.Forward(
+      io_.get_executor(), {.host = "127.0.0.1", .port = upstream.port()}, std::move(request),
+      std::chrono::seconds(5), [&](UpstreamResult r) {
+        ASSERT_NE(r.body, nullptr);
+        UpstreamBody& source = *r.body;
+        source.Read([&got, body = r.body](UpstreamBody::Status, std::string_view piece) {
+          got = piece.size();  // and the body is dropped after this
+        });
+      });
   io_.run();
   io_.restart();
   EXPECT_GT(got, 0u);

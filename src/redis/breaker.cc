@@ -55,9 +55,12 @@ uint64_t Breaker::opened() const {
 
 std::string_view Breaker::Name(State s) {
   switch (s) {
-    case State::kClosed: return "closed";
-    case State::kOpen: return "open";
-    case State::kHalfOpen: return "half_open";
+    case State::kClosed:
+      return "closed";
+    case State::kOpen:
+      return "open";
+    case State::kHalfOpen:
+      return "half_open";
   }
   return "closed";
 }

@@ -2,10 +2,9 @@
 
 #include <array>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <mutex>
 #include <thread>
-
-#include <boost/asio.hpp>
 
 #include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
@@ -17,13 +16,15 @@ uint16_t KeySlot(std::string_view key) {
   // Only the part inside the first {...} is hashed, if that part is not empty.
   if (const size_t open = key.find('{'); open != std::string_view::npos) {
     const size_t close = key.find('}', open + 1);
-    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+    if (close != std::string_view::npos && close > open + 1)
+      key = key.substr(open + 1, close - open - 1);
   }
   uint16_t crc = 0;  // CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0
   for (unsigned char c : key) {
     crc ^= static_cast<uint16_t>(c << 8);
     for (int bit = 0; bit < 8; ++bit) {
-      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                           : static_cast<uint16_t>(crc << 1);
     }
   }
   return crc & 16383;
@@ -102,9 +103,9 @@ class ClientImpl : public Client {
     Node* node = slots_[slot].load(std::memory_order_acquire);
     if (node == nullptr) {
       RequestRefresh();
-      return done(absl::UnavailableError(fmt::format(
-          "redis cluster: no node serves slot {} ({})", slot,
-          map_loaded_.load() ? "slot not covered" : "slot map not loaded yet")));
+      return done(absl::UnavailableError(
+          fmt::format("redis cluster: no node serves slot {} ({})", slot,
+                      map_loaded_.load() ? "slot not covered" : "slot map not loaded yet")));
     }
     auto attempt = std::make_shared<Attempt>();
     attempt->command = std::move(command);
@@ -233,19 +234,21 @@ class ClientImpl : public Client {
       const auto now = std::chrono::steady_clock::now();
       if (attempt->connect_wait_until == std::chrono::steady_clock::time_point{}) {
         attempt->connect_wait_until =
-            now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.connection.timeout);
+            now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      options_.connection.timeout);
         if (attempt->deadline.at != std::chrono::steady_clock::time_point{}) {
           attempt->connect_wait_until = std::min(attempt->connect_wait_until, attempt->deadline.at);
         }
       }
       if (now < attempt->connect_wait_until) {
         auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(1));
-        timer->async_wait([this, timer, attempt, node, asking](boost::system::error_code ec) mutable {
-          if (ec || stopping_) {
-            return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
-          }
-          Dispatch(std::move(attempt), node, asking);
-        });
+        timer->async_wait(
+            [this, timer, attempt, node, asking](boost::system::error_code ec) mutable {
+              if (ec || stopping_) {
+                return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
+              }
+              Dispatch(std::move(attempt), node, asking);
+            });
         return;
       }
     }
@@ -277,9 +280,8 @@ class ClientImpl : public Client {
           if (!redirect) return attempt->done(std::move(reply));
           redirects_.fetch_add(1, std::memory_order_relaxed);
           if (++attempt->redirects > options_.max_redirects) {
-            return attempt->done(absl::UnavailableError(
-                fmt::format("redis cluster: more than {} redirects ({})", options_.max_redirects,
-                            reply.str)));
+            return attempt->done(absl::UnavailableError(fmt::format(
+                "redis cluster: more than {} redirects ({})", options_.max_redirects, reply.str)));
           }
           Node* target = NodeAt(redirect->address);
           if (!redirect->ask) {
@@ -353,7 +355,8 @@ class ClientImpl : public Client {
         if (host.empty() || host == "?") host = via_host;  // "the node you asked"
         Node* node = GetNode(host, static_cast<int>(master.elements[1].integer));
         const int64_t from = range.elements[0].integer, to = range.elements[1].integer;
-        for (int64_t s = std::max<int64_t>(0, from); s <= to && s < static_cast<int64_t>(kSlots); ++s) {
+        for (int64_t s = std::max<int64_t>(0, from); s <= to && s < static_cast<int64_t>(kSlots);
+             ++s) {
           slots_[static_cast<size_t>(s)].store(node, std::memory_order_release);
           ++covered;
         }

@@ -4,11 +4,10 @@
 
 #include "redis/client.h"
 
+#include <boost/asio.hpp>
 #include <future>
 #include <set>
 #include <thread>
-
-#include <boost/asio.hpp>
 
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -27,7 +26,8 @@ TEST(KeySlotTest, KnownValuesAndHashTags) {
   EXPECT_EQ(KeySlot("bar"), 5061);
   EXPECT_EQ(KeySlot("{user1000}.following"), KeySlot("{user1000}.followers"));
   EXPECT_EQ(KeySlot("{user1000}.following"), KeySlot("user1000"));
-  EXPECT_EQ(KeySlot("foo{}{bar}"), KeySlot(std::string_view("foo{}{bar}")));  // empty tag: whole key
+  EXPECT_EQ(KeySlot("foo{}{bar}"),
+            KeySlot(std::string_view("foo{}{bar}")));  // empty tag: whole key
   EXPECT_NE(KeySlot("foo{}{bar}"), KeySlot("bar"));
   EXPECT_EQ(KeySlot("foo{{bar}}zap"), KeySlot("{bar"));
   EXPECT_EQ(KeySlot("foo{bar}{zap}"), KeySlot("bar"));
@@ -41,7 +41,8 @@ absl::StatusOr<Reply> Call(Client& client, std::string_view key,
   AppendCommand(&command, args);
   std::promise<absl::StatusOr<Reply>> promise;
   auto future = promise.get_future();
-  client.Send(key, std::move(command), [&](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+  client.Send(key, std::move(command),
+              [&](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
   if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no reply");
   return future.get();
 }
@@ -71,9 +72,7 @@ bool WaitClusterOk(std::vector<Client*> nodes_admin, const std::vector<std::stri
   return false;
 }
 
-TEST(ClientTest, NoSeedIsAnError) {
-  EXPECT_FALSE(Client::Create({}).ok());
-}
+TEST(ClientTest, NoSeedIsAnError) { EXPECT_FALSE(Client::Create({}).ok()); }
 
 TEST(ClientTest, StandaloneServer) {
   testing::RedisServer server;
@@ -149,11 +148,14 @@ TEST_F(ClusterTest, MovedSlotIsFollowedAndRemembered) {
   const std::string from = client_->NodeFor(key), to = OtherNode(from);
   const std::string slot = std::to_string(KeySlot(key));
   const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
-  const auto [to_host, to_port] = std::pair(to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1));
+  const auto [to_host, to_port] =
+      std::pair(to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1));
   // Move the slot and its key, the way redis-cli --cluster reshard does.
   ASSERT_EQ(Call(Admin(to), key, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
   ASSERT_EQ(Call(Admin(from), key, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
-  ASSERT_EQ(Call(Admin(from), key, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", key})->str, "OK");
+  ASSERT_EQ(
+      Call(Admin(from), key, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", key})->str,
+      "OK");
   for (size_t i = 0; i < cluster_->size(); ++i) {
     ASSERT_EQ(Call(*admin_[i], key, {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
   }
@@ -175,8 +177,11 @@ TEST_F(ClusterTest, AskDuringAMigrationIsFollowedOnce) {
   const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
   ASSERT_EQ(Call(Admin(to), moved, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
   ASSERT_EQ(Call(Admin(from), moved, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
-  ASSERT_EQ(Call(Admin(from), moved, {"MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1),
-                                      "", "0", "5000", "KEYS", moved})->str, "OK");
+  ASSERT_EQ(Call(Admin(from), moved,
+                 {"MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1), "", "0",
+                  "5000", "KEYS", moved})
+                ->str,
+            "OK");
   // Half-way: `moved` is on `to` (ASK), `stays` still on `from`; the map does not change.
   EXPECT_EQ(Call(*client_, moved, {"GET", moved})->str, "m");
   EXPECT_EQ(Call(*client_, stays, {"GET", stays})->str, "s");

@@ -33,7 +33,8 @@ constexpr int64_t kDay = int64_t{86400} * 1000000;
 
 using testing::MakeLimit;
 
-std::unique_ptr<Client> Open(const std::string& url, bool cluster, std::chrono::microseconds timeout) {
+std::unique_ptr<Client> Open(const std::string& url, bool cluster,
+                             std::chrono::microseconds timeout) {
   return testing::OpenRedis({url}, cluster, timeout);
 }
 
@@ -116,8 +117,9 @@ class LoadLoop {
       max_latency_ = std::max(max_latency_, took);
       if (!r.ok()) {
         last_error_ = r.status().ToString();
-        if (distinct_errors_.size() < 8 && std::find(distinct_errors_.begin(), distinct_errors_.end(),
-                                                     last_error_) == distinct_errors_.end()) {
+        if (distinct_errors_.size() < 8 &&
+            std::find(distinct_errors_.begin(), distinct_errors_.end(), last_error_) ==
+                distinct_errors_.end()) {
           distinct_errors_.push_back(last_error_);
         }
       }
@@ -140,8 +142,8 @@ class LoadLoop {
   std::atomic<int64_t> ok_{0}, errors_{0}, hangs_{0};
   std::atomic<int64_t> busy_allowed_[2] = {}, busy_failed_[2] = {};
   mutable std::mutex mu_;
-  SteadyClock::duration max_latency_{};  // guarded by mu_
-  std::string last_error_;              // guarded by mu_
+  SteadyClock::duration max_latency_{};       // guarded by mu_
+  std::string last_error_;                    // guarded by mu_
   std::vector<std::string> distinct_errors_;  // the first few kinds; guarded by mu_
 };
 
@@ -157,13 +159,15 @@ class ClusterFaultsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(cluster_->created()) << "redis-cli --cluster create --cluster-replicas 1 failed";
     ASSERT_EQ(cluster_->size(), 6u);
-    for (size_t i = 0; i < cluster_->size(); ++i) admin_.push_back(Open(cluster_->url(i), false, 5s));
+    for (size_t i = 0; i < cluster_->size(); ++i)
+      admin_.push_back(Open(cluster_->url(i), false, 5s));
     client_ = Open(cluster_->url(0), true, 2s);
     ASSERT_TRUE(client_->Ready()) << client_->last_error();
     store_ = std::make_unique<RedisStore>(client_.get(), RedisStore::Options{});
     for (int i = 0; i < 256; ++i) {
       spread_keys_.push_back(fmt::format("user:{}", i));
-      spread_.push_back(Item{.limit = &spread_limit_, .limit_id = 1, .key = spread_keys_.back(), .cost = 1});
+      spread_.push_back(
+          Item{.limit = &spread_limit_, .limit_id = 1, .key = spread_keys_.back(), .cost = 1});
     }
   }
 
@@ -176,7 +180,9 @@ class ClusterFaultsTest : public ::testing::Test {
     return *admin_[0];
   }
 
-  std::string Id(const std::string& address) { return Command(Admin(address), {"CLUSTER", "MYID"})->str; }
+  std::string Id(const std::string& address) {
+    return Command(Admin(address), {"CLUSTER", "MYID"})->str;
+  }
 
   // The address of a replica of the master at `address`, from CLUSTER NODES
   // ("<id> <ip:port@bus> <flags> <master id> ...", one node a line).
@@ -291,15 +297,16 @@ TEST_F(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
   EXPECT_LT(recovered, 5s);
   EXPECT_TRUE(load.WaitForOk(500)) << load.errors_seen();
   load.Stop();
-  std::printf("failover: %lld ok, %lld errors (%s), max latency %.1f ms, busy key back after %.0f ms, "
-              "%llu redirects, %llu map refreshes, %llu NOSCRIPT reloads\n",
-              static_cast<long long>(load.ok()), static_cast<long long>(load.errors()),
-              load.errors_seen().c_str(),
-              std::chrono::duration<double, std::milli>(load.max_latency()).count(),
-              std::chrono::duration<double, std::milli>(recovered).count(),
-              static_cast<unsigned long long>(client_->redirects() - redirects),
-              static_cast<unsigned long long>(client_->map_refreshes() - refreshes),
-              static_cast<unsigned long long>(store_->GetStats().noscript_reloads - noscript));
+  std::printf(
+      "failover: %lld ok, %lld errors (%s), max latency %.1f ms, busy key back after %.0f ms, "
+      "%llu redirects, %llu map refreshes, %llu NOSCRIPT reloads\n",
+      static_cast<long long>(load.ok()), static_cast<long long>(load.errors()),
+      load.errors_seen().c_str(),
+      std::chrono::duration<double, std::milli>(load.max_latency()).count(),
+      std::chrono::duration<double, std::milli>(recovered).count(),
+      static_cast<unsigned long long>(client_->redirects() - redirects),
+      static_cast<unsigned long long>(client_->map_refreshes() - refreshes),
+      static_cast<unsigned long long>(store_->GetStats().noscript_reloads - noscript));
   // Every call ended, ok or with a clean error, in bounded time: a connection wait and a call
   // timeout (2 s each) at the most, well short of a hang.
   EXPECT_EQ(load.hangs(), 0);
@@ -356,8 +363,9 @@ TEST_F(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   auto keys = Command(Admin(from), {"CLUSTER", "GETKEYSINSLOT", slot, "100"});
   ASSERT_TRUE(keys.ok());
   ASSERT_GE(keys->elements.size(), 2u);
-  std::vector<std::string> migrate = {"MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1),
-                                      "", "0", "5000", "KEYS"};
+  std::vector<std::string> migrate = {
+      "MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1), "", "0", "5000",
+      "KEYS"};
   for (const Reply& k : keys->elements) migrate.push_back(k.str);
   ASSERT_EQ(Command(Admin(from), migrate)->str, "OK");
   const uint64_t before_ask = client_->redirects();
@@ -374,13 +382,14 @@ TEST_F(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   EXPECT_TRUE(load.WaitForOk(500)) << load.last_error();
   load.Stop();
 
-  std::printf("reshard of slot %s: %lld ok, %lld errors (last: %s), max latency %.1f ms, "
-              "%llu redirects (%llu while the keys were on the importing node)\n",
-              slot.c_str(), static_cast<long long>(load.ok()), static_cast<long long>(load.errors()),
-              load.last_error().c_str(),
-              std::chrono::duration<double, std::milli>(load.max_latency()).count(),
-              static_cast<unsigned long long>(client_->redirects() - redirects),
-              static_cast<unsigned long long>(asked));
+  std::printf(
+      "reshard of slot %s: %lld ok, %lld errors (last: %s), max latency %.1f ms, "
+      "%llu redirects (%llu while the keys were on the importing node)\n",
+      slot.c_str(), static_cast<long long>(load.ok()), static_cast<long long>(load.errors()),
+      load.last_error().c_str(),
+      std::chrono::duration<double, std::milli>(load.max_latency()).count(),
+      static_cast<unsigned long long>(client_->redirects() - redirects),
+      static_cast<unsigned long long>(asked));
   EXPECT_EQ(load.errors(), 0) << load.last_error();
   EXPECT_EQ(load.hangs(), 0);
   EXPECT_GT(client_->redirects(), redirects);

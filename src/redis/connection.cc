@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio.hpp>
 #include <deque>
 #include <mutex>
-
-#include <boost/asio.hpp>
 
 #include "fmt/format.h"
 #include "redis/redis_clock.h"
@@ -21,16 +20,21 @@ using Clock = std::chrono::steady_clock;
 class AsioConnection : public Connection, public std::enable_shared_from_this<AsioConnection> {
  public:
   AsioConnection(asio::io_context& io, Options options)
-      : io_(io), options_(std::move(options)), socket_(io), resolver_(io), timer_(io),
-        retry_timer_(io), backoff_(options_.min_backoff) {}
+      : io_(io),
+        options_(std::move(options)),
+        socket_(io),
+        resolver_(io),
+        timer_(io),
+        retry_timer_(io),
+        backoff_(options_.min_backoff) {}
 
   void Begin() {
     asio::post(io_, [self = shared_from_this()] { self->Connect(); });
   }
 
   void Send(std::string command, Callback done, size_t replies, Deadline deadline) override {
-    asio::post(io_, [self = shared_from_this(), command = std::move(command), done = std::move(done),
-                     replies, deadline = std::move(deadline)]() mutable {
+    asio::post(io_, [self = shared_from_this(), command = std::move(command),
+                     done = std::move(done), replies, deadline = std::move(deadline)]() mutable {
       self->Enqueue(std::move(command), std::move(done), replies, std::move(deadline));
     });
   }
@@ -53,10 +57,10 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
 
  private:
   struct Pending {
-    Callback done;            // null once answered (timed out)
+    Callback done;                           // null once answered (timed out)
     std::function<void(const Reply&)> late;  // Deadline::late
-    size_t replies = 1;       // how many replies this entry takes
-    Reply collected;          // the array of a multi-reply entry
+    size_t replies = 1;                      // how many replies this entry takes
+    Reply collected;                         // the array of a multi-reply entry
     Clock::time_point deadline;
     bool carries_redis_time = false;  // its reply starts with Redis's time (Deadline)
   };
@@ -76,23 +80,26 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     resolver_.async_resolve(
         options_.endpoint.host, std::to_string(options_.endpoint.port),
         [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
-                                                      tcp::resolver::results_type results) {
+                                                       tcp::resolver::results_type results) {
           if (gen != self->generation_ || self->closed_) return;
-          if (ec) return self->Fail(fmt::format("cannot resolve {}: {}", self->options_.endpoint.host, ec.message()));
+          if (ec)
+            return self->Fail(
+                fmt::format("cannot resolve {}: {}", self->options_.endpoint.host, ec.message()));
           self->timer_.expires_after(self->options_.connect_timeout);
           self->timer_.async_wait([self, gen](boost::system::error_code ec) {
             if (!ec && gen == self->generation_ && self->state() == State::kConnecting) {
               self->Fail("connect timed out");
             }
           });
-          asio::async_connect(self->socket_, results,
-                              [self, gen](boost::system::error_code ec, const tcp::endpoint&) {
-                                if (gen != self->generation_ || self->closed_) return;
-                                if (ec) return self->Fail(fmt::format("cannot connect to {}: {}",
-                                                                      self->options_.endpoint.Address(),
-                                                                      ec.message()));
-                                self->OnConnected();
-                              });
+          asio::async_connect(
+              self->socket_, results,
+              [self, gen](boost::system::error_code ec, const tcp::endpoint&) {
+                if (gen != self->generation_ || self->closed_) return;
+                if (ec)
+                  return self->Fail(fmt::format("cannot connect to {}: {}",
+                                                self->options_.endpoint.Address(), ec.message()));
+                self->OnConnected();
+              });
         });
   }
 
@@ -122,30 +129,32 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     // Redis's clock, before any command that carries a deadline in it (RedisClock).
     AppendCommand(&hello, {"TIME"});
     replies += 2;
-    Push(std::move(hello), replies,
-         [self = shared_from_this(), gen = generation_](absl::StatusOr<Reply> reply) {
-           if (gen != self->generation_) return;
-           if (!reply.ok()) return self->Fail(std::string(reply.status().message()));
-           for (const Reply& r : reply->elements) {
-             if (r.IsError()) return self->Fail(fmt::format("login to {} failed: {}",
-                                                           self->options_.endpoint.Address(), r.str));
-           }
-           if (reply->elements.empty() || reply->elements.back().elements.size() != 2) {
-             return self->Fail(fmt::format("login to {} failed: a malformed reply to TIME",
-                                           self->options_.endpoint.Address()));
-           }
-           const Reply& time = reply->elements.back();
-           self->clock_.Sample(std::atoll(time.elements[0].str.c_str()) * 1000000 +
-                                   std::atoll(time.elements[1].str.c_str()),
-                               Clock::now());
-           self->backoff_ = self->options_.min_backoff;
-           // The login's deadline was the connect timeout; commands' deadlines are shorter.
-           self->timer_.cancel();
-           self->deadline_armed_ = false;
-           self->SetState(State::kReady, "");
-           spdlog::info("redis: connected to {}", self->options_.endpoint.Address());
-         },
-         /*internal=*/true);
+    Push(
+        std::move(hello), replies,
+        [self = shared_from_this(), gen = generation_](absl::StatusOr<Reply> reply) {
+          if (gen != self->generation_) return;
+          if (!reply.ok()) return self->Fail(std::string(reply.status().message()));
+          for (const Reply& r : reply->elements) {
+            if (r.IsError())
+              return self->Fail(
+                  fmt::format("login to {} failed: {}", self->options_.endpoint.Address(), r.str));
+          }
+          if (reply->elements.empty() || reply->elements.back().elements.size() != 2) {
+            return self->Fail(fmt::format("login to {} failed: a malformed reply to TIME",
+                                          self->options_.endpoint.Address()));
+          }
+          const Reply& time = reply->elements.back();
+          self->clock_.Sample(std::atoll(time.elements[0].str.c_str()) * 1000000 +
+                                  std::atoll(time.elements[1].str.c_str()),
+                              Clock::now());
+          self->backoff_ = self->options_.min_backoff;
+          // The login's deadline was the connect timeout; commands' deadlines are shorter.
+          self->timer_.cancel();
+          self->deadline_armed_ = false;
+          self->SetState(State::kReady, "");
+          spdlog::info("redis: connected to {}", self->options_.endpoint.Address());
+        },
+        /*internal=*/true);
   }
 
   // The connection failed: everything pending fails, and a new attempt is scheduled.
@@ -185,14 +194,13 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   void Enqueue(std::string command, Callback done, size_t replies, Deadline deadline) {
     if (state() != State::kReady) {
       const std::string why = last_error();
-      return done(absl::UnavailableError(
-          fmt::format("redis {} is not connected{}{}", options_.endpoint.Address(),
-                      why.empty() ? "" : ": ", why)));
+      return done(absl::UnavailableError(fmt::format("redis {} is not connected{}{}",
+                                                     options_.endpoint.Address(),
+                                                     why.empty() ? "" : ": ", why)));
     }
     if (pending_.size() >= options_.max_pending) {
-      return done(absl::ResourceExhaustedError(
-          fmt::format("redis {}: {} commands already waiting", options_.endpoint.Address(),
-                      pending_.size())));
+      return done(absl::ResourceExhaustedError(fmt::format(
+          "redis {}: {} commands already waiting", options_.endpoint.Address(), pending_.size())));
     }
     const auto now = Clock::now();
     const auto latest = now + std::chrono::duration_cast<Clock::duration>(options_.timeout);
@@ -250,15 +258,16 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     writing_ = true;
     in_flight_.swap(out_);
     out_.clear();
-    asio::async_write(socket_, asio::buffer(in_flight_),
-                      [self = shared_from_this(), gen = generation_](boost::system::error_code ec, size_t) {
-                        if (gen != self->generation_) return;
-                        self->writing_ = false;
-                        if (ec) return self->Fail(fmt::format("write to {}: {}",
-                                                              self->options_.endpoint.Address(),
-                                                              ec.message()));
-                        self->WriteMore();
-                      });
+    asio::async_write(
+        socket_, asio::buffer(in_flight_),
+        [self = shared_from_this(), gen = generation_](boost::system::error_code ec, size_t) {
+          if (gen != self->generation_) return;
+          self->writing_ = false;
+          if (ec)
+            return self->Fail(
+                fmt::format("write to {}: {}", self->options_.endpoint.Address(), ec.message()));
+          self->WriteMore();
+        });
   }
 
   // --- deadlines: one timer, set to the earliest deadline of a live command. (A caller's
@@ -309,15 +318,15 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   // --- reading
 
   void ReadMore() {
-    socket_.async_read_some(asio::buffer(buffer_),
-                            [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
-                                                                          size_t n) {
-                              if (gen != self->generation_) return;
-                              if (ec) return self->Fail(fmt::format("read from {}: {}",
-                                                                    self->options_.endpoint.Address(),
-                                                                    ec == asio::error::eof ? "closed by the server" : ec.message()));
-                              self->OnBytes(n);
-                            });
+    socket_.async_read_some(asio::buffer(buffer_), [self = shared_from_this(), gen = generation_](
+                                                       boost::system::error_code ec, size_t n) {
+      if (gen != self->generation_) return;
+      if (ec)
+        return self->Fail(
+            fmt::format("read from {}: {}", self->options_.endpoint.Address(),
+                        ec == asio::error::eof ? "closed by the server" : ec.message()));
+      self->OnBytes(n);
+    });
   }
 
   void OnBytes(size_t n) {
@@ -358,15 +367,15 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   asio::steady_timer timer_;        // connect timeout, then command deadlines
   asio::steady_timer retry_timer_;  // reconnect backoff
   std::chrono::milliseconds backoff_;
-  uint64_t generation_ = 0;         // bumped on every (re)connect and drop: stale handlers quit
+  uint64_t generation_ = 0;  // bumped on every (re)connect and drop: stale handlers quit
   bool closed_ = false;
   bool writing_ = false;
   bool deadline_armed_ = false;
   Clock::time_point armed_at_{};     // when the deadline timer fires, while armed
   Clock::time_point last_expiry_{};  // when it last fired
   RedisClock clock_;                 // Redis's clock: TIME at login, then script replies
-  std::string out_;        // commands waiting for the next write
-  std::string in_flight_;  // the write in progress
+  std::string out_;                  // commands waiting for the next write
+  std::string in_flight_;            // the write in progress
   std::deque<Pending> pending_;
   std::unique_ptr<ReplyReader> reader_ = std::make_unique<ReplyReader>();
   std::array<char, 16384> buffer_{};

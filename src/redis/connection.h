@@ -20,12 +20,11 @@
 #define SLUICE_REDIS_CONNECTION_H_
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <boost/asio/io_context.hpp>
 
 #include "absl/status/statusor.h"
 #include "redis/resp.h"
@@ -56,7 +55,7 @@ class Connection {
  public:
   struct Options {
     Endpoint endpoint;
-    std::chrono::microseconds timeout{10000};          // per command
+    std::chrono::microseconds timeout{10000};  // per command
     std::chrono::milliseconds connect_timeout{1000};
     std::chrono::milliseconds min_backoff{10};
     std::chrono::milliseconds max_backoff{1000};

@@ -6,10 +6,9 @@
 #include "redis/connection.h"
 
 #include <atomic>
+#include <boost/asio.hpp>
 #include <future>
 #include <thread>
-
-#include <boost/asio.hpp>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -64,7 +63,8 @@ TEST(RespTest, CommandEncoding) {
 
 TEST(RespTest, ReaderHandlesSplitsNestingAndGarbage) {
   ReplyReader reader;
-  const std::string stream = "+OK\r\n:42\r\n$5\r\nhello\r\n$-1\r\n-ERR bad\r\n*2\r\n:1\r\n*1\r\n$1\r\nx\r\n";
+  const std::string stream =
+      "+OK\r\n:42\r\n$5\r\nhello\r\n$-1\r\n-ERR bad\r\n*2\r\n:1\r\n*1\r\n$1\r\nx\r\n";
   // Byte by byte: every reply comes out whole, in order.
   std::vector<Reply> replies;
   for (char c : stream) {
@@ -175,7 +175,8 @@ class ConnectionTest : public ::testing::Test {
     return c;
   }
 
-  static bool WaitState(const Connection& c, Connection::State want, std::chrono::milliseconds limit = 5s) {
+  static bool WaitState(const Connection& c, Connection::State want,
+                        std::chrono::milliseconds limit = 5s) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < until) {
       if (c.state() == want) return true;
@@ -189,8 +190,10 @@ class ConnectionTest : public ::testing::Test {
     AppendCommand(&command, args);
     std::promise<absl::StatusOr<Reply>> promise;
     auto future = promise.get_future();
-    c.Send(std::move(command), [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
-    if (future.wait_for(10s) != std::future_status::ready) return absl::InternalError("no callback");
+    c.Send(std::move(command),
+           [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+    if (future.wait_for(10s) != std::future_status::ready)
+      return absl::InternalError("no callback");
     return future.get();
   }
 
@@ -218,7 +221,8 @@ TEST_F(ConnectionTest, CommandsAndReplies) {
   AppendCommand(&pipeline, {"INCR", "n"});
   AppendCommand(&pipeline, {"GET", "n"});
   std::promise<absl::StatusOr<Reply>> p;
-  c->Send(pipeline, [&](absl::StatusOr<Reply> r) { p.set_value(std::move(r)); }, 3);
+  c->Send(
+      pipeline, [&](absl::StatusOr<Reply> r) { p.set_value(std::move(r)); }, 3);
   auto r = p.get_future().get();
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->elements.size(), 3u);
@@ -269,7 +273,7 @@ TEST_F(ConnectionTest, DeadlineThenLateReplyIsDroppedInOrder) {
   const auto waited = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(slow.ok());
   EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_LT(waited, 1000ms);  // the deadline, not the pause
+  EXPECT_LT(waited, 1000ms);            // the deadline, not the pause
   std::this_thread::sleep_for(1700ms);  // the pause ends; the late reply arrives and is dropped
   ASSERT_EQ(Call(*c, {"SET", "k", "new"})->str, "OK");
   EXPECT_EQ(Call(*c, {"GET", "k"})->str, "new");
@@ -395,8 +399,9 @@ TEST_F(ConnectionTest, WritesTheDeadlineInRedisTime) {
   AppendCommand(&command, {"EVAL", script, "0", zeros});
   Deadline deadline{.redis_time_at = command.size() - 2 - kRedisTimeDigits};
   std::promise<absl::StatusOr<Reply>> promise;
-  c->Send(command, [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); }, 1,
-          deadline);
+  c->Send(
+      command, [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); }, 1,
+      deadline);
   auto future = promise.get_future();
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
   auto reply = future.get();

@@ -1,8 +1,9 @@
 // Redis memory per limiter key: decides K distinct keys through RedisStore on a fresh
 // redis-server and reads INFO memory used_memory before and after, for token_bucket and
-// fixed_window, with a key per state and with the states packed into hashes (redis.buckets). K is 100000 here (a few seconds); SLUICE_REDIS_MEMORY_KEYS=1000000 runs the 1M
-// measurement docs/performance.md reports. The naive layouts of ../shared/bench/anchors/redis/memory.sh
-// take ≈97 B (string counter + TTL) and ≈145 B (2-field hash + TTL) at 1M keys.
+// fixed_window, with a key per state and with the states packed into hashes (redis.buckets). K is
+// 100000 here (a few seconds); SLUICE_REDIS_MEMORY_KEYS=1000000 runs the 1M measurement
+// docs/performance.md reports. The naive layouts of ../shared/bench/anchors/redis/memory.sh take
+// ≈97 B (string counter + TTL) and ≈145 B (2-field hash + TTL) at 1M keys.
 
 #include <algorithm>
 #include <atomic>
@@ -59,7 +60,8 @@ Measured MeasureKeys(Client& client, const Limit& limit, size_t count, uint32_t 
   const Item warm{.limit = &limit, .limit_id = 1, .key = "warm-up", .cost = 1};
   {
     auto promise = std::make_shared<std::promise<void>>();
-    store.DecideAll(std::span(&warm, 1), [promise](absl::StatusOr<DecideResult>) { promise->set_value(); });
+    store.DecideAll(std::span(&warm, 1),
+                    [promise](absl::StatusOr<DecideResult>) { promise->set_value(); });
     promise->get_future().wait_for(10s);
     std::this_thread::sleep_for(100ms);  // the store's own SCRIPT LOAD, for the SHA
   }
@@ -130,10 +132,11 @@ TEST(RedisMemoryTest, BytesPerKeyOfEachAlgorithm) {
       limit.window_us = day;
       ASSERT_EQ(Command(**client, {"FLUSHALL"})->str, "OK");
       const Measured m = MeasureKeys(**client, limit, count, buckets);
-      std::printf("redis memory: %s, buckets %u, %lld states in %lld keys, %.1f bytes per state "
-                  "(used_memory growth / states)\n",
-                  std::string(AlgorithmName(algorithm)).c_str(), buckets,
-                  static_cast<long long>(m.states), static_cast<long long>(m.keys), m.bytes_per_key);
+      std::printf(
+          "redis memory: %s, buckets %u, %lld states in %lld keys, %.1f bytes per state "
+          "(used_memory growth / states)\n",
+          std::string(AlgorithmName(algorithm)).c_str(), buckets, static_cast<long long>(m.states),
+          static_cast<long long>(m.keys), m.bytes_per_key);
       EXPECT_EQ(m.errors, 0);
       EXPECT_EQ(m.states, static_cast<int64_t>(count));
       if (buckets > 0) {
@@ -148,7 +151,8 @@ TEST(RedisMemoryTest, BytesPerKeyOfEachAlgorithm) {
       EXPECT_GT(m.bytes_per_key, 16.0);
       if (buckets == 0) {
         // One string key per state: Redis's own per-key cost (two dict entries, the key's SDS,
-        // the value's object, the bucket arrays) dominates. See docs/performance.md for the figures at 1M keys.
+        // the value's object, the bucket arrays) dominates. See docs/performance.md for the figures
+        // at 1M keys.
         EXPECT_LT(m.bytes_per_key, 200.0);
       } else {
         // Packed, the states of a hash share that cost: the target is 64 B a state.

@@ -339,21 +339,22 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items,
   }
   const bool sent_text = sha.empty();
   script_calls_.fetch_add(1, std::memory_order_relaxed);
-  client_->Send(key, std::move(command),
-                [this, key, items = std::move(items), limits, commit, sent_text, deadline,
-                 done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
-                  if (!reply.ok()) return done(reply.status());
-                  if (reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
-                    // The node does not have it (restart, SCRIPT FLUSH, failover): send the
-                    // text, which runs it and loads it again.
-                    noscript_.fetch_add(1, std::memory_order_relaxed);
-                    return RunGroup(std::move(key), std::move(items), std::move(limits), commit,
-                                    /*by_sha=*/false, deadline, std::move(done));
-                  }
-                  if (sent_text) LearnSha(key);  // the SHA, for next time
-                  done(ParseDecideReply(*reply, items));
-                },
-                std::move(call_deadline));
+  client_->Send(
+      key, std::move(command),
+      [this, key, items = std::move(items), limits, commit, sent_text, deadline,
+       done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+        if (!reply.ok()) return done(reply.status());
+        if (reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
+          // The node does not have it (restart, SCRIPT FLUSH, failover): send the
+          // text, which runs it and loads it again.
+          noscript_.fetch_add(1, std::memory_order_relaxed);
+          return RunGroup(std::move(key), std::move(items), std::move(limits), commit,
+                          /*by_sha=*/false, deadline, std::move(done));
+        }
+        if (sent_text) LearnSha(key);  // the SHA, for next time
+        done(ParseDecideReply(*reply, items));
+      },
+      std::move(call_deadline));
 }
 
 // Takes the next batch of `node`'s queue (at most max_batch), or marks one call fewer in flight
@@ -428,9 +429,9 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
   for (const Queued& q : batch) requests.emplace_back(q.items);
   // On a cluster the call goes to the node of its first key; the others were on that node too
   // when queued. Their slots may differ: the keys go as arguments (allow-cross-slot-keys).
-  std::string command = EncodeDecide(sha, requests, /*commit=*/true,
-                                     /*keys_in_argv=*/client_->cluster(),
-                                     &call_deadline.redis_time_at);
+  std::string command =
+      EncodeDecide(sha, requests, /*commit=*/true,
+                   /*keys_in_argv=*/client_->cluster(), &call_deadline.redis_time_at);
   const bool sent_text = sha.empty();
   const std::string route = batch.front().items.front().key;
   // Shared with the late-reply handler: one of the two runs.
@@ -441,53 +442,54 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
     RefundLate(*guard, reply, requests);
   };
   script_calls_.fetch_add(1, std::memory_order_relaxed);
-  client_->Send(route, std::move(command),
-                [this, node = std::move(node), route, sent, sent_text](absl::StatusOr<Reply> reply) mutable {
-                  std::vector<Queued>& batch = *sent;
-                  if (reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
-                    noscript_.fetch_add(1, std::memory_order_relaxed);
-                    return SendBatch(std::move(node), std::move(batch), /*by_sha=*/false);
-                  }
-                  if (reply.ok() && sent_text) LearnSha(route);
-                  // The next batch first, if requests waited meanwhile: once the last of this
-                  // batch's callbacks has run, the store may be gone (its owner was waiting for
-                  // them), so nothing below them may touch it.
-                  std::vector<Queued> next;
-                  {
-                    std::lock_guard<std::mutex> lock(batch_mu_);
-                    next = TakeBatch(node, /*starting=*/false);
-                  }
-                  if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
-                  if (client_->cluster() && SlotsMoved(reply)) {
-                    // The slot map changed under the batch: each request goes on its own, with
-                    // its keys declared, the way that follows MOVED and ASK. The refused batch
-                    // wrote nothing (Redis checks a key's node when the script first touches it,
-                    // and decide.lua reads every key before it writes any), so no request counts
-                    // twice.
-                    batches_split_.fetch_add(1, std::memory_order_relaxed);
-                    for (Queued& q : batch) {
-                      auto one = std::make_shared<Queued>(std::move(q));
-                      std::string key = one->items.front().key;
-                      RunGroup(std::move(key), one->items, one, /*commit=*/true, /*by_sha=*/true,
-                               one->deadline,
-                               [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
-                    }
-                    return;
-                  }
-                  std::vector<std::span<const DecideItem>> requests;
-                  for (const Queued& q : batch) requests.emplace_back(q.items);
-                  absl::StatusOr<std::vector<DecideResult>> results =
-                      reply.ok() ? ParseDecideReply(*reply, requests)
-                                 : absl::StatusOr<std::vector<DecideResult>>(reply.status());
-                  for (size_t i = 0; i < batch.size(); ++i) {
-                    if (results.ok()) {
-                      batch[i].done(std::move((*results)[i]));
-                    } else {
-                      batch[i].done(results.status());
-                    }
-                  }
-                },
-                std::move(call_deadline));
+  client_->Send(
+      route, std::move(command),
+      [this, node = std::move(node), route, sent, sent_text](absl::StatusOr<Reply> reply) mutable {
+        std::vector<Queued>& batch = *sent;
+        if (reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
+          noscript_.fetch_add(1, std::memory_order_relaxed);
+          return SendBatch(std::move(node), std::move(batch), /*by_sha=*/false);
+        }
+        if (reply.ok() && sent_text) LearnSha(route);
+        // The next batch first, if requests waited meanwhile: once the last of this
+        // batch's callbacks has run, the store may be gone (its owner was waiting for
+        // them), so nothing below them may touch it.
+        std::vector<Queued> next;
+        {
+          std::lock_guard<std::mutex> lock(batch_mu_);
+          next = TakeBatch(node, /*starting=*/false);
+        }
+        if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
+        if (client_->cluster() && SlotsMoved(reply)) {
+          // The slot map changed under the batch: each request goes on its own, with
+          // its keys declared, the way that follows MOVED and ASK. The refused batch
+          // wrote nothing (Redis checks a key's node when the script first touches it,
+          // and decide.lua reads every key before it writes any), so no request counts
+          // twice.
+          batches_split_.fetch_add(1, std::memory_order_relaxed);
+          for (Queued& q : batch) {
+            auto one = std::make_shared<Queued>(std::move(q));
+            std::string key = one->items.front().key;
+            RunGroup(std::move(key), one->items, one, /*commit=*/true, /*by_sha=*/true,
+                     one->deadline,
+                     [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
+          }
+          return;
+        }
+        std::vector<std::span<const DecideItem>> requests;
+        for (const Queued& q : batch) requests.emplace_back(q.items);
+        absl::StatusOr<std::vector<DecideResult>> results =
+            reply.ok() ? ParseDecideReply(*reply, requests)
+                       : absl::StatusOr<std::vector<DecideResult>>(reply.status());
+        for (size_t i = 0; i < batch.size(); ++i) {
+          if (results.ok()) {
+            batch[i].done(std::move((*results)[i]));
+          } else {
+            batch[i].done(results.status());
+          }
+        }
+      },
+      std::move(call_deadline));
 }
 
 bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
@@ -524,7 +526,8 @@ void RedisStore::Record(const absl::Status& status) {
     last_error_ = std::string(status.message());
   }
   errors_.fetch_add(1, std::memory_order_relaxed);
-  if (status.code() == absl::StatusCode::kDeadlineExceeded) timeouts_.fetch_add(1, std::memory_order_relaxed);
+  if (status.code() == absl::StatusCode::kDeadlineExceeded)
+    timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
     last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
@@ -553,12 +556,14 @@ RedisStore::Health RedisStore::GetHealth() {
     std::lock_guard<std::mutex> lock(error_mu_);
     last = last_error_;
   }
-  return {false, state == Breaker::State::kClosed
-                    ? fmt::format("connected, but a call failed {} ms ago: {}",
-                                  std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      since_failure).count(), last)
-                    : fmt::format("circuit breaker {} after repeated failures (last: {})",
-                                  Breaker::Name(state), last)};
+  return {
+      false,
+      state == Breaker::State::kClosed
+          ? fmt::format(
+                "connected, but a call failed {} ms ago: {}",
+                std::chrono::duration_cast<std::chrono::milliseconds>(since_failure).count(), last)
+          : fmt::format("circuit breaker {} after repeated failures (last: {})",
+                        Breaker::Name(state), last)};
 }
 
 void RedisStore::Probe() {

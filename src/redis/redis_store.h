@@ -63,24 +63,24 @@ class RedisStore {
   struct Options {
     std::string key_prefix = "sluice:";
     Breaker::Options breaker = {};
-    size_t max_batch = 128;    // requests per script call (single server)
-    int max_in_flight = 2;     // script calls in flight at once (single server)
+    size_t max_batch = 128;      // requests per script call (single server)
+    int max_in_flight = 2;       // script calls in flight at once (single server)
     size_t max_queued = 100000;  // requests waiting for a call; more are refused at once
-    uint32_t buckets = 0;  // hashes the states are packed into; 0: a key per state
-    bool batch_cluster = true;  // cluster: batch the requests headed to one node, as on one server
+    uint32_t buckets = 0;        // hashes the states are packed into; 0: a key per state
+    bool batch_cluster = true;   // cluster: batch the requests headed to one node, as on one server
   };
 
   struct Stats {
     uint64_t calls = 0;         // DecideAll calls
     uint64_t script_calls = 0;  // script calls sent (batches count once)
-    uint64_t errors = 0;    // failed calls (timeouts included)
+    uint64_t errors = 0;        // failed calls (timeouts included)
     uint64_t timeouts = 0;
     uint64_t noscript_reloads = 0;
-    uint64_t refused = 0;   // refused by the open breaker
+    uint64_t refused = 0;  // refused by the open breaker
     Breaker::State breaker = Breaker::State::kClosed;
     uint64_t breaker_opened = 0;
     uint64_t cross_slot_refunds = 0;  // slots refunded after another slot refused
-    uint64_t batches_split = 0;  // cluster batches sent again request by request (slots moved)
+    uint64_t batches_split = 0;       // cluster batches sent again request by request (slots moved)
     uint64_t late_refunds = 0;  // requests admitted by a call whose reply came too late, refunded
   };
 
@@ -202,7 +202,7 @@ class RedisStore {
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.
   void Probe();
-  std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
+  std::atomic<bool> probing_{false};         // a health probe (GetHealth) is in flight
   std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
   std::atomic<int64_t> last_failure_ns_{0};  // and of the last that failed (timeout, connection)
   mutable std::mutex error_mu_;

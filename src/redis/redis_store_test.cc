@@ -59,7 +59,8 @@ TEST(RedisStoreTest, KeysAreShortAndTaggedByDescriptor) {
   RedisStore store(client.get(), {});
   const std::string a = store.RedisKey(0xabc, "3:key5:value");
   EXPECT_THAT(a, ::testing::MatchesRegex("sluice:\\{[0-9a-f]{16}\\}abc"));
-  EXPECT_EQ(KeySlot(a), KeySlot(store.RedisKey(0xdef, "3:key5:value")));  // one descriptor, one slot
+  EXPECT_EQ(KeySlot(a),
+            KeySlot(store.RedisKey(0xdef, "3:key5:value")));  // one descriptor, one slot
   EXPECT_EQ(store.RedisKey(1, std::string(4096, 'k')).size(), a.size() - 2);
 }
 
@@ -97,7 +98,9 @@ TEST(RedisStoreTest, PackedStatesShareHashesInTheDescriptorsSlot) {
   EXPECT_EQ(KeySlot(store.RedisKey(0xabc, "3:key5:value")), KeySlot(a.key));
   // 100 descriptors in at most 16 hashes; reset is per state.
   for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(Decide(store, {{.limit = &bucket, .limit_id = 1, .key = fmt::format("u{}", i), .cost = 2}}).ok());
+    ASSERT_TRUE(
+        Decide(store, {{.limit = &bucket, .limit_id = 1, .key = fmt::format("u{}", i), .cost = 2}})
+            .ok());
   }
   EXPECT_LE(Command(*client, {"DBSIZE"})->integer, 16);
   const Item u7{.limit = &bucket, .limit_id = 1, .key = "u7", .cost = 0};
@@ -119,15 +122,18 @@ TEST(RedisStoreTest, ConcurrentCallersGetExactlyTheLimit) {
   auto client = Open({server.url()}, false);
   for (uint32_t buckets : {0u, 4u}) {
     RedisStore store(client.get(), {.buckets = buckets});
-    for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
+    for (Algorithm algorithm :
+         {Algorithm::kTokenBucket, Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
       const Limit limit = MakeLimit(algorithm, 50, kHour);
       std::atomic<int> allowed{0}, errors{0};
       std::vector<std::thread> threads;
       for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&] {
           for (int i = 0; i < 40; ++i) {
-            auto r = Decide(store, {{.limit = &limit, .limit_id = 7 + buckets,
-                                     .key = AlgorithmName(algorithm), .cost = 1}});
+            auto r = Decide(store, {{.limit = &limit,
+                                     .limit_id = 7 + buckets,
+                                     .key = AlgorithmName(algorithm),
+                                     .cost = 1}});
             if (!r.ok()) ++errors;
             if (r.ok() && r->allowed) ++allowed;
           }
@@ -163,7 +169,8 @@ TEST(RedisStoreTest, ScriptIsReloadedAfterFlushAndAfterARestart) {
   testing::RedisServer again({}, port);
   for (int i = 0; i < 300 && !client->Ready(); ++i) std::this_thread::sleep_for(10ms);
   absl::StatusOr<DecideResult> back = absl::UnavailableError("not yet");
-  for (int i = 0; i < 300 && !(back = Decide(store, {item})).ok(); ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 300 && !(back = Decide(store, {item})).ok(); ++i)
+    std::this_thread::sleep_for(10ms);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->decisions[0].remaining, 99);  // the state went with the old server
   EXPECT_GE(store.GetStats().noscript_reloads, 2u);
@@ -297,8 +304,8 @@ TEST(RedisStoreTest, CallsThatTimedOutWhileRedisHungConsumeNothing) {
   auto client = Open({server.url()}, false, 100ms);
   // Every request its own call, all sent at once, none refused by the breaker: 20 script calls
   // wait in the stopped server's socket.
-  RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}, .max_batch = 1,
-                                  .max_in_flight = 64});
+  RedisStore store(client.get(),
+                   {.breaker = {.failures_to_open = 1000}, .max_batch = 1, .max_in_flight = 64});
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
   ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = "hung", .cost = 1}}).ok());
   std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
@@ -325,8 +332,9 @@ TEST(RedisStoreTest, AReplyThatCameTooLateGivesBackWhatItsCallAdmitted) {
   for (size_t max_batch : {size_t{1}, size_t{128}}) {
     SCOPED_TRACE(max_batch);
     const std::string key = fmt::format("late{}", max_batch);
-    RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000},
-                                    .max_batch = max_batch, .max_in_flight = 64});
+    RedisStore store(
+        client.get(),
+        {.breaker = {.failures_to_open = 1000}, .max_batch = max_batch, .max_in_flight = 64});
     ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = key, .cost = 1}}).ok());
     std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
     relay.set_reply_delay(400ms);
@@ -353,8 +361,8 @@ TEST(RedisStoreTest, CallsThatTimedOutDuringDebugSleepConsumeNothing) {
   testing::RedisServer server({"--enable-debug-command", "yes"});
   auto client = Open({server.url()}, false, 100ms);
   auto admin = Open({server.url()}, false, 5s);
-  RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}, .max_batch = 1,
-                                  .max_in_flight = 64});
+  RedisStore store(client.get(),
+                   {.breaker = {.failures_to_open = 1000}, .max_batch = 1, .max_in_flight = 64});
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 40, kHour);
   ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = "slept", .cost = 1}}).ok());
   std::this_thread::sleep_for(100ms);
@@ -499,7 +507,8 @@ TEST(RedisStoreTest, ClusterRequestsAreBatchedPerNodeAndSplitWhenASlotMoves) {
   for (int i = 0; keys.size() < 12 && i < 100000; ++i) {
     std::string key = fmt::format("k{}", i);
     const std::string redis_key = store.RedisKey(1, key);
-    if (client->NodeFor(redis_key) == node && slots.insert(KeySlot(redis_key)).second) keys.push_back(key);
+    if (client->NodeFor(redis_key) == node && slots.insert(KeySlot(redis_key)).second)
+      keys.push_back(key);
   }
   ASSERT_EQ(keys.size(), 12u);
   std::string other;

@@ -101,7 +101,8 @@ absl::StatusOr<Endpoint> ParseUrl(std::string_view url) {
   if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);
     rest = rest.substr(0, slash);
-    if (!db.empty() && (!ParseInt(db, &e.db) || e.db < 0)) return bad("the database is not a number");
+    if (!db.empty() && (!ParseInt(db, &e.db) || e.db < 0))
+      return bad("the database is not a number");
   }
   std::string_view host = rest;
   std::string_view port;

@@ -1,8 +1,8 @@
 #include "redis/scripts.h"
 
+#include <array>
 #include <bit>
 #include <cstring>
-#include <array>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,11 +16,16 @@ constexpr double kExact = 9007199254740992.0;  // 2^53
 
 int AlgorithmCode(Algorithm a) {
   switch (a) {
-    case Algorithm::kTokenBucket: return 0;
-    case Algorithm::kLeakyBucket: return 1;
-    case Algorithm::kFixedWindow: return 2;
-    case Algorithm::kSlidingLog: return 3;
-    case Algorithm::kSlidingWindow: return 4;
+    case Algorithm::kTokenBucket:
+      return 0;
+    case Algorithm::kLeakyBucket:
+      return 1;
+    case Algorithm::kFixedWindow:
+      return 2;
+    case Algorithm::kSlidingLog:
+      return 3;
+    case Algorithm::kSlidingWindow:
+      return 4;
   }
   return 0;
 }
@@ -36,7 +41,8 @@ absl::Status CheckExactRange(const Limit& limit) {
   switch (limit.algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kLeakyBucket:
-      product = static_cast<double>(limit.Capacity()) * w + 2.0 * static_cast<double>(limit.requests);
+      product =
+          static_cast<double>(limit.Capacity()) * w + 2.0 * static_cast<double>(limit.requests);
       what = "capacity x window";
       break;
     case Algorithm::kSlidingWindow:
@@ -87,8 +93,8 @@ std::string PackItem(const DecideItem& it) { return PackKind(it) + it.field; }
 
 std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items,
                          int64_t decided_at_us) {
-  std::vector<std::string> text = {std::to_string(items.size()), "2",
-                                   std::to_string(decided_at_us), std::to_string(items.size())};
+  std::vector<std::string> text = {std::to_string(items.size()), "2", std::to_string(decided_at_us),
+                                   std::to_string(items.size())};
   for (const DecideItem& it : items) text.push_back(PackItem(it));
   std::vector<std::string_view> args;
   args.push_back(sha.empty() ? "EVAL" : "EVALSHA");
@@ -110,14 +116,17 @@ void AppendPlanCount(std::string* plan, size_t count) {
     return;
   }
   plan->push_back(static_cast<char>(255));
-  for (int shift = 0; shift < 24; shift += 8) plan->push_back(static_cast<char>((count >> shift) & 0xff));
+  for (int shift = 0; shift < 24; shift += 8)
+    plan->push_back(static_cast<char>((count >> shift) & 0xff));
 }
 
 }  // namespace
 
-std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
-                         bool commit, bool keys_in_argv, size_t* deadline_at) {
-  static_assert(std::endian::native == std::endian::little, "decide.lua reads little-endian doubles");
+std::string EncodeDecide(std::string_view sha,
+                         std::span<const std::span<const DecideItem>> requests, bool commit,
+                         bool keys_in_argv, size_t* deadline_at) {
+  static_assert(std::endian::native == std::endian::little,
+                "decide.lua reads little-endian doubles");
   size_t items = 0;
   for (const auto& r : requests) items += r.size();
   // The distinct kinds of item (limit, cost, flags) and states (key, field), each once, numbered
@@ -138,15 +147,19 @@ std::string EncodeDecide(std::string_view sha, std::span<const std::span<const D
     AppendPlanCount(&plan, request.size());
     for (const DecideItem& it : request) {
       PackKindInto(it, packed.emplace_back().data());
-      auto kind = kind_numbers.try_emplace(std::string_view(packed.back().data(), kKindBytes),
-                                           kinds.size() + 1).first;
+      auto kind =
+          kind_numbers
+              .try_emplace(std::string_view(packed.back().data(), kKindBytes), kinds.size() + 1)
+              .first;
       if (kind->second > kinds.size()) {
         kinds.push_back(kind->first);
       } else {
         packed.pop_back();  // a kind already listed
       }
-      auto state = state_numbers.try_emplace(std::pair<std::string_view, std::string_view>(it.key, it.field),
-                                             states.size() + 1).first;
+      auto state = state_numbers
+                       .try_emplace(std::pair<std::string_view, std::string_view>(it.key, it.field),
+                                    states.size() + 1)
+                       .first;
       if (state->second > states.size()) states.push_back(&it);
       AppendPlanCount(&plan, kind->second);
       AppendPlanCount(&plan, state->second);
@@ -242,7 +255,8 @@ absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
   return out;
 }
 
-absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, std::span<const DecideItem> items) {
+absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply,
+                                              std::span<const DecideItem> items) {
   const std::span<const DecideItem> one[] = {items};
   auto all = ParseDecideReply(reply, one);
   if (!all.ok()) return all.status();

@@ -45,8 +45,9 @@ struct DecideItem {
 // The call's deadline goes as kRedisTimeDigits zeros (none); `deadline_at`, when given, gets
 // their byte offset in the command, for the connection to write the deadline there
 // (Deadline::redis_time_at).
-std::string EncodeDecide(std::string_view sha, std::span<const std::span<const DecideItem>> requests,
-                         bool commit, bool keys_in_argv = false, size_t* deadline_at = nullptr);
+std::string EncodeDecide(std::string_view sha,
+                         std::span<const std::span<const DecideItem>> requests, bool commit,
+                         bool keys_in_argv = false, size_t* deadline_at = nullptr);
 // One request.
 std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items, bool commit,
                          size_t* deadline_at = nullptr);
@@ -68,7 +69,8 @@ struct DecideResult {
 absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
     const Reply& reply, std::span<const std::span<const DecideItem>> requests);
 // One request.
-absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply, std::span<const DecideItem> items);
+absl::StatusOr<DecideResult> ParseDecideReply(const Reply& reply,
+                                              std::span<const DecideItem> items);
 
 }  // namespace sluice::redis
 

@@ -7,12 +7,11 @@
 
 #include "redis/scripts.h"
 
+#include <boost/asio.hpp>
 #include <cstring>
 #include <future>
 #include <random>
 #include <thread>
-
-#include <boost/asio.hpp>
 
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -74,7 +73,8 @@ std::vector<Limit> ShortWindowLimits() {
 
 class ScriptsFixture : public ::testing::Test {
  protected:
-  explicit ScriptsFixture(bool packed) : packed_(packed), guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
+  explicit ScriptsFixture(bool packed)
+      : packed_(packed), guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
     Connection::Options o;
     o.endpoint = *ParseUrl(server_.url());
     o.timeout = 5s;
@@ -117,7 +117,7 @@ class ScriptsFixture : public ::testing::Test {
       return {item.limit, fmt::format("t:{}:{}", item.limit_id, item.key), item.cost,
               item.count_denied, item.shadow};
     }
-    return {item.limit, fmt::format("t:h{}", item.limit_id % 2), item.cost, item.count_denied,
+    return {item.limit,  fmt::format("t:h{}", item.limit_id % 2),      item.cost, item.count_denied,
             item.shadow, fmt::format("{}:{}", item.limit_id, item.key)};
   }
   // Whether `item`'s state is stored.
@@ -144,8 +144,12 @@ class ScriptsFixture : public ::testing::Test {
   DecideResult InCpp(const std::vector<Item>& items, int64_t now_us) {
     std::vector<store::MemoryStore::Item> store_items;
     for (const Item& it : items) {
-      store_items.push_back({.limit = it.limit, .limit_id = it.limit_id, .key = it.key, .cost = it.cost,
-                             .count_denied = it.count_denied, .shadow = it.shadow});
+      store_items.push_back({.limit = it.limit,
+                             .limit_id = it.limit_id,
+                             .key = it.key,
+                             .cost = it.cost,
+                             .count_denied = it.count_denied,
+                             .shadow = it.shadow});
     }
     DecideResult out;
     out.now_us = now_us;
@@ -194,9 +198,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ScriptsTest, ::testing::Bool(),
                            return info.param ? "Packed" : "KeyPerState";
                          });
 
-TEST_P(ScriptsTest, ScriptLoads) {
-  ASSERT_EQ(sha_.size(), 40u);
-}
+TEST_P(ScriptsTest, ScriptLoads) { ASSERT_EQ(sha_.size(), 40u); }
 
 // Each algorithm alone, over time: short windows so that refills and window changes happen
 // while the test runs; costs from 0 (peek) to above the capacity.
@@ -236,8 +238,10 @@ TEST_P(ScriptsTest, RefundsAgree) {
       const DecideResult redis = OnRedis({item});
       const DecideResult cpp = InCpp({item}, redis.now_us);
       ++total;
-      if (redis.allowed == cpp.allowed && redis.decisions == cpp.decisions) ++agreed;
-      else ADD_FAILURE() << DescribeLimit(limit) << " call " << i;
+      if (redis.allowed == cpp.allowed && redis.decisions == cpp.decisions)
+        ++agreed;
+      else
+        ADD_FAILURE() << DescribeLimit(limit) << " call " << i;
       if (redis.allowed && rng() % 2 == 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
         const DecideItem refund = ToDecide(item);
@@ -245,9 +249,12 @@ TEST_P(ScriptsTest, RefundsAgree) {
         ASSERT_TRUE(reply.ok()) << reply.status();
         ASSERT_EQ(reply->type, Reply::Type::kArray) << reply->str;
         ASSERT_EQ(reply->elements.size(), 1u);
-        const store::MemoryStore::Item store_item{.limit = &limit, .limit_id = item.limit_id,
-                                                  .key = item.key, .cost = item.cost,
-                                                  .count_denied = false, .shadow = false};
+        const store::MemoryStore::Item store_item{.limit = &limit,
+                                                  .limit_id = item.limit_id,
+                                                  .key = item.key,
+                                                  .cost = item.cost,
+                                                  .count_denied = false,
+                                                  .shadow = false};
         store_.Refund(std::span(&store_item, 1), redis.now_us, reply->elements[0].integer);
         ++refunds;
       }
@@ -387,8 +394,10 @@ TEST_F(PackedStatesTest, NewFieldsSweepDeadOnes) {
   const Limit day = MakeLimit(Algorithm::kFixedWindow, 10, int64_t{86400} * 1000000);
   // 60 brief states in hash t:h0, written in one call (so none is dead yet when it sweeps), with
   // one that keeps the hash alive for the day.
-  std::vector<std::vector<DecideItem>> requests = {{ToDecide({&day, 4, "anchor", 1, false, false})}};
-  for (int i = 0; i < 60; ++i) requests.push_back({ToDecide({&brief, 2, fmt::format("d{}", i), 1, false, false})});
+  std::vector<std::vector<DecideItem>> requests = {
+      {ToDecide({&day, 4, "anchor", 1, false, false})}};
+  for (int i = 0; i < 60; ++i)
+    requests.push_back({ToDecide({&brief, 2, fmt::format("d{}", i), 1, false, false})});
   std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
   ASSERT_TRUE(SendRaw(EncodeDecide(sha_, spans, true)).ok());
   ASSERT_EQ(Call({"HLEN", "t:h0"})->integer, 61);
@@ -401,7 +410,8 @@ TEST_F(PackedStatesTest, NewFieldsSweepDeadOnes) {
   // 600 random looks at a hash of 60-260 fields leave about 2 of the 60 dead ones (no sweep: 60).
   EXPECT_LE(FieldsStartingWith("t:h0", "2:"), 12);
   // The hash lives as long as its longest-lived state: the day's window.
-  const int64_t now_ms = Call({"TIME"}).ok() ? std::atoll(Call({"TIME"})->elements[0].str.c_str()) * 1000 : 0;
+  const int64_t now_ms =
+      Call({"TIME"}).ok() ? std::atoll(Call({"TIME"})->elements[0].str.c_str()) * 1000 : 0;
   EXPECT_GT(Call({"PEXPIRETIME", "t:h0"})->integer, now_ms);
   EXPECT_GE(Call({"PEXPIRETIME", "t:h0"})->integer * 1000,
             (now_ms * 1000 / day.window_us + 1) * day.window_us - 1000000);
@@ -436,7 +446,8 @@ TEST_F(PackedStatesTest, AFloodOfNewFieldsNeverDropsALiveState) {
 TEST_F(PackedStatesTest, AHashOfIdleStatesExpires) {
   ASSERT_FALSE(sha_.empty());
   const Limit brief = MakeLimit(Algorithm::kTokenBucket, 10, 100000);  // 10 ms per token
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(OnRedis({{&brief, 2, fmt::format("k{}", i), 1, false, false}}).allowed);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(OnRedis({{&brief, 2, fmt::format("k{}", i), 1, false, false}}).allowed);
   ASSERT_EQ(Call({"HLEN", "t:h0"})->integer, 5);
   const int64_t pttl = Call({"PTTL", "t:h0"})->integer;
   EXPECT_GT(pttl, 0);
@@ -460,7 +471,6 @@ TEST(ExactRangeTest, RejectsWhatDoublesCannotCarry) {
   EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kFixedWindow, 4294967295u, 10 * day)).ok());
   EXPECT_TRUE(CheckExactRange(MakeLimit(Algorithm::kSlidingLog, 1000000, day)).ok());
 }
-
 
 // Several requests in one call are decided in turn, each all-or-nothing: as many DecideAll calls
 // at the same instant.
@@ -486,8 +496,12 @@ TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
           item.key = "batch";
         }
         requests[r].push_back(std::move(item));
-        cpp[r].push_back({.limit = &limits[l], .limit_id = 1000 + l, .key = key, .cost = cost,
-                          .count_denied = count_denied, .shadow = shadow});
+        cpp[r].push_back({.limit = &limits[l],
+                          .limit_id = 1000 + l,
+                          .key = key,
+                          .cost = cost,
+                          .count_denied = count_denied,
+                          .shadow = shadow});
       }
     }
     std::vector<std::span<const DecideItem>> spans(requests.begin(), requests.end());
@@ -500,7 +514,8 @@ TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
       std::vector<Decision> expected(cpp[r].size());
       const bool allowed = store_.DecideAll(cpp[r], (*results)[r].now_us, std::span(expected));
       bool same = allowed == (*results)[r].allowed;
-      for (size_t i = 0; i < expected.size(); ++i) same = same && expected[i] == (*results)[r].decisions[i];
+      for (size_t i = 0; i < expected.size(); ++i)
+        same = same && expected[i] == (*results)[r].decisions[i];
       if (!same) {
         ++mismatches;
         std::string detail;
@@ -563,7 +578,8 @@ TEST_P(ScriptsTest, ACallPast255RequestsItemsKindsAndStatesIsReadRight) {
   for (size_t i = 0; i < 900; ++i) {
     const uint64_t cost = again[i][0].cost;
     const uint64_t uses = i % 97 == 0 ? 3 : 2;
-    EXPECT_EQ((*second)[i].decisions[0].remaining, static_cast<int64_t>(1000 - uses * cost)) << "key " << i;
+    EXPECT_EQ((*second)[i].decisions[0].remaining, static_cast<int64_t>(1000 - uses * cost))
+        << "key " << i;
   }
   if (!packed_) {
     EXPECT_GT(Call({"PTTL", "wide:5"})->integer, 0);
@@ -602,7 +618,7 @@ TEST_F(KeyPerStateTest, ValuesWithoutTheirExpiryAreReadAndRewritten) {
   EXPECT_EQ(result->decisions[1].remaining, 1);  // 3 - 1 - 1
   auto bucket_value = Call({"GET", "old:bucket"});
   auto log_value = Call({"GET", "old:log"});
-  ASSERT_EQ(bucket_value->str.size(), 24u);       // idle_at, frac, expiry
+  ASSERT_EQ(bucket_value->str.size(), 24u);        // idle_at, frac, expiry
   ASSERT_EQ(log_value->str.size(), 16u + 2 * 16);  // idle_at, expiry, two entries
   double bucket_expiry = 0, bucket_idle = 0, log_expiry = 0, log_idle = 0;
   std::memcpy(&bucket_idle, bucket_value->str.data(), 8);

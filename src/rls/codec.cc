@@ -281,7 +281,8 @@ RateLimitResponse Answer(const RateLimitRequest& request, const engine::Response
   } else if (response.backend == engine::BackendState::kLocal) {
     add("x-ratelimit-status", "local");
   }
-  if (options.dynamic_metadata) *out.mutable_dynamic_metadata() = DynamicMetadata(request, response);
+  if (options.dynamic_metadata)
+    *out.mutable_dynamic_metadata() = DynamicMetadata(request, response);
   return out;
 }
 
@@ -329,11 +330,11 @@ Struct DynamicMetadata(const RateLimitRequest& request, const engine::Response& 
     }
     if (d.has_limit()) {
       const int unit = d.limit().unit();
-      (*one.mutable_fields())["limit"].set_string_value(absl::StrCat(
-          "requests_per_unit:", d.limit().requests_per_unit(), " unit:",
-          ::envoy::type::v3::RateLimitUnit_IsValid(unit)
-              ? ::envoy::type::v3::RateLimitUnit_Name(static_cast<RateLimitUnit>(unit))
-              : absl::StrCat(unit)));
+      (*one.mutable_fields())["limit"].set_string_value(
+          absl::StrCat("requests_per_unit:", d.limit().requests_per_unit(), " unit:",
+                       ::envoy::type::v3::RateLimitUnit_IsValid(unit)
+                           ? ::envoy::type::v3::RateLimitUnit_Name(static_cast<RateLimitUnit>(unit))
+                           : absl::StrCat(unit)));
     }
     if (d.has_hits_addend()) {
       (*one.mutable_fields())["hitsAddend"].set_number_value(
@@ -350,7 +351,8 @@ Struct DynamicMetadata(const RateLimitRequest& request, const engine::Response& 
       continue;
     }
     Struct metadata;
-    if (!google::protobuf::util::JsonStringToMessage(d.rule->metadata_json, &metadata).ok()) continue;
+    if (!google::protobuf::util::JsonStringToMessage(d.rule->metadata_json, &metadata).ok())
+      continue;
     MergeFirstWins(metadata, &merged);
   }
   if (merged.fields_size() > 0) *fields["metadata"].mutable_struct_value() = std::move(merged);
@@ -397,7 +399,8 @@ void ShouldRateLimitAsync(engine::Engine& engine, std::shared_ptr<const rules::C
         const engine::Response& response = responses.front();
         if (options.on_decision) options.on_decision(domain, response);
         if (response.backend == engine::BackendState::kFailedClosed && !response.allowed) {
-          return done(absl::UnavailableError("rate limit backend unavailable (failure_mode: closed)"));
+          return done(
+              absl::UnavailableError("rate limit backend unavailable (failure_mode: closed)"));
         }
         done(Answer(asked != nullptr ? *asked : RateLimitRequest::default_instance(), response,
                     options));
@@ -410,10 +413,8 @@ namespace {
 JsonResult TextAnswer(int status, std::string_view message) {
   std::string body(message);
   body += '\n';
-  return JsonResult{.status = status,
-                    .content_type = kTextContentType,
-                    .body = std::move(body),
-                    .nosniff = true};
+  return JsonResult{
+      .status = status, .content_type = kTextContentType, .body = std::move(body), .nosniff = true};
 }
 
 }  // namespace

@@ -45,8 +45,8 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <variant>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/functional/function_ref.h"

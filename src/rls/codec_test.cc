@@ -484,14 +484,16 @@ TEST_F(RlsTest, SettingsCanAddUpstreamsLimitHeaders) {
   RateLimitRequest two = Request1("edge", "remote_address", "10.9.9.9");
   AddDescriptor(&two, {{"login", "u"}});
   // login (2 per minute, 1 left, 40 s to the minute's end) is closer than the address (9 left).
-  EXPECT_EQ(fields(two), (Fields{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "1"},
-                                 {"RateLimit-Reset", "40"}}));
+  EXPECT_EQ(
+      fields(two),
+      (Fields{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "1"}, {"RateLimit-Reset", "40"}}));
   // Over its limit, login is picked whatever the others have left.
   fields(Request1("edge", "login", "u"));
   RateLimitRequest over = Request1("edge", "login", "u");
   AddDescriptor(&over, {{"remote_address", "10.9.9.8"}});
-  EXPECT_EQ(fields(over), (Fields{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "0"},
-                                  {"RateLimit-Reset", "40"}}));
+  EXPECT_EQ(
+      fields(over),
+      (Fields{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "0"}, {"RateLimit-Reset", "40"}}));
   // No descriptor with a limit: no header.
   EXPECT_EQ(fields(Request1("edge", "nothing", "matches")), Fields{});
   settings.rls_limit_header = "X-Limit";
@@ -734,13 +736,13 @@ TEST_F(RlsTest, JsonReferenceExampleOverLimit) {
 // it ({"code":"OK"}); with a limit in the request, that limit applies to it, as upstream's does
 // (on the domain alone).
 TEST_F(RlsTest, JsonDescriptorWithNoEntriesIsOkWithoutALimit) {
-  const JsonResult r = Json(
-      R"({"domain":"edge","descriptors":[{"entries":[]},)"
-      R"({"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]})");
+  const JsonResult r = Json(R"({"domain":"edge","descriptors":[{"entries":[]},)"
+                            R"({"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]})");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body,
-            R"({"overallCode":"OK","statuses":[{"code":"OK"},{"code":"OK","currentLimit":)"
-            R"({"requestsPerUnit":10,"unit":"SECOND"},"limitRemaining":9,"durationUntilReset":"1s"}]})");
+  EXPECT_EQ(
+      r.body,
+      R"({"overallCode":"OK","statuses":[{"code":"OK"},{"code":"OK","currentLimit":)"
+      R"({"requestsPerUnit":10,"unit":"SECOND"},"limitRemaining":9,"durationUntilReset":"1s"}]})");
   const std::string with_limit =
       R"({"domain":"edge","descriptors":[{"entries":[],"limit":{"requests_per_unit":1,"unit":"HOUR"}}]})";
   EXPECT_EQ(Json(with_limit).status, 200);
@@ -763,9 +765,10 @@ TEST_F(RlsTest, JsonWithTooManyDescriptorsIsBadRequest) {
 TEST_F(RlsTest, JsonPrintsTheLimitNameFirst) {
   const JsonResult r =
       Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"login","value":"a"}]}]})");
-  EXPECT_EQ(r.body,
-            R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"login",)"
-            R"("requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"40s"}]})");
+  EXPECT_EQ(
+      r.body,
+      R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"login",)"
+      R"("requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"40s"}]})");
 }
 
 TEST_F(RlsTest, JsonUnknownDomainIsOkWithBareStatuses) {
@@ -814,7 +817,8 @@ TEST_F(RlsTest, JsonServiceErrorsAreBadRequest) {
   ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[]})"));  // empty descriptors
   ExpectBadRequest(Json(R"({"domain":"edge"})"));
   ExpectBadRequest(Json("{}"));  // empty domain
-  ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"","value":"v"}]}]})"));
+  ExpectBadRequest(
+      Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"","value":"v"}]}]})"));
   ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[{"value":"v"}]}]})"));
   ExpectBadRequest(Json(R"({"domain":"edge","descriptors":[{"entries":[{"key":"a"}],)"
                         R"("limit":{"requests_per_unit":5}}]})"));  // UNKNOWN unit
@@ -860,10 +864,11 @@ TEST_F(RlsTest, JsonCarriesResponseHeadersOnlyWhenEnabled) {
   const JsonResult r = Json(
       R"({"domain":"edge","descriptors":[{"entries":[{"key":"login","value":"h"}]}]})", options);
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body,
-            R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"login",)"
-            R"("requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"40s"}],)"
-            R"("responseHeadersToAdd":[{"key":"RateLimit-Policy","value":"\"login\";q=2;w=60"}]})");
+  EXPECT_EQ(
+      r.body,
+      R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"login",)"
+      R"("requestsPerUnit":2,"unit":"MINUTE"},"limitRemaining":1,"durationUntilReset":"40s"}],)"
+      R"("responseHeadersToAdd":[{"key":"RateLimit-Policy","value":"\"login\";q=2;w=60"}]})");
 }
 
 // Issue 19 (10): dynamic metadata, as upstream's RESPONSE_DYNAMIC_METADATA builds it; the
@@ -890,7 +895,8 @@ descriptors:
   - key: test_key
     rate_limit: {unit: minute, requests_per_unit: 10}
 )yaml");
-    ASSERT_THAT(loaded.errors, IsEmpty()) << (loaded.errors.empty() ? "" : loaded.errors[0].ToString());
+    ASSERT_THAT(loaded.errors, IsEmpty())
+        << (loaded.errors.empty() ? "" : loaded.errors[0].ToString());
     config_ = loaded.config;
   }
   // The dynamicMetadata of /json's answer to `body` (the last field written).
@@ -905,14 +911,16 @@ descriptors:
 };
 
 TEST_F(DynamicMetadataTest, ADescriptorOverItsLimitGivesNoMetadata) {
-  EXPECT_EQ(Metadata(R"({"domain":"md","descriptors":[{"entries":[{"key":"key1","value":"val1"}]}]})"),
-            R"({"descriptors":[{"entries":["key1=val1"]}],"domain":"md"})");
+  EXPECT_EQ(
+      Metadata(R"({"domain":"md","descriptors":[{"entries":[{"key":"key1","value":"val1"}]}]})"),
+      R"({"descriptors":[{"entries":["key1=val1"]}],"domain":"md"})");
 }
 
 TEST_F(DynamicMetadataTest, APassedQuotaGivesItsMetadata) {
-  EXPECT_EQ(Metadata(R"({"domain":"md","descriptors":[{"entries":[{"key":"quota_key","value":"q"}]}]})"),
-            R"({"descriptors":[{"entries":["quota_key=q"]}],"domain":"md","metadata":)"
-            R"({"name":"service_2","nested":{"a":1}}})");
+  EXPECT_EQ(
+      Metadata(R"({"domain":"md","descriptors":[{"entries":[{"key":"quota_key","value":"q"}]}]})"),
+      R"({"descriptors":[{"entries":["quota_key=q"]}],"domain":"md","metadata":)"
+      R"({"name":"service_2","nested":{"a":1}}})");
 }
 
 TEST_F(DynamicMetadataTest, PassedDescriptorsMergeInOrderTheFirstValueWinning) {
@@ -927,12 +935,13 @@ TEST_F(DynamicMetadataTest, PassedDescriptorsMergeInOrderTheFirstValueWinning) {
 }
 
 TEST_F(DynamicMetadataTest, HitsAddendsAndOverridesAreCarried) {
-  EXPECT_EQ(Metadata(R"({"domain":"md","hitsAddend":5,"descriptors":[)"
-                     R"({"entries":[{"key":"test_key","value":"test_val"}]},)"
-                     R"({"entries":[{"key":"x","value":"y"}],"hitsAddend":"0",)"
-                     R"("limit":{"requestsPerUnit":7,"unit":"HOUR"}}]})"),
-            R"({"descriptors":[{"entries":["test_key=test_val"]},{"entries":["x=y"],)"
-            R"("hitsAddend":0,"limit":"requests_per_unit:7 unit:HOUR"}],"domain":"md","hitsAddend":5})");
+  EXPECT_EQ(
+      Metadata(R"({"domain":"md","hitsAddend":5,"descriptors":[)"
+               R"({"entries":[{"key":"test_key","value":"test_val"}]},)"
+               R"({"entries":[{"key":"x","value":"y"}],"hitsAddend":"0",)"
+               R"("limit":{"requestsPerUnit":7,"unit":"HOUR"}}]})"),
+      R"({"descriptors":[{"entries":["test_key=test_val"]},{"entries":["x=y"],)"
+      R"("hitsAddend":0,"limit":"requests_per_unit:7 unit:HOUR"}],"domain":"md","hitsAddend":5})");
 }
 
 TEST_F(DynamicMetadataTest, OffByDefault) {

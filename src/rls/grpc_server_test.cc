@@ -340,7 +340,8 @@ TEST_P(GrpcServerTest, FailureModeLocalCarriesTheLocalMarker) {
   auto server = GrpcServer::Start(options, &local, &store_, &clock_);
   ASSERT_TRUE(server.ok()) << server.status();
   auto rls = RateLimitService::NewStub(ChannelTo(**server));
-  for (const auto expected : {RateLimitResponse::OK, RateLimitResponse::OK, RateLimitResponse::OVER_LIMIT}) {
+  for (const auto expected :
+       {RateLimitResponse::OK, RateLimitResponse::OK, RateLimitResponse::OVER_LIMIT}) {
     ::grpc::ClientContext context;
     SetDeadline(&context);
     RateLimitResponse response;
@@ -389,18 +390,18 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   std::mutex mu;
   std::vector<std::string> decided;  // guarded by mu
   std::atomic<bool> backend_ok{false};
-  const std::unique_ptr<GrpcServer> hooked = StartOwn(
-      {.address = "127.0.0.1:0",
-       .max_message_bytes = 1 << 20,
-       .remote = nullptr,
-       .backend_serving = [&] { return backend_ok.load(); },
-       .on_decision =
-           [&](std::string_view domain, const engine::Response& r, int64_t elapsed_us) {
-             std::lock_guard lock(mu);
-             decided.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
-                               (elapsed_us >= 0 ? "" : ":negative"));
-           },
-       .threads = GetParam()});
+  const std::unique_ptr<GrpcServer> hooked =
+      StartOwn({.address = "127.0.0.1:0",
+                .max_message_bytes = 1 << 20,
+                .remote = nullptr,
+                .backend_serving = [&] { return backend_ok.load(); },
+                .on_decision =
+                    [&](std::string_view domain, const engine::Response& r, int64_t elapsed_us) {
+                      std::lock_guard lock(mu);
+                      decided.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
+                                        (elapsed_us >= 0 ? "" : ":negative"));
+                    },
+                .threads = GetParam()});
   ASSERT_NE(hooked, nullptr);
   auto channel = ChannelTo(*hooked);
   auto rls = RateLimitService::NewStub(channel);
@@ -409,7 +410,8 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
     ::grpc::ClientContext context;
     SetDeadline(&context);
     RateLimitResponse response;
-    ASSERT_TRUE(rls->ShouldRateLimit(&context, Request("edge", {{{"user", "carl"}}}), &response).ok());
+    ASSERT_TRUE(
+        rls->ShouldRateLimit(&context, Request("edge", {{{"user", "carl"}}}), &response).ok());
   }
   {
     std::lock_guard lock(mu);

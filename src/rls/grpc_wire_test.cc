@@ -29,9 +29,9 @@
 namespace sluice::rls {
 namespace {
 
-using ::testing::ElementsAre;
 using grpc_testing::ApiName;
 using grpc_testing::StartOnLoopback;
+using ::testing::ElementsAre;
 using wire::Decode;
 using wire::kLen;
 using wire::kVarint;

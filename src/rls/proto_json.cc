@@ -1,13 +1,13 @@
 #include "rls/proto_json.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <vector>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -31,7 +31,8 @@ void AppendStructValue(const google::protobuf::Value& value, std::string* out);
 void AppendStruct(const google::protobuf::Struct& s, std::string* out) {
   std::vector<const std::string*> keys;
   for (const auto& [key, value] : s.fields()) keys.push_back(&key);
-  std::sort(keys.begin(), keys.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  std::sort(keys.begin(), keys.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
   out->push_back('{');
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i > 0) out->push_back(',');
@@ -61,7 +62,9 @@ void AppendStructValue(const google::protobuf::Value& value, std::string* out) {
     case google::protobuf::Value::kNumberValue: {
       const double n = value.number_value();
       if (!std::isfinite(n)) {  // not a JSON number: protojson refuses; a string is kinder
-        return util::AppendJsonString(out, std::isnan(n) ? "NaN" : n > 0 ? "Infinity" : "-Infinity");
+        return util::AppendJsonString(out, std::isnan(n) ? "NaN"
+                                           : n > 0       ? "Infinity"
+                                                         : "-Infinity");
       }
       char digits[32];
       const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;  // shortest
@@ -80,24 +83,30 @@ bool AppendValue(const Message& message, const FieldDescriptor& field, int index
   const bool repeated = index >= 0;
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-      absl::StrAppend(out, repeated ? r.GetRepeatedInt32(message, &field, index)
-                                    : r.GetInt32(message, &field));
+      absl::StrAppend(
+          out, repeated ? r.GetRepeatedInt32(message, &field, index) : r.GetInt32(message, &field));
       return true;
     case FieldDescriptor::CPPTYPE_UINT32:
       absl::StrAppend(out, repeated ? r.GetRepeatedUInt32(message, &field, index)
                                     : r.GetUInt32(message, &field));
       return true;
     case FieldDescriptor::CPPTYPE_INT64:  // 64-bit integers are strings in proto3 JSON
-      absl::StrAppend(out, "\"", repeated ? r.GetRepeatedInt64(message, &field, index)
-                                          : r.GetInt64(message, &field), "\"");
+      absl::StrAppend(
+          out, "\"",
+          repeated ? r.GetRepeatedInt64(message, &field, index) : r.GetInt64(message, &field),
+          "\"");
       return true;
     case FieldDescriptor::CPPTYPE_UINT64:
-      absl::StrAppend(out, "\"", repeated ? r.GetRepeatedUInt64(message, &field, index)
-                                          : r.GetUInt64(message, &field), "\"");
+      absl::StrAppend(
+          out, "\"",
+          repeated ? r.GetRepeatedUInt64(message, &field, index) : r.GetUInt64(message, &field),
+          "\"");
       return true;
     case FieldDescriptor::CPPTYPE_BOOL:
-      out->append((repeated ? r.GetRepeatedBool(message, &field, index)
-                            : r.GetBool(message, &field)) ? "true" : "false");
+      out->append(
+          (repeated ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
+              ? "true"
+              : "false");
       return true;
     case FieldDescriptor::CPPTYPE_ENUM: {
       const int number = repeated ? r.GetRepeatedEnumValue(message, &field, index)
@@ -123,9 +132,9 @@ bool AppendValue(const Message& message, const FieldDescriptor& field, int index
       return true;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE:
-      return AppendMessage(repeated ? r.GetRepeatedMessage(message, &field, index)
-                                    : r.GetMessage(message, &field),
-                           out);
+      return AppendMessage(
+          repeated ? r.GetRepeatedMessage(message, &field, index) : r.GetMessage(message, &field),
+          out);
     case FieldDescriptor::CPPTYPE_FLOAT:
     case FieldDescriptor::CPPTYPE_DOUBLE:
       return false;  // no such field in the messages sent; protobuf's rules for them are subtle
@@ -175,6 +184,8 @@ bool AppendMessage(const Message& message, std::string* out) {
 
 }  // namespace
 
-bool AppendProtoJson(const Message& message, std::string* out) { return AppendMessage(message, out); }
+bool AppendProtoJson(const Message& message, std::string* out) {
+  return AppendMessage(message, out);
+}
 
 }  // namespace sluice::rls

@@ -12,9 +12,9 @@
 #ifndef SLUICE_RLS_PROTO_JSON_H_
 #define SLUICE_RLS_PROTO_JSON_H_
 
-#include <string>
-
 #include <google/protobuf/message.h>
+
+#include <string>
 
 namespace sluice::rls {
 

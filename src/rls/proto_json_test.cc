@@ -3,10 +3,10 @@
 
 #include "rls/proto_json.h"
 
+#include <google/protobuf/descriptor.h>
+
 #include <string>
 #include <vector>
-
-#include <google/protobuf/descriptor.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "gmock/gmock.h"
@@ -61,14 +61,29 @@ void Populate(Message* message) {
     }
     ASSERT_FALSE(f->is_repeated()) << f->full_name() << ": a repeated scalar; add it here";
     switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_UINT32: r->SetUInt32(message, f, 7); break;
-      case FieldDescriptor::CPPTYPE_INT32: r->SetInt32(message, f, 7); break;
-      case FieldDescriptor::CPPTYPE_UINT64: r->SetUInt64(message, f, 7); break;
-      case FieldDescriptor::CPPTYPE_INT64: r->SetInt64(message, f, 7); break;
-      case FieldDescriptor::CPPTYPE_BOOL: r->SetBool(message, f, true); break;
-      case FieldDescriptor::CPPTYPE_ENUM: r->SetEnumValue(message, f, 1); break;
-      case FieldDescriptor::CPPTYPE_STRING: r->SetString(message, f, "v"); break;
-      default: FAIL() << f->full_name() << ": a field type to add here";
+      case FieldDescriptor::CPPTYPE_UINT32:
+        r->SetUInt32(message, f, 7);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        r->SetInt32(message, f, 7);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        r->SetUInt64(message, f, 7);
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        r->SetInt64(message, f, 7);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        r->SetBool(message, f, true);
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM:
+        r->SetEnumValue(message, f, 1);
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        r->SetString(message, f, "v");
+        break;
+      default:
+        FAIL() << f->full_name() << ": a field type to add here";
     }
   }
 }

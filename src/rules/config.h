@@ -47,25 +47,25 @@ enum class FailureMode { kOpen, kClosed, kLocal };
 // One node of a domain's descriptor tree.
 struct RuleNode {
   std::string key;
-  std::string value;         // empty with has_value == false: matches any value of `key`
+  std::string value;  // empty with has_value == false: matches any value of `key`
   bool has_value = false;
-  bool wildcard = false;     // value contains '*'
+  bool wildcard = false;  // value contains '*'
   bool share_threshold = false;
   bool unlimited = false;
-  bool has_rate_limit = false;      // rate_limit or limits given (unlimited counts)
-  std::vector<LimitRule> limits;    // empty when unlimited or plan-driven
-  std::string rate_limit_name;      // rate_limit.name (also the name of its limits)
+  bool has_rate_limit = false;    // rate_limit or limits given (unlimited counts)
+  std::vector<LimitRule> limits;  // empty when unlimited or plan-driven
+  std::string rate_limit_name;    // rate_limit.name (also the name of its limits)
   std::vector<std::string> replaces;
   bool shadow_mode = false;
   // Over its limits, this descriptor alone does not deny the request (upstream's quota_mode):
   // see engine::DescriptorResult::quota.
   bool quota_mode = false;
   bool detailed_metric = false;
-  std::string plan_from;            // entry key naming the plan; limits come from the plan
+  std::string plan_from;  // entry key naming the plan; limits come from the plan
   // `metadata:` as a JSON object (empty: none), for RLS dynamic metadata (upstream's
   // RESPONSE_DYNAMIC_METADATA).
   std::string metadata_json;
-  std::string path;                 // "domain.key_value.key": for stats, explain, state ids
+  std::string path;  // "domain.key_value.key": for stats, explain, state ids
   Position position;
 
   // Children, indexed for matching by hash lookups (see matcher.h): by entry key, then by
@@ -109,9 +109,9 @@ struct HttpAction {
 };
 
 struct HttpRoute {
-  std::string prefix;            // match.prefix, or
-  std::string path;              // match.path (exact)
-  std::vector<std::string> methods;  // empty = any
+  std::string prefix;                                // match.prefix, or
+  std::string path;                                  // match.path (exact)
+  std::vector<std::string> methods;                  // empty = any
   std::vector<std::vector<HttpAction>> rate_limits;  // each yields one descriptor
   Position position;
 };
@@ -125,10 +125,10 @@ struct HttpSection {
   int deny_status = 429;
   std::vector<Cidr> trusted_proxies;
   std::vector<HttpRoute> routes;
-  std::string upstream;                 // reverse proxy target, e.g. http://127.0.0.1:9000
-  std::string upstream_host;            // parsed from it: "127.0.0.1" (IPv6 without brackets)
-  uint16_t upstream_port = 0;           // 80 when the URL names none
-  std::vector<std::string> refund_on;   // 5xx, connect_error, timeout
+  std::string upstream;                // reverse proxy target, e.g. http://127.0.0.1:9000
+  std::string upstream_host;           // parsed from it: "127.0.0.1" (IPv6 without brackets)
+  uint16_t upstream_port = 0;          // 80 when the URL names none
+  std::vector<std::string> refund_on;  // 5xx, connect_error, timeout
 };
 
 struct Domain {
@@ -161,14 +161,14 @@ struct Settings {
   // `grpc: {threads: N}`: N > 0 serves ShouldRateLimit on gRPC's async API with N completion
   // queues, each drained by its own thread; 0 = gRPC's callback API on gRPC's own threads.
   int grpc_threads = 0;
-  int threads = 0;  // 0 = hardware concurrency
+  int threads = 0;                 // 0 = hardware concurrency
   std::string backend = "memory";  // memory | redis
   std::string redis_url;
   bool redis_cluster = false;
   std::vector<std::string> redis_nodes;
   std::string redis_key_prefix = "sluice:";
   int64_t redis_timeout_us = 10000;
-  int local_instances = 1;  // failure_mode local: the limit is divided by this
+  int local_instances = 1;     // failure_mode local: the limit is divided by this
   uint32_t redis_buckets = 0;  // hashes the states are packed into (0: a key per state)
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
   // `headers` as flags, set with it by the settings parser: read for every answer.
@@ -179,9 +179,9 @@ struct Settings {
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
   size_t max_key_bytes = 4 << 10;
-  int64_t header_timeout_us = 10 * 1000000;  // a request must arrive whole within this
+  int64_t header_timeout_us = 10 * 1000000;    // a request must arrive whole within this
   int64_t shutdown_timeout_us = 30 * 1000000;  // on SIGTERM, busy connections get this long
-  int64_t idle_timeout_us = 60 * 1000000;    // keep-alive connections idle longer are closed
+  int64_t idle_timeout_us = 60 * 1000000;      // keep-alive connections idle longer are closed
   size_t max_connections = 10000;
   // Reverse proxy: connect, send and the wait for the answer's header; also the longest silence
   // while a body streams either way.

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <filesystem>
+#include <optional>
 
 #include "spdlog/spdlog.h"
 
@@ -185,7 +185,8 @@ void ConfigManager::WatchLoop(int debounce_ms) {
     int timeout_ms = -1;
     if (pending) {
       const auto deadline = first_change + std::chrono::milliseconds(kMaxDelay * debounce_ms);
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, debounce_ms));
     }
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};

@@ -15,9 +15,9 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>

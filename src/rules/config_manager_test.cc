@@ -356,10 +356,12 @@ TEST(ConfigManagerTest, WatcherPicksUpAnEditedClientsFileOutsideTheRulesDirector
             "  free: {limits: [{requests: 1, window: 1s}]}\n"
             "  pro: {limits: [{requests: 100, window: 1s}]}\n"
             "default_plan: free\n"
-            "clients: " + csv + "\n"
-            "descriptors:\n"
-            "  - key: api_key\n"
-            "    plan_from: plan\n");
+            "clients: " +
+                csv +
+                "\n"
+                "descriptors:\n"
+                "  - key: api_key\n"
+                "    plan_from: plan\n");
   ConfigManager manager({dir.path().string()}, "");
   ASSERT_TRUE(manager.Reload().applied);
   const auto plan_of = [&](const std::string& key) -> std::string {

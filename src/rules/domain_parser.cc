@@ -14,17 +14,17 @@ namespace {
 
 // Every key upstream accepts in a descriptor, plus sluice's `limits` and `plan_from`.
 const std::vector<std::string_view> kDescriptorKeys = {
-    "key",          "value",       "rate_limit",      "limits",          "descriptors",
-    "shadow_mode",  "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
-    "metadata",     "plan_from"};
+    "key",         "value",           "rate_limit",      "limits",          "descriptors",
+    "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
+    "metadata",    "plan_from"};
 const std::vector<std::string_view> kRateLimitKeys = {
-    "unit", "requests_per_unit", "unlimited", "name",     "replaces",
-    "algorithm", "burst",        "window",    "requests", "shadow_mode"};
+    "unit",   "requests_per_unit", "unlimited",  "name", "replaces", "algorithm", "burst",
+    "window", "requests",          "shadow_mode"};
 const std::vector<std::string_view> kLimitEntryKeys = {
     "requests", "requests_per_unit", "window", "unit", "algorithm", "burst", "name", "shadow_mode"};
-const std::vector<std::string_view> kDomainKeys = {
-    "domain",       "descriptors", "plans",       "default_plan", "clients",
-    "failure_mode", "count_denied", "shadow_mode", "http"};
+const std::vector<std::string_view> kDomainKeys = {"domain",       "descriptors", "plans",
+                                                   "default_plan", "clients",     "failure_mode",
+                                                   "count_denied", "shadow_mode", "http"};
 
 class DomainParser {
  public:
@@ -109,7 +109,8 @@ class DomainParser {
       }
       auto node = std::make_unique<RuleNode>();
       if (ParseDescriptor(item, parent, *node)) {
-        for (LimitRule& rule : node->limits) rule.state_id = RuleLimitId(node->path, "", rule.limit);
+        for (LimitRule& rule : node->limits)
+          rule.state_id = RuleLimitId(node->path, "", rule.limit);
         if (const RuleNode* first = AddChild(parent, node)) {
           r_.Error(item, fmt::format("duplicate descriptor composite key '{}.{}'", parent.path,
                                      CompositeKey(*first)));
@@ -163,8 +164,9 @@ class DomainParser {
         r_.Error(item["plan_from"], "plan_from needs top-level plans");
       }
       if (has_rate_limit || has_limits) {
-        r_.Error(item["plan_from"], "a descriptor with plan_from takes its limits from the plan; "
-                                    "remove rate_limit/limits");
+        r_.Error(item["plan_from"],
+                 "a descriptor with plan_from takes its limits from the plan; "
+                 "remove rate_limit/limits");
       }
     }
     if (has_rate_limit && has_limits) {
@@ -175,7 +177,8 @@ class DomainParser {
       node.has_rate_limit = true;
       node.limits = ParseLimitList(limits, "limits");
     }
-    if (const YAML::Node children = item["descriptors"]; children.IsDefined() && !children.IsNull()) {
+    if (const YAML::Node children = item["descriptors"];
+        children.IsDefined() && !children.IsNull()) {
       ParseDescriptors(children, node);
     }
     return r_.error_count() == errors_before;
@@ -250,7 +253,8 @@ class DomainParser {
       }
     }
     if (map["requests"].IsDefined() && map["requests_per_unit"].IsDefined()) {
-      r_.Error(map["requests"], fmt::format("{}: give requests or requests_per_unit, not both", what));
+      r_.Error(map["requests"],
+               fmt::format("{}: give requests or requests_per_unit, not both", what));
     }
     const char* requests_key = map["requests"].IsDefined() ? "requests" : "requests_per_unit";
     // A missing count is 0, which denies everything, as upstream.
@@ -273,7 +277,8 @@ class DomainParser {
       rule.limit.window_us = r_.Duration(map, "window").value_or(0);
     } else {
       r_.Error(map, fmt::format("{} needs a unit (second, minute, hour, day, week, month, year) "
-                                "or a window (e.g. 30s)", what));
+                                "or a window (e.g. 30s)",
+                                what));
     }
     if (const YAML::Node burst = map["burst"];
         algorithm_known && burst.IsDefined() && !burst.IsNull()) {
@@ -421,8 +426,9 @@ class DomainParser {
                                                          "generic_key", "path", "method"};
     if (!r_.CheckMap(node, "action", kKinds)) return std::nullopt;
     if (node.size() != 1) {
-      r_.Error(node, "an action has exactly one of request_headers, remote_address, "
-                     "generic_key, path, method");
+      r_.Error(node,
+               "an action has exactly one of request_headers, remote_address, "
+               "generic_key, path, method");
       return std::nullopt;
     }
     const std::string kind = node.begin()->first.Scalar();
@@ -444,12 +450,14 @@ class DomainParser {
     } else if (kind == "remote_address") {
       action.kind = HttpAction::Kind::kRemoteAddress;
       if (!check({"descriptor_key"})) return std::nullopt;
-      action.descriptor_key =
-          body.IsNull() ? "remote_address" : r_.String(body, "descriptor_key").value_or("remote_address");
+      action.descriptor_key = body.IsNull()
+                                  ? "remote_address"
+                                  : r_.String(body, "descriptor_key").value_or("remote_address");
     } else if (kind == "generic_key") {
       action.kind = HttpAction::Kind::kGenericKey;
       if (!check({"descriptor_value", "descriptor_key"})) return std::nullopt;
-      action.descriptor_value = body.IsNull() ? "" : r_.String(body, "descriptor_value").value_or("");
+      action.descriptor_value =
+          body.IsNull() ? "" : r_.String(body, "descriptor_value").value_or("");
       action.descriptor_key =
           body.IsNull() ? "generic_key" : r_.String(body, "descriptor_key").value_or("generic_key");
       if (action.descriptor_value.empty()) {

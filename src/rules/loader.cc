@@ -64,7 +64,8 @@ class Loader {
     XXH3_64bits_update(&hash_state_, text.data(), text.size());
     // libyaml first: yaml-cpp takes some malformed documents (yaml_syntax.h).
     if (auto syntax = FindYamlSyntaxError(text)) {
-      Fail(file, syntax->line, syntax->column, fmt::format("YAML syntax error: {}", syntax->message));
+      Fail(file, syntax->line, syntax->column,
+           fmt::format("YAML syntax error: {}", syntax->message));
       return;
     }
     YAML::Node doc;
@@ -94,7 +95,8 @@ class Loader {
     }
     if (doc["descriptors"].IsDefined()) {
       // Rules without their domain, not a settings file (which has no `descriptors:`).
-      reader.Error(doc, "a rules file needs a `domain:` (this one has `descriptors:` but no domain)");
+      reader.Error(doc,
+                   "a rules file needs a `domain:` (this one has `descriptors:` but no domain)");
       return;
     }
     if (options_.settings) {
@@ -105,7 +107,8 @@ class Loader {
     }
     if (settings_) {
       reader.Error(doc, fmt::format("a second settings file (a document without `domain:`); the "
-                                    "first is {}", settings_->file));
+                                    "first is {}",
+                                    settings_->file));
       return;
     }
     settings_ = ParseSettings(reader, doc);

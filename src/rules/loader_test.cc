@@ -634,7 +634,8 @@ rls: {response_headers: true, unknown_domain: error}
 }
 
 TEST(LoaderExtensionsTest, RlsResponseHeadersIetfOrUpstreams) {
-  auto config = MustLoad("rls:\n  response_headers: upstream\n  header_names: {limit: A, reset: C}\n");
+  auto config =
+      MustLoad("rls:\n  response_headers: upstream\n  header_names: {limit: A, reset: C}\n");
   ASSERT_NE(config, nullptr);
   EXPECT_TRUE(config->settings.rls_upstream_headers);
   EXPECT_FALSE(config->settings.rls_response_headers);
@@ -662,9 +663,9 @@ TEST(LoaderExtensionsTest, UpstreamUrls) {
 }
 
 TEST(LoaderErrorsTest, BadUpstreamUrls) {
-  for (const char* url : {"http://", "http://h:", "http://h:0", "http://h:65536", "http://h:8x",
-                          "http://h/path", "http://u@h:1", "http://[::1", "http://[::1]x",
-                          "http://h:1?q", "http://:80"}) {
+  for (const char* url :
+       {"http://", "http://h:", "http://h:0", "http://h:65536", "http://h:8x", "http://h/path",
+        "http://u@h:1", "http://[::1", "http://[::1]x", "http://h:1?q", "http://:80"}) {
     EXPECT_THAT(Errors(fmt::format("domain: d\nhttp:\n  upstream: \"{}\"\n", url)),
                 ElementsAre(fmt::format("t.yaml:3:13: bad upstream '{}': give http://HOST[:PORT] "
                                         "(no path, no user info)",
@@ -699,15 +700,18 @@ TEST(LoaderErrorsTest, YamlSyntaxError) {
 // the unterminated quotes: `'''` as "a config file must be a map", `domain: 'abc` as a domain.
 TEST(LoaderErrorsTest, MalformedDocumentsAreSyntaxErrors) {
   const std::pair<const char*, const char*> cases[] = {
-      {"'''", "t.yaml:1:4: YAML syntax error: found unexpected end of stream (while scanning a "
-              "quoted scalar at 1:1)"},
-      {"'''\n", "t.yaml:2:1: YAML syntax error: found unexpected end of stream (while scanning "
-                "a quoted scalar at 1:1)"},
+      {"'''",
+       "t.yaml:1:4: YAML syntax error: found unexpected end of stream (while scanning a "
+       "quoted scalar at 1:1)"},
+      {"'''\n",
+       "t.yaml:2:1: YAML syntax error: found unexpected end of stream (while scanning "
+       "a quoted scalar at 1:1)"},
       {"domain: 'abc\ndescriptors: []\n",
        "t.yaml:3:1: YAML syntax error: found unexpected end of stream (while scanning a quoted "
        "scalar at 1:9)"},
-      {"domain: \"abc\n", "t.yaml:2:1: YAML syntax error: found unexpected end of stream (while "
-                          "scanning a quoted scalar at 1:9)"},
+      {"domain: \"abc\n",
+       "t.yaml:2:1: YAML syntax error: found unexpected end of stream (while "
+       "scanning a quoted scalar at 1:9)"},
       {"domain: d\ndescriptors:\n  - key: a\n     value: b\n",
        "t.yaml:4:11: YAML syntax error: mapping values are not allowed in this context"},
       {"domain: d\ndescriptors:\n\t- key: a\n",
@@ -717,7 +721,8 @@ TEST(LoaderErrorsTest, MalformedDocumentsAreSyntaxErrors) {
        "t.yaml:3:1: YAML syntax error: did not find expected ',' or ']' (while parsing a flow "
        "sequence at 2:14)"},
       // Well-formed YAML with a key twice: a config error, at the second.
-      {"domain: d\ndomain: e\ndescriptors: []\n", "t.yaml:2:1: duplicate key 'domain' in domain file"},
+      {"domain: d\ndomain: e\ndescriptors: []\n",
+       "t.yaml:2:1: duplicate key 'domain' in domain file"},
   };
   for (const auto& [text, error] : cases) {
     EXPECT_THAT(Errors(text), ElementsAre(error)) << text;
@@ -843,11 +848,10 @@ TEST(LoaderErrorsTest, UnknownAlgorithm) {
 
 // One mistake, one error: an unknown algorithm does not also make its burst look misplaced.
 TEST(LoaderErrorsTest, UnknownAlgorithmWithBurstIsOneError) {
-  EXPECT_THAT(
-      Errors("domain: d\ndescriptors:\n  - key: a\n"
-             "    rate_limit: {algorithm: bogus, requests: 1, window: 1s, burst: 5}\n"),
-      ElementsAre("t.yaml:4:29: unknown algorithm \"bogus\" (known: token_bucket, gcra, "
-                  "leaky_bucket, fixed_window, sliding_log, sliding_window)"));
+  EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n"
+                     "    rate_limit: {algorithm: bogus, requests: 1, window: 1s, burst: 5}\n"),
+              ElementsAre("t.yaml:4:29: unknown algorithm \"bogus\" (known: token_bucket, gcra, "
+                          "leaky_bucket, fixed_window, sliding_log, sliding_window)"));
   // A burst on a known algorithm without one is still an error of its own.
   EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n"
                      "    rate_limit: {algorithm: fixed_window, requests: 1, window: 1s, "

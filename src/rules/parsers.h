@@ -3,12 +3,12 @@
 #ifndef SLUICE_RULES_PARSERS_H_
 #define SLUICE_RULES_PARSERS_H_
 
+#include <yaml-cpp/yaml.h>
+
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <yaml-cpp/yaml.h>
 
 #include "rules/config.h"
 #include "rules/yaml_reader.h"

@@ -11,10 +11,11 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   Settings s;
   s.file = r.file();
   if (doc.IsNull()) return s;  // an empty file: all defaults
-  if (!r.CheckMap(doc, "settings",
-                  {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
-                   "headers", "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
-                   "response_dynamic_metadata", "unknown_domain", "rls", "merge_domains"})) {
+  if (!r.CheckMap(
+          doc, "settings",
+          {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store", "headers",
+           "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
+           "response_dynamic_metadata", "unknown_domain", "rls", "merge_domains"})) {
     return s;
   }
   s.rules_path = r.String(doc, "rules").value_or("");
@@ -107,7 +108,8 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
         }
       };
       if (!s.redis_url.empty()) check_url(s.redis_url, redis["url"]);
-      for (size_t i = 0; i < s.redis_nodes.size(); ++i) check_url(s.redis_nodes[i], redis["nodes"][i]);
+      for (size_t i = 0; i < s.redis_nodes.size(); ++i)
+        check_url(s.redis_nodes[i], redis["nodes"][i]);
       if (s.redis_cluster && s.redis_nodes.empty() && s.redis_url.empty()) {
         r.Error(redis, "a Redis cluster needs seed nodes");
       }
@@ -131,7 +133,8 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     for (size_t i = 0; i < headers->size(); ++i) {
       const std::string& h = (*headers)[i];
       if (h != "x_ratelimit" && h != "ietf" && h != "none") {
-        r.Error(doc["headers"][i], fmt::format("unknown header style '{}' (x_ratelimit, ietf, none)", h));
+        r.Error(doc["headers"][i],
+                fmt::format("unknown header style '{}' (x_ratelimit, ietf, none)", h));
       }
     }
     if (headers->size() > 1 &&
@@ -150,15 +153,14 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
                    {"max_header_bytes", "max_body_bytes", "max_key_bytes", "header_timeout",
                     "idle_timeout", "max_connections", "upstream_timeout", "max_delayed",
                     "shutdown_timeout"})) {
-      s.upstream_timeout_us =
-          r.Duration(http, "upstream_timeout").value_or(s.upstream_timeout_us);
+      s.upstream_timeout_us = r.Duration(http, "upstream_timeout").value_or(s.upstream_timeout_us);
       s.max_delayed = r.Unsigned(http, "max_delayed", 1000000).value_or(s.max_delayed);
       s.header_timeout_us = r.Duration(http, "header_timeout").value_or(s.header_timeout_us);
       s.idle_timeout_us = r.Duration(http, "idle_timeout").value_or(s.idle_timeout_us);
       s.shutdown_timeout_us = r.Duration(http, "shutdown_timeout").value_or(s.shutdown_timeout_us);
-      s.max_connections =
-          r.Unsigned(http, "max_connections", 1000000).value_or(s.max_connections);
-      s.max_header_bytes = r.Unsigned(http, "max_header_bytes", 1 << 20).value_or(s.max_header_bytes);
+      s.max_connections = r.Unsigned(http, "max_connections", 1000000).value_or(s.max_connections);
+      s.max_header_bytes =
+          r.Unsigned(http, "max_header_bytes", 1 << 20).value_or(s.max_header_bytes);
       s.max_body_bytes = r.Unsigned(http, "max_body_bytes", 1 << 30).value_or(s.max_body_bytes);
       s.max_key_bytes = r.Unsigned(http, "max_key_bytes", 1 << 20).value_or(s.max_key_bytes);
       if (s.max_key_bytes == 0) r.Error(http["max_key_bytes"], "max_key_bytes must be at least 1");

@@ -177,8 +177,7 @@ std::optional<bool> YamlReader::Bool(const YAML::Node& map, const char* key) {
   return value;
 }
 
-std::optional<uint64_t> YamlReader::Unsigned(const YAML::Node& map, const char* key,
-                                             uint64_t max) {
+std::optional<uint64_t> YamlReader::Unsigned(const YAML::Node& map, const char* key, uint64_t max) {
   const YAML::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsUnsigned(node, key, max);

@@ -6,13 +6,13 @@
 #ifndef SLUICE_RULES_YAML_READER_H_
 #define SLUICE_RULES_YAML_READER_H_
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "rules/config.h"
 #include "rules/loader.h"

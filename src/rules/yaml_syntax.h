@@ -16,8 +16,8 @@
 namespace sluice::rules {
 
 struct YamlSyntaxError {
-  int line = 0;    // 1-based
-  int column = 0;  // 1-based
+  int line = 0;         // 1-based
+  int column = 0;       // 1-based
   std::string message;  // libyaml's problem, and its context ("while scanning ... at 1:8")
 };
 

@@ -170,7 +170,8 @@ TEST_P(OverflowTransitionTest, AnUntrackedKeyNeverExceedsItsLimitOnceItIsTracked
   for (int i = 0; i < 10; ++i) {
     const Decision d = store.Decide(limit, 1, "late", 1);
     allowed += d.allowed ? 1 : 0;
-    EXPECT_EQ(d, ModelDecide(model, clock.NowMicros(), limit, 1)) << "request " << i << " once room";
+    EXPECT_EQ(d, ModelDecide(model, clock.NowMicros(), limit, 1))
+        << "request " << i << " once room";
   }
   EXPECT_GE(store.GetStats().reclaimed, 1u);
   EXPECT_LE(store.GetStats().no_room_allowed, 4u) << "a sweep interval, then room";

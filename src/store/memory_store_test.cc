@@ -205,7 +205,8 @@ TEST_P(StoreAlgorithmTest, RefundGivesBackWhatDecideAllTook) {
   // Refunding again (or a key never seen) gives nothing more than a fresh key has.
   store.Refund(items, decided_at, kT0 + 8 * kMs);
   store.Refund(items, decided_at, kT0 + 8 * kMs);
-  const MemoryStore::Item unknown[] = {{.limit = &limit, .limit_id = id, .key = "nobody", .cost = 1}};
+  const MemoryStore::Item unknown[] = {
+      {.limit = &limit, .limit_id = id, .key = "nobody", .cost = 1}};
   store.Refund(unknown, decided_at, kT0 + 8 * kMs);
   EXPECT_EQ(store.GetStats().entries, 2u);
   ModelState fresh;
@@ -601,9 +602,18 @@ namespace {
 TEST(MemoryStoreDecideAllTest, CountDeniedOnlyKeepsFixedWindowCounts) {
   ManualClock clock(1000000);
   MemoryStore store({}, &clock);
-  Limit bucket{.algorithm = Algorithm::kTokenBucket, .requests = 5, .window_us = 1000000, .burst = std::nullopt};
-  Limit window{.algorithm = Algorithm::kFixedWindow, .requests = 5, .window_us = 1000000, .burst = std::nullopt};
-  Limit tight{.algorithm = Algorithm::kFixedWindow, .requests = 0, .window_us = 1000000, .burst = std::nullopt};
+  Limit bucket{.algorithm = Algorithm::kTokenBucket,
+               .requests = 5,
+               .window_us = 1000000,
+               .burst = std::nullopt};
+  Limit window{.algorithm = Algorithm::kFixedWindow,
+               .requests = 5,
+               .window_us = 1000000,
+               .burst = std::nullopt};
+  Limit tight{.algorithm = Algorithm::kFixedWindow,
+              .requests = 0,
+              .window_us = 1000000,
+              .burst = std::nullopt};
   const MemoryStore::Item items[] = {
       {.limit = &bucket, .limit_id = 1, .key = "k", .cost = 1, .count_denied = true},
       {.limit = &window, .limit_id = 2, .key = "k", .cost = 1, .count_denied = true},

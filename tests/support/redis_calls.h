@@ -28,8 +28,9 @@ inline Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us
 }
 
 // A client of `urls` (one server, or a cluster's seeds), waited for until ready (up to 5 s).
-inline std::unique_ptr<redis::Client> OpenRedis(const std::vector<std::string>& urls, bool cluster,
-                                                std::chrono::microseconds timeout = std::chrono::seconds(2)) {
+inline std::unique_ptr<redis::Client> OpenRedis(
+    const std::vector<std::string>& urls, bool cluster,
+    std::chrono::microseconds timeout = std::chrono::seconds(2)) {
   redis::Client::Options o;
   for (const auto& u : urls) o.seeds.push_back(*redis::ParseUrl(u));
   o.cluster = cluster;
@@ -44,7 +45,8 @@ inline std::unique_ptr<redis::Client> OpenRedis(const std::vector<std::string>& 
 }
 
 // One command, sent to the node that serves `key`.
-inline absl::StatusOr<redis::Reply> RedisCommand(redis::Client& client, const std::vector<std::string>& args,
+inline absl::StatusOr<redis::Reply> RedisCommand(redis::Client& client,
+                                                 const std::vector<std::string>& args,
                                                  std::string_view key = "x") {
   std::vector<std::string_view> views(args.begin(), args.end());
   std::string command;
@@ -59,11 +61,13 @@ inline absl::StatusOr<redis::Reply> RedisCommand(redis::Client& client, const st
   return future.get();
 }
 
-inline absl::StatusOr<redis::DecideResult> DecideNow(redis::RedisStore& store,
-                                                     const std::vector<store::MemoryStore::Item>& items) {
+inline absl::StatusOr<redis::DecideResult> DecideNow(
+    redis::RedisStore& store, const std::vector<store::MemoryStore::Item>& items) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<redis::DecideResult>>>();
   auto future = promise->get_future();
-  store.DecideAll(items, [promise](absl::StatusOr<redis::DecideResult> r) { promise->set_value(std::move(r)); });
+  store.DecideAll(items, [promise](absl::StatusOr<redis::DecideResult> r) {
+    promise->set_value(std::move(r));
+  });
   if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
     return absl::InternalError("no answer in 10 s");
   }

@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-
 namespace sluice::testing {
 
 class RedisServer {
@@ -39,10 +38,21 @@ class RedisServer {
   // Starts it (again, on the same port). True once it accepts connections (within 5 s).
   bool Start() {
     if (pid_ > 0) return true;
-    std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
-                                     "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                     "--daemonize", "no", "--loglevel", "warning",
-                                     "--logfile", ""};
+    std::vector<std::string> args = {"redis-server",
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--daemonize",
+                                     "no",
+                                     "--loglevel",
+                                     "warning",
+                                     "--logfile",
+                                     ""};
     args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/descriptor_text.h"
 #include "engine/engine.h"
 #include "http/http_routes.h"
 #include "rules/config.h"

@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/engine.h"
 #include "http/server.h"
 #include "http/service.h"
 #include "rules/config_manager.h"
@@ -93,7 +94,8 @@ struct Harness {
   ManualClock clock{1'700'000'000'000'000};
   rules::ConfigManager manager{{}, std::string(kConfig)};
   store::MemoryStore store{{.max_entries = 4096, .shards = 4}, &clock};
-  http::Service service{&manager, &store, &clock, "secret"};
+  engine::Engine engine{&store};
+  http::Service service{&manager, &engine, &clock, "secret"};
   http::HttpServer server{{.threads = 1,
                            .max_header_bytes = 4096,
                            .max_body_bytes = 16384,

@@ -269,8 +269,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
         self->next();
       };
       if (o.mode == "sluice") {
-        const store::MemoryStore::Item item{
-            .limit = &o.limit, .limit_id = 1, .key = key, .cost = 1};
+        const backend::Item item{.limit = &o.limit, .limit_id = 1, .key = key, .cost = 1};
         store.DecideAll(std::span(&item, 1), [finish](absl::StatusOr<redis::DecideResult> r) {
           finish(r.ok(), r.ok() && r->allowed);
         });

@@ -7,7 +7,7 @@
 
 #include "fmt/format.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
+#include "sluice/limiter.h"
 
 namespace sluice::cli {
 namespace {
@@ -123,11 +123,15 @@ int ReplayTrace(std::istream& in, std::ostream& out, std::ostream& err,
 
 int RunReplay(const Limit& limit, std::istream& in, std::ostream& out, std::ostream& err) {
   ManualClock clock;  // decisions use the trace's times, never the machine's
-  store::MemoryStore store(store::MemoryStore::Options{}, &clock);
-  const uint64_t limit_id = LimitId(limit);
+  // The library's limiter, sized as the server's store is by default.
+  auto limiter =
+      Limiter::Create(limit, {.clock = &clock, .max_keys = size_t{1} << 24, .shards = 64});
+  if (!limiter.ok()) {
+    err << "replay: " << limiter.status().message() << "\n";
+    return 2;
+  }
   return ReplayTrace(in, out, err, [&](const TraceRequest& req, std::string*) {
-    return std::optional<Decision>(
-        store.DecideAt(limit, limit_id, req.key, req.cost, req.t_ms * 1000));
+    return std::optional<Decision>((*limiter)->DecideAt(req.key, req.cost, req.t_ms * 1000));
   });
 }
 

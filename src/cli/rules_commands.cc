@@ -1,11 +1,12 @@
 #include "cli/rules_commands.h"
 
 #include "cli/replay.h"
+#include "engine/descriptor_text.h"
 #include "fmt/format.h"
 #include "rules/loader.h"
 #include "rules/matcher.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
+#include "stack/stack.h"
 
 namespace sluice::cli {
 namespace {
@@ -41,11 +42,8 @@ int RunRulesReplay(const rules::Config& config, const std::string& domain, std::
     return 2;
   }
   ManualClock clock;
-  store::MemoryStore store(store::MemoryStore::Options{.max_entries = config.settings.max_entries,
-                                                       .shards = 64,
-                                                       .on_full = config.settings.on_full},
-                           &clock);
-  engine::Engine engine(&store);
+  const std::unique_ptr<stack::Stack> backends = stack::Stack::Memory(config.settings, &clock);
+  engine::Engine engine(&backends->backend());
   engine::Request request;
   request.domain = domain;
   return ReplayTrace(in, out, err, [&](const TraceRequest& line, std::string* error) {

@@ -18,16 +18,14 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"
 #include "cli/envoy_env.h"
+#include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/server.h"
 #include "http/service.h"
-#include "redis/client.h"
-#include "redis/eviction_policy.h"
-#include "redis/redis_store.h"
 #include "rls/grpc_server.h"
 #include "rules/config_manager.h"
 #include "spdlog/spdlog.h"
-#include "store/memory_store.h"
+#include "stack/stack.h"
 
 namespace sluice::cli {
 namespace {
@@ -35,78 +33,6 @@ namespace {
 // The admin listener's own connection cap: a flood on the data plane never locks operators and
 // scrapers out, and the admin port cannot be used to exhaust the process either.
 constexpr size_t kAdminMaxConnections = 128;
-
-// The Redis backend of `sluice serve`: client, store and the engine's view of it. The client
-// is declared last so that it goes first: its destructor fails the calls still in flight (a
-// background refund, say), whose callbacks use the store, which must still be there.
-struct RedisBackend {
-  std::unique_ptr<redis::RedisStore> store;
-  std::unique_ptr<redis::RedisEngineStore> engine_store;
-  std::unique_ptr<redis::Client> client;
-  std::string where;  // for messages: the URL's host:port or "cluster (N seeds)"
-};
-
-// Connects to Redis as the settings say (`url`, or a cluster's `nodes`), waiting a moment for
-// the connection so that a wrong password is a start-up error; an unreachable Redis is not (its
-// domains' failure_mode answers until it comes).
-absl::StatusOr<RedisBackend> StartRedis(const rules::Settings& settings,
-                                        const std::optional<std::string>& url_flag) {
-  redis::Client::Options options;
-  options.cluster = settings.redis_cluster;
-  std::vector<std::string> urls;
-  if (url_flag) {
-    urls = {*url_flag};
-  } else if (!settings.redis_nodes.empty()) {
-    urls = settings.redis_nodes;
-  } else if (!settings.redis_url.empty()) {
-    urls = {settings.redis_url};
-  } else {
-    return absl::InvalidArgumentError(
-        "backend: redis needs redis.url (or redis.nodes with cluster: true), or --redis URL");
-  }
-  for (const std::string& url : urls) {
-    auto endpoint = redis::ParseUrl(url);
-    if (!endpoint.ok()) return endpoint.status();
-    options.seeds.push_back(*endpoint);
-  }
-  options.connection.timeout = std::chrono::microseconds(settings.redis_timeout_us);
-  RedisBackend backend;
-  backend.where = options.cluster ? fmt::format("redis cluster via {}", options.seeds[0].Address())
-                                  : fmt::format("redis {}", options.seeds[0].Address());
-  auto client = redis::Client::Create(options);
-  if (!client.ok()) return client.status();
-  backend.client = *std::move(client);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!backend.client->Ready() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!backend.client->Ready()) {
-    const std::string why = backend.client->last_error();
-    if (why.find("login to") != std::string::npos) {
-      return absl::PermissionDeniedError(fmt::format("{}: {}", backend.where, why));
-    }
-    spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", backend.where, why);
-  }
-  // Redis's own eviction would drop live states (each a reset limit): warn unless noeviction.
-  redis::ReadMaxmemoryPolicy(
-      *backend.client, settings.redis_key_prefix,
-      [where = backend.where](absl::StatusOr<std::string> policy) {
-        if (!policy.ok()) {
-          spdlog::warn(
-              "{}: could not read maxmemory-policy ({}); exact limits need noeviction "
-              "(docs/redis.md)",
-              where, std::string(policy.status().message()));
-        } else if (auto warning = redis::EvictionPolicyWarning(*policy)) {
-          spdlog::warn("{}: {}", where, *warning);
-        }
-      });
-  redis::RedisStore::Options store_options;
-  store_options.key_prefix = settings.redis_key_prefix;
-  store_options.buckets = settings.redis_buckets;
-  backend.store = std::make_unique<redis::RedisStore>(backend.client.get(), store_options);
-  backend.engine_store = std::make_unique<redis::RedisEngineStore>(backend.store.get());
-  return backend;
-}
 
 // A few requests to try against the embedded default config, with the real ports.
 void PrintTryIt(const std::string& data_host, int data_port, const std::string& admin_host,
@@ -125,67 +51,6 @@ void PrintTryIt(const std::string& data_host, int data_port, const std::string& 
             << "  curl -si " << data << "/v1/auth -H 'X-Api-Key: k1'\n"
             << "  curl -s " << admin << "/metrics | grep sluice_decisions_total\n"
             << std::flush;
-}
-
-// Registers the backend's families on /metrics.
-absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& backend) {
-  redis::RedisStore* store = backend.store.get();
-  using Stats = redis::RedisStore::Stats;
-  const std::pair<const char*, const char*> counters[] = {
-      {"sluice_backend_calls_total", "decisions asked of the backend"},
-      {"sluice_backend_script_calls_total", "script calls sent to Redis (a batch counts once)"},
-      {"sluice_backend_errors_total", "backend calls that failed (timeouts included)"},
-      {"sluice_backend_timeouts_total", "backend calls that timed out"},
-      {"sluice_backend_noscript_reloads_total", "NOSCRIPT answers, the script reloaded"},
-      {"sluice_backend_refused_total", "calls refused at once by the open circuit breaker"},
-      {"sluice_backend_breaker_opened_total", "times the circuit breaker opened"},
-      {"sluice_backend_late_refunds_total",
-       "requests admitted by a script call whose reply came after they were answered, refunded"}};
-  uint64_t Stats::*const fields[] = {
-      &Stats::calls,          &Stats::script_calls,     &Stats::errors,
-      &Stats::timeouts,       &Stats::noscript_reloads, &Stats::refused,
-      &Stats::breaker_opened, &Stats::late_refunds};
-  for (size_t i = 0; i < std::size(counters); ++i) {
-    auto status = registry.AddCallbackCounter(
-        counters[i].first, counters[i].second,
-        [store, field = fields[i]] { return static_cast<double>(store->GetStats().*field); });
-    if (!status.ok()) return status;
-  }
-  if (auto s = registry.AddCallbackGauge("sluice_backend_up",
-                                         "1 when the backend can decide: connected, breaker "
-                                         "closed, no call failed in the last second",
-                                         [store] { return store->GetHealth().up ? 1.0 : 0.0; });
-      !s.ok()) {
-    return s;
-  }
-  if (auto s = registry.AddCallbackGauge("sluice_backend_breaker_state",
-                                         "circuit breaker: 0 closed, 1 open, 2 half-open",
-                                         [store] {
-                                           switch (store->GetStats().breaker) {
-                                             case redis::Breaker::State::kOpen:
-                                               return 1.0;
-                                             case redis::Breaker::State::kHalfOpen:
-                                               return 2.0;
-                                             default:
-                                               return 0.0;
-                                           }
-                                         });
-      !s.ok()) {
-    return s;
-  }
-  redis::RedisEngineStore* engine_store = backend.engine_store.get();
-  return registry.AddCallback(
-      {.name = "sluice_backend_fallback_requests_total",
-       .help = "requests answered by their domain's failure_mode while the backend failed",
-       .label_names = {"policy"}},
-      http::MetricType::kCounter, [engine_store] {
-        using engine::BackendState;
-        return std::vector<http::CallbackSample>{
-            {{"open"}, static_cast<double>(engine_store->fallbacks(BackendState::kFailedOpen))},
-            {{"local"}, static_cast<double>(engine_store->fallbacks(BackendState::kLocal))},
-            {{"closed"},
-             static_cast<double>(engine_store->fallbacks(BackendState::kFailedClosed))}};
-      });
 }
 
 bool IsLoopback(const std::string& address) {
@@ -279,32 +144,26 @@ int RunServe(const ServeFlags& flags) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  store::MemoryStore store(
-      {.max_entries = settings.max_entries, .shards = 64, .on_full = settings.on_full},
-      SystemClock::Get());
-  std::optional<RedisBackend> redis_backend;
-  if (flags.redis || settings.backend == "redis") {
-    auto started = StartRedis(settings, flags.redis);
-    if (!started.ok()) {
-      std::cerr << "serve: " << started.status().message() << "\n";
-      return 1;
-    }
-    redis_backend = *std::move(started);
+  auto backends = stack::Stack::Build(settings, flags.redis, SystemClock::Get());
+  if (!backends.ok()) {
+    std::cerr << "serve: " << backends.status().message() << "\n";
+    return 1;
   }
-  engine::RemoteStore* remote = redis_backend ? redis_backend->engine_store.get() : nullptr;
-  http::Service service(&manager, &store, SystemClock::Get(), token, remote);
+  // One engine over the backend stack, for every frontend.
+  engine::Engine engine(&(*backends)->backend());
+  http::Service service(&manager, &engine, SystemClock::Get(), token);
   std::function<bool()> backend_serving;
-  if (redis_backend) {
-    redis::RedisStore* redis_store = redis_backend->store.get();
-    const std::string where = redis_backend->where;
+  if ((*backends)->remote()) {
+    backend::Backend* backend = &(*backends)->backend();
+    const std::string where = (*backends)->where();
     // Not the connection alone: a hung Redis keeps it while every decision times out.
-    service.SetBackendHealth([redis_store, where] {
-      const redis::RedisStore::Health health = redis_store->GetHealth();
+    service.SetBackendHealth([backend, where] {
+      const backend::Backend::Health health = backend->GetHealth();
       return http::Service::BackendHealth{health.up, where + ": " + health.detail};
     });
     // gRPC health: SERVING while Redis decides, or while no domain fails closed without it.
-    backend_serving = [redis_store, &manager] {
-      if (redis_store->GetHealth().up) return true;
+    backend_serving = [backend, &manager] {
+      if (backend->GetHealth().up) return true;
       const auto config = manager.Current();
       return config->FirstFailingClosed() == nullptr;
     };
@@ -320,18 +179,7 @@ int RunServe(const ServeFlags& flags) {
   const int64_t start_us = SystemClock::Get()->NowMicros();
   http::Registry registry;
   auto metrics = http::ServerMetrics::Register(
-      &registry, {.store =
-                      [&store] {
-                        const auto st = store.GetStats();
-                        return http::ServerMetrics::StoreStats{
-                            .entries = static_cast<double>(st.entries),
-                            .memory_bytes = static_cast<double>(st.memory_bytes),
-                            .reclaimed = static_cast<double>(st.reclaimed),
-                            .overflow_states = static_cast<double>(st.overflow_states),
-                            .on_full = std::string(OnFullName(st.on_full)),
-                            .no_room_allowed = static_cast<double>(st.no_room_allowed),
-                            .no_room_denied = static_cast<double>(st.no_room_denied)};
-                      },
+      &registry, {.store = [&backends] { return (*backends)->StoreStats(); },
                   .config =
                       [&manager] {
                         const auto current = manager.Current();
@@ -347,11 +195,9 @@ int RunServe(const ServeFlags& flags) {
     std::cerr << "serve: metrics: " << metrics.status().message() << "\n";
     return 1;
   }
-  if (redis_backend) {
-    if (auto s = RegisterRedisMetrics(registry, *redis_backend); !s.ok()) {
-      std::cerr << "serve: metrics: " << s.message() << "\n";
-      return 1;
-    }
+  if (auto s = (*backends)->RegisterBackendMetrics(registry); !s.ok()) {
+    std::cerr << "serve: metrics: " << s.message() << "\n";
+    return 1;
   }
   // The server counts connections itself; each scrape brings the metrics up to date.
   std::mutex scrape_mu;
@@ -390,12 +236,11 @@ int RunServe(const ServeFlags& flags) {
         {.address = grpc,
          .max_message_bytes = static_cast<int>(std::min<size_t>(
              settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max()))),
-         .remote = remote,
          .backend_serving = backend_serving,
          .on_decision = [&service](std::string_view domain, const engine::Response& decision,
                                    int64_t us) { service.RecordDecision(domain, decision, us); },
          .threads = settings.grpc_threads},
-        &manager, &store, SystemClock::Get());
+        &manager, &engine, SystemClock::Get());
     if (!started.ok()) {
       std::cerr << "serve: " << started.status().message() << "\n";
       return 1;
@@ -434,8 +279,7 @@ int RunServe(const ServeFlags& flags) {
     std::cout << "sluice: grpc listening on " << host(grpc) << ":" << grpc_server->port() << "\n";
   }
   std::cout << "sluice: config " << config_name << " version " << loaded.version << ", " << threads
-            << " threads, backend "
-            << (redis_backend ? redis_backend->where : std::string("memory")) << std::endl;
+            << " threads, backend " << (*backends)->where() << std::endl;
   if (paths.empty()) PrintTryIt(host(listen), *data_port, host(admin), *admin_port);  // the default
   server.Run();              // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts

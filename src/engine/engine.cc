@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -124,6 +126,7 @@ struct Pending {
   uint64_t limit_id;
   uint64_t cost;
   bool count_denied;
+  backend::FailureMode on_failure;  // the domain's failure_mode
 };
 
 // A batch's pending limits. Inline room for the usual request (a descriptor or two, a limit or
@@ -190,7 +193,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
-                         count_denied});
+                         count_denied, domain->failure_mode});
       continue;
     }
     const RuleNode* node = matches[i].rule;
@@ -226,7 +229,8 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       const uint64_t limit_id =
           plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
-      pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied});
+      pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied,
+                         domain->failure_mode});
     }
   }
 }
@@ -298,12 +302,12 @@ bool Conclude(const rules::Config& config, std::span<Response> responses, bool s
 
 }  // namespace
 
-// Every limit of a set of requests, listed for a store. Holds pointers into the responses and
-// string_views into its own key bytes: never moved once built.
+// Every limit of a set of requests, listed for the backend. Holds pointers into the responses
+// and string_views into its own key bytes: never moved once built.
 struct Engine::Batch {
   KeyBytes keys;  // inline: never moved (see above), and not grown once built
   PendingList pending;
-  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  absl::InlinedVector<backend::Item, 8> items;
   absl::InlinedVector<AppliedLimit*, 8> applied;
 
   Batch() = default;
@@ -315,6 +319,7 @@ struct Engine::Batch {
     for (size_t r = 0; r < requests.size(); ++r) {
       Collect(config, requests[r], r, responses[r], keys, pending);
     }
+    const auto instances = static_cast<uint32_t>(std::max(1, config.settings.local_instances));
     // (No result.limits grows any more: pointers into them are stable.)
     for (const Pending& p : pending) {
       AppliedLimit& limit = responses[p.response].descriptors[p.descriptor].limits[p.limit];
@@ -325,7 +330,9 @@ struct Engine::Batch {
                        .cost = p.cost,
                        .count_denied = p.count_denied,
                        // A quota-mode limit does not deny the request by itself (Conclude).
-                       .shadow = limit.shadow || limit.quota});
+                       .shadow = limit.shadow || limit.quota,
+                       .on_failure = p.on_failure,
+                       .instances = instances});
     }
   }
 
@@ -335,12 +342,30 @@ struct Engine::Batch {
   }
 };
 
+namespace {
+
+// How a request was answered when the backend's failure policy decided it.
+BackendState FallbackState(const rules::Config& config, const Request& request) {
+  const rules::Domain* domain = config.FindDomain(request.domain);
+  switch (domain != nullptr ? domain->failure_mode : rules::FailureMode::kOpen) {
+    case rules::FailureMode::kClosed:
+      return BackendState::kFailedClosed;
+    case rules::FailureMode::kLocal:
+      return BackendState::kLocal;
+    case rules::FailureMode::kOpen:
+      break;
+  }
+  return BackendState::kFailedOpen;
+}
+
+}  // namespace
+
 // What an admitted batch consumed, for a refund.
 void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
                     Consumption* consumed, bool denied) {
   consumed->decided_at_us = decided_at_us;
   for (size_t k = 0; k < batch.items.size(); ++k) {
-    const store::MemoryStore::Item& item = batch.items[k];
+    const backend::Item& item = batch.items[k];
     if (!decisions[k].allowed || item.cost == 0) continue;  // a shadow deny took nothing
     if (denied && item.count_denied) continue;  // a denied request counts there (count_denied)
     consumed->items.push_back({.limit = *item.limit,
@@ -350,20 +375,77 @@ void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int
   }
 }
 
-// A CheckAllAsync call waiting for the remote store.
+void Engine::Settle(const rules::Config& config, std::span<const Request> requests,
+                    std::span<Response> responses, Batch& batch,
+                    std::span<const Decision> decisions, const backend::Outcome& outcome,
+                    int64_t now_us, Consumption* consumed) {
+  if (!outcome.status.ok()) {  // failed, and no policy answered: refuse
+    for (Response& response : responses) response.backend = BackendState::kFailedClosed;
+    for (size_t k = 0; k < batch.items.size(); ++k) {
+      batch.Apply(k, {.allowed = false,
+                      .remaining = 0,
+                      .retry_after_us = backend::kUnavailableRetryAfterUs,
+                      .reset_after_us = backend::kUnavailableRetryAfterUs,
+                      .delay_us = 0});
+    }
+    Conclude(config, responses, false);
+    return;
+  }
+  for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
+  if (outcome.fell_back) {
+    for (size_t r = 0; r < requests.size(); ++r) {
+      responses[r].backend = FallbackState(config, requests[r]);
+    }
+    // (What the policy admitted is not recorded: the backend never counted it.)
+    Conclude(config, responses, outcome.allowed);
+    return;
+  }
+  if (Conclude(config, responses,
+               outcome.allowed)) {  // every quota spent: give back what was taken
+    Consumption taken;
+    Record(batch, decisions, outcome.decided_at_us, &taken, /*denied=*/true);
+    Refund(taken, now_us);
+  } else if (consumed != nullptr && outcome.allowed) {
+    Record(batch, decisions, outcome.decided_at_us, consumed);
+  }
+}
+
+// A CheckAllAsync call waiting for the backend.
 struct Engine::AsyncCall {
   std::shared_ptr<const rules::Config> config;
   std::vector<Request> requests;
   std::vector<Response> responses;
   Batch batch;
+  absl::InlinedVector<Decision, 8> decisions;
   int64_t now_us = 0;
   Done done;
   Consumption* consumed = nullptr;
 };
 
+void Engine::RequireInline() const {
+  if (!backend_->answers_inline()) {
+    std::fprintf(stderr,
+                 "sluice: a synchronous decision on a backend that does not answer inline\n");
+    std::abort();
+  }
+}
+
+void Engine::DecideInline(const rules::Config& config, std::span<const Request> requests,
+                          std::span<Response> responses, Batch& batch, int64_t now_us,
+                          Consumption* consumed) {
+  RequireInline();
+  absl::InlinedVector<Decision, 8> decisions(batch.items.size());
+  backend::Outcome outcome;
+  backend_->Decide(std::span(batch.items.data(), batch.items.size()), now_us,
+                   std::span(decisions.data(), decisions.size()),
+                   [&outcome](const backend::Outcome& decided) { outcome = decided; });
+  Settle(config, requests, responses, batch, std::span(decisions.data(), decisions.size()), outcome,
+         now_us, consumed);
+}
+
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {
   Response response;
-  Evaluate(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr, nullptr);
+  CheckAll(config, std::span(&request, 1), std::span(&response, 1), now_us, nullptr);
   return response;
 }
 
@@ -371,73 +453,39 @@ std::vector<Response> Engine::CheckAll(const rules::Config& config,
                                        std::span<const Request> requests, int64_t now_us,
                                        Consumption* consumed) {
   std::vector<Response> responses(requests.size());
-  Evaluate(config, requests, std::span(responses), now_us, nullptr, consumed);
+  CheckAll(config, requests, std::span(responses), now_us, consumed);
   return responses;
 }
 
 void Engine::CheckAll(const rules::Config& config, std::span<const Request> requests,
                       std::span<Response> responses, int64_t now_us, Consumption* consumed) {
-  Evaluate(config, requests, responses, now_us, nullptr, consumed);
+  Batch batch;
+  batch.Build(config, requests, responses);
+  DecideInline(config, requests, responses, batch, now_us, consumed);
 }
 
 void Engine::Refund(const Consumption& consumed, int64_t now_us) {
-  absl::InlinedVector<store::MemoryStore::Item, 8> items;
+  if (consumed.items.empty()) return;
+  absl::InlinedVector<backend::Item, 8> items;
   for (const Consumption::Item& c : consumed.items) {
-    items.push_back({.limit = &c.limit,
-                     .limit_id = c.limit_id,
-                     .key = c.key,
-                     .cost = c.cost,
-                     .count_denied = false,
-                     .shadow = false});
+    items.push_back({.limit = &c.limit, .limit_id = c.limit_id, .key = c.key, .cost = c.cost});
   }
-  if (consumed.remote) {
-    if (remote_ == nullptr || items.empty()) return;
-    // Best effort, in the background: a refund that fails leaves the quota consumed (the
-    // request is then counted as admitted, which never over-admits).
-    remote_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us,
-                    [](absl::Status) {});
-    return;
-  }
-  store_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us, now_us);
+  // Nothing in `items` needs to outlive the call (Backend::Refund).
+  backend_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us, now_us,
+                   [](absl::Status) {});
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {
-  Response response;
+  RequireInline();
   size_t forgotten = 0;
-  Evaluate(config, std::span(&request, 1), std::span(&response, 1), 0, &forgotten, nullptr);
+  ResetOn(config, request, [&forgotten](absl::StatusOr<size_t> n) { forgotten = n.value_or(0); });
   return forgotten;
-}
-
-void Engine::Evaluate(const rules::Config& config, std::span<const Request> requests,
-                      std::span<Response> responses, int64_t now_us, size_t* forgotten,
-                      Consumption* consumed) {
-  Batch batch;
-  batch.Build(config, requests, responses);
-  if (forgotten != nullptr) {  // Reset
-    for (const auto& item : batch.items)
-      *forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
-    return;
-  }
-  absl::InlinedVector<Decision, 8> decisions(batch.items.size());
-  int64_t decided_at_us = now_us;
-  const bool allowed =
-      store_->DecideAll(std::span(batch.items.data(), batch.items.size()), now_us,
-                        std::span(decisions.data(), decisions.size()), &decided_at_us);
-  for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
-  if (Conclude(config, responses, allowed)) {  // every quota spent: give back what was taken
-    Consumption taken;
-    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, &taken,
-           /*denied=*/true);
-    Refund(taken, now_us);
-  } else if (consumed != nullptr && allowed) {
-    Record(batch, std::span(decisions.data(), decisions.size()), decided_at_us, consumed);
-  }
 }
 
 void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
                            std::vector<Request> requests, int64_t now_us, Done done,
                            Consumption* consumed) {
-  if (remote_ == nullptr) return done(CheckAll(*config, requests, now_us, consumed));
+  if (backend_->answers_inline()) return done(CheckAll(*config, requests, now_us, consumed));
   auto call = std::make_shared<AsyncCall>();
   call->config = std::move(config);
   call->requests = std::move(requests);
@@ -450,104 +498,28 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
     Conclude(*call->config, std::span(call->responses), true);
     return call->done(std::move(call->responses));
   }
-  remote_->DecideAll(
-      std::span(call->batch.items.data(), call->batch.items.size()),
-      [this, call](absl::StatusOr<RemoteStore::Result> result) {
-        if (!result.ok() || result->decisions.size() != call->batch.items.size()) {
-          Fail(*call, result.ok() ? absl::InternalError("short reply") : result.status());
-        } else {
-          for (size_t k = 0; k < result->decisions.size(); ++k) {
-            call->batch.Apply(k, result->decisions[k]);
-          }
-          if (Conclude(*call->config, std::span(call->responses), result->allowed)) {
-            Consumption taken;
-            Record(call->batch, result->decisions, result->decided_at_us, &taken,
-                   /*denied=*/true);
-            taken.remote = true;
-            Refund(taken, call->now_us);
-          } else if (call->consumed != nullptr && result->allowed) {
-            Record(call->batch, result->decisions, result->decided_at_us, call->consumed);
-            call->consumed->remote = true;
-          }
-        }
-        call->done(std::move(call->responses));
-      });
-}
-
-// The remote store failed: each request as its domain's failure_mode says. `local` decides on
-// this process's store with every limit divided by `instances` (under its own identity, so it
-// never meets a state of the undivided limit); `open` admits; `closed` refuses. The requests
-// stay one decision: if any is refused, none is admitted.
-void Engine::Fail(AsyncCall& call, const absl::Status&) {
-  const rules::Config& config = *call.config;
-  const uint64_t instances = static_cast<uint64_t>(std::max(1, config.settings.local_instances));
-  for (size_t r = 0; r < call.requests.size(); ++r) {
-    const rules::Domain* domain = config.FindDomain(call.requests[r].domain);
-    const rules::FailureMode mode =
-        domain != nullptr ? domain->failure_mode : rules::FailureMode::kOpen;
-    call.responses[r].backend = mode == rules::FailureMode::kClosed  ? BackendState::kFailedClosed
-                                : mode == rules::FailureMode::kLocal ? BackendState::kLocal
-                                                                     : BackendState::kFailedOpen;
-    remote_->CountFallback(call.responses[r].backend);
-  }
-  Batch& batch = call.batch;
-  std::vector<Limit> divided;
-  divided.reserve(batch.items.size());  // pointers into it stay valid
-  absl::InlinedVector<store::MemoryStore::Item, 8> local;
-  absl::InlinedVector<size_t, 8> local_index;
-  bool allowed = true;
-  for (size_t k = 0; k < batch.items.size(); ++k) {
-    const Limit& limit = *batch.items[k].limit;
-    switch (call.responses[batch.pending[k].response].backend) {
-      case BackendState::kFailedClosed:
-        allowed = allowed && batch.items[k].shadow;
-        batch.Apply(k, {.allowed = false,
-                        .remaining = 0,
-                        .retry_after_us = 1000000,
-                        .reset_after_us = 1000000,
-                        .delay_us = 0});
-        break;
-      case BackendState::kLocal: {
-        Limit share = limit;
-        share.requests = std::max<uint64_t>(1, limit.requests / instances);
-        if (share.burst)
-          share.burst = std::max<uint64_t>(limit.algorithm == Algorithm::kTokenBucket ? 1 : 0,
-                                           *share.burst / instances);
-        divided.push_back(share);
-        store::MemoryStore::Item item = batch.items[k];
-        item.limit = &divided.back();
-        item.limit_id = batch.items[k].limit_id ^ (0x9e3779b97f4a7c15ULL * instances);
-        local.push_back(item);
-        local_index.push_back(k);
-        break;
-      }
-      default:  // open
-        batch.Apply(k, {.allowed = true,
-                        .remaining = static_cast<int64_t>(limit.Capacity()),
-                        .retry_after_us = 0,
-                        .reset_after_us = 0,
-                        .delay_us = 0});
-    }
-  }
-  if (!local.empty()) {
-    absl::InlinedVector<Decision, 8> decisions(local.size());
-    allowed = store_->DecideAll(std::span(local.data(), local.size()), call.now_us,
-                                std::span(decisions.data(), decisions.size())) &&
-              allowed;
-    for (size_t i = 0; i < local.size(); ++i) batch.Apply(local_index[i], decisions[i]);
-  }
-  // (What failure_mode local consumed for a request whose quotas are all spent stays consumed
-  // on this process's store, a share of the limit while Redis is away.)
-  Conclude(config, std::span(call.responses), allowed);
+  call->decisions.resize(call->batch.items.size());
+  backend_->Decide(std::span(call->batch.items.data(), call->batch.items.size()), now_us,
+                   std::span(call->decisions.data(), call->decisions.size()),
+                   [this, call](const backend::Outcome& outcome) {
+                     Settle(*call->config, call->requests, std::span(call->responses), call->batch,
+                            std::span(call->decisions.data(), call->decisions.size()), outcome,
+                            call->now_us, call->consumed);
+                     call->done(std::move(call->responses));
+                   });
 }
 
 void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request request,
-                        RemoteStore::ResetDone done) {
-  if (remote_ == nullptr) return done(Reset(*config, request));
+                        ResetDone done) {
+  ResetOn(*config, request, std::move(done));
+}
+
+void Engine::ResetOn(const rules::Config& config, const Request& request, ResetDone done) {
   Response response;
   Batch batch;
-  batch.Build(*config, std::span(&request, 1), std::span(&response, 1));
-  remote_->Reset(std::span(batch.items.data(), batch.items.size()), std::move(done));
+  batch.Build(config, std::span(&request, 1), std::span(&response, 1));
+  // Nothing in the items needs to outlive the call (Backend::Reset).
+  backend_->Reset(std::span(batch.items.data(), batch.items.size()), std::move(done));
 }
 
 Response Combine(std::span<Response> parts) {
@@ -561,35 +533,6 @@ Response Combine(std::span<Response> parts) {
   }
   Finish(combined);
   return combined;
-}
-
-std::optional<Descriptors> ParseDescriptorList(std::string_view text, std::string* error) {
-  Descriptors out;
-  if (text.empty()) {
-    *error = "empty descriptor list";
-    return std::nullopt;
-  }
-  for (std::string_view rest = text;;) {
-    const size_t semi = rest.find(';');
-    std::string_view one = rest.substr(0, semi);
-    Descriptor d;
-    for (std::string_view entries = one;;) {
-      const size_t comma = entries.find(',');
-      const std::string_view entry = entries.substr(0, comma);
-      const size_t eq = entry.find('=');
-      if (eq == std::string_view::npos || eq == 0) {
-        *error = fmt::format("bad descriptor entry '{}' (expected k=v,k=v;k=v)", entry);
-        return std::nullopt;
-      }
-      d.entries.push_back({std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1))});
-      if (comma == std::string_view::npos) break;
-      entries.remove_prefix(comma + 1);
-    }
-    out.push_back(std::move(d));
-    if (semi == std::string_view::npos) break;
-    rest.remove_prefix(semi + 1);
-  }
-  return out;
 }
 
 }  // namespace sluice::engine

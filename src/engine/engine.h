@@ -18,10 +18,10 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "backend/backend.h"
 #include "rules/config.h"
 #include "rules/matcher.h"
 #include "sluice/limit.h"
-#include "store/memory_store.h"
 
 namespace sluice::engine {
 
@@ -124,31 +124,6 @@ struct Response {
   }
 };
 
-// A store in another process (Redis) that decides asynchronously, on its own clock.
-class RemoteStore {
- public:
-  struct Result {
-    bool allowed = false;
-    std::vector<Decision> decisions;  // one per item, in order
-    int64_t decided_at_us = 0;        // the store's own time of the decision
-  };
-  using Done = std::function<void(absl::StatusOr<Result>)>;
-  using ResetDone = std::function<void(absl::StatusOr<size_t>)>;
-  using RefundDone = std::function<void(absl::Status)>;
-
-  virtual ~RemoteStore() = default;
-  // As MemoryStore::DecideAll. Nothing in `items` needs to outlive the call; `done` runs once,
-  // on any thread, perhaps before this returns.
-  virtual void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) = 0;
-  // Forgets the states of `items`; `done` gets how many there were.
-  virtual void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) = 0;
-  // Gives back what `items` (their cost) consumed when decided at `decided_at_us` (Result's).
-  virtual void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
-                      RefundDone done) = 0;
-  // Told of every request its failure was answered for by a failure_mode (for metrics).
-  virtual void CountFallback(BackendState) {}
-};
-
 // What an admitted request consumed, kept to give it back later (Engine::Refund). Self-contained
 // (limits and keys are copies), so it may outlive the config snapshot it was decided on.
 struct Consumption {
@@ -158,31 +133,33 @@ struct Consumption {
     std::string key;
     uint64_t cost = 0;
   };
-  std::vector<Item> items;  // only limits that consumed (allowed, cost > 0)
-  int64_t decided_at_us = 0;
-  bool remote = false;  // decided on the remote store (its clock)
+  std::vector<Item> items;    // only limits that consumed (allowed, cost > 0)
+  int64_t decided_at_us = 0;  // in the backend's clock
 };
 
 class Engine {
  public:
-  // Nothing is owned; all must outlive the engine. With `remote`, decisions are made there and
-  // `store` only serves failure_mode local.
-  explicit Engine(store::MemoryStore* store, RemoteStore* remote = nullptr)
-      : store_(store), remote_(remote) {}
+  // Decides on `backend` (not owned; it must outlive the engine).
+  explicit Engine(backend::Backend* backend) : backend_(backend) {}
 
-  // CheckAll on whichever store decides. When the remote store fails, each request's domain's
-  // failure_mode answers it (Response::backend says how). `done` runs once, on any thread,
-  // perhaps before this returns.
+  // Whether the backend answers inline: then the synchronous calls below may be used.
+  bool answers_inline() const { return backend_->answers_inline(); }
+  backend::Backend& backend() const { return *backend_; }
+
+  // CheckAll on any backend. When it fails and its failure policy answers (backend::Failover),
+  // Response::backend says how for each request, from its domain's failure_mode; a backend that
+  // fails with no policy refuses (kFailedClosed). `done` runs once, on any thread, perhaps
+  // before this returns. With `consumed` (which must live until `done` runs), an admitted batch
+  // records there what it consumed (for Refund).
   using Done = std::function<void(std::vector<Response>)>;
-  // With `consumed` (which must live until `done` runs), an admitted batch records there what it
-  // consumed (for Refund), on the remote store too.
   void CheckAllAsync(std::shared_ptr<const rules::Config> config, std::vector<Request> requests,
                      int64_t now_us, Done done, Consumption* consumed = nullptr);
-  // Reset on whichever store decides.
-  void ResetAsync(std::shared_ptr<const rules::Config> config, Request request,
-                  RemoteStore::ResetDone done);
-  bool remote() const { return remote_ != nullptr; }
+  // Reset on any backend.
+  using ResetDone = backend::Backend::ResetDone;
+  void ResetAsync(std::shared_ptr<const rules::Config> config, Request request, ResetDone done);
 
+  // The synchronous calls: only on a backend that answers inline (answers_inline()); they abort
+  // on any other, where they would return before the decision.
   Response Check(const rules::Config& config, const Request& request, int64_t now_us);
 
   // Decides several requests (e.g. one per domain) as one: all-or-nothing over every limit of
@@ -196,31 +173,39 @@ class Engine {
   void CheckAll(const rules::Config& config, std::span<const Request> requests,
                 std::span<Response> responses, int64_t now_us, Consumption* consumed = nullptr);
 
-  // Gives back what an admitted request consumed (see MemoryStore::Refund for what that means
-  // per algorithm): e.g. the upstream it was admitted for failed. On the remote store when there
-  // is one (Consumption::remote), in the background.
-  void Refund(const Consumption& consumed, int64_t now_us);
-
   // Forgets the state of every limit the request's descriptors match ("unblock this customer").
   // Returns how many states there were.
   size_t Reset(const rules::Config& config, const Request& request);
 
- private:
-  // Decides (or, with `forgotten`, resets) every limit of `requests` into `responses`.
-  void Evaluate(const rules::Config& config, std::span<const Request> requests,
-                std::span<Response> responses, int64_t now_us, size_t* forgotten,
-                Consumption* consumed);
+  // Gives back what an admitted request consumed (see MemoryStore::Refund for what that means
+  // per algorithm): e.g. the upstream it was admitted for failed. On any backend; in the
+  // background when it does not answer inline (a refund that fails leaves the quota consumed,
+  // which never over-admits).
+  void Refund(const Consumption& consumed, int64_t now_us);
 
+ private:
   struct Batch;
   struct AsyncCall;
-  void Fail(AsyncCall& call, const absl::Status& error);
+  // Reset's work: the items `request` matches, forgotten on the backend.
+  void ResetOn(const rules::Config& config, const Request& request, ResetDone done);
+  // Dies unless the backend answers inline (the synchronous calls).
+  void RequireInline() const;
+  // Decides `batch` (built from `requests` into `responses`) on the backend, inline.
+  void DecideInline(const rules::Config& config, std::span<const Request> requests,
+                    std::span<Response> responses, Batch& batch, int64_t now_us,
+                    Consumption* consumed);
+  // With the backend's `outcome` and `decisions` for `batch`: the responses' decisions, each
+  // request's backend state, the verdict; what was consumed into `consumed`, or given back when
+  // every quota of a request was spent.
+  void Settle(const rules::Config& config, std::span<const Request> requests,
+              std::span<Response> responses, Batch& batch, std::span<const Decision> decisions,
+              const backend::Outcome& outcome, int64_t now_us, Consumption* consumed);
   // What the batch consumed, into `consumed`; of a request `denied` after all (its quotas spent),
   // what is to be given back: not what count_denied keeps counted.
   static void Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
                      Consumption* consumed, bool denied = false);
 
-  store::MemoryStore* store_;
-  RemoteStore* remote_;
+  backend::Backend* backend_;
 };
 
 // What answers call a limit's size (X-RateLimit-Limit, RateLimit-Policy's q, /v1/check's
@@ -242,11 +227,6 @@ bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b);
 // with the headline and the lowest remaining over all of them. `parts` are as CheckAll returns
 // them (a single part is returned as it is); they are moved from.
 Response Combine(std::span<Response> parts);
-
-// Parses the text form of descriptors, `k=v,k=v;k=v` (descriptors separated by ';', entries by
-// ','; the value is everything after the first '='), as used by replay, explain and the admin
-// API. nullopt and *error on malformed input.
-std::optional<Descriptors> ParseDescriptorList(std::string_view text, std::string* error);
 
 using sluice::RuleLimitId;  // (sluice/limit.h) the state identity of a configured limit
 

@@ -1,6 +1,6 @@
-// Engine::CheckAllAsync over a remote store: decisions come back from another thread, and when
-// the store fails each domain's failure_mode answers (open admits, closed refuses, local decides
-// in memory at limit / instances).
+// Engine::CheckAllAsync over a backend that answers from another thread, behind
+// backend::Failover: when it fails each domain's failure_mode answers (open admits, closed
+// refuses, local decides in memory at limit / instances).
 
 #include <stdlib.h>
 
@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/failover.h"
 #include "engine/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,38 +27,36 @@ namespace fs = std::filesystem;
 constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
 
 // Decides on its own MemoryStore from a thread of its own, or fails every call while `down`.
-class FakeRemote final : public RemoteStore {
+class FakeRemote final : public backend::Backend {
  public:
   explicit FakeRemote(const Clock* clock)
       : store_({.max_entries = 1024, .shards = 4}, clock), clock_(clock) {}
 
-  void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) override {
+  void Decide(std::span<const backend::Item> items, int64_t, std::span<Decision> out,
+              Done done) override {
     ++calls;
+    backend::Outcome outcome;
     if (down) {
-      std::thread([done] { done(absl::UnavailableError("down")); }).join();
-      return;
+      outcome.status = absl::UnavailableError("down");
+    } else {
+      outcome.decided_at_us = clock_->NowMicros();
+      outcome.allowed = store_.DecideAll(items, outcome.decided_at_us, out);
     }
-    Result result;
-    result.decisions.resize(items.size());
-    result.decided_at_us = clock_->NowMicros();
-    result.allowed = store_.DecideAll(items, result.decided_at_us, std::span(result.decisions));
-    std::thread([done, result] { done(result); }).join();
+    std::thread([done, outcome] { done(outcome); }).join();
   }
-  void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) override {
+  void Reset(std::span<const backend::Item> items, ResetDone done) override {
     size_t n = 0;
     for (const auto& item : items) n += store_.Reset(item.limit_id, item.key) ? 1 : 0;
     done(n);
   }
-  void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+  void Refund(std::span<const backend::Item> items, int64_t decided_at_us, int64_t,
               RefundDone done) override {
     store_.Refund(items, decided_at_us, clock_->NowMicros());
     done(absl::OkStatus());
   }
-  void CountFallback(BackendState state) override { fallbacks.push_back(state); }
 
   bool down = false;
   int calls = 0;
-  std::vector<BackendState> fallbacks;
 
  private:
   store::MemoryStore store_;
@@ -108,7 +107,8 @@ class EngineAsyncTest : public ::testing::Test {
   ManualClock clock_{kT0};
   store::MemoryStore local_{{.max_entries = 1024, .shards = 4}, &clock_};
   FakeRemote remote_{&clock_};
-  Engine engine_{&local_, &remote_};
+  backend::Failover failover_{&remote_, &local_};
+  Engine engine_{&failover_};
 };
 
 TEST_F(EngineAsyncTest, RemoteDecidesAndTheLimitHolds) {
@@ -132,8 +132,8 @@ TEST_F(EngineAsyncTest, FailureModeOpenAdmitsAndSaysSo) {
     ASSERT_TRUE(r.allowed) << i;
     EXPECT_EQ(r.backend, BackendState::kFailedOpen);
   }
-  EXPECT_EQ(remote_.fallbacks.size(), 20u);
-  EXPECT_EQ(remote_.fallbacks.front(), BackendState::kFailedOpen);
+  EXPECT_EQ(failover_.fallbacks(backend::FailureMode::kOpen), 20u);
+  EXPECT_EQ(failover_.fallbacks(backend::FailureMode::kClosed), 0u);
 }
 
 TEST_F(EngineAsyncTest, FailureModeClosedRefuses) {
@@ -184,13 +184,47 @@ TEST_F(EngineAsyncTest, WhatTheRemoteConsumedIsRefundedThere) {
         config_, {request}, clock_.NowMicros(),
         [&](std::vector<Response> r) { allowed.set_value(r.front().allowed); }, &consumed);
     ASSERT_TRUE(allowed.get_future().get());
-    EXPECT_TRUE(consumed.remote);
     ASSERT_EQ(consumed.items.size(), 1u);
     engine_.Refund(consumed, clock_.NowMicros());  // every one given back
   }
   const Response after = Decide("open", "zoe");
   EXPECT_TRUE(after.allowed);
   EXPECT_EQ(after.remaining, 7);  // as if the eight had never been
+}
+
+TEST_F(EngineAsyncTest, ABackendThatFailsWithNoPolicyRefuses) {
+  remote_.down = true;
+  Engine bare(&remote_);  // no Failover: nothing may admit for it
+  Request request;
+  request.domain = "open";
+  request.descriptors.push_back(
+      {.entries = {{"user", "alice"}}, .limit = std::nullopt, .hits_addend = std::nullopt});
+  std::promise<Response> answer;
+  bare.CheckAllAsync(config_, {request}, clock_.NowMicros(),
+                     [&](std::vector<Response> r) { answer.set_value(r.front()); });
+  const Response r = answer.get_future().get();
+  EXPECT_FALSE(r.allowed);
+  EXPECT_EQ(r.backend, BackendState::kFailedClosed);
+  EXPECT_EQ(r.descriptors[0].limits[0].decision.retry_after_us, backend::kUnavailableRetryAfterUs);
+}
+
+TEST_F(EngineAsyncTest, PeekLooksWithoutConsuming) {
+  const Limit limit{.algorithm = Algorithm::kFixedWindow,
+                    .requests = 3,
+                    .window_us = 60000000,
+                    .burst = std::nullopt};
+  const backend::Item item{.limit = &limit, .limit_id = 7, .key = "k", .cost = 1};
+  Decision out[1];
+  backend::Backend& memory = local_;
+  for (int i = 0; i < 5; ++i) {
+    memory.Peek(std::span(&item, 1), kT0, out,
+                [](const backend::Outcome& o) { EXPECT_TRUE(o.allowed); });
+    EXPECT_EQ(out[0].remaining, 3);
+  }
+  memory.Decide(std::span(&item, 1), kT0, out, [](const backend::Outcome&) {});
+  EXPECT_EQ(out[0].remaining, 2);
+  memory.Peek(std::span(&item, 1), kT0, out, [](const backend::Outcome&) {});
+  EXPECT_EQ(out[0].remaining, 2);
 }
 
 TEST_F(EngineAsyncTest, CombineKeepsTheWorstBackendState) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/descriptor_text.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/http_routes.h"
@@ -99,11 +100,10 @@ void MethodNotAllowed(HttpResponse& response, const char* allowed) {
 
 }  // namespace
 
-Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
-                 std::string admin_token, engine::RemoteStore* remote)
+Service::Service(rules::ConfigManager* config, engine::Engine* engine, const Clock* clock,
+                 std::string admin_token)
     : config_(config),
-      store_(store),
-      engine_(store, remote),
+      engine_(*engine),
       clock_(clock),
       admin_token_(std::move(admin_token)),
       serial_(NextServiceSerial()) {}
@@ -163,7 +163,7 @@ void Service::CountStatus(unsigned code) {  // below 1000 (Beast keeps a status 
 
 void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
                                absl::FunctionRef<void(Send)> decide) {
-  if (!engine_.remote()) {
+  if (engine_.answers_inline()) {
     // The in-memory engine answers before it returns: nothing to share with a later thread.
     decide([&response](HttpResponse answer) { response = std::move(answer); });
     return;
@@ -280,7 +280,7 @@ void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResp
   // No route applies: allowed, and nothing to decide, count or report (what DecideRoutes would
   // answer too, without its round through the engine).
   if (checks->requests.empty()) return response.result(beast_http::status::ok);
-  if (!engine_.remote()) {
+  if (engine_.answers_inline()) {
     // Decided before returning: the answer is written straight into `response`, with no
     // callback to allocate (this is the busiest path).
     return SetAuthAnswer(*config, DecideRoutesNow(*config, *checks, nullptr), response);
@@ -319,7 +319,7 @@ Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, Rou
 
 void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
                            engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
-  if (!engine_.remote()) return done(DecideRoutesNow(*config, checks, consumed));
+  if (engine_.answers_inline()) return done(DecideRoutesNow(*config, checks, consumed));
   const int64_t now_us = clock_->NowMicros();
   // The requests go to the engine; the answer needs only their domains.
   std::vector<std::string> domains;

@@ -32,16 +32,15 @@
 #include "http/upstream_client.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::http {
 
 class Service {
  public:
   // Nothing is owned; everything must outlive the service. `admin_token` empty: no auth.
-  // `remote`: the backend that decides (Redis); null: `store` does.
-  Service(rules::ConfigManager* config, store::MemoryStore* store, const Clock* clock,
-          std::string admin_token, engine::RemoteStore* remote = nullptr);
+  // `engine` decides (the process's one engine, shared with the other frontends).
+  Service(rules::ConfigManager* config, engine::Engine* engine, const Clock* clock,
+          std::string admin_token);
 
   // The backend's state for /readyz: whether it can decide now, and a line saying so.
   struct BackendHealth {
@@ -144,8 +143,7 @@ class Service {
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
 
   rules::ConfigManager* config_;
-  store::MemoryStore* store_;
-  engine::Engine engine_;
+  engine::Engine& engine_;
   const Clock* clock_;
   const std::string admin_token_;
   Registry* registry_ = nullptr;

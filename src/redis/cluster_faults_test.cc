@@ -26,7 +26,7 @@ namespace sluice::redis {
 namespace {
 
 using namespace std::chrono_literals;
-using Item = store::MemoryStore::Item;
+using Item = backend::Item;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int64_t kDay = int64_t{86400} * 1000000;

@@ -24,7 +24,7 @@ namespace sluice::redis {
 namespace {
 
 using namespace std::chrono_literals;
-using Item = store::MemoryStore::Item;
+using Item = backend::Item;
 
 absl::StatusOr<Reply> Command(Client& client, std::vector<std::string> args) {
   return testing::RedisCommand(client, args);

@@ -32,8 +32,7 @@ RedisStore::~RedisStore() {
   late_guard_->store = nullptr;
 }
 
-void RedisStore::Reset(std::span<const store::MemoryStore::Item> items,
-                       std::function<void(absl::StatusOr<size_t>)> done) {
+void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
   if (items.empty()) return done(size_t{0});
   struct Gather {
     size_t waiting = 0;
@@ -70,7 +69,7 @@ void RedisStore::Reset(std::span<const store::MemoryStore::Item> items,
   }
 }
 
-void RedisStore::Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+void RedisStore::Refund(std::span<const backend::Item> items, int64_t decided_at_us,
                         std::function<void(absl::Status)> done) {
   if (items.empty()) return done(absl::OkStatus());
   // One call per slot (every item, on a single server).
@@ -117,12 +116,21 @@ void RedisStore::RefundGroup(std::vector<DecideItem> items, int64_t decided_at_u
                 });
 }
 
-void RedisEngineStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
-  store_->DecideAll(items, [done = std::move(done)](absl::StatusOr<DecideResult> result) {
-    if (!result.ok()) return done(result.status());
-    done(Result{.allowed = result->allowed,
-                .decisions = std::move(result->decisions),
-                .decided_at_us = result->now_us});
+void RedisStore::Decide(std::span<const backend::Item> items, int64_t /*now_us*/,
+                        std::span<Decision> out, Backend::Done done) {
+  // Redis decides on its own clock.
+  DecideAll(items, [out, done = std::move(done)](absl::StatusOr<DecideResult> result) {
+    backend::Outcome outcome;
+    if (!result.ok()) {
+      outcome.status = result.status();
+    } else if (result->decisions.size() != out.size()) {
+      outcome.status = absl::InternalError("redis: a reply of the wrong length");
+    } else {
+      std::copy(result->decisions.begin(), result->decisions.end(), out.begin());
+      outcome.allowed = result->allowed;
+      outcome.decided_at_us = result->now_us;
+    }
+    done(outcome);
   });
 }
 
@@ -180,7 +188,7 @@ RedisStore::Place RedisStore::StatePlace(const Limit& limit, uint64_t limit_id,
   return {std::move(bucket), std::move(field)};
 }
 
-void RedisStore::DecideAll(std::span<const store::MemoryStore::Item> items, Done done) {
+void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
   calls_.fetch_add(1, std::memory_order_relaxed);
   if (!breaker_.Allow()) {
     refused_.fetch_add(1, std::memory_order_relaxed);

@@ -50,15 +50,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "engine/engine.h"
+#include "backend/backend.h"
 #include "redis/breaker.h"
 #include "redis/client.h"
 #include "redis/scripts.h"
-#include "store/memory_store.h"
 
 namespace sluice::redis {
 
-class RedisStore {
+class RedisStore final : public backend::Backend {
  public:
   struct Options {
     std::string key_prefix = "sluice:";
@@ -89,23 +88,22 @@ class RedisStore {
   // `client` is not owned. It must be there while the store is used and, when both go, go
   // first: its destructor fails the calls still in flight, whose callbacks use the store.
   RedisStore(Client* client, Options options);
-  ~RedisStore();
+  ~RedisStore() override;
   RedisStore(const RedisStore&) = delete;
   RedisStore& operator=(const RedisStore&) = delete;
 
   // Decides `items` (as for MemoryStore::DecideAll; nothing in them needs to outlive the call).
   // Errors: Unavailable (not connected, breaker open), DeadlineExceeded, Internal.
-  void DecideAll(std::span<const store::MemoryStore::Item> items, Done done);
+  void DecideAll(std::span<const backend::Item> items, Done done);
 
   // Gives back what `items` (their cost) consumed when decided at `decided_at_us` (Redis's time,
   // from the decision), as MemoryStore::Refund does. Refunds are rare: the script goes as text
   // (EVAL), so a flushed script cache cannot fail them.
-  void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
+  void Refund(std::span<const backend::Item> items, int64_t decided_at_us,
               std::function<void(absl::Status)> done);
 
   // Forgets the states of `items` (DEL); `done` gets how many existed.
-  void Reset(std::span<const store::MemoryStore::Item> items,
-             std::function<void(absl::StatusOr<size_t>)> done);
+  void Reset(std::span<const backend::Item> items, ResetDone done) override;
 
   // Where the state of (limit, limit_id, key) lives: a string key of its own (field empty) or a
   // field of hash `key`.
@@ -120,6 +118,15 @@ class RedisStore {
 
   Stats GetStats() const;
 
+  // As a Backend: DecideAll (decisions into `out`, which must stay valid until `done` has run;
+  // nothing else needs to outlive the call), Refund and Reset. Errors come as Outcome::status.
+  void Decide(std::span<const backend::Item> items, int64_t now_us, std::span<Decision> out,
+              Backend::Done done) override;
+  void Refund(std::span<const backend::Item> items, int64_t decided_at_us, int64_t /*now_us*/,
+              RefundDone done) override {
+    Refund(items, decided_at_us, std::move(done));
+  }
+
   // Whether decisions on Redis work now (what /readyz, sluice_backend_up and gRPC health
   // report): the client is connected, the breaker is closed and no call failed (timed out or
   // lost its connection) in the last kFailureHold; `detail` says which, and the last failure.
@@ -132,11 +139,7 @@ class RedisStore {
   // time, through the breaker); the next look at health sees its outcome.
   static constexpr std::chrono::seconds kIdleProbe{1};
   static constexpr std::chrono::seconds kFailureHold{1};
-  struct Health {
-    bool up = false;
-    std::string detail;
-  };
-  Health GetHealth();
+  Health GetHealth() override;
 
  private:
   struct Call;
@@ -210,31 +213,6 @@ class RedisStore {
   std::mutex batch_mu_;
   absl::flat_hash_map<std::string, NodeQueue> queues_;  // by node; guarded by batch_mu_
   size_t queued_ = 0;  // requests waiting, all nodes; guarded by batch_mu_
-};
-
-// A RedisStore as the engine's remote store.
-class RedisEngineStore final : public engine::RemoteStore {
- public:
-  explicit RedisEngineStore(RedisStore* store) : store_(store) {}
-  void DecideAll(std::span<const store::MemoryStore::Item> items, Done done) override;
-  void Reset(std::span<const store::MemoryStore::Item> items, ResetDone done) override {
-    store_->Reset(items, std::move(done));
-  }
-  void Refund(std::span<const store::MemoryStore::Item> items, int64_t decided_at_us,
-              RefundDone done) override {
-    store_->Refund(items, decided_at_us, std::move(done));
-  }
-  void CountFallback(engine::BackendState state) override {
-    fallbacks_[static_cast<size_t>(state)].fetch_add(1, std::memory_order_relaxed);
-  }
-  // Requests answered by failure_mode `state` since start.
-  uint64_t fallbacks(engine::BackendState state) const {
-    return fallbacks_[static_cast<size_t>(state)].load(std::memory_order_relaxed);
-  }
-
- private:
-  RedisStore* store_;
-  std::atomic<uint64_t> fallbacks_[4] = {};
 };
 
 }  // namespace sluice::redis

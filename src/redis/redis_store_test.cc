@@ -24,7 +24,7 @@ namespace sluice::redis {
 namespace {
 
 using namespace std::chrono_literals;
-using Item = store::MemoryStore::Item;
+using Item = backend::Item;
 
 using testing::MakeLimit;
 

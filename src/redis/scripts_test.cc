@@ -142,7 +142,7 @@ class ScriptsFixture : public ::testing::Test {
 
   // The same request in C++, at the instant Redis decided.
   DecideResult InCpp(const std::vector<Item>& items, int64_t now_us) {
-    std::vector<store::MemoryStore::Item> store_items;
+    std::vector<backend::Item> store_items;
     for (const Item& it : items) {
       store_items.push_back({.limit = it.limit,
                              .limit_id = it.limit_id,
@@ -249,12 +249,12 @@ TEST_P(ScriptsTest, RefundsAgree) {
         ASSERT_TRUE(reply.ok()) << reply.status();
         ASSERT_EQ(reply->type, Reply::Type::kArray) << reply->str;
         ASSERT_EQ(reply->elements.size(), 1u);
-        const store::MemoryStore::Item store_item{.limit = &limit,
-                                                  .limit_id = item.limit_id,
-                                                  .key = item.key,
-                                                  .cost = item.cost,
-                                                  .count_denied = false,
-                                                  .shadow = false};
+        const backend::Item store_item{.limit = &limit,
+                                       .limit_id = item.limit_id,
+                                       .key = item.key,
+                                       .cost = item.cost,
+                                       .count_denied = false,
+                                       .shadow = false};
         store_.Refund(std::span(&store_item, 1), redis.now_us, reply->elements[0].integer);
         ++refunds;
       }
@@ -481,7 +481,7 @@ TEST_P(ScriptsTest, BatchedRequestsAgreeWithDecidingThemInTurn) {
   int mismatches = 0;
   for (int round = 0; round < 150; ++round) {
     std::vector<std::vector<DecideItem>> requests(1 + rng() % 8);
-    std::vector<std::vector<store::MemoryStore::Item>> cpp(requests.size());
+    std::vector<std::vector<backend::Item>> cpp(requests.size());
     static const std::string kKeys[] = {"a", "b"};  // the C++ items only view their keys
     for (size_t r = 0; r < requests.size(); ++r) {
       const size_t count = 1 + rng() % 3;

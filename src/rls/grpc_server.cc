@@ -36,12 +36,9 @@ class RateLimitDecider {
  public:
   using Done = std::function<void(absl::StatusOr<RateLimitResponse>)>;
 
-  RateLimitDecider(rules::ConfigManager* config, store::MemoryStore* store,
+  RateLimitDecider(rules::ConfigManager* config, engine::Engine* engine,
                    const GrpcServer::Options& options, const Clock* clock)
-      : config_(config),
-        engine_(store, options.remote),
-        clock_(clock),
-        on_decision_(options.on_decision) {}
+      : config_(config), engine_(*engine), clock_(clock), on_decision_(options.on_decision) {}
 
   // `request` must live until `done` has run; `done` runs once, now (memory) or from the
   // backend's thread (Redis).
@@ -60,7 +57,7 @@ class RateLimitDecider {
 
  private:
   rules::ConfigManager* config_;
-  engine::Engine engine_;
+  engine::Engine& engine_;
   const Clock* clock_;
   const std::function<void(std::string_view, const engine::Response&, int64_t)> on_decision_;
 };
@@ -210,9 +207,9 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
 }  // namespace
 
 struct GrpcServer::Impl {
-  Impl(const Options& options, rules::ConfigManager* config, store::MemoryStore* store,
+  Impl(const Options& options, rules::ConfigManager* config, engine::Engine* engine,
        const Clock* clock)
-      : decider(config, store, options, clock), health(config, options.backend_serving) {
+      : decider(config, engine, options, clock), health(config, options.backend_serving) {
     if (options.threads > 0) {
       async_rate_limit = std::make_unique<AsyncRateLimit>(&decider);
     } else {
@@ -230,9 +227,9 @@ struct GrpcServer::Impl {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options,
                                                               rules::ConfigManager* config,
-                                                              store::MemoryStore* store,
+                                                              engine::Engine* engine,
                                                               const Clock* clock) {
-  auto impl = std::make_unique<Impl>(options, config, store, clock);
+  auto impl = std::make_unique<Impl>(options, config, engine, clock);
   int port = 0;
   ::grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port);

@@ -33,7 +33,6 @@
 #include "engine/engine.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::rls {
 
@@ -44,8 +43,6 @@ class GrpcServer {
     std::string address;
     // Larger requests are refused with RESOURCE_EXHAUSTED (gRPC's own check).
     int max_message_bytes = 1 << 20;
-    // The backend that decides when it is not `store` (Redis); not owned.
-    engine::RemoteStore* remote = nullptr;
     // Health answers SERVING only while this says the backend can serve (or its failure policy
     // lets requests be answered); unset: always.
     std::function<bool()> backend_serving = {};
@@ -57,12 +54,13 @@ class GrpcServer {
     int threads = 0;
   };
 
-  // Binds and starts serving. Nothing is owned; `config`, `store` and `clock` must outlive the
-  // server. Unavailable when the address cannot be bound (SO_REUSEPORT is off, so a port in use
-  // is an error rather than a silently shared port).
+  // Binds and starts serving. Nothing is owned; `config`, `engine` (the process's one engine,
+  // shared with the other frontends) and `clock` must outlive the server. Unavailable when the
+  // address cannot be bound (SO_REUSEPORT is off, so a port in use is an error rather than a
+  // silently shared port).
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const Options& options,
                                                            rules::ConfigManager* config,
-                                                           store::MemoryStore* store,
+                                                           engine::Engine* engine,
                                                            const Clock* clock);
 
   // Shuts down with no grace if Shutdown was not called.

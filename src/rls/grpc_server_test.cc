@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "backend/failover.h"
 #include "engine/engine.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -76,25 +77,25 @@ RateLimitRequest Request(std::string domain, const std::vector<Entries>& descrip
 
 // A backend that is down and says so `delay` after being asked, from a thread of its own: the
 // decision finishes off gRPC's threads, after the handler has returned.
-class SlowDownRemote final : public engine::RemoteStore {
+class SlowDownRemote final : public backend::Backend {
  public:
   explicit SlowDownRemote(std::chrono::milliseconds delay) : delay_(delay) {}
   ~SlowDownRemote() override {
     for (std::thread& thread : threads_) thread.join();
   }
 
-  void DecideAll(std::span<const store::MemoryStore::Item>, Done done) override {
+  void Decide(std::span<const backend::Item>, int64_t, std::span<Decision>, Done done) override {
     std::lock_guard lock(mu_);
     ++asked_;
     threads_.emplace_back([done = std::move(done), delay = delay_] {
       std::this_thread::sleep_for(delay);
-      done(absl::UnavailableError("down"));
+      done({.status = absl::UnavailableError("down")});
     });
   }
-  void Reset(std::span<const store::MemoryStore::Item>, ResetDone done) override {
+  void Reset(std::span<const backend::Item>, ResetDone done) override {
     done(absl::UnavailableError("down"));
   }
-  void Refund(std::span<const store::MemoryStore::Item>, int64_t, RefundDone done) override {
+  void Refund(std::span<const backend::Item>, int64_t, int64_t, RefundDone done) override {
     done(absl::UnavailableError("down"));
   }
 
@@ -113,7 +114,7 @@ class SlowDownRemote final : public engine::RemoteStore {
 class GrpcServerTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    auto server = StartOnLoopback(GetParam(), &config_, &store_, &clock_);
+    auto server = StartOnLoopback(GetParam(), &config_, &engine_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_GT(server_->port(), 0);
@@ -122,9 +123,12 @@ class GrpcServerTest : public ::testing::TestWithParam<int> {
     health_ = Health::NewStub(channel_);
   }
 
-  // Another server, with options of a test's own, on this test's config, store and clock.
-  std::unique_ptr<GrpcServer> StartOwn(const GrpcServer::Options& options) {
-    auto server = GrpcServer::Start(options, &config_, &store_, &clock_);
+  // Another server, with options of a test's own, on this test's config and clock, deciding on
+  // `engine` (default: this test's, on its store).
+  std::unique_ptr<GrpcServer> StartOwn(const GrpcServer::Options& options,
+                                       engine::Engine* engine = nullptr) {
+    auto server =
+        GrpcServer::Start(options, &config_, engine != nullptr ? engine : &engine_, &clock_);
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
   }
@@ -164,6 +168,7 @@ class GrpcServerTest : public ::testing::TestWithParam<int> {
   rules::ConfigManager config_{{}, kConfig};
   store::MemoryStore store_{store::MemoryStore::Options{.max_entries = 1 << 12, .shards = 4},
                             &clock_};
+  engine::Engine engine_{&store_};
   std::unique_ptr<GrpcServer> server_;
   std::shared_ptr<::grpc::Channel> channel_;
   std::unique_ptr<RateLimitService::Stub> rls_;
@@ -292,7 +297,7 @@ TEST_P(GrpcServerTest, DeadlineAlreadyPassedIsDeadlineExceededAndTheServerCarrie
 TEST_P(GrpcServerTest, APortInUseIsAnErrorNotASharedPort) {
   const auto second =
       GrpcServer::Start(OptionsFor("127.0.0.1:" + std::to_string(server_->port()), GetParam()),
-                        &config_, &store_, &clock_);
+                        &config_, &engine_, &clock_);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -311,9 +316,10 @@ TEST_P(GrpcServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
 // backend's thread.
 TEST_P(GrpcServerTest, AnswersFromTheBackendsThreadAfterTheHandlerReturned) {
   SlowDownRemote remote(std::chrono::milliseconds(20));
-  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
-  options.remote = &remote;
-  const std::unique_ptr<GrpcServer> server = StartOwn(options);
+  backend::Failover failover(&remote, &store_);
+  engine::Engine engine(&failover);
+  const std::unique_ptr<GrpcServer> server =
+      StartOwn(OptionsFor("127.0.0.1:0", GetParam()), &engine);
   ASSERT_NE(server, nullptr);
   auto rls = RateLimitService::NewStub(ChannelTo(*server));
   ::grpc::ClientContext context;
@@ -335,9 +341,9 @@ TEST_P(GrpcServerTest, FailureModeLocalCarriesTheLocalMarker) {
   SlowDownRemote remote(std::chrono::milliseconds(1));
   rules::ConfigManager local{{}, std::string("failure_mode: local\n") + kConfig};
   ASSERT_TRUE(local.Reload().applied);
-  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
-  options.remote = &remote;
-  auto server = GrpcServer::Start(options, &local, &store_, &clock_);
+  backend::Failover failover(&remote, &store_);
+  engine::Engine engine(&failover);
+  auto server = GrpcServer::Start(OptionsFor("127.0.0.1:0", GetParam()), &local, &engine, &clock_);
   ASSERT_TRUE(server.ok()) << server.status();
   auto rls = RateLimitService::NewStub(ChannelTo(**server));
   for (const auto expected :
@@ -359,9 +365,10 @@ TEST_P(GrpcServerTest, FailureModeLocalCarriesTheLocalMarker) {
 // decision is answered, and the client hears back (answer or cancellation), never a hang.
 TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {
   SlowDownRemote remote(std::chrono::milliseconds(200));
-  GrpcServer::Options options = OptionsFor("127.0.0.1:0", GetParam());
-  options.remote = &remote;
-  const std::unique_ptr<GrpcServer> server = StartOwn(options);
+  backend::Failover failover(&remote, &store_);
+  engine::Engine engine(&failover);
+  const std::unique_ptr<GrpcServer> server =
+      StartOwn(OptionsFor("127.0.0.1:0", GetParam()), &engine);
   ASSERT_NE(server, nullptr);
   auto rls = RateLimitService::NewStub(ChannelTo(*server));
   ::grpc::ClientContext context;
@@ -393,7 +400,6 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
   const std::unique_ptr<GrpcServer> hooked =
       StartOwn({.address = "127.0.0.1:0",
                 .max_message_bytes = 1 << 20,
-                .remote = nullptr,
                 .backend_serving = [&] { return backend_ok.load(); },
                 .on_decision =
                     [&](std::string_view domain, const engine::Response& r, int64_t elapsed_us) {

@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "rls/grpc_server.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::rls::grpc_testing {
 
@@ -35,11 +35,11 @@ inline GrpcServer::Options OptionsFor(std::string address, int threads) {
 // Loads `config` and starts a server on a free loopback port with the API `threads` names.
 inline absl::StatusOr<std::unique_ptr<GrpcServer>> StartOnLoopback(int threads,
                                                                    rules::ConfigManager* config,
-                                                                   store::MemoryStore* store,
+                                                                   engine::Engine* engine,
                                                                    const Clock* clock) {
   const auto loaded = config->Reload();
   if (!loaded.errors.empty()) return absl::InvalidArgumentError(loaded.errors[0].ToString());
-  return GrpcServer::Start(OptionsFor("127.0.0.1:0", threads), config, store, clock);
+  return GrpcServer::Start(OptionsFor("127.0.0.1:0", threads), config, engine, clock);
 }
 
 }  // namespace sluice::rls::grpc_testing

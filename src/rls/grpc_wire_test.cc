@@ -59,7 +59,7 @@ struct RawResult {
 class GrpcWireTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    auto server = StartOnLoopback(GetParam(), &config_, &store_, &clock_);
+    auto server = StartOnLoopback(GetParam(), &config_, &engine_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = std::make_unique<::grpc::GenericStub>(::grpc::CreateChannel(
@@ -90,6 +90,7 @@ class GrpcWireTest : public ::testing::TestWithParam<int> {
   rules::ConfigManager config_{{}, kConfig};
   store::MemoryStore store_{store::MemoryStore::Options{.max_entries = 1 << 10, .shards = 2},
                             &clock_};
+  engine::Engine engine_{&store_};
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<::grpc::GenericStub> stub_;
 };

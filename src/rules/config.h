@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "backend/backend.h"
 #include "sluice/limit.h"
 #include "sluice/on_full.h"
 
@@ -42,7 +43,7 @@ struct LimitRule {
   uint64_t state_id = 0;
 };
 
-enum class FailureMode { kOpen, kClosed, kLocal };
+using backend::FailureMode;  // failure_mode: open | closed | local
 
 // One node of a domain's descriptor tree.
 struct RuleNode {

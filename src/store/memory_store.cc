@@ -500,4 +500,23 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
   return allowed;
 }
 
+void MemoryStore::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                         Done done) {
+  backend::Outcome outcome;
+  outcome.allowed = DecideAll(items, now_us, out, &outcome.decided_at_us);
+  done(outcome);
+}
+
+void MemoryStore::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+                         RefundDone done) {
+  Refund(items, decided_at_us, now_us);
+  done(absl::OkStatus());
+}
+
+void MemoryStore::Reset(std::span<const Item> items, ResetDone done) {
+  size_t forgotten = 0;
+  for (const Item& item : items) forgotten += Reset(item.limit_id, item.key) ? 1 : 0;
+  done(forgotten);
+}
+
 }  // namespace sluice::store

@@ -61,6 +61,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "algo/algorithms.h"
+#include "backend/backend.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "sluice/on_full.h"
@@ -69,7 +70,7 @@
 
 namespace sluice::store {
 
-class MemoryStore {
+class MemoryStore final : public backend::Backend {
  public:
   struct Options {
     size_t max_entries = size_t{1} << 24;  // ~16.7M (limit, key) states in all
@@ -98,7 +99,7 @@ class MemoryStore {
 
   // `clock` is not owned and must outlive the store.
   MemoryStore(const Options& options, const Clock* clock);
-  ~MemoryStore();
+  ~MemoryStore() override;
 
   // Decides one request of `cost` for `key` against `limit` at the clock's time.
   // `limit_id` names the limit's state (see LimitId); `limit` must pass ValidateLimit.
@@ -108,18 +109,8 @@ class MemoryStore {
   Decision DecideAt(const Limit& limit, uint64_t limit_id, std::string_view key, uint64_t cost,
                     int64_t now_us);
 
-  // One limit of a request, for DecideAll.
-  struct Item {
-    const Limit* limit = nullptr;
-    uint64_t limit_id = 0;
-    std::string_view key;
-    uint64_t cost = 1;
-    // fixed_window only: count the request even when denied (envoyproxy/ratelimit's counting);
-    // such items are consumed whatever the other items decide.
-    bool count_denied = false;
-    // A shadow item's deny does not deny the request.
-    bool shadow = false;
-  };
+  // One limit of a request, for DecideAll (see backend.h).
+  using Item = backend::Item;
 
   // Decides several limits of one request at once, all-or-nothing: if every non-shadow item
   // allows, each consumes its cost; if any denies, none consumes anything (but count_denied
@@ -152,6 +143,14 @@ class MemoryStore {
   bool Reset(uint64_t limit_id, std::string_view key);
 
   Stats GetStats() const;
+
+  // As a Backend: each call answers inline (DecideAll, Refund, Reset on every item).
+  void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+              Done done) override;
+  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+              RefundDone done) override;
+  void Reset(std::span<const Item> items, ResetDone done) override;
+  bool answers_inline() const override { return true; }
 
  private:
   struct Shard;

@@ -61,8 +61,8 @@ inline absl::StatusOr<redis::Reply> RedisCommand(redis::Client& client,
   return future.get();
 }
 
-inline absl::StatusOr<redis::DecideResult> DecideNow(
-    redis::RedisStore& store, const std::vector<store::MemoryStore::Item>& items) {
+inline absl::StatusOr<redis::DecideResult> DecideNow(redis::RedisStore& store,
+                                                     const std::vector<backend::Item>& items) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<redis::DecideResult>>>();
   auto future = promise->get_future();
   store.DecideAll(items, [promise](absl::StatusOr<redis::DecideResult> r) {

@@ -1,0 +1,116 @@
+// Backend: where limiter states live and are decided.
+//
+// The engine decides every request through one Backend. Implementations:
+//   store::MemoryStore   the sharded store in this process; answers inline.
+//   redis::RedisStore    decide.lua on Redis or Redis Cluster; answers from its I/O thread.
+//   backend::Failover    wraps another backend and applies the failure policy (failure_mode
+//                        open / closed / local) when that one fails: the only place it lives.
+// They compose: `serve` builds Failover(RedisStore, MemoryStore) for a Redis config and the
+// memory store alone otherwise, and hands the one engine over it to every frontend.
+//
+// Every call is asynchronous: its completion runs exactly once, on any thread, perhaps before
+// the call returns (a backend whose answers_inline() is true always runs it before returning).
+// Nothing here depends on the rules or on a frontend: an Item is a limit, the identity of its
+// state, a key and a cost.
+
+#ifndef SLUICE_BACKEND_BACKEND_H_
+#define SLUICE_BACKEND_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sluice/limit.h"
+
+namespace sluice::backend {
+
+// What Failover answers for an item when the backend behind it cannot decide.
+enum class FailureMode {
+  kOpen,    // admit
+  kClosed,  // refuse
+  kLocal,   // decide in this process, the limit divided by the number of instances
+};
+
+// What a refusal for want of a backend (failure_mode closed, or a failure no policy answered)
+// tells the client to wait.
+inline constexpr int64_t kUnavailableRetryAfterUs = 1000000;
+
+// One limit of one request.
+struct Item {
+  const Limit* limit = nullptr;  // must pass ValidateLimit
+  uint64_t limit_id = 0;         // names the limit's state (sluice::RuleLimitId)
+  std::string_view key;          // the descriptor's key; with limit_id, the state's identity
+  uint64_t cost = 1;             // 0: look without consuming
+  // fixed_window only: count the request even when denied (envoyproxy/ratelimit's counting);
+  // such items are consumed whatever the other items decide.
+  bool count_denied = false;
+  // A shadow item's deny does not deny the request.
+  bool shadow = false;
+  // For Failover: what to answer when the backend fails, and for kLocal how many instances
+  // share the limit (each decides on limit / instances).
+  FailureMode on_failure = FailureMode::kOpen;
+  uint32_t instances = 1;
+};
+
+// How a Decide went.
+struct Outcome {
+  // Not ok: nothing was decided (the backend failed and no policy answered); `out` is undefined.
+  absl::Status status;
+  // Whether the request is admitted: every non-shadow item allowed.
+  bool allowed = false;
+  // The time the decision used, in the backend's clock (Redis's for Redis): Refund needs it.
+  int64_t decided_at_us = 0;
+  // Decided by Failover's policy because the backend behind it failed: each item as its
+  // on_failure says.
+  bool fell_back = false;
+};
+
+class Backend {
+ public:
+  using Done = std::function<void(const Outcome&)>;
+  using RefundDone = std::function<void(absl::Status)>;
+  using ResetDone = std::function<void(absl::StatusOr<size_t>)>;
+
+  struct Health {
+    bool up = true;
+    std::string detail;  // why not, or what is checked
+  };
+
+  virtual ~Backend() = default;
+
+  // Decides the items of one request at once, all-or-nothing: if every non-shadow item allows,
+  // each consumes its cost; if any denies, none consumes anything (but count_denied items).
+  // out[i] receives item i's decision (as many as items); an item that would have allowed a
+  // denied request reports allowed with nothing consumed. `now_us` is this process's time (a
+  // backend with a clock of its own uses that one). `items`, what they point to and `out` must
+  // stay valid until `done` has run.
+  virtual void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                      Done done) = 0;
+
+  // Decide without consuming anything: every item's cost taken as 0.
+  void Peek(std::span<const Item> items, int64_t now_us, std::span<Decision> out, Done done);
+
+  // Gives back what `items` (their cost) consumed when Decide admitted them at `decided_at_us`
+  // (Outcome's), e.g. the upstream failed: see algo::RefundCompact for what that means per
+  // algorithm. Pass only items that consumed. Never makes a state better than a fresh key's.
+  virtual void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+                      RefundDone done) = 0;
+
+  // Forgets the states of `items` ("unblock this customer"); `done` gets how many there were.
+  virtual void Reset(std::span<const Item> items, ResetDone done) = 0;
+
+  // Whether every call completes before it returns (then a caller may wait for it inline).
+  virtual bool answers_inline() const { return false; }
+
+  // Whether decisions work now (readiness); a backend in this process is always up.
+  virtual Health GetHealth() { return {}; }
+};
+
+}  // namespace sluice::backend
+
+#endif  // SLUICE_BACKEND_BACKEND_H_

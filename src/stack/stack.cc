@@ -1,0 +1,205 @@
+#include "stack/stack.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/failover.h"
+#include "fmt/format.h"
+#include "redis/client.h"
+#include "redis/eviction_policy.h"
+#include "redis/redis_store.h"
+#include "spdlog/spdlog.h"
+#include "store/memory_store.h"
+
+namespace sluice::stack {
+
+// The parts, in the order they may go: the client last declared, so first destroyed (its
+// destructor fails the calls still in flight, whose callbacks use the Redis store, the failover
+// and the memory store, which must still be there).
+struct Stack::Parts {
+  std::unique_ptr<store::MemoryStore> memory;
+  std::unique_ptr<redis::RedisStore> redis;
+  std::unique_ptr<backend::Failover> failover;
+  std::unique_ptr<redis::Client> client;
+};
+
+namespace {
+
+std::unique_ptr<store::MemoryStore> MakeMemory(const rules::Settings& settings,
+                                               const Clock* clock) {
+  return std::make_unique<store::MemoryStore>(
+      store::MemoryStore::Options{
+          .max_entries = settings.max_entries, .shards = 64, .on_full = settings.on_full},
+      clock);
+}
+
+// Connects to Redis as the settings say (`url`, or a cluster's `nodes`), waiting a moment for
+// the connection so that a wrong password is a start-up error; an unreachable Redis is not (its
+// domains' failure_mode answers until it comes).
+absl::Status StartRedis(const rules::Settings& settings, const std::optional<std::string>& url_flag,
+                        Stack::Parts& backend, std::string& where) {
+  redis::Client::Options options;
+  options.cluster = settings.redis_cluster;
+  std::vector<std::string> urls;
+  if (url_flag) {
+    urls = {*url_flag};
+  } else if (!settings.redis_nodes.empty()) {
+    urls = settings.redis_nodes;
+  } else if (!settings.redis_url.empty()) {
+    urls = {settings.redis_url};
+  } else {
+    return absl::InvalidArgumentError(
+        "backend: redis needs redis.url (or redis.nodes with cluster: true), or --redis URL");
+  }
+  for (const std::string& url : urls) {
+    auto endpoint = redis::ParseUrl(url);
+    if (!endpoint.ok()) return endpoint.status();
+    options.seeds.push_back(*endpoint);
+  }
+  options.connection.timeout = std::chrono::microseconds(settings.redis_timeout_us);
+  where = options.cluster ? fmt::format("redis cluster via {}", options.seeds[0].Address())
+                          : fmt::format("redis {}", options.seeds[0].Address());
+  auto client = redis::Client::Create(options);
+  if (!client.ok()) return client.status();
+  backend.client = *std::move(client);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!backend.client->Ready() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!backend.client->Ready()) {
+    const std::string why = backend.client->last_error();
+    if (why.find("login to") != std::string::npos) {
+      return absl::PermissionDeniedError(fmt::format("{}: {}", where, why));
+    }
+    spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", where, why);
+  }
+  // Redis's own eviction would drop live states (each a reset limit): warn unless noeviction.
+  redis::ReadMaxmemoryPolicy(
+      *backend.client, settings.redis_key_prefix, [where](absl::StatusOr<std::string> policy) {
+        if (!policy.ok()) {
+          spdlog::warn(
+              "{}: could not read maxmemory-policy ({}); exact limits need noeviction "
+              "(docs/redis.md)",
+              where, std::string(policy.status().message()));
+        } else if (auto warning = redis::EvictionPolicyWarning(*policy)) {
+          spdlog::warn("{}: {}", where, *warning);
+        }
+      });
+  redis::RedisStore::Options store_options;
+  store_options.key_prefix = settings.redis_key_prefix;
+  store_options.buckets = settings.redis_buckets;
+  backend.redis = std::make_unique<redis::RedisStore>(backend.client.get(), store_options);
+  backend.failover = std::make_unique<backend::Failover>(backend.redis.get(), backend.memory.get());
+  return absl::OkStatus();
+}
+
+// Registers the backend's families on /metrics.
+absl::Status RegisterRedisMetrics(http::Registry& registry, const Stack::Parts& backend) {
+  redis::RedisStore* store = backend.redis.get();
+  using Stats = redis::RedisStore::Stats;
+  const std::pair<const char*, const char*> counters[] = {
+      {"sluice_backend_calls_total", "decisions asked of the backend"},
+      {"sluice_backend_script_calls_total", "script calls sent to Redis (a batch counts once)"},
+      {"sluice_backend_errors_total", "backend calls that failed (timeouts included)"},
+      {"sluice_backend_timeouts_total", "backend calls that timed out"},
+      {"sluice_backend_noscript_reloads_total", "NOSCRIPT answers, the script reloaded"},
+      {"sluice_backend_refused_total", "calls refused at once by the open circuit breaker"},
+      {"sluice_backend_breaker_opened_total", "times the circuit breaker opened"},
+      {"sluice_backend_late_refunds_total",
+       "requests admitted by a script call whose reply came after they were answered, refunded"}};
+  uint64_t Stats::*const fields[] = {
+      &Stats::calls,          &Stats::script_calls,     &Stats::errors,
+      &Stats::timeouts,       &Stats::noscript_reloads, &Stats::refused,
+      &Stats::breaker_opened, &Stats::late_refunds};
+  for (size_t i = 0; i < std::size(counters); ++i) {
+    auto status = registry.AddCallbackCounter(
+        counters[i].first, counters[i].second,
+        [store, field = fields[i]] { return static_cast<double>(store->GetStats().*field); });
+    if (!status.ok()) return status;
+  }
+  if (auto s = registry.AddCallbackGauge("sluice_backend_up",
+                                         "1 when the backend can decide: connected, breaker "
+                                         "closed, no call failed in the last second",
+                                         [store] { return store->GetHealth().up ? 1.0 : 0.0; });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackGauge("sluice_backend_breaker_state",
+                                         "circuit breaker: 0 closed, 1 open, 2 half-open",
+                                         [store] {
+                                           switch (store->GetStats().breaker) {
+                                             case redis::Breaker::State::kOpen:
+                                               return 1.0;
+                                             case redis::Breaker::State::kHalfOpen:
+                                               return 2.0;
+                                             default:
+                                               return 0.0;
+                                           }
+                                         });
+      !s.ok()) {
+    return s;
+  }
+  backend::Failover* failover = backend.failover.get();
+  return registry.AddCallback(
+      {.name = "sluice_backend_fallback_requests_total",
+       .help = "requests answered by their domain's failure_mode while the backend failed",
+       .label_names = {"policy"}},
+      http::MetricType::kCounter, [failover] {
+        using backend::FailureMode;
+        return std::vector<http::CallbackSample>{
+            {{"open"}, static_cast<double>(failover->fallbacks(FailureMode::kOpen))},
+            {{"local"}, static_cast<double>(failover->fallbacks(FailureMode::kLocal))},
+            {{"closed"}, static_cast<double>(failover->fallbacks(FailureMode::kClosed))}};
+      });
+}
+
+}  // namespace
+
+Stack::Stack(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
+  top_ = parts_->failover ? static_cast<backend::Backend*>(parts_->failover.get())
+                          : parts_->memory.get();
+}
+
+Stack::~Stack() = default;
+
+std::unique_ptr<Stack> Stack::Memory(const rules::Settings& settings, const Clock* clock) {
+  auto parts = std::make_unique<Parts>();
+  parts->memory = MakeMemory(settings, clock);
+  return std::unique_ptr<Stack>(new Stack(std::move(parts)));
+}
+
+absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& settings,
+                                                    const std::optional<std::string>& redis_url,
+                                                    const Clock* clock) {
+  auto parts = std::make_unique<Parts>();
+  parts->memory = MakeMemory(settings, clock);
+  std::string where = "memory";
+  if (redis_url || settings.backend == "redis") {
+    if (auto s = StartRedis(settings, redis_url, *parts, where); !s.ok()) return s;
+  }
+  auto stack = std::unique_ptr<Stack>(new Stack(std::move(parts)));
+  stack->where_ = std::move(where);
+  return stack;
+}
+
+bool Stack::remote() const { return parts_->redis != nullptr; }
+
+http::ServerMetrics::StoreStats Stack::StoreStats() const {
+  const store::MemoryStore::Stats st = parts_->memory->GetStats();
+  return {.entries = static_cast<double>(st.entries),
+          .memory_bytes = static_cast<double>(st.memory_bytes),
+          .reclaimed = static_cast<double>(st.reclaimed),
+          .overflow_states = static_cast<double>(st.overflow_states),
+          .on_full = std::string(OnFullName(st.on_full)),
+          .no_room_allowed = static_cast<double>(st.no_room_allowed),
+          .no_room_denied = static_cast<double>(st.no_room_denied)};
+}
+
+absl::Status Stack::RegisterBackendMetrics(http::Registry& registry) const {
+  if (!remote()) return absl::OkStatus();
+  return RegisterRedisMetrics(registry, *parts_);
+}
+
+}  // namespace sluice::stack

@@ -1,0 +1,64 @@
+// The backend stack a process decides on, built from the settings: the memory store alone, or
+// Failover(RedisStore, memory store) for `backend: redis`. The one place that knows the concrete
+// backends: frontends see a backend::Backend (through the engine) and this class.
+
+#ifndef SLUICE_STACK_STACK_H_
+#define SLUICE_STACK_STACK_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backend/backend.h"
+#include "http/metrics.h"
+#include "rules/config.h"
+#include "sluice/clock.h"
+
+namespace sluice::stack {
+
+class Stack {
+ public:
+  // The memory store as the settings size it (max_entries, on_full), and Redis when
+  // `backend: redis` or `redis_url` says so (`redis_url` wins over the settings' url/nodes).
+  // Connects to Redis, waiting a moment so that a wrong password is an error here; an
+  // unreachable Redis is not (its domains' failure_mode answers until it comes). `clock` is not
+  // owned and must outlive the stack.
+  static absl::StatusOr<std::unique_ptr<Stack>> Build(const rules::Settings& settings,
+                                                      const std::optional<std::string>& redis_url,
+                                                      const Clock* clock);
+  // The memory store alone, as the settings size it.
+  static std::unique_ptr<Stack> Memory(const rules::Settings& settings, const Clock* clock);
+
+  ~Stack();
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+
+  // The top of the stack: what the engine decides on.
+  backend::Backend& backend() const { return *top_; }
+  // Whether decisions go to Redis.
+  bool remote() const;
+  // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".
+  const std::string& where() const { return where_; }
+
+  // The memory store's figures, for /metrics.
+  http::ServerMetrics::StoreStats StoreStats() const;
+  // Registers the Redis families (calls, errors, breaker, health, failure policy answers) on
+  // `registry`; nothing without Redis.
+  absl::Status RegisterBackendMetrics(http::Registry& registry) const;
+
+  // (Defined in stack.cc.)
+  struct Parts;
+
+ private:
+  explicit Stack(std::unique_ptr<Parts> parts);
+
+  std::unique_ptr<Parts> parts_;
+  backend::Backend* top_ = nullptr;
+  std::string where_ = "memory";
+};
+
+}  // namespace sluice::stack
+
+#endif  // SLUICE_STACK_STACK_H_

@@ -21,6 +21,8 @@
 #include "fmt/format.h"
 #include "http/server.h"
 #include "http/service.h"
+#include "metrics/registry.h"
+#include "metrics/server_metrics.h"
 #include "redis/client.h"
 #include "redis/eviction_policy.h"
 #include "redis/redis_store.h"
@@ -128,7 +130,7 @@ void PrintTryIt(const std::string& data_host, int data_port, const std::string& 
 }
 
 // Registers the backend's families on /metrics.
-absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& backend) {
+absl::Status RegisterRedisMetrics(metrics::Registry& registry, const RedisBackend& backend) {
   redis::RedisStore* store = backend.store.get();
   using Stats = redis::RedisStore::Stats;
   const std::pair<const char*, const char*> counters[] = {
@@ -178,9 +180,9 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const RedisBackend& 
       {.name = "sluice_backend_fallback_requests_total",
        .help = "requests answered by their domain's failure_mode while the backend failed",
        .label_names = {"policy"}},
-      http::MetricType::kCounter, [engine_store] {
+      metrics::MetricType::kCounter, [engine_store] {
         using engine::BackendState;
-        return std::vector<http::CallbackSample>{
+        return std::vector<metrics::CallbackSample>{
             {{"open"}, static_cast<double>(engine_store->fallbacks(BackendState::kFailedOpen))},
             {{"local"}, static_cast<double>(engine_store->fallbacks(BackendState::kLocal))},
             {{"closed"},
@@ -318,12 +320,12 @@ int RunServe(const ServeFlags& flags) {
        .max_connections = settings.max_connections,
        .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)});
   const int64_t start_us = SystemClock::Get()->NowMicros();
-  http::Registry registry;
-  auto metrics = http::ServerMetrics::Register(
+  metrics::Registry registry;
+  auto metrics = metrics::ServerMetrics::Register(
       &registry, {.store =
                       [&store] {
                         const auto st = store.GetStats();
-                        return http::ServerMetrics::StoreStats{
+                        return metrics::ServerMetrics::StoreStats{
                             .entries = static_cast<double>(st.entries),
                             .memory_bytes = static_cast<double>(st.memory_bytes),
                             .reclaimed = static_cast<double>(st.reclaimed),
@@ -335,7 +337,7 @@ int RunServe(const ServeFlags& flags) {
                   .config =
                       [&manager] {
                         const auto current = manager.Current();
-                        return http::ServerMetrics::ConfigStats{
+                        return metrics::ServerMetrics::ConfigStats{
                             current ? current->version : "",
                             static_cast<double>(manager.reload_successes()),
                             static_cast<double>(manager.reload_failures())};
@@ -355,7 +357,7 @@ int RunServe(const ServeFlags& flags) {
   }
   // The server counts connections itself; each scrape brings the metrics up to date.
   std::mutex scrape_mu;
-  const auto catch_up = [](http::Counter* counter, uint64_t total) {
+  const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
     if (total > counter->Value()) counter->Inc(total - counter->Value());
   };
   service.SetMetrics(&registry, &*metrics, [&] {

@@ -108,7 +108,7 @@ Service::Service(rules::ConfigManager* config, store::MemoryStore* store, const 
       admin_token_(std::move(admin_token)),
       serial_(NextServiceSerial()) {}
 
-void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
+void Service::SetMetrics(metrics::Registry* registry, metrics::ServerMetrics* metrics,
                          std::function<void()> before_render) {
   registry_ = registry;
   metrics_ = metrics;
@@ -146,9 +146,9 @@ void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResp
 
 void Service::CountStatus(unsigned code) {  // below 1000 (Beast keeps a status there)
   if (metrics_ == nullptr) return;
-  Counter* counter = code < response_counters_.size()
-                         ? response_counters_[code].load(std::memory_order_relaxed)
-                         : nullptr;
+  metrics::Counter* counter = code < response_counters_.size()
+                                  ? response_counters_[code].load(std::memory_order_relaxed)
+                                  : nullptr;
   if (counter == nullptr) {
     const std::string text = std::to_string(code);
     const std::string_view labels[] = {text};
@@ -383,8 +383,8 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     uint64_t requests = 0;  // and window, and labelled "<requests>-per-<window>" (LimitName)
     int64_t window_us = 0;
     std::string label;
-    Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
-    Counter* near_limit = nullptr;
+    metrics::Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
+    metrics::Counter* near_limit = nullptr;
   };
   thread_local std::array<Slot, 8> slots;
   for (const auto& d : decision.descriptors) {
@@ -405,7 +405,7 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
         slot.label = engine::LimitName(limit);
         slot.counters[0] = slot.counters[1] = slot.counters[2] = slot.near_limit = nullptr;
       }
-      Counter*& counter = slot.counters[outcome];
+      metrics::Counter*& counter = slot.counters[outcome];
       if (counter == nullptr) {
         static constexpr std::string_view kOutcomes[] = {"denied", "allowed", "quota_exceeded"};
         const std::string_view labels[] = {domain, slot.label, kOutcomes[outcome]};
@@ -449,12 +449,12 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
   }
-  const HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
-                            .ietf = config.settings.ietf_headers};
+  const render::HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
+                                    .ietf = config.settings.ietf_headers};
   // Appended as text, not inserted into the field set: none of these fields is in the response
   // yet, nothing reads them back, and this runs for every decision. (No limit applied, e.g. no
   // route matched: nothing is appended, not even Retry-After.)
-  AppendRateLimitFieldLines(decision, styles, response.mutable_appended_fields());
+  render::AppendRateLimitFieldLines(decision, styles, response.mutable_appended_fields());
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {

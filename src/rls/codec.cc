@@ -10,7 +10,7 @@
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "http/rate_limit_headers.h"
+#include "render/rate_limit_headers.h"
 #include "rls/proto_json.h"
 #include "rules/loader.h"
 
@@ -365,9 +365,9 @@ RlsOptions RlsOptionsFromSettings(const rules::Settings& settings) {
   options.dynamic_metadata = settings.rls_dynamic_metadata;
   if (settings.rls_response_headers) {
     options.response_headers = [](const engine::Response& response, std::vector<HeaderField>* out) {
-      std::vector<http::Header> fields;
-      http::AppendRateLimitHeaders(response, {.x_ratelimit = false, .ietf = true}, &fields);
-      for (http::Header& f : fields) {
+      std::vector<render::Header> fields;
+      render::AppendRateLimitHeaders(response, {.x_ratelimit = false, .ietf = true}, &fields);
+      for (render::Header& f : fields) {
         if (f.name == "Retry-After") continue;  // Envoy sets its own on a 429
         out->push_back({std::move(f.name), std::move(f.value)});
       }

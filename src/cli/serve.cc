@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"
 #include "cli/envoy_env.h"
+#include "cli/rls_json_endpoint.h"
 #include "fmt/format.h"
 #include "http/server.h"
 #include "http/service.h"
@@ -295,6 +296,7 @@ int RunServe(const ServeFlags& flags) {
   }
   engine::RemoteStore* remote = redis_backend ? redis_backend->engine_store.get() : nullptr;
   http::Service service(&manager, &store, SystemClock::Get(), token, remote);
+  service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving;
   if (redis_backend) {
     redis::RedisStore* redis_store = redis_backend->store.get();

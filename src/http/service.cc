@@ -10,7 +10,6 @@
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/http_routes.h"
-#include "rls/codec.h"
 
 namespace sluice::http {
 namespace {
@@ -458,32 +457,29 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
-  // envoyproxy/ratelimit's JSON endpoint: the RLS messages in proto3 JSON, its status codes.
-  const auto render = [](const rls::JsonResult& result, HttpResponse& out) {
-    out.result(static_cast<beast_http::status>(result.status));
-    out.set(beast_http::field::content_type,
-            std::string(result.content_type.data(), result.content_type.size()));
-    if (result.nosniff) out.set("X-Content-Type-Options", "nosniff");
-    out.body() = result.body;
-  };
-  std::variant<rls::RateLimitRequest, rls::JsonResult> parsed =
-      rls::ParseJsonRequest(request.body());
-  if (const auto* answer = std::get_if<rls::JsonResult>(&parsed)) return render(*answer, response);
-  std::shared_ptr<const rules::Config> config = config_->Current();
-  rls::RlsOptions options =
-      config ? rls::RlsOptionsFromSettings(config->settings) : rls::RlsOptions{};
-  const int64_t now_us = clock_->NowMicros();
-  options.on_decision = [this, now_us](std::string_view domain, const engine::Response& decision) {
-    RecordDecision(domain, decision, clock_->NowMicros() - now_us);
-  };
+  // envoyproxy/ratelimit's JSON endpoint: the RLS messages in proto3 JSON, its status codes. The
+  // RLS part is src/rls's, plugged in by SetJsonEndpoint.
+  if (!json_endpoint_) {
+    return SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
+  }
+  JsonCall call{.body = request.body(),
+                .engine = &engine_,
+                .config = config_,
+                .clock = clock_,
+                .record_decision = [this](std::string_view domain, const engine::Response& decision,
+                                          int64_t elapsed_us) {
+                  RecordDecision(domain, decision, elapsed_us);
+                }};
   AnswerMaybeLater(response, deferral, [&](Send send) {
-    rls::ShouldRateLimitAsync(
-        engine_, std::move(config), std::get<rls::RateLimitRequest>(parsed), now_us, options,
-        [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
-          HttpResponse answer;
-          render(rls::RenderJsonResponse(result), answer);
-          send(std::move(answer));
-        });
+    json_endpoint_(std::move(call), [send = std::move(send)](JsonAnswer result) {
+      HttpResponse answer;
+      answer.result(static_cast<beast_http::status>(result.status));
+      answer.set(beast_http::field::content_type,
+                 std::string(result.content_type.data(), result.content_type.size()));
+      if (result.nosniff) answer.set("X-Content-Type-Options", "nosniff");
+      answer.body() = std::move(result.body);
+      send(std::move(answer));
+    });
   });
 }
 

@@ -26,6 +26,7 @@
 #include "absl/functional/function_ref.h"
 #include "engine/engine.h"
 #include "http/http_routes.h"
+#include "http/json_endpoint.h"
 #include "http/server.h"
 #include "http/upstream_client.h"
 #include "metrics/registry.h"
@@ -52,6 +53,10 @@ class Service {
   void SetBackendHealth(std::function<BackendHealth()> health) {
     backend_health_ = std::move(health);
   }
+
+  // Serves POST /json with `endpoint` (src/rls's protocol; see json_endpoint.h). Call before
+  // serving; without one, /json is not found.
+  void SetJsonEndpoint(JsonEndpoint endpoint) { json_endpoint_ = std::move(endpoint); }
 
   // Enables GET /metrics on the admin port and the counting of decisions and responses.
   // `before_render` runs before each scrape (e.g. to copy the server's connection counts).
@@ -154,6 +159,7 @@ class Service {
   metrics::ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;
   std::function<BackendHealth()> backend_health_;
+  JsonEndpoint json_endpoint_;
   UpstreamClient upstream_;
   std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
   // Those requests, for CancelUpstreams(); expired entries are dropped every so often.

@@ -466,4 +466,24 @@ JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit
   return RenderJsonResponse(response);
 }
 
+void AnswerJson(std::string_view body, engine::Engine& engine,
+                const rules::ConfigManager& config_manager, const Clock& clock,
+                RecordDecisionFn record_decision, std::function<void(JsonResult)> done) {
+  std::variant<RateLimitRequest, JsonResult> parsed = ParseJsonRequest(body);
+  if (auto* answer = std::get_if<JsonResult>(&parsed)) return done(std::move(*answer));
+  std::shared_ptr<const rules::Config> config = config_manager.Current();
+  RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
+  const int64_t now_us = clock.NowMicros();
+  if (record_decision) {
+    options.on_decision = [&clock, now_us, record = std::move(record_decision)](
+                              std::string_view domain, const engine::Response& decision) {
+      record(domain, decision, clock.NowMicros() - now_us);
+    };
+  }
+  ShouldRateLimitAsync(engine, std::move(config), std::get<RateLimitRequest>(parsed), now_us,
+                       options, [done = std::move(done)](absl::StatusOr<RateLimitResponse> result) {
+                         done(RenderJsonResponse(result));
+                       });
+}
+
 }  // namespace sluice::rls

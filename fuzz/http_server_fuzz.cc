@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/rls_json_endpoint.h"
 #include "engine/engine.h"
 #include "http/server.h"
 #include "http/service.h"
@@ -112,6 +113,7 @@ struct Harness {
       std::fprintf(stderr, "fuzz_http_server: the fuzzing config does not load\n");
       std::abort();
     }
+    service.SetJsonEndpoint(cli::RlsJsonEndpoint());  // /json, as `sluice serve` has it
     auto data = server.Listen(
         "127.0.0.1:0",
         [this](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,

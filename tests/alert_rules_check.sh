@@ -9,9 +9,9 @@
 #   - every sluice_ metric named in the rules and their tests, every label a rule matches or
 #     aggregates by, and every label value it matches exactly, is one the server exports: each
 #     must appear quoted ("sluice_backend_up", "decision", "denied") in src/ outside the tests,
-#     where the metrics are registered (src/http/metrics.cc, src/cli/serve.cc) and counted. So a
-#     metric renamed in the code cannot leave a rule watching nothing. A name that exists nowhere
-#     must be reported missing (the check's negative control).
+#     where the metrics are registered (src/metrics/server_metrics.cc, src/cli/serve.cc) and
+#     counted. So a metric renamed in the code cannot leave a rule watching nothing. A name that
+#     exists nowhere must be reported missing (the check's negative control).
 #
 # Prints `N passed, M failed`; exits 1 on any failure. A missing promtool is a failure, not a
 # skip: scripts/bootstrap.sh installs Debian's `prometheus` package, which has it.

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "cli/bench_redis.h"
-#include "cli/bench_store.h"
+#include "tools/bench_redis.h"
+#include "tools/bench_store.h"
 #include "cli/replay.h"
 #include "cli/rules_commands.h"
 #include "cli/serve.h"
@@ -142,7 +142,7 @@ int Main(int argc, char** argv) {
   LimitFlags bench_flags{
       .algorithm = "token_bucket", .requests = 1000, .window = "1d", .burst = {}};
   bench_flags.Add(bench_store, /*required=*/false);
-  BenchStoreOptions bench_options;
+  tools::BenchStoreOptions bench_options;
   bench_store->add_option("--keys", bench_options.keys, "distinct keys K")->required();
   bench_store->add_option("--threads", bench_options.threads, "threads T")->required();
   bench_store->add_option("--seconds", bench_options.seconds, "duration S")->required();
@@ -157,7 +157,7 @@ int Main(int argc, char** argv) {
   LimitFlags redis_flags{
       .algorithm = "sliding_window", .requests = 100, .window = "10s", .burst = {}};
   redis_flags.Add(bench_redis, /*required=*/false);
-  BenchRedisOptions redis_options;
+  tools::BenchRedisOptions redis_options;
   bench_redis->add_option("--redis", redis_options.redis, "redis://host:port")->required();
   bench_redis->add_flag("--cluster", redis_options.cluster, "the URL is a Redis Cluster seed node");
   bench_redis->add_option("--keys", redis_options.keys, "distinct keys K (default 100000)");
@@ -230,13 +230,13 @@ int Main(int argc, char** argv) {
     auto limit = redis_flags.ToLimit("bench redis");
     if (!limit) return kUsageError;
     redis_options.limit = *limit;
-    return RunBenchRedis(redis_options, std::cout, std::cerr);
+    return tools::RunBenchRedis(redis_options, std::cout, std::cerr);
   }
   if (bench_store->parsed()) {
     auto limit = bench_flags.ToLimit("bench store");
     if (!limit) return kUsageError;
     bench_options.limit = *limit;
-    return RunBenchStore(bench_options, std::cout, std::cerr);
+    return tools::RunBenchStore(bench_options, std::cout, std::cerr);
   }
   return kUsageError;
 }

@@ -18,10 +18,13 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/default_config.h"
 #include "cli/envoy_env.h"
+#include "cli/rls_json_endpoint.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/server.h"
 #include "http/service.h"
+#include "metrics/registry.h"
+#include "metrics/server_metrics.h"
 #include "rls/grpc_server.h"
 #include "rules/config_manager.h"
 #include "spdlog/spdlog.h"
@@ -152,6 +155,7 @@ int RunServe(const ServeFlags& flags) {
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
   http::Service service(&manager, &engine, SystemClock::Get(), token);
+  service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving;
   if ((*backends)->remote()) {
     backend::Backend* backend = &(*backends)->backend();
@@ -177,13 +181,13 @@ int RunServe(const ServeFlags& flags) {
        .max_connections = settings.max_connections,
        .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)});
   const int64_t start_us = SystemClock::Get()->NowMicros();
-  http::Registry registry;
-  auto metrics = http::ServerMetrics::Register(
+  metrics::Registry registry;
+  auto metrics = metrics::ServerMetrics::Register(
       &registry, {.store = [&backends] { return (*backends)->StoreStats(); },
                   .config =
                       [&manager] {
                         const auto current = manager.Current();
-                        return http::ServerMetrics::ConfigStats{
+                        return metrics::ServerMetrics::ConfigStats{
                             current ? current->version : "",
                             static_cast<double>(manager.reload_successes()),
                             static_cast<double>(manager.reload_failures())};
@@ -201,7 +205,7 @@ int RunServe(const ServeFlags& flags) {
   }
   // The server counts connections itself; each scrape brings the metrics up to date.
   std::mutex scrape_mu;
-  const auto catch_up = [](http::Counter* counter, uint64_t total) {
+  const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
     if (total > counter->Value()) counter->Inc(total - counter->Value());
   };
   service.SetMetrics(&registry, &*metrics, [&] {

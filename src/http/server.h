@@ -1,7 +1,7 @@
 // HttpServer: the HTTP/1.1 listeners (data plane and admin) on Boost.Beast / Asio.
 //
 // One io_context per worker thread; accepted connections are spread over them. Each connection
-// is one self-owning Session (see server.cc) with every limit in one place: a header block limit
+// is one self-owning Session (see session.h) with every limit in one place: a header block limit
 // (431), a body limit decided from Content-Length before the body is read (413), a header read
 // timeout and an idle keep-alive timeout (slowloris cannot hold a connection), malformed requests
 // and HTTP/1.1 requests without exactly one Host field (400, connection closed). Keep-alive and
@@ -167,7 +167,7 @@ class Responder {
   // the writer for its body, or with nullptr if the client is gone.
   using StreamStarted = std::function<void(std::shared_ptr<BodyWriter> body)>;
 
-  class Target {  // the connection waiting for the answer (server.cc)
+  class Target {  // the connection waiting for the answer (session.h)
    public:
     virtual ~Target() = default;
     virtual void Deliver(HttpResponse response) = 0;

@@ -11,7 +11,6 @@
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/http_routes.h"
-#include "rls/codec.h"
 
 namespace sluice::http {
 namespace {
@@ -108,7 +107,7 @@ Service::Service(rules::ConfigManager* config, engine::Engine* engine, const Clo
       admin_token_(std::move(admin_token)),
       serial_(NextServiceSerial()) {}
 
-void Service::SetMetrics(Registry* registry, ServerMetrics* metrics,
+void Service::SetMetrics(metrics::Registry* registry, metrics::ServerMetrics* metrics,
                          std::function<void()> before_render) {
   registry_ = registry;
   metrics_ = metrics;
@@ -146,9 +145,9 @@ void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResp
 
 void Service::CountStatus(unsigned code) {  // below 1000 (Beast keeps a status there)
   if (metrics_ == nullptr) return;
-  Counter* counter = code < response_counters_.size()
-                         ? response_counters_[code].load(std::memory_order_relaxed)
-                         : nullptr;
+  metrics::Counter* counter = code < response_counters_.size()
+                                  ? response_counters_[code].load(std::memory_order_relaxed)
+                                  : nullptr;
   if (counter == nullptr) {
     const std::string text = std::to_string(code);
     const std::string_view labels[] = {text};
@@ -383,8 +382,8 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     uint64_t requests = 0;  // and window, and labelled "<requests>-per-<window>" (LimitName)
     int64_t window_us = 0;
     std::string label;
-    Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
-    Counter* near_limit = nullptr;
+    metrics::Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
+    metrics::Counter* near_limit = nullptr;
   };
   thread_local std::array<Slot, 8> slots;
   for (const auto& d : decision.descriptors) {
@@ -405,7 +404,7 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
         slot.label = engine::LimitName(limit);
         slot.counters[0] = slot.counters[1] = slot.counters[2] = slot.near_limit = nullptr;
       }
-      Counter*& counter = slot.counters[outcome];
+      metrics::Counter*& counter = slot.counters[outcome];
       if (counter == nullptr) {
         static constexpr std::string_view kOutcomes[] = {"denied", "allowed", "quota_exceeded"};
         const std::string_view labels[] = {domain, slot.label, kOutcomes[outcome]};
@@ -449,41 +448,38 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
   }
-  const HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
-                            .ietf = config.settings.ietf_headers};
+  const render::HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
+                                    .ietf = config.settings.ietf_headers};
   // Appended as text, not inserted into the field set: none of these fields is in the response
   // yet, nothing reads them back, and this runs for every decision. (No limit applied, e.g. no
   // route matched: nothing is appended, not even Retry-After.)
-  AppendRateLimitFieldLines(decision, styles, response.mutable_appended_fields());
+  render::AppendRateLimitFieldLines(decision, styles, response.mutable_appended_fields());
 }
 
 void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
-  // envoyproxy/ratelimit's JSON endpoint: the RLS messages in proto3 JSON, its status codes.
-  const auto render = [](const rls::JsonResult& result, HttpResponse& out) {
-    out.result(static_cast<beast_http::status>(result.status));
-    out.set(beast_http::field::content_type,
-            std::string(result.content_type.data(), result.content_type.size()));
-    if (result.nosniff) out.set("X-Content-Type-Options", "nosniff");
-    out.body() = result.body;
-  };
-  std::variant<rls::RateLimitRequest, rls::JsonResult> parsed =
-      rls::ParseJsonRequest(request.body());
-  if (const auto* answer = std::get_if<rls::JsonResult>(&parsed)) return render(*answer, response);
-  std::shared_ptr<const rules::Config> config = config_->Current();
-  rls::RlsOptions options =
-      config ? rls::RlsOptionsFromSettings(config->settings) : rls::RlsOptions{};
-  const int64_t now_us = clock_->NowMicros();
-  options.on_decision = [this, now_us](std::string_view domain, const engine::Response& decision) {
-    RecordDecision(domain, decision, clock_->NowMicros() - now_us);
-  };
+  // envoyproxy/ratelimit's JSON endpoint: the RLS messages in proto3 JSON, its status codes. The
+  // RLS part is src/rls's, plugged in by SetJsonEndpoint.
+  if (!json_endpoint_) {
+    return SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
+  }
+  JsonCall call{.body = request.body(),
+                .engine = &engine_,
+                .config = config_,
+                .clock = clock_,
+                .record_decision = [this](std::string_view domain, const engine::Response& decision,
+                                          int64_t elapsed_us) {
+                  RecordDecision(domain, decision, elapsed_us);
+                }};
   AnswerMaybeLater(response, deferral, [&](Send send) {
-    rls::ShouldRateLimitAsync(
-        engine_, std::move(config), std::get<rls::RateLimitRequest>(parsed), now_us, options,
-        [render, send = std::move(send)](absl::StatusOr<rls::RateLimitResponse> result) {
-          HttpResponse answer;
-          render(rls::RenderJsonResponse(result), answer);
-          send(std::move(answer));
-        });
+    json_endpoint_(std::move(call), [send = std::move(send)](JsonAnswer result) {
+      HttpResponse answer;
+      answer.result(static_cast<beast_http::status>(result.status));
+      answer.set(beast_http::field::content_type,
+                 std::string(result.content_type.data(), result.content_type.size()));
+      if (result.nosniff) answer.set("X-Content-Type-Options", "nosniff");
+      answer.body() = std::move(result.body);
+      send(std::move(answer));
+    });
   });
 }
 

@@ -26,10 +26,12 @@
 #include "absl/functional/function_ref.h"
 #include "engine/engine.h"
 #include "http/http_routes.h"
-#include "http/metrics.h"
-#include "http/rate_limit_headers.h"
+#include "http/json_endpoint.h"
 #include "http/server.h"
 #include "http/upstream_client.h"
+#include "metrics/registry.h"
+#include "metrics/server_metrics.h"
+#include "render/rate_limit_headers.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
 
@@ -51,10 +53,15 @@ class Service {
     backend_health_ = std::move(health);
   }
 
+  // Serves POST /json with `endpoint` (src/rls's protocol; see json_endpoint.h). Call before
+  // serving; without one, /json is not found.
+  void SetJsonEndpoint(JsonEndpoint endpoint) { json_endpoint_ = std::move(endpoint); }
+
   // Enables GET /metrics on the admin port and the counting of decisions and responses.
   // `before_render` runs before each scrape (e.g. to copy the server's connection counts).
   // Not owned; must outlive the service. Call before serving.
-  void SetMetrics(Registry* registry, ServerMetrics* metrics, std::function<void()> before_render);
+  void SetMetrics(metrics::Registry* registry, metrics::ServerMetrics* metrics,
+                  std::function<void()> before_render);
 
   // `deferral`: data-plane answers that wait on a backend are sent through it.
   // Counts a decision made elsewhere (the gRPC port) in the metrics, as the HTTP paths do.
@@ -146,10 +153,11 @@ class Service {
   engine::Engine& engine_;
   const Clock* clock_;
   const std::string admin_token_;
-  Registry* registry_ = nullptr;
-  ServerMetrics* metrics_ = nullptr;
+  metrics::Registry* registry_ = nullptr;
+  metrics::ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;
   std::function<BackendHealth()> backend_health_;
+  JsonEndpoint json_endpoint_;
   UpstreamClient upstream_;
   std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
   // Those requests, for CancelUpstreams(); expired entries are dropped every so often.
@@ -158,7 +166,7 @@ class Service {
   size_t delayed_since_prune_ ABSL_GUARDED_BY(delayed_mu_) = 0;
   bool proxy_cancelled_ ABSL_GUARDED_BY(delayed_mu_) = false;
   // metrics_->http_requests' child per status code, looked up on its first answer.
-  std::array<std::atomic<Counter*>, 1000> response_counters_{};
+  std::array<std::atomic<metrics::Counter*>, 1000> response_counters_{};
   // Tells this Service's entries in the per-thread cache of decision counters (CountDecisions)
   // from those of a Service that lived before at the same address.
   const uint64_t serial_;

@@ -59,7 +59,7 @@ HttpResponse ShuttingDown() {
 }
 
 // Counts an answer cut short mid-body by `side` ("upstream" or "client"); `cut` may be null.
-void CountCut(Family<Counter>* cut, std::string_view side) {
+void CountCut(metrics::Family<metrics::Counter>* cut, std::string_view side) {
   if (cut == nullptr) return;
   const std::string_view labels[] = {side};
   cut->WithLabels(labels)->Inc();
@@ -72,7 +72,7 @@ void CountCut(Family<Counter>* cut, std::string_view side) {
 // which closes the upstream connection instead of pooling it. Either is counted in `cut`
 // (sluice_proxy_answers_cut_total; may be null).
 void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> client,
-              Family<Counter>* cut) {
+              metrics::Family<metrics::Counter>* cut) {
   UpstreamBody& source = *body;
   source.Read([body = std::move(body), client = std::move(client), cut](
                   UpstreamBody::Status status, std::string_view piece) mutable {
@@ -294,7 +294,8 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   CountResponse(result.response);
   if (result.body == nullptr) return call->responder.Send(std::move(result.response));
   const std::optional<uint64_t> content_length = result.body->content_length();
-  Family<Counter>* cut = metrics_ != nullptr ? metrics_->proxy_answers_cut : nullptr;
+  metrics::Family<metrics::Counter>* cut =
+      metrics_ != nullptr ? metrics_->proxy_answers_cut : nullptr;
   call->responder.Stream(std::move(result.response), content_length,
                          [body = std::move(result.body), cut](std::shared_ptr<BodyWriter> client) {
                            if (client != nullptr) PipeBody(body, std::move(client), cut);

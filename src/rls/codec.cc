@@ -10,7 +10,7 @@
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "http/rate_limit_headers.h"
+#include "render/rate_limit_headers.h"
 #include "rls/proto_json.h"
 #include "rules/loader.h"
 
@@ -365,9 +365,9 @@ RlsOptions RlsOptionsFromSettings(const rules::Settings& settings) {
   options.dynamic_metadata = settings.rls_dynamic_metadata;
   if (settings.rls_response_headers) {
     options.response_headers = [](const engine::Response& response, std::vector<HeaderField>* out) {
-      std::vector<http::Header> fields;
-      http::AppendRateLimitHeaders(response, {.x_ratelimit = false, .ietf = true}, &fields);
-      for (http::Header& f : fields) {
+      std::vector<render::Header> fields;
+      render::AppendRateLimitHeaders(response, {.x_ratelimit = false, .ietf = true}, &fields);
+      for (render::Header& f : fields) {
         if (f.name == "Retry-After") continue;  // Envoy sets its own on a 429
         out->push_back({std::move(f.name), std::move(f.value)});
       }
@@ -464,6 +464,26 @@ JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit
   // The synchronous path has no backend to fail: any error is the request's.
   if (!response.ok()) return TextAnswer(400, "Bad Request");
   return RenderJsonResponse(response);
+}
+
+void AnswerJson(std::string_view body, engine::Engine& engine,
+                const rules::ConfigManager& config_manager, const Clock& clock,
+                RecordDecisionFn record_decision, std::function<void(JsonResult)> done) {
+  std::variant<RateLimitRequest, JsonResult> parsed = ParseJsonRequest(body);
+  if (auto* answer = std::get_if<JsonResult>(&parsed)) return done(std::move(*answer));
+  std::shared_ptr<const rules::Config> config = config_manager.Current();
+  RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
+  const int64_t now_us = clock.NowMicros();
+  if (record_decision) {
+    options.on_decision = [&clock, now_us, record = std::move(record_decision)](
+                              std::string_view domain, const engine::Response& decision) {
+      record(domain, decision, clock.NowMicros() - now_us);
+    };
+  }
+  ShouldRateLimitAsync(engine, std::move(config), std::get<RateLimitRequest>(parsed), now_us,
+                       options, [done = std::move(done)](absl::StatusOr<RateLimitResponse> result) {
+                         done(RenderJsonResponse(result));
+                       });
 }
 
 }  // namespace sluice::rls

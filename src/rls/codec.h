@@ -54,6 +54,8 @@
 #include "engine/engine.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "rules/config.h"
+#include "rules/config_manager.h"
+#include "sluice/clock.h"
 #include "sluice/limit.h"
 
 namespace sluice::rls {
@@ -83,7 +85,7 @@ inline constexpr uint32_t kUnlimitedRemaining = 0xFFFFFFFFu;
 absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request);
 
 // A header field already rendered by the caller (e.g. the IETF RateLimit / RateLimit-Policy
-// fields of src/http), to be carried in response_headers_to_add.
+// fields of src/render), to be carried in response_headers_to_add.
 struct HeaderField {
   std::string name;
   std::string value;
@@ -201,6 +203,17 @@ JsonResult HandleJson(std::string_view body, ShouldRateLimitFn should_rate_limit
 // instead), then the answer to the RPC's result. Unavailable becomes 503 "Service Unavailable".
 std::variant<RateLimitRequest, JsonResult> ParseJsonRequest(std::string_view body);
 JsonResult RenderJsonResponse(const absl::StatusOr<RateLimitResponse>& response);
+
+// The /json endpoint as the HTTP service serves it (http/json_endpoint.h; `serve` binds the two):
+// ParseJsonRequest, then the config snapshot and the time (`clock`), RlsOptionsFromSettings,
+// ShouldRateLimitAsync and RenderJsonResponse. `record_decision` (may be empty) is told of the
+// engine's decision and of the µs since that time. `done` runs once, on any thread, perhaps
+// before this returns. `engine`, `config_manager` and `clock` must outlive the call's answer.
+using RecordDecisionFn = std::function<void(std::string_view domain,
+                                            const engine::Response& decision, int64_t elapsed_us)>;
+void AnswerJson(std::string_view body, engine::Engine& engine,
+                const rules::ConfigManager& config_manager, const Clock& clock,
+                RecordDecisionFn record_decision, std::function<void(JsonResult)> done);
 
 }  // namespace sluice::rls
 

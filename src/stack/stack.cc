@@ -96,7 +96,7 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
 }
 
 // Registers the backend's families on /metrics.
-absl::Status RegisterRedisMetrics(http::Registry& registry, const Stack::Parts& backend) {
+absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Parts& backend) {
   redis::RedisStore* store = backend.redis.get();
   using Stats = redis::RedisStore::Stats;
   const std::pair<const char*, const char*> counters[] = {
@@ -146,9 +146,9 @@ absl::Status RegisterRedisMetrics(http::Registry& registry, const Stack::Parts& 
       {.name = "sluice_backend_fallback_requests_total",
        .help = "requests answered by their domain's failure_mode while the backend failed",
        .label_names = {"policy"}},
-      http::MetricType::kCounter, [failover] {
+      metrics::MetricType::kCounter, [failover] {
         using backend::FailureMode;
-        return std::vector<http::CallbackSample>{
+        return std::vector<metrics::CallbackSample>{
             {{"open"}, static_cast<double>(failover->fallbacks(FailureMode::kOpen))},
             {{"local"}, static_cast<double>(failover->fallbacks(FailureMode::kLocal))},
             {{"closed"}, static_cast<double>(failover->fallbacks(FailureMode::kClosed))}};
@@ -186,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& setti
 
 bool Stack::remote() const { return parts_->redis != nullptr; }
 
-http::ServerMetrics::StoreStats Stack::StoreStats() const {
+metrics::ServerMetrics::StoreStats Stack::StoreStats() const {
   const store::MemoryStore::Stats st = parts_->memory->GetStats();
   return {.entries = static_cast<double>(st.entries),
           .memory_bytes = static_cast<double>(st.memory_bytes),
@@ -197,7 +197,7 @@ http::ServerMetrics::StoreStats Stack::StoreStats() const {
           .no_room_denied = static_cast<double>(st.no_room_denied)};
 }
 
-absl::Status Stack::RegisterBackendMetrics(http::Registry& registry) const {
+absl::Status Stack::RegisterBackendMetrics(metrics::Registry& registry) const {
   if (!remote()) return absl::OkStatus();
   return RegisterRedisMetrics(registry, *parts_);
 }

@@ -12,7 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backend/backend.h"
-#include "http/metrics.h"
+#include "metrics/registry.h"
+#include "metrics/server_metrics.h"
 #include "rules/config.h"
 #include "sluice/clock.h"
 
@@ -43,10 +44,10 @@ class Stack {
   const std::string& where() const { return where_; }
 
   // The memory store's figures, for /metrics.
-  http::ServerMetrics::StoreStats StoreStats() const;
+  metrics::ServerMetrics::StoreStats StoreStats() const;
   // Registers the Redis families (calls, errors, breaker, health, failure policy answers) on
   // `registry`; nothing without Redis.
-  absl::Status RegisterBackendMetrics(http::Registry& registry) const;
+  absl::Status RegisterBackendMetrics(metrics::Registry& registry) const;
 
   // (Defined in stack.cc.)
   struct Parts;

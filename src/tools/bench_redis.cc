@@ -1,4 +1,4 @@
-#include "cli/bench_redis.h"
+#include "tools/bench_redis.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +18,7 @@
 #include "redis/redis_store.h"
 #include "spdlog/spdlog.h"
 
-namespace sluice::cli {
+namespace sluice::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -335,4 +335,4 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   return errors.load() == 0 ? 0 : 1;
 }
 
-}  // namespace sluice::cli
+}  // namespace sluice::tools

@@ -1,4 +1,4 @@
-#include "http/rate_limit_headers.h"
+#include "render/rate_limit_headers.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include "fmt/format.h"
 #include "sluice/limit.h"
 
-namespace sluice::http {
+namespace sluice::render {
 namespace {
 
 constexpr int64_t kSecondUs = 1000000;
@@ -350,4 +350,4 @@ void AppendRateLimitHeaders(const engine::Response& response, const HeaderStyles
   });
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::render

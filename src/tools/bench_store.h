@@ -1,7 +1,7 @@
 // `sluice bench store`: decisions per second and bytes per key of the in-memory store.
 
-#ifndef SLUICE_CLI_BENCH_STORE_H_
-#define SLUICE_CLI_BENCH_STORE_H_
+#ifndef SLUICE_TOOLS_BENCH_STORE_H_
+#define SLUICE_TOOLS_BENCH_STORE_H_
 
 #include <cstdint>
 #include <ostream>
@@ -9,7 +9,7 @@
 
 #include "sluice/limit.h"
 
-namespace sluice::cli {
+namespace sluice::tools {
 
 struct BenchStoreOptions {
   Limit limit;
@@ -29,6 +29,6 @@ struct BenchStoreOptions {
 // from `distribution` for `seconds`. Prints one JSON line to `out`. Returns the exit status.
 int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostream& err);
 
-}  // namespace sluice::cli
+}  // namespace sluice::tools
 
-#endif  // SLUICE_CLI_BENCH_STORE_H_
+#endif  // SLUICE_TOOLS_BENCH_STORE_H_

@@ -2,7 +2,7 @@
 // responses (one limit, several, denies, shadow, never, unlimited, none), rounding, clamping, name
 // escaping, the styles, and one end-to-end run through the real engine.
 
-#include "http/rate_limit_headers.h"
+#include "render/rate_limit_headers.h"
 
 #include <cstdint>
 #include <memory>
@@ -20,7 +20,7 @@
 #include "sluice/limit.h"
 #include "store/memory_store.h"
 
-namespace sluice::http {
+namespace sluice::render {
 namespace {
 
 using engine::AppliedLimit;
@@ -539,4 +539,4 @@ TEST(RateLimitHeadersTest, EngineResponsesRenderAsDocumented) {
 }
 
 }  // namespace
-}  // namespace sluice::http
+}  // namespace sluice::render

@@ -1,4 +1,4 @@
-#include "cli/bench_store.h"
+#include "tools/bench_store.h"
 
 #include <unistd.h>
 
@@ -16,7 +16,7 @@
 #include "sluice/clock.h"
 #include "store/memory_store.h"
 
-namespace sluice::cli {
+namespace sluice::tools {
 namespace {
 
 // Resident set size of this process, from /proc/self/statm.
@@ -213,4 +213,4 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
   return 0;
 }
 
-}  // namespace sluice::cli
+}  // namespace sluice::tools

@@ -2,8 +2,8 @@
 // a Redis server (or cluster), for sluice's own script and, side by side on the same server, for
 // the seed design's per-request sliding-window counter and the common ZSET sliding log.
 
-#ifndef SLUICE_CLI_BENCH_REDIS_H_
-#define SLUICE_CLI_BENCH_REDIS_H_
+#ifndef SLUICE_TOOLS_BENCH_REDIS_H_
+#define SLUICE_TOOLS_BENCH_REDIS_H_
 
 #include <cstdint>
 #include <ostream>
@@ -11,7 +11,7 @@
 
 #include "sluice/limit.h"
 
-namespace sluice::cli {
+namespace sluice::tools {
 
 struct BenchRedisOptions {
   std::string redis;  // redis://host:port
@@ -32,6 +32,6 @@ struct BenchRedisOptions {
 // Prints one JSON line to `out`. Returns the exit status.
 int RunBenchRedis(const BenchRedisOptions& options, std::ostream& out, std::ostream& err);
 
-}  // namespace sluice::cli
+}  // namespace sluice::tools
 
-#endif  // SLUICE_CLI_BENCH_REDIS_H_
+#endif  // SLUICE_TOOLS_BENCH_REDIS_H_

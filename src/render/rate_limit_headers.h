@@ -1,5 +1,8 @@
 // Rate-limit response headers: an engine::Response rendered as HTTP header fields.
 //
+// Both frontends send them: HTTP on its answers, RLS in response_headers_to_add. So they live
+// below both (src/render), and neither frontend includes the other.
+//
 // Two families, chosen by the `headers:` setting (docs/configuration.md), plus Retry-After:
 //
 //   X-RateLimit-Limit: 100          N of the most restrictive limit (Response::Headline())
@@ -40,8 +43,8 @@
 //
 // Pure functions of their arguments; safe to call from any thread.
 
-#ifndef SLUICE_HTTP_RATE_LIMIT_HEADERS_H_
-#define SLUICE_HTTP_RATE_LIMIT_HEADERS_H_
+#ifndef SLUICE_RENDER_RATE_LIMIT_HEADERS_H_
+#define SLUICE_RENDER_RATE_LIMIT_HEADERS_H_
 
 #include <cstdint>
 #include <span>
@@ -53,7 +56,7 @@
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
 
-namespace sluice::http {
+namespace sluice::render {
 
 // Which header families to send (the `headers:` setting). Retry-After does not depend on them.
 struct HeaderStyles {
@@ -100,6 +103,6 @@ void AppendRateLimitFieldLines(const engine::Response& response, const HeaderSty
 void AppendRateLimitHeaders(const engine::Response& response, const HeaderStyles& styles,
                             std::vector<Header>* out);
 
-}  // namespace sluice::http
+}  // namespace sluice::render
 
-#endif  // SLUICE_HTTP_RATE_LIMIT_HEADERS_H_
+#endif  // SLUICE_RENDER_RATE_LIMIT_HEADERS_H_

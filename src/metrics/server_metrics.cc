@@ -1,0 +1,195 @@
+#include "metrics/server_metrics.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+namespace sluice::metrics {
+
+std::vector<int64_t> ServerMetrics::DecisionLatencyBoundsUs() {
+  return {1, 2, 5, 10, 20, 30, 50, 75, 100, 200, 500, 1000, 2500, 10000, 100000, 1000000};
+}
+
+absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Sources sources) {
+  ServerMetrics m;
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_decisions_total",
+         .help = "Rate limit decisions per applied limit, by domain, limit name and decision.",
+         .label_names = {"domain", "limit", "decision"},
+         .max_children = sources.max_decision_series});
+    if (!f.ok()) return f.status();
+    m.decisions = *f;
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_near_limit_decisions_total",
+         .help = "Admitted decisions that left the limit used past near_limit_ratio of it "
+                 "(upstream's near_limit), by domain and limit name.",
+         .label_names = {"domain", "limit"},
+         .max_children = sources.max_decision_series});
+    if (!f.ok()) return f.status();
+    m.near_limit = *f;
+  }
+  {
+    auto f = registry->AddHistogram(
+        {.name = "sluice_decision_duration_seconds",
+         .help = "Time the engine took to decide a request (all its limits)."},
+        {.bounds = DecisionLatencyBoundsUs(), .unit_divisor = 1000000});
+    if (!f.ok()) return f.status();
+    m.decision_duration = (*f)->Get();
+  }
+  {
+    auto f = registry->AddGauge(
+        {.name = "sluice_http_open_connections", .help = "HTTP connections open now."});
+    if (!f.ok()) return f.status();
+    m.http_open_connections = (*f)->Get();
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_http_connections_total", .help = "HTTP connections accepted."});
+    if (!f.ok()) return f.status();
+    m.http_connections = (*f)->Get();
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_http_connections_rejected_total",
+         .help = "HTTP connections refused because max-connections were open."});
+    if (!f.ok()) return f.status();
+    m.http_connections_rejected = (*f)->Get();
+  }
+  {
+    auto f = registry->AddCounter({.name = "sluice_http_requests_total",
+                                   .help = "HTTP responses sent, by status code.",
+                                   .label_names = {"code"},
+                                   .max_children = 100});
+    if (!f.ok()) return f.status();
+    m.http_requests = *f;
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_requests_total",
+         .help = "Reverse proxy requests by outcome: forwarded (the upstream answered), denied, "
+                 "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed), "
+                 "client_gone (the client left during its shaping delay: not forwarded), "
+                 "cancelled (503: still delayed, or no answer from the upstream, at the shutdown "
+                 "deadline).",
+         .label_names = {"outcome"},
+         .max_children = 16});
+    if (!f.ok()) return f.status();
+    m.proxy_requests = *f;
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_refunds_total",
+         .help = "Reverse proxy requests whose consumed quota was given back (refund_on)."});
+    if (!f.ok()) return f.status();
+    m.proxy_refunds = (*f)->Get();
+  }
+  {
+    auto f = registry->AddCounter(
+        {.name = "sluice_proxy_answers_cut_total",
+         .help = "Reverse proxy answers whose body was cut short, by the side that cut it: "
+                 "upstream (it closed, broke off or was silent mid-body), client (it went away "
+                 "mid-body).",
+         .label_names = {"side"},
+         .max_children = 4});
+    if (!f.ok()) return f.status();
+    m.proxy_answers_cut = *f;
+  }
+
+  if (sources.store) {
+    auto store = std::make_shared<std::function<StoreStats()>>(std::move(sources.store));
+    const std::pair<const char*, double StoreStats::*> gauges[] = {
+        {"sluice_store_entries", &StoreStats::entries},
+        {"sluice_store_memory_bytes", &StoreStats::memory_bytes},
+        {"sluice_store_overflow_states", &StoreStats::overflow_states}};
+    const char* gauge_help[] = {
+        "Limiter states held by the in-memory store (at most store.max_entries).",
+        "Memory of the in-memory store's tables.",
+        ("Overflow states held by the in-memory store (store.on_full shared): one per limit and "
+         "shard that ran out of room.")};
+    for (size_t i = 0; i < 3; ++i) {
+      auto field = gauges[i].second;
+      if (absl::Status s = registry->AddCallbackGauge(gauges[i].first, gauge_help[i],
+                                                      [store, field] { return (*store)().*field; });
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = registry->AddCallbackCounter("sluice_store_reclaimed_total",
+                                                      "Idle limiter states reclaimed.",
+                                                      [store] { return (*store)().reclaimed; });
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = registry->AddCallback(
+            {.name = "sluice_store_no_room_decisions_total",
+             .help = "Decisions of keys new to the in-memory store that found it full (no live "
+                     "state is ever dropped for room), by store.on_full mode and decision.",
+             .label_names = {"on_full", "decision"}},
+            MetricType::kCounter,
+            [store] {
+              const StoreStats stats = (*store)();
+              return std::vector<CallbackSample>{
+                  {{stats.on_full, "allowed"}, stats.no_room_allowed},
+                  {{stats.on_full, "denied"}, stats.no_room_denied}};
+            });
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  if (sources.config) {
+    auto config = std::make_shared<std::function<ConfigStats()>>(std::move(sources.config));
+    if (absl::Status s = registry->AddCallback(
+            {.name = "sluice_config_info",
+             .help = "The active configuration: always 1, labelled with its version.",
+             .label_names = {"version"}},
+            MetricType::kGauge,
+            [config] {
+              std::vector<CallbackSample> out;
+              ConfigStats stats = (*config)();
+              if (!stats.version.empty()) out.push_back({{std::move(stats.version)}, 1});
+              return out;
+            });
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = registry->AddCallback({.name = "sluice_config_reloads_total",
+                                                .help = "Configuration reloads, by result.",
+                                                .label_names = {"result"}},
+                                               MetricType::kCounter,
+                                               [config] {
+                                                 const ConfigStats stats = (*config)();
+                                                 return std::vector<CallbackSample>{
+                                                     {{"failure"}, stats.reload_failures},
+                                                     {{"success"}, stats.reload_successes}};
+                                               });
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  if (sources.now_us) {
+    auto now_us = std::make_shared<std::function<int64_t()>>(std::move(sources.now_us));
+    const int64_t start_us = sources.start_time_us;
+    if (absl::Status s = registry->AddCallbackGauge(
+            "sluice_uptime_seconds", "Seconds since the server started.",
+            [now_us, start_us] {
+              return static_cast<double>(std::max<int64_t>((*now_us)() - start_us, 0)) / 1e6;
+            });
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = registry->AddCallbackGauge(
+            "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+            [start_us] { return static_cast<double>(start_us) / 1e6; });
+        !s.ok()) {
+      return s;
+    }
+  }
+  return m;
+}
+
+}  // namespace sluice::metrics

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Tests scripts/check_layers.sh on copies of the tree with forbidden includes planted:
+#
+#   bash tests/check_layers_test.sh [REPO_ROOT]        (default: this script's parent directory)
+#
+#   - the unchanged copy passes (the control);
+#   - `#include "http/server.h"` planted in an algo file fails, naming that file and the edge;
+#   - a test-only allowance does not extend to the module's other files: `store/` planted in
+#     render's non-test code fails;
+#   - an include of a folder that is no module of the table fails.
+#
+# Prints `N passed, M failed`; exits 1 on any failure.
+
+set -uo pipefail
+
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+check="$root/scripts/check_layers.sh"
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-layers.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+passed=0
+failed=0
+pass() {
+  passed=$((passed + 1))
+  echo "ok   $1"
+}
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $1: $2"
+  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
+}
+
+# A fresh copy of src/ and include/ under $work/$1.
+copy_tree() {
+  mkdir -p "$work/$1"
+  cp -r "$root/src" "$root/include" "$work/$1/"
+}
+
+# Inserts `#include "$3"` into $work/$1/$2 after its first include line.
+plant() {
+  sed -i "0,/^#include/s||#include \"$3\"\n&|" "$work/$1/$2"
+}
+
+# Runs the check on $work/$1; sets `out` and `status`.
+run_check() {
+  out=$(bash "$check" "$work/$1" 2>&1)
+  status=$?
+}
+
+# 1. The unchanged tree passes.
+copy_tree clean
+run_check clean
+if [[ $status == 0 ]]; then
+  pass "unchanged tree passes"
+else
+  fail "unchanged tree passes" "exit $status" "$out"
+fi
+
+# 2. algo -> http: fails, naming the file and the edge.
+file=src/algo/algorithms.cc
+copy_tree algo
+plant algo "$file" "http/server.h"
+run_check algo
+if [[ $status == 1 && $out == *"$file:"*"algo -> http (\"http/server.h\") is not allowed"* ]]; then
+  pass "algo -> http fails and names $file"
+else
+  fail "algo -> http fails and names $file" "exit $status" "$out"
+fi
+if [[ $(grep -c 'is not allowed' <<<"$out") == 1 ]]; then
+  pass "only the planted include is reported"
+else
+  fail "only the planted include is reported" "other lines" "$out"
+fi
+
+# 3. A test's allowance (render's tests may include store) is not the module's.
+file=src/render/rate_limit_headers.cc
+copy_tree render
+plant render "$file" "store/memory_store.h"
+run_check render
+if [[ $status == 1 && $out == *"$file:"*"render -> store"* ]]; then
+  pass "render -> store fails outside render's tests"
+else
+  fail "render -> store fails outside render's tests" "exit $status" "$out"
+fi
+
+# 4. A folder that is no module.
+file=src/util/json_string.cc
+copy_tree unknown
+plant unknown "$file" "nowhere/thing.h"
+run_check unknown
+if [[ $status == 1 && $out == *"$file:"*"'nowhere' is not a module of the table"* ]]; then
+  pass "an unknown module fails"
+else
+  fail "an unknown module fails" "exit $status" "$out"
+fi
+
+echo "$passed passed, $failed failed"
+((failed == 0))

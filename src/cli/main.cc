@@ -8,13 +8,13 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "tools/bench_redis.h"
-#include "tools/bench_store.h"
 #include "cli/replay.h"
 #include "cli/rules_commands.h"
 #include "cli/serve.h"
 #include "rules/loader.h"
 #include "sluice/limit.h"
+#include "tools/bench_redis.h"
+#include "tools/bench_store.h"
 
 namespace sluice::cli {
 namespace {

@@ -1,100 +1,25 @@
+// The HTTP service's data plane: routing, /v1/check, /json, and the answer to a decision
+// (status, rate-limit headers, body), with the decision metrics. Forward-auth is in
+// service_auth.cc, the reverse proxy in service_proxy.cc, the admin endpoints in
+// service_admin.cc.
+
 #include "http/service.h"
 
 #include <array>
 #include <atomic>
-#include <iterator>
 #include <mutex>
 #include <optional>
 
-#include "absl/container/inlined_vector.h"
-#include "engine/descriptor_text.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
-#include "http/http_routes.h"
+#include "http/service_answers.h"
 
 namespace sluice::http {
 namespace {
 
-void SetJson(HttpResponse& response, beast_http::status status, std::string body) {
-  response.result(status);
-  response.set(beast_http::field::content_type, "application/json");
-  response.body() = std::move(body);
-}
-
-void SetText(HttpResponse& response, beast_http::status status, std::string body) {
-  response.result(status);
-  response.set(beast_http::field::content_type, "text/plain; charset=utf-8");
-  response.body() = std::move(body);
-}
-
-// The path of a request target, without the query.
-std::string_view PathOf(const HttpRequest& request) {
-  const std::string_view target(request.target().data(), request.target().size());
-  return target.substr(0, target.find('?'));
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out;
-  AppendJsonString(&out, s);
-  return out;
-}
-
-// The value of query parameter `name`, percent-decoded ('+' is a space); nullopt if absent.
-std::optional<std::string> QueryParam(const HttpRequest& request, std::string_view name) {
-  const std::string_view target(request.target().data(), request.target().size());
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const size_t amp = rest.find('&');
-    const std::string_view pair = rest.substr(0, amp);
-    rest.remove_prefix(amp == std::string_view::npos ? rest.size() : amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    const std::string_view raw = eq == std::string_view::npos ? "" : pair.substr(eq + 1);
-    std::string value;
-    for (size_t i = 0; i < raw.size(); ++i) {
-      const auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-      };
-      if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
-        value += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
-        i += 2;
-      } else {
-        value += raw[i] == '+' ? ' ' : raw[i];
-      }
-    }
-    return value;
-  }
-  return std::nullopt;
-}
-
 uint64_t NextServiceSerial() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
-}
-
-// The token of Authorization credentials "Bearer <token>" (RFC 6750 §2.1), or nullopt for
-// another scheme. The scheme is case-insensitive (RFC 9110 §11.1) and followed by one or more
-// spaces (§11.4: auth-scheme 1*SP token68).
-std::optional<std::string_view> BearerToken(std::string_view credentials) {
-  constexpr std::string_view kScheme = "bearer";
-  if (credentials.size() <= kScheme.size() || credentials[kScheme.size()] != ' ' ||
-      !boost::beast::iequals(credentials.substr(0, kScheme.size()), kScheme)) {
-    return std::nullopt;
-  }
-  const size_t token = credentials.find_first_not_of(' ', kScheme.size());
-  if (token == std::string_view::npos) return std::nullopt;
-  return credentials.substr(token);
-}
-
-void MethodNotAllowed(HttpResponse& response, const char* allowed) {
-  response.set(beast_http::field::allow, allowed);
-  SetJson(response, beast_http::status::method_not_allowed,
-          fmt::format("{{\"error\":\"method not allowed; use {}\"}}", allowed));
 }
 
 }  // namespace
@@ -242,131 +167,11 @@ void Service::Check(const HttpRequest& request, HttpResponse& response, Deferral
   });
 }
 
-// Forward-auth (nginx auth_request, Traefik ForwardAuth, Envoy ext_authz over HTTP): the
-// original request is described by X-Original-URI / X-Forwarded-Uri and X-Original-Method /
-// X-Forwarded-Method, else by the path after /v1/auth (ext_authz's path_prefix) and this
-// request's own method. Every domain with an `http:` section must allow it; all are decided as
-// one (nothing is consumed unless all allow).
-void Service::Auth(const HttpRequest& request, const std::string& peer, HttpResponse& response,
-                   Deferral& deferral) {
-  // The first of two header fields present.
-  const auto either = [&](std::string_view a,
-                          std::string_view b) -> std::optional<std::string_view> {
-    auto it = request.find(a);
-    if (it == request.end()) it = request.find(b);
-    if (it == request.end()) return std::nullopt;
-    return std::string_view(it->value().data(), it->value().size());
-  };
-  const std::string_view method = either("X-Original-Method", "X-Forwarded-Method")
-                                      .value_or(std::string_view(request.method_string().data(),
-                                                                 request.method_string().size()));
-  std::string_view uri;
-  if (auto original = either("X-Original-URI", "X-Forwarded-Uri")) {
-    uri = *original;
-  } else {
-    uri = std::string_view(request.target().data(), request.target().size()).substr(8);
-    if (uri.empty() || uri.front() == '?') uri = "/";
-  }
-  const std::string_view path = uri.substr(0, uri.find('?'));
-
-  std::shared_ptr<const rules::Config> config = config_->Current();
-  auto checks = BuildRouteChecks(
-      *config, {.method = method, .path = path, .peer = peer, .headers = &request});
-  if (!checks.ok()) {
-    return SetJson(response, beast_http::status::bad_request,
-                   RenderError(std::string(checks.status().message())));
-  }
-  // No route applies: allowed, and nothing to decide, count or report (what DecideRoutes would
-  // answer too, without its round through the engine).
-  if (checks->requests.empty()) return response.result(beast_http::status::ok);
-  if (engine_.answers_inline()) {
-    // Decided before returning: the answer is written straight into `response`, with no
-    // callback to allocate (this is the busiest path).
-    return SetAuthAnswer(*config, DecideRoutesNow(*config, *checks, nullptr), response);
-  }
-  AnswerMaybeLater(response, deferral, [&](Send send) {
-    DecideRoutes(config, *std::move(checks), nullptr,
-                 [this, config, send = std::move(send)](RouteDecision decision) {
-                   HttpResponse answer;
-                   SetAuthAnswer(*config, decision, answer);
-                   send(std::move(answer));
-                 });
-  });
-}
-
-void Service::SetAuthAnswer(const rules::Config& config, const RouteDecision& decision,
-                            HttpResponse& response) {
-  // An allowed request gets an empty 200: proxies act on the status and the headers and drop
-  // the body (nginx auth_request always does). A denial keeps its JSON body.
-  SetDecision(config, decision.combined(), static_cast<beast_http::status>(decision.status),
-              response, /*body=*/decision.status != 200);
-}
-
-Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, RouteChecks& checks,
-                                                engine::Consumption* consumed) {
-  const int64_t now_us = clock_->NowMicros();
-  absl::InlinedVector<std::string_view, 2> domains;
-  for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
-  // The engine answers straight into the decision: no list of answers to allocate and move.
-  RouteDecision out;
-  out.responses.resize(checks.requests.size());
-  engine_.CheckAll(config, std::span(checks.requests.data(), checks.requests.size()),
-                   std::span(out.responses.data(), out.responses.size()), now_us, consumed);
-  Summarize(domains, checks.sections, now_us, out);
-  return out;
-}
-
-void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
-                           engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
-  if (engine_.answers_inline()) return done(DecideRoutesNow(*config, checks, consumed));
-  const int64_t now_us = clock_->NowMicros();
-  // The requests go to the engine; the answer needs only their domains.
-  std::vector<std::string> domains;
-  for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
-  std::vector<engine::Request> requests(std::make_move_iterator(checks.requests.begin()),
-                                        std::make_move_iterator(checks.requests.end()));
-  engine_.CheckAllAsync(
-      std::move(config), std::move(requests), now_us,
-      [this, domains = std::move(domains), sections = std::move(checks.sections), now_us,
-       done = std::move(done)](std::vector<engine::Response> decisions) {
-        const std::vector<std::string_view> names(domains.begin(), domains.end());
-        RouteDecision out;
-        out.responses.assign(std::make_move_iterator(decisions.begin()),
-                             std::make_move_iterator(decisions.end()));
-        Summarize(names, sections, now_us, out);
-        done(std::move(out));
-      },
-      consumed);
-}
-
 void Service::RecordDecision(std::string_view domain, const engine::Response& decision,
                              int64_t elapsed_us) {
   if (metrics_ == nullptr) return;
   metrics_->decision_duration->Observe(elapsed_us);
   CountDecisions(domain, decision);
-}
-
-void Service::Summarize(std::span<const std::string_view> domains,
-                        std::span<const rules::HttpSection* const> sections, int64_t now_us,
-                        RouteDecision& out) {
-  auto& decisions = out.responses;
-  for (size_t i = 0; i < decisions.size(); ++i) {
-    if (metrics_ != nullptr) CountDecisions(domains[i], decisions[i]);
-    if (out.status != 200) continue;
-    for (const auto& d : decisions[i].descriptors) {
-      if (d.code == engine::DescriptorResult::Code::kOverLimit)
-        out.status = sections[i]->deny_status;
-    }
-  }
-  if (metrics_ != nullptr && !decisions.empty()) {
-    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
-  }
-  if (decisions.size() != 1) {
-    engine::Response combined = engine::Combine(std::span(decisions.data(), decisions.size()));
-    decisions.clear();
-    decisions.push_back(std::move(combined));
-  }
-  if (!out.combined().allowed && out.status == 200) out.status = 429;
 }
 
 void Service::CountDecisions(std::string_view domain, const engine::Response& decision) {
@@ -481,163 +286,6 @@ void Service::Json(const HttpRequest& request, HttpResponse& response, Deferral&
       send(std::move(answer));
     });
   });
-}
-
-// GET /v1/limits?domain=D&descriptors=k=v,...: the current state of a key, consuming nothing.
-// DELETE the same: forget it ("unblock this customer").
-void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
-  const bool remove = request.method() == beast_http::verb::delete_;
-  if (!remove && request.method() != beast_http::verb::get) {
-    return MethodNotAllowed(response, "GET, DELETE");
-  }
-  if (remove && !Authorized(request, response)) return;
-  const auto domain = QueryParam(request, "domain");
-  const auto text = QueryParam(request, "descriptors");
-  if (!domain || domain->empty() || !text) {
-    return SetJson(response, beast_http::status::bad_request,
-                   RenderError("give ?domain=D&descriptors=k=v,k=v;k=v"));
-  }
-  std::string error;
-  auto descriptors = engine::ParseDescriptorList(*text, &error);
-  if (!descriptors) return SetJson(response, beast_http::status::bad_request, RenderError(error));
-  std::shared_ptr<const rules::Config> config = config_->Current();
-  if (config->FindDomain(*domain) == nullptr) {
-    return SetJson(response, beast_http::status::not_found,
-                   RenderError(fmt::format("unknown domain '{}'", *domain)));
-  }
-  // The same bound as on the data plane (/v1/check, the http: routes): no key that could not
-  // have been stored is looked up.
-  const size_t max_key_bytes = config->settings.max_key_bytes;
-  for (const engine::Descriptor& d : *descriptors) {
-    for (const rules::Entry& e : d.entries) {
-      if (e.key.size() > max_key_bytes || e.value.size() > max_key_bytes) {
-        return SetJson(
-            response, beast_http::status::bad_request,
-            RenderError(fmt::format("descriptor key '{:.64}' or its value is longer than "
-                                    "the maximum of {} bytes (http.max_key_bytes)",
-                                    e.key, max_key_bytes)));
-      }
-    }
-  }
-  engine::Request query{
-      .domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
-  AnswerMaybeLater(response, deferral, [&](Send send) {
-    if (remove) {
-      return engine_.ResetAsync(config, std::move(query), [send](absl::StatusOr<size_t> forgotten) {
-        HttpResponse answer;
-        if (!forgotten.ok()) {
-          SetJson(answer, beast_http::status::service_unavailable,
-                  RenderError("backend: " + std::string(forgotten.status().message())));
-        } else {
-          SetJson(answer, beast_http::status::ok, fmt::format("{{\"reset\":{}}}", *forgotten));
-        }
-        send(std::move(answer));
-      });
-    }
-    for (auto& d : query.descriptors) d.hits_addend = 0;  // look, don't consume
-    std::vector<engine::Request> requests;
-    requests.push_back(std::move(query));
-    engine_.CheckAllAsync(config, std::move(requests), clock_->NowMicros(),
-                          [send](std::vector<engine::Response> decisions) {
-                            HttpResponse answer;
-                            if (decisions.front().backend != engine::BackendState::kOk) {
-                              SetJson(answer, beast_http::status::service_unavailable,
-                                      RenderError("backend unavailable: the state cannot be read"));
-                            } else {
-                              SetJson(answer, beast_http::status::ok,
-                                      RenderCheckResponse(decisions.front()));
-                            }
-                            send(std::move(answer));
-                          });
-  });
-}
-
-bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
-  if (admin_token_.empty()) return true;
-  const auto [first, end] = request.equal_range(beast_http::field::authorization);
-  // Two credentials are ambiguous (a proxy in front may have checked the other one): refused
-  // rather than taking the first.
-  if (first != end && std::next(first) != end) {
-    SetJson(response, beast_http::status::bad_request,
-            R"({"error":"more than one Authorization field"})");
-    return false;
-  }
-  if (first != end) {
-    const auto token = BearerToken(std::string_view(first->value().data(), first->value().size()));
-    if (token && *token == admin_token_) return true;
-  }
-  response.set(beast_http::field::www_authenticate, "Bearer");
-  SetJson(response, beast_http::status::unauthorized,
-          R"({"error":"this endpoint needs Authorization: Bearer <admin token>"})");
-  return false;
-}
-
-// Ready when a config is loaded and the backend can decide, or, while it cannot, when no domain
-// would refuse requests for it (failure_mode open or local everywhere).
-void Service::Readyz(HttpResponse& response) {
-  const std::shared_ptr<const rules::Config> config = config_->Current();
-  if (config == nullptr) {
-    return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
-  }
-  if (!backend_health_)
-    return SetText(response, beast_http::status::ok, "ready\nbackend: memory\n");
-  const BackendHealth health = backend_health_();
-  if (health.usable) {
-    return SetText(response, beast_http::status::ok,
-                   fmt::format("ready\nbackend: {}\n", health.detail));
-  }
-  if (const rules::Domain* closed = config->FirstFailingClosed()) {
-    return SetText(response, beast_http::status::service_unavailable,
-                   fmt::format("not ready\nbackend: {}\ndomain {} has failure_mode closed\n",
-                               health.detail, closed->name));
-  }
-  SetText(
-      response, beast_http::status::ok,
-      fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));
-}
-
-void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response,
-                          Deferral& deferral) {
-  const std::string_view path = PathOf(request);
-  if (path == "/healthz") return SetText(response, beast_http::status::ok, "ok\n");
-  if (path == "/metrics" && registry_ != nullptr) {
-    if (before_render_) before_render_();
-    response.set(beast_http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = registry_->Render();
-    return;
-  }
-  if (path == "/readyz") return Readyz(response);
-  if (path == "/v1/rules") {
-    if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
-    const std::shared_ptr<const rules::Config> config = config_->Current();
-    std::string domains;
-    for (const auto& d : config->domains) {
-      domains +=
-          fmt::format("{}{{\"name\":{},\"file\":{},\"limits\":{}}}", domains.empty() ? "" : ",",
-                      JsonString(d->name), JsonString(d->file), d->limit_count);
-    }
-    return SetJson(response, beast_http::status::ok,
-                   fmt::format("{{\"version\":{},\"domains\":[{}],\"limits\":{},"
-                               "\"reload_successes\":{},\"reload_failures\":{}}}",
-                               JsonString(config->version), domains, config->limit_count,
-                               config_->reload_successes(), config_->reload_failures()));
-  }
-  if (path == "/v1/limits") return Limits(request, response, deferral);
-  if (path == "/v1/reload") {
-    if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
-    if (!Authorized(request, response)) return;
-    const rules::ConfigManager::ReloadOutcome outcome = config_->Reload();
-    std::string errors;
-    for (const auto& e : outcome.errors) {
-      errors += fmt::format("{}{}", errors.empty() ? "" : ",", JsonString(e.ToString()));
-    }
-    return SetJson(
-        response,
-        outcome.errors.empty() ? beast_http::status::ok : beast_http::status::unprocessable_entity,
-        fmt::format("{{\"applied\":{},\"unchanged\":{},\"version\":{},\"errors\":[{}]}}",
-                    outcome.applied, outcome.unchanged, JsonString(outcome.version), errors));
-  }
-  SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
 }
 
 }  // namespace sluice::http

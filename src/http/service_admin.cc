@@ -1,0 +1,229 @@
+// The HTTP service's admin endpoints: /healthz, /readyz, /metrics, /v1/rules, /v1/limits,
+// /v1/reload, and the bearer token that guards the ones that change state.
+
+#include <iterator>
+#include <optional>
+
+#include "engine/descriptor_text.h"
+#include "fmt/format.h"
+#include "http/check_json.h"
+#include "http/service.h"
+#include "http/service_answers.h"
+#include "util/json_string.h"
+
+namespace sluice::http {
+namespace {
+
+std::string JsonString(std::string_view s) {
+  std::string out;
+  AppendJsonString(&out, s);
+  return out;
+}
+
+// The value of query parameter `name`, percent-decoded ('+' is a space); nullopt if absent.
+std::optional<std::string> QueryParam(const HttpRequest& request, std::string_view name) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest.remove_prefix(amp == std::string_view::npos ? rest.size() : amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    const std::string_view raw = eq == std::string_view::npos ? "" : pair.substr(eq + 1);
+    std::string value;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+      };
+      if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+        value += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+        i += 2;
+      } else {
+        value += raw[i] == '+' ? ' ' : raw[i];
+      }
+    }
+    return value;
+  }
+  return std::nullopt;
+}
+
+// The token of Authorization credentials "Bearer <token>" (RFC 6750 §2.1), or nullopt for
+// another scheme. The scheme is case-insensitive (RFC 9110 §11.1) and followed by one or more
+// spaces (§11.4: auth-scheme 1*SP token68).
+std::optional<std::string_view> BearerToken(std::string_view credentials) {
+  constexpr std::string_view kScheme = "bearer";
+  if (credentials.size() <= kScheme.size() || credentials[kScheme.size()] != ' ' ||
+      !boost::beast::iequals(credentials.substr(0, kScheme.size()), kScheme)) {
+    return std::nullopt;
+  }
+  const size_t token = credentials.find_first_not_of(' ', kScheme.size());
+  if (token == std::string_view::npos) return std::nullopt;
+  return credentials.substr(token);
+}
+
+}  // namespace
+
+// GET /v1/limits?domain=D&descriptors=k=v,...: the current state of a key, consuming nothing.
+// DELETE the same: forget it ("unblock this customer").
+void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
+  const bool remove = request.method() == beast_http::verb::delete_;
+  if (!remove && request.method() != beast_http::verb::get) {
+    return MethodNotAllowed(response, "GET, DELETE");
+  }
+  if (remove && !Authorized(request, response)) return;
+  const auto domain = QueryParam(request, "domain");
+  const auto text = QueryParam(request, "descriptors");
+  if (!domain || domain->empty() || !text) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError("give ?domain=D&descriptors=k=v,k=v;k=v"));
+  }
+  std::string error;
+  auto descriptors = engine::ParseDescriptorList(*text, &error);
+  if (!descriptors) return SetJson(response, beast_http::status::bad_request, RenderError(error));
+  std::shared_ptr<const rules::Config> config = config_->Current();
+  if (config->FindDomain(*domain) == nullptr) {
+    return SetJson(response, beast_http::status::not_found,
+                   RenderError(fmt::format("unknown domain '{}'", *domain)));
+  }
+  // The same bound as on the data plane (/v1/check, the http: routes): no key that could not
+  // have been stored is looked up.
+  const size_t max_key_bytes = config->settings.max_key_bytes;
+  for (const engine::Descriptor& d : *descriptors) {
+    for (const rules::Entry& e : d.entries) {
+      if (e.key.size() > max_key_bytes || e.value.size() > max_key_bytes) {
+        return SetJson(
+            response, beast_http::status::bad_request,
+            RenderError(fmt::format("descriptor key '{:.64}' or its value is longer than "
+                                    "the maximum of {} bytes (http.max_key_bytes)",
+                                    e.key, max_key_bytes)));
+      }
+    }
+  }
+  engine::Request query{
+      .domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
+  AnswerMaybeLater(response, deferral, [&](Send send) {
+    if (remove) {
+      return engine_.ResetAsync(config, std::move(query), [send](absl::StatusOr<size_t> forgotten) {
+        HttpResponse answer;
+        if (!forgotten.ok()) {
+          SetJson(answer, beast_http::status::service_unavailable,
+                  RenderError("backend: " + std::string(forgotten.status().message())));
+        } else {
+          SetJson(answer, beast_http::status::ok, fmt::format("{{\"reset\":{}}}", *forgotten));
+        }
+        send(std::move(answer));
+      });
+    }
+    for (auto& d : query.descriptors) d.hits_addend = 0;  // look, don't consume
+    std::vector<engine::Request> requests;
+    requests.push_back(std::move(query));
+    engine_.CheckAllAsync(config, std::move(requests), clock_->NowMicros(),
+                          [send](std::vector<engine::Response> decisions) {
+                            HttpResponse answer;
+                            if (decisions.front().backend != engine::BackendState::kOk) {
+                              SetJson(answer, beast_http::status::service_unavailable,
+                                      RenderError("backend unavailable: the state cannot be read"));
+                            } else {
+                              SetJson(answer, beast_http::status::ok,
+                                      RenderCheckResponse(decisions.front()));
+                            }
+                            send(std::move(answer));
+                          });
+  });
+}
+
+bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
+  if (admin_token_.empty()) return true;
+  const auto [first, end] = request.equal_range(beast_http::field::authorization);
+  // Two credentials are ambiguous (a proxy in front may have checked the other one): refused
+  // rather than taking the first.
+  if (first != end && std::next(first) != end) {
+    SetJson(response, beast_http::status::bad_request,
+            R"({"error":"more than one Authorization field"})");
+    return false;
+  }
+  if (first != end) {
+    const auto token = BearerToken(std::string_view(first->value().data(), first->value().size()));
+    if (token && *token == admin_token_) return true;
+  }
+  response.set(beast_http::field::www_authenticate, "Bearer");
+  SetJson(response, beast_http::status::unauthorized,
+          R"({"error":"this endpoint needs Authorization: Bearer <admin token>"})");
+  return false;
+}
+
+// Ready when a config is loaded and the backend can decide, or, while it cannot, when no domain
+// would refuse requests for it (failure_mode open or local everywhere).
+void Service::Readyz(HttpResponse& response) {
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  if (config == nullptr) {
+    return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
+  }
+  if (!backend_health_)
+    return SetText(response, beast_http::status::ok, "ready\nbackend: memory\n");
+  const BackendHealth health = backend_health_();
+  if (health.usable) {
+    return SetText(response, beast_http::status::ok,
+                   fmt::format("ready\nbackend: {}\n", health.detail));
+  }
+  if (const rules::Domain* closed = config->FirstFailingClosed()) {
+    return SetText(response, beast_http::status::service_unavailable,
+                   fmt::format("not ready\nbackend: {}\ndomain {} has failure_mode closed\n",
+                               health.detail, closed->name));
+  }
+  SetText(
+      response, beast_http::status::ok,
+      fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));
+}
+
+void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response,
+                          Deferral& deferral) {
+  const std::string_view path = PathOf(request);
+  if (path == "/healthz") return SetText(response, beast_http::status::ok, "ok\n");
+  if (path == "/metrics" && registry_ != nullptr) {
+    if (before_render_) before_render_();
+    response.set(beast_http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    response.body() = registry_->Render();
+    return;
+  }
+  if (path == "/readyz") return Readyz(response);
+  if (path == "/v1/rules") {
+    if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
+    const std::shared_ptr<const rules::Config> config = config_->Current();
+    std::string domains;
+    for (const auto& d : config->domains) {
+      domains +=
+          fmt::format("{}{{\"name\":{},\"file\":{},\"limits\":{}}}", domains.empty() ? "" : ",",
+                      JsonString(d->name), JsonString(d->file), d->limit_count);
+    }
+    return SetJson(response, beast_http::status::ok,
+                   fmt::format("{{\"version\":{},\"domains\":[{}],\"limits\":{},"
+                               "\"reload_successes\":{},\"reload_failures\":{}}}",
+                               JsonString(config->version), domains, config->limit_count,
+                               config_->reload_successes(), config_->reload_failures()));
+  }
+  if (path == "/v1/limits") return Limits(request, response, deferral);
+  if (path == "/v1/reload") {
+    if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
+    if (!Authorized(request, response)) return;
+    const rules::ConfigManager::ReloadOutcome outcome = config_->Reload();
+    std::string errors;
+    for (const auto& e : outcome.errors) {
+      errors += fmt::format("{}{}", errors.empty() ? "" : ",", JsonString(e.ToString()));
+    }
+    return SetJson(
+        response,
+        outcome.errors.empty() ? beast_http::status::ok : beast_http::status::unprocessable_entity,
+        fmt::format("{{\"applied\":{},\"unchanged\":{},\"version\":{},\"errors\":[{}]}}",
+                    outcome.applied, outcome.unchanged, JsonString(outcome.version), errors));
+  }
+  SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,25 @@
+// Small pieces of the HTTP service's answers, shared by its files (service*.cc).
+
+#ifndef SLUICE_HTTP_SERVICE_ANSWERS_H_
+#define SLUICE_HTTP_SERVICE_ANSWERS_H_
+
+#include <string>
+#include <string_view>
+
+#include "http/server.h"
+
+namespace sluice::http {
+
+// The answer `status` with `body`, as JSON or as plain text.
+void SetJson(HttpResponse& response, beast_http::status status, std::string body);
+void SetText(HttpResponse& response, beast_http::status status, std::string body);
+
+// The path of a request target, without the query.
+std::string_view PathOf(const HttpRequest& request);
+
+// 405 naming the methods `allowed` ("GET, DELETE").
+void MethodNotAllowed(HttpResponse& response, const char* allowed);
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_SERVICE_ANSWERS_H_

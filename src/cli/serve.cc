@@ -84,32 +84,164 @@ std::map<std::string, std::string> ProcessEnvironment() {
   return env;
 }
 
+// Where the rules come from: the flags, or envoyproxy/ratelimit's environment variables
+// (--envoy-env). False, after saying why, when serve must not start.
+struct ConfigSource {
+  std::vector<std::string> paths;  // empty: the embedded default
+  std::string name;                // for the start-up line
+  rules::LoadOptions load_options;
+};
+bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
+  if (!flags.config.empty()) source.paths = {flags.config};
+  source.name = flags.config.empty() ? "<embedded default>" : flags.config;
+  if (!flags.envoy_env) return true;
+  const EnvoyEnv env = ReadEnvoyEnv(ProcessEnvironment());
+  for (const EnvoyEnvMessage& m : env.messages) {
+    std::cerr << "serve: envoy-env: " << m.ToString() << "\n";
+  }
+  if (!env.ok()) {
+    std::cerr << "serve: envoy-env: not starting: the errors above would change decisions or "
+                 "the deployment (docs/integration/envoy.md)\n";
+    return false;
+  }
+  spdlog::set_level(spdlog::level::from_str(env.log_level));
+  source.paths = {env.rules_path};
+  source.name = env.rules_path;
+  source.load_options = env.load;
+  return true;
+}
+
+// The admin API's token (empty: none); an error when it cannot be read, or when there is none
+// and the admin API would listen beyond loopback.
+absl::StatusOr<std::string> AdminToken(const rules::Settings& settings, const std::string& admin) {
+  std::string token;
+  if (!settings.admin_token_file.empty()) {
+    auto read = ReadToken(settings.admin_token_file);
+    if (!read) {
+      return absl::InvalidArgumentError("cannot read an admin token from " +
+                                        settings.admin_token_file);
+    }
+    token = *read;
+  }
+  if (token.empty() && !IsLoopback(admin)) {
+    return absl::InvalidArgumentError(
+        "refusing to serve the admin API on " + admin +
+        " without a token: set admin.token_file in the settings file, or bind it to 127.0.0.1");
+  }
+  return token;
+}
+
+// With Redis: /readyz and gRPC health follow it (not the connection alone: a hung Redis keeps
+// it while every decision times out). Returns gRPC's serving test: SERVING while Redis
+// decides, or while no domain fails closed without it; unset with memory (always serving).
+std::function<bool()> FollowBackendHealth(const stack::Stack& backends, http::Service& service,
+                                          rules::ConfigManager& manager) {
+  if (!backends.remote()) return {};
+  backend::Backend* backend = &backends.backend();
+  service.SetBackendHealth([backend, where = backends.where()] {
+    const backend::Backend::Health health = backend->GetHealth();
+    return http::Service::BackendHealth{health.up, where + ": " + health.detail};
+  });
+  return [backend, &manager] {
+    if (backend->GetHealth().up) return true;
+    return manager.Current()->FirstFailingClosed() == nullptr;
+  };
+}
+
+// /metrics: the registry with sluice's families and the backend's, brought up to date with the
+// server's connection counts on each scrape.
+struct Observability {
+  metrics::Registry registry;
+  std::optional<metrics::ServerMetrics> server_metrics;
+  std::mutex scrape_mu;
+};
+absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
+                          rules::ConfigManager& manager, http::HttpServer& server,
+                          http::Service& service) {
+  auto registered = metrics::ServerMetrics::Register(
+      &o.registry, {.store = [&backends] { return backends.StoreStats(); },
+                    .config =
+                        [&manager] {
+                          const auto current = manager.Current();
+                          return metrics::ServerMetrics::ConfigStats{
+                              current ? current->version : "",
+                              static_cast<double>(manager.reload_successes()),
+                              static_cast<double>(manager.reload_failures())};
+                        },
+                    .now_us = [] { return SystemClock::Get()->NowMicros(); },
+                    .start_time_us = SystemClock::Get()->NowMicros(),
+                    .max_decision_series = 10000});
+  if (!registered.ok()) return registered.status();
+  o.server_metrics = *std::move(registered);
+  if (auto s = backends.RegisterBackendMetrics(o.registry); !s.ok()) return s;
+  metrics::ServerMetrics* m = &*o.server_metrics;
+  service.SetMetrics(&o.registry, m, [&o, m, &server] {
+    const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
+      if (total > counter->Value()) counter->Inc(total - counter->Value());
+    };
+    std::lock_guard<std::mutex> lock(o.scrape_mu);
+    const http::ServerStats& st = server.stats();
+    m->http_open_connections->Set(static_cast<double>(st.connections_open.load()));
+    catch_up(m->http_connections, st.connections_total.load());
+    catch_up(m->http_connections_rejected, st.connections_rejected.load());
+  });
+  return absl::OkStatus();
+}
+
+// The data plane and the admin listeners; their bound ports.
+absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::Service& service,
+                                               const std::string& listen,
+                                               const std::string& admin) {
+  auto data_port = server.Listen(
+      listen,
+      [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
+                 http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
+      0, [&service](const http::HttpRequest& header) { return service.StreamsBody(header); },
+      [&service](unsigned status) { service.CountStatus(status); });
+  if (!data_port.ok()) return data_port.status();
+  auto admin_port = server.Listen(
+      admin,
+      [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
+                 http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
+      kAdminMaxConnections);
+  if (!admin_port.ok()) return admin_port.status();
+  return std::make_pair(*data_port, *admin_port);
+}
+
+// The gRPC (Envoy RLS) port on the same engine; its decisions counted with HTTP's.
+absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(const std::string& address,
+                                                           const rules::Settings& settings,
+                                                           std::function<bool()> backend_serving,
+                                                           rules::ConfigManager& manager,
+                                                           engine::Engine& engine,
+                                                           http::Service& service) {
+  return rls::GrpcServer::Start(
+      {.address = address,
+       .max_message_bytes = static_cast<int>(std::min<size_t>(
+           settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max()))),
+       .backend_serving = std::move(backend_serving),
+       .on_decision = [&service](std::string_view domain, const engine::Response& decision,
+                                 int64_t us) { service.RecordDecision(domain, decision, us); },
+       .threads = settings.grpc_threads},
+      &manager, &engine, SystemClock::Get());
+}
+
+// "HOST:PORT" -> "HOST".
+std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
 }  // namespace
 
 int RunServe(const ServeFlags& flags) {
   // Debian's abseil checks every Mutex acquisition for lock-order cycles (a debug aid), which
   // gRPC pays for on each call; a server has no use for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  std::vector<std::string> paths;
-  if (!flags.config.empty()) paths = {flags.config};
-  std::string config_name = flags.config.empty() ? "<embedded default>" : flags.config;
-  rules::LoadOptions load_options;
-  if (flags.envoy_env) {
-    const EnvoyEnv env = ReadEnvoyEnv(ProcessEnvironment());
-    for (const EnvoyEnvMessage& m : env.messages) {
-      std::cerr << "serve: envoy-env: " << m.ToString() << "\n";
-    }
-    if (!env.ok()) {
-      std::cerr << "serve: envoy-env: not starting: the errors above would change decisions or "
-                   "the deployment (docs/integration/envoy.md)\n";
-      return 1;
-    }
-    spdlog::set_level(spdlog::level::from_str(env.log_level));
-    paths = {env.rules_path};
-    config_name = env.rules_path;
-    load_options = env.load;
-  }
-  rules::ConfigManager manager(paths, std::string(kDefaultConfig), load_options);
+  const auto fail = [](std::string_view what, const absl::Status& status) {
+    std::cerr << "serve: " << what << status.message() << "\n";
+    return 1;
+  };
+  ConfigSource source;
+  if (!ResolveConfigSource(flags, source)) return 1;
+  rules::ConfigManager manager(source.paths, std::string(kDefaultConfig), source.load_options);
   const rules::ConfigManager::ReloadOutcome loaded = manager.Reload();
   if (!loaded.errors.empty()) {
     for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
@@ -119,25 +251,10 @@ int RunServe(const ServeFlags& flags) {
   const std::string listen = flags.listen.value_or(settings.listen);
   const std::string admin = flags.admin.value_or(settings.admin_listen);
   const std::string grpc = flags.grpc.value_or(settings.grpc_listen);
-  const bool grpc_enabled = !grpc.empty() && grpc != "0";
   int threads = flags.threads.value_or(settings.threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-
-  std::string token;
-  if (!settings.admin_token_file.empty()) {
-    auto t = ReadToken(settings.admin_token_file);
-    if (!t) {
-      std::cerr << "serve: cannot read an admin token from " << settings.admin_token_file << "\n";
-      return 1;
-    }
-    token = *t;
-  }
-  if (token.empty() && !IsLoopback(admin)) {
-    std::cerr << "serve: refusing to serve the admin API on " << admin
-              << " without a token: set admin.token_file in the settings file, or bind it to "
-                 "127.0.0.1\n";
-    return 1;
-  }
+  const absl::StatusOr<std::string> token = AdminToken(settings, admin);
+  if (!token.ok()) return fail("", token.status());
 
   // SIGTERM and SIGINT are taken by one thread with sigwait: blocked here, before any other
   // thread starts, so every thread inherits the mask.
@@ -148,30 +265,12 @@ int RunServe(const ServeFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto backends = stack::Stack::Build(settings, flags.redis, SystemClock::Get());
-  if (!backends.ok()) {
-    std::cerr << "serve: " << backends.status().message() << "\n";
-    return 1;
-  }
+  if (!backends.ok()) return fail("", backends.status());
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
-  http::Service service(&manager, &engine, SystemClock::Get(), token);
+  http::Service service(&manager, &engine, SystemClock::Get(), *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
-  std::function<bool()> backend_serving;
-  if ((*backends)->remote()) {
-    backend::Backend* backend = &(*backends)->backend();
-    const std::string where = (*backends)->where();
-    // Not the connection alone: a hung Redis keeps it while every decision times out.
-    service.SetBackendHealth([backend, where] {
-      const backend::Backend::Health health = backend->GetHealth();
-      return http::Service::BackendHealth{health.up, where + ": " + health.detail};
-    });
-    // gRPC health: SERVING while Redis decides, or while no domain fails closed without it.
-    backend_serving = [backend, &manager] {
-      if (backend->GetHealth().up) return true;
-      const auto config = manager.Current();
-      return config->FirstFailingClosed() == nullptr;
-    };
-  }
+  std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
   http::HttpServer server(
       {.threads = threads,
        .max_header_bytes = settings.max_header_bytes,
@@ -180,75 +279,16 @@ int RunServe(const ServeFlags& flags) {
        .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
        .max_connections = settings.max_connections,
        .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)});
-  const int64_t start_us = SystemClock::Get()->NowMicros();
-  metrics::Registry registry;
-  auto metrics = metrics::ServerMetrics::Register(
-      &registry, {.store = [&backends] { return (*backends)->StoreStats(); },
-                  .config =
-                      [&manager] {
-                        const auto current = manager.Current();
-                        return metrics::ServerMetrics::ConfigStats{
-                            current ? current->version : "",
-                            static_cast<double>(manager.reload_successes()),
-                            static_cast<double>(manager.reload_failures())};
-                      },
-                  .now_us = [] { return SystemClock::Get()->NowMicros(); },
-                  .start_time_us = start_us,
-                  .max_decision_series = 10000});
-  if (!metrics.ok()) {
-    std::cerr << "serve: metrics: " << metrics.status().message() << "\n";
-    return 1;
+  Observability observability;
+  if (auto s = StartMetrics(observability, **backends, manager, server, service); !s.ok()) {
+    return fail("metrics: ", s);
   }
-  if (auto s = (*backends)->RegisterBackendMetrics(registry); !s.ok()) {
-    std::cerr << "serve: metrics: " << s.message() << "\n";
-    return 1;
-  }
-  // The server counts connections itself; each scrape brings the metrics up to date.
-  std::mutex scrape_mu;
-  const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
-    if (total > counter->Value()) counter->Inc(total - counter->Value());
-  };
-  service.SetMetrics(&registry, &*metrics, [&] {
-    std::lock_guard<std::mutex> lock(scrape_mu);
-    const http::ServerStats& st = server.stats();
-    metrics->http_open_connections->Set(static_cast<double>(st.connections_open.load()));
-    catch_up(metrics->http_connections, st.connections_total.load());
-    catch_up(metrics->http_connections_rejected, st.connections_rejected.load());
-  });
-  auto data_port = server.Listen(
-      listen,
-      [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
-          http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
-      0, [&](const http::HttpRequest& header) { return service.StreamsBody(header); },
-      [&](unsigned status) { service.CountStatus(status); });
-  if (!data_port.ok()) {
-    std::cerr << "serve: " << data_port.status().message() << "\n";
-    return 1;
-  }
-  auto admin_port = server.Listen(
-      admin,
-      [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
-          http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
-      kAdminMaxConnections);
-  if (!admin_port.ok()) {
-    std::cerr << "serve: " << admin_port.status().message() << "\n";
-    return 1;
-  }
+  const auto ports = ListenHttp(server, service, listen, admin);
+  if (!ports.ok()) return fail("", ports.status());
   std::unique_ptr<rls::GrpcServer> grpc_server;
-  if (grpc_enabled) {
-    auto started = rls::GrpcServer::Start(
-        {.address = grpc,
-         .max_message_bytes = static_cast<int>(std::min<size_t>(
-             settings.max_body_bytes, static_cast<size_t>(std::numeric_limits<int>::max()))),
-         .backend_serving = backend_serving,
-         .on_decision = [&service](std::string_view domain, const engine::Response& decision,
-                                   int64_t us) { service.RecordDecision(domain, decision, us); },
-         .threads = settings.grpc_threads},
-        &manager, &engine, SystemClock::Get());
-    if (!started.ok()) {
-      std::cerr << "serve: " << started.status().message() << "\n";
-      return 1;
-    }
+  if (!grpc.empty() && grpc != "0") {
+    auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service);
+    if (!started.ok()) return fail("", started.status());
     grpc_server = *std::move(started);
   }
   if (auto s = manager.StartWatching(); !s.ok()) {
@@ -273,18 +313,17 @@ int RunServe(const ServeFlags& flags) {
   });
   signal_waiter.detach();
 
-  const auto host = [](const std::string& address) {
-    return address.substr(0, address.rfind(':'));
-  };
   // Machine-readable start-up lines (tests and scripts read the ports from them).
-  std::cout << "sluice: data plane listening on " << host(listen) << ":" << *data_port << "\n"
-            << "sluice: admin listening on " << host(admin) << ":" << *admin_port << "\n";
+  std::cout << "sluice: data plane listening on " << HostOf(listen) << ":" << ports->first << "\n"
+            << "sluice: admin listening on " << HostOf(admin) << ":" << ports->second << "\n";
   if (grpc_server) {
-    std::cout << "sluice: grpc listening on " << host(grpc) << ":" << grpc_server->port() << "\n";
+    std::cout << "sluice: grpc listening on " << HostOf(grpc) << ":" << grpc_server->port() << "\n";
   }
-  std::cout << "sluice: config " << config_name << " version " << loaded.version << ", " << threads
+  std::cout << "sluice: config " << source.name << " version " << loaded.version << ", " << threads
             << " threads, backend " << (*backends)->where() << std::endl;
-  if (paths.empty()) PrintTryIt(host(listen), *data_port, host(admin), *admin_port);  // the default
+  if (source.paths.empty()) {  // the embedded default
+    PrintTryIt(HostOf(listen), ports->first, HostOf(admin), ports->second);
+  }
   server.Run();              // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the

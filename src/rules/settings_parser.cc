@@ -6,18 +6,10 @@
 #include "rules/parsers.h"
 
 namespace sluice::rules {
+namespace {
 
-Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
-  Settings s;
-  s.file = r.file();
-  if (doc.IsNull()) return s;  // an empty file: all defaults
-  if (!r.CheckMap(
-          doc, "settings",
-          {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store", "headers",
-           "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
-           "response_dynamic_metadata", "unknown_domain", "rls", "merge_domains"})) {
-    return s;
-  }
+// The scalar settings at the top level of the file.
+void ParseTopLevel(YamlReader& r, const YAML::Node& doc, Settings& s) {
   s.rules_path = r.String(doc, "rules").value_or("");
   s.listen = r.String(doc, "listen").value_or(s.listen);
   s.merge_domains = r.Bool(doc, "merge_domains").value_or(false);
@@ -46,12 +38,20 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     }
     s.allow_unknown_domain = *unknown == "allow";
   }
+}
+
+// admin: {listen, token_file}
+void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node admin = doc["admin"]; admin.IsDefined() && !admin.IsNull()) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
       s.admin_token_file = r.String(admin, "token_file").value_or("");
     }
   }
+}
+
+// rls: the Envoy RLS answers (response headers, unknown domains).
+void ParseRls(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node rls = doc["rls"]; rls.IsDefined() && !rls.IsNull()) {
     if (r.CheckMap(rls, "rls", {"response_headers", "unknown_domain", "header_names"})) {
       const YAML::Node h = rls["response_headers"];
@@ -78,12 +78,20 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
       }
     }
   }
+}
+
+// grpc: {listen, threads}
+void ParseGrpc(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {
     if (r.CheckMap(grpc, "grpc", {"listen", "threads"})) {
       s.grpc_listen = r.String(grpc, "listen").value_or(s.grpc_listen);
       s.grpc_threads = static_cast<int>(r.Unsigned(grpc, "threads", 256).value_or(0));
     }
   }
+}
+
+// backend: memory | redis, and redis: its connection and keys.
+void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (auto backend = r.String(doc, "backend")) {
     if (*backend != "memory" && *backend != "redis") {
       r.Error(doc["backend"], fmt::format("unknown backend '{}' (memory or redis)", *backend));
@@ -115,6 +123,10 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
       }
     }
   }
+}
+
+// store: {max_entries, on_full}
+void ParseStore(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node store = doc["store"]; store.IsDefined() && !store.IsNull()) {
     if (r.CheckMap(store, "store", {"max_entries", "on_full"})) {
       s.max_entries = r.Unsigned(store, "max_entries", uint64_t{1} << 32).value_or(s.max_entries);
@@ -129,6 +141,10 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
       }
     }
   }
+}
+
+// headers: the rate-limit header styles of HTTP answers.
+void ParseHeaders(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (auto headers = r.Strings(doc, "headers")) {
     for (size_t i = 0; i < headers->size(); ++i) {
       const std::string& h = (*headers)[i];
@@ -148,6 +164,10 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
     s.x_ratelimit_headers = named("x_ratelimit");
     s.ietf_headers = named("ietf");
   }
+}
+
+// http: the server's bounds and timeouts.
+void ParseHttp(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
     if (r.CheckMap(http, "http",
                    {"max_header_bytes", "max_body_bytes", "max_key_bytes", "header_timeout",
@@ -166,6 +186,30 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
       if (s.max_key_bytes == 0) r.Error(http["max_key_bytes"], "max_key_bytes must be at least 1");
     }
   }
+}
+
+}  // namespace
+
+Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
+  Settings s;
+  s.file = r.file();
+  if (doc.IsNull()) return s;  // an empty file: all defaults
+  if (!r.CheckMap(
+          doc, "settings",
+          {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store", "headers",
+           "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
+           "response_dynamic_metadata", "unknown_domain", "rls", "merge_domains"})) {
+    return s;
+  }
+  // (In the order errors were always reported in.)
+  ParseTopLevel(r, doc, s);
+  ParseAdmin(r, doc, s);
+  ParseRls(r, doc, s);
+  ParseGrpc(r, doc, s);
+  ParseBackend(r, doc, s);
+  ParseStore(r, doc, s);
+  ParseHeaders(r, doc, s);
+  ParseHttp(r, doc, s);
   if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty()) {
     r.Error(doc["backend"], "backend redis needs redis.url or redis.nodes");
   }

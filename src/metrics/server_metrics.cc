@@ -10,8 +10,14 @@ std::vector<int64_t> ServerMetrics::DecisionLatencyBoundsUs() {
   return {1, 2, 5, 10, 20, 30, 50, 75, 100, 200, 500, 1000, 2500, 10000, 100000, 1000000};
 }
 
-absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Sources sources) {
-  ServerMetrics m;
+namespace {
+
+using StoreStats = ServerMetrics::StoreStats;
+using ConfigStats = ServerMetrics::ConfigStats;
+
+// The decisions: counts by domain, limit and outcome, near-limit admissions, latency.
+absl::Status RegisterDecisions(Registry* registry, ServerMetrics::Sources& sources,
+                               ServerMetrics& m) {
   {
     auto f = registry->AddCounter(
         {.name = "sluice_decisions_total",
@@ -35,10 +41,16 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     auto f = registry->AddHistogram(
         {.name = "sluice_decision_duration_seconds",
          .help = "Time the engine took to decide a request (all its limits)."},
-        {.bounds = DecisionLatencyBoundsUs(), .unit_divisor = 1000000});
+        {.bounds = ServerMetrics::DecisionLatencyBoundsUs(), .unit_divisor = 1000000});
     if (!f.ok()) return f.status();
     m.decision_duration = (*f)->Get();
   }
+  return absl::OkStatus();
+}
+
+// The HTTP server: connections and responses.
+absl::Status RegisterHttp(Registry* registry, ServerMetrics::Sources& /*sources*/,
+                          ServerMetrics& m) {
   {
     auto f = registry->AddGauge(
         {.name = "sluice_http_open_connections", .help = "HTTP connections open now."});
@@ -66,6 +78,12 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     if (!f.ok()) return f.status();
     m.http_requests = *f;
   }
+  return absl::OkStatus();
+}
+
+// The reverse proxy: outcomes, refunds, answers cut short.
+absl::Status RegisterProxy(Registry* registry, ServerMetrics::Sources& /*sources*/,
+                           ServerMetrics& m) {
   {
     auto f = registry->AddCounter(
         {.name = "sluice_proxy_requests_total",
@@ -97,8 +115,14 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
     if (!f.ok()) return f.status();
     m.proxy_answers_cut = *f;
   }
+  return absl::OkStatus();
+}
 
-  if (sources.store) {
+// The in-memory store, read from sources.store on each scrape.
+absl::Status RegisterStore(Registry* registry, ServerMetrics::Sources& sources,
+                           ServerMetrics& /*m*/) {
+  if (!sources.store) return absl::OkStatus();
+  {
     auto store = std::make_shared<std::function<StoreStats()>>(std::move(sources.store));
     const std::pair<const char*, double StoreStats::*> gauges[] = {
         {"sluice_store_entries", &StoreStats::entries},
@@ -139,8 +163,14 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
       return s;
     }
   }
+  return absl::OkStatus();
+}
 
-  if (sources.config) {
+// The configuration: its version and reloads, from sources.config.
+absl::Status RegisterConfig(Registry* registry, ServerMetrics::Sources& sources,
+                            ServerMetrics& /*m*/) {
+  if (!sources.config) return absl::OkStatus();
+  {
     auto config = std::make_shared<std::function<ConfigStats()>>(std::move(sources.config));
     if (absl::Status s = registry->AddCallback(
             {.name = "sluice_config_info",
@@ -170,8 +200,14 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
       return s;
     }
   }
+  return absl::OkStatus();
+}
 
-  if (sources.now_us) {
+// Uptime and start time, from sources.now_us.
+absl::Status RegisterUptime(Registry* registry, ServerMetrics::Sources& sources,
+                            ServerMetrics& /*m*/) {
+  if (!sources.now_us) return absl::OkStatus();
+  {
     auto now_us = std::make_shared<std::function<int64_t()>>(std::move(sources.now_us));
     const int64_t start_us = sources.start_time_us;
     if (absl::Status s = registry->AddCallbackGauge(
@@ -188,6 +224,17 @@ absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Source
         !s.ok()) {
       return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Sources sources) {
+  ServerMetrics m;
+  for (auto step : {RegisterDecisions, RegisterHttp, RegisterProxy, RegisterStore, RegisterConfig,
+                    RegisterUptime}) {
+    if (absl::Status s = step(registry, sources, m); !s.ok()) return s;
   }
   return m;
 }

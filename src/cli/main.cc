@@ -92,89 +92,184 @@ std::shared_ptr<const rules::Config> LoadRules(const std::string& path, std::str
   return result.config;
 }
 
+// `sluice serve`.
+struct ServeCommand {
+  CLI::App* app = nullptr;
+  std::string config_path, listen, admin, grpc_listen, redis_url;
+  int threads = 0;
+  bool envoy_env = false;
+
+  void Add(CLI::App& parent) {
+    app = parent.add_subcommand("serve", "run the rate limit service");
+    auto* config_option =
+        app->add_option("--config", config_path, "settings file or rules directory");
+    app->add_option("--listen", listen, "data plane address");
+    app->add_option("--admin", admin, "admin address");
+    app->add_option("--grpc", grpc_listen, "gRPC (Envoy RLS) address; 0 disables it");
+    app->add_option("--threads", threads, "worker threads");
+    auto* redis_option =
+        app->add_option("--redis", redis_url,
+                        "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis)");
+    app->add_flag("--envoy-env", envoy_env,
+                  "settings and rules from envoyproxy/ratelimit's environment variables "
+                  "(docs/integration/envoy.md)")
+        ->excludes(config_option)
+        ->excludes(redis_option);
+  }
+  int Run() const {
+    ServeFlags flags;
+    flags.config = config_path;
+    if (app->count("--listen") > 0) flags.listen = listen;
+    if (app->count("--admin") > 0) flags.admin = admin;
+    if (app->count("--grpc") > 0) flags.grpc = grpc_listen;
+    if (app->count("--threads") > 0) flags.threads = threads;
+    if (app->count("--redis") > 0) flags.redis = redis_url;
+    flags.envoy_env = envoy_env;
+    return RunServe(flags);
+  }
+};
+
+// `sluice replay`: one limit (--algorithm/--limit/--window) or a rules config (--config, --domain)
+// over a trace.
+struct ReplayCommand {
+  CLI::App* app = nullptr;
+  LimitFlags limit;
+  std::string input, config, domain;
+
+  void Add(CLI::App& parent) {
+    app = parent.add_subcommand("replay", "run a limit or a rules config over a trace");
+    limit.Add(app, /*required=*/false);
+    app->add_option("--input", input, "trace file (default: stdin)");
+    app->add_option("--config", config, "rules: a file or directory (instead of a limit)");
+    app->add_option("--domain", domain, "the domain of the rules to use, with --config");
+  }
+  int Run() const {
+    if (!config.empty()) {
+      if (domain.empty()) {
+        std::cerr << "replay: --config needs --domain\n";
+        return kUsageError;
+      }
+      auto loaded = LoadRules(config, "replay");
+      if (!loaded) return kUsageError;
+      return WithInput([&](std::istream& in) {
+        return RunRulesReplay(*loaded, domain, in, std::cout, std::cerr);
+      });
+    }
+    if (limit.algorithm.empty() || limit.window.empty() || app->count("--limit") == 0) {
+      std::cerr << "replay: give --algorithm, --limit and --window, or --config and --domain\n";
+      return kUsageError;
+    }
+    auto parsed = limit.ToLimit("replay");
+    if (!parsed) return kUsageError;
+    return WithInput(
+        [&](std::istream& in) { return RunReplay(*parsed, in, std::cout, std::cerr); });
+  }
+  // `replay` on the trace: --input, else stdin.
+  template <typename F>
+  int WithInput(F replay) const {
+    if (input.empty()) return replay(std::cin);
+    std::ifstream file;
+    if (!OpenInput(input, &file)) return kUsageError;
+    return replay(file);
+  }
+};
+
+// `sluice explain`.
+struct ExplainCommand {
+  CLI::App* app = nullptr;
+  std::string config, domain, descriptors;
+
+  void Add(CLI::App& parent) {
+    app = parent.add_subcommand("explain", "show which rules and limits a request matches");
+    app->add_option("--config", config, "rules: a file or directory")->required();
+    app->add_option("--domain", domain, "the domain")->required();
+    app->add_option("descriptors", descriptors, "k=v,k=v;k=v")->required();
+  }
+  int Run() const {
+    auto loaded = LoadRules(config, "explain");
+    if (!loaded) return kUsageError;
+    return RunExplain(*loaded, domain, descriptors, std::cout, std::cerr);
+  }
+};
+
+// `sluice bench store`.
+struct BenchStoreCommand {
+  CLI::App* app = nullptr;
+  LimitFlags limit{.algorithm = "token_bucket", .requests = 1000, .window = "1d", .burst = {}};
+  tools::BenchStoreOptions options;
+
+  void Add(CLI::App& bench) {
+    app = bench.add_subcommand("store", "decisions/s and bytes/key of the memory store");
+    limit.Add(app, /*required=*/false);
+    app->add_option("--keys", options.keys, "distinct keys K")->required();
+    app->add_option("--threads", options.threads, "threads T")->required();
+    app->add_option("--seconds", options.seconds, "duration S")->required();
+    app->add_option("--distribution", options.distribution, "uniform or zipf");
+    app->add_option("--clock-every", options.clock_every,
+                    "read the clock once per this many decisions (default 1)");
+    app->add_option("--prefetch", options.prefetch,
+                    "prefetch the state this many decisions ahead (default 0 = off)");
+  }
+  int Run() {
+    auto parsed = limit.ToLimit("bench store");
+    if (!parsed) return kUsageError;
+    options.limit = *parsed;
+    return tools::RunBenchStore(options, std::cout, std::cerr);
+  }
+};
+
+// `sluice bench redis`.
+struct BenchRedisCommand {
+  CLI::App* app = nullptr;
+  LimitFlags limit{.algorithm = "sliding_window", .requests = 100, .window = "10s", .burst = {}};
+  tools::BenchRedisOptions options;
+
+  void Add(CLI::App& bench) {
+    app = bench.add_subcommand(
+        "redis", "decisions/s, latency and Redis commands per decision against a Redis server");
+    limit.Add(app, /*required=*/false);
+    app->add_option("--redis", options.redis, "redis://host:port")->required();
+    app->add_flag("--cluster", options.cluster, "the URL is a Redis Cluster seed node");
+    app->add_option("--keys", options.keys, "distinct keys K (default 100000)");
+    app->add_option("--connections", options.connections, "connections per Redis node (default 2)");
+    app->add_option("--inflight", options.inflight, "requests in flight at once (default 64)");
+    app->add_option("--seconds", options.seconds, "duration S (default 5)");
+    app->add_option("--buckets", options.buckets,
+                    "sluice: pack the states into this many hashes (default 0 = a key per state)");
+    app->add_option("--cluster-batch", options.cluster_batch,
+                    "sluice on a cluster: batch the requests headed to one node (default 1)");
+    app->add_option("--mode", options.mode,
+                    "sluice (default), seed (the seed design's script) or zset (a ZSET sliding "
+                    "log)");
+    app->add_option("--script", options.script, "the Lua file for --mode seed or zset");
+  }
+  int Run() {
+    auto parsed = limit.ToLimit("bench redis");
+    if (!parsed) return kUsageError;
+    options.limit = *parsed;
+    return tools::RunBenchRedis(options, std::cout, std::cerr);
+  }
+};
+
 int Main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
   CLI::App app{"sluice: a rate limiter for HTTP APIs"};
   app.require_subcommand(1);
-
-  auto* serve = app.add_subcommand("serve", "run the rate limit service");
-  std::string config_path, listen, admin, grpc_listen, redis_url;
-  int serve_threads = 0;
-  auto* config_option =
-      serve->add_option("--config", config_path, "settings file or rules directory");
-  serve->add_option("--listen", listen, "data plane address");
-  serve->add_option("--admin", admin, "admin address");
-  serve->add_option("--grpc", grpc_listen, "gRPC (Envoy RLS) address; 0 disables it");
-  serve->add_option("--threads", serve_threads, "worker threads");
-  auto* redis_option =
-      serve->add_option("--redis", redis_url,
-                        "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis)");
-  bool envoy_env = false;
-  serve
-      ->add_flag("--envoy-env", envoy_env,
-                 "settings and rules from envoyproxy/ratelimit's environment variables "
-                 "(docs/integration/envoy.md)")
-      ->excludes(config_option)
-      ->excludes(redis_option);
-
-  auto* replay = app.add_subcommand("replay", "run a limit or a rules config over a trace");
-  LimitFlags replay_flags;
-  replay_flags.Add(replay, /*required=*/false);
-  std::string input, replay_config, replay_domain;
-  replay->add_option("--input", input, "trace file (default: stdin)");
-  replay->add_option("--config", replay_config, "rules: a file or directory (instead of a limit)");
-  replay->add_option("--domain", replay_domain, "the domain of the rules to use, with --config");
-
+  ServeCommand serve;
+  serve.Add(app);
+  ReplayCommand replay;
+  replay.Add(app);
   auto* check = app.add_subcommand("check-config", "validate configuration files");
   std::vector<std::string> check_paths;
   check->add_option("paths", check_paths, "files or directories")->required();
-
-  auto* explain = app.add_subcommand("explain", "show which rules and limits a request matches");
-  std::string explain_config, explain_domain, explain_descriptors;
-  explain->add_option("--config", explain_config, "rules: a file or directory")->required();
-  explain->add_option("--domain", explain_domain, "the domain")->required();
-  explain->add_option("descriptors", explain_descriptors, "k=v,k=v;k=v")->required();
-
+  ExplainCommand explain;
+  explain.Add(app);
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
-  auto* bench_store =
-      bench->add_subcommand("store", "decisions/s and bytes/key of the memory store");
-  LimitFlags bench_flags{
-      .algorithm = "token_bucket", .requests = 1000, .window = "1d", .burst = {}};
-  bench_flags.Add(bench_store, /*required=*/false);
-  tools::BenchStoreOptions bench_options;
-  bench_store->add_option("--keys", bench_options.keys, "distinct keys K")->required();
-  bench_store->add_option("--threads", bench_options.threads, "threads T")->required();
-  bench_store->add_option("--seconds", bench_options.seconds, "duration S")->required();
-  bench_store->add_option("--distribution", bench_options.distribution, "uniform or zipf");
-  bench_store->add_option("--clock-every", bench_options.clock_every,
-                          "read the clock once per this many decisions (default 1)");
-  bench_store->add_option("--prefetch", bench_options.prefetch,
-                          "prefetch the state this many decisions ahead (default 0 = off)");
-
-  auto* bench_redis = bench->add_subcommand(
-      "redis", "decisions/s, latency and Redis commands per decision against a Redis server");
-  LimitFlags redis_flags{
-      .algorithm = "sliding_window", .requests = 100, .window = "10s", .burst = {}};
-  redis_flags.Add(bench_redis, /*required=*/false);
-  tools::BenchRedisOptions redis_options;
-  bench_redis->add_option("--redis", redis_options.redis, "redis://host:port")->required();
-  bench_redis->add_flag("--cluster", redis_options.cluster, "the URL is a Redis Cluster seed node");
-  bench_redis->add_option("--keys", redis_options.keys, "distinct keys K (default 100000)");
-  bench_redis->add_option("--connections", redis_options.connections,
-                          "connections per Redis node (default 2)");
-  bench_redis->add_option("--inflight", redis_options.inflight,
-                          "requests in flight at once (default 64)");
-  bench_redis->add_option("--seconds", redis_options.seconds, "duration S (default 5)");
-  bench_redis->add_option(
-      "--buckets", redis_options.buckets,
-      "sluice: pack the states into this many hashes (default 0 = a key per state)");
-  bench_redis->add_option("--cluster-batch", redis_options.cluster_batch,
-                          "sluice on a cluster: batch the requests headed to one node (default 1)");
-  bench_redis->add_option(
-      "--mode", redis_options.mode,
-      "sluice (default), seed (the seed design's script) or zset (a ZSET sliding log)");
-  bench_redis->add_option("--script", redis_options.script, "the Lua file for --mode seed or zset");
+  BenchStoreCommand bench_store;
+  bench_store.Add(*bench);
+  BenchRedisCommand bench_redis;
+  bench_redis.Add(*bench);
 
   try {
     app.parse(argc, argv);
@@ -182,62 +277,12 @@ int Main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kUsageError;
   }
-
-  if (serve->parsed()) {
-    ServeFlags flags;
-    flags.config = config_path;
-    if (serve->count("--listen") > 0) flags.listen = listen;
-    if (serve->count("--admin") > 0) flags.admin = admin;
-    if (serve->count("--grpc") > 0) flags.grpc = grpc_listen;
-    if (serve->count("--threads") > 0) flags.threads = serve_threads;
-    if (serve->count("--redis") > 0) flags.redis = redis_url;
-    flags.envoy_env = envoy_env;
-    return RunServe(flags);
-  }
+  if (serve.app->parsed()) return serve.Run();
   if (check->parsed()) return RunCheckConfig(check_paths, std::cout);
-  if (explain->parsed()) {
-    auto loaded = LoadRules(explain_config, "explain");
-    if (!loaded) return kUsageError;
-    return RunExplain(*loaded, explain_domain, explain_descriptors, std::cout, std::cerr);
-  }
-  if (replay->parsed() && !replay_config.empty()) {
-    if (replay_domain.empty()) {
-      std::cerr << "replay: --config needs --domain\n";
-      return kUsageError;
-    }
-    auto loaded = LoadRules(replay_config, "replay");
-    if (!loaded) return kUsageError;
-    if (input.empty())
-      return RunRulesReplay(*loaded, replay_domain, std::cin, std::cout, std::cerr);
-    std::ifstream file;
-    if (!OpenInput(input, &file)) return kUsageError;
-    return RunRulesReplay(*loaded, replay_domain, file, std::cout, std::cerr);
-  }
-  if (replay->parsed()) {
-    if (replay_flags.algorithm.empty() || replay_flags.window.empty() ||
-        replay->count("--limit") == 0) {
-      std::cerr << "replay: give --algorithm, --limit and --window, or --config and --domain\n";
-      return kUsageError;
-    }
-    auto limit = replay_flags.ToLimit("replay");
-    if (!limit) return kUsageError;
-    if (input.empty()) return RunReplay(*limit, std::cin, std::cout, std::cerr);
-    std::ifstream file;
-    if (!OpenInput(input, &file)) return kUsageError;
-    return RunReplay(*limit, file, std::cout, std::cerr);
-  }
-  if (bench_redis->parsed()) {
-    auto limit = redis_flags.ToLimit("bench redis");
-    if (!limit) return kUsageError;
-    redis_options.limit = *limit;
-    return tools::RunBenchRedis(redis_options, std::cout, std::cerr);
-  }
-  if (bench_store->parsed()) {
-    auto limit = bench_flags.ToLimit("bench store");
-    if (!limit) return kUsageError;
-    bench_options.limit = *limit;
-    return tools::RunBenchStore(bench_options, std::cout, std::cerr);
-  }
+  if (explain.app->parsed()) return explain.Run();
+  if (replay.app->parsed()) return replay.Run();
+  if (bench_redis.app->parsed()) return bench_redis.Run();
+  if (bench_store.app->parsed()) return bench_store.Run();
   return kUsageError;
 }
 

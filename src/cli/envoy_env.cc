@@ -307,12 +307,10 @@ bool EnvoyEnv::ok() const {
 
 const std::vector<std::string>& EnvoyEnvVariableNames() { return kAllNames; }
 
-EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
-  EnvoyEnv out;
-  EnvReader r(env, out);
-  rules::Settings& s = out.load.settings.emplace();
-  s.file = "the environment (--envoy-env)";
+namespace {
 
+void ReadListeners(EnvReader& r, const std::map<std::string, std::string>& env, EnvoyEnv& out) {
+  rules::Settings& s = *out.load.settings;
   // Listeners. Upstream's debug port serves pprof and its config read-only; sluice's admin API
   // can also reload, so without a token it stays on loopback.
   const std::string host = r.GetOr("HOST", "0.0.0.0");
@@ -343,7 +341,9 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
           "client certificates on the gRPC port are not supported; sluice would accept every "
           "client");
   }
+}
 
+void ReadLogs(EnvReader& r, const std::map<std::string, std::string>& /*env*/, EnvoyEnv& out) {
   // Logs.
   const std::string level = Lower(r.GetOr("LOG_LEVEL", "warn"));
   if (level == "trace" || level == "debug" || level == "info" || level == "warn") {
@@ -362,7 +362,10 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
     r.Say(Level::kWarning, "LOG_FORMAT",
           fmt::format("'{}' is not supported: sluice logs text lines", *format));
   }
+}
 
+void ReadRulesSource(EnvReader& r, const std::map<std::string, std::string>& /*env*/,
+                     EnvoyEnv& out) {
   // Where the rules come from.
   if (auto type = r.Get("CONFIG_TYPE"); type && Lower(*type) != "file") {
     r.Say(Level::kError, "CONFIG_TYPE",
@@ -393,7 +396,10 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
                     watch_root ? ", and also when a file below it changes (upstream waits for "
                                  "the swap)"
                                : " or a file below it changes"));
+}
 
+void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, EnvoyEnv& out) {
+  rules::Settings& s = *out.load.settings;
   // The backend: always Redis, as upstream's default.
   if (auto backend = r.Get("BACKEND_TYPE"); backend && Lower(*backend) != "redis") {
     r.Say(Level::kError, "BACKEND_TYPE",
@@ -456,7 +462,10 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
                 "a second Redis for per-second limits is not supported; sluice keeps every "
                 "limit on REDIS_URL");
   if (auto prefix = r.Get("CACHE_KEY_PREFIX")) s.redis_key_prefix = *prefix;
+}
 
+void ReadDecisions(EnvReader& r, const std::map<std::string, std::string>& /*env*/, EnvoyEnv& out) {
+  rules::Settings& s = *out.load.settings;
   // Decisions.
   s.merge_domains = r.Bool("MERGE_DOMAIN_CONFIG", false);
   s.shadow_mode = r.Bool("SHADOW_MODE", false);
@@ -484,7 +493,10 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
   if (auto name = r.Get("LIMIT_LIMIT_HEADER")) s.rls_limit_header = *name;
   if (auto name = r.Get("LIMIT_REMAINING_HEADER")) s.rls_remaining_header = *name;
   if (auto name = r.Get("LIMIT_RESET_HEADER")) s.rls_reset_header = *name;
+}
 
+void ReadStats(EnvReader& r, const std::map<std::string, std::string>& /*env*/, EnvoyEnv& out) {
+  rules::Settings& s = *out.load.settings;
   // Stats and tracing: what sluice has instead.
   r.Say(Level::kInfo, "",
         fmt::format("stats: Prometheus text at http://{}/metrics; no statsd", s.admin_listen));
@@ -495,7 +507,20 @@ EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
                 "sluice's Prometheus metrics are on the admin port (DEBUG_PORT) /metrics, not "
                 "PROMETHEUS_ADDR");
   r.Unsupported("TRACING_ENABLED", false, Level::kWarning, "not supported: sluice does no tracing");
+}
 
+}  // namespace
+
+EnvoyEnv ReadEnvoyEnv(const std::map<std::string, std::string>& env) {
+  EnvoyEnv out;
+  EnvReader r(env, out);
+  rules::Settings& s = out.load.settings.emplace();
+  s.file = "the environment (--envoy-env)";
+  // (In the order the messages were always given in.)
+  for (auto read :
+       {ReadListeners, ReadLogs, ReadRulesSource, ReadRedis, ReadDecisions, ReadStats}) {
+    read(r, env, out);
+  }
   r.NameTheRest();
   return out;
 }

@@ -229,6 +229,49 @@ absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(const std::string& ad
 // "HOST:PORT" -> "HOST".
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
+// SIGTERM and SIGINT, blocked in this thread (and so in every thread it starts later).
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// The HTTP server as the settings size it.
+http::ServerOptions ServerOptionsFrom(const rules::Settings& settings, int threads) {
+  return {.threads = threads,
+          .max_header_bytes = settings.max_header_bytes,
+          .max_body_bytes = settings.max_body_bytes,
+          .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
+          .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
+          .max_connections = settings.max_connections,
+          .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)};
+}
+
+// What serve prints once it listens.
+struct Started {
+  std::string listen, admin, grpc;
+  int data_port = 0, admin_port = 0, grpc_port = 0;  // grpc_port 0: no gRPC port
+  std::string config, version;
+  int threads = 0;
+  std::string backend;
+  bool try_it = false;  // with the "try it" block (the embedded default config)
+};
+
+// Machine-readable start-up lines (tests and scripts read the ports from them).
+void PrintStarted(const Started& s) {
+  std::cout << "sluice: data plane listening on " << HostOf(s.listen) << ":" << s.data_port << "\n"
+            << "sluice: admin listening on " << HostOf(s.admin) << ":" << s.admin_port << "\n";
+  if (s.grpc_port != 0) {
+    std::cout << "sluice: grpc listening on " << HostOf(s.grpc) << ":" << s.grpc_port << "\n";
+  }
+  std::cout << "sluice: config " << s.config << " version " << s.version << ", " << s.threads
+            << " threads, backend " << s.backend << std::endl;
+  if (s.try_it) PrintTryIt(HostOf(s.listen), s.data_port, HostOf(s.admin), s.admin_port);
+}
+
 }  // namespace
 
 int RunServe(const ServeFlags& flags) {
@@ -258,11 +301,7 @@ int RunServe(const ServeFlags& flags) {
 
   // SIGTERM and SIGINT are taken by one thread with sigwait: blocked here, before any other
   // thread starts, so every thread inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = BlockStopSignals();
 
   auto backends = stack::Stack::Build(settings, flags.redis, SystemClock::Get());
   if (!backends.ok()) return fail("", backends.status());
@@ -271,14 +310,7 @@ int RunServe(const ServeFlags& flags) {
   http::Service service(&manager, &engine, SystemClock::Get(), *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
-  http::HttpServer server(
-      {.threads = threads,
-       .max_header_bytes = settings.max_header_bytes,
-       .max_body_bytes = settings.max_body_bytes,
-       .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
-       .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
-       .max_connections = settings.max_connections,
-       .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)});
+  http::HttpServer server(ServerOptionsFrom(settings, threads));
   Observability observability;
   if (auto s = StartMetrics(observability, **backends, manager, server, service); !s.ok()) {
     return fail("metrics: ", s);
@@ -313,17 +345,17 @@ int RunServe(const ServeFlags& flags) {
   });
   signal_waiter.detach();
 
-  // Machine-readable start-up lines (tests and scripts read the ports from them).
-  std::cout << "sluice: data plane listening on " << HostOf(listen) << ":" << ports->first << "\n"
-            << "sluice: admin listening on " << HostOf(admin) << ":" << ports->second << "\n";
-  if (grpc_server) {
-    std::cout << "sluice: grpc listening on " << HostOf(grpc) << ":" << grpc_server->port() << "\n";
-  }
-  std::cout << "sluice: config " << source.name << " version " << loaded.version << ", " << threads
-            << " threads, backend " << (*backends)->where() << std::endl;
-  if (source.paths.empty()) {  // the embedded default
-    PrintTryIt(HostOf(listen), ports->first, HostOf(admin), ports->second);
-  }
+  PrintStarted({.listen = listen,
+                .admin = admin,
+                .grpc = grpc,
+                .data_port = ports->first,
+                .admin_port = ports->second,
+                .grpc_port = grpc_server ? grpc_server->port() : 0,
+                .config = source.name,
+                .version = loaded.version,
+                .threads = threads,
+                .backend = (*backends)->where(),
+                .try_it = source.paths.empty()});  // the embedded default
   server.Run();              // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the

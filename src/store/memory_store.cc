@@ -291,31 +291,51 @@ MemoryStore::Stats MemoryStore::GetStats() const {
 
 namespace sluice::store {
 
+// A state being decided by DecideAll: an existing slot or log, a new key's own state (stored at
+// the end if it consumed and was placed kTracked), or its limit's overflow state.
+struct MemoryStore::Work {
+  uint64_t hash = 0;
+  Shard* shard = nullptr;
+  bool is_log = false;
+  size_t owner = 0;     // the first item with this state; later ones decide it in turn
+  bool is_new = false;  // owners: no stored state
+  Placement placement = Placement::kTracked;  // owners of new keys
+  algo::CompactState* state = nullptr;  // compact: the slot's, `fresh_state` or an overflow one
+  algo::LogState* log = nullptr;        // sliding_log: the stored log, `fresh_log`, overflow
+  algo::CompactState fresh_state;
+  std::unique_ptr<algo::LogState> fresh_log;
+  algo::CompactState saved;  // for undo
+  int64_t saved_idle_at = 0;
+  bool consumed = false;
+  bool no_room = false;  // denied for lack of room
+};
+
 bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                             int64_t* decided_at_us) {
-  const size_t n = items.size();
-
-  // A state being decided: an existing slot or log, a new key's own state (stored at the end if
-  // it consumed and was placed kTracked), or its limit's overflow state.
-  struct Work {
-    uint64_t hash = 0;
-    Shard* shard = nullptr;
-    bool is_log = false;
-    size_t owner = 0;     // the first item with this state; later ones decide it in turn
-    bool is_new = false;  // owners: no stored state
-    Placement placement = Placement::kTracked;  // owners of new keys
-    algo::CompactState* state = nullptr;  // compact: the slot's, `fresh_state` or an overflow one
-    algo::LogState* log = nullptr;        // sliding_log: the stored log, `fresh_log`, overflow
-    algo::CompactState fresh_state;
-    std::unique_ptr<algo::LogState> fresh_log;
-    algo::CompactState saved;  // for undo
-    int64_t saved_idle_at = 0;
-    bool consumed = false;
-    bool no_room = false;  // denied for lack of room
-  };
-  absl::InlinedVector<Work, 8> work(n);
+  absl::InlinedVector<Work, 8> work(items.size());
   absl::InlinedVector<Shard*, 8> locked;
-  for (size_t i = 0; i < n; ++i) {
+  Plan(items, std::span(work.data(), work.size()), locked);
+  for (Shard* s : locked) s->mu.Lock();
+  // One time for the whole decision: not before any time its shards have used.
+  int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
+  for (Shard* s : locked) now = std::max(now, s->latest_now_us);
+  for (Shard* s : locked) s->latest_now_us = now;
+  if (decided_at_us != nullptr) *decided_at_us = now;
+  const std::span<Work> states(work.data(), work.size());
+  FindStates(states, now);
+  bool allowed = true;
+  for (size_t i = 0; i < items.size(); ++i) {
+    allowed = DecideOne(items[i], i, states, now, out[i]) && allowed;
+  }
+  if (!allowed) UndoDenied(items, states, now, out);
+  KeepNewStates(states, out, allowed, now);
+  for (Shard* s : locked) s->mu.Unlock();
+  return allowed;
+}
+
+inline void MemoryStore::Plan(std::span<const Item> items, std::span<Work> work,
+                       absl::InlinedVector<Shard*, 8>& locked) const {
+  for (size_t i = 0; i < items.size(); ++i) {
     Work& w = work[i];
     w.hash = Hash(items[i].limit_id, items[i].key);
     w.shard = &ShardFor(w.hash);
@@ -336,16 +356,13 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
     std::sort(locked.begin(), locked.end());
     locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
   }
-  for (Shard* s : locked) s->mu.Lock();
-  // One time for the whole decision: not before any time its shards have used.
-  int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
-  for (Shard* s : locked) now = std::max(now, s->latest_now_us);
-  for (Shard* s : locked) s->latest_now_us = now;
-  if (decided_at_us != nullptr) *decided_at_us = now;
+}
 
+inline void MemoryStore::FindStates(std::span<Work> work, int64_t now) {
   // Each owner's stored state, if any. A new key gets housekeeping first (which may move or
   // erase slots: then every lookup is done again, and an idle state another item found may be
   // gone), then a place; only then are pointers taken for good.
+  const size_t n = work.size();
   const auto look_up = [&work, n] {
     bool all_found = true;
     for (size_t i = 0; i < n; ++i) {
@@ -363,112 +380,118 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
     }
     return all_found;
   };
-  if (!look_up()) {
-    size_t erased = 0;
-    for (size_t i = 0; i < n; ++i) {
-      Work& w = work[i];
-      if (w.owner == i && w.state == nullptr && w.log == nullptr) erased += Reclaim(*w.shard, now);
-    }
-    if (erased > 0) look_up();
-    absl::InlinedVector<std::pair<const Shard*, size_t>, 8> reserved;  // kTracked places given
-    for (size_t i = 0; i < n; ++i) {
-      Work& w = work[i];
-      if (w.owner != i || w.state != nullptr || w.log != nullptr) continue;
-      w.is_new = true;
-      auto it = std::find_if(reserved.begin(), reserved.end(),
-                             [&](const auto& r) { return r.first == w.shard; });
-      if (it == reserved.end()) it = reserved.insert(reserved.end(), {w.shard, 0});
-      w.placement = Place(*w.shard, it->second);
-      if (w.placement == Placement::kTracked) ++it->second;
-    }
-  }
-
-  bool allowed = true;
+  if (look_up()) return;
+  size_t erased = 0;
   for (size_t i = 0; i < n; ++i) {
     Work& w = work[i];
-    const Item& item = items[i];
-    const Work& owner = work[w.owner];
-    if (w.owner != i) {
-      w.state = owner.state;
-      w.log = owner.log;
-    } else if (w.is_new) {  // else look_up found its state
-      if (w.placement == Placement::kOverflow) {
-        if (w.is_log) {
-          w.log = OverflowLog(*w.shard, item.limit_id);
-        } else {
-          w.state = OverflowState(*w.shard, item.limit_id);
-        }
-        if (w.log == nullptr && w.state == nullptr) w.placement = Placement::kDenied;
-      }
-      const bool copy = w.placement == Placement::kTracked;
-      if (w.is_log && w.log == nullptr) {
-        w.fresh_log = std::make_unique<algo::LogState>(copy ? StartLog(*w.shard, item.limit_id, now)
-                                                            : algo::LogState{});
-        w.log = w.fresh_log.get();
-      } else if (!w.is_log && w.state == nullptr) {
-        w.fresh_state = copy ? StartState(*w.shard, item.limit_id, now) : algo::CompactState{};
-        w.state = &w.fresh_state;
-      }
-    }
-    Decision& d = out[i];
+    if (w.owner == i && w.state == nullptr && w.log == nullptr) erased += Reclaim(*w.shard, now);
+  }
+  if (erased > 0) look_up();
+  absl::InlinedVector<std::pair<const Shard*, size_t>, 8> reserved;  // kTracked places given
+  for (size_t i = 0; i < n; ++i) {
+    Work& w = work[i];
+    if (w.owner != i || w.state != nullptr || w.log != nullptr) continue;
+    w.is_new = true;
+    auto it = std::find_if(reserved.begin(), reserved.end(),
+                           [&](const auto& r) { return r.first == w.shard; });
+    if (it == reserved.end()) it = reserved.insert(reserved.end(), {w.shard, 0});
+    w.placement = Place(*w.shard, it->second);
+    if (w.placement == Placement::kTracked) ++it->second;
+  }
+}
+
+void MemoryStore::StartNewKey(const Item& item, Work& w, int64_t now) {
+  if (w.placement == Placement::kOverflow) {
     if (w.is_log) {
-      w.saved_idle_at = w.log->idle_at_us;
-      d = algo::EvaluateSlidingLog(*w.log, now, *item.limit, item.cost);
-      if (d.allowed && item.cost > 0) {
-        algo::CommitSlidingLog(*w.log, now, *item.limit, item.cost, d);
-        w.consumed = true;
-      }
+      w.log = OverflowLog(*w.shard, item.limit_id);
     } else {
-      w.saved = *w.state;
-      if (item.count_denied && item.limit->algorithm == Algorithm::kFixedWindow) {
-        d = algo::DecideFixedWindowCountingDenied(*w.state, now, *item.limit, item.cost);
-      } else {
-        d = algo::DecideCompact(*w.state, now, *item.limit, item.cost);
-      }
-      w.consumed = !(*w.state == w.saved);
+      w.state = OverflowState(*w.shard, item.limit_id);
     }
-    if (w.consumed && work[w.owner].placement == Placement::kDenied) {
-      // A new key with no room (on_full deny): what it would have consumed cannot be kept.
-      if (w.is_log) {
-        UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
-      } else {
-        *w.state = w.saved;
-      }
-      w.consumed = false;
-      if (d.allowed) {
-        w.no_room = true;
-        d = NoRoomDecision();
-      }
-    }
-    if (!d.allowed && !item.shadow) allowed = false;
+    if (w.log == nullptr && w.state == nullptr) w.placement = Placement::kDenied;
   }
+  const bool copy = w.placement == Placement::kTracked;
+  if (w.is_log && w.log == nullptr) {
+    w.fresh_log = std::make_unique<algo::LogState>(copy ? StartLog(*w.shard, item.limit_id, now)
+                                                        : algo::LogState{});
+    w.log = w.fresh_log.get();
+  } else if (!w.is_log && w.state == nullptr) {
+    w.fresh_state = copy ? StartState(*w.shard, item.limit_id, now) : algo::CompactState{};
+    w.state = &w.fresh_state;
+  }
+}
 
-  if (!allowed) {
-    // Undo, newest first, everything but count_denied items; report what is left unconsumed.
-    for (size_t i = n; i-- > 0;) {
-      Work& w = work[i];
-      const Item& item = items[i];
-      if (!w.consumed || (item.count_denied && item.limit->algorithm == Algorithm::kFixedWindow)) {
-        continue;  // count_denied applies to fixed_window only
-      }
-      if (w.is_log) {
-        UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
-      } else {
-        *w.state = w.saved;
-      }
-      w.consumed = false;
-      Decision peek = w.is_log ? algo::EvaluateSlidingLog(*w.log, now, *item.limit, 0) : [&] {
-        algo::CompactState copy = *w.state;
-        return algo::DecideCompact(copy, now, *item.limit, 0);
-      }();
-      out[i].remaining = peek.remaining;
-      out[i].reset_after_us = peek.reset_after_us;
-      out[i].delay_us = 0;
+inline bool MemoryStore::DecideOne(const Item& item, size_t i, std::span<Work> work, int64_t now,
+                            Decision& d) {
+  Work& w = work[i];
+  const Work& owner = work[w.owner];
+  if (w.owner != i) {
+    w.state = owner.state;
+    w.log = owner.log;
+  } else if (w.is_new) {  // else FindStates found its state
+    StartNewKey(item, w, now);
+  }
+  if (w.is_log) {
+    w.saved_idle_at = w.log->idle_at_us;
+    d = algo::EvaluateSlidingLog(*w.log, now, *item.limit, item.cost);
+    if (d.allowed && item.cost > 0) {
+      algo::CommitSlidingLog(*w.log, now, *item.limit, item.cost, d);
+      w.consumed = true;
+    }
+  } else {
+    w.saved = *w.state;
+    if (item.count_denied && item.limit->algorithm == Algorithm::kFixedWindow) {
+      d = algo::DecideFixedWindowCountingDenied(*w.state, now, *item.limit, item.cost);
+    } else {
+      d = algo::DecideCompact(*w.state, now, *item.limit, item.cost);
+    }
+    w.consumed = !(*w.state == w.saved);
+  }
+  if (w.consumed && work[w.owner].placement == Placement::kDenied) {
+    // A new key with no room (on_full deny): what it would have consumed cannot be kept.
+    if (w.is_log) {
+      UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
+    } else {
+      *w.state = w.saved;
+    }
+    w.consumed = false;
+    if (d.allowed) {
+      w.no_room = true;
+      d = NoRoomDecision();
     }
   }
+  return d.allowed || item.shadow;
+}
 
+inline void MemoryStore::UndoDenied(std::span<const Item> items, std::span<Work> work, int64_t now,
+                             std::span<Decision> out) {
+  // Undo, newest first, everything but count_denied items; report what is left unconsumed.
+  for (size_t i = items.size(); i-- > 0;) {
+    Work& w = work[i];
+    const Item& item = items[i];
+    if (!w.consumed || (item.count_denied && item.limit->algorithm == Algorithm::kFixedWindow)) {
+      continue;  // count_denied applies to fixed_window only
+    }
+    if (w.is_log) {
+      UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
+    } else {
+      *w.state = w.saved;
+    }
+    w.consumed = false;
+    Decision peek = w.is_log ? algo::EvaluateSlidingLog(*w.log, now, *item.limit, 0) : [&] {
+      algo::CompactState copy = *w.state;
+      return algo::DecideCompact(copy, now, *item.limit, 0);
+    }();
+    out[i].remaining = peek.remaining;
+    out[i].reset_after_us = peek.reset_after_us;
+    out[i].delay_us = 0;
+  }
+}
+
+inline void MemoryStore::KeepNewStates(std::span<Work> work, std::span<const Decision> out, bool allowed,
+                                int64_t now) {
   // New keys' own states that now hold something are stored (kTracked) or dropped (kDenied,
   // kUntracked); decisions that found no room are counted.
+  const size_t n = work.size();
   absl::InlinedVector<bool, 8> keep(n, false);
   for (size_t i = 0; i < n; ++i) {
     const Work& w = work[i];
@@ -496,8 +519,6 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
       StoreFresh(*w.shard, w.hash, w.fresh_state);
     }
   }
-  for (Shard* s : locked) s->mu.Unlock();
-  return allowed;
 }
 
 void MemoryStore::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,

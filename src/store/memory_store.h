@@ -57,8 +57,10 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
 #include "algo/algorithms.h"
 #include "backend/backend.h"
@@ -154,6 +156,26 @@ class MemoryStore final : public backend::Backend {
 
  private:
   struct Shard;
+  struct Work;  // a state DecideAll decides
+
+  // DecideAll's steps. Plan: each item's state (hash, shard, the first item with the same
+  // state) and the shards to lock, in address order. The others require those shards locked:
+  // FindStates looks the states up and places new keys; DecideOne decides item `i` (returns
+  // whether it lets the request through); UndoDenied gives back what a denied request took
+  // (count_denied items aside); KeepNewStates stores the new keys' states that hold something
+  // and counts the decisions that found no room. All but StartNewKey (new keys only) are inlined
+  // into DecideAll, the hot path: as calls they cost it ~90 instructions a decision.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Plan(std::span<const Item> items, std::span<Work> work,
+                                         absl::InlinedVector<Shard*, 8>& locked) const;
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void FindStates(std::span<Work> work, int64_t now);
+  void StartNewKey(const Item& item, Work& w, int64_t now);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool DecideOne(const Item& item, size_t i, std::span<Work> work,
+                                              int64_t now, Decision& d);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void UndoDenied(std::span<const Item> items, std::span<Work> work,
+                                               int64_t now, std::span<Decision> out);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void KeepNewStates(std::span<Work> work,
+                                                  std::span<const Decision> out, bool allowed,
+                                                  int64_t now);
 
   uint64_t Hash(uint64_t limit_id, std::string_view key) const;
   Shard& ShardFor(uint64_t hash) const { return *shards_[hash & shard_mask_]; }

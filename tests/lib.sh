@@ -84,14 +84,6 @@ free_port() {
 # The headers of the last request made with -D "$tmp/headers".
 header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
-# fresh_minute [SECONDS]: fixed windows (the default algorithm) start on the minute, so counts
-# that must fall in one window of a minute wait for the next minute when fewer than SECONDS
-# (default 10) of this one are left.
-fresh_minute() {
-  local left=$((60 - $(date +%s) % 60))
-  ((left >= ${1:-10})) || sleep "$left"
-}
-
 # start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT; sets RPID.
 start_redis() {
   local port=$1; shift

@@ -105,24 +105,24 @@ descriptors:
     limits: [{name: gone, algorithm: leaky_bucket, requests: 1, window: 2s, burst: 3}]
   - key: route
     value: early
-    rate_limit: {name: early, requests: 50, window: 1m}
+    rate_limit: {name: early, requests: 50, window: 1d}
   - key: route
     value: bytes
-    rate_limit: {name: bytes, requests: 1000, window: 1m}
+    rate_limit: {name: bytes, requests: 1000, window: 1d}
   - key: route
     value: own
-    rate_limit: {name: own, requests: 100, window: 1m}
+    rate_limit: {name: own, requests: 100, window: 1d}
   - key: route
     value: slow
-    rate_limit: {name: slow, requests: 1, window: 1m}
+    rate_limit: {name: slow, requests: 1, window: 1d}
   - key: route
     value: limited
-    rate_limit: {name: limited, requests: 2, window: 1m}
+    rate_limit: {name: limited, requests: 2, window: 1d}
   - key: route
     value: status
     descriptors:
       - key: path
-        rate_limit: {name: per_status_path, requests: 2, window: 1m}
+        rate_limit: {name: per_status_path, requests: 2, window: 1d}
   - key: route
     value: shaped
     limits: [{name: shaped, algorithm: leaky_bucket, requests: 1, window: 100ms, burst: 4}]
@@ -183,7 +183,7 @@ for i in $(seq 20); do req "$url/echo" >/dev/null; done
 conns=$(( $(stat connections) - conns_before - 1 ))  # (the /stats call itself is one)
 check "20 requests over at most 4 upstream connections" 1 "$(( conns <= 4 ))"
 
-# --- refund on 5xx: 2 per minute per path; the upstream's 500s are refunded, its 200s are not
+# --- refund on 5xx: 2 per day per path; the upstream's 500s are refunded, its 200s are not
 codes=""
 for i in $(seq 5); do codes+="$(req "$url/status/500") "; done
 check "5 requests answered 500 by the upstream: all forwarded (each refunded)" "500 500 500 500 500 " "$codes"
@@ -407,7 +407,7 @@ http:
 descriptors:
   - key: route
     value: down
-    rate_limit: {name: down, requests: 2, window: 1m}
+    rate_limit: {name: down, requests: 2, window: 1d}
 EOF
 start b --config "$tmp/b" "${backend[@]}"
 url="http://$DATA"

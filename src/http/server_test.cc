@@ -192,7 +192,9 @@ TEST_F(DeferralTest, StopWaitsForADeferredRequest) {
   std::string out;
   std::thread client(
       [&] { out = Exchange(port_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(3)); });
-  while (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5000 && !taken; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(taken) << "the request was not taken within 5 s";
   server_.Stop();
   thread_.join();  // returns only after the deferred answer was written
   client.join();

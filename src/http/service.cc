@@ -148,15 +148,16 @@ void Service::Check(const HttpRequest& request, HttpResponse& response, Deferral
                    RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
   }
   const int64_t now_us = clock_->NowMicros();
+  const int64_t start_us = clock_->MonotonicMicros();
   std::vector<engine::Request> requests;
   requests.push_back(*std::move(parsed));
   AnswerMaybeLater(response, deferral, [&](Send send) {
     std::string domain = requests.front().domain;
     engine_.CheckAllAsync(config, std::move(requests), now_us,
-                          [this, config, now_us, domain = std::move(domain),
+                          [this, config, start_us, domain = std::move(domain),
                            send = std::move(send)](std::vector<engine::Response> decisions) {
                             const engine::Response& decision = decisions.front();
-                            RecordDecision(domain, decision, clock_->NowMicros() - now_us);
+                            RecordDecision(domain, decision, clock_->MonotonicMicros() - start_us);
                             HttpResponse answer;
                             SetDecision(*config, decision,
                                         decision.allowed ? beast_http::status::ok

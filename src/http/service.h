@@ -121,9 +121,10 @@ class Service {
   void SetAuthAnswer(const rules::Config& config, const RouteDecision& decision,
                      HttpResponse& response);
   // Completes a route decision whose `responses` hold the engine's answers (one per domain,
-  // `domains` their names): counts them, sets the status and combines them into one.
+  // `domains` their names): counts them, sets the status and combines them into one. `start_us`:
+  // the clock's monotonic time when the decision began, for its latency.
   void Summarize(std::span<const std::string_view> domains,
-                 std::span<const rules::HttpSection* const> sections, int64_t now_us,
+                 std::span<const rules::HttpSection* const> sections, int64_t start_us,
                  RouteDecision& out);
   void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
              Deferral& deferral, std::shared_ptr<const rules::Config> config);

@@ -74,6 +74,7 @@ void Service::SetAuthAnswer(const rules::Config& config, const RouteDecision& de
 Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, RouteChecks& checks,
                                                 engine::Consumption* consumed) {
   const int64_t now_us = clock_->NowMicros();
+  const int64_t start_us = clock_->MonotonicMicros();
   absl::InlinedVector<std::string_view, 2> domains;
   for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
   // The engine answers straight into the decision: no list of answers to allocate and move.
@@ -81,7 +82,7 @@ Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, Rou
   out.responses.resize(checks.requests.size());
   engine_.CheckAll(config, std::span(checks.requests.data(), checks.requests.size()),
                    std::span(out.responses.data(), out.responses.size()), now_us, consumed);
-  Summarize(domains, checks.sections, now_us, out);
+  Summarize(domains, checks.sections, start_us, out);
   return out;
 }
 
@@ -89,6 +90,7 @@ void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChe
                            engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
   if (engine_.answers_inline()) return done(DecideRoutesNow(*config, checks, consumed));
   const int64_t now_us = clock_->NowMicros();
+  const int64_t start_us = clock_->MonotonicMicros();
   // The requests go to the engine; the answer needs only their domains.
   std::vector<std::string> domains;
   for (const engine::Request& r : checks.requests) domains.push_back(r.domain);
@@ -96,20 +98,20 @@ void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChe
                                         std::make_move_iterator(checks.requests.end()));
   engine_.CheckAllAsync(
       std::move(config), std::move(requests), now_us,
-      [this, domains = std::move(domains), sections = std::move(checks.sections), now_us,
+      [this, domains = std::move(domains), sections = std::move(checks.sections), start_us,
        done = std::move(done)](std::vector<engine::Response> decisions) {
         const std::vector<std::string_view> names(domains.begin(), domains.end());
         RouteDecision out;
         out.responses.assign(std::make_move_iterator(decisions.begin()),
                              std::make_move_iterator(decisions.end()));
-        Summarize(names, sections, now_us, out);
+        Summarize(names, sections, start_us, out);
         done(std::move(out));
       },
       consumed);
 }
 
 void Service::Summarize(std::span<const std::string_view> domains,
-                        std::span<const rules::HttpSection* const> sections, int64_t now_us,
+                        std::span<const rules::HttpSection* const> sections, int64_t start_us,
                         RouteDecision& out) {
   auto& decisions = out.responses;
   for (size_t i = 0; i < decisions.size(); ++i) {
@@ -121,7 +123,7 @@ void Service::Summarize(std::span<const std::string_view> domains,
     }
   }
   if (metrics_ != nullptr && !decisions.empty()) {
-    metrics_->decision_duration->Observe(clock_->NowMicros() - now_us);
+    metrics_->decision_duration->Observe(clock_->MonotonicMicros() - start_us);
   }
   if (decisions.size() != 1) {
     engine::Response combined = engine::Combine(std::span(decisions.data(), decisions.size()));

@@ -2,13 +2,14 @@
 
 namespace sluice::redis {
 
-bool Breaker::Allow(Clock::time_point now) {
+bool Breaker::Allow() {
+  const int64_t now_us = clock_->MonotonicMicros();
   std::lock_guard<std::mutex> lock(mu_);
   switch (state_) {
     case State::kClosed:
       return true;
     case State::kOpen:
-      if (now < retry_at_) return false;
+      if (now_us < retry_at_us_) return false;
       state_ = State::kHalfOpen;
       probing_ = true;
       return true;
@@ -27,14 +28,16 @@ void Breaker::Succeeded() {
   state_ = State::kClosed;
 }
 
-void Breaker::Failed(Clock::time_point now) {
+void Breaker::Failed() {
+  const int64_t now_us = clock_->MonotonicMicros();
   std::lock_guard<std::mutex> lock(mu_);
   probing_ = false;
   if (state_ == State::kHalfOpen ||
       (state_ == State::kClosed && ++consecutive_failures_ >= options_.failures_to_open)) {
     if (state_ == State::kClosed) ++opened_;
     state_ = State::kOpen;
-    retry_at_ = now + options_.open_for;
+    retry_at_us_ =
+        now_us + std::chrono::duration_cast<std::chrono::microseconds>(options_.open_for).count();
   }
 }
 

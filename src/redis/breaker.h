@@ -2,7 +2,8 @@
 // calls are refused at once for `open_for`, so a dead Redis costs microseconds per request, not a
 // timeout each; then one call at a time is let through as a probe (half-open) until one succeeds,
 // which closes the breaker again. With the default 1 s, decisions go back to Redis within about
-// a second of it returning. Safe for concurrent use.
+// a second of it returning. Time is the injected clock's monotonic reading. Safe for concurrent
+// use.
 
 #ifndef SLUICE_REDIS_BREAKER_H_
 #define SLUICE_REDIS_BREAKER_H_
@@ -12,25 +13,28 @@
 #include <mutex>
 #include <string_view>
 
+#include "sluice/clock.h"
+
 namespace sluice::redis {
 
 class Breaker {
  public:
   enum class State { kClosed, kOpen, kHalfOpen };
-  using Clock = std::chrono::steady_clock;
 
   struct Options {
     int failures_to_open = 5;
     std::chrono::milliseconds open_for{1000};
   };
 
-  explicit Breaker(Options options) : options_(options) {}
+  // `clock` is not owned and must outlive the breaker.
+  explicit Breaker(Options options, const Clock* clock = SystemClock::Get())
+      : options_(options), clock_(clock) {}
 
   // May a call go ahead now? When open and the wait is over, the first caller gets to probe.
-  bool Allow(Clock::time_point now = Clock::now());
+  bool Allow();
   // The outcome of a call that was allowed.
   void Succeeded();
-  void Failed(Clock::time_point now = Clock::now());
+  void Failed();
 
   State state() const;
   uint64_t opened() const;  // how many times it has opened
@@ -41,11 +45,12 @@ class Breaker {
 
  private:
   const Options options_;
+  const Clock* const clock_;
   mutable std::mutex mu_;
   State state_ = State::kClosed;
   int consecutive_failures_ = 0;
   bool probing_ = false;
-  Clock::time_point retry_at_{};
+  int64_t retry_at_us_ = 0;  // while open: the monotonic time a probe may go
   uint64_t opened_ = 0;
 };
 

@@ -115,6 +115,7 @@ class ClientImpl : public Client {
   }
 
   std::chrono::microseconds timeout() const override { return options_.connection.timeout; }
+  const Clock& clock() const override { return *options_.connection.clock; }
 
   bool Ready() const override {
     if (!options_.cluster) return seeds_.front()->HasReadyConnection();
@@ -189,8 +190,8 @@ class ClientImpl : public Client {
     std::string command;
     Callback done;
     int redirects = 0;
-    std::chrono::steady_clock::time_point connect_wait_until{};  // set on the first wait
-    Deadline deadline;  // the caller's, for every node the command goes to
+    MonoTime connect_wait_until{};  // set on the first wait
+    Deadline deadline;              // the caller's, for every node the command goes to
   };
 
   // The node at `endpoint`, created (and connecting) on first use. Nodes live as long as the
@@ -231,12 +232,11 @@ class ClientImpl : public Client {
     // A node still connecting gets up to one command timeout (or what is left of the caller's
     // deadline) to finish, polled every ms.
     if (node->StillConnecting()) {
-      const auto now = std::chrono::steady_clock::now();
-      if (attempt->connect_wait_until == std::chrono::steady_clock::time_point{}) {
+      const auto now = MonotonicNow(clock());
+      if (attempt->connect_wait_until == MonoTime{}) {
         attempt->connect_wait_until =
-            now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      options_.connection.timeout);
-        if (attempt->deadline.at != std::chrono::steady_clock::time_point{}) {
+            now + std::chrono::duration_cast<MonoTime::duration>(options_.connection.timeout);
+        if (attempt->deadline.at != MonoTime{}) {
           attempt->connect_wait_until = std::min(attempt->connect_wait_until, attempt->deadline.at);
         }
       }
@@ -301,9 +301,9 @@ class ClientImpl : public Client {
     asio::post(io_, [this] {
       if (refresh_scheduled_ || refreshing_ || stopping_) return;
       refresh_scheduled_ = true;
-      const auto since = std::chrono::steady_clock::now() - last_refresh_;
+      const auto since = MonotonicNow(clock()) - last_refresh_;
       const auto wait = since >= std::chrono::milliseconds(100)
-                            ? std::chrono::steady_clock::duration::zero()
+                            ? MonoTime::duration::zero()
                             : std::chrono::milliseconds(100) - since;
       refresh_timer_.expires_after(wait);
       refresh_timer_.async_wait([this](boost::system::error_code ec) {
@@ -331,7 +331,7 @@ class ClientImpl : public Client {
         if (via != nullptr) break;
       }
     }
-    last_refresh_ = std::chrono::steady_clock::now();
+    last_refresh_ = MonotonicNow(clock());
     if (via == nullptr) {  // nothing connected yet: try again shortly
       SetMapError("no cluster node is reachable");
       return RequestRefresh();
@@ -395,7 +395,7 @@ class ClientImpl : public Client {
   bool refreshing_ = false;
   bool refresh_scheduled_ = false;
   bool stopping_ = false;
-  std::chrono::steady_clock::time_point last_refresh_{};
+  MonoTime last_refresh_{};
 
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> refreshes_{0};

@@ -34,7 +34,7 @@ class Client {
   struct Options {
     std::vector<Endpoint> seeds;  // one server, or a cluster's seed nodes
     bool cluster = false;
-    Connection::Options connection;  // timeouts, backoff, bounds; the endpoint is set per node
+    Connection::Options connection;  // timeouts, backoff, bounds, clock; endpoint set per node
     int connections_per_node = 2;
     int max_redirects = 5;
   };
@@ -51,6 +51,8 @@ class Client {
                     Deadline deadline = {}) = 0;
   // Options::connection.timeout: how long a call may take when its caller gives no deadline.
   virtual std::chrono::microseconds timeout() const = 0;
+  // Options::connection.clock: the time deadlines (Deadline::at) are in.
+  virtual const Clock& clock() const = 0;
 
   // True when commands can be sent: the server is connected, or the cluster's slot map is
   // loaded, covers every slot, and every node serving a slot is connected.

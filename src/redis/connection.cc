@@ -15,7 +15,6 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 
 class AsioConnection : public Connection, public std::enable_shared_from_this<AsioConnection> {
  public:
@@ -61,7 +60,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     std::function<void(const Reply&)> late;  // Deadline::late
     size_t replies = 1;                      // how many replies this entry takes
     Reply collected;                         // the array of a multi-reply entry
-    Clock::time_point deadline;
+    MonoTime deadline;
     bool carries_redis_time = false;  // its reply starts with Redis's time (Deadline)
   };
 
@@ -70,6 +69,8 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     std::lock_guard<std::mutex> lock(error_mu_);
     last_error_ = std::move(error);
   }
+
+  MonoTime Now() const { return MonotonicNow(*options_.clock); }
 
   // --- connecting
 
@@ -146,7 +147,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
           const Reply& time = reply->elements.back();
           self->clock_.Sample(std::atoll(time.elements[0].str.c_str()) * 1000000 +
                                   std::atoll(time.elements[1].str.c_str()),
-                              Clock::now());
+                              self->Now());
           self->backoff_ = self->options_.min_backoff;
           // The login's deadline was the connect timeout; commands' deadlines are shorter.
           self->timer_.cancel();
@@ -202,9 +203,9 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
       return done(absl::ResourceExhaustedError(fmt::format(
           "redis {}: {} commands already waiting", options_.endpoint.Address(), pending_.size())));
     }
-    const auto now = Clock::now();
-    const auto latest = now + std::chrono::duration_cast<Clock::duration>(options_.timeout);
-    const auto at = deadline.at == Clock::time_point{} ? latest : std::min(deadline.at, latest);
+    const auto now = Now();
+    const auto latest = now + std::chrono::duration_cast<MonoTime::duration>(options_.timeout);
+    const auto at = deadline.at == MonoTime{} ? latest : std::min(deadline.at, latest);
     if (at <= now) {
       return done(absl::DeadlineExceededError(fmt::format(
           "redis {}: the call's deadline passed before it was sent", options_.endpoint.Address())));
@@ -216,11 +217,11 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   }
 
   // Writes into `command` the earliest Redis time at which this connection may have given up on
-  // it (steady `at`), less a margin for the reply's way back: a script that finds TIME past it
+  // it (`at`), less a margin for the reply's way back: a script that finds TIME past it
   // changes nothing, and one that does not is answered in time (see Deadline).
-  void WriteRedisDeadline(std::string* command, size_t field, Clock::time_point at) {
+  void WriteRedisDeadline(std::string* command, size_t field, MonoTime at) {
     if (field + kRedisTimeDigits > command->size()) return;  // not a field of this command
-    const auto margin = std::chrono::duration_cast<Clock::duration>(options_.timeout) / 8;
+    const auto margin = std::chrono::duration_cast<MonoTime::duration>(options_.timeout) / 8;
     // The login read TIME before the connection was ready, so there is always an estimate.
     const int64_t redis_us = clock_.EarliestRedisTime(at - margin).value_or(0);
     const std::string digits =
@@ -229,7 +230,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     command->replace(field, kRedisTimeDigits, digits);
   }
 
-  void PushUntil(std::string command, size_t replies, Callback done, Clock::time_point deadline,
+  void PushUntil(std::string command, size_t replies, Callback done, MonoTime deadline,
                  bool carries_redis_time, std::function<void(const Reply&)> late = nullptr) {
     Pending p;
     p.done = std::move(done);
@@ -247,9 +248,9 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   // `internal`: the connection's own login (AUTH, SELECT, PING, TIME), whose deadline is the
   // connect timeout; else Options::timeout.
   void Push(std::string command, size_t replies, Callback done, bool internal) {
-    const auto timeout = std::chrono::duration_cast<Clock::duration>(
+    const auto timeout = std::chrono::duration_cast<MonoTime::duration>(
         internal ? options_.connect_timeout : options_.timeout);
-    PushUntil(std::move(command), replies, std::move(done), Clock::now() + timeout,
+    PushUntil(std::move(command), replies, std::move(done), Now() + timeout,
               /*carries_redis_time=*/false);
   }
 
@@ -278,16 +279,15 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   // (a deadline may then be noticed up to timeout / 16 late).
 
   void ArmDeadline() {
-    auto earliest = Clock::time_point::max();
+    auto earliest = MonoTime::max();
     for (const Pending& p : pending_) {
       if (p.done != nullptr) earliest = std::min(earliest, p.deadline);
     }
-    deadline_armed_ = earliest != Clock::time_point::max();
+    deadline_armed_ = earliest != MonoTime::max();
     if (!deadline_armed_) return;
-    armed_at_ =
-        std::max(earliest,
-                 last_expiry_ + std::chrono::duration_cast<Clock::duration>(options_.timeout / 16));
-    timer_.expires_at(armed_at_);
+    armed_at_ = std::max(earliest, last_expiry_ + std::chrono::duration_cast<MonoTime::duration>(
+                                                      options_.timeout / 16));
+    timer_.expires_after(armed_at_ - Now());  // armed_at_ is in the injected clock
     timer_.async_wait([self = shared_from_this(), gen = generation_](boost::system::error_code ec) {
       if (ec || gen != self->generation_) return;
       self->ExpireDeadlines();
@@ -295,7 +295,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   }
 
   void ExpireDeadlines() {
-    const auto now = Clock::now();
+    const auto now = Now();
     last_expiry_ = now;
     bool login_expired = false;
     // A callback may send more (appended to pending_, looked at next time) or fail the
@@ -346,7 +346,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
       }
       if (front.carries_redis_time && reply.type == Reply::Type::kArray &&
           !reply.elements.empty() && reply.elements[0].type == Reply::Type::kInteger) {
-        clock_.Sample(reply.elements[0].integer, Clock::now());
+        clock_.Sample(reply.elements[0].integer, Now());
       }
       Callback done = std::move(front.done);
       auto late = std::move(front.late);
@@ -371,11 +371,11 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   bool closed_ = false;
   bool writing_ = false;
   bool deadline_armed_ = false;
-  Clock::time_point armed_at_{};     // when the deadline timer fires, while armed
-  Clock::time_point last_expiry_{};  // when it last fired
-  RedisClock clock_;                 // Redis's clock: TIME at login, then script replies
-  std::string out_;                  // commands waiting for the next write
-  std::string in_flight_;            // the write in progress
+  MonoTime armed_at_{};     // when the deadline timer fires, while armed
+  MonoTime last_expiry_{};  // when it last fired
+  RedisClock clock_;        // Redis's clock: TIME at login, then script replies
+  std::string out_;         // commands waiting for the next write
+  std::string in_flight_;   // the write in progress
   std::deque<Pending> pending_;
   std::unique_ptr<ReplyReader> reader_ = std::make_unique<ReplyReader>();
   std::array<char, 16384> buffer_{};

@@ -4,6 +4,10 @@
 // the next write, so concurrent requests share system calls and round trips (auto-pipelining);
 // replies come back in order and each goes to its command's callback, on the io_context's thread.
 //
+// Time is the monotonic reading of an injected clock (Options::clock): deadlines are set and
+// checked in it, and the timer that enforces them waits, in real time, for what is left by it (a
+// clock that jumps ahead is noticed when the timer next fires).
+//
 // Bounded in every way: each command has a deadline (Options::timeout, or an earlier one the
 // caller gives, see Deadline; its callback then gets DeadlineExceeded and the late reply, when it
 // arrives, is dropped or goes to Deadline::late), at most
@@ -28,16 +32,25 @@
 
 #include "absl/status/statusor.h"
 #include "redis/resp.h"
+#include "sluice/clock.h"
 
 namespace sluice::redis {
+
+// A time in the redis module: a clock's monotonic reading (Clock::MonotonicMicros) as a
+// std::chrono time point. With the system's clock it is std::chrono::steady_clock's own time.
+using MonoTime = std::chrono::steady_clock::time_point;
+inline MonoTime MonotonicNow(const Clock& clock) {
+  return MonoTime(std::chrono::microseconds(clock.MonotonicMicros()));
+}
 
 using Callback = std::function<void(absl::StatusOr<Reply>)>;
 
 // When the caller stops waiting for a command's reply and, for a command that can check it
 // itself (decide.lua), where the command carries that moment in the server's own clock.
 struct Deadline {
-  // Steady time; the default (the epoch) means now + Options::timeout. A later one is cut to that.
-  std::chrono::steady_clock::time_point at{};
+  // In the connection's clock (Options::clock, MonotonicNow); the default (the epoch) means
+  // now + Options::timeout. A later one is cut to that.
+  MonoTime at{};
   // Byte offset in the command of a bulk string of kRedisTimeDigits digits that the connection
   // overwrites with the earliest Redis time (µs since the epoch, see RedisClock) at which it may
   // already have given up on the command: `at`, less a margin for the reply's way back
@@ -60,6 +73,8 @@ class Connection {
     std::chrono::milliseconds min_backoff{10};
     std::chrono::milliseconds max_backoff{1000};
     size_t max_pending = 100000;
+    // Where deadlines take the time from; not owned, must outlive the connection.
+    const Clock* clock = SystemClock::Get();
   };
 
   // What the connection is doing now.

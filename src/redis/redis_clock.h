@@ -12,6 +12,7 @@
 // estimate err earlier. A step back would make it err late, so samples older than two periods
 // (2 x kPeriod) are forgotten: within about 20 s of a step back, given replies, it is right again.
 //
+// Steady times here are the connection's monotonic times (MonoTime, its injected clock).
 // Requires external synchronization (one connection's I/O thread uses it).
 
 #ifndef SLUICE_REDIS_REDIS_CLOCK_H_

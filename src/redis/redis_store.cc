@@ -22,7 +22,7 @@ struct RedisStore::Call {
 RedisStore::RedisStore(Client* client, Options options)
     : client_(client),
       options_(std::move(options)),
-      breaker_(options_.breaker),
+      breaker_(options_.breaker, &client->clock()),
       late_guard_(std::make_shared<LateGuard>()) {
   late_guard_->store = this;
 }
@@ -201,9 +201,8 @@ void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
   // One deadline for the whole decision: time in the queue, a cross-slot request's two steps,
   // redirections and a NOSCRIPT repeat all count against it (each call carries it to Redis too,
   // so a call that runs late there changes nothing: decide.lua).
-  queued.deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(client_->timeout());
+  queued.deadline = MonotonicNow(client_->clock()) +
+                    std::chrono::duration_cast<SteadyTime::duration>(client_->timeout());
   queued.limits.reserve(items.size());
   queued.items.reserve(items.size());
   for (const auto& it : items) queued.limits.push_back(*it.limit);
@@ -406,7 +405,7 @@ void RedisStore::Enqueue(std::string node, Queued queued) {
 void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_sha) {
   // Requests whose deadline passed while they waited are answered now, not sent: the call's
   // deadline is the earliest of those left (the first, usually: the queue is in order).
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = MonotonicNow(client_->clock());
   std::vector<Queued> late;
   for (size_t i = 0; i < batch.size();) {
     if (batch[i].deadline > now) {
@@ -525,8 +524,7 @@ void RedisStore::LearnSha(std::string_view key) {
 
 void RedisStore::Record(const absl::Status& status) {
   if (status.ok()) {
-    last_success_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                           std::memory_order_relaxed);
+    last_success_us_.store(client_->clock().MonotonicMicros(), std::memory_order_relaxed);
     return breaker_.Succeeded();
   }
   {
@@ -538,8 +536,7 @@ void RedisStore::Record(const absl::Status& status) {
     timeouts_.fetch_add(1, std::memory_order_relaxed);
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
-    last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                           std::memory_order_relaxed);
+    last_failure_us_.store(client_->clock().MonotonicMicros(), std::memory_order_relaxed);
     breaker_.Failed();
   } else {
     breaker_.Succeeded();  // Redis answered: the connection is fine
@@ -548,12 +545,12 @@ void RedisStore::Record(const absl::Status& status) {
 
 RedisStore::Health RedisStore::GetHealth() {
   if (!client_->Ready()) return {false, client_->last_error()};
-  const int64_t now_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-  const std::chrono::steady_clock::duration since_failure(
-      now_ns - last_failure_ns_.load(std::memory_order_relaxed));
+  const int64_t now_us = client_->clock().MonotonicMicros();
+  const std::chrono::microseconds since_failure(now_us -
+                                                last_failure_us_.load(std::memory_order_relaxed));
   if (breaker_.Healthy() && since_failure > kFailureHold) {
-    const std::chrono::steady_clock::duration since_success(
-        now_ns - last_success_ns_.load(std::memory_order_relaxed));
+    const std::chrono::microseconds since_success(now_us -
+                                                  last_success_us_.load(std::memory_order_relaxed));
     if (since_success > kIdleProbe) Probe();  // idle: nothing else would notice a hung Redis
     return {true, "connected"};
   }
@@ -586,8 +583,7 @@ void RedisStore::Probe() {
     if (reply.ok() && !reply->IsError()) {
       Record(absl::OkStatus());
     } else {
-      last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                             std::memory_order_relaxed);
+      last_failure_us_.store(client_->clock().MonotonicMicros(), std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(error_mu_);
       last_error_ = reply.ok() ? reply->str : std::string(reply.status().message());
     }

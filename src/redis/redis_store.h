@@ -34,8 +34,9 @@
 //
 // The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
 // replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
-// (breaker.h) refuses calls at once while Redis keeps failing. Safe for concurrent use; `done`
-// runs on the client's I/O thread.
+// (breaker.h) refuses calls at once while Redis keeps failing. Deadlines, the breaker and health
+// take their time from the client's clock (Client::clock). Safe for concurrent use; `done` runs
+// on the client's I/O thread.
 
 #ifndef SLUICE_REDIS_REDIS_STORE_H_
 #define SLUICE_REDIS_REDIS_STORE_H_
@@ -143,7 +144,7 @@ class RedisStore final : public backend::Backend {
 
  private:
   struct Call;
-  using SteadyTime = std::chrono::steady_clock::time_point;
+  using SteadyTime = MonoTime;  // in the client's clock
   void Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
            std::function<void(absl::StatusOr<DecideResult>)> done);
   // One script call for `items` (one slot). `limits` owns what the items point to; a late
@@ -205,9 +206,11 @@ class RedisStore final : public backend::Backend {
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.
   void Probe();
-  std::atomic<bool> probing_{false};         // a health probe (GetHealth) is in flight
-  std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
-  std::atomic<int64_t> last_failure_ns_{0};  // and of the last that failed (timeout, connection)
+  std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
+  // Monotonic times (µs, the client's clock) of the last call that succeeded, and of the last
+  // that failed (timeout, connection).
+  std::atomic<int64_t> last_success_us_{0};
+  std::atomic<int64_t> last_failure_us_{0};
   mutable std::mutex error_mu_;
   std::string last_error_;  // the last call's failure; guarded by error_mu_
   std::mutex batch_mu_;

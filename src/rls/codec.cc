@@ -475,9 +475,10 @@ void AnswerJson(std::string_view body, engine::Engine& engine,
   RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
   const int64_t now_us = clock.NowMicros();
   if (record_decision) {
-    options.on_decision = [&clock, now_us, record = std::move(record_decision)](
+    const int64_t start_us = clock.MonotonicMicros();  // for the latency
+    options.on_decision = [&clock, start_us, record = std::move(record_decision)](
                               std::string_view domain, const engine::Response& decision) {
-      record(domain, decision, clock.NowMicros() - now_us);
+      record(domain, decision, clock.MonotonicMicros() - start_us);
     };
   }
   ShouldRateLimitAsync(engine, std::move(config), std::get<RateLimitRequest>(parsed), now_us,

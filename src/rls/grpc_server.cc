@@ -47,8 +47,9 @@ class RateLimitDecider {
     RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
     const int64_t start_us = clock_->NowMicros();
     if (on_decision_) {
-      options.on_decision = [this, start_us](std::string_view domain, const engine::Response& r) {
-        on_decision_(domain, r, clock_->NowMicros() - start_us);
+      const int64_t started_us = clock_->MonotonicMicros();  // for the latency
+      options.on_decision = [this, started_us](std::string_view domain, const engine::Response& r) {
+        on_decision_(domain, r, clock_->MonotonicMicros() - started_us);
       };
     }
     rls::ShouldRateLimitAsync(engine_, std::move(config), request, start_us, options,

@@ -30,11 +30,13 @@ inline Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us
 // A client of `urls` (one server, or a cluster's seeds), waited for until ready (up to 5 s).
 inline std::unique_ptr<redis::Client> OpenRedis(
     const std::vector<std::string>& urls, bool cluster,
-    std::chrono::microseconds timeout = std::chrono::seconds(2)) {
+    std::chrono::microseconds timeout = std::chrono::seconds(2),
+    const Clock* clock = SystemClock::Get()) {
   redis::Client::Options o;
   for (const auto& u : urls) o.seeds.push_back(*redis::ParseUrl(u));
   o.cluster = cluster;
   o.connection.timeout = timeout;
+  o.connection.clock = clock;
   o.connection.max_backoff = std::chrono::milliseconds(100);
   auto client = redis::Client::Create(o);
   EXPECT_TRUE(client.ok());

@@ -100,37 +100,30 @@ struct KeyBuffer {
 
 constexpr int kMaxPrefetch = 64;
 
-}  // namespace
-
-int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostream& err) {
+// Whether the options make sense; if not, says why on `err`.
+bool ValidOptions(const BenchStoreOptions& options, std::ostream& err) {
   if (options.keys == 0 || options.threads < 1 || !(options.seconds > 0)) {
     err << "bench store: --keys and --threads must be at least 1 and --seconds positive\n";
-    return 2;
+    return false;
   }
   if (options.prefetch < 0 || options.prefetch > kMaxPrefetch) {
     err << "bench store: --prefetch must be between 0 and " << kMaxPrefetch << "\n";
-    return 2;
+    return false;
   }
   if (options.clock_every < 1) {
     err << "bench store: --clock-every must be at least 1\n";
-    return 2;
+    return false;
   }
   if (options.distribution != "uniform" && options.distribution != "zipf") {
     err << "bench store: --distribution must be uniform or zipf\n";
-    return 2;
+    return false;
   }
-  const uint64_t keys = options.keys;
-  const int threads = options.threads;
-  const Clock* clock = SystemClock::Get();
-  store::MemoryStore::Options store_options;
-  store_options.max_entries = std::max<size_t>(store_options.max_entries, keys + keys / 4);
-  store::MemoryStore store(store_options, clock);
-  const Limit& limit = options.limit;
-  const uint64_t limit_id = LimitId(limit);
+  return true;
+}
 
-  // Phase 1: every key once, split over the threads; RSS growth per key.
-  const int64_t rss_before = ResidentBytes();
-  const auto warmup_start = std::chrono::steady_clock::now();
+// Phase 1: every key once, split over the threads.
+void Warmup(store::MemoryStore& store, const Limit& limit, uint64_t limit_id, uint64_t keys,
+            int threads) {
   {
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t) {
@@ -143,11 +136,19 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
     }
     for (auto& w : workers) w.join();
   }
-  const int64_t rss_after = ResidentBytes();
-  const double warmup_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
+}
 
-  // Phase 2: timed decisions.
+struct Timed {
+  uint64_t decisions = 0, allowed = 0;
+  double seconds = 0;
+};
+
+// Phase 2: timed decisions, on keys drawn as the options say.
+Timed TimedDecisions(const BenchStoreOptions& options, store::MemoryStore& store, uint64_t limit_id,
+                     const Clock* clock) {
+  const uint64_t keys = options.keys;
+  const int threads = options.threads;
+  const Limit& limit = options.limit;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> decisions{0}, allowed{0};
   const ZipfSampler zipf(keys, 0.99);
@@ -194,10 +195,35 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
   std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
   stop.store(true);
   for (auto& w : workers) w.join();
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {
+      .decisions = decisions.load(),
+      .allowed = allowed.load(),
+      .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
 
-  const uint64_t total = decisions.load();
+}  // namespace
+
+int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostream& err) {
+  if (!ValidOptions(options, err)) return 2;
+  const uint64_t keys = options.keys;
+  const int threads = options.threads;
+  const Clock* clock = SystemClock::Get();
+  store::MemoryStore::Options store_options;
+  store_options.max_entries = std::max<size_t>(store_options.max_entries, keys + keys / 4);
+  store::MemoryStore store(store_options, clock);
+  const Limit& limit = options.limit;
+  const uint64_t limit_id = LimitId(limit);
+
+  // RSS growth per key over the warm-up.
+  const int64_t rss_before = ResidentBytes();
+  const auto warmup_start = std::chrono::steady_clock::now();
+  Warmup(store, limit, limit_id, keys, threads);
+  const int64_t rss_after = ResidentBytes();
+  const double warmup_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
+  const Timed timed = TimedDecisions(options, store, limit_id, clock);
+  const double elapsed = timed.seconds;
+  const uint64_t total = timed.decisions;
   const double per_sec = static_cast<double>(total) / elapsed;
   const int64_t rss_growth = std::max<int64_t>(0, rss_after - rss_before);
   out << fmt::format(
@@ -208,7 +234,7 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
       elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
       static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
-      DescribeLimit(limit), allowed.load(), store.GetStats().entries, options.clock_every,
+      DescribeLimit(limit), timed.allowed, store.GetStats().entries, options.clock_every,
       options.prefetch, warmup_seconds);
   return 0;
 }

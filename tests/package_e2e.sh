@@ -20,7 +20,8 @@ deb=$(ls "$tmp"/pkg/sluice_*_amd64.deb 2>/dev/null | head -1)
 [[ -n $deb ]] || { cat "$tmp/cpack.log"; finish; exit 1; }
 
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for path in ./usr/bin/sluice ./usr/lib/libsluice.a ./usr/include/sluice/limiter.h \
+for path in ./usr/bin/sluice ./usr/lib/libsluice.so ./usr/include/sluice/limiter.h \
+            ./usr/include/sluice/rate_limiter.h ./usr/lib/cmake/sluice/sluiceConfig.cmake \
             ./etc/sluice/sluice.yaml ./etc/sluice/rules/default.yaml \
             ./usr/lib/systemd/system/sluice.service ./usr/share/doc/sluice/README.md \
             ./usr/share/man/man1/sluice.1.gz; do

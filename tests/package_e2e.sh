@@ -43,6 +43,12 @@ if command -v man >/dev/null; then
   check_contains "sluice(1) has serve's flags, from --help" "--envoy-env" "$page"
   check "sluice(1): no roff warning" "" "$(cat "$tmp/man.err")"
 fi
+# The packaged library: examples/ builds against the unpacked /usr with find_package(sluice).
+if command -v cmake >/dev/null; then
+  cmake -S "$(dirname "$0")/../examples" -B "$tmp/example" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" \
+    >"$tmp/example.log" 2>&1 && cmake --build "$tmp/example" >>"$tmp/example.log" 2>&1
+  check "examples/ builds against the packaged library (find_package(sluice))" 0 "$?"
+fi
 check "check-config on the packaged settings" "ok: 1 domains, 6 limits" \
   "$("$root/usr/bin/sluice" check-config "$root/etc/sluice/sluice.yaml" 2>&1)"
 sluice=$root/usr/bin/sluice

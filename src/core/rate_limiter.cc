@@ -5,10 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "backend/backend.h"
 #include "backend/failover.h"
 #include "backend/limit_id.h"
@@ -115,20 +116,22 @@ Verdict MakeVerdict(const backend::Outcome& outcome, std::vector<Decision> decis
 template <typename T>
 class Waiter {
  public:
-  void Set(T value) {
-    std::unique_lock lock(mu_);
-    if (abandoned_) {
-      lock.unlock();
-      if (late_) late_(std::move(value));
-      return;
+  void Set(T value) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::function<void(T)> late;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!abandoned_) {
+        value_.emplace(std::move(value));
+        return;
+      }
+      late = std::move(late_);
     }
-    value_.emplace(std::move(value));
-    cv_.notify_all();
+    if (late) late(std::move(value));
   }
-  std::optional<T> Wait(int64_t wait_us, std::function<void(T)> late) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::microseconds(wait_us),
-                      [&] { return value_.has_value(); })) {
+  std::optional<T> Wait(int64_t wait_us, std::function<void(T)> late) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(this, &Waiter::Answered),
+                              absl::Microseconds(wait_us))) {
       abandoned_ = true;
       late_ = std::move(late);
       return std::nullopt;
@@ -137,11 +140,12 @@ class Waiter {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<T> value_;       // guarded by mu_
-  bool abandoned_ = false;       // guarded by mu_
-  std::function<void(T)> late_;  // guarded by mu_
+  bool Answered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return value_.has_value(); }
+
+  absl::Mutex mu_;
+  std::optional<T> value_ ABSL_GUARDED_BY(mu_);
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(T)> late_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs `start` (which calls its argument exactly once) and returns what it got: inline on a

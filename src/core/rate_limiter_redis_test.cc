@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
 #include "sluice/rate_limiter.h"
+#include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 
 namespace sluice {
@@ -101,6 +102,28 @@ TEST(RateLimiterRedisTest, RefundPeekAndReset) {
   ASSERT_TRUE(reset.ok()) << reset.status();
   EXPECT_EQ(*reset, 2u) << "one state per limit";
   EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{2, 5}));
+}
+
+// A cluster: url names one node, the client finds the others; keys spread over the masters
+// and each is still decided all-or-nothing (its limits share a slot).
+TEST(RateLimiterRedisTest, DecidesOnACluster) {
+  testing::RedisCluster cluster(3);
+  ASSERT_TRUE(cluster.created());
+  RateLimiter::Options options = OnRedis(cluster.url(0));
+  options.redis->cluster = true;
+  options.redis->connect_wait_us = 5000000;
+  auto limiter = Make(options);
+  ASSERT_NE(limiter, nullptr);
+  EXPECT_EQ(limiter->where().rfind("redis cluster via 127.0.0.1:", 0), 0u) << limiter->where();
+  for (int k = 0; k < 8; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(MustDecide(*limiter, key, 2).allowed);
+    Verdict denied = MustDecide(*limiter, key);
+    EXPECT_FALSE(denied.allowed);
+    EXPECT_FALSE(denied.fell_back);
+    EXPECT_EQ(Remaining(*limiter, key), (std::vector<int64_t>{0, 3}));
+  }
 }
 
 // Limiters of one name share a budget per key, as processes on one Redis do; another name is

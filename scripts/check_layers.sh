@@ -26,7 +26,7 @@ engine    | rules algo backend util sluice                          | store
 render    | engine rules util sluice                                | store
 metrics   | util                                                    |
 redis     | backend util metrics sluice                             | store tests
-core      | algo store redis backend util sluice                    |
+core      | algo store redis backend util sluice                    | tests
 stack     | store redis backend rules metrics util sluice           |
 tools     | store redis backend algo util sluice                    |
 http      | engine rules render metrics backend util sluice         | store
@@ -49,7 +49,8 @@ cli       | http rls stack tools engine rules render metrics backend util sluice
 #   those for it, tools measures them).
 # Tests: a real engine needs a backend, and tests use the in-memory one (store); rules' tests
 # check that ConfigManager reloads keep the engine's state (engine) and that the embedded default
-# config (cli/default_config.h) loads; redis' tests run real Redis servers (tests/support/).
+# config (cli/default_config.h) loads; redis' tests, and core's of the library on Redis, run
+# real Redis servers (tests/support/).
 
 # TEMPORARY EXCEPTIONS: edges the table forbids that are still there. Each goes when its edge
 # does; nothing may be added here. One per line: FROM TO reason.

@@ -20,7 +20,8 @@ deb=$(ls "$tmp"/pkg/sluice_*_amd64.deb 2>/dev/null | head -1)
 [[ -n $deb ]] || { cat "$tmp/cpack.log"; finish; exit 1; }
 
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for path in ./usr/bin/sluice ./usr/lib/libsluice.a ./usr/include/sluice/limiter.h \
+for path in ./usr/bin/sluice ./usr/lib/libsluice.so ./usr/include/sluice/limiter.h \
+            ./usr/include/sluice/rate_limiter.h ./usr/lib/cmake/sluice/sluiceConfig.cmake \
             ./etc/sluice/sluice.yaml ./etc/sluice/rules/default.yaml \
             ./usr/lib/systemd/system/sluice.service ./usr/share/doc/sluice/README.md \
             ./usr/share/man/man1/sluice.1.gz; do
@@ -41,6 +42,12 @@ if command -v man >/dev/null; then
   check_contains "sluice(1) renders" "SLUICE(1)" "$page"
   check_contains "sluice(1) has serve's flags, from --help" "--envoy-env" "$page"
   check "sluice(1): no roff warning" "" "$(cat "$tmp/man.err")"
+fi
+# The packaged library: examples/ builds against the unpacked /usr with find_package(sluice).
+if command -v cmake >/dev/null; then
+  cmake -S "$(dirname "$0")/../examples" -B "$tmp/example" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" \
+    >"$tmp/example.log" 2>&1 && cmake --build "$tmp/example" >>"$tmp/example.log" 2>&1
+  check "examples/ builds against the packaged library (find_package(sluice))" 0 "$?"
 fi
 check "check-config on the packaged settings" "ok: 1 domains, 6 limits" \
   "$("$root/usr/bin/sluice" check-config "$root/etc/sluice/sluice.yaml" 2>&1)"

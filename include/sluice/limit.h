@@ -65,11 +65,6 @@ absl::Status ValidateLimit(const Limit& limit);
 // kept under an id survives a reload that does not change the limit.
 uint64_t LimitId(const Limit& limit);
 
-// The identity under which a configured limit keeps its state: a hash of where it sits (domain,
-// descriptor path, plan) and of its definition, so that it survives any reload that leaves it
-// unchanged. The config computes it at load for limits without a plan (LimitRule::state_id).
-uint64_t RuleLimitId(std::string_view node_path, std::string_view plan, const Limit& limit);
-
 // "10/1s token_bucket burst=20", for logs and `explain`.
 std::string DescribeLimit(const Limit& limit);
 
@@ -98,9 +93,6 @@ struct Decision {
 
   friend bool operator==(const Decision&, const Decision&) = default;
 };
-
-// Rounds microseconds up to whole milliseconds; kNever stays kNever.
-inline int64_t CeilMillis(int64_t us) { return us < 0 ? us : (us + 999) / 1000; }
 
 }  // namespace sluice
 

@@ -1,5 +1,7 @@
 // sluice/limiter.h — an in-process rate limiter for one limit.
 //
+// For several limits decided together, refunds, or Redis, see sluice/rate_limiter.h.
+//
 //   auto limiter = sluice::Limiter::Create({.algorithm = sluice::Algorithm::kTokenBucket,
 //                                           .requests = 10, .window_us = 1'000'000,
 //                                           .burst = 20});
@@ -25,10 +27,6 @@
 #include "sluice/on_full.h"
 
 namespace sluice {
-
-namespace store {
-class MemoryStore;
-}
 
 class Limiter {
  public:
@@ -63,11 +61,12 @@ class Limiter {
   size_t size() const;
 
  private:
+  struct Store;  // the key states (defined in limiter.cc)
   Limiter(const Limit& limit, const Options& options);
 
   const Limit limit_;
   const uint64_t limit_id_;
-  std::unique_ptr<store::MemoryStore> store_;
+  std::unique_ptr<Store> store_;
 };
 
 }  // namespace sluice

@@ -43,7 +43,7 @@ inline constexpr int64_t kUnavailableRetryAfterUs = 1000000;
 // One limit of one request.
 struct Item {
   const Limit* limit = nullptr;  // must pass ValidateLimit
-  uint64_t limit_id = 0;         // names the limit's state (sluice::RuleLimitId)
+  uint64_t limit_id = 0;         // names the limit's state (backend::RuleLimitId)
   std::string_view key;          // the descriptor's key; with limit_id, the state's identity
   uint64_t cost = 1;             // 0: look without consuming
   // fixed_window only: count the request even when denied (envoyproxy/ratelimit's counting);

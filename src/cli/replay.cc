@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 #include "sluice/clock.h"
 #include "sluice/limiter.h"
+#include "util/millis.h"
 
 namespace sluice::cli {
 namespace {

@@ -4,6 +4,14 @@
 
 namespace sluice {
 
+struct Limiter::Store {
+  explicit Store(const Options& options)
+      : memory(
+            {.max_entries = options.max_keys, .shards = options.shards, .on_full = options.on_full},
+            options.clock) {}
+  store::MemoryStore memory;
+};
+
 absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(const Limit& limit,
                                                          const Options& options) {
   if (absl::Status s = ValidateLimit(limit); !s.ok()) return s;
@@ -12,26 +20,20 @@ absl::StatusOr<std::unique_ptr<Limiter>> Limiter::Create(const Limit& limit,
 }
 
 Limiter::Limiter(const Limit& limit, const Options& options)
-    : limit_(limit),
-      limit_id_(LimitId(limit)),
-      store_(std::make_unique<store::MemoryStore>(
-          store::MemoryStore::Options{.max_entries = options.max_keys,
-                                      .shards = options.shards,
-                                      .on_full = options.on_full},
-          options.clock)) {}
+    : limit_(limit), limit_id_(LimitId(limit)), store_(std::make_unique<Store>(options)) {}
 
 Limiter::~Limiter() = default;
 
 Decision Limiter::Decide(std::string_view key, uint64_t cost) {
-  return store_->Decide(limit_, limit_id_, key, cost);
+  return store_->memory.Decide(limit_, limit_id_, key, cost);
 }
 
 Decision Limiter::DecideAt(std::string_view key, uint64_t cost, int64_t now_us) {
-  return store_->DecideAt(limit_, limit_id_, key, cost, now_us);
+  return store_->memory.DecideAt(limit_, limit_id_, key, cost, now_us);
 }
 
-bool Limiter::Reset(std::string_view key) { return store_->Reset(limit_id_, key); }
+bool Limiter::Reset(std::string_view key) { return store_->memory.Reset(limit_id_, key); }
 
-size_t Limiter::size() const { return store_->GetStats().entries; }
+size_t Limiter::size() const { return store_->memory.GetStats().entries; }
 
 }  // namespace sluice

@@ -19,6 +19,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "backend/backend.h"
+#include "backend/limit_id.h"
 #include "rules/config.h"
 #include "rules/matcher.h"
 #include "sluice/limit.h"
@@ -228,7 +229,7 @@ bool MoreRestrictive(const AppliedLimit& a, const AppliedLimit& b);
 // them (a single part is returned as it is); they are moved from.
 Response Combine(std::span<Response> parts);
 
-using sluice::RuleLimitId;  // (sluice/limit.h) the state identity of a configured limit
+using backend::RuleLimitId;  // (backend/limit_id.h) the state identity of a configured limit
 
 }  // namespace sluice::engine
 

@@ -13,6 +13,7 @@
 #include "fmt/format.h"
 #include "rules/loader.h"
 #include "sluice/limit.h"
+#include "util/millis.h"
 
 namespace sluice::http {
 namespace {

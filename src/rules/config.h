@@ -38,7 +38,7 @@ struct LimitRule {
   // The window as written with `unit:` ("minute"), for RLS current_limit; empty with `window:`.
   std::string unit;
   Position position;
-  // RuleLimitId(node path, "", limit) of the node holding it, computed at load (it would
+  // backend::RuleLimitId(node path, "", limit) of the node holding it, computed at load (it would
   // otherwise be hashed for every request); 0 in a plan's limits, whose id depends on the node.
   uint64_t state_id = 0;
 };

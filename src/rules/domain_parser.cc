@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 
+#include "backend/limit_id.h"
 #include "fmt/format.h"
 #include "rules/parsers.h"
 
@@ -110,7 +111,7 @@ class DomainParser {
       auto node = std::make_unique<RuleNode>();
       if (ParseDescriptor(item, parent, *node)) {
         for (LimitRule& rule : node->limits)
-          rule.state_id = RuleLimitId(node->path, "", rule.limit);
+          rule.state_id = backend::RuleLimitId(node->path, "", rule.limit);
         if (const RuleNode* first = AddChild(parent, node)) {
           r_.Error(item, fmt::format("duplicate descriptor composite key '{}.{}'", parent.path,
                                      CompositeKey(*first)));

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/limit_id.h"
 #include "cli/default_config.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -1363,12 +1364,12 @@ descriptors:
   const RuleNode& a = *d->root.children[0];
   ASSERT_THAT(a.limits, SizeIs(2));
   for (const LimitRule& rule : a.limits) {
-    EXPECT_EQ(rule.state_id, RuleLimitId(a.path, "", rule.limit)) << rule.name;
+    EXPECT_EQ(rule.state_id, backend::RuleLimitId(a.path, "", rule.limit)) << rule.name;
   }
   EXPECT_NE(a.limits[0].state_id, a.limits[1].state_id);
   const RuleNode& b = *a.children[0];
   ASSERT_THAT(b.limits, SizeIs(1));
-  EXPECT_EQ(b.limits[0].state_id, RuleLimitId(b.path, "", b.limits[0].limit));
+  EXPECT_EQ(b.limits[0].state_id, backend::RuleLimitId(b.path, "", b.limits[0].limit));
   EXPECT_NE(b.limits[0].state_id, 0u);
   EXPECT_EQ(d->plans.at("free").limits[0].state_id, 0u);
 }

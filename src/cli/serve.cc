@@ -12,7 +12,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -204,12 +203,12 @@ int RunServe(const ServeFlags& flags) {
     return 1;
   }
   // The server counts connections itself; each scrape brings the metrics up to date.
-  std::mutex scrape_mu;
+  absl::Mutex scrape_mu;  // one catch-up at a time (the counters are read, then raised)
   const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
     if (total > counter->Value()) counter->Inc(total - counter->Value());
   };
   service.SetMetrics(&registry, &*metrics, [&] {
-    std::lock_guard<std::mutex> lock(scrape_mu);
+    absl::MutexLock lock(&scrape_mu);
     const http::ServerStats& st = server.stats();
     metrics->http_open_connections->Set(static_cast<double>(st.connections_open.load()));
     catch_up(metrics->http_connections, st.connections_total.load());

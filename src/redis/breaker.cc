@@ -3,7 +3,7 @@
 namespace sluice::redis {
 
 bool Breaker::Allow(Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   switch (state_) {
     case State::kClosed:
       return true;
@@ -21,14 +21,14 @@ bool Breaker::Allow(Clock::time_point now) {
 }
 
 void Breaker::Succeeded() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   consecutive_failures_ = 0;
   probing_ = false;
   state_ = State::kClosed;
 }
 
 void Breaker::Failed(Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   probing_ = false;
   if (state_ == State::kHalfOpen ||
       (state_ == State::kClosed && ++consecutive_failures_ >= options_.failures_to_open)) {
@@ -39,17 +39,17 @@ void Breaker::Failed(Clock::time_point now) {
 }
 
 Breaker::State Breaker::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_;
 }
 
 bool Breaker::Healthy() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_ == State::kClosed && consecutive_failures_ == 0;
 }
 
 uint64_t Breaker::opened() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return opened_;
 }
 

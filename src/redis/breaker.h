@@ -9,8 +9,10 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace sluice::redis {
 
@@ -41,12 +43,12 @@ class Breaker {
 
  private:
   const Options options_;
-  mutable std::mutex mu_;
-  State state_ = State::kClosed;
-  int consecutive_failures_ = 0;
-  bool probing_ = false;
-  Clock::time_point retry_at_{};
-  uint64_t opened_ = 0;
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kClosed;
+  int consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  bool probing_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::time_point retry_at_ ABSL_GUARDED_BY(mu_){};
+  uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice::redis

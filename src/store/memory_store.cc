@@ -143,7 +143,7 @@ Decision MemoryStore::DecideAt(const Limit& limit, uint64_t limit_id, std::strin
   return NoRoomDecision();
 }
 
-size_t MemoryStore::Reclaim(Shard& shard, int64_t now) {
+size_t MemoryStore::Reclaim(Shard& shard, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   CompactTable& table = shard.table;
   size_t erased = table.SweepSome(now, kSweepPerNewKey);
   ++shard.new_keys_since_full_sweep;
@@ -165,7 +165,8 @@ size_t MemoryStore::Reclaim(Shard& shard, int64_t now) {
   return erased;
 }
 
-MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) const {
+MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) const
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (shard.Entries() + reserved < shard.max_entries) return Placement::kTracked;
   switch (on_full_) {
     case OnFull::kShared:
@@ -178,13 +179,15 @@ MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) c
   return Placement::kDenied;
 }
 
-algo::CompactState* MemoryStore::OverflowState(Shard& shard, uint64_t limit_id) {
+algo::CompactState* MemoryStore::OverflowState(Shard& shard, uint64_t limit_id)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (auto it = shard.overflow.find(limit_id); it != shard.overflow.end()) return &it->second;
   if (shard.OverflowStates() >= kMaxOverflowStates) return nullptr;  // until Reclaim sweeps
   return &shard.overflow[limit_id];
 }
 
-algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id) {
+algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (auto it = shard.overflow_logs.find(limit_id); it != shard.overflow_logs.end()) {
     return &it->second;
   }
@@ -192,7 +195,8 @@ algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id) {
   return &shard.overflow_logs[limit_id];
 }
 
-algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int64_t now) const {
+algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int64_t now) const
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (on_full_ == OnFull::kShared) {
     if (auto it = shard.overflow.find(limit_id);
         it != shard.overflow.end() && !it->second.IsIdle(now)) {
@@ -202,7 +206,8 @@ algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int6
   return {};
 }
 
-algo::LogState MemoryStore::StartLog(Shard& shard, uint64_t limit_id, int64_t now) const {
+algo::LogState MemoryStore::StartLog(Shard& shard, uint64_t limit_id, int64_t now) const
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (on_full_ == OnFull::kShared) {
     if (auto it = shard.overflow_logs.find(limit_id);
         it != shard.overflow_logs.end() && !it->second.IsIdle(now)) {
@@ -224,12 +229,14 @@ void MemoryStore::CountNoRoom(bool allowed) {
   (allowed ? no_room_allowed_ : no_room_denied_).fetch_add(1, std::memory_order_relaxed);
 }
 
-void MemoryStore::StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state) {
+void MemoryStore::StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   // Place left room, and max_entries is also the table's own bound: Insert succeeds.
   shard.table.Insert(hash, state);
 }
 
-void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& log, int64_t now) {
+void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& log, int64_t now)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (++shard.log_inserts_since_sweep > shard.logs.size() / 2 + 16) {
     // Amortised O(1): a full pass over the logs once their number has grown by half.
     shard.log_inserts_since_sweep = 0;
@@ -239,7 +246,10 @@ void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& lo
   }
   shard.logs.emplace(hash, std::move(log));
 }
-void MemoryStore::Prefetch(uint64_t limit_id, std::string_view key) const {
+// Unlocked on purpose (a prefetch hint reads no value; see CompactTable::Prefetch): the analysis
+// is off for it.
+void MemoryStore::Prefetch(uint64_t limit_id,
+                           std::string_view key) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t hash = Hash(limit_id, key);
   ShardFor(hash).table.Prefetch(hash);  // NOLINT: deliberately unlocked, see CompactTable
 }
@@ -291,8 +301,11 @@ MemoryStore::Stats MemoryStore::GetStats() const {
 
 namespace sluice::store {
 
+// The analysis is off here: this locks a set of shards known only at run time (in address
+// order, below), which it cannot follow. The helpers it calls under those locks say which lock
+// they need (ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu)) and are checked.
 bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
-                            int64_t* decided_at_us) {
+                            int64_t* decided_at_us) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const size_t n = items.size();
 
   // A state being decided: an existing slot or log, a new key's own state (stored at the end if
@@ -346,7 +359,7 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
   // Each owner's stored state, if any. A new key gets housekeeping first (which may move or
   // erase slots: then every lookup is done again, and an idle state another item found may be
   // gone), then a place; only then are pointers taken for good.
-  const auto look_up = [&work, n] {
+  const auto look_up = [&work, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under the locks above
     bool all_found = true;
     for (size_t i = 0; i < n; ++i) {
       Work& w = work[i];

@@ -1,7 +1,7 @@
 # Thin wrapper over scripts/bootstrap.sh, CMake presets and ctest. See README.md.
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build debug asan tsan bootstrap clean package
+.PHONY: run test build lint debug asan tsan bootstrap clean package
 
 bootstrap:
 	scripts/bootstrap.sh
@@ -13,7 +13,12 @@ build: bootstrap
 run: build
 	build/release/sluice serve
 
-test: build
+# Static checks (scripts/lint.sh): clang-format clean, one locking style, and clang-tidy with
+# clang-14's -Wthread-safety -Werror over src/ (the lint preset; nothing is compiled to code).
+lint: bootstrap
+	JOBS=$(JOBS) scripts/lint.sh
+
+test: lint build
 	ctest --preset release -j $(JOBS)
 	FUZZ_JOBS=$(JOBS) scripts/fuzz.sh
 	# The unit tests of the code that manages memory by hand (store, HTTP server and upstream

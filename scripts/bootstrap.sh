@@ -18,6 +18,8 @@ packages=(
   gnuplot-nox
   # fuzzing (scripts/fuzz.sh, run by `make test`): clang and its libFuzzer/sanitizer runtimes
   clang-14 libclang-rt-14-dev
+  # make lint (scripts/lint.sh): the format check and clang-tidy
+  clang-format-14 clang-tidy-14
 )
 # The gRPC end-to-end test's client runs on Node.js; a node already on the PATH (from any
 # source) will do, otherwise Debian's.

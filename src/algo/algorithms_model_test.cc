@@ -136,7 +136,6 @@ class Rational {
   friend bool operator<(const Rational& a, const Rational& b) { return Compare(a, b) < 0; }
   friend bool operator<=(const Rational& a, const Rational& b) { return Compare(a, b) <= 0; }
   friend bool operator>(const Rational& a, const Rational& b) { return Compare(a, b) > 0; }
-  friend bool operator>=(const Rational& a, const Rational& b) { return Compare(a, b) >= 0; }
 
  private:
   Int num_;
@@ -485,7 +484,7 @@ TEST(ModelWorkedExamples, SlidingLogExample) {
                     .window_us = 10000000,
                     .burst = std::nullopt};
   SlidingLogModel m(limit);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.Decide(i * 1000000, 1).allowed);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.Decide(int64_t{i} * 1000000, 1).allowed);
   EXPECT_EQ(m.Decide(5000000, 1).retry_after_us, 5000000);
   EXPECT_TRUE(m.Decide(10500000, 1).allowed);
   EXPECT_TRUE(m.Decide(11000000, 1).allowed);

@@ -36,7 +36,7 @@ namespace {
 constexpr int64_t kMs = 1000;
 constexpr int64_t kSecond = 1000 * kMs;
 constexpr int64_t kMinute = 60 * kSecond;
-constexpr int64_t kWeek = 7 * 24 * 60 * kMinute;
+constexpr int64_t kWeek = int64_t{7} * 24 * 60 * kMinute;
 constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
 constexpr int64_t kNever = Decision::kNever;
 
@@ -147,7 +147,7 @@ TEST(TokenBucket, NewKeyStartsFullWithCapacityN) {
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 10, kSecond);
   KeyState s;
   for (int i = 1; i <= 10; ++i) {
-    EXPECT_EQ(Decide(s, kT0, limit, 1), Allow(10 - i, i * 100 * kMs)) << "request #" << i;
+    EXPECT_EQ(Decide(s, kT0, limit, 1), Allow(10 - i, int64_t{i} * 100 * kMs)) << "request #" << i;
   }
   EXPECT_EQ(Decide(s, kT0, limit, 1), Deny(0, 100 * kMs, kSecond));
 }
@@ -193,7 +193,8 @@ TEST(LeakyBucket, WorkedExampleFromIssue) {
   const Limit limit = MakeLimit(Algorithm::kLeakyBucket, 10, kSecond, 5);
   KeyState s;
   for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(Decide(s, kT0, limit, 1), Allow(5 - i, (i + 1) * 100 * kMs, i * 100 * kMs))
+    EXPECT_EQ(Decide(s, kT0, limit, 1),
+              Allow(5 - i, (int64_t{i} + 1) * 100 * kMs, int64_t{i} * 100 * kMs))
         << "request #" << i + 1;
   }
   EXPECT_EQ(Decide(s, kT0, limit, 1), Deny(0, 100 * kMs, 600 * kMs));

@@ -952,7 +952,7 @@ descriptors:
   EXPECT_EQ(total, 60);
   EXPECT_EQ(Remaining(Check(Req("c", {Peek({{"tenant", "t"}})}))), 0);
   for (int u = 0; u < 4; ++u) {
-    const int by_user = admitted[static_cast<size_t>(u)] + admitted[static_cast<size_t>(u + 4)];
+    const int by_user = admitted[static_cast<size_t>(u)] + admitted[static_cast<size_t>(u) + 4];
     EXPECT_LE(by_user, 20) << u;
     // The user's counter holds exactly what was admitted for it: denied requests took nothing.
     EXPECT_EQ(Remaining(Check(Req("c", {Peek({{"user", UserName(u)}})}))), 20 - by_user) << u;

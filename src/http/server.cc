@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -141,7 +140,7 @@ void HttpServer::Impl::Serve(Listener& listener, size_t context, Socket socket, 
 }
 
 void HttpServer::Impl::Track(const std::shared_ptr<Session>& session) {
-  std::lock_guard<std::mutex> lock(sessions_mu);
+  absl::MutexLock lock(&sessions_mu);
   if (stopping.load()) {
     // Accepted just as Stop() began (or by AcceptBacklog): the shutdown deadline covers it.
     draining.push_back(session);
@@ -263,20 +262,21 @@ void HttpServer::Stop() {
   // Run) sees it and joins it. Started after, it could still be being assigned when Finish()
   // looked, and the server be destroyed with it running (std::terminate).
   impl_->watchdog = std::thread([impl = impl_.get()] {
-    std::unique_lock<std::mutex> lock(impl->finished_mu);
-    const auto over = [impl] { return impl->finished; };
-    if (impl->finished_cv.wait_for(lock, impl->options.shutdown_timeout, over)) return;
+    // Waits at most `timeout` for Finish(); whether it came.
+    const auto finished_within = [impl](std::chrono::milliseconds timeout) {
+      absl::MutexLock lock(&impl->finished_mu);
+      return impl->finished_mu.AwaitWithTimeout(absl::Condition(&impl->finished),
+                                                absl::FromChrono(timeout));
+    };
+    if (finished_within(impl->options.shutdown_timeout)) return;
     if (impl->at_deadline) {
       // What the handlers wait on ends now; their answers (a 503) need a moment to go out.
-      lock.unlock();
       impl->at_deadline();
-      lock.lock();
-      if (impl->finished_cv.wait_for(lock, kShutdownGrace, over)) return;
+      if (finished_within(kShutdownGrace)) return;
     }
-    lock.unlock();
     std::vector<std::shared_ptr<Impl::Session>> left;
     {
-      std::lock_guard<std::mutex> sessions_lock(impl->sessions_mu);
+      absl::MutexLock sessions_lock(&impl->sessions_mu);
       for (auto* list : {&impl->draining, &impl->sessions}) {
         for (auto& w : *list) {
           if (auto s = w.lock()) left.push_back(std::move(s));
@@ -297,7 +297,7 @@ void HttpServer::Stop() {
     }
     std::vector<std::shared_ptr<Impl::Session>> open;
     {
-      std::lock_guard<std::mutex> lock(impl->sessions_mu);
+      absl::MutexLock lock(&impl->sessions_mu);
       for (auto& w : impl->sessions) {
         if (auto s = w.lock()) open.push_back(std::move(s));
       }
@@ -305,7 +305,7 @@ void HttpServer::Stop() {
     }
     for (auto& s : open) s->CloseIfIdle();
     {
-      std::lock_guard<std::mutex> lock(impl->sessions_mu);
+      absl::MutexLock lock(&impl->sessions_mu);
       for (auto& s : open) impl->draining.push_back(s);
     }
     // Busy sessions finish their response and then close (keep-alive is off while stopping);

@@ -9,15 +9,15 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "http/server.h"
 
 namespace sluice::http {
@@ -99,23 +99,22 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
 
   // Every open session, for Stop(); expired entries are dropped every so often.
-  std::mutex sessions_mu;
-  std::vector<std::weak_ptr<Session>> sessions;  // guarded by sessions_mu
-  size_t tracked_since_prune = 0;                // guarded by sessions_mu
-  std::vector<std::weak_ptr<Session>> draining;  // still busy when Stop() came; sessions_mu
+  absl::Mutex sessions_mu;
+  std::vector<std::weak_ptr<Session>> sessions ABSL_GUARDED_BY(sessions_mu);
+  size_t tracked_since_prune ABSL_GUARDED_BY(sessions_mu) = 0;
+  // Still busy when Stop() came.
+  std::vector<std::weak_ptr<Session>> draining ABSL_GUARDED_BY(sessions_mu);
 
   // After Stop(): closes what is still open at the shutdown deadline, unless Run() is over.
   std::function<void()> at_deadline;  // OnShutdownDeadline's, run by the watchdog first
   std::thread watchdog;
-  std::mutex finished_mu;
-  std::condition_variable finished_cv;
-  bool finished = false;  // guarded by finished_mu
+  absl::Mutex finished_mu;
+  bool finished ABSL_GUARDED_BY(finished_mu) = false;
   void Finish() {
     {
-      std::lock_guard<std::mutex> lock(finished_mu);
+      absl::MutexLock lock(&finished_mu);  // wakes the watchdog's Await
       finished = true;
     }
-    finished_cv.notify_all();
     if (watchdog.joinable() && watchdog.get_id() != std::this_thread::get_id()) watchdog.join();
   }
 };

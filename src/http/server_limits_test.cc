@@ -10,13 +10,14 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "http/server.h"
 
 namespace sluice::http {
@@ -94,12 +95,12 @@ class ConnectionLimitsTest : public ::testing::Test {
     auto port = server_->Listen(
         "127.0.0.1:0",
         [this](HttpRequest&, const std::string&, HttpResponse&, Deferral&) {
-          std::lock_guard lock(mu_);
+          absl::MutexLock lock(&mu_);
           ++handled_;
         },
         max_connections, nullptr,
         [this](unsigned status) {
-          std::lock_guard lock(mu_);
+          absl::MutexLock lock(&mu_);
           server_answered_.push_back(status);
         });
     ASSERT_TRUE(port.ok()) << port.status();
@@ -113,20 +114,20 @@ class ConnectionLimitsTest : public ::testing::Test {
   }
 
   std::vector<unsigned> server_answered() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return server_answered_;
   }
   int handled() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return handled_;
   }
 
   std::optional<HttpServer> server_;
   int port_ = 0;
   std::thread thread_;
-  std::mutex mu_;
-  std::vector<unsigned> server_answered_;  // guarded by mu_
-  int handled_ = 0;                        // guarded by mu_
+  absl::Mutex mu_;
+  std::vector<unsigned> server_answered_ ABSL_GUARDED_BY(mu_);
+  int handled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A connection that never sends a byte used to live for the idle timeout (60 s by default), so a

@@ -20,7 +20,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -28,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 
 namespace sluice::http {
@@ -241,13 +242,15 @@ void StreamHelloWorld(Deferral& deferral, std::optional<uint64_t> length) {
 // each with pipelined requests, must all be answered in order.
 TEST(ThreadsTest, ConnectionsSpreadOverThreadsAreAllServed) {
   HttpServer server(ServerOptions{.threads = 3});
-  std::mutex mu;
-  std::set<std::thread::id> threads;
+  struct {
+    absl::Mutex mu;
+    std::set<std::thread::id> ids ABSL_GUARDED_BY(mu);
+  } threads;
   auto port = server.Listen("127.0.0.1:0", [&](HttpRequest& request, const std::string&,
                                                HttpResponse& response, Deferral&) {
     {
-      std::lock_guard lock(mu);
-      threads.insert(std::this_thread::get_id());
+      absl::MutexLock lock(&threads.mu);
+      threads.ids.insert(std::this_thread::get_id());
     }
     response.body() = std::string(request.target());
   });
@@ -278,7 +281,8 @@ TEST(ThreadsTest, ConnectionsSpreadOverThreadsAreAllServed) {
     ASSERT_NE(b, std::string::npos) << answers[c];
     EXPECT_LT(a, b);
   }
-  EXPECT_EQ(threads.size(), 3u);  // spread over every thread
+  absl::MutexLock lock(&threads.mu);
+  EXPECT_EQ(threads.ids.size(), 3u);  // spread over every thread
 }
 
 // An endless streamed answer (a piece every 20 ms until a write fails) must not hold Stop()
@@ -506,13 +510,15 @@ TEST(LingerTest, AnswerBeforeTheStreamedBodyWasReadLetsTheClientSendItThenReadTh
 
 TEST_F(DeferralTest, ClientClosingWhileTheAnswerIsDeferredIsReported) {
   std::atomic<int> gone{0};
-  std::mutex mu;
-  std::vector<Responder> waiting;  // guarded by mu; dropped at the end (they answer 500)
+  struct {
+    absl::Mutex mu;
+    std::vector<Responder> list ABSL_GUARDED_BY(mu);  // dropped at the end (they answer 500)
+  } waiting;
   Serve([&](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
     Responder responder = deferral.Take();
     responder.OnClientGone([&gone] { ++gone; });
-    std::lock_guard<std::mutex> lock(mu);
-    waiting.push_back(std::move(responder));
+    absl::MutexLock lock(&waiting.mu);
+    waiting.list.push_back(std::move(responder));
   });
   {
     asio::io_context io;
@@ -527,8 +533,8 @@ TEST_F(DeferralTest, ClientClosingWhileTheAnswerIsDeferredIsReported) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(gone.load(), 1);
-  std::lock_guard<std::mutex> lock(mu);
-  waiting.clear();
+  absl::MutexLock lock(&waiting.mu);
+  waiting.list.clear();
 }
 
 TEST_F(DeferralTest, ClientClosingAfterTheAnswerIsNotReportedGone) {
@@ -563,13 +569,15 @@ TEST_F(DeferralTest, ExpectContinueIsAnsweredWhenTheBodyIsFirstRead) {
 // is the connection closed (not reset over the unread requests).
 TEST(ShutdownTest, RequestsReceivedBeforeStopAreAllAnswered) {
   HttpServer server(ServerOptions{.threads = 1});
-  std::mutex mu;
-  std::optional<Responder> held;  // guarded by mu
+  struct {
+    absl::Mutex mu;
+    std::optional<Responder> responder ABSL_GUARDED_BY(mu);
+  } held;
   auto port = server.Listen("127.0.0.1:0", [&](HttpRequest& request, const std::string&,
                                                HttpResponse& response, Deferral& deferral) {
     if (request.target() == "/held") {
-      std::lock_guard lock(mu);
-      held.emplace(deferral.Take());
+      absl::MutexLock lock(&held.mu);
+      held.responder.emplace(deferral.Take());
       return;
     }
     response.body() = std::string(request.target());
@@ -581,8 +589,8 @@ TEST(ShutdownTest, RequestsReceivedBeforeStopAreAllAnswered) {
   socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
   asio::write(socket, asio::buffer(std::string("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")));
   const auto taken = [&] {
-    std::lock_guard lock(mu);
-    return held.has_value();
+    absl::MutexLock lock(&held.mu);
+    return held.responder.has_value();
   };
   for (int i = 0; i < 2000 && !taken(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -594,10 +602,10 @@ TEST(ShutdownTest, RequestsReceivedBeforeStopAreAllAnswered) {
   server.Stop();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Stop() has run meanwhile
   {
-    std::lock_guard lock(mu);
+    absl::MutexLock lock(&held.mu);
     HttpResponse later(beast_http::status::ok, 11);
     later.body() = "held";
-    held->Send(std::move(later));
+    held.responder->Send(std::move(later));
   }
   std::string out;
   boost::system::error_code ec;

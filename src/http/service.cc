@@ -7,9 +7,19 @@
 
 #include <array>
 #include <atomic>
+<<<<<<< HEAD
 #include <mutex>
 #include <optional>
 
+=======
+#include <iterator>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/descriptor_text.h"
+>>>>>>> lint
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/service_answers.h"
@@ -93,24 +103,24 @@ void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
     return;
   }
   struct Later {
-    std::mutex mu;
-    bool returned = false;              // decide() returned without an answer
-    std::optional<HttpResponse> early;  // the answer, when it came before that
-    Responder responder;
+    absl::Mutex mu;
+    bool returned ABSL_GUARDED_BY(mu) = false;              // decide() returned without an answer
+    std::optional<HttpResponse> early ABSL_GUARDED_BY(mu);  // the answer, when it came before that
+    Responder responder ABSL_GUARDED_BY(mu);
   };
   auto later = std::make_shared<Later>();
   decide([this, later](HttpResponse answer) {
-    std::unique_lock lock(later->mu);
+    absl::ReleasableMutexLock lock(&later->mu);
     if (!later->returned) {
       later->early = std::move(answer);
       return;
     }
     Responder responder = std::move(later->responder);
-    lock.unlock();
+    lock.Release();
     CountResponse(answer);
     responder.Send(std::move(answer));
   });
-  std::lock_guard lock(later->mu);
+  absl::MutexLock lock(&later->mu);
   if (later->early) {
     response = *std::move(later->early);
     return;

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,6 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "http/http_routes.h"
 #include "http/json_endpoint.h"
@@ -162,7 +162,7 @@ class Service {
   UpstreamClient upstream_;
   std::atomic<size_t> delayed_{0};  // proxied requests waiting out a leaky_bucket delay
   // Those requests, for CancelUpstreams(); expired entries are dropped every so often.
-  std::mutex delayed_mu_;
+  absl::Mutex delayed_mu_;
   std::vector<std::weak_ptr<ProxyCall>> delayed_calls_ ABSL_GUARDED_BY(delayed_mu_);
   size_t delayed_since_prune_ ABSL_GUARDED_BY(delayed_mu_) = 0;
   bool proxy_cancelled_ ABSL_GUARDED_BY(delayed_mu_) = false;

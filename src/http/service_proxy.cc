@@ -14,7 +14,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -208,7 +207,7 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
 }
 
 bool Service::TrackDelayed(const std::shared_ptr<ProxyCall>& call) {
-  std::lock_guard<std::mutex> lock(delayed_mu_);
+  absl::MutexLock lock(&delayed_mu_);
   if (proxy_cancelled_) return false;
   if (++delayed_since_prune_ >= delayed_calls_.size() / 2 + 64) {  // amortised O(1), bounded
     delayed_since_prune_ = 0;
@@ -223,7 +222,7 @@ void Service::CancelUpstreams() {
   upstream_.CancelAll();
   std::vector<std::weak_ptr<ProxyCall>> delayed;
   {
-    std::lock_guard<std::mutex> lock(delayed_mu_);
+    absl::MutexLock lock(&delayed_mu_);
     proxy_cancelled_ = true;
     delayed.swap(delayed_calls_);
   }

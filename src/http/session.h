@@ -33,7 +33,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
                                   public BodyWriter {
  public:
   Session(Socket socket, Impl* server, Listener* listener, IdleList* idle);
-  ~Session();
+  ~Session() override;
   Executor executor() { return socket_.get_executor(); }
 
   // On the connection's thread.

@@ -201,7 +201,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
           }
           self->connection_ = std::make_unique<Connection>(self->executor_);
           {
-            std::lock_guard<std::mutex> lock(self->client_->mu_);
+            absl::MutexLock lock(&self->client_->mu_);
             ++self->client_->opened_;
           }
           self->connection_->stream.expires_at(self->deadline_);
@@ -493,7 +493,7 @@ void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget targ
 }
 
 bool UpstreamClient::Track(const std::shared_ptr<Exchange>& exchange) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (cancelled_) return false;
   if (++tracked_since_prune_ >= live_.size() / 2 + 64) {  // amortised O(1), bounded size
     tracked_since_prune_ = 0;
@@ -506,7 +506,7 @@ bool UpstreamClient::Track(const std::shared_ptr<Exchange>& exchange) {
 void UpstreamClient::CancelAll() {
   std::vector<std::weak_ptr<Exchange>> live;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     cancelled_ = true;
     live.swap(live_);
   }
@@ -522,7 +522,7 @@ std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolK
   std::unique_ptr<Connection> connection;
   std::vector<std::unique_ptr<Connection>> expired;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
     const Clock::time_point oldest = Clock::now() - options_.max_idle_age;
@@ -552,7 +552,7 @@ void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> 
   connection->buffer.shrink_to_fit();  // empty while idle
   std::unique_ptr<Connection> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto& list = idle_[key];
     if (list.size() >= options_.max_idle_per_target) {
       dropped = std::move(list.front());  // the oldest goes
@@ -569,7 +569,7 @@ void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> 
 void UpstreamClient::CloseIdle() {
   std::map<PoolKey, std::vector<std::unique_ptr<Connection>>> idle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     idle.swap(idle_);
   }
   for (auto& [key, list] : idle) {
@@ -581,12 +581,12 @@ void UpstreamClient::CloseIdle() {
 }
 
 uint64_t UpstreamClient::connections_opened() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return opened_;
 }
 
 size_t UpstreamClient::idle_connections() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [key, list] : idle_) n += list.size();
   return n;

@@ -38,7 +38,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +45,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "http/server.h"
 
 namespace sluice::http {
@@ -126,7 +126,7 @@ class UpstreamClient {
   void ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection);
 
   const UpstreamOptions options_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<PoolKey, std::vector<std::unique_ptr<Connection>>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
   // Every exchange started, for CancelAll(); expired entries are dropped every so often.

@@ -16,13 +16,14 @@
 #include <cctype>
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 
 namespace sluice::http {
@@ -57,7 +58,7 @@ class ScriptedUpstream {
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
   std::string received() const {  // every byte received, on every connection
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return received_;
   }
   // What was received once it ends with `suffix`, or after 2 s (the answer may reach the client
@@ -95,7 +96,7 @@ class ScriptedUpstream {
                                 if (ec) return;
                                 c->in.append(c->buf, n);
                                 {
-                                  std::lock_guard<std::mutex> lock(mu_);
+                                  absl::MutexLock lock(&mu_);
                                   received_.append(c->buf, n);
                                 }
                                 const size_t end = c->in.find("\r\n\r\n");
@@ -150,8 +151,8 @@ class ScriptedUpstream {
   std::vector<std::shared_ptr<Conn>> held_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
-  mutable std::mutex mu_;
-  std::string received_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::string received_ ABSL_GUARDED_BY(mu_);
 };
 
 constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-End: 1\r\n\r\nok";

@@ -2,9 +2,14 @@
 
 namespace sluice::redis {
 
+<<<<<<< HEAD
 bool Breaker::Allow() {
   const int64_t now_us = clock_->MonotonicMicros();
   std::lock_guard<std::mutex> lock(mu_);
+=======
+bool Breaker::Allow(Clock::time_point now) {
+  absl::MutexLock lock(&mu_);
+>>>>>>> lint
   switch (state_) {
     case State::kClosed:
       return true;
@@ -22,15 +27,20 @@ bool Breaker::Allow() {
 }
 
 void Breaker::Succeeded() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   consecutive_failures_ = 0;
   probing_ = false;
   state_ = State::kClosed;
 }
 
+<<<<<<< HEAD
 void Breaker::Failed() {
   const int64_t now_us = clock_->MonotonicMicros();
   std::lock_guard<std::mutex> lock(mu_);
+=======
+void Breaker::Failed(Clock::time_point now) {
+  absl::MutexLock lock(&mu_);
+>>>>>>> lint
   probing_ = false;
   if (state_ == State::kHalfOpen ||
       (state_ == State::kClosed && ++consecutive_failures_ >= options_.failures_to_open)) {
@@ -42,17 +52,17 @@ void Breaker::Failed() {
 }
 
 Breaker::State Breaker::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_;
 }
 
 bool Breaker::Healthy() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_ == State::kClosed && consecutive_failures_ == 0;
 }
 
 uint64_t Breaker::opened() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return opened_;
 }
 

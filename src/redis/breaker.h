@@ -10,10 +10,14 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string_view>
 
+<<<<<<< HEAD
 #include "sluice/clock.h"
+=======
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+>>>>>>> lint
 
 namespace sluice::redis {
 
@@ -45,6 +49,7 @@ class Breaker {
 
  private:
   const Options options_;
+<<<<<<< HEAD
   const Clock* const clock_;
   mutable std::mutex mu_;
   State state_ = State::kClosed;
@@ -52,6 +57,14 @@ class Breaker {
   bool probing_ = false;
   int64_t retry_at_us_ = 0;  // while open: the monotonic time a probe may go
   uint64_t opened_ = 0;
+=======
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kClosed;
+  int consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  bool probing_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::time_point retry_at_ ABSL_GUARDED_BY(mu_){};
+  uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+>>>>>>> lint
 };
 
 }  // namespace sluice::redis

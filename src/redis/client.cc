@@ -3,10 +3,11 @@
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -78,7 +79,7 @@ class ClientImpl : public Client {
       refresh_timer_.cancel();
     });
     {
-      std::lock_guard<std::mutex> lock(nodes_mu_);
+      absl::MutexLock lock(&nodes_mu_);
       for (auto& [address, node] : nodes_) {
         for (auto& c : node->connections) c->Close();
       }
@@ -133,7 +134,7 @@ class ClientImpl : public Client {
 
   std::string last_error() const override {
     if (options_.cluster && !map_loaded_.load()) {
-      std::lock_guard<std::mutex> lock(error_mu_);
+      absl::MutexLock lock(&error_mu_);
       return map_error_.empty() ? "loading the cluster slot map" : map_error_;
     }
     for (const auto& c : seeds_.front()->connections) {
@@ -198,7 +199,7 @@ class ClientImpl : public Client {
   // client, so slot-map entries may point at them without ownership.
   Node* GetNode(const Endpoint& endpoint) {
     const std::string address = endpoint.Address();
-    std::lock_guard<std::mutex> lock(nodes_mu_);
+    absl::MutexLock lock(&nodes_mu_);
     auto& slot = nodes_[address];
     if (slot == nullptr) {
       slot = std::make_unique<Node>();
@@ -319,7 +320,7 @@ class ClientImpl : public Client {
     Connection* via = nullptr;
     std::string via_host;
     {
-      std::lock_guard<std::mutex> lock(nodes_mu_);
+      absl::MutexLock lock(&nodes_mu_);
       for (auto& [address, node] : nodes_) {
         for (auto& c : node->connections) {
           if (c->state() == Connection::State::kReady) {
@@ -372,7 +373,7 @@ class ClientImpl : public Client {
   }
 
   void SetMapError(std::string error) {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    absl::MutexLock lock(&error_mu_);
     map_error_ = std::move(error);
   }
 
@@ -382,13 +383,13 @@ class ClientImpl : public Client {
   std::thread thread_;
   std::vector<Node*> seeds_;
 
-  mutable std::mutex nodes_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Node>> nodes_;  // guarded by nodes_mu_
+  mutable absl::Mutex nodes_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(nodes_mu_);
 
   std::array<std::atomic<Node*>, kSlots> slots_;
   std::atomic<bool> map_loaded_{false};
-  mutable std::mutex error_mu_;
-  std::string map_error_;  // guarded by error_mu_
+  mutable absl::Mutex error_mu_;
+  std::string map_error_ ABSL_GUARDED_BY(error_mu_);
 
   // I/O thread only.
   asio::steady_timer refresh_timer_{io_};

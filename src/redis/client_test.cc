@@ -114,7 +114,7 @@ class ClusterTest : public ::testing::Test {
   std::string Id(Client& node) { return Call(node, "x", {"CLUSTER", "MYID"})->str; }
   std::string OtherNode(const std::string& address) {
     for (size_t i = 0; i < cluster_->size(); ++i) {
-      const std::string a = fmt::format("127.0.0.1:{}", cluster_->port(i));
+      std::string a = fmt::format("127.0.0.1:{}", cluster_->port(i));
       if (a != address) return a;
     }
     return "";

@@ -11,11 +11,12 @@
 #include <deque>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/redis_store.h"
@@ -83,16 +84,16 @@ class LoadLoop {
   int64_t busy_allowed(size_t i) const { return busy_allowed_[i].load(); }
   int64_t busy_failed(size_t i) const { return busy_failed_[i].load(); }
   SteadyClock::duration max_latency() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return max_latency_;
   }
   std::string last_error() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return last_error_;
   }
   // The first few kinds of error, "; "-separated.
   std::string errors_seen() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::string all;
     for (const auto& e : distinct_errors_) all += (all.empty() ? "" : "; ") + e;
     return all;
@@ -113,7 +114,7 @@ class LoadLoop {
     absl::StatusOr<DecideResult> r = Decide(*store_, {item});
     const auto took = SteadyClock::now() - start;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       max_latency_ = std::max(max_latency_, took);
       if (!r.ok()) {
         last_error_ = r.status().ToString();
@@ -141,10 +142,10 @@ class LoadLoop {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> ok_{0}, errors_{0}, hangs_{0};
   std::atomic<int64_t> busy_allowed_[2] = {}, busy_failed_[2] = {};
-  mutable std::mutex mu_;
-  SteadyClock::duration max_latency_{};       // guarded by mu_
-  std::string last_error_;                    // guarded by mu_
-  std::vector<std::string> distinct_errors_;  // the first few kinds; guarded by mu_
+  mutable absl::Mutex mu_;
+  SteadyClock::duration max_latency_ ABSL_GUARDED_BY(mu_){};
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> distinct_errors_ ABSL_GUARDED_BY(mu_);  // the first few kinds
 };
 
 // One cluster for both tests: 3 masters and 3 replicas.

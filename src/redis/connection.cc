@@ -4,8 +4,9 @@
 #include <array>
 #include <boost/asio.hpp>
 #include <deque>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "redis/redis_clock.h"
 #include "spdlog/spdlog.h"
@@ -50,7 +51,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   State state() const override { return state_.load(std::memory_order_acquire); }
 
   std::string last_error() const override {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    absl::MutexLock lock(&error_mu_);
     return last_error_;
   }
 
@@ -66,7 +67,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
 
   void SetState(State s, std::string error) {
     state_.store(s, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(error_mu_);
+    absl::MutexLock lock(&error_mu_);
     last_error_ = std::move(error);
   }
 
@@ -380,8 +381,8 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   std::unique_ptr<ReplyReader> reader_ = std::make_unique<ReplyReader>();
   std::array<char, 16384> buffer_{};
   std::atomic<State> state_{State::kConnecting};
-  mutable std::mutex error_mu_;
-  std::string last_error_;  // guarded by error_mu_
+  mutable absl::Mutex error_mu_;
+  std::string last_error_ ABSL_GUARDED_BY(error_mu_);
 };
 
 }  // namespace

@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/redis_store.h"
@@ -69,30 +69,37 @@ Measured MeasureKeys(Client& client, const Limit& limit, size_t count, uint32_t 
   const int64_t before = InfoField(client, "memory", "used_memory");
   const int64_t keys_before = Command(client, {"DBSIZE"})->integer;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t in_flight = 0, done = 0;  // guarded by mu
+  struct Flight {
+    absl::Mutex mu;
+    size_t in_flight ABSL_GUARDED_BY(mu) = 0;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+  } flight;
   std::atomic<int64_t> errors{0};
   const auto give_up = std::chrono::steady_clock::now() + 5min;
   for (size_t i = 0; i < count && std::chrono::steady_clock::now() < give_up; ++i) {
     {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, 10s, [&] { return in_flight < 4096; });
-      ++in_flight;
+      absl::MutexLock lock(&flight.mu);
+      flight.mu.AwaitWithTimeout(
+          absl::Condition(
+              +[](size_t* in_flight) { return *in_flight < 4096; }, &flight.in_flight),
+          absl::Seconds(10));
+      ++flight.in_flight;
     }
     const std::string key = fmt::format("client:{}", i);
     const Item item{.limit = &limit, .limit_id = 1, .key = key, .cost = 1};
     store.DecideAll(std::span(&item, 1), [&](absl::StatusOr<DecideResult> r) {
       if (!r.ok()) ++errors;
-      std::lock_guard<std::mutex> lock(mu);
-      --in_flight;
-      ++done;
-      cv.notify_all();
+      absl::MutexLock lock(&flight.mu);
+      --flight.in_flight;
+      ++flight.done;
     });
   }
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, 60s, [&] { return in_flight == 0; });
+    absl::MutexLock lock(&flight.mu);
+    flight.mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](size_t* in_flight) { return *in_flight == 0; }, &flight.in_flight),
+        absl::Seconds(60));
   }
   const int64_t after = InfoField(client, "memory", "used_memory");
   m.keys = Command(client, {"DBSIZE"})->integer - keys_before;

@@ -22,28 +22,32 @@ struct RedisStore::Call {
 RedisStore::RedisStore(Client* client, Options options)
     : client_(client),
       options_(std::move(options)),
+<<<<<<< HEAD
       breaker_(options_.breaker, &client->clock()),
       late_guard_(std::make_shared<LateGuard>()) {
   late_guard_->store = this;
 }
+=======
+      breaker_(options_.breaker),
+      late_guard_(std::make_shared<LateGuard>(this)) {}
+>>>>>>> lint
 
 RedisStore::~RedisStore() {
-  std::lock_guard<std::mutex> lock(late_guard_->mu);
+  absl::MutexLock lock(&late_guard_->mu);
   late_guard_->store = nullptr;
 }
 
 void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
   if (items.empty()) return done(size_t{0});
   struct Gather {
-    size_t waiting = 0;
-    size_t deleted = 0;
-    absl::Status error;
-    std::function<void(absl::StatusOr<size_t>)> done;
+    Gather(size_t waiting, ResetDone done) : waiting(waiting), done(std::move(done)) {}
+    absl::Mutex mu;
+    size_t waiting ABSL_GUARDED_BY(mu);
+    size_t deleted ABSL_GUARDED_BY(mu) = 0;
+    absl::Status error ABSL_GUARDED_BY(mu);
+    const ResetDone done;  // by the last reply, once none is left
   };
-  auto gather = std::make_shared<Gather>();
-  gather->waiting = items.size();
-  gather->done = std::move(done);
-  auto mu = std::make_shared<std::mutex>();
+  auto gather = std::make_shared<Gather>(items.size(), std::move(done));
   for (const auto& item : items) {  // one command per state: on a cluster they may be in any slot
     Place place = StatePlace(*item.limit, item.limit_id, item.key);
     std::string command;
@@ -52,19 +56,24 @@ void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
     } else {
       AppendCommand(&command, {"HDEL", place.key, place.field});
     }
-    client_->Send(place.key, std::move(command), [gather, mu](absl::StatusOr<Reply> reply) {
-      std::unique_lock lock(*mu);
-      if (!reply.ok()) {
-        gather->error = reply.status();
-      } else if (reply->IsError()) {
-        gather->error = absl::InternalError(reply->str);
-      } else {
-        gather->deleted += static_cast<size_t>(std::max<int64_t>(0, reply->integer));
+    client_->Send(place.key, std::move(command), [gather](absl::StatusOr<Reply> reply) {
+      absl::Status error;
+      size_t deleted;
+      {
+        absl::MutexLock lock(&gather->mu);
+        if (!reply.ok()) {
+          gather->error = reply.status();
+        } else if (reply->IsError()) {
+          gather->error = absl::InternalError(reply->str);
+        } else {
+          gather->deleted += static_cast<size_t>(std::max<int64_t>(0, reply->integer));
+        }
+        if (--gather->waiting > 0) return;
+        error = gather->error;
+        deleted = gather->deleted;
       }
-      if (--gather->waiting > 0) return;
-      lock.unlock();
-      if (!gather->error.ok()) return gather->done(gather->error);
-      gather->done(gather->deleted);
+      if (!error.ok()) return gather->done(error);
+      gather->done(deleted);
     });
   }
 }
@@ -83,21 +92,24 @@ void RedisStore::Refund(std::span<const backend::Item> items, int64_t decided_at
         {&limits[i], std::move(place.key), items[i].cost, false, false, std::move(place.field)});
   }
   struct Gather {
-    std::mutex mu;
-    size_t waiting = 0;
-    absl::Status status;
-    std::function<void(absl::Status)> done;
+    Gather(size_t waiting, std::function<void(absl::Status)> done)
+        : waiting(waiting), done(std::move(done)) {}
+    absl::Mutex mu;
+    size_t waiting ABSL_GUARDED_BY(mu);
+    absl::Status status ABSL_GUARDED_BY(mu);
+    const std::function<void(absl::Status)> done;  // by the last group, once none is left
   };
-  auto gather = std::make_shared<Gather>();
-  gather->waiting = by_slot.size();
-  gather->done = std::move(done);
+  auto gather = std::make_shared<Gather>(by_slot.size(), std::move(done));
   for (auto& [slot, group] : by_slot) {
     RefundGroup(std::move(group), decided_at_us, [gather](absl::Status status) {
-      std::unique_lock lock(gather->mu);
-      if (!status.ok()) gather->status = status;
-      if (--gather->waiting > 0) return;
-      lock.unlock();
-      gather->done(gather->status);
+      absl::Status last;
+      {
+        absl::MutexLock lock(&gather->mu);
+        if (!status.ok()) gather->status = status;
+        if (--gather->waiting > 0) return;
+        last = gather->status;
+      }
+      gather->done(last);
     });
   }
 }
@@ -253,46 +265,55 @@ void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
 void RedisStore::Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
                      std::function<void(absl::StatusOr<DecideResult>)> done) {
   struct Gather {
-    std::mutex mu;
-    size_t left;
-    absl::Status error;
-    DecideResult result;
-    std::vector<int64_t> admitted_at;  // per group: its decision time when it admitted, else -1
-    std::function<void(absl::StatusOr<DecideResult>)> done;
+    Gather(size_t groups, size_t items, std::function<void(absl::StatusOr<DecideResult>)> done)
+        : left(groups), admitted_at(groups, -1), done(std::move(done)) {
+      result.allowed = true;
+      result.decisions.resize(items);
+    }
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu);
+    absl::Status error ABSL_GUARDED_BY(mu);
+    DecideResult result ABSL_GUARDED_BY(mu);
+    // Per group: its decision time when it admitted, else -1.
+    std::vector<int64_t> admitted_at ABSL_GUARDED_BY(mu);
+    const std::function<void(absl::StatusOr<DecideResult>)> done;  // by the last group
   };
-  auto gather = std::make_shared<Gather>();
-  gather->left = call->groups.size();
-  gather->admitted_at.assign(call->groups.size(), -1);
-  gather->result.allowed = true;
-  gather->result.decisions.resize(call->items.size());
-  gather->done = std::move(done);
+  auto gather = std::make_shared<Gather>(call->groups.size(), call->items.size(), std::move(done));
   for (size_t g = 0; g < call->groups.size(); ++g) {
     std::vector<DecideItem> items;
     for (size_t i : call->groups[g]) items.push_back(call->items[i]);
     std::string key = items.front().key;
     RunGroup(std::move(key), std::move(items), call, commit, /*by_sha=*/true, deadline,
              [this, call, gather, g, commit](absl::StatusOr<DecideResult> r) {
-               std::unique_lock<std::mutex> lock(gather->mu);
-               if (!r.ok()) {
-                 if (gather->error.ok()) gather->error = r.status();
-               } else {
-                 gather->result.now_us = std::max(gather->result.now_us, r->now_us);
-                 gather->result.allowed = gather->result.allowed && r->allowed;
-                 if (r->allowed) gather->admitted_at[g] = r->now_us;
-                 for (size_t j = 0; j < call->groups[g].size(); ++j) {
-                   gather->result.decisions[call->groups[g][j]] = r->decisions[j];
+               absl::Status error;
+               DecideResult result;
+               std::vector<int64_t> admitted_at;
+               {
+                 absl::MutexLock lock(&gather->mu);
+                 if (!r.ok()) {
+                   if (gather->error.ok()) gather->error = r.status();
+                 } else {
+                   gather->result.now_us = std::max(gather->result.now_us, r->now_us);
+                   gather->result.allowed = gather->result.allowed && r->allowed;
+                   if (r->allowed) gather->admitted_at[g] = r->now_us;
+                   for (size_t j = 0; j < call->groups[g].size(); ++j) {
+                     gather->result.decisions[call->groups[g][j]] = r->decisions[j];
+                   }
                  }
+                 if (--gather->left > 0) return;
+                 // The last group: nothing else touches the gather from here on.
+                 error = std::move(gather->error);
+                 result = std::move(gather->result);
+                 admitted_at = std::move(gather->admitted_at);
                }
-               if (--gather->left > 0) return;
-               lock.unlock();
                // A slot refused (or failed) after others consumed: give theirs back, so a
                // request across slots is all-or-nothing in the end (it may under-admit
                // meanwhile, never over-admit).
-               if (commit && (!gather->error.ok() || !gather->result.allowed)) {
-                 RefundAdmitted(*call, gather->admitted_at, gather->result.decisions);
+               if (commit && (!error.ok() || !result.allowed)) {
+                 RefundAdmitted(*call, admitted_at, result.decisions);
                }
-               if (!gather->error.ok()) return gather->done(gather->error);
-               gather->done(std::move(gather->result));
+               if (!error.ok()) return gather->done(error);
+               gather->done(std::move(result));
              });
   }
 }
@@ -313,7 +334,7 @@ void RedisStore::RefundAdmitted(const Call& call, const std::vector<int64_t>& ad
 
 void RedisStore::RefundLate(LateGuard& guard, const Reply& reply,
                             std::span<const std::span<const DecideItem>> requests) {
-  std::lock_guard<std::mutex> lock(guard.mu);
+  absl::MutexLock lock(&guard.mu);
   RedisStore* store = guard.store;
   if (store == nullptr) return;
   auto results = ParseDecideReply(reply, requests);
@@ -389,9 +410,9 @@ std::vector<RedisStore::Queued> RedisStore::TakeBatch(const std::string& node, b
 void RedisStore::Enqueue(std::string node, Queued queued) {
   std::vector<Queued> batch;
   {
-    std::unique_lock<std::mutex> lock(batch_mu_);
+    absl::ReleasableMutexLock lock(&batch_mu_);
     if (queued_ >= options_.max_queued) {
-      lock.unlock();
+      lock.Release();
       return queued.done(absl::ResourceExhaustedError(
           fmt::format("redis: {} requests already waiting", options_.max_queued)));
     }
@@ -419,7 +440,7 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
     // Nothing to send: this call slot is free again, for whatever waits.
     std::vector<Queued> next;
     {
-      std::lock_guard<std::mutex> lock(batch_mu_);
+      absl::MutexLock lock(&batch_mu_);
       next = TakeBatch(node, /*starting=*/false);
     }
     if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
@@ -463,7 +484,7 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
         // them), so nothing below them may touch it.
         std::vector<Queued> next;
         {
-          std::lock_guard<std::mutex> lock(batch_mu_);
+          absl::MutexLock lock(&batch_mu_);
           next = TakeBatch(node, /*starting=*/false);
         }
         if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
@@ -508,7 +529,7 @@ bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
 }
 
 std::string RedisStore::Sha() {
-  std::lock_guard<std::mutex> lock(sha_->mu);
+  absl::MutexLock lock(&sha_->mu);
   return sha_->sha;
 }
 
@@ -517,7 +538,7 @@ void RedisStore::LearnSha(std::string_view key) {
   AppendCommand(&load, {"SCRIPT", "LOAD", DecideScript()});
   client_->Send(key, std::move(load), [cell = sha_](absl::StatusOr<Reply> r) {
     if (!r.ok() || r->type != Reply::Type::kString) return;
-    std::lock_guard<std::mutex> lock(cell->mu);
+    absl::MutexLock lock(&cell->mu);
     cell->sha = r->str;
   });
 }
@@ -528,7 +549,7 @@ void RedisStore::Record(const absl::Status& status) {
     return breaker_.Succeeded();
   }
   {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    absl::MutexLock lock(&error_mu_);
     last_error_ = std::string(status.message());
   }
   errors_.fetch_add(1, std::memory_order_relaxed);
@@ -558,7 +579,7 @@ RedisStore::Health RedisStore::GetHealth() {
   const Breaker::State state = breaker_.state();
   std::string last;
   {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    absl::MutexLock lock(&error_mu_);
     last = last_error_;
   }
   return {
@@ -583,8 +604,14 @@ void RedisStore::Probe() {
     if (reply.ok() && !reply->IsError()) {
       Record(absl::OkStatus());
     } else {
+<<<<<<< HEAD
       last_failure_us_.store(client_->clock().MonotonicMicros(), std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(error_mu_);
+=======
+      last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                             std::memory_order_relaxed);
+      absl::MutexLock lock(&error_mu_);
+>>>>>>> lint
       last_error_ = reply.ok() ? reply->str : std::string(reply.status().message());
     }
     if (!reply.ok() || reply->IsError()) breaker_.Failed();

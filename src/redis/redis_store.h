@@ -45,12 +45,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
 #include "redis/breaker.h"
 #include "redis/client.h"
@@ -162,8 +163,9 @@ class RedisStore final : public backend::Backend {
   // The store, for the handlers of late replies (Deadline::late), which may come after it is
   // gone; null from its destructor on.
   struct LateGuard {
-    std::mutex mu;
-    RedisStore* store;  // guarded by mu
+    explicit LateGuard(RedisStore* store) : store(store) {}
+    absl::Mutex mu;
+    RedisStore* store ABSL_GUARDED_BY(mu);
   };
   // The reply of a decide call that came after its requests were answered (DeadlineExceeded):
   // each request it admitted gives back what it consumed; nothing if the store is gone.
@@ -181,7 +183,8 @@ class RedisStore final : public backend::Backend {
   };
   // Batching, per node ("" on a single server).
   void Enqueue(std::string node, Queued queued);
-  std::vector<Queued> TakeBatch(const std::string& node, bool starting);  // under batch_mu_
+  std::vector<Queued> TakeBatch(const std::string& node, bool starting)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch_mu_);
   void SendBatch(std::string node, std::vector<Queued> batch, bool by_sha);
   // Whether a cluster batch failed because its slots may no longer (all) be on the node it went
   // to: then its requests go again one by one.
@@ -197,8 +200,8 @@ class RedisStore final : public backend::Backend {
   // decide.lua's SHA1 once SCRIPT LOAD answered. Shared with that call's callback, which may
   // run after the store is gone (nothing waits for it).
   struct ShaCell {
-    std::mutex mu;
-    std::string sha;  // guarded by mu
+    absl::Mutex mu;
+    std::string sha ABSL_GUARDED_BY(mu);
   };
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   const std::shared_ptr<LateGuard> late_guard_;
@@ -206,6 +209,7 @@ class RedisStore final : public backend::Backend {
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.
   void Probe();
+<<<<<<< HEAD
   std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
   // Monotonic times (µs, the client's clock) of the last call that succeeded, and of the last
   // that failed (timeout, connection).
@@ -216,6 +220,16 @@ class RedisStore final : public backend::Backend {
   std::mutex batch_mu_;
   absl::flat_hash_map<std::string, NodeQueue> queues_;  // by node; guarded by batch_mu_
   size_t queued_ = 0;  // requests waiting, all nodes; guarded by batch_mu_
+=======
+  std::atomic<bool> probing_{false};         // a health probe (GetHealth) is in flight
+  std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
+  std::atomic<int64_t> last_failure_ns_{0};  // and of the last that failed (timeout, connection)
+  mutable absl::Mutex error_mu_;
+  std::string last_error_ ABSL_GUARDED_BY(error_mu_);  // the last call's failure
+  absl::Mutex batch_mu_;
+  absl::flat_hash_map<std::string, NodeQueue> queues_ ABSL_GUARDED_BY(batch_mu_);  // by node
+  size_t queued_ ABSL_GUARDED_BY(batch_mu_) = 0;  // requests waiting, all nodes
+>>>>>>> lint
 };
 
 }  // namespace sluice::redis

@@ -6,12 +6,12 @@
 
 #include "redis/redis_store.h"
 
-#include <condition_variable>
 #include <future>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -242,22 +242,24 @@ TEST(RedisStoreTest, ClosingTheClientAnswersTheCallsInFlight) {
 // Decides `keys` (limit id 1, cost 1) at once, without waiting between them; the results in order.
 std::vector<absl::StatusOr<DecideResult>> DecideAtOnce(RedisStore& store, const Limit& limit,
                                                        const std::vector<std::string>& keys) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<absl::StatusOr<DecideResult>> results(keys.size(), absl::InternalError("no answer"));
-  size_t answered = 0;
+  struct Answers {
+    explicit Answers(size_t n) : results(n, absl::InternalError("no answer")) {}
+    bool All() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == results.size(); }
+    absl::Mutex mu;
+    std::vector<absl::StatusOr<DecideResult>> results ABSL_GUARDED_BY(mu);
+    size_t answered ABSL_GUARDED_BY(mu) = 0;
+  } answers(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     const Item item{.limit = &limit, .limit_id = 1, .key = keys[i], .cost = 1};
     store.DecideAll(std::span(&item, 1), [&, i](absl::StatusOr<DecideResult> r) {
-      std::lock_guard<std::mutex> lock(mu);
-      results[i] = std::move(r);
-      ++answered;
-      cv.notify_all();
+      absl::MutexLock lock(&answers.mu);
+      answers.results[i] = std::move(r);
+      ++answers.answered;
     });
   }
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait_for(lock, 20s, [&] { return answered == keys.size(); });
-  return results;
+  absl::MutexLock lock(&answers.mu);
+  answers.mu.AwaitWithTimeout(absl::Condition(&answers, &Answers::All), absl::Seconds(20));
+  return answers.results;
 }
 
 // Sends `count` requests for `limit` on key `key` (limit id 1, cost 1) at once and waits for all
@@ -268,23 +270,27 @@ struct Answered {
 };
 std::vector<Answered> DecideManyAtOnce(RedisStore& store, const Limit& limit,
                                        const std::string& key, int count) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Answered> answers(static_cast<size_t>(count), {absl::InternalError("no answer"), {}});
-  int answered = 0;
+  struct Answers {
+    explicit Answers(size_t n) : answers(n, {absl::InternalError("no answer"), {}}) {}
+    bool All() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return static_cast<size_t>(answered) == answers.size();
+    }
+    absl::Mutex mu;
+    std::vector<Answered> answers ABSL_GUARDED_BY(mu);
+    int answered ABSL_GUARDED_BY(mu) = 0;
+  } all(static_cast<size_t>(count));
   const Item item{.limit = &limit, .limit_id = 1, .key = key, .cost = 1};
   for (int i = 0; i < count; ++i) {
     const auto start = std::chrono::steady_clock::now();
     store.DecideAll(std::span(&item, 1), [&, i, start](absl::StatusOr<DecideResult> r) {
-      std::lock_guard<std::mutex> lock(mu);
-      answers[static_cast<size_t>(i)] = {r.status(), std::chrono::steady_clock::now() - start};
-      ++answered;
-      cv.notify_all();
+      absl::MutexLock lock(&all.mu);
+      all.answers[static_cast<size_t>(i)] = {r.status(), std::chrono::steady_clock::now() - start};
+      ++all.answered;
     });
   }
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait_for(lock, 10s, [&] { return answered == count; });
-  return answers;
+  absl::MutexLock lock(&all.mu);
+  all.mu.AwaitWithTimeout(absl::Condition(&all, &Answers::All), absl::Seconds(10));
+  return all.answers;
 }
 
 // What is left of `limit` on `key` (a cost-0 request), once every call sent before has run:

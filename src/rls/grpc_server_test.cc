@@ -15,14 +15,15 @@
 #include <chrono>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "backend/failover.h"
 #include "engine/engine.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -85,7 +86,7 @@ class SlowDownRemote final : public backend::Backend {
   }
 
   void Decide(std::span<const backend::Item>, int64_t, std::span<Decision>, Done done) override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++asked_;
     threads_.emplace_back([done = std::move(done), delay = delay_] {
       std::this_thread::sleep_for(delay);
@@ -100,15 +101,15 @@ class SlowDownRemote final : public backend::Backend {
   }
 
   int asked() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return asked_;
   }
 
  private:
   const std::chrono::milliseconds delay_;
-  std::mutex mu_;
-  std::vector<std::thread> threads_;  // guarded by mu_
-  int asked_ = 0;                     // guarded by mu_
+  absl::Mutex mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  int asked_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class GrpcServerTest : public ::testing::TestWithParam<int> {
@@ -394,20 +395,22 @@ TEST_P(GrpcServerTest, ShutdownOutlivesADecisionStillWithTheBackend) {
 
 // The hooks serve.cc uses: every decision reported (for /metrics), health following the backend.
 TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
-  std::mutex mu;
-  std::vector<std::string> decided;  // guarded by mu
+  struct {
+    absl::Mutex mu;
+    std::vector<std::string> list ABSL_GUARDED_BY(mu);
+  } decided;
   std::atomic<bool> backend_ok{false};
-  const std::unique_ptr<GrpcServer> hooked =
-      StartOwn({.address = "127.0.0.1:0",
-                .max_message_bytes = 1 << 20,
-                .backend_serving = [&] { return backend_ok.load(); },
-                .on_decision =
-                    [&](std::string_view domain, const engine::Response& r, int64_t elapsed_us) {
-                      std::lock_guard lock(mu);
-                      decided.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
-                                        (elapsed_us >= 0 ? "" : ":negative"));
-                    },
-                .threads = GetParam()});
+  const std::unique_ptr<GrpcServer> hooked = StartOwn(
+      {.address = "127.0.0.1:0",
+       .max_message_bytes = 1 << 20,
+       .backend_serving = [&] { return backend_ok.load(); },
+       .on_decision =
+           [&](std::string_view domain, const engine::Response& r, int64_t elapsed_us) {
+             absl::MutexLock lock(&decided.mu);
+             decided.list.push_back(std::string(domain) + (r.allowed ? ":allowed" : ":denied") +
+                                    (elapsed_us >= 0 ? "" : ":negative"));
+           },
+       .threads = GetParam()});
   ASSERT_NE(hooked, nullptr);
   auto channel = ChannelTo(*hooked);
   auto rls = RateLimitService::NewStub(channel);
@@ -420,8 +423,9 @@ TEST_P(GrpcServerTest, ReportsDecisionsAndHealthFollowsTheBackend) {
         rls->ShouldRateLimit(&context, Request("edge", {{{"user", "carl"}}}), &response).ok());
   }
   {
-    std::lock_guard lock(mu);
-    EXPECT_THAT(decided, ::testing::ElementsAre("edge:allowed", "edge:allowed", "edge:denied"));
+    absl::MutexLock lock(&decided.mu);
+    EXPECT_THAT(decided.list,
+                ::testing::ElementsAre("edge:allowed", "edge:allowed", "edge:denied"));
   }
   const auto check = [&] {
     ::grpc::ClientContext context;

@@ -180,13 +180,14 @@ struct Settings {
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
   size_t max_key_bytes = 4 << 10;
-  int64_t header_timeout_us = 10 * 1000000;    // a request must arrive whole within this
-  int64_t shutdown_timeout_us = 30 * 1000000;  // on SIGTERM, busy connections get this long
-  int64_t idle_timeout_us = 60 * 1000000;      // keep-alive connections idle longer are closed
+  int64_t header_timeout_us = int64_t{10} * 1000000;  // a request must arrive whole within this
+  int64_t shutdown_timeout_us =
+      int64_t{30} * 1000000;                        // on SIGTERM, busy connections get this long
+  int64_t idle_timeout_us = int64_t{60} * 1000000;  // keep-alive connections idle longer are closed
   size_t max_connections = 10000;
   // Reverse proxy: connect, send and the wait for the answer's header; also the longest silence
   // while a body streams either way.
-  int64_t upstream_timeout_us = 30 * 1000000;
+  int64_t upstream_timeout_us = int64_t{30} * 1000000;
   size_t max_delayed = 10000;  // reverse proxy: requests held by leaky_bucket shaping at once
   bool count_denied = false;
   // Global shadow mode (upstream's SHADOW_MODE): a request that would be denied is admitted;

@@ -44,7 +44,7 @@ ConfigManager::~ConfigManager() {
 }
 
 ConfigManager::ReloadOutcome ConfigManager::Reload() {
-  std::lock_guard<std::mutex> lock(reload_mu_);
+  absl::MutexLock lock(&reload_mu_);
   LoadResult result = paths_.empty() ? LoadConfigText("<embedded default>", embedded_text_)
                                      : LoadConfig(paths_, options_);
   ReloadOutcome outcome;

@@ -16,13 +16,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "rules/loader.h"
 #include "util/spin_lock.h"
 
@@ -80,7 +81,7 @@ class ConfigManager {
   // which ThreadSanitizer rightly reports as a race.)
   mutable util::SpinLock current_mu_;
   std::shared_ptr<const Config> current_ ABSL_GUARDED_BY(current_mu_);
-  std::mutex reload_mu_;  // one reload at a time
+  absl::Mutex reload_mu_;  // one reload at a time (it guards no field: the whole of Reload)
   std::atomic<uint64_t> successes_{0};
   std::atomic<uint64_t> failures_{0};
 

@@ -360,9 +360,9 @@ int64_t UnitMicros(std::string_view unit) {
   if (lower == "minute") return 60 * kSecond;
   if (lower == "hour") return 3600 * kSecond;
   if (lower == "day") return 86400 * kSecond;
-  if (lower == "week") return 7 * 86400 * kSecond;
-  if (lower == "month") return 30 * 86400 * kSecond;
-  if (lower == "year") return 365 * 86400 * kSecond;
+  if (lower == "week") return 7 * (86400 * kSecond);
+  if (lower == "month") return 30 * (86400 * kSecond);
+  if (lower == "year") return 365 * (86400 * kSecond);
   return 0;
 }
 

@@ -388,7 +388,7 @@ descriptors:
   EXPECT_EQ(Child(root, 4)->limits[0].limit.algorithm, Algorithm::kSlidingWindow);
   EXPECT_EQ(Child(root, 5)->limits[0].limit.requests, 0u);
   EXPECT_EQ(Child(root, 6)->limits[0].limit.algorithm, Algorithm::kFixedWindow);  // the default
-  EXPECT_EQ(Child(root, 6)->limits[0].limit.window_us, 7 * 86400 * kSecondUs);
+  EXPECT_EQ(Child(root, 6)->limits[0].limit.window_us, int64_t{7} * 86400 * kSecondUs);
 }
 
 TEST(LoaderExtensionsTest, LimitsList) {

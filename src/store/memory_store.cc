@@ -143,7 +143,7 @@ Decision MemoryStore::DecideAt(const Limit& limit, uint64_t limit_id, std::strin
   return NoRoomDecision();
 }
 
-size_t MemoryStore::Reclaim(Shard& shard, int64_t now) {
+size_t MemoryStore::Reclaim(Shard& shard, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   CompactTable& table = shard.table;
   size_t erased = table.SweepSome(now, kSweepPerNewKey);
   ++shard.new_keys_since_full_sweep;
@@ -165,7 +165,8 @@ size_t MemoryStore::Reclaim(Shard& shard, int64_t now) {
   return erased;
 }
 
-MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) const {
+MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) const
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (shard.Entries() + reserved < shard.max_entries) return Placement::kTracked;
   switch (on_full_) {
     case OnFull::kShared:
@@ -178,13 +179,15 @@ MemoryStore::Placement MemoryStore::Place(const Shard& shard, size_t reserved) c
   return Placement::kDenied;
 }
 
-algo::CompactState* MemoryStore::OverflowState(Shard& shard, uint64_t limit_id) {
+algo::CompactState* MemoryStore::OverflowState(Shard& shard, uint64_t limit_id)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (auto it = shard.overflow.find(limit_id); it != shard.overflow.end()) return &it->second;
   if (shard.OverflowStates() >= kMaxOverflowStates) return nullptr;  // until Reclaim sweeps
   return &shard.overflow[limit_id];
 }
 
-algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id) {
+algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (auto it = shard.overflow_logs.find(limit_id); it != shard.overflow_logs.end()) {
     return &it->second;
   }
@@ -192,7 +195,8 @@ algo::LogState* MemoryStore::OverflowLog(Shard& shard, uint64_t limit_id) {
   return &shard.overflow_logs[limit_id];
 }
 
-algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int64_t now) const {
+algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int64_t now) const
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (on_full_ == OnFull::kShared) {
     if (auto it = shard.overflow.find(limit_id);
         it != shard.overflow.end() && !it->second.IsIdle(now)) {
@@ -202,7 +206,8 @@ algo::CompactState MemoryStore::StartState(Shard& shard, uint64_t limit_id, int6
   return {};
 }
 
-algo::LogState MemoryStore::StartLog(Shard& shard, uint64_t limit_id, int64_t now) const {
+algo::LogState MemoryStore::StartLog(Shard& shard, uint64_t limit_id, int64_t now) const
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (on_full_ == OnFull::kShared) {
     if (auto it = shard.overflow_logs.find(limit_id);
         it != shard.overflow_logs.end() && !it->second.IsIdle(now)) {
@@ -224,12 +229,14 @@ void MemoryStore::CountNoRoom(bool allowed) {
   (allowed ? no_room_allowed_ : no_room_denied_).fetch_add(1, std::memory_order_relaxed);
 }
 
-void MemoryStore::StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state) {
+void MemoryStore::StoreFresh(Shard& shard, uint64_t hash, const algo::CompactState& state)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   // Place left room, and max_entries is also the table's own bound: Insert succeeds.
   shard.table.Insert(hash, state);
 }
 
-void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& log, int64_t now) {
+void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& log, int64_t now)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
   if (++shard.log_inserts_since_sweep > shard.logs.size() / 2 + 16) {
     // Amortised O(1): a full pass over the logs once their number has grown by half.
     shard.log_inserts_since_sweep = 0;
@@ -239,7 +246,10 @@ void MemoryStore::StoreFreshLog(Shard& shard, uint64_t hash, algo::LogState&& lo
   }
   shard.logs.emplace(hash, std::move(log));
 }
-void MemoryStore::Prefetch(uint64_t limit_id, std::string_view key) const {
+// Unlocked on purpose (a prefetch hint reads no value; see CompactTable::Prefetch): the analysis
+// is off for it.
+void MemoryStore::Prefetch(uint64_t limit_id,
+                           std::string_view key) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const uint64_t hash = Hash(limit_id, key);
   ShardFor(hash).table.Prefetch(hash);  // NOLINT: deliberately unlocked, see CompactTable
 }
@@ -310,8 +320,12 @@ struct MemoryStore::Work {
   bool no_room = false;  // denied for lack of room
 };
 
+// The analysis is off in DecideAll and its steps: they work under a set of shard locks known
+// only at run time (taken in address order, below), which it cannot follow. The helpers they
+// call under those locks say which lock they need (ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu)) and
+// are checked.
 bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
-                            int64_t* decided_at_us) {
+                            int64_t* decided_at_us) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   absl::InlinedVector<Work, 8> work(items.size());
   absl::InlinedVector<Shard*, 8> locked;
   Plan(items, std::span(work.data(), work.size()), locked);
@@ -334,7 +348,7 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
 }
 
 inline void MemoryStore::Plan(std::span<const Item> items, std::span<Work> work,
-                       absl::InlinedVector<Shard*, 8>& locked) const {
+                              absl::InlinedVector<Shard*, 8>& locked) const {
   for (size_t i = 0; i < items.size(); ++i) {
     Work& w = work[i];
     w.hash = Hash(items[i].limit_id, items[i].key);
@@ -358,7 +372,8 @@ inline void MemoryStore::Plan(std::span<const Item> items, std::span<Work> work,
   }
 }
 
-inline void MemoryStore::FindStates(std::span<Work> work, int64_t now) {
+inline void MemoryStore::FindStates(std::span<Work> work,
+                                    int64_t now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // Each owner's stored state, if any. A new key gets housekeeping first (which may move or
   // erase slots: then every lookup is done again, and an idle state another item found may be
   // gone), then a place; only then are pointers taken for good.
@@ -400,7 +415,8 @@ inline void MemoryStore::FindStates(std::span<Work> work, int64_t now) {
   }
 }
 
-void MemoryStore::StartNewKey(const Item& item, Work& w, int64_t now) {
+void MemoryStore::StartNewKey(const Item& item, Work& w,
+                              int64_t now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (w.placement == Placement::kOverflow) {
     if (w.is_log) {
       w.log = OverflowLog(*w.shard, item.limit_id);
@@ -421,7 +437,7 @@ void MemoryStore::StartNewKey(const Item& item, Work& w, int64_t now) {
 }
 
 inline bool MemoryStore::DecideOne(const Item& item, size_t i, std::span<Work> work, int64_t now,
-                            Decision& d) {
+                                   Decision& d) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   Work& w = work[i];
   const Work& owner = work[w.owner];
   if (w.owner != i) {
@@ -463,7 +479,7 @@ inline bool MemoryStore::DecideOne(const Item& item, size_t i, std::span<Work> w
 }
 
 inline void MemoryStore::UndoDenied(std::span<const Item> items, std::span<Work> work, int64_t now,
-                             std::span<Decision> out) {
+                                    std::span<Decision> out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // Undo, newest first, everything but count_denied items; report what is left unconsumed.
   for (size_t i = items.size(); i-- > 0;) {
     Work& w = work[i];
@@ -487,8 +503,8 @@ inline void MemoryStore::UndoDenied(std::span<const Item> items, std::span<Work>
   }
 }
 
-inline void MemoryStore::KeepNewStates(std::span<Work> work, std::span<const Decision> out, bool allowed,
-                                int64_t now) {
+inline void MemoryStore::KeepNewStates(std::span<Work> work, std::span<const Decision> out,
+                                       bool allowed, int64_t now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // New keys' own states that now hold something are stored (kTracked) or dropped (kDenied,
   // kUntracked); decisions that found no room are counted.
   const size_t n = work.size();

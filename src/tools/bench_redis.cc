@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <fstream>
 #include <future>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/compile.h"
 #include "fmt/format.h"
 #include "redis/client.h"
@@ -220,10 +220,9 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
 
   // Closed loop: `inflight` chains, each starting its next request when the last one answers.
   struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    int running = 0;
-    std::vector<uint32_t> latencies;  // µs, guarded by mu (appended in batches)
+    absl::Mutex mu;
+    int running ABSL_GUARDED_BY(mu) = 0;
+    std::vector<uint32_t> latencies ABSL_GUARDED_BY(mu);  // µs (appended in batches)
   } shared;
   std::atomic<uint64_t> decisions{0}, allowed{0}, errors{0};
   const auto start = Clock::now();
@@ -248,13 +247,13 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
       auto self = weak.lock();
       if (!self) return;
       if (Clock::now() >= stop_at) {
-        std::lock_guard<std::mutex> lock(shared.mu);
+        absl::MutexLock lock(&shared.mu);
         const size_t room = kMaxSamples - std::min(kMaxSamples, shared.latencies.size());
         shared.latencies.insert(
             shared.latencies.end(), self->local.begin(),
             self->local.begin() + static_cast<std::ptrdiff_t>(std::min(room, self->local.size())));
         self->local.clear();
-        if (--shared.running == 0) shared.cv.notify_all();
+        --shared.running;  // the Await below sees it reach 0
         return;
       }
       const std::string key = fmt::format(FMT_COMPILE("k{}"), self->rng() % o.keys);
@@ -295,19 +294,23 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     chains.push_back(std::move(chain));
   }
   const Snapshot before = TakeSnapshot(stats_clients);
-  shared.running = static_cast<int>(chains.size());
+  {
+    absl::MutexLock lock(&shared.mu);
+    shared.running = static_cast<int>(chains.size());
+  }
   for (auto& chain : chains) chain->next();
   {
-    std::unique_lock<std::mutex> lock(shared.mu);
-    shared.cv.wait_for(lock, std::chrono::duration<double>(o.seconds) + 15s,
-                       [&] { return shared.running == 0; });
+    absl::MutexLock lock(&shared.mu);
+    shared.mu.AwaitWithTimeout(absl::Condition(
+                                   +[](int* running) { return *running == 0; }, &shared.running),
+                               absl::Seconds(o.seconds) + absl::Seconds(15));
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   const Snapshot after = TakeSnapshot(stats_clients);
   const Executed executed = ExecutedBetween(before, after);
   std::vector<uint32_t> latencies;
   {
-    std::lock_guard<std::mutex> lock(shared.mu);
+    absl::MutexLock lock(&shared.mu);
     latencies.swap(shared.latencies);
   }
   const uint64_t n = decisions.load();

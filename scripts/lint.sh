@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# sluice's static checks (`make lint`; `make test` runs them first):
+#
+#   bash scripts/lint.sh [FILE.cc...]       (default: every translation unit under src/)
+#
+#   1. format: every tracked *.h/*.cc is clang-format-14 clean (scripts/check_format.sh);
+#   2. locks: one locking style, the annotated one: no std::mutex, std::lock_guard,
+#      std::unique_lock, std::scoped_lock, std::condition_variable or `// guarded by` comment in
+#      src/ (absl::Mutex / util::SpinLock with ABSL_GUARDED_BY instead), so that step 3 checks
+#      every lock;
+#   3. clang-tidy-14 over src/ with the root .clang-tidy, on the `lint` preset's compilation
+#      database: clang-14 with -Wthread-safety -Werror (the analysis runs in the front end, so
+#      no object code is made) and the checks .clang-tidy lists; any finding fails.
+#
+# Given files, runs step 3 on those only (a file outside the database gets the flags of its
+# nearest neighbour in it: tests/lint_test.sh plants files that way). Generated protobuf code and
+# headers outside src/ and include/sluice/ are not checked. Env: JOBS (nproc), BUILD (build/lint).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=${JOBS:-$(nproc)}
+build=${BUILD:-$root/build/lint}
+tidy=${CLANG_TIDY:-clang-tidy-14}
+command -v "$tidy" >/dev/null || {
+  echo "lint: $tidy is missing" >&2
+  exit 2
+}
+
+# The lint preset: clang-14, compile_commands.json, and the generated protobuf headers that
+# src/rls includes (nothing else is built).
+prepare() {
+  if [[ ! -f $build/build.ninja ]]; then
+    (cd "$root" && cmake --preset lint -B "$build" >/dev/null)
+  fi
+  cmake --build "$build" --target sluice_generated >/dev/null
+}
+
+# Runs clang-tidy on the files given, $jobs at a time; prints the findings, fails on any.
+tidy_files() {
+  # clang-tidy's "N warnings generated." counts warnings in headers it does not show.
+  local status
+  set +e
+  printf '%s\0' "$@" | xargs -0 -n 1 -P "$jobs" \
+    "$tidy" -p "$build" --config-file="$root/.clang-tidy" --quiet --warnings-as-errors='*' 2>&1 |
+    grep --line-buffered -v -E '^[0-9]+ (warnings?|errors?)( and [0-9]+ (warnings?|errors?))? generated\.$|^Suppressed [0-9]+ warnings|^Use -header-filter|^$'
+  status=${PIPESTATUS[1]}
+  set -e
+  return "$status"
+}
+
+if (($# > 0)); then
+  prepare
+  tidy_files "$@"
+  exit
+fi
+
+start=$SECONDS
+failed=()
+
+echo "lint: format"
+bash "$root/scripts/check_format.sh" "$root" || failed+=(format)
+
+echo "lint: locks"
+if grep -rnE 'std::(mutex|timed_mutex|recursive_mutex|shared_mutex|lock_guard|unique_lock|scoped_lock|condition_variable)\b|//.*guarded by' \
+  "$root/src" --include='*.h' --include='*.cc'; then
+  echo "lint: use absl::Mutex (or util::SpinLock) with ABSL_GUARDED_BY instead of the above" >&2
+  failed+=(locks)
+fi
+
+echo "lint: clang-tidy and -Wthread-safety (clang-14) over src/, $jobs at a time"
+prepare
+mapfile -t units < <(python3 - "$build/compile_commands.json" "$root/src/" <<'EOF'
+import json, sys
+db, src = sys.argv[1], sys.argv[2]
+files = sorted({e["file"] for e in json.load(open(db)) if e["file"].startswith(src)})
+print("\n".join(files))
+EOF
+)
+tidy_files "${units[@]}" || failed+=(clang-tidy)
+
+if ((${#failed[@]} > 0)); then
+  echo "lint: FAILED (${failed[*]}) in $((SECONDS - start)) s" >&2
+  exit 1
+fi
+echo "lint: clean (${#units[@]} translation units) in $((SECONDS - start)) s"

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Tests that `make lint`'s checks catch what they are for, on planted files:
+#
+#   bash tests/lint_test.sh [REPO_ROOT]        (default: this script's parent directory)
+#
+#   - format (scripts/check_format.sh): a copy with clang-format-clean files passes; the same
+#     copy with one unformatted line planted fails and names that file;
+#   - thread safety (scripts/lint.sh FILE: clang-tidy with clang-14 -Wthread-safety -Werror):
+#     a guarded field read with its lock held passes; read without it fails, both on an
+#     absl::Mutex and on util::SpinLock; a function that requires a lock called without it fails;
+#   - clang-tidy's own checks: a use after std::move fails (bugprone-use-after-move).
+#
+# Needs the lint preset's compilation database (scripts/lint.sh configures it when missing).
+# Prints `N passed, M failed`; exits 1 on any failure.
+
+set -uo pipefail
+
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-lint.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+passed=0
+failed=0
+pass() {
+  passed=$((passed + 1))
+  echo "ok   $1"
+}
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $1: $2"
+  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
+}
+
+# expect NAME pass|fail PATTERN COMMAND...: runs COMMAND; checks its exit status and, when
+# PATTERN is not empty, that its output matches PATTERN (grep -E).
+expect() {
+  local name=$1 want=$2 pattern=$3 out status=0
+  shift 3
+  out=$("$@" 2>&1) || status=$?
+  if [[ $want == pass && $status -ne 0 ]]; then
+    fail "$name" "expected success, exit $status" "$out"
+  elif [[ $want == fail && $status -eq 0 ]]; then
+    fail "$name" "expected a failure, it passed" "$out"
+  elif [[ -n $pattern ]] && ! grep -qE -- "$pattern" <<<"$out"; then
+    fail "$name" "output does not match /$pattern/" "$out"
+  else
+    pass "$name"
+  fi
+}
+
+# --- format -------------------------------------------------------------------------------
+fmt="$work/format"
+mkdir -p "$fmt/src"
+cp "$root/.clang-format" "$fmt/"
+cp "$root/src/util/spin_lock.h" "$root/src/core/clock.cc" "$fmt/src/"
+expect "format: clean copies pass" pass 'files clang-format clean' \
+  bash "$root/scripts/check_format.sh" "$fmt"
+# An unformatted line in the middle of a formatted file.
+sed -i '0,/^namespace /s//int  planted( ){return 1;}\nnamespace /' "$fmt/src/clock.cc"
+expect "format: a planted unformatted line fails, naming the file" fail \
+  'src/clock\.cc:[0-9]+:[0-9]+: error: code should be clang-formatted' \
+  bash "$root/scripts/check_format.sh" "$fmt"
+
+# --- thread safety and clang-tidy ----------------------------------------------------------
+# Each planted file is a translation unit of its own, checked the way `make lint` checks src/.
+plant() {
+  cat >"$work/$1.cc"
+  echo "$work/$1.cc"
+}
+
+cat >"$work/prelude.h" <<'EOF'
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "util/spin_lock.h"
+
+namespace planted {
+
+class OnMutex {
+ public:
+  void Add() {
+    absl::MutexLock lock(&mu_);
+    AddLocked();
+  }
+  int Read();
+
+ private:
+  void AddLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++n_; }
+  absl::Mutex mu_;
+  int n_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class OnSpinLock {
+ public:
+  int Read();
+
+ private:
+  sluice::util::SpinLock mu_;
+  int n_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace planted
+EOF
+
+lint() { bash "$root/scripts/lint.sh" "$@"; }
+tsa='requires holding (mutex|spin lock|spinlock)?.*mu_'
+
+f=$(plant locked <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnMutex::Read() {
+  absl::MutexLock lock(&mu_);
+  return n_;
+}
+int OnSpinLock::Read() {
+  sluice::util::SpinLockHolder lock(&mu_);
+  return n_;
+}
+}  // namespace planted
+EOF
+)
+expect "thread safety: guarded fields read under their locks pass" pass '' lint "$f"
+
+f=$(plant mutex_unlocked <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnMutex::Read() { return n_; }
+}  // namespace planted
+EOF
+)
+expect "thread safety: a field guarded by an absl::Mutex read without it fails" fail \
+  "mutex_unlocked\.cc:3:.*$tsa" lint "$f"
+
+f=$(plant spin_unlocked <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnSpinLock::Read() { return n_; }
+}  // namespace planted
+EOF
+)
+expect "thread safety: a field guarded by a SpinLock read without it fails" fail \
+  "spin_unlocked\.cc:3:.*$tsa" lint "$f"
+
+f=$(plant requires_unlocked <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnMutex::Read() {
+  AddLocked();
+  absl::MutexLock lock(&mu_);
+  return n_;
+}
+}  // namespace planted
+EOF
+)
+expect "thread safety: calling a function that requires the lock without it fails" fail \
+  "requires_unlocked\.cc:4:.*(calling function 'AddLocked' requires holding)" lint "$f"
+
+f=$(plant use_after_move <<'EOF'
+#include <string>
+#include <utility>
+namespace planted {
+std::string Twice(std::string s) {
+  std::string kept = std::move(s);
+  return kept + s;
+}
+}  // namespace planted
+EOF
+)
+expect "clang-tidy: a use after std::move fails (bugprone-use-after-move)" fail \
+  'use_after_move\.cc:6:.*bugprone-use-after-move' lint "$f"
+
+echo "$passed passed, $failed failed"
+((failed == 0))

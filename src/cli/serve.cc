@@ -152,7 +152,7 @@ std::function<bool()> FollowBackendHealth(const stack::Stack& backends, http::Se
 struct Observability {
   metrics::Registry registry;
   std::optional<metrics::ServerMetrics> server_metrics;
-  std::mutex scrape_mu;
+  absl::Mutex scrape_mu;  // one catch-up at a time (the counters are read, then raised)
 };
 absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                           rules::ConfigManager& manager, http::HttpServer& server,
@@ -178,7 +178,7 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
     const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
       if (total > counter->Value()) counter->Inc(total - counter->Value());
     };
-    std::lock_guard<std::mutex> lock(o.scrape_mu);
+    absl::MutexLock lock(&o.scrape_mu);
     const http::ServerStats& st = server.stats();
     m->http_open_connections->Set(static_cast<double>(st.connections_open.load()));
     catch_up(m->http_connections, st.connections_total.load());
@@ -308,91 +308,11 @@ int RunServe(const ServeFlags& flags) {
   engine::Engine engine(&(*backends)->backend());
   http::Service service(&manager, &engine, SystemClock::Get(), *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
-<<<<<<< HEAD
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
   http::HttpServer server(ServerOptionsFrom(settings, threads));
   Observability observability;
   if (auto s = StartMetrics(observability, **backends, manager, server, service); !s.ok()) {
     return fail("metrics: ", s);
-=======
-  std::function<bool()> backend_serving;
-  if ((*backends)->remote()) {
-    backend::Backend* backend = &(*backends)->backend();
-    const std::string where = (*backends)->where();
-    // Not the connection alone: a hung Redis keeps it while every decision times out.
-    service.SetBackendHealth([backend, where] {
-      const backend::Backend::Health health = backend->GetHealth();
-      return http::Service::BackendHealth{health.up, where + ": " + health.detail};
-    });
-    // gRPC health: SERVING while Redis decides, or while no domain fails closed without it.
-    backend_serving = [backend, &manager] {
-      if (backend->GetHealth().up) return true;
-      const auto config = manager.Current();
-      return config->FirstFailingClosed() == nullptr;
-    };
-  }
-  http::HttpServer server(
-      {.threads = threads,
-       .max_header_bytes = settings.max_header_bytes,
-       .max_body_bytes = settings.max_body_bytes,
-       .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
-       .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
-       .max_connections = settings.max_connections,
-       .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)});
-  const int64_t start_us = SystemClock::Get()->NowMicros();
-  metrics::Registry registry;
-  auto metrics = metrics::ServerMetrics::Register(
-      &registry, {.store = [&backends] { return (*backends)->StoreStats(); },
-                  .config =
-                      [&manager] {
-                        const auto current = manager.Current();
-                        return metrics::ServerMetrics::ConfigStats{
-                            current ? current->version : "",
-                            static_cast<double>(manager.reload_successes()),
-                            static_cast<double>(manager.reload_failures())};
-                      },
-                  .now_us = [] { return SystemClock::Get()->NowMicros(); },
-                  .start_time_us = start_us,
-                  .max_decision_series = 10000});
-  if (!metrics.ok()) {
-    std::cerr << "serve: metrics: " << metrics.status().message() << "\n";
-    return 1;
-  }
-  if (auto s = (*backends)->RegisterBackendMetrics(registry); !s.ok()) {
-    std::cerr << "serve: metrics: " << s.message() << "\n";
-    return 1;
-  }
-  // The server counts connections itself; each scrape brings the metrics up to date.
-  absl::Mutex scrape_mu;  // one catch-up at a time (the counters are read, then raised)
-  const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
-    if (total > counter->Value()) counter->Inc(total - counter->Value());
-  };
-  service.SetMetrics(&registry, &*metrics, [&] {
-    absl::MutexLock lock(&scrape_mu);
-    const http::ServerStats& st = server.stats();
-    metrics->http_open_connections->Set(static_cast<double>(st.connections_open.load()));
-    catch_up(metrics->http_connections, st.connections_total.load());
-    catch_up(metrics->http_connections_rejected, st.connections_rejected.load());
-  });
-  auto data_port = server.Listen(
-      listen,
-      [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
-          http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
-      0, [&](const http::HttpRequest& header) { return service.StreamsBody(header); },
-      [&](unsigned status) { service.CountStatus(status); });
-  if (!data_port.ok()) {
-    std::cerr << "serve: " << data_port.status().message() << "\n";
-    return 1;
-  }
-  auto admin_port = server.Listen(
-      admin,
-      [&](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
-          http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
-      kAdminMaxConnections);
-  if (!admin_port.ok()) {
-    std::cerr << "serve: " << admin_port.status().message() << "\n";
-    return 1;
->>>>>>> lint
   }
   const auto ports = ListenHttp(server, service, listen, admin);
   if (!ports.ok()) return fail("", ports.status());

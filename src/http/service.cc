@@ -7,19 +7,10 @@
 
 #include <array>
 #include <atomic>
-<<<<<<< HEAD
-#include <mutex>
-#include <optional>
-
-=======
-#include <iterator>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/descriptor_text.h"
->>>>>>> lint
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/service_answers.h"

@@ -2,14 +2,9 @@
 
 namespace sluice::redis {
 
-<<<<<<< HEAD
 bool Breaker::Allow() {
   const int64_t now_us = clock_->MonotonicMicros();
-  std::lock_guard<std::mutex> lock(mu_);
-=======
-bool Breaker::Allow(Clock::time_point now) {
   absl::MutexLock lock(&mu_);
->>>>>>> lint
   switch (state_) {
     case State::kClosed:
       return true;
@@ -33,14 +28,9 @@ void Breaker::Succeeded() {
   state_ = State::kClosed;
 }
 
-<<<<<<< HEAD
 void Breaker::Failed() {
   const int64_t now_us = clock_->MonotonicMicros();
-  std::lock_guard<std::mutex> lock(mu_);
-=======
-void Breaker::Failed(Clock::time_point now) {
   absl::MutexLock lock(&mu_);
->>>>>>> lint
   probing_ = false;
   if (state_ == State::kHalfOpen ||
       (state_ == State::kClosed && ++consecutive_failures_ >= options_.failures_to_open)) {

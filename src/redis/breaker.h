@@ -12,12 +12,9 @@
 #include <cstdint>
 #include <string_view>
 
-<<<<<<< HEAD
-#include "sluice/clock.h"
-=======
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
->>>>>>> lint
+#include "sluice/clock.h"
 
 namespace sluice::redis {
 
@@ -49,22 +46,13 @@ class Breaker {
 
  private:
   const Options options_;
-<<<<<<< HEAD
   const Clock* const clock_;
-  mutable std::mutex mu_;
-  State state_ = State::kClosed;
-  int consecutive_failures_ = 0;
-  bool probing_ = false;
-  int64_t retry_at_us_ = 0;  // while open: the monotonic time a probe may go
-  uint64_t opened_ = 0;
-=======
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kClosed;
   int consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
   bool probing_ ABSL_GUARDED_BY(mu_) = false;
-  Clock::time_point retry_at_ ABSL_GUARDED_BY(mu_){};
+  int64_t retry_at_us_ ABSL_GUARDED_BY(mu_) = 0;  // while open: the monotonic time a probe may go
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
->>>>>>> lint
 };
 
 }  // namespace sluice::redis

@@ -22,15 +22,8 @@ struct RedisStore::Call {
 RedisStore::RedisStore(Client* client, Options options)
     : client_(client),
       options_(std::move(options)),
-<<<<<<< HEAD
       breaker_(options_.breaker, &client->clock()),
-      late_guard_(std::make_shared<LateGuard>()) {
-  late_guard_->store = this;
-}
-=======
-      breaker_(options_.breaker),
       late_guard_(std::make_shared<LateGuard>(this)) {}
->>>>>>> lint
 
 RedisStore::~RedisStore() {
   absl::MutexLock lock(&late_guard_->mu);
@@ -604,14 +597,8 @@ void RedisStore::Probe() {
     if (reply.ok() && !reply->IsError()) {
       Record(absl::OkStatus());
     } else {
-<<<<<<< HEAD
       last_failure_us_.store(client_->clock().MonotonicMicros(), std::memory_order_relaxed);
-      std::lock_guard<std::mutex> lock(error_mu_);
-=======
-      last_failure_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                             std::memory_order_relaxed);
       absl::MutexLock lock(&error_mu_);
->>>>>>> lint
       last_error_ = reply.ok() ? reply->str : std::string(reply.status().message());
     }
     if (!reply.ok() || reply->IsError()) breaker_.Failed();

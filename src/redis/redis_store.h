@@ -209,27 +209,16 @@ class RedisStore final : public backend::Backend {
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.
   void Probe();
-<<<<<<< HEAD
   std::atomic<bool> probing_{false};  // a health probe (GetHealth) is in flight
   // Monotonic times (µs, the client's clock) of the last call that succeeded, and of the last
   // that failed (timeout, connection).
   std::atomic<int64_t> last_success_us_{0};
   std::atomic<int64_t> last_failure_us_{0};
-  mutable std::mutex error_mu_;
-  std::string last_error_;  // the last call's failure; guarded by error_mu_
-  std::mutex batch_mu_;
-  absl::flat_hash_map<std::string, NodeQueue> queues_;  // by node; guarded by batch_mu_
-  size_t queued_ = 0;  // requests waiting, all nodes; guarded by batch_mu_
-=======
-  std::atomic<bool> probing_{false};         // a health probe (GetHealth) is in flight
-  std::atomic<int64_t> last_success_ns_{0};  // steady time of the last call that succeeded
-  std::atomic<int64_t> last_failure_ns_{0};  // and of the last that failed (timeout, connection)
   mutable absl::Mutex error_mu_;
   std::string last_error_ ABSL_GUARDED_BY(error_mu_);  // the last call's failure
   absl::Mutex batch_mu_;
   absl::flat_hash_map<std::string, NodeQueue> queues_ ABSL_GUARDED_BY(batch_mu_);  // by node
   size_t queued_ ABSL_GUARDED_BY(batch_mu_) = 0;  // requests waiting, all nodes
->>>>>>> lint
 };
 
 }  // namespace sluice::redis

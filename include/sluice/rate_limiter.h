@@ -132,6 +132,23 @@ enum class FailurePolicy {
   kClosed,  // deny every request, retry after 1 s (limits over availability)
 };
 
+// How a RateLimiter reaches Redis (RateLimiter::RedisOptions).
+struct RateLimiterRedisOptions {
+  // redis://[user:pass@]host:port[/db]; the port defaults to 6379, the database to 0.
+  std::string url;
+  // `url` is one node of a Redis Cluster (the others are found from it).
+  bool cluster = false;
+  // Longest a decision may take on Redis (its wait for a connection included) before the
+  // failure policy answers it. At least 1 ms.
+  int64_t timeout_us = 50000;
+  // Create waits this long for the first connection, so that a refused login is Create's
+  // error. 0: do not wait.
+  int64_t connect_wait_us = 1000000;
+  // Prefix of every Redis key the limiter writes.
+  std::string key_prefix = "sluice:";
+  FailurePolicy on_failure = FailurePolicy::kOpen;
+};
+
 class RateLimiter {
  public:
   // How long a synchronous call on Redis waits beyond RedisOptions::timeout_us.
@@ -146,21 +163,9 @@ class RateLimiter {
     OnFull on_full = OnFull::kShared;
   };
 
-  struct RedisOptions {
-    // redis://[user:pass@]host:port[/db]; the port defaults to 6379, the database to 0.
-    std::string url;
-    // `url` is one node of a Redis Cluster (the others are found from it).
-    bool cluster = false;
-    // Longest a decision may take on Redis (its wait for a connection included) before the
-    // failure policy answers it. At least 1 ms.
-    int64_t timeout_us = 50000;
-    // Create waits this long for the first connection, so that a refused login is Create's
-    // error. 0: do not wait.
-    int64_t connect_wait_us = 1000000;
-    // Prefix of every Redis key the limiter writes.
-    std::string key_prefix = "sluice:";
-    FailurePolicy on_failure = FailurePolicy::kOpen;
-  };
+  // (Defined outside the class: clang cannot default-construct a nested struct with member
+  // initializers inside std::optional, e.g. `options.redis.emplace()`.)
+  using RedisOptions = RateLimiterRedisOptions;
 
   struct Options {
     // Not owned; must outlive the limiter. Memory backend only (Redis uses its own clock).

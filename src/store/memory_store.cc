@@ -378,7 +378,7 @@ inline void MemoryStore::FindStates(std::span<Work> work,
   // erase slots: then every lookup is done again, and an idle state another item found may be
   // gone), then a place; only then are pointers taken for good.
   const size_t n = work.size();
-  const auto look_up = [&work, n] {
+  const auto look_up = [&work, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under DecideAll's locks
     bool all_found = true;
     for (size_t i = 0; i < n; ++i) {
       Work& w = work[i];

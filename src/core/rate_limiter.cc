@@ -181,21 +181,14 @@ absl::Status RateLimiter::Impl::StartRedis(const RedisOptions& options) {
   client_options.seeds = {*endpoint};
   client_options.cluster = options.cluster;
   client_options.connection.timeout = std::chrono::microseconds(options.timeout_us);
-  where = options.cluster ? fmt::format("redis cluster via {}", endpoint->Address())
-                          : fmt::format("redis {}", endpoint->Address());
+  where = redis::DescribeRedis(options.cluster, *endpoint);
   auto client = redis::Client::Create(client_options);
   if (!client.ok()) return client.status();
   redis_client = *std::move(client);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::microseconds(options.connect_wait_us);
-  while (!redis_client->Ready() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (!redis_client->Ready()) {
-    const std::string why = redis_client->last_error();
-    if (why.find("login to") != std::string::npos) {
-      return absl::PermissionDeniedError(fmt::format("{}: {}", where, why));
-    }
+  if (auto s = redis::AwaitFirstConnection(
+          *redis_client, std::chrono::microseconds(options.connect_wait_us), where);
+      !s.ok()) {
+    return s;
   }
   redis::RedisStore::Options store_options;
   store_options.key_prefix = options.key_prefix;

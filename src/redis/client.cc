@@ -409,4 +409,23 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
   return std::unique_ptr<Client>(std::make_unique<ClientImpl>(std::move(options)));
 }
 
+std::string DescribeRedis(bool cluster, const Endpoint& seed) {
+  return cluster ? fmt::format("redis cluster via {}", seed.Address())
+                 : fmt::format("redis {}", seed.Address());
+}
+
+absl::Status AwaitFirstConnection(const Client& client, std::chrono::microseconds wait,
+                                  std::string_view where) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (!client.Ready() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (client.Ready()) return absl::OkStatus();
+  const std::string why = client.last_error();
+  if (why.find("login to") != std::string::npos) {
+    return absl::PermissionDeniedError(fmt::format("{}: {}", where, why));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace sluice::redis

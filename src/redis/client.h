@@ -67,6 +67,15 @@ class Client {
   virtual uint64_t map_refreshes() const = 0;
 };
 
+// For messages: "redis HOST:PORT", or "redis cluster via HOST:PORT" (the seed).
+std::string DescribeRedis(bool cluster, const Endpoint& seed);
+
+// Waits up to `wait` for the client's first connection, so that a refused login is the
+// caller's error: PermissionDenied (prefixed with `where`) when Redis refused it. Otherwise OK,
+// connected or not (then client.Ready() is false and last_error() says why).
+absl::Status AwaitFirstConnection(const Client& client, std::chrono::microseconds wait,
+                                  std::string_view where);
+
 }  // namespace sluice::redis
 
 #endif  // SLUICE_REDIS_CLIENT_H_

@@ -59,21 +59,17 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
     options.seeds.push_back(*endpoint);
   }
   options.connection.timeout = std::chrono::microseconds(settings.redis_timeout_us);
-  where = options.cluster ? fmt::format("redis cluster via {}", options.seeds[0].Address())
-                          : fmt::format("redis {}", options.seeds[0].Address());
+  where = redis::DescribeRedis(options.cluster, options.seeds[0]);
   auto client = redis::Client::Create(options);
   if (!client.ok()) return client.status();
   backend.client = *std::move(client);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!backend.client->Ready() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (auto s = redis::AwaitFirstConnection(*backend.client, std::chrono::seconds(2), where);
+      !s.ok()) {
+    return s;
   }
   if (!backend.client->Ready()) {
-    const std::string why = backend.client->last_error();
-    if (why.find("login to") != std::string::npos) {
-      return absl::PermissionDeniedError(fmt::format("{}: {}", where, why));
-    }
-    spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", where, why);
+    spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", where,
+                 backend.client->last_error());
   }
   // Redis's own eviction would drop live states (each a reset limit): warn unless noeviction.
   redis::ReadMaxmemoryPolicy(

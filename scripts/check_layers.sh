@@ -19,7 +19,7 @@ TABLE='
 sluice    | sluice                                                  |
 util      |                                                         |
 algo      | sluice                                                  |
-backend   | sluice                                                  |
+backend   | sluice                                                  | store
 store     | algo util backend sluice                                |
 rules     | util backend sluice                                     | engine store cli
 engine    | rules algo backend util sluice                          | store
@@ -47,7 +47,8 @@ cli       | http rls stack tools engine rules render metrics backend util sluice
 # - http, rls: the frontends; never a backend implementation (store, redis), nor each other.
 #   cli is the command line on top of everything but the backend implementations (stack builds
 #   those for it, tools measures them).
-# Tests: a real engine needs a backend, and tests use the in-memory one (store); rules' tests
+# Tests: a real engine needs a backend, and tests use the in-memory one (store), as do the
+# backend wrappers' tests (the store stands behind them); rules' tests
 # check that ConfigManager reloads keep the engine's state (engine) and that the embedded default
 # config (cli/default_config.h) loads; redis' tests, and core's of the library on Redis, run
 # real Redis servers (tests/support/).

@@ -75,6 +75,7 @@ class Backend {
   using Done = std::function<void(const Outcome&)>;
   using RefundDone = std::function<void(absl::Status)>;
   using ResetDone = std::function<void(absl::StatusOr<size_t>)>;
+  using EpochDone = std::function<void(absl::StatusOr<int64_t>)>;
 
   struct Health {
     bool up = true;
@@ -109,6 +110,14 @@ class Backend {
 
   // Whether decisions work now (readiness); a backend in this process is always up.
   virtual Health GetHealth() { return {}; }
+
+  // The reset epoch: a number that changes with every Reset through any instance sharing this
+  // backend's states (Redis: a counter next to them), so that what an instance keeps of those
+  // states (OverLimitCache) can be dropped soon after a reset anywhere. A backend no other
+  // instance shares: Unimplemented.
+  virtual void ReadResetEpoch(EpochDone done) {
+    done(absl::UnimplementedError("this backend has no reset epoch"));
+  }
 };
 
 }  // namespace sluice::backend

@@ -41,7 +41,8 @@ constexpr Note kIrrelevant[] = {
     {"REDIS_TLS_CACERT", "only with REDIS_TLS=true"},
     {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "only with REDIS_TLS=true"},
     {"LOCAL_CACHE_SIZE_IN_BYTES",
-     "upstream's cache of over-limit keys saves Redis calls; sluice decides the same without it"},
+     "sluice's own over-limit cache is on by default (redis.over_limit_cache) and exact: a "
+     "denial is held until its retry_after, not for a fixed time"},
     {"EXPIRATION_JITTER_MAX_SECONDS", "sluice sets its keys' expiry from each limit's window"},
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
      "sluice never serves without a loaded configuration"},

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "fmt/format.h"
 
 #define XXH_INLINE_ALL
@@ -49,7 +50,7 @@ void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
     } else {
       AppendCommand(&command, {"HDEL", place.key, place.field});
     }
-    client_->Send(place.key, std::move(command), [gather](absl::StatusOr<Reply> reply) {
+    client_->Send(place.key, std::move(command), [this, gather](absl::StatusOr<Reply> reply) {
       absl::Status error;
       size_t deleted;
       {
@@ -66,9 +67,37 @@ void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
         deleted = gather->deleted;
       }
       if (!error.ok()) return gather->done(error);
-      gather->done(deleted);
+      BumpResetEpoch(deleted, gather->done);
     });
   }
+}
+
+// The reset epoch is a counter key of its own; Reset moves it once the states are gone.
+std::string RedisStore::EpochKey() const { return options_.key_prefix + "resets"; }
+
+void RedisStore::ReadResetEpoch(EpochDone done) {
+  std::string command;
+  AppendCommand(&command, {"GET", EpochKey()});
+  client_->Send(
+      EpochKey(), std::move(command), [done = std::move(done)](absl::StatusOr<Reply> reply) {
+        if (!reply.ok()) return done(reply.status());
+        if (reply->IsError()) return done(absl::InternalError(reply->str));
+        int64_t epoch = 0;  // never reset: no key
+        if (reply->type == Reply::Type::kString && !absl::SimpleAtoi(reply->str, &epoch)) {
+          return done(absl::InternalError("reset epoch is not a number"));
+        }
+        done(epoch);
+      });
+}
+
+void RedisStore::BumpResetEpoch(size_t deleted, const ResetDone& done) {
+  std::string command;
+  AppendCommand(&command, {"INCR", EpochKey()});
+  client_->Send(EpochKey(), std::move(command), [deleted, done](absl::StatusOr<Reply> reply) {
+    if (!reply.ok()) return done(reply.status());
+    if (reply->IsError()) return done(absl::InternalError(reply->str));
+    done(deleted);
+  });
 }
 
 void RedisStore::Refund(std::span<const backend::Item> items, int64_t decided_at_us,

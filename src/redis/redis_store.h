@@ -104,8 +104,11 @@ class RedisStore final : public backend::Backend {
   void Refund(std::span<const backend::Item> items, int64_t decided_at_us,
               std::function<void(absl::Status)> done);
 
-  // Forgets the states of `items` (DEL); `done` gets how many existed.
+  // Forgets the states of `items` (DEL), then moves the reset epoch; `done` gets how many
+  // states existed.
   void Reset(std::span<const backend::Item> items, ResetDone done) override;
+  // The reset epoch: `<prefix>resets`, a counter every Reset increments (0 before the first).
+  void ReadResetEpoch(EpochDone done) override;
 
   // Where the state of (limit, limit_id, key) lives: a string key of its own (field empty) or a
   // field of hash `key`.
@@ -144,6 +147,8 @@ class RedisStore final : public backend::Backend {
   Health GetHealth() override;
 
  private:
+  std::string EpochKey() const;
+  void BumpResetEpoch(size_t deleted, const ResetDone& done);
   struct Call;
   using SteadyTime = MonoTime;  // in the client's clock
   void Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,

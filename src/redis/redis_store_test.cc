@@ -117,6 +117,29 @@ TEST(RedisStoreTest, PackedStatesShareHashesInTheDescriptorsSlot) {
   EXPECT_EQ(Decide(store, {u8})->decisions[0].remaining, 3);  // its neighbours keep theirs
 }
 
+// Every reset moves the reset epoch, which other instances read (backend::OverLimitCache).
+TEST(RedisStoreTest, ResetMovesTheResetEpoch) {
+  testing::RedisServer server;
+  auto client = Open({server.url()}, false);
+  RedisStore store(client.get(), {.key_prefix = "p:"});
+  const auto read_epoch = [&store] {
+    std::promise<absl::StatusOr<int64_t>> epoch;
+    store.ReadResetEpoch([&](absl::StatusOr<int64_t> e) { epoch.set_value(e); });
+    return epoch.get_future().get();
+  };
+  ASSERT_TRUE(read_epoch().ok());
+  EXPECT_EQ(*read_epoch(), 0);  // never reset
+  const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 5, kHour);
+  const Item item{.limit = &bucket, .limit_id = 1, .key = "k", .cost = 1};
+  for (int round = 1; round <= 2; ++round) {
+    std::promise<absl::StatusOr<size_t>> reset;
+    store.Reset(std::span(&item, 1), [&](absl::StatusOr<size_t> n) { reset.set_value(n); });
+    ASSERT_TRUE(reset.get_future().get().ok());
+    EXPECT_EQ(*read_epoch(), round);
+  }
+  EXPECT_EQ(Command(*client, {"GET", "p:resets"})->str, "2");
+}
+
 // Every algorithm that is exact holds its limit exactly under concurrent callers, a key per
 // state and packed.
 TEST(RedisStoreTest, ConcurrentCallersGetExactlyTheLimit) {

@@ -171,6 +171,9 @@ struct Settings {
   int64_t redis_timeout_us = 10000;
   int local_instances = 1;     // failure_mode local: the limit is divided by this
   uint32_t redis_buckets = 0;  // hashes the states are packed into (0: a key per state)
+  // redis.over_limit_cache: deny a key Redis denied until its retry_after, with no Redis call
+  // (backend/over_limit_cache.h); up to this many denials held (0: off).
+  size_t redis_over_limit_cache = 65536;
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
   // `headers` as flags, set with it by the settings parser: read for every answer.
   bool x_ratelimit_headers = true;

@@ -100,7 +100,8 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   }
   if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
     if (r.CheckMap(redis, "redis",
-                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets"})) {
+                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
+                    "over_limit_cache"})) {
       s.redis_url = r.String(redis, "url").value_or("");
       s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
       s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
@@ -110,6 +111,8 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
       if (s.local_instances < 1) r.Error(redis["instances"], "instances must be at least 1");
       s.redis_buckets = static_cast<uint32_t>(
           r.Unsigned(redis, "buckets", uint64_t{1} << 24).value_or(s.redis_buckets));
+      s.redis_over_limit_cache = r.Unsigned(redis, "over_limit_cache", uint64_t{1} << 26)
+                                     .value_or(s.redis_over_limit_cache);
       const auto check_url = [&](const std::string& url, const YAML::Node& at) {
         if (url.rfind("redis://", 0) != 0) {
           r.Error(at, fmt::format("bad Redis URL '{}' (redis://[user:pass@]host:port[/db])", url));

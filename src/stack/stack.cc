@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/failover.h"
+#include "backend/over_limit_cache.h"
 #include "fmt/format.h"
 #include "redis/client.h"
 #include "redis/eviction_policy.h"
@@ -21,6 +22,7 @@ namespace sluice::stack {
 struct Stack::Parts {
   std::unique_ptr<store::MemoryStore> memory;
   std::unique_ptr<redis::RedisStore> redis;
+  std::unique_ptr<backend::OverLimitCache> over_limit_cache;  // in front of redis; may be null
   std::unique_ptr<backend::Failover> failover;
   std::unique_ptr<redis::Client> client;
 };
@@ -87,8 +89,38 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
   store_options.key_prefix = settings.redis_key_prefix;
   store_options.buckets = settings.redis_buckets;
   backend.redis = std::make_unique<redis::RedisStore>(backend.client.get(), store_options);
-  backend.failover = std::make_unique<backend::Failover>(backend.redis.get(), backend.memory.get());
+  backend::Backend* primary = backend.redis.get();
+  if (settings.redis_over_limit_cache > 0) {
+    backend.over_limit_cache = std::make_unique<backend::OverLimitCache>(
+        primary, &backend.client->clock(),
+        backend::OverLimitCache::Options{.max_entries = settings.redis_over_limit_cache});
+    primary = backend.over_limit_cache.get();
+  }
+  backend.failover = std::make_unique<backend::Failover>(primary, backend.memory.get());
   return absl::OkStatus();
+}
+
+// The over-limit cache's families (none when it is off).
+absl::Status RegisterOverLimitCacheMetrics(metrics::Registry& registry,
+                                           const backend::OverLimitCache* cache) {
+  if (cache == nullptr) return absl::OkStatus();
+  if (auto s = registry.AddCallbackCounter(
+          "sluice_over_limit_cache_hits_total",
+          "requests denied from the over-limit cache, with no backend call",
+          [cache] { return static_cast<double>(cache->GetStats().hits); });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackGauge(
+          "sluice_over_limit_cache_entries", "denials the over-limit cache holds",
+          [cache] { return static_cast<double>(cache->GetStats().entries); });
+      !s.ok()) {
+    return s;
+  }
+  return registry.AddCallbackCounter(
+      "sluice_over_limit_cache_resets_seen_total",
+      "times a reset through any instance (the reset epoch moved) emptied the cache",
+      [cache] { return static_cast<double>(cache->GetStats().epoch_changes); });
 }
 
 // Registers the backend's families on /metrics.
@@ -135,6 +167,9 @@ absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Part
                                            }
                                          });
       !s.ok()) {
+    return s;
+  }
+  if (auto s = RegisterOverLimitCacheMetrics(registry, backend.over_limit_cache.get()); !s.ok()) {
     return s;
   }
   backend::Failover* failover = backend.failover.get();

@@ -1,0 +1,190 @@
+#include "backend/over_limit_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
+
+namespace sluice::backend {
+
+namespace {
+constexpr int64_t kNeverUs = std::numeric_limits<int64_t>::min() / 2;
+// A full shard sweeps out its expired entries at most this often.
+constexpr int64_t kSweepEveryUs = 1000000;
+}  // namespace
+
+OverLimitCache::OverLimitCache(Backend* inner, const Clock* clock, Options options)
+    : inner_(inner),
+      clock_(clock),
+      max_per_shard_(std::max<size_t>(1, options.max_entries / kShards)),
+      epoch_read_at_(kNeverUs),
+      cleared_at_(kNeverUs),
+      fresh_at_(kNeverUs) {}
+
+OverLimitCache::~OverLimitCache() = default;
+
+std::string OverLimitCache::EntryKey(const Item& item) {
+  std::string key(sizeof item.limit_id + item.key.size(), '\0');
+  std::memcpy(key.data(), &item.limit_id, sizeof item.limit_id);
+  std::memcpy(key.data() + sizeof item.limit_id, item.key.data(), item.key.size());
+  return key;
+}
+
+OverLimitCache::Shard& OverLimitCache::ShardFor(const std::string& key) const {
+  return shards_[absl::HashOf(key) % kShards];
+}
+
+void OverLimitCache::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                            Done done) {
+  const int64_t mono = clock_->MonotonicMicros();
+  if (size_.load(std::memory_order_relaxed) > 0) {
+    MaybeReadEpoch(mono);
+    if (AnswerFromCache(items, now_us, mono, out, done)) return;
+  }
+  // The items and `out` stay valid until `done` has run (the caller's promise).
+  inner_->Decide(items, now_us, out,
+                 [this, items, out, mono, done = std::move(done)](const Outcome& outcome) {
+                   if (outcome.status.ok() && !outcome.allowed) Remember(items, out, mono);
+                   done(outcome);
+                 });
+}
+
+bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us, int64_t mono,
+                                     std::span<Decision> out, const Done& done) {
+  if (mono - fresh_at_.load(std::memory_order_acquire) >= kEpochFreshUs) return false;
+  struct Hit {
+    int64_t until_us = kNeverUs;
+    int64_t reset_until_us = 0;
+  };
+  absl::InlinedVector<Hit, 4> hits(items.size());
+  bool any = false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    if (item.shadow || item.cost == 0) continue;
+    const std::string key = EntryKey(item);
+    Shard& shard = ShardFor(key);
+    absl::MutexLock lock(&shard.mu);
+    const auto it = shard.entries.find(key);
+    if (it == shard.entries.end()) continue;
+    const Entry& entry = it->second;
+    if (entry.until_us <= mono || item.cost < entry.cost || entry.limit != *item.limit) continue;
+    hits[i] = {.until_us = entry.until_us, .reset_until_us = entry.reset_until_us};
+    any = true;
+  }
+  if (!any) return false;
+  // A count_denied item must reach the backend: it counts even a denied request.
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (hits[i].until_us == kNeverUs && items[i].count_denied) return false;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (hits[i].until_us == kNeverUs) {
+      out[i] = {.allowed = true, .remaining = 0, .retry_after_us = 0, .reset_after_us = 0};
+      continue;
+    }
+    const int64_t retry = hits[i].until_us - mono;
+    out[i] = {.allowed = false,
+              .remaining = 0,
+              .retry_after_us = retry,
+              .reset_after_us = std::max(retry, hits[i].reset_until_us - mono)};
+  }
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  done({.status = absl::OkStatus(), .allowed = false, .decided_at_us = now_us});
+  return true;
+}
+
+void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decision> out,
+                              int64_t asked_at) {
+  const int64_t arrived = clock_->MonotonicMicros();
+  absl::ReaderMutexLock epoch_lock(&epoch_mu_);
+  if (asked_at < cleared_at_) return;  // a reset may have come in between
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    const Decision& d = out[i];
+    // kNever (a cost above the capacity) is left to the backend: it answers such requests at
+    // once, and a config change could make them admissible.
+    if (item.shadow || item.cost == 0 || d.allowed || d.retry_after_us <= 0) continue;
+    Insert(EntryKey(item),
+           {.until_us = arrived + d.retry_after_us,
+            .reset_until_us = arrived + std::max(d.reset_after_us, d.retry_after_us),
+            .cost = item.cost,
+            .limit = *item.limit},
+           arrived);
+  }
+}
+
+void OverLimitCache::Insert(std::string key, const Entry& entry, int64_t mono) {
+  Shard& shard = ShardFor(key);
+  absl::MutexLock lock(&shard.mu);
+  auto [it, inserted] = shard.entries.insert_or_assign(std::move(key), entry);
+  if (!inserted) return;
+  size_.fetch_add(1, std::memory_order_relaxed);
+  if (shard.entries.size() <= max_per_shard_) return;
+  if (mono - shard.last_sweep_us >= kSweepEveryUs) {
+    shard.last_sweep_us = mono;
+    const size_t swept = absl::erase_if(
+        shard.entries, [mono](const auto& kv) { return kv.second.until_us <= mono; });
+    size_.fetch_sub(swept, std::memory_order_relaxed);
+    if (shard.entries.size() <= max_per_shard_) return;
+  }
+  // Still full: any other entry goes (its key just costs backend calls again).
+  auto victim = shard.entries.begin();
+  if (victim->first == it->first) ++victim;
+  shard.entries.erase(victim);
+  size_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void OverLimitCache::MaybeReadEpoch(int64_t mono) {
+  {
+    absl::MutexLock lock(&epoch_mu_);
+    if (epoch_reading_ || mono - epoch_read_at_ < kEpochReadUs) return;
+    epoch_reading_ = true;
+    epoch_read_at_ = mono;
+  }
+  inner_->ReadResetEpoch([this, asked_at = mono](absl::StatusOr<int64_t> epoch) {
+    absl::MutexLock lock(&epoch_mu_);
+    epoch_reading_ = false;
+    if (!epoch.ok()) return;  // not fresh: the cache stops answering soon
+    if (epoch_known_ && *epoch != epoch_) {
+      // A reset somewhere: whatever is held may be undone, and so may denials on their way.
+      ClearLocked(asked_at);
+      ++epoch_changes_;
+    }
+    epoch_known_ = true;
+    epoch_ = *epoch;
+    fresh_at_.store(std::max(fresh_at_.load(std::memory_order_relaxed), asked_at),
+                    std::memory_order_release);
+  });
+}
+
+void OverLimitCache::Reset(std::span<const Item> items, ResetDone done) {
+  inner_->Reset(items, [this, done = std::move(done)](absl::StatusOr<size_t> reset) {
+    Clear();
+    done(std::move(reset));
+  });
+}
+
+void OverLimitCache::Clear() {
+  absl::MutexLock lock(&epoch_mu_);
+  ClearLocked(clock_->MonotonicMicros());
+}
+
+void OverLimitCache::ClearLocked(int64_t asked_before) {
+  for (Shard& shard : shards_) {
+    absl::MutexLock shard_lock(&shard.mu);
+    size_.fetch_sub(shard.entries.size(), std::memory_order_relaxed);
+    shard.entries.clear();
+  }
+  cleared_at_ = std::max(cleared_at_, asked_before);
+}
+
+OverLimitCache::Stats OverLimitCache::GetStats() const {
+  absl::MutexLock lock(&epoch_mu_);
+  return {.hits = hits_.load(std::memory_order_relaxed),
+          .entries = size_.load(std::memory_order_relaxed),
+          .epoch_changes = epoch_changes_};
+}
+
+}  // namespace sluice::backend

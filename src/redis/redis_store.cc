@@ -31,75 +31,6 @@ RedisStore::~RedisStore() {
   late_guard_->store = nullptr;
 }
 
-void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
-  if (items.empty()) return done(size_t{0});
-  struct Gather {
-    Gather(size_t waiting, ResetDone done) : waiting(waiting), done(std::move(done)) {}
-    absl::Mutex mu;
-    size_t waiting ABSL_GUARDED_BY(mu);
-    size_t deleted ABSL_GUARDED_BY(mu) = 0;
-    absl::Status error ABSL_GUARDED_BY(mu);
-    const ResetDone done;  // by the last reply, once none is left
-  };
-  auto gather = std::make_shared<Gather>(items.size(), std::move(done));
-  for (const auto& item : items) {  // one command per state: on a cluster they may be in any slot
-    Place place = StatePlace(*item.limit, item.limit_id, item.key);
-    std::string command;
-    if (place.field.empty()) {
-      AppendCommand(&command, {"DEL", place.key});
-    } else {
-      AppendCommand(&command, {"HDEL", place.key, place.field});
-    }
-    client_->Send(place.key, std::move(command), [this, gather](absl::StatusOr<Reply> reply) {
-      absl::Status error;
-      size_t deleted;
-      {
-        absl::MutexLock lock(&gather->mu);
-        if (!reply.ok()) {
-          gather->error = reply.status();
-        } else if (reply->IsError()) {
-          gather->error = absl::InternalError(reply->str);
-        } else {
-          gather->deleted += static_cast<size_t>(std::max<int64_t>(0, reply->integer));
-        }
-        if (--gather->waiting > 0) return;
-        error = gather->error;
-        deleted = gather->deleted;
-      }
-      if (!error.ok()) return gather->done(error);
-      BumpResetEpoch(deleted, gather->done);
-    });
-  }
-}
-
-// The reset epoch is a counter key of its own; Reset moves it once the states are gone.
-std::string RedisStore::EpochKey() const { return options_.key_prefix + "resets"; }
-
-void RedisStore::ReadResetEpoch(EpochDone done) {
-  std::string command;
-  AppendCommand(&command, {"GET", EpochKey()});
-  client_->Send(
-      EpochKey(), std::move(command), [done = std::move(done)](absl::StatusOr<Reply> reply) {
-        if (!reply.ok()) return done(reply.status());
-        if (reply->IsError()) return done(absl::InternalError(reply->str));
-        int64_t epoch = 0;  // never reset: no key
-        if (reply->type == Reply::Type::kString && !absl::SimpleAtoi(reply->str, &epoch)) {
-          return done(absl::InternalError("reset epoch is not a number"));
-        }
-        done(epoch);
-      });
-}
-
-void RedisStore::BumpResetEpoch(size_t deleted, const ResetDone& done) {
-  std::string command;
-  AppendCommand(&command, {"INCR", EpochKey()});
-  client_->Send(EpochKey(), std::move(command), [deleted, done](absl::StatusOr<Reply> reply) {
-    if (!reply.ok()) return done(reply.status());
-    if (reply->IsError()) return done(absl::InternalError(reply->str));
-    done(deleted);
-  });
-}
-
 void RedisStore::Refund(std::span<const backend::Item> items, int64_t decided_at_us,
                         std::function<void(absl::Status)> done) {
   if (items.empty()) return done(absl::OkStatus());
@@ -646,7 +577,8 @@ RedisStore::Stats RedisStore::GetStats() const {
                .breaker_opened = breaker_.opened(),
                .cross_slot_refunds = cross_slot_refunds_.load(),
                .batches_split = batches_split_.load(),
-               .late_refunds = late_refunds_.load()};
+               .late_refunds = late_refunds_.load(),
+               .lease_calls = lease_calls_.load()};
 }
 
 }  // namespace sluice::redis

@@ -83,6 +83,7 @@ class RedisStore final : public backend::Backend {
     uint64_t cross_slot_refunds = 0;  // slots refunded after another slot refused
     uint64_t batches_split = 0;       // cluster batches sent again request by request (slots moved)
     uint64_t late_refunds = 0;  // requests admitted by a call whose reply came too late, refunded
+    uint64_t lease_calls = 0;   // leases asked for (each a script call)
   };
 
   using Done = std::function<void(absl::StatusOr<DecideResult>)>;
@@ -109,6 +110,21 @@ class RedisStore final : public backend::Backend {
   void Reset(std::span<const backend::Item> items, ResetDone done) override;
   // The reset epoch: `<prefix>resets`, a counter every Reset increments (0 before the first).
   void ReadResetEpoch(EpochDone done) override;
+
+  // A lease (consistency: leased): units of a state taken now, to be spent locally until the
+  // lease ends; see decide.lua's "leases" for what is recorded per algorithm so that spending
+  // them can never over-admit. Times are Redis's (µs). `granted` may be 0 (the state admits
+  // nothing now, or the algorithm is not leased: leaky_bucket, sliding_log).
+  struct LeaseGrant {
+    uint64_t granted = 0;
+    int64_t now_us = 0;   // when Redis took it
+    int64_t ends_us = 0;  // when the lease ends: unspent units are lost after it
+  };
+  using LeaseDone = std::function<void(absl::StatusOr<LeaseGrant>)>;
+  // Takes up to `want` units of `item`'s state for at most `life_us` (nothing in `item` needs to
+  // outlive the call). Unspent units of a window's lease go back with Refund(items,
+  // a time inside the lease); a bucket's are not given back (docs/algorithms.md).
+  void Lease(const backend::Item& item, uint64_t want, int64_t life_us, LeaseDone done);
 
   // Where the state of (limit, limit_id, key) lives: a string key of its own (field empty) or a
   // field of hash `key`.
@@ -147,6 +163,8 @@ class RedisStore final : public backend::Backend {
   Health GetHealth() override;
 
  private:
+  struct LeaseCall;
+  void SendLease(std::shared_ptr<LeaseCall> call, bool by_sha);
   std::string EpochKey() const;
   void BumpResetEpoch(size_t deleted, const ResetDone& done);
   struct Call;
@@ -210,6 +228,7 @@ class RedisStore final : public backend::Backend {
   };
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   const std::shared_ptr<LateGuard> late_guard_;
+  std::atomic<uint64_t> lease_calls_{0};
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.

@@ -107,6 +107,16 @@ std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items
   return command;
 }
 
+std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t want,
+                        int64_t life_us) {
+  const std::string life = std::to_string(life_us), units = std::to_string(want);
+  const std::string kind = PackItem(item);
+  std::string command;
+  AppendCommand(&command, {sha.empty() ? "EVAL" : "EVALSHA", sha.empty() ? DecideScript() : sha,
+                           "1", item.key, "4", life, units, kind});
+  return command;
+}
+
 namespace {
 
 // A count in decide.lua's plan: one byte below 255, else 255 and three bytes, little-endian.

@@ -38,6 +38,12 @@ struct DecideItem {
   std::string field = {};  // the state's field in hash `key`; empty: `key` is a string of its own
 };
 
+// The EVALSHA (or, with `sha` empty, EVAL) taking a lease of up to `want` units of `item`'s
+// state for at most `life_us` (decide.lua's mode 4; item.cost is not used). Its reply:
+// {now_us, units granted, the lease's end (µs)}, in Redis's clock.
+std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t want,
+                        int64_t life_us);
+
 // The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding
 // `requests` in turn, each all-or-nothing; `commit` false evaluates without writing anything.
 // `keys_in_argv` (with commit) passes the keys as arguments, not KEYS, so that they may be in

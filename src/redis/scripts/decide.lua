@@ -10,7 +10,8 @@
 --
 -- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written),
 --          2 = refund (give back what admitted requests consumed: see "Refunds" below),
---          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above)
+--          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above),
+--          4 = take a lease (consistency: leased; see "Leases" below)
 -- ARGV[2]: the deadline, Redis's time in µs (16 digits; 0: none): a call that finds TIME past it
 --          changes nothing and returns {now_us, -1}. The client has given up on the call by
 --          then (or is about to; redis::Deadline), so what it would decide nobody would get: it
@@ -433,6 +434,39 @@ local function decide(alg, st, now, n, w, cap, cost, count_denied)
   return sliding_log(st, now, n, w, cost)
 end
 
+-- --- leases (consistency: leased): take up to `want` units now, to be spent by the caller at any
+-- time until the lease ends, recorded so that no spending in that time can over-admit (the
+-- argument, per algorithm: docs/algorithms.md, "Leases"). Returns the units granted (as many as
+-- the state admits now, at most `want`) and when the lease ends (µs); changes `st` only when it
+-- grants some.
+--   fixed_window, sliding_window: counted now in the current window, as a request of that cost;
+--     the lease ends with the window (or after `life`, if sooner).
+--   token_bucket: counted as consumed at the lease's end e = now + life, and granted only if a
+--     request of that cost would be admitted now on the state so recorded (its TAT moved on to e
+--     first): whenever the units are spent before e, the bucket could have admitted them then.
+--   leaky_bucket (its delays) and sliding_log are not leased: 0 granted.
+local function lease(alg, st, now, n, w, cap, want, life)
+  if alg == 2 or alg == 4 then
+    local _, remaining = decide(alg, st, now, n, w, cap, 0, false)
+    local granted = min(want, remaining)
+    if granted > 0 then decide(alg, st, now, n, w, cap, granted, false) end
+    return granted, min(now + life, window_start(now, w) + w)
+  end
+  if alg ~= 0 then return 0, now end
+  local e = now + life
+  local saved = copy(st)
+  -- TAT < e: idle_at = ceil(TAT), frac its remainder (see bucket).
+  if (st[2] == 0 and st[1] < e) or (st[2] ~= 0 and st[1] <= e) then st[1], st[2] = e, 0 end
+  local _, remaining = bucket(st, now, n, w, cap, 0, false)
+  local granted = min(want, remaining)
+  if granted > 0 then
+    bucket(st, now, n, w, cap, granted, false)
+  else
+    restore(st, saved)
+  end
+  return granted, e
+end
+
 -- --- loading and storing states
 
 -- The hash field of an item's argument, or false when its state has a string key of its own.
@@ -503,6 +537,33 @@ if ARGV[1] == '2' then
   end
   return {now}
 end
+-- Leases: ARGV[2] the lease's longest life (µs), ARGV[3] the units wanted, ARGV[4] the item's
+-- kind (six doubles, as for a decision) followed by its hash field if any; KEYS[1] its key.
+-- Returns {now_us, units granted, the lease's end (µs)}. (Unspent units of a window's lease go
+-- back as a refund at a time inside the lease: mode 2.)
+if ARGV[1] == '4' then
+  local key = KEYS[1]
+  local alg, n, w, cap = unpack('<dddddd', ARGV[4])
+  local field = item_field(ARGV[4])
+  local raw = load(key, field)
+  local st = {0, 0, 0}
+  if raw then st = parse(alg, raw) end
+  if field and st[1] <= now then st = {0, 0, 0} end  -- a packed state past idle_at is absent
+  local granted, ends = lease(alg, st, now, n, w, cap, tonumber(ARGV[3]), tonumber(ARGV[2]))
+  if granted > 0 then
+    if field then
+      call('HSET', key, field, encode(alg, st, field))
+      local ms = ceildiv(st[1], 1000)
+      if call('PTTL', key) < ms - now_ms then call('PEXPIREAT', key, decimal(ms)) end
+    else
+      local ms = expiry(alg, st[1], now)
+      if expiry_slot[alg] then st[expiry_slot[alg]] = ms end
+      call('SET', key, encode(alg, st, false), 'PXAT', decimal(ms))
+    end
+  end
+  return {now, granted, ends}
+end
+
 local deadline = tonumber(ARGV[2])
 if deadline > 0 and now > deadline then return {now, -1} end  -- too late: nothing is written
 -- Each state is one record, {idle, a, b, stored value (false: none), idle_at as loaded, algorithm,

@@ -36,6 +36,12 @@ enum class FailureMode {
   kLocal,   // decide in this process, the limit divided by the number of instances
 };
 
+// How a limit held across instances is decided (`consistency:`, docs/hybrid.md).
+enum class Consistency {
+  kExact,   // every decision by the shared backend (Redis)
+  kLeased,  // from units leased from it, never admitting more than exact (backend/leases.h)
+};
+
 // What a refusal for want of a backend (failure_mode closed, or a failure no policy answered)
 // tells the client to wait.
 inline constexpr int64_t kUnavailableRetryAfterUs = 1000000;
@@ -55,6 +61,8 @@ struct Item {
   // share the limit (each decides on limit / instances).
   FailureMode on_failure = FailureMode::kOpen;
   uint32_t instances = 1;
+  // For Leases: whether this item may be decided from a lease.
+  Consistency consistency = Consistency::kExact;
 };
 
 // How a Decide went.

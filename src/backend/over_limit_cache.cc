@@ -20,9 +20,11 @@ OverLimitCache::OverLimitCache(Backend* inner, const Clock* clock, Options optio
     : inner_(inner),
       clock_(clock),
       max_per_shard_(std::max<size_t>(1, options.max_entries / kShards)),
-      epoch_read_at_(kNeverUs),
       cleared_at_(kNeverUs),
-      fresh_at_(kNeverUs) {}
+      epoch_(inner, [this](int64_t asked_at) {
+        absl::MutexLock lock(&clear_mu_);
+        ClearLocked(asked_at);
+      }) {}
 
 OverLimitCache::~OverLimitCache() = default;
 
@@ -41,7 +43,7 @@ void OverLimitCache::Decide(std::span<const Item> items, int64_t now_us, std::sp
                             Done done) {
   const int64_t mono = clock_->MonotonicMicros();
   if (size_.load(std::memory_order_relaxed) > 0) {
-    MaybeReadEpoch(mono);
+    epoch_.MaybeRead(mono);
     if (AnswerFromCache(items, now_us, mono, out, done)) return;
   }
   // The items and `out` stay valid until `done` has run (the caller's promise).
@@ -54,7 +56,7 @@ void OverLimitCache::Decide(std::span<const Item> items, int64_t now_us, std::sp
 
 bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us, int64_t mono,
                                      std::span<Decision> out, const Done& done) {
-  if (mono - fresh_at_.load(std::memory_order_acquire) >= kEpochFreshUs) return false;
+  if (!epoch_.Fresh(mono)) return false;
   struct Hit {
     int64_t until_us = kNeverUs;
     int64_t reset_until_us = 0;
@@ -98,7 +100,7 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
 void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decision> out,
                               int64_t asked_at) {
   const int64_t arrived = clock_->MonotonicMicros();
-  absl::ReaderMutexLock epoch_lock(&epoch_mu_);
+  absl::ReaderMutexLock clear_lock(&clear_mu_);
   if (asked_at < cleared_at_) return;  // a reset may have come in between
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
@@ -136,29 +138,6 @@ void OverLimitCache::Insert(std::string key, const Entry& entry, int64_t mono) {
   size_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void OverLimitCache::MaybeReadEpoch(int64_t mono) {
-  {
-    absl::MutexLock lock(&epoch_mu_);
-    if (epoch_reading_ || mono - epoch_read_at_ < kEpochReadUs) return;
-    epoch_reading_ = true;
-    epoch_read_at_ = mono;
-  }
-  inner_->ReadResetEpoch([this, asked_at = mono](absl::StatusOr<int64_t> epoch) {
-    absl::MutexLock lock(&epoch_mu_);
-    epoch_reading_ = false;
-    if (!epoch.ok()) return;  // not fresh: the cache stops answering soon
-    if (epoch_known_ && *epoch != epoch_) {
-      // A reset somewhere: whatever is held may be undone, and so may denials on their way.
-      ClearLocked(asked_at);
-      ++epoch_changes_;
-    }
-    epoch_known_ = true;
-    epoch_ = *epoch;
-    fresh_at_.store(std::max(fresh_at_.load(std::memory_order_relaxed), asked_at),
-                    std::memory_order_release);
-  });
-}
-
 void OverLimitCache::Reset(std::span<const Item> items, ResetDone done) {
   inner_->Reset(items, [this, done = std::move(done)](absl::StatusOr<size_t> reset) {
     Clear();
@@ -167,7 +146,7 @@ void OverLimitCache::Reset(std::span<const Item> items, ResetDone done) {
 }
 
 void OverLimitCache::Clear() {
-  absl::MutexLock lock(&epoch_mu_);
+  absl::MutexLock lock(&clear_mu_);
   ClearLocked(clock_->MonotonicMicros());
 }
 
@@ -181,10 +160,9 @@ void OverLimitCache::ClearLocked(int64_t asked_before) {
 }
 
 OverLimitCache::Stats OverLimitCache::GetStats() const {
-  absl::MutexLock lock(&epoch_mu_);
   return {.hits = hits_.load(std::memory_order_relaxed),
           .entries = size_.load(std::memory_order_relaxed),
-          .epoch_changes = epoch_changes_};
+          .epoch_changes = epoch_.changes()};
 }
 
 }  // namespace sluice::backend

@@ -10,11 +10,10 @@
 // a fixed TTL.
 //
 // What could admit the request sooner, and how each is handled:
-//   - a Reset (admin "unblock this customer") through this or any other instance: the backend's
-//     reset epoch (Backend::ReadResetEpoch) changes with every reset. The cache answers only
-//     while its last reading of the epoch is less than kEpochFresh old, reads it again at most
-//     every kEpochRead while in use, and drops everything it holds when the epoch moved: a reset
-//     anywhere is seen here within kEpochFresh plus a round trip;
+//   - a Reset (admin "unblock this customer") through this or any other instance: the cache
+//     answers only while its ResetEpochWatch is fresh, and drops everything it holds (and the
+//     denials on their way) when the epoch moved: a reset anywhere is seen here within
+//     ResetEpochWatch::kFreshUs plus a round trip;
 //   - a config change: an entry remembers the limit it was decided on, and a changed limit (its
 //     id or its numbers) misses;
 //   - a refund by another instance (its upstream failed): not seen. The entry stays until r, so
@@ -41,6 +40,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
+#include "backend/reset_epoch.h"
 #include "sluice/clock.h"
 
 namespace sluice::backend {
@@ -50,10 +50,6 @@ class OverLimitCache final : public Backend {
   struct Options {
     size_t max_entries = 65536;
   };
-  // An epoch reading older than this does not let the cache answer.
-  static constexpr int64_t kEpochFreshUs = 500000;
-  // While the cache holds entries, the epoch is read again once its reading is this old.
-  static constexpr int64_t kEpochReadUs = 250000;
 
   struct Stats {
     uint64_t hits = 0;           // requests denied here, with no call
@@ -101,11 +97,9 @@ class OverLimitCache final : public Backend {
   // Remembers the denials of a backend decision asked at `asked_at` (monotonic).
   void Remember(std::span<const Item> items, std::span<const Decision> out, int64_t asked_at);
   void Insert(std::string key, const Entry& entry, int64_t mono);
-  // Reads the epoch if the last reading is kEpochReadUs old and none is in flight.
-  void MaybeReadEpoch(int64_t mono);
   // Forgets every denial, and those asked before `asked_before` still on their way.
   void Clear();
-  void ClearLocked(int64_t asked_before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_);
+  void ClearLocked(int64_t asked_before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(clear_mu_);
 
   Backend* const inner_;
   const Clock* const clock_;
@@ -114,19 +108,12 @@ class OverLimitCache final : public Backend {
   std::atomic<uint64_t> size_{0};  // entries, over all shards
   std::atomic<uint64_t> hits_{0};
 
-  // The reset epoch. Decisions are remembered under a reader lock on epoch_mu_ and Clear takes
-  // it exclusively, so a denial asked before a reset cannot land after the reset emptied the
-  // cache.
-  mutable absl::Mutex epoch_mu_;
-  bool epoch_known_ ABSL_GUARDED_BY(epoch_mu_) = false;
-  int64_t epoch_ ABSL_GUARDED_BY(epoch_mu_) = 0;
-  bool epoch_reading_ ABSL_GUARDED_BY(epoch_mu_) = false;
-  int64_t epoch_read_at_ ABSL_GUARDED_BY(epoch_mu_);  // when the last reading was asked
+  // Decisions are remembered under a reader lock on clear_mu_ and clearing takes it
+  // exclusively, so a denial asked before a reset cannot land after the reset emptied the cache.
+  mutable absl::Mutex clear_mu_;
   // Denials asked before this (monotonic) are not remembered: a reset may have undone them.
-  int64_t cleared_at_ ABSL_GUARDED_BY(epoch_mu_);
-  uint64_t epoch_changes_ ABSL_GUARDED_BY(epoch_mu_) = 0;
-  // When the last good reading was asked (monotonic); the cache answers while it is fresh.
-  std::atomic<int64_t> fresh_at_;
+  int64_t cleared_at_ ABSL_GUARDED_BY(clear_mu_);
+  ResetEpochWatch epoch_;
 };
 
 }  // namespace sluice::backend

@@ -83,7 +83,8 @@ class OverLimitCacheTest : public ::testing::Test {
   CountingBackend backend_;
   OverLimitCache cache_;
   // 3 per second, fixed windows aligned to the second (kT0 starts one).
-  Limit window_{.algorithm = Algorithm::kFixedWindow, .requests = 3, .window_us = kSecond, .burst = {}};
+  Limit window_{
+      .algorithm = Algorithm::kFixedWindow, .requests = 3, .window_us = kSecond, .burst = {}};
 };
 
 TEST_F(OverLimitCacheTest, DeniedKeyCostsNoCallsUntilItsRetryAfter) {
@@ -151,7 +152,7 @@ TEST_F(OverLimitCacheTest, ResetHereOrElsewhereEndsTheDenials) {
 
   // Elsewhere: the backend's state reset and its epoch moved behind the cache's back.
   for (int i = 0; i < 3; ++i) Admit(&window_, "alice");
-  clock_.Advance(OverLimitCache::kEpochReadUs);
+  clock_.Advance(ResetEpochWatch::kReadUs);
   Admit(&window_, "alice");  // reads the epoch (still 8), cached from here
   calls = backend_.calls;
   ASSERT_FALSE(Admit(&window_, "alice"));
@@ -160,7 +161,7 @@ TEST_F(OverLimitCacheTest, ResetHereOrElsewhereEndsTheDenials) {
   ++backend_.epoch;
   // Until the next reading the cache still denies (a reset elsewhere is seen within
   // kEpochFreshUs); the reading due kEpochReadUs after the last one drops the entry.
-  clock_.Advance(OverLimitCache::kEpochReadUs);
+  clock_.Advance(ResetEpochWatch::kReadUs);
   EXPECT_TRUE(Admit(&window_, "alice"));
   // (The reset through this instance moved the epoch too, and was seen as a change.)
   EXPECT_EQ(cache_.GetStats().epoch_changes, 2u);
@@ -176,10 +177,10 @@ TEST_F(OverLimitCacheTest, NoAnswerWithoutAFreshEpoch) {
   // The epoch cannot be read: once the last reading is kEpochFreshUs old, every request goes
   // to the backend (which applies the failure policy when it is down too).
   backend_.epoch_down = true;
-  clock_.Advance(OverLimitCache::kEpochReadUs);
+  clock_.Advance(ResetEpochWatch::kReadUs);
   EXPECT_FALSE(Admit(&window_, "alice"));
   EXPECT_EQ(backend_.calls, calls);  // still fresh: 250 ms old
-  clock_.Advance(OverLimitCache::kEpochFreshUs - OverLimitCache::kEpochReadUs);
+  clock_.Advance(ResetEpochWatch::kFreshUs - ResetEpochWatch::kReadUs);
   EXPECT_FALSE(Admit(&window_, "alice"));
   EXPECT_EQ(backend_.calls, calls + 1);
 }
@@ -215,7 +216,8 @@ TEST_F(OverLimitCacheTest, CountDeniedAndShadowItemsReachTheBackend) {
 
 TEST_F(OverLimitCacheTest, BoundedUnderAFloodOfDeniedKeys) {
   OverLimitCache small(&backend_, &clock_, {.max_entries = 64});
-  const Limit none{.algorithm = Algorithm::kFixedWindow, .requests = 1, .window_us = kSecond, .burst = {}};
+  const Limit none{
+      .algorithm = Algorithm::kFixedWindow, .requests = 1, .window_us = kSecond, .burst = {}};
   std::vector<std::string> keys;
   for (int i = 0; i < 5000; ++i) keys.push_back(absl::StrCat("flood-", i));
   for (const std::string& key : keys) {

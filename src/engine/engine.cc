@@ -126,7 +126,8 @@ struct Pending {
   uint64_t limit_id;
   uint64_t cost;
   bool count_denied;
-  backend::FailureMode on_failure;  // the domain's failure_mode
+  backend::FailureMode on_failure;   // the domain's failure_mode
+  backend::Consistency consistency;  // the limit's, else the domain's
 };
 
 // A batch's pending limits. Inline room for the usual request (a descriptor or two, a limit or
@@ -193,7 +194,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
-                         count_denied, domain->failure_mode});
+                         count_denied, domain->failure_mode, domain->consistency});
       continue;
     }
     const RuleNode* node = matches[i].rule;
@@ -230,7 +231,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       const uint64_t limit_id =
           plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
       pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied,
-                         domain->failure_mode});
+                         domain->failure_mode, rule.consistency.value_or(domain->consistency)});
     }
   }
 }
@@ -332,7 +333,8 @@ struct Engine::Batch {
                        // A quota-mode limit does not deny the request by itself (Conclude).
                        .shadow = limit.shadow || limit.quota,
                        .on_failure = p.on_failure,
-                       .instances = instances});
+                       .instances = instances,
+                       .consistency = p.consistency});
     }
   }
 

@@ -30,11 +30,14 @@ struct Position {
   int column = 0;
 };
 
+using backend::Consistency;  // consistency: exact | leased
+
 // One limit on a descriptor node or in a plan.
 struct LimitRule {
   Limit limit;
-  std::string name;          // `name:`, echoed in responses and used by `replaces`
-  bool shadow_mode = false;  // evaluated and reported, never denies
+  std::string name;                        // `name:`, echoed in responses and used by `replaces`
+  bool shadow_mode = false;                // evaluated and reported, never denies
+  std::optional<Consistency> consistency;  // `consistency:`; unset: the domain's
   // The window as written with `unit:` ("minute"), for RLS current_limit; empty with `window:`.
   std::string unit;
   Position position;
@@ -137,7 +140,8 @@ struct Domain {
   std::string file;
   RuleNode root;  // key-less; its children are the top-level descriptors
   FailureMode failure_mode = FailureMode::kOpen;
-  std::optional<bool> count_denied;  // unset: the global setting
+  Consistency consistency = Consistency::kExact;  // `consistency:`, for its limits' default
+  std::optional<bool> count_denied;               // unset: the global setting
   bool shadow_mode = false;
   std::optional<HttpSection> http;
   std::map<std::string, Plan> plans;

@@ -19,13 +19,14 @@ const std::vector<std::string_view> kDescriptorKeys = {
     "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
     "metadata",    "plan_from"};
 const std::vector<std::string_view> kRateLimitKeys = {
-    "unit",   "requests_per_unit", "unlimited",  "name", "replaces", "algorithm", "burst",
-    "window", "requests",          "shadow_mode"};
+    "unit",   "requests_per_unit", "unlimited",   "name",       "replaces", "algorithm", "burst",
+    "window", "requests",          "shadow_mode", "consistency"};
 const std::vector<std::string_view> kLimitEntryKeys = {
-    "requests", "requests_per_unit", "window", "unit", "algorithm", "burst", "name", "shadow_mode"};
-const std::vector<std::string_view> kDomainKeys = {"domain",       "descriptors", "plans",
-                                                   "default_plan", "clients",     "failure_mode",
-                                                   "count_denied", "shadow_mode", "http"};
+    "requests", "requests_per_unit", "window",     "unit", "algorithm", "burst",
+    "name",     "shadow_mode",       "consistency"};
+const std::vector<std::string_view> kDomainKeys = {
+    "domain",       "descriptors",  "plans",       "default_plan", "clients",
+    "failure_mode", "count_denied", "shadow_mode", "http",         "consistency"};
 
 class DomainParser {
  public:
@@ -55,6 +56,7 @@ class DomainParser {
                  fmt::format("unknown failure_mode '{}' (open, closed or local)", *mode));
       }
     }
+    if (auto consistency = ParseConsistency(doc)) domain_.consistency = *consistency;
     if (auto clients = r_.String(doc, "clients")) domain_.clients_path = *clients;
     ParsePlans(doc);
     if (const YAML::Node list = doc["descriptors"]; list.IsDefined() && !list.IsNull()) {
@@ -64,6 +66,20 @@ class DomainParser {
   }
 
  private:
+  // `consistency:` of a domain or a limit: exact | leased (eventual is not built yet).
+  std::optional<Consistency> ParseConsistency(const YAML::Node& map) {
+    auto name = r_.String(map, "consistency");
+    if (!name) return std::nullopt;
+    if (*name == "exact") return Consistency::kExact;
+    if (*name == "leased") return Consistency::kLeased;
+    r_.Error(map["consistency"],
+             *name == "eventual"
+                 ? std::string("consistency: eventual is not built yet "
+                               "(exact or leased)")
+                 : fmt::format("unknown consistency '{}' (exact or leased)", *name));
+    return std::nullopt;
+  }
+
   void ParsePlans(const YAML::Node& doc) {
     const YAML::Node plans = doc["plans"];
     if (plans.IsDefined() && !plans.IsNull()) {
@@ -296,6 +312,7 @@ class DomainParser {
       }
     }
     rule.shadow_mode = r_.Bool(map, "shadow_mode").value_or(false);
+    rule.consistency = ParseConsistency(map);
     if (r_.error_count() != errors_before) return std::nullopt;
     if (absl::Status s = ValidateLimit(rule.limit); !s.ok()) {
       r_.Error(map, std::string(s.message()));

@@ -99,6 +99,9 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
 
 void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decision> out,
                               int64_t asked_at) {
+  // From when the request was sent: the backend decided it no earlier, so the entry ends no
+  // later than the denial it copies (counting from the reply's arrival would deny for one round
+  // trip too long).
   const int64_t arrived = clock_->MonotonicMicros();
   absl::ReaderMutexLock clear_lock(&clear_mu_);
   if (asked_at < cleared_at_) return;  // a reset may have come in between
@@ -109,8 +112,8 @@ void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decis
     // once, and a config change could make them admissible.
     if (item.shadow || item.cost == 0 || d.allowed || d.retry_after_us <= 0) continue;
     Insert(EntryKey(item),
-           {.until_us = arrived + d.retry_after_us,
-            .reset_until_us = arrived + std::max(d.reset_after_us, d.retry_after_us),
+           {.until_us = asked_at + d.retry_after_us,
+            .reset_until_us = asked_at + std::max(d.reset_after_us, d.retry_after_us),
             .cost = item.cost,
             .limit = *item.limit},
            arrived);

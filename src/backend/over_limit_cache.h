@@ -3,9 +3,9 @@
 //
 // When the backend denies an item with retry_after r, nothing can admit the same request on that
 // state before r has passed: not this instance's traffic, nor any other instance's (more traffic
-// only pushes the state further from admitting). So until r (counted from when the denial
-// arrived here, which is no earlier than when the backend decided it) a request that has that
-// item, with at least that cost, is denied here, with no call. This is envoyproxy/ratelimit's
+// only pushes the state further from admitting). So until r a request that has that
+// item, with at least that cost, is denied here, with no call. (r is counted from when the request
+// was sent: the backend decided no earlier.) This is envoyproxy/ratelimit's
 // local over-limit cache, made exact: its entries live as long as the denial they copy, not for
 // a fixed TTL.
 //

@@ -364,6 +364,8 @@ int RunServe(const ServeFlags& flags) {
         shutdown_deadline.load() - SteadyClock::now());
     grpc_server->Shutdown(std::max(left, std::chrono::milliseconds(0)));
   }
+  // What this instance leased and did not spend goes back for the other instances.
+  (*backends)->ReturnLeases(absl::Seconds(1));
   manager.StopWatching();
   spdlog::info("sluice: stopped");
   return 0;

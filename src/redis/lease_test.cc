@@ -27,11 +27,11 @@ constexpr int64_t kMs = 1000;
 constexpr int64_t kSecond = 1000000;
 constexpr int64_t kHour = 3600 * kSecond;
 
-absl::StatusOr<RedisStore::LeaseGrant> TakeLease(RedisStore& store, const Item& item, uint64_t want,
-                                                 int64_t life_us) {
-  std::promise<absl::StatusOr<RedisStore::LeaseGrant>> got;
+absl::StatusOr<backend::LeaseSource::Grant> TakeLease(RedisStore& store, const Item& item,
+                                                      uint64_t want, int64_t life_us) {
+  std::promise<absl::StatusOr<backend::LeaseSource::Grant>> got;
   store.Lease(item, want, life_us,
-              [&](absl::StatusOr<RedisStore::LeaseGrant> grant) { got.set_value(grant); });
+              [&](absl::StatusOr<backend::LeaseSource::Grant> grant) { got.set_value(grant); });
   return got.get_future().get();
 }
 

@@ -53,13 +53,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
+#include "backend/leases.h"
 #include "redis/breaker.h"
 #include "redis/client.h"
 #include "redis/scripts.h"
 
 namespace sluice::redis {
 
-class RedisStore final : public backend::Backend {
+class RedisStore final : public backend::Backend, public backend::LeaseSource {
  public:
   struct Options {
     std::string key_prefix = "sluice:";
@@ -111,20 +112,12 @@ class RedisStore final : public backend::Backend {
   // The reset epoch: `<prefix>resets`, a counter every Reset increments (0 before the first).
   void ReadResetEpoch(EpochDone done) override;
 
-  // A lease (consistency: leased): units of a state taken now, to be spent locally until the
-  // lease ends; see decide.lua's "leases" for what is recorded per algorithm so that spending
-  // them can never over-admit. Times are Redis's (µs). `granted` may be 0 (the state admits
-  // nothing now, or the algorithm is not leased: leaky_bucket, sliding_log).
-  struct LeaseGrant {
-    uint64_t granted = 0;
-    int64_t now_us = 0;   // when Redis took it
-    int64_t ends_us = 0;  // when the lease ends: unspent units are lost after it
-  };
-  using LeaseDone = std::function<void(absl::StatusOr<LeaseGrant>)>;
-  // Takes up to `want` units of `item`'s state for at most `life_us` (nothing in `item` needs to
-  // outlive the call). Unspent units of a window's lease go back with Refund(items,
-  // a time inside the lease); a bucket's are not given back (docs/algorithms.md).
-  void Lease(const backend::Item& item, uint64_t want, int64_t life_us, LeaseDone done);
+  // Leases (consistency: leased; backend/leases.h): decide.lua's mode 4 takes up to `want`
+  // units of `item`'s state for at most `life_us`, recorded so that spending them before the
+  // lease ends can never over-admit (docs/algorithms.md, "Leases"). Times are Redis's.
+  // leaky_bucket and sliding_log grant 0. Unspent units of a window's lease go back with
+  // Refund(items, a time inside the lease); a bucket's are not given back.
+  void Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) override;
 
   // Where the state of (limit, limit_id, key) lives: a string key of its own (field empty) or a
   // field of hash `key`.

@@ -87,10 +87,10 @@ struct RedisStore::LeaseCall {
   std::string field;
   uint64_t want;
   int64_t life_us;
-  LeaseDone done;
+  GrantDone done;
 };
 
-void RedisStore::Lease(const backend::Item& item, uint64_t want, int64_t life_us, LeaseDone done) {
+void RedisStore::Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) {
   Place place = StatePlace(*item.limit, item.limit_id, item.key);
   SendLease(std::make_shared<LeaseCall>(LeaseCall{.limit = *item.limit,
                                                   .key = std::move(place.key),
@@ -117,14 +117,18 @@ void RedisStore::SendLease(std::shared_ptr<LeaseCall> call, bool by_sha) {
           }
           return call->done(absl::InternalError(fmt::format("lease script: {}", reply->str)));
         }
-        if (reply->type != Reply::Type::kArray || reply->elements.size() != 3) {
+        if (reply->type != Reply::Type::kArray || reply->elements.size() != 4) {
           return call->done(absl::InternalError("lease script: a reply of the wrong shape"));
         }
         if (sha.empty()) LearnSha(call->key);  // the SHA, for next time
         const auto& e = reply->elements;
-        call->done(LeaseGrant{.granted = static_cast<uint64_t>(std::max<int64_t>(0, e[1].integer)),
-                              .now_us = e[0].integer,
-                              .ends_us = e[2].integer});
+        const auto count = [](const Reply& r) {
+          return static_cast<uint64_t>(std::max<int64_t>(0, r.integer));
+        };
+        call->done(Grant{.granted = count(e[1]),
+                         .now_us = e[0].integer,
+                         .ends_us = e[2].integer,
+                         .left = count(e[3])});
       });
 }
 

@@ -40,7 +40,8 @@ struct DecideItem {
 
 // The EVALSHA (or, with `sha` empty, EVAL) taking a lease of up to `want` units of `item`'s
 // state for at most `life_us` (decide.lua's mode 4; item.cost is not used). Its reply:
-// {now_us, units granted, the lease's end (µs)}, in Redis's clock.
+// {now_us, units granted, the lease's end (µs), units a request could still take}, in Redis's
+// clock.
 std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t want,
                         int64_t life_us);
 

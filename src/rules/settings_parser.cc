@@ -101,7 +101,7 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
     if (r.CheckMap(redis, "redis",
                    {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
-                    "over_limit_cache"})) {
+                    "over_limit_cache", "lease_interval"})) {
       s.redis_url = r.String(redis, "url").value_or("");
       s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
       s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
@@ -113,6 +113,11 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
           r.Unsigned(redis, "buckets", uint64_t{1} << 24).value_or(s.redis_buckets));
       s.redis_over_limit_cache = r.Unsigned(redis, "over_limit_cache", uint64_t{1} << 26)
                                      .value_or(s.redis_over_limit_cache);
+      s.redis_lease_interval_us =
+          r.Duration(redis, "lease_interval").value_or(s.redis_lease_interval_us);
+      if (s.redis_lease_interval_us < 1000) {
+        r.Error(redis["lease_interval"], "lease_interval must be at least 1ms");
+      }
       const auto check_url = [&](const std::string& url, const YAML::Node& at) {
         if (url.rfind("redis://", 0) != 0) {
           r.Error(at, fmt::format("bad Redis URL '{}' (redis://[user:pass@]host:port[/db])", url));

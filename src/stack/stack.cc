@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "backend/failover.h"
+#include "backend/leases.h"
 #include "backend/over_limit_cache.h"
 #include "fmt/format.h"
 #include "redis/client.h"
@@ -23,6 +25,7 @@ struct Stack::Parts {
   std::unique_ptr<store::MemoryStore> memory;
   std::unique_ptr<redis::RedisStore> redis;
   std::unique_ptr<backend::OverLimitCache> over_limit_cache;  // in front of redis; may be null
+  std::unique_ptr<backend::Leases> leases;                    // in front of that
   std::unique_ptr<backend::Failover> failover;
   std::unique_ptr<redis::Client> client;
 };
@@ -96,6 +99,11 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
         backend::OverLimitCache::Options{.max_entries = settings.redis_over_limit_cache});
     primary = backend.over_limit_cache.get();
   }
+  // consistency: leased items are decided from leases; every other item passes through.
+  backend.leases = std::make_unique<backend::Leases>(
+      primary, backend.redis.get(), &backend.client->clock(),
+      backend::Leases::Options{.life_us = settings.redis_lease_interval_us});
+  primary = backend.leases.get();
   backend.failover = std::make_unique<backend::Failover>(primary, backend.memory.get());
   return absl::OkStatus();
 }
@@ -121,6 +129,34 @@ absl::Status RegisterOverLimitCacheMetrics(metrics::Registry& registry,
       "sluice_over_limit_cache_resets_seen_total",
       "times a reset through any instance (the reset epoch moved) emptied the cache",
       [cache] { return static_cast<double>(cache->GetStats().epoch_changes); });
+}
+
+// The leases' families (consistency: leased).
+absl::Status RegisterLeaseMetrics(metrics::Registry& registry, const backend::Leases* leases) {
+  if (auto s = registry.AddCallbackCounter(
+          "sluice_lease_decisions_total",
+          "requests decided from leased units, with no backend call",
+          [leases] { return static_cast<double>(leases->GetStats().local); });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackCounter(
+          "sluice_leases_total", "leases taken from the backend (each one script call)",
+          [leases] { return static_cast<double>(leases->GetStats().leases); });
+      !s.ok()) {
+    return s;
+  }
+  return registry.AddCallback(
+      {.name = "sluice_lease_units_total",
+       .help = "leased units: granted, given back unspent, or lost unspent (a bucket's, a reset)",
+       .label_names = {"fate"}},
+      metrics::MetricType::kCounter, [leases] {
+        const backend::Leases::Stats st = leases->GetStats();
+        return std::vector<metrics::CallbackSample>{
+            {{"granted"}, static_cast<double>(st.units_granted)},
+            {{"returned"}, static_cast<double>(st.units_returned)},
+            {{"lost"}, static_cast<double>(st.units_lost)}};
+      });
 }
 
 // Registers the backend's families on /metrics.
@@ -172,6 +208,7 @@ absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Part
   if (auto s = RegisterOverLimitCacheMetrics(registry, backend.over_limit_cache.get()); !s.ok()) {
     return s;
   }
+  if (auto s = RegisterLeaseMetrics(registry, backend.leases.get()); !s.ok()) return s;
   backend::Failover* failover = backend.failover.get();
   return registry.AddCallback(
       {.name = "sluice_backend_fallback_requests_total",
@@ -216,6 +253,15 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& setti
 }
 
 bool Stack::remote() const { return parts_->redis != nullptr; }
+
+void Stack::ReturnLeases(absl::Duration wait) {
+  if (parts_->leases == nullptr) return;
+  auto returned = std::make_shared<absl::Notification>();
+  parts_->leases->ReturnAll([returned] { returned->Notify(); });
+  if (!returned->WaitForNotificationWithTimeout(wait)) {
+    spdlog::warn("{}: leases not all given back in time", where_);
+  }
+}
 
 metrics::ServerMetrics::StoreStats Stack::StoreStats() const {
   const store::MemoryStore::Stats st = parts_->memory->GetStats();

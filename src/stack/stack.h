@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "backend/backend.h"
 #include "metrics/registry.h"
 #include "metrics/server_metrics.h"
@@ -42,6 +43,10 @@ class Stack {
   bool remote() const;
   // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".
   const std::string& where() const { return where_; }
+
+  // Gives back the unspent units of this instance's leases (consistency: leased), waiting up to
+  // `wait` for the backend to take them: at shutdown, so that other instances can use them.
+  void ReturnLeases(absl::Duration wait);
 
   // The memory store's figures, for /metrics.
   metrics::ServerMetrics::StoreStats StoreStats() const;

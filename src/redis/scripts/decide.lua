@@ -437,8 +437,8 @@ end
 -- --- leases (consistency: leased): take up to `want` units now, to be spent by the caller at any
 -- time until the lease ends, recorded so that no spending in that time can over-admit (the
 -- argument, per algorithm: docs/algorithms.md, "Leases"). Returns the units granted (as many as
--- the state admits now, at most `want`) and when the lease ends (µs); changes `st` only when it
--- grants some.
+-- the state admits now, at most `want`), when the lease ends (µs) and what a request could still
+-- take after it; changes `st` only when it grants some.
 --   fixed_window, sliding_window: counted now in the current window, as a request of that cost;
 --     the lease ends with the window (or after `life`, if sooner).
 --   token_bucket: counted as consumed at the lease's end e = now + life, and granted only if a
@@ -450,9 +450,9 @@ local function lease(alg, st, now, n, w, cap, want, life)
     local _, remaining = decide(alg, st, now, n, w, cap, 0, false)
     local granted = min(want, remaining)
     if granted > 0 then decide(alg, st, now, n, w, cap, granted, false) end
-    return granted, min(now + life, window_start(now, w) + w)
+    return granted, min(now + life, window_start(now, w) + w), remaining - granted
   end
-  if alg ~= 0 then return 0, now end
+  if alg ~= 0 then return 0, now, 0 end
   local e = now + life
   local saved = copy(st)
   -- TAT < e: idle_at = ceil(TAT), frac its remainder (see bucket).
@@ -464,7 +464,7 @@ local function lease(alg, st, now, n, w, cap, want, life)
   else
     restore(st, saved)
   end
-  return granted, e
+  return granted, e, remaining - granted
 end
 
 -- --- loading and storing states
@@ -539,7 +539,8 @@ if ARGV[1] == '2' then
 end
 -- Leases: ARGV[2] the lease's longest life (µs), ARGV[3] the units wanted, ARGV[4] the item's
 -- kind (six doubles, as for a decision) followed by its hash field if any; KEYS[1] its key.
--- Returns {now_us, units granted, the lease's end (µs)}. (Unspent units of a window's lease go
+-- Returns {now_us, units granted, the lease's end (µs), units a request could still take}.
+-- (Unspent units of a window's lease go
 -- back as a refund at a time inside the lease: mode 2.)
 if ARGV[1] == '4' then
   local key = KEYS[1]
@@ -549,7 +550,7 @@ if ARGV[1] == '4' then
   local st = {0, 0, 0}
   if raw then st = parse(alg, raw) end
   if field and st[1] <= now then st = {0, 0, 0} end  -- a packed state past idle_at is absent
-  local granted, ends = lease(alg, st, now, n, w, cap, tonumber(ARGV[3]), tonumber(ARGV[2]))
+  local granted, ends, left = lease(alg, st, now, n, w, cap, tonumber(ARGV[3]), tonumber(ARGV[2]))
   if granted > 0 then
     if field then
       call('HSET', key, field, encode(alg, st, field))
@@ -561,7 +562,7 @@ if ARGV[1] == '4' then
       call('SET', key, encode(alg, st, false), 'PXAT', decimal(ms))
     end
   end
-  return {now, granted, ends}
+  return {now, granted, ends, left}
 end
 
 local deadline = tonumber(ARGV[2])

@@ -1,0 +1,314 @@
+#include "backend/leases.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+
+namespace sluice::backend {
+
+namespace {
+
+constexpr int64_t kSweepEveryUs = 100000;
+
+// An entry's state identity back from its key (EntryKey's layout).
+struct Unspent {
+  Limit limit;
+  std::string entry_key;
+  Item item;
+};
+
+std::shared_ptr<Unspent> MakeUnspent(const std::string& entry_key, const Limit& limit,
+                                     uint64_t units) {
+  auto u = std::make_shared<Unspent>();
+  u->limit = limit;
+  u->entry_key = entry_key;
+  uint64_t limit_id;
+  std::memcpy(&limit_id, u->entry_key.data(), sizeof limit_id);
+  u->item = {.limit = &u->limit,
+             .limit_id = limit_id,
+             .key = std::string_view(u->entry_key).substr(sizeof limit_id),
+             .cost = units};
+  return u;
+}
+
+}  // namespace
+
+// One request waiting for the leases of its items.
+struct Leases::Call {
+  std::span<const Item> items;
+  int64_t now_us;
+  std::span<Decision> out;
+  Done done;
+  std::atomic<size_t> waiting{0};
+};
+
+Leases::Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options)
+    : inner_(inner),
+      source_(source),
+      clock_(clock),
+      options_(options),
+      epoch_(inner, [this](int64_t) { DropAll(/*give_back=*/false); }) {}
+
+Leases::~Leases() = default;
+
+std::string Leases::EntryKey(const Item& item) {
+  std::string key(sizeof item.limit_id + item.key.size(), '\0');
+  std::memcpy(key.data(), &item.limit_id, sizeof item.limit_id);
+  std::memcpy(key.data() + sizeof item.limit_id, item.key.data(), item.key.size());
+  return key;
+}
+
+bool Leases::Leasable(const Item& item) {
+  if (item.consistency != Consistency::kLeased || item.cost == 0 || item.shadow ||
+      item.count_denied) {
+    return false;
+  }
+  const Algorithm a = item.limit->algorithm;
+  return a == Algorithm::kTokenBucket || a == Algorithm::kFixedWindow ||
+         a == Algorithm::kSlidingWindow;
+}
+
+void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                    Done done) {
+  if (items.empty() || !std::all_of(items.begin(), items.end(), Leasable)) {
+    return inner_->Decide(items, now_us, out, std::move(done));
+  }
+  const int64_t mono = clock_->MonotonicMicros();
+  epoch_.MaybeRead(mono);
+  Sweep(mono);
+  if (TrySpend(items, mono, out)) {
+    local_.fetch_add(1, std::memory_order_relaxed);
+    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = now_us});
+  }
+  // Leases for the items without enough units and none on its way; a request whose state has a
+  // lease call in flight is decided exactly rather than wait.
+  absl::InlinedVector<std::pair<size_t, uint64_t>, 4> take;  // item, units wanted
+  bool exact = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < items.size() && !exact; ++i) {
+      const auto it = entries_.find(EntryKey(items[i]));
+      Entry* entry = it == entries_.end() ? nullptr : &it->second;
+      if (entry != nullptr && entry->limit == *items[i].limit && entry->ends > mono &&
+          entry->units >= items[i].cost) {
+        continue;
+      }
+      // A state whose last lease came back empty is decided exactly for a lease's life (its
+      // denials then come from the over-limit cache, with no call).
+      exact = (entry != nullptr && (entry->taking || entry->dry_until > mono)) ||
+              (entry == nullptr && entries_.size() >= options_.max_entries);
+      take.emplace_back(i, NextWant(entry, items[i], options_.life_us, mono));
+    }
+    if (!exact) {
+      for (const auto& [i, want] : take) entries_[EntryKey(items[i])].taking = true;
+    }
+  }
+  if (exact) return inner_->Decide(items, now_us, out, std::move(done));
+  auto call = std::make_shared<Call>();
+  call->items = items;
+  call->now_us = now_us;
+  call->out = out;
+  call->done = std::move(done);
+  call->waiting.store(take.size());
+  for (const auto& [i, want] : take) {
+    const Item& item = items[i];
+    leases_.fetch_add(1, std::memory_order_relaxed);
+    source_->Lease(
+        item, want, options_.life_us,
+        [this, call, &item](absl::StatusOr<LeaseSource::Grant> grant) {
+          const int64_t arrived = clock_->MonotonicMicros();
+          {
+            absl::MutexLock lock(&mu_);
+            const std::string key = EntryKey(item);
+            Entry& entry = entries_[key];
+            entry.taking = false;
+            if (grant.ok() && grant->granted > 0) {
+              if (entry.units > 0) GiveBack(item, entry);  // the old lease's unspent units
+              units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
+              entry.limit = *item.limit;
+              entry.units = grant->granted;
+              entry.granted = grant->granted;
+              entry.left = grant->left;
+              entry.granted_at_us = grant->now_us;
+              entry.started = arrived;
+              // The lease's life as Redis counts it, from when the grant arrived here: it ends here
+              // no later than there.
+              entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
+            } else if (grant.ok()) {
+              entry.left = grant->left;
+              entry.dry_until = arrived + options_.life_us;
+            }
+          }
+          if (call->waiting.fetch_sub(1) != 1) return;
+          // Every lease is in: decide from them, else exactly.
+          if (TrySpend(call->items, clock_->MonotonicMicros(), call->out)) {
+            local_.fetch_add(1, std::memory_order_relaxed);
+            return call->done(
+                {.status = absl::OkStatus(), .allowed = true, .decided_at_us = call->now_us});
+          }
+          inner_->Decide(call->items, call->now_us, call->out, call->done);
+        });
+  }
+}
+
+bool Leases::TrySpend(std::span<const Item> items, int64_t mono, std::span<Decision> out) {
+  absl::MutexLock lock(&mu_);
+  absl::InlinedVector<Entry*, 4> found(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto it = entries_.find(EntryKey(items[i]));
+    if (it == entries_.end()) return false;
+    Entry& entry = it->second;
+    if (entry.limit != *items[i].limit || entry.ends <= mono) return false;
+    // (Two items of one state: the sum must fit.)
+    uint64_t need = 0;
+    for (size_t j = 0; j <= i; ++j) {
+      if (j == i || found[j] == &entry) need += items[j].cost;
+    }
+    if (entry.units < need) return false;
+    found[i] = &entry;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    Entry& entry = *found[i];
+    entry.units -= items[i].cost;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Entry& entry = *found[i];
+    out[i] = {.allowed = true,
+              .remaining = static_cast<int64_t>(entry.units),
+              .retry_after_us = 0,
+              .reset_after_us = entry.ends - mono,
+              .delay_us = 0};
+  }
+  return true;
+}
+
+uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono) {
+  const uint64_t cost = item.cost;
+  const uint64_t instances = std::max<uint32_t>(1, item.instances);
+  uint64_t demand = cost * 4;  // a first lease
+  uint64_t share = std::max<uint64_t>(1, item.limit->Capacity() / (2 * instances));
+  if (entry != nullptr && entry->granted > 0) {
+    // Twice the rate the last lease was spent at, over a lease's life.
+    const uint64_t spent = entry->granted - std::min(entry->granted, entry->units);
+    const int64_t elapsed = std::max<int64_t>(1, std::min(mono, entry->ends) - entry->started);
+    const double rate = static_cast<double>(spent) / static_cast<double>(elapsed);
+    demand = static_cast<uint64_t>(2.0 * rate * static_cast<double>(life_us)) + 1;
+    share = std::max<uint64_t>(1, entry->left / (2 * instances));
+  }
+  return std::max(cost, std::min(demand, share));
+}
+
+void Leases::GiveBack(const Item& item, const Entry& entry) {
+  const Algorithm a = entry.limit.algorithm;
+  if (a == Algorithm::kTokenBucket) {  // not safely given back: drains with the refill
+    units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
+    return;
+  }
+  units_returned_.fetch_add(entry.units, std::memory_order_relaxed);
+  auto unspent = MakeUnspent(EntryKey(item), entry.limit, entry.units);
+  inner_->Refund({&unspent->item, 1}, entry.granted_at_us, clock_->NowMicros(),
+                 [unspent](absl::Status) {});
+}
+
+void Leases::Sweep(int64_t mono) {
+  absl::MutexLock lock(&mu_);
+  if (mono - last_sweep_ < kSweepEveryUs) return;
+  last_sweep_ = mono;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& entry = it->second;
+    if (entry.taking || entry.ends > mono) {
+      ++it;
+      continue;
+    }
+    if (entry.units > 0) {
+      // A window's lease ends with its window or sooner; in its window, a refund still counts.
+      auto unspent = MakeUnspent(it->first, entry.limit, entry.units);
+      if (entry.limit.algorithm == Algorithm::kTokenBucket) {
+        units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
+      } else {
+        units_returned_.fetch_add(entry.units, std::memory_order_relaxed);
+        inner_->Refund({&unspent->item, 1}, entry.granted_at_us, clock_->NowMicros(),
+                       [unspent](absl::Status) {});
+      }
+    }
+    entries_.erase(it++);
+  }
+}
+
+void Leases::DropAll(bool give_back) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    Entry& entry = it->second;
+    if (entry.units == 0) continue;
+    if (!give_back) {
+      units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
+      entry.units = 0;
+      continue;
+    }
+  }
+  // Entries with a lease call in flight stay (the call's callback needs them); their units are 0.
+  absl::erase_if(entries_, [](const auto& kv) { return !kv.second.taking; });
+}
+
+void Leases::Reset(std::span<const Item> items, ResetDone done) {
+  inner_->Reset(items, [this, items, done = std::move(done)](absl::StatusOr<size_t> reset) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const Item& item : items) {
+        const auto it = entries_.find(EntryKey(item));
+        if (it == entries_.end()) continue;
+        units_lost_.fetch_add(it->second.units, std::memory_order_relaxed);
+        it->second.units = 0;
+      }
+    }
+    done(std::move(reset));
+  });
+}
+
+void Leases::ReturnAll(std::function<void()> done) {
+  struct Pending {
+    std::vector<std::shared_ptr<Unspent>> unspent;
+    std::vector<int64_t> at;
+    std::atomic<size_t> waiting{0};
+    std::function<void()> done;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->done = std::move(done);
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, entry] : entries_) {
+      if (entry.units == 0) continue;
+      if (entry.limit.algorithm == Algorithm::kTokenBucket) {
+        units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
+      } else {
+        units_returned_.fetch_add(entry.units, std::memory_order_relaxed);
+        pending->unspent.push_back(MakeUnspent(key, entry.limit, entry.units));
+        pending->at.push_back(entry.granted_at_us);
+      }
+      entry.units = 0;
+    }
+  }
+  if (pending->unspent.empty()) return pending->done();
+  pending->waiting.store(pending->unspent.size());
+  for (size_t i = 0; i < pending->unspent.size(); ++i) {
+    inner_->Refund({&pending->unspent[i]->item, 1}, pending->at[i], clock_->NowMicros(),
+                   [pending](absl::Status) {
+                     if (pending->waiting.fetch_sub(1) == 1) pending->done();
+                   });
+  }
+}
+
+Leases::Stats Leases::GetStats() const {
+  return {.local = local_.load(std::memory_order_relaxed),
+          .leases = leases_.load(std::memory_order_relaxed),
+          .units_granted = units_granted_.load(std::memory_order_relaxed),
+          .units_returned = units_returned_.load(std::memory_order_relaxed),
+          .units_lost = units_lost_.load(std::memory_order_relaxed)};
+}
+
+}  // namespace sluice::backend

@@ -1,0 +1,149 @@
+// Leases: a backend that decides `consistency: leased` items from units leased from the shared
+// backend (Redis), so that most decisions cost it nothing, and never admits more than deciding
+// each request there would.
+//
+// A lease is L units of one state (limit, key), taken in one call (LeaseSource::Lease) and
+// recorded there so that spending them at any moment until the lease ends cannot over-admit, even
+// with exact callers and other instances' leases on the same state (docs/algorithms.md,
+// "Leases"). This instance then admits requests from its units with no call. A request is decided
+// here only when every item is leased, leasable (token_bucket, fixed_window, sliding_window; not
+// shadow, not count_denied, cost > 0) and its lease has the units; the units are spent
+// all-or-nothing. Otherwise:
+//   - items without enough units get a lease (one call each; a state with a lease call in flight
+//     does not wait for it), and the request is decided from them if they cover it;
+//   - else it is decided by the backend behind (`inner`: the over-limit cache and Redis), exactly,
+//     which also gives a denial its retry_after.
+// So a denial here is always the backend's, and an admission here spends units the backend
+// already counted.
+//
+// L adapts per state: about twice what was spent over the last lease's life (the target interval,
+// Options::life_us), at least the request's cost, and never more than half of what the state had
+// left after the last grant divided by the instances (Item::instances), so that near the limit
+// leases shrink to 1 and the instances share what is left.
+//
+// Unspent units: a window's lease returns them (a refund inside the lease's window) when it ends,
+// when a newer lease replaces it, when its limit changes (a reload gives the state a new id; the
+// old lease is swept when it ends) and at shutdown (ReturnAll). A bucket's unspent units are not
+// given back (unsafe: docs/algorithms.md); they drain with the bucket's refill. Both are the
+// price of leasing: units one instance held that another needed (under-admission), counted in
+// Stats.
+//
+// A reset (admin "unblock this customer") here drops this instance's leases of those states; a
+// reset anywhere drops all of them once the reset epoch is read (every ResetEpochWatch::kReadUs
+// while leases are in use). When the backend fails (the epoch cannot be read either), the leases
+// still held are spent until they end (a reset cannot go through a backend that is down; an
+// instance cut off from a backend others still reach spends at most what its leases hold, for at
+// most a lease's life); then requests go to `inner` and the failure policy in front of this
+// answers.
+//
+// Safe for concurrent use if `inner` and `source` are. Neither is owned.
+
+#ifndef SLUICE_BACKEND_LEASES_H_
+#define SLUICE_BACKEND_LEASES_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "backend/backend.h"
+#include "backend/reset_epoch.h"
+#include "sluice/clock.h"
+
+namespace sluice::backend {
+
+// Where leases come from (Redis: redis::RedisStore).
+class LeaseSource {
+ public:
+  struct Grant {
+    uint64_t granted = 0;  // units taken (0: the state admits nothing now, or is not leasable)
+    int64_t now_us = 0;    // when, in the source's clock: a time inside the lease
+    int64_t ends_us = 0;   // when the lease ends, in the source's clock
+    uint64_t left = 0;     // what a request could still take from the state after the grant
+  };
+  using GrantDone = std::function<void(absl::StatusOr<Grant>)>;
+
+  virtual ~LeaseSource() = default;
+  // Takes up to `want` units of `item`'s state for at most `life_us`. Nothing in `item` needs to
+  // outlive the call.
+  virtual void Lease(const Item& item, uint64_t want, int64_t life_us, GrantDone done) = 0;
+};
+
+class Leases final : public Backend {
+ public:
+  struct Options {
+    int64_t life_us = 100000;    // a lease's longest life: the target interval
+    size_t max_entries = 65536;  // states with a lease held at once; more are decided exactly
+  };
+  struct Stats {
+    uint64_t local = 0;           // requests decided from leases, with no call
+    uint64_t leases = 0;          // leases taken (calls)
+    uint64_t units_granted = 0;   // units those leases got
+    uint64_t units_returned = 0;  // unspent units given back
+    uint64_t units_lost = 0;      // unspent units that ended with their lease (buckets, resets)
+  };
+
+  Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options);
+  ~Leases() override;
+
+  void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+              Done done) override;
+  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+              RefundDone done) override {
+    inner_->Refund(items, decided_at_us, now_us, std::move(done));
+  }
+  // Resets on the backend, then drops this instance's leases of those states.
+  void Reset(std::span<const Item> items, ResetDone done) override;
+  void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
+  Health GetHealth() override { return inner_->GetHealth(); }
+
+  // Gives back the unspent units of every lease (shutdown); `done` once all calls are answered.
+  void ReturnAll(std::function<void()> done);
+
+  Stats GetStats() const;
+
+ private:
+  struct Entry {
+    Limit limit;
+    uint64_t units = 0;         // unspent
+    int64_t ends = 0;           // monotonic: the lease's end, as seen here
+    int64_t granted_at_us = 0;  // the source's time of the grant (for the return)
+    int64_t started = 0;        // monotonic: when it was granted
+    uint64_t granted = 0;
+    uint64_t left = 0;      // what the state had left after the grant
+    int64_t dry_until = 0;  // monotonic: the last lease came back empty; exact until then
+    bool taking = false;    // a lease call in flight
+  };
+  struct Call;  // one request waiting for its leases
+
+  static std::string EntryKey(const Item& item);
+  static bool Leasable(const Item& item);
+  // Spends the request's units if every item's lease covers it: fills `out`, true.
+  bool TrySpend(std::span<const Item> items, int64_t mono, std::span<Decision> out);
+  // How many units to ask for next (see the class comment).
+  static uint64_t NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono);
+  // Gives back an entry's unspent units (a window's) or counts them lost (a bucket's).
+  void GiveBack(const Item& item, const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the leases that are over (at most every 100 ms).
+  void Sweep(int64_t mono);
+  void DropAll(bool give_back);
+
+  Backend* const inner_;
+  LeaseSource* const source_;
+  const Clock* const clock_;
+  const Options options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  int64_t last_sweep_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0},
+      units_lost_{0};
+  ResetEpochWatch epoch_;
+};
+
+}  // namespace sluice::backend
+
+#endif  // SLUICE_BACKEND_LEASES_H_

@@ -1,0 +1,221 @@
+// backend::Leases over a memory store standing in for Redis (its leases: a request of the
+// granted cost, as decide.lua's mode 4 does for a fixed window), with a manual clock: requests
+// are decided locally from leased units, never more than the limit in a window across several
+// instances, a state with nothing left goes to the backend, unspent units go back, and resets
+// drop leases.
+
+#include "backend/leases.h"
+
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sluice/clock.h"
+#include "store/memory_store.h"
+
+namespace sluice::backend {
+namespace {
+
+constexpr int64_t kSecond = 1000000;
+constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+
+// The shared backend: decides, refunds and leases on one store, counting each.
+class SharedBackend final : public Backend, public LeaseSource {
+ public:
+  explicit SharedBackend(const Clock* clock)
+      : store({.max_entries = 4096, .shards = 4}, clock), clock_(clock) {}
+
+  void Decide(std::span<const Item> items, int64_t, std::span<Decision> out, Done done) override {
+    ++decides;
+    const int64_t now = clock_->NowMicros();
+    const bool allowed = store.DecideAll(items, now, out);
+    done({.status = absl::OkStatus(), .allowed = allowed, .decided_at_us = now});
+  }
+  void Refund(std::span<const Item> items, int64_t at, int64_t, RefundDone done) override {
+    for (const Item& item : items) refunded += item.cost;
+    store.Refund(items, at, clock_->NowMicros());
+    done(absl::OkStatus());
+  }
+  void Reset(std::span<const Item> items, ResetDone done) override {
+    for (const Item& item : items) store.Reset(item.limit_id, item.key);
+    ++epoch;
+    done(items.size());
+  }
+  void ReadResetEpoch(EpochDone done) override { done(epoch); }
+  void Lease(const Item& item, uint64_t want, int64_t life_us, GrantDone done) override {
+    ++leases;
+    wants.push_back(want);
+    const int64_t now = clock_->NowMicros();
+    Item look = item;
+    look.cost = 0;
+    Decision d;
+    store.DecideAll({&look, 1}, now, {&d, 1});
+    const uint64_t granted = std::min<uint64_t>(want, static_cast<uint64_t>(d.remaining));
+    if (granted > 0) {
+      Item take = item;
+      take.cost = granted;
+      store.DecideAll({&take, 1}, now, {&d, 1});
+    }
+    const int64_t window_end = now - now % item.limit->window_us + item.limit->window_us;
+    done(Grant{.granted = granted,
+               .now_us = now,
+               .ends_us = std::min(now + life_us, window_end),
+               .left = static_cast<uint64_t>(d.remaining)});
+  }
+
+  store::MemoryStore store;
+  int decides = 0;
+  int leases = 0;
+  uint64_t refunded = 0;
+  int64_t epoch = 0;
+  std::vector<uint64_t> wants;
+
+ private:
+  const Clock* clock_;
+};
+
+class LeasesTest : public ::testing::Test {
+ protected:
+  LeasesTest() : clock_(kT0), shared_(&clock_), leases_(&shared_, &shared_, &clock_, {}) {}
+
+  Item MakeItem(std::string_view key, uint64_t cost = 1) const {
+    return {.limit = &limit_,
+            .limit_id = 1,
+            .key = key,
+            .cost = cost,
+            .instances = 1,
+            .consistency = Consistency::kLeased};
+  }
+  Outcome Decide(Leases& leases, const Item& item, Decision* out = nullptr) {
+    Decision d;
+    std::optional<Outcome> got;
+    leases.Decide({&item, 1}, clock_.NowMicros(), {&d, 1}, [&](const Outcome& o) { got = o; });
+    EXPECT_TRUE(got.has_value());
+    if (out != nullptr) *out = d;
+    return *got;
+  }
+
+  ManualClock clock_;
+  SharedBackend shared_;
+  Leases leases_;
+  // 100 per minute, fixed windows.
+  Limit limit_{.algorithm = Algorithm::kFixedWindow,
+               .requests = 100,
+               .window_us = 60 * kSecond,
+               .burst = {}};
+};
+
+TEST_F(LeasesTest, RequestsAreDecidedFromALeaseWithNoCall) {
+  const Item item = MakeItem("alice");
+  Decision d;
+  EXPECT_TRUE(Decide(leases_, item, &d).allowed);  // a first lease (4 units), one spent
+  EXPECT_EQ(shared_.leases, 1);
+  EXPECT_EQ(shared_.wants.back(), 4u);
+  EXPECT_EQ(d.remaining, 3);  // what the lease has left
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, 1);
+  EXPECT_EQ(shared_.decides, 0);            // nothing asked of the backend but the lease
+  EXPECT_EQ(leases_.GetStats().local, 4u);  // (the first too, once its lease came)
+  // Spent in 1 ms: the next lease asks for about twice that rate over its life (100 ms).
+  clock_.Advance(1000);
+  EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, 2);
+  EXPECT_GT(shared_.wants.back(), 4u);
+  EXPECT_LE(shared_.wants.back(), 50u);  // at most half of what is left, for one instance
+  // Requests that are not leased go to the backend as they are.
+  Item exact = item;
+  exact.consistency = Consistency::kExact;
+  const int decides = shared_.decides;
+  Decide(leases_, exact);
+  EXPECT_EQ(shared_.decides, decides + 1);
+}
+
+TEST_F(LeasesTest, SeveralInstancesNeverAdmitMoreThanTheLimit) {
+  std::vector<std::unique_ptr<Leases>> instances;
+  for (int i = 0; i < 4; ++i) {
+    instances.push_back(std::make_unique<Leases>(&shared_, &shared_, &clock_, Leases::Options{}));
+  }
+  std::mt19937_64 random(3);
+  limit_.window_us = kSecond;       // 100 per second
+  std::map<int64_t, int> admitted;  // per window
+  for (int step = 0; step < 20000; ++step) {
+    clock_.Advance(static_cast<int64_t>(random() % 2000));  // ~1000 requests a second
+    Item item = MakeItem("hot", 1 + random() % 2);
+    item.instances = 4;
+    if (Decide(*instances[random() % 4], item).allowed) {
+      admitted[clock_.NowMicros() / limit_.window_us] += static_cast<int>(item.cost);
+    }
+  }
+  ASSERT_GT(admitted.size(), 10u);
+  int full = 0;
+  for (const auto& [window, count] : admitted) {
+    EXPECT_LE(count, 100) << "window " << window;
+    if (count >= 95) ++full;
+  }
+  // The load (about 1500 units a window) exceeds the limit: leases hand out nearly all of it.
+  EXPECT_GT(full, static_cast<int>(admitted.size()) - 2);
+}
+
+TEST_F(LeasesTest, AnExhaustedStateIsDecidedByTheBackendAndNotLeasedForALeaseLife) {
+  const Item item = MakeItem("bob", 1);
+  Decide(leases_, item);  // a lease of 4: 96 left
+  Item all = MakeItem("bob", 96);
+  all.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases_, all).allowed);  // nothing left on the backend now
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases_, item).allowed);  // the lease's units
+  const int leases = shared_.leases;
+  Decision d;
+  EXPECT_FALSE(Decide(leases_, item, &d).allowed);  // an empty lease, then the backend denies
+  EXPECT_EQ(shared_.leases, leases + 1);
+  EXPECT_GT(d.retry_after_us, 0);
+  EXPECT_FALSE(Decide(leases_, item).allowed);  // no lease asked for a lease's life
+  EXPECT_EQ(shared_.leases, leases + 1);
+  clock_.Advance(Leases::Options{}.life_us);
+  EXPECT_FALSE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, leases + 2);
+}
+
+TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {
+  const Item item = MakeItem("carol");
+  Decide(leases_, item);
+  Decide(leases_, item);  // a lease of 4, two spent
+  ASSERT_EQ(leases_.GetStats().units_granted, 4u);
+  clock_.Advance(Leases::Options{}.life_us + 1);
+  Decide(leases_, MakeItem("dave"));  // a decision sweeps the ended lease
+  EXPECT_EQ(shared_.refunded, 2u);
+  EXPECT_EQ(leases_.GetStats().units_returned, 2u);
+  // At shutdown, every lease's unspent units.
+  Decide(leases_, item);  // a new lease for carol
+  const uint64_t before = shared_.refunded;
+  bool returned = false;
+  leases_.ReturnAll([&] { returned = true; });
+  EXPECT_TRUE(returned);
+  EXPECT_GT(shared_.refunded, before);
+  Decision look;
+  Item peek = item;
+  peek.cost = 0;
+  shared_.store.DecideAll({&peek, 1}, clock_.NowMicros(), {&look, 1});
+  EXPECT_EQ(look.remaining, 97);  // three spent, the rest back
+}
+
+TEST_F(LeasesTest, ResetsHereAndElsewhereDropLeases) {
+  const Item item = MakeItem("erin");
+  Decide(leases_, item);  // a lease of 4
+  std::optional<absl::StatusOr<size_t>> reset;
+  leases_.Reset({&item, 1}, [&](absl::StatusOr<size_t> n) { reset = n; });
+  ASSERT_TRUE(reset.has_value());
+  int leases = shared_.leases;
+  Decide(leases_, item);  // the lease's units are gone: a new one
+  EXPECT_EQ(shared_.leases, leases + 1);
+  // A reset elsewhere: the epoch moves, read within a quarter second.
+  ++shared_.epoch;
+  clock_.Advance(ResetEpochWatch::kReadUs);
+  leases = shared_.leases;
+  Decide(leases_, item);
+  EXPECT_EQ(shared_.leases, leases + 1);
+  EXPECT_GE(leases_.GetStats().units_lost, 3u);
+}
+
+}  // namespace
+}  // namespace sluice::backend

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# End-to-end test of consistency: leased (backend/leases.h): four `sluice serve` processes share
+# one real redis-server. Hammering one key, they admit no more than the limit between them, and
+# exactly the limit once the load has outlasted the leases (under-admission is transient); most
+# decisions cost Redis no call; SIGTERM on one instance gives its unspent units back to the
+# others; an admin reset reaches the leases of every instance; Redis killed while leases are held:
+# the leases are spent, then the domain's failure_mode answers, and leases resume when it returns.
+# Usage: SLUICE=path/to/sluice tests/leases_e2e.sh
+set -u
+sluice=${SLUICE:?set SLUICE to the sluice binary}
+for tool in curl redis-server redis-cli; do
+  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
+done
+
+source "$(dirname "$0")/lib.sh"
+
+script_calls() {
+  redis-cli -p "$rport" info commandstats |
+    awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ {n += $3} END {print n + 0}'
+}
+
+# fire KEY VALUE N [INSTANCES...]: N checks on each instance given (all by default), 4 at a time
+# per instance, all at once; prints how many were admitted (200).
+fire() {
+  local body="{\"domain\":\"leased\",\"descriptors\":[{\"entries\":[{\"key\":\"$1\",\"value\":\"$2\"}]}]}"
+  local n=$3 workers=() i; shift 3
+  local which=("$@"); ((${#which[@]})) || which=("${!datas[@]}")
+  for i in "${which[@]}"; do
+    (for _ in $(seq "$n"); do echo "${datas[$i]}"; done |
+       xargs -P 4 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
+         -d "$body" "http://{}/v1/check") >"$tmp/fire.$i" &
+    workers+=($!)
+  done
+  wait "${workers[@]}"
+  cat "$tmp"/fire.* | grep -c '^200$'
+  rm -f "$tmp"/fire.*
+}
+
+metric_sum() {  # metric_sum NAME: its value summed over the instances still up
+  local i total=0 v
+  for i in "${!admins[@]}"; do
+    v=$(curl -s -m 2 "http://${admins[$i]}/metrics" | grep "^$1 " | awk '{print $2}')
+    total=$((total + ${v%.*}))
+  done
+  echo "$total"
+}
+
+mkdir -p "$tmp/rules"
+cat >"$tmp/rules/leased.yaml" <<'EOF'
+domain: leased
+consistency: leased
+failure_mode: closed
+descriptors:
+  - key: fixed
+    rate_limit: {algorithm: fixed_window, requests: 60, window: 1h}
+  - key: sliding
+    rate_limit: {algorithm: sliding_window, requests: 60, window: 1h}
+  - key: bucket
+    rate_limit: {algorithm: token_bucket, requests: 60, window: 1h}
+  - key: exact
+    rate_limit: {algorithm: fixed_window, requests: 60, window: 1h, consistency: exact}
+EOF
+# Leases live 2 s here, so that a test can act while one is held.
+printf 'rules: %s\nredis:\n  instances: 4\n  timeout: 200ms\n  lease_interval: 2s\n' "$tmp/rules" >"$tmp/sluice.yaml"
+
+for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+datas=() admins=() spids=()
+for i in 0 1 2 3; do
+  start "s$i" --config "$tmp/sluice.yaml" --redis "redis://127.0.0.1:$rport" --threads 1
+  datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
+done
+check "four instances up" 4 "$(for d in "${datas[@]}"; do [[ -n $d ]] && echo; done | wc -l)"
+
+# ----------------------------------------------------- one key, four instances, never over
+for algo in fixed sliding; do
+  first=$(fire "$algo" hot 30)  # 120 requests for a limit of 60
+  check "$algo: no more than the limit admitted across 4 instances" yes \
+    "$([[ $first -le 60 && $first -ge 40 ]] && echo yes || echo "no: $first")"
+  sleep 2.3  # the leases end; their unspent units go back
+  fire "$algo" hot 1 >/dev/null  # (a decision sweeps the ended leases)
+  sleep 0.3
+  second=$(fire "$algo" hot 30)
+  check "$algo: exactly the limit once the leases ended" 60 "$((first + second))"
+done
+bucket=$(fire bucket hot 30)
+check "bucket: no more than the limit admitted" yes \
+  "$([[ $bucket -le 60 && $bucket -ge 40 ]] && echo yes || echo "no: $bucket")"
+local_decisions=$(metric_sum sluice_lease_decisions_total)
+check "most decisions were made from leases" yes \
+  "$([[ $local_decisions -ge 150 ]] && echo yes || echo "no: $local_decisions")"
+
+# ------------------------------------------------------- leases cost Redis far fewer calls
+before=$(script_calls)
+fire fixed calls 10 >/dev/null
+leased_calls=$(($(script_calls) - before))
+before=$(script_calls)
+fire exact calls 10 >/dev/null
+exact_calls=$(($(script_calls) - before))
+check "40 leased decisions cost fewer script calls than 40 exact ones" yes \
+  "$([[ $leased_calls -lt $exact_calls && $leased_calls -le 20 ]] && echo yes || echo "no: leased $leased_calls, exact $exact_calls")"
+
+# ------------------------------------------------------- SIGTERM gives the lease back
+check "instance 0: one admitted, from a lease" 1 "$(fire fixed term 1 0)"
+PID=${spids[0]}; stop
+check "instance 0 stopped cleanly" 0 "$STATUS"
+unset 'datas[0]' 'admins[0]'
+check "the other three then admit the other 59" 59 "$(fire fixed term 30 1 2 3)"
+
+# ------------------------------------------------------- an admin reset reaches every lease
+fire fixed reset 30 1 2 3 >/dev/null  # the limit spent, leases held
+curl -s -X DELETE "http://${admins[1]}/v1/limits?domain=leased&descriptors=fixed=reset" >/dev/null
+sleep 1
+check "after a reset, the limit is whole again for all of them" 60 "$(fire fixed reset 30 1 2 3)"
+
+# ------------------------------------------------------- Redis killed while leases are held
+check "a lease taken on instance 1" 1 "$(fire fixed outage 1 1)"
+kill -9 "$RPID"; wait "$RPID" 2>/dev/null
+check "Redis down: instance 1 spends its lease" 3 "$(fire fixed outage 3 1)"
+check "... then failure_mode closed answers (503, none admitted)" 0 "$(fire fixed outage 3 1)"
+start_redis "$rport" >/dev/null
+ok=0
+for _ in $(seq 50); do
+  [[ $(fire fixed back 1 1) == 1 ]] && { ok=1; break; }
+  sleep 0.1
+done
+check "Redis back: decisions (and leases) resume" 1 "$ok"
+
+finish

@@ -122,6 +122,15 @@ class ConnectionLimitsTest : public ::testing::Test {
     ASSERT_EQ(probe.received().rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << probe.received();
   }
 
+  // Waits (up to 3 s) until the server has accepted `n` connections in all; whether it has.
+  bool AcceptedWithin(uint64_t n) {
+    const auto end = SteadyClock::now() + milliseconds(3000);
+    while (server_->stats().connections_total.load() < n && SteadyClock::now() < end) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return server_->stats().connections_total.load() >= n;
+  }
+
   void TearDown() override {
     if (server_) server_->Stop();
     if (thread_.joinable()) thread_.join();
@@ -223,9 +232,9 @@ TEST_F(ConnectionLimitsTest, KeepAliveConnectionIsClosedAtTheIdleTimeout) {
 TEST_F(ConnectionLimitsTest, AtTheCapTheOldestIdleConnectionMakesRoom) {
   Serve({.threads = 1}, /*max_connections=*/2);
   Client oldest(port_);
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(AcceptedWithin(1));  // (and idle: one thread accepts and starts it in one go)
   Client newer(port_);
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(AcceptedWithin(2));
   Client late(port_);
   late.Send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   ASSERT_TRUE(late.ClosedWithin(milliseconds(3000)));

@@ -60,6 +60,23 @@ class ScriptedUpstream {
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  // Waits (up to 2 s) until it has closed `n` connections after answering
+  // (close_after_answer); whether it has.
+  bool ClosedWithin(int n) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (closed_.load() < n && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return closed_.load() >= n;
+  }
+  // Waits (up to 2 s) until `n` requests have come in; whether they have.
+  bool RequestsWithin(int n) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (requests_.load() < n && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return requests_.load() >= n;
+  }
   std::string received() const {  // every byte received, on every connection
     absl::MutexLock lock(&mu_);
     return received_;
@@ -118,6 +135,7 @@ class ScriptedUpstream {
                                                     if (close_after_answer_) {
                                                       boost::system::error_code ignored;
                                                       c->socket.close(ignored);
+                                                      ++closed_;
                                                       return;
                                                     }
                                                     // Answered early: the rest of the body
@@ -154,6 +172,7 @@ class ScriptedUpstream {
   std::vector<std::shared_ptr<Conn>> held_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
+  std::atomic<int> closed_{0};
   mutable absl::Mutex mu_;
   std::string received_ ABSL_GUARDED_BY(mu_);
 };
@@ -260,8 +279,8 @@ TEST_F(UpstreamClientTest, KeepAliveConnectionIsReused) {
 TEST_F(UpstreamClientTest, StalePooledConnectionIsRetriedForIdempotentRequests) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
+  ASSERT_EQ(client_.idle_connections(), 1u);  // it looked reusable
+  ASSERT_TRUE(upstream.ClosedWithin(1));      // the upstream closed it
   const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
   EXPECT_EQ(r.outcome, UpstreamOutcome::kOk);
   EXPECT_EQ(r.response.body(), "ok");
@@ -272,7 +291,7 @@ TEST_F(UpstreamClientTest, StalePooledConnectionIsRetriedForIdempotentRequests) 
 TEST_F(UpstreamClientTest, StalePooledConnectionIsNotRetriedForPost) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(upstream.ClosedWithin(1));
   const UpstreamResult r = Send(upstream.port(), beast_http::verb::post);
   EXPECT_EQ(r.outcome, UpstreamOutcome::kError);
   EXPECT_EQ(r.response.result(), beast_http::status::bad_gateway);
@@ -544,8 +563,10 @@ TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotP
 TEST_F(UpstreamClientTest, StalePooledConnectionIsNotUsedForAStreamedBody) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
+  ASSERT_EQ(client_.idle_connections(), 1u);  // it looked reusable
+  ASSERT_TRUE(upstream.ClosedWithin(1));      // the upstream closed it ...
+  // ... and its end reached the client's socket (which StillOpen looks at; nothing shows when).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
   const UpstreamResult result = Upload(upstream.port(), beast_http::verb::put, body);
   EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
@@ -656,8 +677,8 @@ TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {
 // for a header that would come much later (30 s) is answered 503 at once, and later ones too.
 TEST_F(UpstreamClientTest, CancelAllAnswersAWaitingExchange503AtOnce) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
-  std::thread cancel([this] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread cancel([this, &upstream] {
+    upstream.RequestsWithin(1);  // the exchange waits for the answer's header
     client_.CancelAll();
   });
   const auto start = std::chrono::steady_clock::now();

@@ -327,27 +327,27 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     parser_->body_limit(boost::none);  // streamed: any size
     if (request_.method() == beast_http::verb::head) parser_->skip(true);
     header_pending_ = true;
-    beast_http::async_read_header(connection_->stream, connection_->buffer, *parser_,
-                                  [self = shared_from_this()](beast::error_code ec, size_t) {
-                                    self->header_pending_ = false;
-                                    if (self->Over()) return;
-                                    if (ec) {
-                                      // A write still pending tells more (it may yet fail, or time
-                                      // out); a write that failed already may have been the reset
-                                      // that followed an answer, but there is no answer.
-                                      if (self->writing_) {
-                                        self->read_failure_ = ec;
-                                        return;
-                                      }
-                                      return self->Failed(self->write_failure_.value_or(ec),
-                                                          /*sent=*/true);
-                                    }
-                                    // 1xx (but 101) are interim: the answer follows (RFC 9110
-                                    // §15.2).
-                                    const unsigned code = self->parser_->get().result_int();
-                                    if (code / 100 == 1 && code != 101) return self->ReadHeader();
-                                    self->HeaderArrived();
-                                  });
+    beast_http::async_read_header(
+        connection_->stream, connection_->buffer, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->HeaderRead(ec); });
+  }
+
+  void HeaderRead(beast::error_code ec) {
+    header_pending_ = false;
+    if (Over()) return;
+    if (ec) {
+      // A write still pending tells more (it may yet fail, or time out); a write that failed
+      // already may have been the reset that followed an answer, but there is no answer.
+      if (writing_) {
+        read_failure_ = ec;
+        return;
+      }
+      return Failed(write_failure_.value_or(ec), /*sent=*/true);
+    }
+    // 1xx (but 101) are interim: the answer follows (RFC 9110 §15.2).
+    const unsigned code = parser_->get().result_int();
+    if (code / 100 == 1 && code != 101) return ReadHeader();
+    HeaderArrived();
   }
 
   // An I/O error after connecting: a stale pooled connection is retried once when safe.

@@ -504,6 +504,7 @@ TEST(ConfigManagerTest, WatcherPicksUpASwapOfASymlinkAboveTheDirectory) {
 // moment of real time before they advance it: for the watcher to have seen the writes, so that
 // it measures from the clock's reading before the advance.)
 constexpr milliseconds kWatcherSees{300};
+constexpr int64_t kDebounceUs = int64_t{kDebounceMs} * 1000;
 
 // A burst of writes is one change: on a clock that does not move, none is applied however long
 // it lasts in real time; once the clock has passed the debounce, the last content is, in one
@@ -523,7 +524,7 @@ TEST(ConfigManagerTest, RapidSuccessiveWritesEndWithTheLastContentInOneReload) {
   std::this_thread::sleep_for(kWatcherSees);  // six debounces of real time
   EXPECT_EQ(ApiKeyLimit(manager, "api"), 1u) << "reloaded before the clock passed the debounce";
 
-  clock.Advance(kDebounceMs * 1000);
+  clock.Advance(kDebounceUs);
   EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 120));
   EXPECT_EQ(manager.reload_successes() - successes_before, 1u);
   EXPECT_EQ(manager.reload_failures(), 0u);
@@ -542,7 +543,7 @@ TEST(ConfigManagerTest, ReloadWaitsTheDebounceOnTheManagersClock) {
 
   WriteFile(file, ApiDomain("api", 20));
   std::this_thread::sleep_for(kWatcherSees);
-  clock.Advance((kDebounceMs - 1) * 1000);
+  clock.Advance(kDebounceUs - 1000);
   EXPECT_FALSE(WaitForApiKeyLimit(manager, "api", 20, milliseconds(200)));
   clock.Advance(1000);
   EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 20));
@@ -560,9 +561,9 @@ TEST(ConfigManagerTest, ChangesThatKeepComingAreReloadedAfterFiveDebounces) {
   ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
 
   // A change every 0.8 debounce: never quiet for a whole one.
-  const int64_t step_us = kDebounceMs * 800;
+  const int64_t step_us = kDebounceUs * 8 / 10;
   uint64_t requests = 10;
-  for (int64_t waited_us = 0; waited_us + step_us < 5 * kDebounceMs * 1000; waited_us += step_us) {
+  for (int64_t waited_us = 0; waited_us + step_us < 5 * kDebounceUs; waited_us += step_us) {
     WriteFile(file, ApiDomain("api", ++requests));
     std::this_thread::sleep_for(milliseconds(100));
     EXPECT_EQ(ApiKeyLimit(manager, "api"), 10u) << "reloaded " << waited_us << " µs in";

@@ -8,7 +8,8 @@
 #   - thread safety (scripts/lint.sh FILE: clang-tidy with clang-14 -Wthread-safety -Werror):
 #     a guarded field read with its lock held passes; read without it fails, both on an
 #     absl::Mutex and on util::SpinLock; a function that requires a lock called without it fails;
-#   - clang-tidy's own checks: a use after std::move fails (bugprone-use-after-move).
+#   - clang-tidy's own checks: a use after std::move fails (bugprone-use-after-move); a function
+#     over 100 lines fails (readability-function-size), unless marked as a dispatch table.
 #
 # Needs the lint preset's compilation database (scripts/lint.sh configures it when missing).
 # Prints `N passed, M failed`; exits 1 on any failure.
@@ -167,6 +168,31 @@ EOF
 )
 expect "clang-tidy: a use after std::move fails (bugprone-use-after-move)" fail \
   'use_after_move\.cc:6:.*bugprone-use-after-move' lint "$f"
+
+# 103 lines from the name to the closing brace.
+long_body=$(for i in $(seq 1 100); do echo "  n += $i;"; done)
+f=$(plant long_function <<EOF
+namespace planted {
+int Long(int n) {
+$long_body
+  return n;
+}
+}  // namespace planted
+EOF
+)
+expect "clang-tidy: a function over 100 lines fails (readability-function-size)" fail \
+  'long_function\.cc:2:.*readability-function-size' lint "$f"
+
+f=$(plant long_dispatch_table <<EOF
+namespace planted {
+int Dispatch(int n) {  // NOLINT(readability-function-size): a dispatch table
+$long_body
+  return n;
+}
+}  // namespace planted
+EOF
+)
+expect "clang-tidy: a long function marked as a dispatch table passes" pass '' lint "$f"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -238,15 +238,17 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
-// The HTTP server as the settings size it.
-http::ServerOptions ServerOptionsFrom(const rules::Settings& settings, int threads) {
+// The HTTP server as the settings size it, its timeouts on `clock`.
+http::ServerOptions ServerOptionsFrom(const rules::Settings& settings, int threads,
+                                      const Clock* clock) {
   return {.threads = threads,
           .max_header_bytes = settings.max_header_bytes,
           .max_body_bytes = settings.max_body_bytes,
           .header_timeout = std::chrono::milliseconds(settings.header_timeout_us / 1000),
           .idle_timeout = std::chrono::milliseconds(settings.idle_timeout_us / 1000),
           .max_connections = settings.max_connections,
-          .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000)};
+          .shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000),
+          .clock = clock};
 }
 
 // What serve prints once it listens.
@@ -283,7 +285,11 @@ int RunServe(const ServeFlags& flags) {
   };
   ConfigSource source;
   if (!ResolveConfigSource(flags, source)) return 1;
-  rules::ConfigManager manager(source.paths, std::string(kDefaultConfig), source.load_options);
+  // The clock that the backends, the HTTP server, the proxy, the config watcher and the
+  // shutdown deadline read: the system's.
+  const Clock* const clock = SystemClock::Get();
+  rules::ConfigManager manager(source.paths, std::string(kDefaultConfig), source.load_options,
+                               clock);
   const rules::ConfigManager::ReloadOutcome loaded = manager.Reload();
   if (!loaded.errors.empty()) {
     for (const auto& e : loaded.errors) std::cerr << "serve: " << e.ToString() << "\n";
@@ -302,14 +308,14 @@ int RunServe(const ServeFlags& flags) {
   // thread starts, so every thread inherits the mask.
   const sigset_t stop_signals = BlockStopSignals();
 
-  auto backends = stack::Stack::Build(settings, flags.redis, SystemClock::Get());
+  auto backends = stack::Stack::Build(settings, flags.redis, clock);
   if (!backends.ok()) return fail("", backends.status());
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
-  http::Service service(&manager, &engine, SystemClock::Get(), *token);
+  http::Service service(&manager, &engine, clock, *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
-  http::HttpServer server(ServerOptionsFrom(settings, threads));
+  http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
   Observability observability;
   if (auto s = StartMetrics(observability, **backends, manager, server, service); !s.ok()) {
     return fail("metrics: ", s);
@@ -330,15 +336,14 @@ int RunServe(const ServeFlags& flags) {
   // Shutdown is bounded by one deadline, http.shutdown_timeout after the signal: requests in
   // flight get until then, the reverse proxy's upstream exchanges still pending are then
   // cancelled (their clients answered 503), and the gRPC calls in flight get what is left of it.
-  using SteadyClock = std::chrono::steady_clock;
-  const auto shutdown_timeout = std::chrono::milliseconds(settings.shutdown_timeout_us / 1000);
-  std::atomic<SteadyClock::time_point> shutdown_deadline{SteadyClock::time_point::max()};
+  // (In the clock's monotonic time.)
+  std::atomic<int64_t> shutdown_deadline_us{std::numeric_limits<int64_t>::max()};
   server.OnShutdownDeadline([&service] { service.CancelUpstreams(); });
   std::thread signal_waiter([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
     spdlog::info("sluice: signal {}, shutting down", signal);
-    shutdown_deadline.store(SteadyClock::now() + shutdown_timeout);
+    shutdown_deadline_us.store(clock->MonotonicMicros() + settings.shutdown_timeout_us);
     if (grpc_server) grpc_server->StartDraining();
     server.Stop();
   });
@@ -360,9 +365,8 @@ int RunServe(const ServeFlags& flags) {
   // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the
   // deadline (gRPC cancels those still running then).
   if (grpc_server) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        shutdown_deadline.load() - SteadyClock::now());
-    grpc_server->Shutdown(std::max(left, std::chrono::milliseconds(0)));
+    const int64_t left_us = shutdown_deadline_us.load() - clock->MonotonicMicros();
+    grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
   }
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));

@@ -262,11 +262,20 @@ void HttpServer::Stop() {
   // Run) sees it and joins it. Started after, it could still be being assigned when Finish()
   // looked, and the server be destroyed with it running (std::terminate).
   impl_->watchdog = std::thread([impl = impl_.get()] {
-    // Waits at most `timeout` for Finish(); whether it came.
+    // Waits at most `timeout` by the server's clock for Finish(); whether it came. (The wait is
+    // in real time, for what is left by the clock, which is read again when it ends.)
     const auto finished_within = [impl](std::chrono::milliseconds timeout) {
+      const Clock& clock = *impl->options.clock;
+      const MonoTime deadline = MonotonicNow(clock) + timeout;
       absl::MutexLock lock(&impl->finished_mu);
-      return impl->finished_mu.AwaitWithTimeout(absl::Condition(&impl->finished),
-                                                absl::FromChrono(timeout));
+      for (MonoTime::duration left = timeout; left > left.zero();
+           left = deadline - MonotonicNow(clock)) {
+        if (impl->finished_mu.AwaitWithTimeout(absl::Condition(&impl->finished),
+                                               absl::FromChrono(left))) {
+          return true;
+        }
+      }
+      return impl->finished;
     };
     if (finished_within(impl->options.shutdown_timeout)) return;
     if (impl->at_deadline) {

@@ -52,10 +52,21 @@
 
 #include "absl/status/statusor.h"
 #include "http/pooled_allocator.h"
+#include "sluice/clock.h"
 
 namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
+
+// A time in the HTTP module (the server's and the upstream client's deadlines): a clock's
+// monotonic reading (Clock::MonotonicMicros) as a std::chrono time point. With the system's clock
+// it is std::chrono::steady_clock's own time. The timers that enforce such deadlines wait, in
+// real time, for what is left by the clock, and look at the clock again when they fire: a clock
+// that jumps ahead (ManualClock) is noticed when the timer next fires.
+using MonoTime = std::chrono::steady_clock::time_point;
+inline MonoTime MonotonicNow(const Clock& clock) {
+  return MonoTime(std::chrono::microseconds(clock.MonotonicMicros()));
+}
 // A request's field set (and its target) lives in blocks from the threads' free lists, not from
 // malloc: see pooled_allocator.h.
 using HttpFields = beast_http::basic_fields<PooledAllocator<char>>;
@@ -255,6 +266,8 @@ struct ServerOptions {
   size_t max_connections = 10000;  // per listener, unless Listen() says otherwise
   // After Stop(), connections still busy this long (a long streamed answer) are closed.
   std::chrono::milliseconds shutdown_timeout{30000};
+  // Where the timeouts above take the time from (MonoTime); not owned, must outlive the server.
+  const Clock* clock = SystemClock::Get();
 };
 
 struct ServerStats {

@@ -44,7 +44,7 @@ struct HttpServer::Impl {
     static constexpr int64_t kNone = INT64_MAX;
     Session* head = nullptr;  // idle the longest
     Session* tail = nullptr;
-    std::atomic<int64_t> oldest_idle_since{kNone};  // head's, steady clock ticks; kNone if empty
+    std::atomic<int64_t> oldest_idle_since{kNone};  // head's, MonoTime ticks; kNone if empty
   };
 
   struct Listener {

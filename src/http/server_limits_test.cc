@@ -1,6 +1,7 @@
-// HttpServer's limits on connections, against a real loopback server with small timeouts: a
-// connection that sends nothing is closed at the header timeout counted from the accept, a
-// keep-alive one may wait the idle timeout for its next request, a connection arriving at the
+// HttpServer's limits on connections, against a real loopback server: a connection that sends
+// nothing is closed at the header timeout counted from the accept, a keep-alive one may wait the
+// idle timeout for its next request and is closed after it (the timeouts on a ManualClock, which
+// the server must follow rather than real time), a connection arriving at the
 // cap takes the place of the one idle the longest (on any thread) and is refused only when none
 // is idle. Requests the server answers itself (400, 413, 431; HTTP/1.1 without exactly one Host)
 // never reach the handler and are reported to the listener's `server_answered`.
@@ -19,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "http/server.h"
+#include "sluice/clock.h"
 
 namespace sluice::http {
 namespace {
@@ -94,7 +96,8 @@ class ConnectionLimitsTest : public ::testing::Test {
     server_.emplace(options);
     auto port = server_->Listen(
         "127.0.0.1:0",
-        [this](HttpRequest&, const std::string&, HttpResponse&, Deferral&) {
+        [this](HttpRequest& request, const std::string&, HttpResponse&, Deferral&) {
+          if (request.target() == "/sync") return;  // Sync()'s, not counted
           absl::MutexLock lock(&mu_);
           ++handled_;
         },
@@ -106,6 +109,26 @@ class ConnectionLimitsTest : public ::testing::Test {
     ASSERT_TRUE(port.ok()) << port.status();
     port_ = *port;
     thread_ = std::thread([this] { server_->Run(); });
+  }
+
+  // Waits until the server's one thread (threads = 1) has done what it was doing: connections
+  // are accepted one after the other, and a handler runs to its end before the next, so once a
+  // new connection is answered, the connections opened and the answers received before it have
+  // set their deadlines (by the clock's reading before this). Then the clock may be advanced.
+  void Sync() {
+    Client probe(port_);
+    probe.Send("GET /sync HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(probe.ClosedWithin(milliseconds(3000)));
+    ASSERT_EQ(probe.received().rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << probe.received();
+  }
+
+  // Waits (up to 3 s) until the server has accepted `n` connections in all; whether it has.
+  bool AcceptedWithin(uint64_t n) {
+    const auto end = SteadyClock::now() + milliseconds(3000);
+    while (server_->stats().connections_total.load() < n && SteadyClock::now() < end) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return server_->stats().connections_total.load() >= n;
   }
 
   void TearDown() override {
@@ -122,6 +145,7 @@ class ConnectionLimitsTest : public ::testing::Test {
     return handled_;
   }
 
+  ManualClock clock_;  // for the timeouts, where a test sets ServerOptions::clock to it
   std::optional<HttpServer> server_;
   int port_ = 0;
   std::thread thread_;
@@ -131,49 +155,86 @@ class ConnectionLimitsTest : public ::testing::Test {
 };
 
 // A connection that never sends a byte used to live for the idle timeout (60 s by default), so a
-// client could hold every connection of the cap with silent sockets.
+// client could hold every connection of the cap with silent sockets. The timeout is the
+// server's clock's: real time passing does not close it, the clock reaching it does.
 TEST_F(ConnectionLimitsTest, SilentConnectionIsClosedAtTheHeaderTimeout) {
-  Serve({.threads = 1, .header_timeout = milliseconds(200), .idle_timeout = milliseconds(10000)});
+  Serve({.threads = 1,
+         .header_timeout = milliseconds(50),
+         .idle_timeout = milliseconds(10000),
+         .clock = &clock_});
   Client silent(port_);
-  const auto start = SteadyClock::now();
-  ASSERT_TRUE(silent.ClosedWithin(milliseconds(3000)));
-  EXPECT_LT(SteadyClock::now() - start, milliseconds(2000));
+  Sync();
+  EXPECT_FALSE(silent.ClosedWithin(milliseconds(300)));  // six header timeouts of real time
+  clock_.Advance(49'000);
+  EXPECT_FALSE(silent.ClosedWithin(milliseconds(100)));
+  clock_.Advance(2'000);
+  EXPECT_TRUE(silent.ClosedWithin(milliseconds(3000)));
   EXPECT_EQ(silent.received(), "");
 }
 
 // The header timeout counts from the accept, not from the first byte: a client that waits before
 // it starts does not get the whole header timeout again.
 TEST_F(ConnectionLimitsTest, FirstRequestMustArriveWholeWithinTheHeaderTimeoutFromTheAccept) {
-  Serve({.threads = 1, .header_timeout = milliseconds(2000), .idle_timeout = milliseconds(10000)});
+  Serve({.threads = 1,
+         .header_timeout = milliseconds(100),
+         .idle_timeout = milliseconds(10000),
+         .clock = &clock_});
   Client slow(port_);
-  const auto start = SteadyClock::now();
-  ASSERT_FALSE(slow.ClosedWithin(milliseconds(1200)));
+  Sync();
+  clock_.Advance(60'000);
+  EXPECT_FALSE(slow.ClosedWithin(milliseconds(100)));
   slow.Send("GET / HTTP/1.1\r\n");  // and never the rest
-  ASSERT_TRUE(slow.ClosedWithin(milliseconds(4000)));
-  // Closed at 2000 ms; counted from the first byte it would be 3200 ms.
-  EXPECT_LT(SteadyClock::now() - start, milliseconds(2800));
+  clock_.Advance(30'000);
+  EXPECT_FALSE(slow.ClosedWithin(milliseconds(300)));
+  // 110 ms after the accept; counted from the first byte it would be 50 ms.
+  clock_.Advance(20'000);
+  EXPECT_TRUE(slow.ClosedWithin(milliseconds(3000)));
+  EXPECT_EQ(slow.received(), "");
 }
 
 // Between requests, a keep-alive connection waits for the next one up to the idle timeout, even
 // when that is longer than the header timeout.
 TEST_F(ConnectionLimitsTest, KeepAliveConnectionWaitsTheIdleTimeoutForTheNextRequest) {
-  Serve({.threads = 1, .header_timeout = milliseconds(200), .idle_timeout = milliseconds(5000)});
+  Serve({.threads = 1,
+         .header_timeout = milliseconds(50),
+         .idle_timeout = milliseconds(500),
+         .clock = &clock_});
   Client client(port_);
   client.Send(kRequest);
   ASSERT_TRUE(client.AnswerWithin(milliseconds(3000))) << client.received();
-  EXPECT_FALSE(client.ClosedWithin(milliseconds(600)));
+  Sync();
+  clock_.Advance(450'000);
+  EXPECT_FALSE(client.ClosedWithin(milliseconds(200)));
   client.Send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   ASSERT_TRUE(client.ClosedWithin(milliseconds(3000)));
   EXPECT_EQ(handled(), 2) << client.received();
+}
+
+// ... and no longer: at the idle timeout by the server's clock (not by real time) it is closed.
+TEST_F(ConnectionLimitsTest, KeepAliveConnectionIsClosedAtTheIdleTimeout) {
+  Serve({.threads = 1,
+         .header_timeout = milliseconds(50),
+         .idle_timeout = milliseconds(100),
+         .clock = &clock_});
+  Client client(port_);
+  client.Send(kRequest);
+  ASSERT_TRUE(client.AnswerWithin(milliseconds(3000))) << client.received();
+  Sync();
+  EXPECT_FALSE(client.ClosedWithin(milliseconds(400)));  // four idle timeouts of real time
+  clock_.Advance(99'000);
+  EXPECT_FALSE(client.ClosedWithin(milliseconds(100)));
+  clock_.Advance(2'000);
+  EXPECT_TRUE(client.ClosedWithin(milliseconds(3000)));
+  EXPECT_EQ(handled(), 1);
 }
 
 // At the cap, a new connection closes the one idle the longest instead of being refused.
 TEST_F(ConnectionLimitsTest, AtTheCapTheOldestIdleConnectionMakesRoom) {
   Serve({.threads = 1}, /*max_connections=*/2);
   Client oldest(port_);
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(AcceptedWithin(1));  // (and idle: one thread accepts and starts it in one go)
   Client newer(port_);
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(AcceptedWithin(2));
   Client late(port_);
   late.Send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   ASSERT_TRUE(late.ClosedWithin(milliseconds(3000)));

@@ -3,8 +3,8 @@
 // deferred request in flight. Streamed answers (chunked, a wrong length closing the connection)
 // and streamed request bodies (read piece by piece, pipelining after them, an answer sent before
 // the body was read closing the connection, 100 Continue). A stream still running at the
-// shutdown deadline is cut. Requests received before Stop() (pipelined behind one being
-// answered, or sent on keep-alive connections under load) are all answered.
+// shutdown deadline (by the server's clock) is cut. Requests received before Stop() (pipelined
+// behind one being answered, or sent on keep-alive connections under load) are all answered.
 
 #include "http/server.h"
 
@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "sluice/clock.h"
 
 namespace sluice::http {
 namespace {
@@ -285,11 +286,65 @@ TEST(ThreadsTest, ConnectionsSpreadOverThreadsAreAllServed) {
   EXPECT_EQ(threads.ids.size(), 3u);  // spread over every thread
 }
 
-// An endless streamed answer (a piece every 20 ms until a write fails) must not hold Stop()
-// past the shutdown deadline: the connection is closed and Run() returns.
-TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
-  HttpServer server(
-      ServerOptions{.threads = 1, .shutdown_timeout = std::chrono::milliseconds(300)});
+// A server (on `options`) whose handler answers with an endless stream, a piece every 20 ms of
+// real time until a write fails, and one client reading it; for the shutdown deadline.
+class EndlessStream {
+ public:
+  explicit EndlessStream(const ServerOptions& options) : server_(options) {}
+
+  // Starts the server and the client; true once the stream runs.
+  bool Start() {
+    auto port = server_.Listen(
+        "127.0.0.1:0", [this](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
+          const asio::any_io_executor executor = deferral.executor();
+          deferral.Take().Stream(HttpResponse(beast_http::status::ok, 11), std::nullopt,
+                                 [this, executor](std::shared_ptr<BodyWriter> body) {
+                                   std::make_shared<Drip>(std::move(body), executor)->Next();
+                                   streaming_ = true;
+                                 });
+        });
+    if (!port.ok()) return false;
+    run_ = std::thread([this] {
+      server_.Run();
+      ran_ = true;
+    });
+    client_ = std::thread([this, port = *port] {
+      out_ = Exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5));
+    });
+    for (int i = 0; i < 2000 && !streaming_; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return streaming_;
+  }
+
+  HttpServer& server() { return server_; }
+
+  // Whether Run() returned within `within` of real time.
+  bool RanWithin(std::chrono::milliseconds within) {
+    for (auto end = std::chrono::steady_clock::now() + within;
+         !ran_ && std::chrono::steady_clock::now() < end;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return ran_;
+  }
+
+  // Waits for the server and the client to end; what the client read. Run() must have returned.
+  std::string Join() {
+    if (!ran_) std::abort();  // Run() would never return: joining it would hang the test
+    run_.join();
+    client_.join();
+    return out_;
+  }
+
+  ~EndlessStream() {
+    if (run_.joinable() || client_.joinable()) {
+      server_.Stop();
+      if (!RanWithin(std::chrono::seconds(5))) std::abort();  // (a test failed before)
+      Join();
+    }
+  }
+
+ private:
   struct Drip : std::enable_shared_from_this<Drip> {
     Drip(std::shared_ptr<BodyWriter> b, const asio::any_io_executor& e)
         : body(std::move(b)), timer(e) {}
@@ -305,40 +360,52 @@ TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
     std::shared_ptr<BodyWriter> body;
     asio::steady_timer timer;
   };
-  std::atomic<bool> streaming{false};
-  auto port = server.Listen(
-      "127.0.0.1:0", [&](HttpRequest&, const std::string&, HttpResponse&, Deferral& deferral) {
-        const asio::any_io_executor executor = deferral.executor();
-        deferral.Take().Stream(HttpResponse(beast_http::status::ok, 11), std::nullopt,
-                               [&, executor](std::shared_ptr<BodyWriter> body) {
-                                 std::make_shared<Drip>(std::move(body), executor)->Next();
-                                 streaming = true;
-                               });
-      });
-  ASSERT_TRUE(port.ok()) << port.status();
-  std::atomic<bool> ran{false};
-  std::thread run([&] {
-    server.Run();
-    ran = true;
-  });
-  std::string out;
-  std::thread client(
-      [&] { out = Exchange(*port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5)); });
-  for (int i = 0; i < 2000 && !streaming; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_TRUE(streaming);
-  const auto stop = std::chrono::steady_clock::now();
-  server.Stop();
-  for (int i = 0; i < 300 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const auto took = std::chrono::steady_clock::now() - stop;
-  EXPECT_TRUE(ran) << "Run() did not return within 3 s of Stop()";
-  EXPECT_GE(took, std::chrono::milliseconds(250));  // the stream had its time to finish
-  if (!ran) std::abort();  // Run() would never return: joining it would hang the test
-  run.join();
-  client.join();
+
+  HttpServer server_;
+  std::atomic<bool> streaming_{false};
+  std::atomic<bool> ran_{false};
+  std::thread run_;
+  std::thread client_;
+  std::string out_;
+};
+
+// The cut stream's answer: begun, never ended.
+void ExpectCutStream(const std::string& out) {
   EXPECT_EQ(out.rfind("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ntick\r\n", 0), 0u)
       << out;
   EXPECT_EQ(out.find("0\r\n\r\n"), std::string::npos) << "cut, so never ended: " << out;
+}
+
+// An endless streamed answer must not hold Stop() past the shutdown deadline: the connection is
+// closed and Run() returns.
+TEST(ShutdownTest, AStreamStillRunningAtTheDeadlineIsCut) {
+  EndlessStream stream(
+      ServerOptions{.threads = 1, .shutdown_timeout = std::chrono::milliseconds(300)});
+  ASSERT_TRUE(stream.Start());
+  const auto stop = std::chrono::steady_clock::now();
+  stream.server().Stop();
+  EXPECT_TRUE(stream.RanWithin(std::chrono::seconds(3)))
+      << "Run() did not return within 3 s of Stop()";
+  const auto took = std::chrono::steady_clock::now() - stop;
+  EXPECT_GE(took, std::chrono::milliseconds(250));  // the stream had its time to finish
+  ExpectCutStream(stream.Join());
+}
+
+// The shutdown deadline is the server's clock's (ServerOptions::clock): real time passing does
+// not end the stream, the clock reaching the deadline does.
+TEST(ShutdownTest, TheShutdownDeadlineFollowsTheServersClock) {
+  ManualClock clock;
+  EndlessStream stream(ServerOptions{
+      .threads = 1, .shutdown_timeout = std::chrono::milliseconds(100), .clock = &clock});
+  ASSERT_TRUE(stream.Start());
+  stream.server().Stop();
+  EXPECT_FALSE(stream.RanWithin(std::chrono::milliseconds(400)));  // four deadlines of real time
+  clock.Advance(99'000);
+  EXPECT_FALSE(stream.RanWithin(std::chrono::milliseconds(100)));
+  clock.Advance(2'000);
+  EXPECT_TRUE(stream.RanWithin(std::chrono::seconds(3)))
+      << "Run() did not return within 3 s of the deadline";
+  ExpectCutStream(stream.Join());
 }
 
 TEST_F(DeferralTest, StreamedAnswerWithoutALengthIsChunkedAndKeepsTheConnection) {

@@ -31,6 +31,7 @@ Service::Service(rules::ConfigManager* config, engine::Engine* engine, const Clo
       engine_(*engine),
       clock_(clock),
       admin_token_(std::move(admin_token)),
+      upstream_(UpstreamOptions{.clock = clock}),  // the proxy's timeouts too
       serial_(NextServiceSerial()) {}
 
 void Service::SetMetrics(metrics::Registry* registry, metrics::ServerMetrics* metrics,

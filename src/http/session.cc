@@ -39,10 +39,10 @@ HttpServer::Impl::Session::~Session() {
 void HttpServer::Impl::Session::Start() {
   // The first request must arrive whole within the header timeout from now; a client that
   // sends nothing is not let wait longer than an idle one either.
-  const SteadyClock::time_point now = SteadyClock::now();
+  const MonoTime now = Now();
   first_request_deadline_ = now + server_->options.header_timeout;
   deadline_ = std::min(first_request_deadline_, now + server_->options.idle_timeout);
-  ArmTimer();
+  ArmTimer(now);
   WaitForRequest();
 }
 
@@ -57,7 +57,7 @@ void HttpServer::Impl::Session::CloseIfIdle() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
     if (self->waiting_) {
       self->socket_.cancel();  // the read ends (or has ended with a request's first bytes)
-    } else if (self->lingering_ && self->deadline_ > SteadyClock::now() + kStopLingerTime) {
+    } else if (self->lingering_ && self->deadline_ > self->Now() + kStopLingerTime) {
       self->SetDeadline(kStopLingerTime);
     }
   });
@@ -68,15 +68,16 @@ void HttpServer::Impl::Session::ForceClose() {
 }
 
 void HttpServer::Impl::Session::SetDeadline(std::chrono::milliseconds timeout) {
-  SetDeadlineAt(SteadyClock::now() + timeout);
+  const MonoTime now = Now();
+  SetDeadlineAt(now + timeout, now);
 }
 
-void HttpServer::Impl::Session::SetDeadlineAt(SteadyClock::time_point deadline) {
+void HttpServer::Impl::Session::SetDeadlineAt(MonoTime deadline, std::optional<MonoTime> now) {
   deadline_ = deadline;
-  if (deadline_ < timer_.expiry()) ArmTimer();
+  if (deadline_ < armed_at_) ArmTimer(now ? *now : Now());
 }
 
-void HttpServer::Impl::Session::EnterIdle(SteadyClock::time_point now) {
+void HttpServer::Impl::Session::EnterIdle(MonoTime now) {
   idle_since_ = now;
   idle_prev_ = idle_->tail;
   idle_next_ = nullptr;
@@ -110,8 +111,14 @@ void HttpServer::Impl::Session::PublishOldestIdle() {
                                  std::memory_order_relaxed);
 }
 
-void HttpServer::Impl::Session::ArmTimer() {
-  timer_.expires_at(deadline_);  // a wait pending before completes with operation_aborted
+void HttpServer::Impl::Session::ArmTimer(MonoTime now) {
+  armed_at_ = deadline_;
+  // A wait pending before completes with operation_aborted.
+  if (deadline_ == MonoTime::max()) {
+    timer_.expires_at(Timer::time_point::max());
+  } else {
+    timer_.expires_after(deadline_ - now);  // at once if it has passed
+  }
   timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
     if (ec) return;
     if (auto self = weak.lock()) self->OnTimer();
@@ -120,15 +127,16 @@ void HttpServer::Impl::Session::ArmTimer() {
 
 void HttpServer::Impl::Session::OnTimer() {
   if (!socket_.is_open()) return;
-  if (SteadyClock::now() < deadline_) return ArmTimer();
+  const MonoTime now = Now();
+  if (now < deadline_) return ArmTimer(now);
   Close();  // pending reads and writes complete with operation_aborted
 }
 
 void HttpServer::Impl::Session::WaitForRequest() {
   if (buffer_.size() > 0) return ReadRequest();
   if (server_->stopping.load() && !BytesWaiting()) return Close();
-  const SteadyClock::time_point now = SteadyClock::now();
-  if (!first_request_) SetDeadlineAt(now + server_->options.idle_timeout);
+  const MonoTime now = Now();
+  if (!first_request_) SetDeadlineAt(now + server_->options.idle_timeout, now);
   EnterIdle(now);
   waiting_ = true;
   socket_.async_read_some(buffer_.prepare(kReadSize),
@@ -227,7 +235,7 @@ void HttpServer::Impl::Session::Handle(HttpRequest& request, std::shared_ptr<Bod
       std::move(body));
   (*handler_)(request, peer_, response_, deferral);
   if (deferral.taken()) {
-    deadline_ = SteadyClock::time_point::max();  // the handler's own deadlines bound the wait
+    deadline_ = MonoTime::max();  // the handler's own deadlines bound the wait
     return;
   }
   WriteAnswer();
@@ -357,7 +365,7 @@ void HttpServer::Impl::Session::WriteStreamHead(std::optional<uint64_t> content_
   asio::async_write(socket_, asio::buffer(header_),
                     [self = shared_from_this(), started = std::move(started)](
                         boost::system::error_code ec, size_t) {
-                      self->deadline_ = SteadyClock::time_point::max();  // the source's pace
+                      self->deadline_ = MonoTime::max();  // the source's pace
                       if (ec) {
                         self->Close();
                         return started(nullptr);
@@ -377,7 +385,7 @@ void HttpServer::Impl::Session::Read(std::function<void(Status, std::string_view
     return asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
                              [self = shared_from_this(), got = std::move(got)](
                                  boost::system::error_code ec, size_t) mutable {
-                               self->deadline_ = SteadyClock::time_point::max();
+                               self->deadline_ = MonoTime::max();
                                if (ec) {
                                  self->Close();
                                  return got(Status::kError, {});
@@ -422,7 +430,7 @@ void HttpServer::Impl::Session::ParseBody(std::function<void(Status, std::string
           got(Status::kError, {});
           return ec ? self->Close() : self->Drain();
         }
-        self->deadline_ = SteadyClock::time_point::max();
+        self->deadline_ = MonoTime::max();
         if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
         self->buffer_.commit(n);
         self->ParseBody(std::move(got));
@@ -473,7 +481,7 @@ void HttpServer::Impl::Session::Write(asio::const_buffer piece, std::function<vo
   asio::async_write(
       socket_, buffers,
       [self = shared_from_this(), done = std::move(done)](boost::system::error_code ec, size_t) {
-        self->deadline_ = SteadyClock::time_point::max();
+        self->deadline_ = MonoTime::max();
         if (ec) self->Close();
         done(!ec);
       });

@@ -21,7 +21,8 @@ namespace sluice::http {
 // One connection. Owns itself through shared_from_this while an operation is pending.
 //
 // Reads into its own buffer and feeds Beast's parser directly (no composed read), bounds every
-// phase with one deadline checked by one timer (see SetDeadline), and writes each answer as
+// phase with one deadline checked by one timer (see SetDeadline; deadlines are in the server's
+// clock, ServerOptions::clock, see MonoTime), and writes each answer as
 // one gather write: the status line and header fields it serializes itself, then the body.
 // A connection runs on one io_context with one thread, so it needs no strand; the only
 // cross-thread entries (Start, Deliver, DeliverStream, CloseIfIdle, ForceClose) post to it. Its
@@ -53,19 +54,24 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   void ForceClose();
 
  private:
-  using SteadyClock = std::chrono::steady_clock;
+  // The server's clock (ServerOptions::clock): one reading, as cheap as steady_clock::now().
+  MonoTime Now() const { return MonotonicNow(*server_->options.clock); }
 
   // The current phase must end by now + `timeout`. Only moves the timer when the deadline comes
   // earlier than the timer's expiry; a later deadline is picked up when the timer fires, so a
   // busy connection re-arms its timer about once per timeout instead of once per operation.
   void SetDeadline(std::chrono::milliseconds timeout);
-  void SetDeadlineAt(SteadyClock::time_point deadline);
+  // `now`: the clock's reading when the caller has one (else it is read if the timer moves).
+  void SetDeadlineAt(MonoTime deadline, std::optional<MonoTime> now = std::nullopt);
 
   // Waiting for the first byte of a request: last in the idle list of its listener and context.
-  void EnterIdle(SteadyClock::time_point now);
+  void EnterIdle(MonoTime now);
   void LeaveIdle();
   void PublishOldestIdle();
-  void ArmTimer();
+  // Sets the timer to wake when deadline_ is due by the clock, `now` being its reading: after
+  // deadline_ - now in real time. When it wakes, OnTimer reads the clock again and closes the
+  // connection if the deadline has passed, else sets it again.
+  void ArmTimer(MonoTime now);
   void OnTimer();
 
   // Between requests: wait up to the idle timeout for the first byte of the next one (the first
@@ -149,8 +155,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   static constexpr std::chrono::milliseconds kStopLingerTime{1000};  // (once stopping)
 
   Socket socket_;
-  Timer timer_;
-  SteadyClock::time_point deadline_;  // of the current phase; max() while a handler defers
+  Timer timer_;                          // in real time; see ArmTimer
+  MonoTime deadline_;                    // of the current phase; max() while a handler defers
+  MonoTime armed_at_ = MonoTime::max();  // the deadline the timer is set for (max: none)
   beast::flat_buffer buffer_;
   template <class Body>
   using RequestParser = beast_http::parser<true, Body, PooledAllocator<char>>;  // of an HttpRequest
@@ -178,9 +185,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   Session* idle_prev_ = nullptr;
   Session* idle_next_ = nullptr;
   bool idle_linked_ = false;
-  SteadyClock::time_point idle_since_;
-  bool first_request_ = true;                       // none answered yet
-  SteadyClock::time_point first_request_deadline_;  // the accept + header_timeout
+  MonoTime idle_since_;
+  bool first_request_ = true;        // none answered yet
+  MonoTime first_request_deadline_;  // the accept + header_timeout
   const Handler* handler_;
   std::string peer_;
   unsigned version_ = 11;    // of the request being answered

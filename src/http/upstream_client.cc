@@ -14,7 +14,6 @@ namespace sluice::http {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -112,14 +111,22 @@ void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer) {
 
 struct UpstreamClient::Connection {
   explicit Connection(const asio::any_io_executor& executor) : stream(executor) {}
-  beast::tcp_stream stream;
+  beast::tcp_stream stream;  // without Beast's timeouts: the exchange bounds its operations
   beast::flat_buffer buffer;
-  Clock::time_point idle_since;
+  MonoTime idle_since;
 };
 
 // One request: connect (or reuse), send, read the answer's header, call back; then, as the
 // UpstreamBody handed over, read the body piece by piece. Owns itself while an operation is
 // pending; the holder of the body owns it after that.
+//
+// The operation under way is bounded by one deadline in the client's clock (Bound), enforced by
+// one timer that waits, in real time, for what is left by the clock and reads it again when it
+// fires (OnTimer): connecting, sending and the answer's header by answer_by_; with a streamed
+// request body, each piece's write by its own timeout, and the header from the body's end; each
+// piece of the answer's body by its own timeout. No deadline while nothing is bounded (waiting
+// for the client's next piece, or for the holder of the body to read it): the timer is then
+// cancelled, so that an idle exchange holds no work on the io_context.
 class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
                                  public UpstreamBody {
  public:
@@ -130,12 +137,13 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
         executor_(std::move(executor)),
         target_(std::move(target)),
         request_(std::move(request)),
+        clock_(*client->options_.clock),
         timeout_(timeout),
-        deadline_(Clock::now() + timeout),
+        answer_by_(Now() + timeout),
         done_(std::move(done)),
         request_body_(std::move(request_body)),
         resolver_(executor_),
-        header_timer_(executor_),
+        timer_(executor_),
         key_(&asio::query(executor_, asio::execution::context),
              fmt::format("{}:{}", target_.host, target_.port)) {
     request_.version(11);
@@ -192,9 +200,11 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
  private:
   void Connect() {
     reused_ = false;
+    connecting_ = true;
     resolver_.async_resolve(
         target_.host, std::to_string(target_.port),
         [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
+          if (self->Over()) return;  // cancelled, or timed out (a retry's connection)
           if (ec) {
             return self->Finish(UpstreamOutcome::kConnectError, beast_http::status::bad_gateway,
                                 fmt::format("cannot resolve: {}", ec.message()));
@@ -204,13 +214,11 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
             absl::MutexLock lock(&self->client_->mu_);
             ++self->client_->opened_;
           }
-          self->connection_->stream.expires_at(self->deadline_);
+          self->Bound(self->answer_by_);
           self->connection_->stream.async_connect(results, [self](beast::error_code ec,
                                                                   const tcp::endpoint&) {
-            if (ec == beast::error::timeout) {
-              return self->Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
-                                  "no connection within the timeout");
-            }
+            if (self->Over()) return;  // cancelled, or timed out (OnTimer)
+            self->connecting_ = false;
             if (ec) {
               return self->Finish(UpstreamOutcome::kConnectError, beast_http::status::bad_gateway,
                                   fmt::format("cannot connect: {}", ec.message()));
@@ -221,7 +229,8 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   }
 
   void Send() {
-    connection_->stream.expires_at(deadline_);
+    connecting_ = false;
+    Bound(answer_by_);  // the request's header (and body, if in request_) and the answer's
     if (request_body_ == nullptr) {
       return beast_http::async_write(connection_->stream, request_,
                                      [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -236,8 +245,10 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
                                      if (ec) return self->Failed(ec, /*sent=*/false);
                                      // The upstream may answer before it has the whole body
                                      // (a 413, a 401): its answer is read while the body is
-                                     // sent.
-                                     self->ReadHeader(/*while_sending=*/true);
+                                     // sent, without a deadline (the writes have theirs, and
+                                     // BodySent sets the answer's).
+                                     self->Bound(MonoTime::max());
+                                     self->ReadHeader();
                                      self->SendBody();
                                    });
   }
@@ -257,7 +268,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
       if (status == BodyReader::Status::kEnd) {
         if (!chunked) return self->BodySent();
         static constexpr std::string_view kLast = "0\r\n\r\n";
-        self->connection_->stream.expires_after(self->timeout_);
+        self->Bound(self->Now() + self->timeout_);
         self->writing_ = true;
         return asio::async_write(
             self->connection_->stream, asio::buffer(kLast.data(), kLast.size()),
@@ -270,7 +281,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
         buffers[0] = asio::buffer(self->chunk_size_);
         buffers[2] = asio::buffer("\r\n", 2);
       }
-      self->connection_->stream.expires_after(self->timeout_);  // the answer's read has none
+      self->Bound(self->Now() + self->timeout_);  // the answer's read has none
       self->writing_ = true;
       asio::async_write(self->connection_->stream, buffers, [self](beast::error_code ec, size_t) {
         self->BodyWritten(ec, /*last=*/false);
@@ -283,8 +294,8 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   // connection closed with the body unread is reset), and the read says which.
   void BodyWritten(beast::error_code ec, bool last) {
     writing_ = false;
-    if (Over()) return;  // answered early: the rest is not sent
-    if (ec == beast::error::timeout) return Failed(ec, /*sent=*/true);
+    if (Over()) return;      // answered early (or timed out): the rest is not sent
+    Bound(MonoTime::max());  // until the next piece's write, or the answer's deadline
     if (read_failure_) return Failed(*read_failure_, /*sent=*/true);
     if (ec) {
       if (header_pending_) {
@@ -305,57 +316,43 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   // Nothing more is sent (the body is out, or a write failed): the wait for the answer's header,
   // already being read, is bounded from now on.
   void ArmHeaderDeadline() {
-    deadline_ = Clock::now() + timeout_;
-    header_timer_.expires_at(deadline_);
-    header_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (ec || self->Over()) return;
-      self->Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
-                   "no answer within the timeout");
-    });
+    answer_by_ = Now() + timeout_;
+    Bound(answer_by_);
   }
 
-  // Reads the answer's header: after the request was sent, within the deadline; or
-  // `while_sending` a streamed body, without one (the writes have theirs, and BodySent arms
-  // header_timer_).
-  void ReadHeader(bool while_sending = false) {
+  // Reads the answer's header, under the deadline the caller set (see Send).
+  void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(client_->options_.max_response_header_bytes));
     parser_->body_limit(boost::none);  // streamed: any size
     if (request_.method() == beast_http::verb::head) parser_->skip(true);
-    if (while_sending) {
-      connection_->stream.expires_never();  // the read's timer only, when a write is pending
-    } else {
-      connection_->stream.expires_at(deadline_);
-    }
     header_pending_ = true;
     beast_http::async_read_header(
         connection_->stream, connection_->buffer, *parser_,
-        [self = shared_from_this(), while_sending](beast::error_code ec, size_t) {
-          self->header_pending_ = false;
-          if (self->Over()) return;
-          if (ec) {
-            // A write still pending tells more (its timeout closed the connection, cancelling
-            // this read); a write that failed already may have been the reset that followed
-            // an answer, but there is no answer.
-            if (self->writing_) {
-              self->read_failure_ = ec;
-              return;
-            }
-            return self->Failed(self->write_failure_.value_or(ec), /*sent=*/true);
-          }
-          // 1xx (but 101) are interim: the answer follows (RFC 9110 §15.2).
-          const unsigned code = self->parser_->get().result_int();
-          if (code / 100 == 1 && code != 101) return self->ReadHeader(while_sending);
-          self->HeaderArrived();
-        });
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->HeaderRead(ec); });
+  }
+
+  void HeaderRead(beast::error_code ec) {
+    header_pending_ = false;
+    if (Over()) return;
+    if (ec) {
+      // A write still pending tells more (it may yet fail, or time out); a write that failed
+      // already may have been the reset that followed an answer, but there is no answer.
+      if (writing_) {
+        read_failure_ = ec;
+        return;
+      }
+      return Failed(write_failure_.value_or(ec), /*sent=*/true);
+    }
+    // 1xx (but 101) are interim: the answer follows (RFC 9110 §15.2).
+    const unsigned code = parser_->get().result_int();
+    if (code / 100 == 1 && code != 101) return ReadHeader();
+    HeaderArrived();
   }
 
   // An I/O error after connecting: a stale pooled connection is retried once when safe.
   void Failed(beast::error_code ec, bool sent) {
-    if (ec == beast::error::timeout) {
-      return Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
-                    "no answer within the timeout");
-    }
+    if (Over()) return;  // cancelled, or timed out (OnTimer): what failed was cut by that
     const bool nothing_back = !parser_ || !parser_->got_some();
     if (reused_ && nothing_back && !body_started_ && (!sent || Idempotent(request_.method()))) {
       CloseConnection();
@@ -401,10 +398,11 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     parser_->get().body().data = piece_.data();
     parser_->get().body().size = piece_.size();
     parser_->get().body().more = true;
-    connection_->stream.expires_after(timeout_);  // the longest silence while the body streams
+    Bound(Now() + timeout_);  // the longest silence while the body streams
     beast_http::async_read_some(
         connection_->stream, connection_->buffer, *parser_,
         [self = shared_from_this(), got = std::move(got)](beast::error_code ec, size_t) mutable {
+          self->Bound(MonoTime::max());                       // until the holder reads on
           if (ec == beast_http::error::need_buffer) ec = {};  // the piece is full
           if (ec) {
             self->CloseConnection();
@@ -443,18 +441,64 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   bool Over() const { return done_ == nullptr; }
 
   void Call(UpstreamResult result) {
-    header_timer_.cancel();  // (it holds the exchange)
+    Bound(MonoTime::max());  // until the holder of the body reads it
     auto done = std::move(done_);
     done_ = nullptr;
     if (done) done(std::move(result));
+  }
+
+  // --- deadlines (see the class comment)
+
+  MonoTime Now() const { return MonotonicNow(clock_); }
+
+  // The operation under way must end by `deadline` (MonoTime::max(): is not bounded). Moves the
+  // timer only when the deadline comes earlier than the one it is set for, or when there is
+  // none any more (cancelled).
+  void Bound(MonoTime deadline) {
+    deadline_ = deadline;
+    if (deadline_ == MonoTime::max()) {
+      if (armed_at_ != MonoTime::max()) {
+        armed_at_ = MonoTime::max();
+        timer_.cancel();
+      }
+      return;
+    }
+    if (deadline_ < armed_at_) ArmTimer(Now());
+  }
+
+  // Wakes after deadline_ - now in real time. Holds the exchange weakly: a timer alone does not
+  // keep it alive (its destructor cancels the wait).
+  void ArmTimer(MonoTime now) {
+    armed_at_ = deadline_;
+    timer_.expires_after(deadline_ - now);  // a wait pending before ends with operation_aborted
+    timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->OnTimer();
+    });
+  }
+
+  void OnTimer() {
+    armed_at_ = MonoTime::max();
+    if (deadline_ == MonoTime::max()) return;
+    const MonoTime now = Now();
+    if (now < deadline_) return ArmTimer(now);  // the deadline moved later meanwhile
+    deadline_ = MonoTime::max();
+    if (Over()) return CloseConnection();  // a body's piece: its read ends with kError
+    // Closing the connection (Finish) ends what is pending on it; those handlers see Over().
+    Finish(UpstreamOutcome::kTimeout, beast_http::status::gateway_timeout,
+           connecting_ ? "no connection within the timeout" : "no answer within the timeout");
   }
 
   UpstreamClient* client_;
   asio::any_io_executor executor_;
   const UpstreamTarget target_;
   HttpRequest request_;
+  const Clock& clock_;  // the client's (UpstreamOptions::clock)
   const std::chrono::milliseconds timeout_;
-  Clock::time_point deadline_;  // of the answer's header
+  MonoTime answer_by_;  // for connecting, sending and the answer's header (see the class comment)
+  MonoTime deadline_ = MonoTime::max();  // of the operation under way; max(): none
+  MonoTime armed_at_ = MonoTime::max();  // the deadline timer_ is set for; max(): not set
+  bool connecting_ = false;              // resolving or connecting (for the 504's message)
   std::function<void(UpstreamResult)> done_;
   const std::shared_ptr<BodyReader> request_body_;  // null: the body is in request_
   // request_'s header
@@ -468,7 +512,7 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   std::optional<beast::error_code> read_failure_;   // (streamed) while a write was pending
   std::optional<beast::error_code> write_failure_;  // (streamed) while the header was read
   tcp::resolver resolver_;
-  asio::steady_timer header_timer_;  // (streamed) the answer's deadline once the body is sent
+  asio::steady_timer timer_;  // in real time: see ArmTimer
   const PoolKey key_;
   std::unique_ptr<Connection> connection_;
   std::vector<std::unique_ptr<Connection>> closed_;  // closed while an operation was pending
@@ -525,7 +569,7 @@ std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolK
     absl::MutexLock lock(&mu_);
     auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
-    const Clock::time_point oldest = Clock::now() - options_.max_idle_age;
+    const MonoTime oldest = MonotonicNow(*options_.clock) - options_.max_idle_age;
     auto& list = it->second;
     // Newest last: the most recently used connection is the least likely to be stale.
     while (!list.empty() && connection == nullptr) {
@@ -547,8 +591,7 @@ std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolK
 }
 
 void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection) {
-  connection->idle_since = Clock::now();
-  connection->stream.expires_never();
+  connection->idle_since = MonotonicNow(*options_.clock);
   connection->buffer.shrink_to_fit();  // empty while idle
   std::unique_ptr<Connection> dropped;
   {

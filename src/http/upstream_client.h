@@ -55,6 +55,9 @@ struct UpstreamOptions {
   std::chrono::milliseconds max_idle_age{30000};
   size_t max_response_header_bytes = size_t{64} << 10;
   size_t body_piece_bytes = size_t{64} << 10;  // the most an UpstreamBody::Read hands over
+  // Where the timeouts (Forward's) and max_idle_age take the time from (MonoTime); not owned,
+  // must outlive the client.
+  const Clock* clock = SystemClock::Get();
 };
 
 struct UpstreamTarget {

@@ -4,7 +4,8 @@
 // upstream, the request/response header rewriting, and the streamed body: bounded pieces,
 // chunked and close-delimited answers, an answer cut short or abandoned (its connection never
 // pooled), the idle timeout between pieces. CancelAll() (the shutdown deadline) ends exchanges at
-// once: 503 before the header, the body cut after.
+// once: 503 before the header, the body cut after. The client's time is a ManualClock: its
+// timeouts and the pool's max_idle_age must follow it, not real time.
 
 #include "http/upstream_client.h"
 
@@ -25,12 +26,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "sluice/clock.h"
 
 namespace sluice::http {
 namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
 // Accepts connections on a loopback port; each connection reads requests (with their body) and
@@ -57,6 +60,23 @@ class ScriptedUpstream {
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  // Waits (up to 2 s) until it has closed `n` connections after answering
+  // (close_after_answer); whether it has.
+  bool ClosedWithin(int n) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (closed_.load() < n && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return closed_.load() >= n;
+  }
+  // Waits (up to 2 s) until `n` requests have come in; whether they have.
+  bool RequestsWithin(int n) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (requests_.load() < n && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return requests_.load() >= n;
+  }
   std::string received() const {  // every byte received, on every connection
     absl::MutexLock lock(&mu_);
     return received_;
@@ -115,6 +135,7 @@ class ScriptedUpstream {
                                                     if (close_after_answer_) {
                                                       boost::system::error_code ignored;
                                                       c->socket.close(ignored);
+                                                      ++closed_;
                                                       return;
                                                     }
                                                     // Answered early: the rest of the body
@@ -151,6 +172,7 @@ class ScriptedUpstream {
   std::vector<std::shared_ptr<Conn>> held_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
+  std::atomic<int> closed_{0};
   mutable absl::Mutex mu_;
   std::string received_ ABSL_GUARDED_BY(mu_);
 };
@@ -162,11 +184,17 @@ class UpstreamClientTest : public ::testing::Test {
   // Forwards `method /up` with its body read from `request_body`; the answer's body is left
   // unread.
   UpstreamResult Upload(uint16_t port, beast_http::verb method,
-                        std::shared_ptr<BodyReader> request_body) {
+                        std::shared_ptr<BodyReader> request_body,
+                        milliseconds timeout = std::chrono::seconds(5)) {
     UpstreamResult result;
+    finished_ = false;
     client_.Forward(
         io_.get_executor(), {.host = "127.0.0.1", .port = port}, HttpRequest(method, "/up", 11),
-        std::chrono::seconds(5), [&](UpstreamResult r) { result = std::move(r); },
+        timeout,
+        [&](UpstreamResult r) {
+          result = std::move(r);
+          finished_ = true;
+        },
         std::move(request_body));
     io_.run();
     io_.restart();
@@ -183,10 +211,12 @@ class UpstreamClientTest : public ::testing::Test {
     UpstreamResult out;
     pieces_.clear();
     body_status_ = UpstreamBody::Status::kPiece;
+    finished_ = false;
     client_.Forward(
         io_.get_executor(), {.host = "127.0.0.1", .port = port}, std::move(request), timeout,
         [&](UpstreamResult r) {
           out = std::move(r);
+          if (out.body == nullptr) finished_ = true;
           if (out.body != nullptr) Drain(out.body, &out.response.body());
         },
         std::move(request_body));
@@ -200,18 +230,36 @@ class UpstreamClientTest : public ::testing::Test {
     UpstreamBody& source = *body;
     source.Read([this, body, into](UpstreamBody::Status status, std::string_view piece) {
       body_status_ = status;
-      if (status != UpstreamBody::Status::kPiece) return;
+      if (status != UpstreamBody::Status::kPiece) {
+        finished_ = true;
+        return;
+      }
       pieces_.push_back(piece.size());
       into->append(piece);
       Drain(body, into);
     });
   }
 
+  // From another thread, while Send or Upload runs: after `wait` of real time, notes whether
+  // the exchange had ended by then (finished_before_advance_), then advances clock_ by `advance`.
+  std::thread AdvanceAfter(milliseconds wait, milliseconds advance) {
+    return std::thread([this, wait, advance] {
+      std::this_thread::sleep_for(wait);
+      finished_before_advance_ = finished_.load();
+      clock_.Advance(std::chrono::microseconds(advance).count());
+    });
+  }
+
   std::vector<size_t> pieces_;
   UpstreamBody::Status body_status_ = UpstreamBody::Status::kPiece;
+  // Send's or Upload's exchange has ended: answered without a body, or its body read to its end
+  // or to an error.
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> finished_before_advance_{false};
 
+  ManualClock clock_;
   asio::io_context io_;
-  UpstreamClient client_;
+  UpstreamClient client_{{.max_idle_age = milliseconds(100), .clock = &clock_}};
 };
 
 TEST_F(UpstreamClientTest, KeepAliveConnectionIsReused) {
@@ -231,8 +279,8 @@ TEST_F(UpstreamClientTest, KeepAliveConnectionIsReused) {
 TEST_F(UpstreamClientTest, StalePooledConnectionIsRetriedForIdempotentRequests) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
+  ASSERT_EQ(client_.idle_connections(), 1u);  // it looked reusable
+  ASSERT_TRUE(upstream.ClosedWithin(1));      // the upstream closed it
   const UpstreamResult r = Send(upstream.port(), beast_http::verb::get);
   EXPECT_EQ(r.outcome, UpstreamOutcome::kOk);
   EXPECT_EQ(r.response.body(), "ok");
@@ -243,7 +291,7 @@ TEST_F(UpstreamClientTest, StalePooledConnectionIsRetriedForIdempotentRequests) 
 TEST_F(UpstreamClientTest, StalePooledConnectionIsNotRetriedForPost) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(upstream.ClosedWithin(1));
   const UpstreamResult r = Send(upstream.port(), beast_http::verb::post);
   EXPECT_EQ(r.outcome, UpstreamOutcome::kError);
   EXPECT_EQ(r.response.result(), beast_http::status::bad_gateway);
@@ -263,17 +311,35 @@ TEST_F(UpstreamClientTest, NothingListeningIs502NamingTheUpstream) {
   EXPECT_THAT(r.response.body(), HasSubstr("cannot connect"));
 }
 
-TEST_F(UpstreamClientTest, SilentUpstreamIs504AfterTheTimeout) {
+// The timeout is the client's clock's: real time passing (six timeouts of it) does not end the
+// wait, the clock passing the timeout does.
+TEST_F(UpstreamClientTest, SilentUpstreamIs504AtTheTimeout) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
+  std::thread advance = AdvanceAfter(milliseconds(300), milliseconds(60));
   const auto start = std::chrono::steady_clock::now();
-  const UpstreamResult r =
-      Send(upstream.port(), beast_http::verb::get, std::chrono::milliseconds(200));
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get, milliseconds(50));
   const auto elapsed = std::chrono::steady_clock::now() - start;
+  advance.join();
+  EXPECT_FALSE(finished_before_advance_) << "timed out before the clock reached the timeout";
   EXPECT_EQ(r.outcome, UpstreamOutcome::kTimeout);
   EXPECT_EQ(r.response.result(), beast_http::status::gateway_timeout);
-  EXPECT_GE(elapsed, std::chrono::milliseconds(190));
+  EXPECT_THAT(r.response.body(), HasSubstr("no answer within the timeout"));
   EXPECT_LT(elapsed, std::chrono::seconds(3));
   EXPECT_EQ(client_.idle_connections(), 0u);  // a timed-out connection is not reused
+}
+
+// A pooled connection is reused up to max_idle_age (100 ms here) by the client's clock, however
+// long it waited in real time, and not after.
+TEST_F(UpstreamClientTest, PooledConnectionIsDroppedAtMaxIdleAge) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/false);
+  ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  std::this_thread::sleep_for(milliseconds(300));  // real time: three times max_idle_age
+  ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(client_.connections_opened(), 1u);
+  clock_.Advance(101'000);
+  ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(client_.connections_opened(), 2u);
+  EXPECT_EQ(upstream.connections(), 2);
 }
 
 TEST_F(UpstreamClientTest, ResponseLosesHopByHopFields) {
@@ -356,15 +422,17 @@ TEST_F(UpstreamClientTest, BodyCutShortIsAnErrorAndTheConnectionIsNotPooled) {
   EXPECT_EQ(client_.idle_connections(), 0u);
 }
 
-TEST_F(UpstreamClientTest, SilenceMidBodyIsAnErrorAfterTheTimeout) {
+TEST_F(UpstreamClientTest, SilenceMidBodyIsAnErrorAtTheTimeout) {
   ScriptedUpstream upstream("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false);
+  std::thread advance = AdvanceAfter(milliseconds(300), milliseconds(60));
   const auto start = std::chrono::steady_clock::now();
-  const UpstreamResult r =
-      Send(upstream.port(), beast_http::verb::get, std::chrono::milliseconds(200));
+  const UpstreamResult r = Send(upstream.port(), beast_http::verb::get, milliseconds(50));
   const auto elapsed = std::chrono::steady_clock::now() - start;
+  advance.join();
+  EXPECT_FALSE(finished_before_advance_) << "timed out before the clock reached the timeout";
   ASSERT_EQ(r.outcome, UpstreamOutcome::kOk);
+  EXPECT_EQ(r.response.body(), "abc");
   EXPECT_EQ(body_status_, UpstreamBody::Status::kError);
-  EXPECT_GE(elapsed, std::chrono::milliseconds(190));
   EXPECT_LT(elapsed, std::chrono::seconds(3));
   EXPECT_EQ(client_.idle_connections(), 0u);
 }
@@ -469,6 +537,20 @@ TEST_F(UpstreamClientTest, StreamedRequestBodyWithALengthIsSentAsIs) {
   EXPECT_THAT(sent, ::testing::EndsWith("\r\n\r\nabcde"));
 }
 
+// With a streamed request body, the answer's timeout counts from the body's end, on the same
+// clock.
+TEST_F(UpstreamClientTest, SilentUpstreamAfterAStreamedBodyIs504AtTheTimeout) {
+  ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
+  auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
+  std::thread advance = AdvanceAfter(milliseconds(300), milliseconds(60));
+  const UpstreamResult r = Upload(upstream.port(), beast_http::verb::post, body, milliseconds(50));
+  advance.join();
+  EXPECT_FALSE(finished_before_advance_) << "timed out before the clock reached the timeout";
+  EXPECT_EQ(r.outcome, UpstreamOutcome::kTimeout);
+  EXPECT_EQ(r.response.result(), beast_http::status::gateway_timeout);
+  EXPECT_THAT(upstream.ReceivedEndingWith("abcde"), HasSubstr("\r\n\r\nabcde"));
+}
+
 TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotPooled) {
   ScriptedUpstream upstream(kOk, false);
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc"}, 5, /*breaks=*/true);
@@ -481,8 +563,10 @@ TEST_F(UpstreamClientTest, RequestBodyBreakingOffIsAnErrorAndTheConnectionIsNotP
 TEST_F(UpstreamClientTest, StalePooledConnectionIsNotUsedForAStreamedBody) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/true);
   ASSERT_EQ(Send(upstream.port(), beast_http::verb::get).outcome, UpstreamOutcome::kOk);
-  ASSERT_EQ(client_.idle_connections(), 1u);                   // it looked reusable
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the upstream closed it
+  ASSERT_EQ(client_.idle_connections(), 1u);  // it looked reusable
+  ASSERT_TRUE(upstream.ClosedWithin(1));      // the upstream closed it ...
+  // ... and its end reached the client's socket (which StillOpen looks at; nothing shows when).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto body = std::make_shared<FakeBody>(std::vector<std::string>{"abc", "de"}, 5);
   const UpstreamResult result = Upload(upstream.port(), beast_http::verb::put, body);
   EXPECT_EQ(result.outcome, UpstreamOutcome::kOk);
@@ -593,8 +677,8 @@ TEST(PrepareUpstreamRequestTest, StripsHopByHopAndAppendsForwardedFor) {
 // for a header that would come much later (30 s) is answered 503 at once, and later ones too.
 TEST_F(UpstreamClientTest, CancelAllAnswersAWaitingExchange503AtOnce) {
   ScriptedUpstream upstream(kOk, /*close_after_answer=*/false, /*silent=*/true);
-  std::thread cancel([this] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread cancel([this, &upstream] {
+    upstream.RequestsWithin(1);  // the exchange waits for the answer's header
     client_.CancelAll();
   });
   const auto start = std::chrono::steady_clock::now();

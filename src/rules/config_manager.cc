@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -30,10 +29,11 @@ constexpr uint32_t kWatchMask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_F
 }  // namespace
 
 ConfigManager::ConfigManager(std::vector<std::string> paths, std::string embedded_text,
-                             LoadOptions options)
+                             LoadOptions options, const Clock* clock)
     : paths_(std::move(paths)),
       embedded_text_(std::move(embedded_text)),
       options_(std::move(options)),
+      clock_(clock),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 ConfigManager::~ConfigManager() {
@@ -176,30 +176,33 @@ void ConfigManager::ReloadOnSighup() {
 
 void ConfigManager::WatchLoop(int debounce_ms) {
   alignas(inotify_event) char buffer[16 * 1024];
-  using Clock = std::chrono::steady_clock;
-  // A reload waits for debounce_ms of quiet, but never more than kMaxDelay debounces in all.
+  // A reload waits for debounce_ms of quiet after the last change, but never more than kMaxDelay
+  // debounces after the first. Both in the clock's monotonic time: poll waits, in real time, for
+  // what is left by the clock, and the clock is read again when it returns.
   constexpr int kMaxDelay = 5;
+  const int64_t debounce_us = int64_t{debounce_ms} * 1000;
   bool pending = false;
-  Clock::time_point first_change{};
+  int64_t first_change_us = 0;
+  int64_t last_change_us = 0;
   while (!stopping_) {
     int timeout_ms = -1;
     if (pending) {
-      const auto deadline = first_change + std::chrono::milliseconds(kMaxDelay * debounce_ms);
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, debounce_ms));
+      const int64_t due_us =
+          std::min(last_change_us + debounce_us, first_change_us + kMaxDelay * debounce_us);
+      const int64_t left_us = due_us - clock_->MonotonicMicros();
+      if (left_us <= 0) {
+        // Quiet for debounce_ms after a change (or changing for too long): reload, and watch
+        // any new directories.
+        pending = false;
+        Reload();
+        if (inotify_fd_ >= 0) AddWatches();
+        continue;
+      }
+      timeout_ms = static_cast<int>(std::min<int64_t>((left_us + 999) / 1000, debounce_ms));
     }
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
     const int ready = poll(fds, inotify_fd_ >= 0 ? 2 : 1, timeout_ms);
-    if (ready < 0) continue;  // EINTR
-    if (ready == 0) {
-      // Quiet for debounce_ms after a change (or changing for too long): reload, and watch any
-      // new directories.
-      pending = false;
-      Reload();
-      if (inotify_fd_ >= 0) AddWatches();
-      continue;
-    }
+    if (ready <= 0) continue;  // EINTR, or the wait is over: the clock says whether it is due
     bool changed = false;
     if (fds[0].revents & POLLIN) {
       uint64_t count;
@@ -221,9 +224,10 @@ void ConfigManager::WatchLoop(int debounce_ms) {
         }
       }
     }
-    if (changed && !pending) {
+    if (changed) {
+      last_change_us = clock_->MonotonicMicros();
+      if (!pending) first_change_us = last_change_us;
       pending = true;
-      first_change = Clock::now();
     }
   }
 }

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "rules/loader.h"
+#include "sluice/clock.h"
 #include "util/spin_lock.h"
 
 namespace sluice::rules {
@@ -32,9 +33,10 @@ namespace sluice::rules {
 class ConfigManager {
  public:
   // `paths`: files and directories as for LoadConfig, read with `options`. Empty: the
-  // `embedded_text` document.
-  ConfigManager(std::vector<std::string> paths, std::string embedded_text,
-                LoadOptions options = {});
+  // `embedded_text` document. The watcher's debounce is measured in `clock`'s monotonic time
+  // (not owned; must outlive the manager).
+  ConfigManager(std::vector<std::string> paths, std::string embedded_text, LoadOptions options = {},
+                const Clock* clock = SystemClock::Get());
   ~ConfigManager();
 
   ConfigManager(const ConfigManager&) = delete;
@@ -57,7 +59,8 @@ class ConfigManager {
     return current_;
   }
 
-  // Watches the paths for changes and reloads after `debounce_ms` of quiet. Also reloads when
+  // Watches the paths for changes and reloads after `debounce_ms` of quiet (by the clock), or
+  // at most 5 × `debounce_ms` after the first change while they keep coming. Also reloads when
   // TriggerReload() is called (e.g. from a SIGHUP handler: it is async-signal-safe); triggers
   // that come before StartWatching are acted on once it starts.
   absl::Status StartWatching(int debounce_ms = 200);
@@ -77,6 +80,7 @@ class ConfigManager {
   const std::vector<std::string> paths_;
   const std::string embedded_text_;
   const LoadOptions options_;
+  const Clock* const clock_;
   // (Not std::atomic<std::shared_ptr>: GCC 12's releases its internal lock with relaxed order,
   // which ThreadSanitizer rightly reports as a race.)
   mutable util::SpinLock current_mu_;

@@ -500,30 +500,79 @@ TEST(ConfigManagerTest, WatcherPicksUpASwapOfASymlinkAboveTheDirectory) {
   manager.StopWatching();
 }
 
-TEST(ConfigManagerTest, RapidSuccessiveWritesEndWithTheLastContentInFewReloads) {
+// The watcher's debounce is measured on the manager's clock. (The manual clock's tests wait a
+// moment of real time before they advance it: for the watcher to have seen the writes, so that
+// it measures from the clock's reading before the advance.)
+constexpr milliseconds kWatcherSees{300};
+constexpr int64_t kDebounceUs = int64_t{kDebounceMs} * 1000;
+
+// A burst of writes is one change: on a clock that does not move, none is applied however long
+// it lasts in real time; once the clock has passed the debounce, the last content is, in one
+// reload.
+TEST(ConfigManagerTest, RapidSuccessiveWritesEndWithTheLastContentInOneReload) {
   TempDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 1));
-  ConfigManager manager({dir.path().string()}, "");
+  ManualClock clock;
+  ConfigManager manager({dir.path().string()}, "", {}, &clock);
   ASSERT_TRUE(manager.Reload().applied);
-  constexpr int kDebounce = 100;
-  ASSERT_TRUE(manager.StartWatching(kDebounce).ok());
+  ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
   const uint64_t successes_before = manager.reload_successes();
 
-  // 20 writes in about 100 ms, each a different valid config.
-  for (uint64_t i = 1; i <= 20; ++i) {
-    WriteFile(file, ApiDomain("api", 100 + i));
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+  // 20 writes, each a different valid config.
+  for (uint64_t i = 1; i <= 20; ++i) WriteFile(file, ApiDomain("api", 100 + i));
+  std::this_thread::sleep_for(kWatcherSees);  // six debounces of real time
+  EXPECT_EQ(ApiKeyLimit(manager, "api"), 1u) << "reloaded before the clock passed the debounce";
 
+  clock.Advance(kDebounceUs);
   EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 120));
-  // Nothing else arrives later: the last write stays applied.
-  std::this_thread::sleep_for(milliseconds(3 * kDebounce));
-  EXPECT_EQ(ApiKeyLimit(manager, "api"), 120u);
-  const uint64_t reloads = manager.reload_successes() - successes_before;
-  EXPECT_GE(reloads, 1u);
-  EXPECT_LE(reloads, 3u) << "the debounce should coalesce a burst of writes";
+  EXPECT_EQ(manager.reload_successes() - successes_before, 1u);
   EXPECT_EQ(manager.reload_failures(), 0u);
+  manager.StopWatching();
+}
+
+// The reload comes debounce_ms after the last change, by the manager's clock.
+TEST(ConfigManagerTest, ReloadWaitsTheDebounceOnTheManagersClock) {
+  TempDir dir;
+  const std::string file = dir / "api.yaml";
+  WriteFile(file, ApiDomain("api", 10));
+  ManualClock clock;
+  ConfigManager manager({dir.path().string()}, "", {}, &clock);
+  ASSERT_TRUE(manager.Reload().applied);
+  ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
+
+  WriteFile(file, ApiDomain("api", 20));
+  std::this_thread::sleep_for(kWatcherSees);
+  clock.Advance(kDebounceUs - 1000);
+  EXPECT_FALSE(WaitForApiKeyLimit(manager, "api", 20, milliseconds(200)));
+  clock.Advance(1000);
+  EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", 20));
+  manager.StopWatching();
+}
+
+// Changes that keep coming hold the reload back for at most five debounces after the first.
+TEST(ConfigManagerTest, ChangesThatKeepComingAreReloadedAfterFiveDebounces) {
+  TempDir dir;
+  const std::string file = dir / "api.yaml";
+  WriteFile(file, ApiDomain("api", 10));
+  ManualClock clock;
+  ConfigManager manager({dir.path().string()}, "", {}, &clock);
+  ASSERT_TRUE(manager.Reload().applied);
+  ASSERT_TRUE(manager.StartWatching(kDebounceMs).ok());
+
+  // A change every 0.8 debounce: never quiet for a whole one.
+  const int64_t step_us = kDebounceUs * 8 / 10;
+  uint64_t requests = 10;
+  for (int64_t waited_us = 0; waited_us + step_us < 5 * kDebounceUs; waited_us += step_us) {
+    WriteFile(file, ApiDomain("api", ++requests));
+    std::this_thread::sleep_for(milliseconds(100));
+    EXPECT_EQ(ApiKeyLimit(manager, "api"), 10u) << "reloaded " << waited_us << " µs in";
+    clock.Advance(step_us);
+  }
+  WriteFile(file, ApiDomain("api", ++requests));  // 4.8 debounces after the first
+  std::this_thread::sleep_for(milliseconds(100));
+  clock.Advance(step_us);  // 5.6 debounces after the first, 0.8 after the last
+  EXPECT_TRUE(WaitForApiKeyLimit(manager, "api", requests));
   manager.StopWatching();
 }
 

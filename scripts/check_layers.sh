@@ -31,7 +31,8 @@ stack     | store redis backend rules metrics util sluice           |
 tools     | store redis backend algo util sluice                    |
 http      | engine rules render metrics backend util sluice         | store
 rls       | engine rules render metrics backend util sluice         | store
-cli       | http rls stack tools engine rules render metrics backend util sluice |
+sim       | stack tools store redis backend rules algo util sluice  |
+cli       | http rls stack tools sim engine rules render metrics backend util sluice |
 '
 # What the rows mean:
 # - algo: the algorithms are pure functions of the public types. util: nothing of ours.
@@ -44,6 +45,8 @@ cli       | http rls stack tools engine rules render metrics backend util sluice
 # - core: the public library's implementation, which chooses among the backends.
 # - stack: builds the backend stack (memory, Redis, the failure-policy wrapper) for `serve`.
 # - tools: `sluice bench store|redis`, which measure the backend implementations themselves.
+# - sim: `sluice sim`, several instances' stacks (stack) against one Redis, whose work it reads
+#   (tools' INFO readings) and whose admissions it judges against an exact model (sluice).
 # - http, rls: the frontends; never a backend implementation (store, redis), nor each other.
 #   cli is the command line on top of everything but the backend implementations (stack builds
 #   those for it, tools measures them).

@@ -1,4 +1,4 @@
-// The sluice command line: serve, replay, check-config, explain, bench store, bench redis.
+// The sluice command line: serve, replay, check-config, explain, bench store, bench redis, sim.
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +12,7 @@
 #include "cli/rules_commands.h"
 #include "cli/serve.h"
 #include "rules/loader.h"
+#include "sim/sim.h"
 #include "sluice/limit.h"
 #include "tools/bench_redis.h"
 #include "tools/bench_store.h"
@@ -251,6 +252,66 @@ struct BenchRedisCommand {
   }
 };
 
+// `sluice sim`: N instances against one Redis, a trace played in real time (docs/sim.md).
+struct SimCommand {
+  CLI::App* app = nullptr;
+  std::string limit = "fixed_window:100/1s", mode = "exact", cache = "on", spread = "round-robin";
+  std::vector<std::string> redis;
+  int64_t timeout_ms = 1000;
+  sim::SimOptions options;
+
+  void Add(CLI::App& parent) {
+    app = parent.add_subcommand(
+        "sim",
+        "N instances against one Redis driven by a trace: Redis work per decision, "
+        "over- and under-admission (one JSON line)");
+    app->add_option("--instances", options.instances, "instances N (default 4)");
+    app->add_option("--redis", redis,
+                    "redis://host:port (with --cluster: seed URLs, the option repeated)")
+        ->required();
+    app->add_flag("--cluster", options.instance.cluster, "the URLs are Redis Cluster seed nodes");
+    app->add_option("--limit", limit, "ALGORITHM:N/WINDOW[:burst=B] (default fixed_window:100/1s)");
+    app->add_option("--mode", mode, "exact (default), leased or eventual");
+    app->add_option("--over-limit-cache", cache, "on (default) or off");
+    app->add_option("--trace", options.trace_name,
+                    "uniform, zipf (default), onoff, hot, boundary, or a file of T_MS KEY [COST] "
+                    "lines");
+    app->add_option("--keys", options.trace.keys, "distinct keys K (default 10000)");
+    app->add_option("--zipf-s", options.trace.zipf_s, "zipf exponent s (default 1.0)");
+    app->add_option("--rate", options.trace.rate,
+                    "decisions per second, all instances together (default 50000)");
+    app->add_option("--seconds", options.trace.seconds, "length of the run (default 5)");
+    app->add_option("--seed", options.trace.seed, "seed of the synthetic traces (default 1)");
+    app->add_option("--spread", spread,
+                    "arrivals to instances: round-robin (default) or hash (by key)");
+    app->add_option("--timeout-ms", timeout_ms, "Redis timeout per decision (default 1000)");
+    app->add_option("--csv", options.csv_dir, "write DIR/windows.csv (admitted per window)");
+  }
+  int Run() {
+    options.trace_name = options.trace_name.empty() ? "zipf" : options.trace_name;
+    options.trace.kind = sim::ParseTraceKind(options.trace_name);
+    options.instance.redis_urls = redis;
+    auto parsed_limit = sim::ParseLimitSpec(limit);
+    auto parsed_mode = sim::ParseMode(mode);
+    std::string error;
+    if (!parsed_limit.ok()) error = std::string(parsed_limit.status().message());
+    if (!parsed_mode.ok()) error = std::string(parsed_mode.status().message());
+    if (cache != "on" && cache != "off") error = "--over-limit-cache is on or off";
+    if (spread != "round-robin" && spread != "hash") error = "--spread is round-robin or hash";
+    if (timeout_ms <= 0) error = "--timeout-ms must be positive";
+    if (!error.empty()) {
+      std::cerr << "sim: " << error << "\n";
+      return kUsageError;
+    }
+    options.limit = *parsed_limit;
+    options.instance.mode = *parsed_mode;
+    options.instance.over_limit_cache = cache == "on";
+    options.instance.timeout_us = timeout_ms * 1000;
+    options.spread = spread == "hash" ? sim::Spread::kHash : sim::Spread::kRoundRobin;
+    return sim::RunSim(options, std::cout, std::cerr);
+  }
+};
+
 int Main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
   CLI::App app{"sluice: a rate limiter for HTTP APIs"};
@@ -270,6 +331,8 @@ int Main(int argc, char** argv) {
   bench_store.Add(*bench);
   BenchRedisCommand bench_redis;
   bench_redis.Add(*bench);
+  SimCommand sim;
+  sim.Add(app);
 
   try {
     app.parse(argc, argv);
@@ -283,6 +346,7 @@ int Main(int argc, char** argv) {
   if (replay.app->parsed()) return replay.Run();
   if (bench_redis.app->parsed()) return bench_redis.Run();
   if (bench_store.app->parsed()) return bench_store.Run();
+  if (sim.app->parsed()) return sim.Run();
   return kUsageError;
 }
 

@@ -12,16 +12,12 @@
 #include <string_view>
 
 #include "sluice/limit.h"
+#include "util/trace_line.h"
 
 namespace sluice::cli {
 
-// One request line of a trace: `T_MS KEY [COST]`.
-struct TraceRequest {
-  std::string_view t_ms_text;  // as written, echoed in the output
-  int64_t t_ms = 0;
-  std::string_view key;
-  uint64_t cost = 1;
-};
+// One request line of a trace: `T_MS KEY [COST]` (util/trace_line.h, shared with `sluice sim`).
+using TraceRequest = util::TraceLine;
 
 // Decides one trace request; nullopt (with *error set) stops the replay at that line.
 using TraceDecider =

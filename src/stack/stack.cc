@@ -279,4 +279,17 @@ absl::Status Stack::RegisterBackendMetrics(metrics::Registry& registry) const {
   return RegisterRedisMetrics(registry, *parts_);
 }
 
+Stack::RedisCounters Stack::GetRedisCounters() const {
+  RedisCounters out;
+  if (parts_->redis) {
+    const redis::RedisStore::Stats st = parts_->redis->GetStats();
+    out.decide_calls = st.calls;
+    out.refused = st.refused;
+    out.script_calls = st.script_calls;
+  }
+  if (parts_->over_limit_cache)
+    out.over_limit_cache_hits = parts_->over_limit_cache->GetStats().hits;
+  return out;
+}
+
 }  // namespace sluice::stack

@@ -5,6 +5,7 @@
 #ifndef SLUICE_STACK_STACK_H_
 #define SLUICE_STACK_STACK_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,16 @@ class Stack {
   // Registers the Redis families (calls, errors, breaker, health, failure policy answers) on
   // `registry`; nothing without Redis.
   absl::Status RegisterBackendMetrics(metrics::Registry& registry) const;
+
+  // What this stack has asked of Redis so far (read-only, for `sluice sim`); zeros without
+  // Redis.
+  struct RedisCounters {
+    uint64_t decide_calls = 0;           // decisions that reached the Redis store
+    uint64_t refused = 0;                // of those, refused by its open breaker (no call)
+    uint64_t script_calls = 0;           // script calls sent (a batch counts once)
+    uint64_t over_limit_cache_hits = 0;  // decisions the over-limit cache denied, with no call
+  };
+  RedisCounters GetRedisCounters() const;
 
   // (Defined in stack.cc.)
   struct Parts;

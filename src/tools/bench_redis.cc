@@ -5,7 +5,6 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <future>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -19,133 +18,13 @@
 #include "redis/client.h"
 #include "redis/redis_store.h"
 #include "spdlog/spdlog.h"
+#include "tools/redis_stats.h"
 
 namespace sluice::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-absl::StatusOr<redis::Reply> Call(redis::Client& client, std::string_view key,
-                                  std::initializer_list<std::string_view> args) {
-  std::string command;
-  redis::AppendCommand(&command, args);
-  std::promise<absl::StatusOr<redis::Reply>> promise;
-  auto future = promise.get_future();
-  client.Send(key, std::move(command),
-              [&](absl::StatusOr<redis::Reply> r) { promise.set_value(std::move(r)); });
-  if (future.wait_for(10s) != std::future_status::ready)
-    return absl::DeadlineExceededError("no reply");
-  return future.get();
-}
-
-// What Redis has executed of one command, from INFO commandstats
-// ("cmdstat_get:calls=12,usec=34,...").
-struct CommandStat {
-  std::string name;
-  uint64_t calls = 0;
-  uint64_t usec = 0;  // time Redis spent in it (for a script: everything the script ran)
-};
-
-// What the servers have done so far: INFO commandstats summed by command, and the CPU time
-// (user + system, INFO cpu) of their processes.
-struct Snapshot {
-  std::vector<CommandStat> commands;
-  double cpu_seconds = 0;
-};
-
-Snapshot TakeSnapshot(const std::vector<std::unique_ptr<redis::Client>>& servers) {
-  Snapshot out;
-  for (const auto& server : servers) {
-    auto info = Call(*server, "", {"INFO", "commandstats"});
-    auto cpu = Call(*server, "", {"INFO", "cpu"});
-    std::istringstream lines((info.ok() ? info->str : "") + (cpu.ok() ? cpu->str : ""));
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:")) {
-        out.cpu_seconds += std::strtod(line.c_str() + line.find(':') + 1, nullptr);
-        continue;
-      }
-      if (!line.starts_with("cmdstat_")) continue;
-      const size_t colon = line.find(':'), calls = line.find("calls="), usec = line.find("usec=");
-      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos)
-        continue;
-      const std::string name = line.substr(8, colon - 8);
-      auto it = std::find_if(out.commands.begin(), out.commands.end(),
-                             [&](const CommandStat& c) { return c.name == name; });
-      if (it == out.commands.end())
-        it = out.commands.insert(out.commands.end(), CommandStat{.name = name});
-      it->calls += std::stoull(line.substr(calls + 6));
-      it->usec += std::stoull(line.substr(usec + 5));
-    }
-  }
-  return out;
-}
-
-// One connection to each server the benchmark runs on, for INFO (so that the measurement does
-// not queue behind the load): the server, or every master of the cluster (CLUSTER NODES).
-std::vector<std::unique_ptr<redis::Client>> StatsClients(redis::Client& client,
-                                                         redis::Client::Options options) {
-  options.connections_per_node = 1;
-  std::vector<redis::Endpoint> servers = options.seeds;
-  if (options.cluster) {
-    servers.clear();
-    auto nodes = Call(client, "", {"CLUSTER", "NODES"});
-    std::istringstream lines(nodes.ok() ? nodes->str : "");
-    std::string id, address, flags;
-    while (lines >> id >> address >> flags) {  // "<id> <ip:port@bus> <flags> ..." per line
-      std::string rest;
-      std::getline(lines, rest);
-      if (flags.find("master") == std::string::npos) continue;
-      auto endpoint = redis::ParseUrl("redis://" + address.substr(0, address.find('@')));
-      if (!endpoint.ok()) continue;
-      endpoint->user = options.seeds.front().user;
-      endpoint->password = options.seeds.front().password;
-      servers.push_back(*endpoint);
-    }
-    options.cluster = false;
-  }
-  std::vector<std::unique_ptr<redis::Client>> out;
-  for (const redis::Endpoint& server : servers) {
-    options.seeds = {server};
-    auto c = redis::Client::Create(options);
-    if (!c.ok()) continue;
-    for (int i = 0; i < 500 && !(*c)->Ready(); ++i) std::this_thread::sleep_for(10ms);
-    out.push_back(std::move(*c));
-  }
-  return out;
-}
-
-struct Executed {
-  uint64_t commands = 0;      // every command, those the scripts ran included
-  uint64_t script_calls = 0;  // EVALSHA / EVAL
-  uint64_t script_usec = 0;   // Redis's time in them (wall clock, so a preempted call counts long)
-  double cpu_seconds = 0;     // the servers' processes' CPU time: commands, networking, event loop
-};
-
-// Commands executed between two snapshots: those of the benchmark (script calls and what the
-// scripts ran), not the harness's own (info, script load, ping, auth, select, cluster).
-Executed ExecutedBetween(const Snapshot& before, const Snapshot& after) {
-  Executed e;
-  e.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
-  for (const CommandStat& now : after.commands) {
-    const std::string& name = now.name;
-    if (name == "info" || name.starts_with("script") || name == "ping" || name == "auth" ||
-        name == "select" || name.starts_with("cluster")) {
-      continue;
-    }
-    CommandStat was;
-    for (const CommandStat& b : before.commands) {
-      if (b.name == name) was = b;
-    }
-    e.commands += now.calls - was.calls;
-    if (name == "evalsha" || name == "eval") {
-      e.script_calls += now.calls - was.calls;
-      e.script_usec += now.usec - was.usec;
-    }
-  }
-  return e;
-}
 
 int64_t Percentile(std::vector<uint32_t>& samples, double p) {
   if (samples.empty()) return 0;
@@ -321,7 +200,7 @@ LoadResult RunClosedLoop(const BenchRedisOptions& o, const DecisionSender& sende
 }
 
 // The JSON line of a run.
-std::string ResultJson(const BenchRedisOptions& o, LoadResult& r, const Executed& executed) {
+std::string ResultJson(const BenchRedisOptions& o, LoadResult& r, const RedisExecuted& executed) {
   const uint64_t n = r.decisions;
   const double per = n == 0 ? 0 : 1.0 / static_cast<double>(n);
   return fmt::format(
@@ -368,11 +247,11 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
     err << "bench redis: cannot reach " << o.redis << ": " << (*client)->last_error() << "\n";
     return 1;
   }
-  const auto stats_clients = StatsClients(**client, client_options);
+  const auto stats_clients = RedisStatsClients(**client, client_options);
 
   std::string sha;
   if (o.mode != "sluice") {
-    auto loaded = Call(**client, "", {"SCRIPT", "LOAD", script});
+    auto loaded = CallRedis(**client, "", {"SCRIPT", "LOAD", script});
     if (!loaded.ok() || loaded->type != redis::Reply::Type::kString) {
       err << "bench redis: SCRIPT LOAD failed: "
           << (loaded.ok() ? loaded->str : std::string(loaded.status().message())) << "\n";
@@ -386,10 +265,10 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
                                           .batch_cluster = o.cluster_batch});
   const DecisionSender sender(o, client->get(), &store, std::move(sha));
 
-  const Snapshot before = TakeSnapshot(stats_clients);
+  const RedisSnapshot before = TakeRedisSnapshot(stats_clients);
   LoadResult result = RunClosedLoop(o, sender);
-  const Snapshot after = TakeSnapshot(stats_clients);
-  out << ResultJson(o, result, ExecutedBetween(before, after)) << std::endl;
+  const RedisSnapshot after = TakeRedisSnapshot(stats_clients);
+  out << ResultJson(o, result, RedisExecutedBetween(before, after)) << std::endl;
   return result.errors == 0 ? 0 : 1;
 }
 

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Regenerates the `sluice sim` plots in docs/img/ (docs/sim.md), in about a minute:
+#   sim-windows.png         admitted per window against the limit, for each mode, on one key
+#                           with on/off bursts (and the exact single limiter's admissions)
+#   sim-redis-calls.png     Redis script calls and state operations per decision against the
+#                           number of instances (1, 2, 4, 8), for each mode
+#   (under-admission against the lease interval: once `--mode leased` exists; see below)
+# Modes that `sluice sim` does not have yet ("not built yet") are skipped.
+#
+#   bash scripts/sim_plots.sh
+#
+# Env: SLUICE (default build/release/sluice), REDIS_URL (a Redis to use; default: a throwaway
+# redis-server on a free port, stopped at the end), SIM_OUT (the runs' CSV and JSON lines;
+# default build/sim-plots), RATE (decisions/s of the instances plot; default 20000).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+sluice=${SLUICE:-$root/build/release/sluice}
+out=${SIM_OUT:-$root/build/sim-plots}
+img=$root/docs/img
+rate=${RATE:-20000}
+modes=(exact leased eventual)
+for tool in gnuplot redis-server redis-cli; do
+  command -v $tool >/dev/null || { echo "sim_plots: $tool is missing (scripts/bootstrap.sh)" >&2; exit 1; }
+done
+[[ -x $sluice ]] || { echo "sim_plots: no $sluice (build it: make)" >&2; exit 1; }
+rm -rf "$out"
+mkdir -p "$out" "$img"
+
+redis_pid=
+cleanup() { [[ -n $redis_pid ]] && kill "$redis_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+if [[ -z ${REDIS_URL:-} ]]; then
+  port=
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 12000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+  done
+  [[ -n $port ]] || { echo "sim_plots: no free port" >&2; exit 1; }
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$out" \
+    >"$out/redis.log" 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
+  REDIS_URL=redis://127.0.0.1:$port
+fi
+
+# run NAME ARGS...: one `sluice sim` run, its JSON line in $out/NAME.json, its CSV in $out/NAME/.
+# Returns 3 when the mode is not built yet (nothing written), else sim's status.
+run() {
+  local name=$1; shift
+  local status=0
+  "$sluice" sim --redis "$REDIS_URL" --csv "$out/$name" "$@" >"$out/$name.json" \
+    2>"$out/$name.err" || status=$?
+  if [[ $status == 2 ]] && grep -q "not built yet" "$out/$name.err"; then
+    rm -rf "$out/$name" "$out/$name.json"
+    return 3
+  fi
+  if [[ $status != 0 ]]; then
+    echo "sim_plots: $name failed ($status):" >&2
+    cat "$out/$name.err" >&2
+    return "$status"
+  fi
+  echo "  $name: $(cat "$out/$name.json")"
+}
+field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" "$2"; }
+
+# 1. Admitted per window against the limit: one key, bursts of 4x the rate for 100 ms then 300 ms
+#    of silence, 4 instances; fixed windows of 200 ms hold 300 each.
+echo "sim_plots: admitted per window"
+window_modes=()
+for mode in "${modes[@]}"; do
+  if run "windows-$mode" --mode "$mode" --instances 4 --trace onoff --keys 1 --rate 4000 \
+    --seconds 4 --limit fixed_window:300/200ms; then
+    window_modes+=("$mode")
+  else
+    [[ $? == 3 ]] || exit 1
+    echo "  $mode: not built yet, skipped"
+  fi
+done
+plot="set terminal pngcairo size 800,320 font ',9' noenhanced
+set output '$img/sim-windows.png'
+set datafile separator ','
+set key outside right
+set xlabel 'time in the run (s), one point per 200 ms fixed window'
+set ylabel 'admitted in the window'
+set title 'sluice sim: 1 key, on/off bursts (16 000/s for 100 ms, then 300 ms silent), 4 instances'
+plot '$out/windows-exact/windows.csv' every ::1 using 4:7 with steps lw 2 lc rgb '#999999' title 'limit', \\
+     '$out/windows-exact/windows.csv' every ::1 using 4:6 with points pt 6 ps 1.2 lc rgb 'black' title 'exact single limiter'"
+for mode in "${window_modes[@]}"; do
+  plot+=", '$out/windows-$mode/windows.csv' every ::1 using 4:5 with linespoints pt 7 ps 0.6 title '$mode'"
+done
+gnuplot <<<"$plot"
+
+# 2. Redis work per decision against the number of instances: zipf 1.0 over 10 000 keys.
+echo "sim_plots: Redis work per decision against instances"
+calls_modes=()
+for mode in "${modes[@]}"; do
+  : >"$out/calls-$mode.dat"
+  for n in 1 2 4 8; do
+    if run "calls-$mode-$n" --mode "$mode" --instances "$n" --trace zipf --keys 10000 \
+      --rate "$rate" --seconds 3; then
+      echo "$n $(field redis_script_calls_per_decision "$out/calls-$mode-$n.json")" \
+        "$(field redis_state_ops_per_decision "$out/calls-$mode-$n.json")" >>"$out/calls-$mode.dat"
+    else
+      [[ $? == 3 ]] || exit 1
+      echo "  $mode: not built yet, skipped"
+      break
+    fi
+  done
+  [[ -s $out/calls-$mode.dat ]] && calls_modes+=("$mode")
+done
+plot="set terminal pngcairo size 800,320 font ',9' noenhanced
+set output '$img/sim-redis-calls.png'
+set key outside right
+set logscale y
+set xlabel 'instances'
+set xtics (1, 2, 4, 8)
+set ylabel 'per decision'
+set title 'sluice sim: Redis work per decision, zipf 1.0 over 10 000 keys, $rate/s, fixed_window 100/1s'
+plot "
+sep=
+for mode in "${calls_modes[@]}"; do
+  plot+="$sep'$out/calls-$mode.dat' using 1:2 with linespoints pt 7 title '$mode: script calls', "
+  plot+="'$out/calls-$mode.dat' using 1:3 with linespoints pt 5 dt 2 title '$mode: state operations'"
+  sep=", "
+done
+gnuplot <<<"$plot"
+
+# 3. Under-admission against the lease interval: for `--mode leased` once it exists, e.g.
+#      for interval in 25ms 50ms 100ms 200ms 400ms; do
+#        run "lease-$interval" --mode leased --lease-interval "$interval" --trace zipf ...
+#      done
+#    plotting under_admission_pct against the interval into docs/img/sim-lease-interval.png.
+if "$sluice" sim --redis "$REDIS_URL" --mode leased 2>&1 | grep -q "not built yet"; then
+  echo "sim_plots: under-admission against the lease interval: leased mode not built yet, skipped"
+fi
+
+echo "sim_plots: wrote $img/sim-windows.png $img/sim-redis-calls.png (runs in $out)"

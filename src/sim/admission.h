@@ -1,0 +1,86 @@
+// How `sluice sim` judges what a set of instances admitted: against the limit, window by window
+// (over-admission), and against an exact single limiter run on the same arrivals
+// (under-admission).
+//
+// A "window", per algorithm, is a span of time in which an exact single limiter admits at most a
+// known amount (the allowance, in cost units) whatever the traffic:
+//   fixed_window, sliding_window   the epoch-aligned windows [kW, (k+1)W): N each. (Over any
+//                                  other span of length W both admit up to 2N by design.)
+//   sliding_log                    every span [t, t+W): N.
+//   token_bucket, leaky_bucket     every span [t, t+W): C + N − 1, where C is the capacity
+//                                  (token_bucket B, default N; leaky_bucket B + 1). The bucket
+//                                  holds at most C at t and refills strictly less than N before
+//                                  t + W, and costs are whole units.
+// Over-admission of a key in a window is (admitted in it) − allowance when positive. `max` is
+// the largest over every key and window; `total` counts, over every key, the admitted units that
+// brought some window over its allowance (each unit once: for aligned windows, the sum over
+// windows of the excess). Both are computed exactly, in one pass over each key's admissions in
+// time order (two pointers for the spans of length W).
+
+#ifndef SLUICE_SIM_ADMISSION_H_
+#define SLUICE_SIM_ADMISSION_H_
+
+#include <climits>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/trace.h"
+#include "sluice/limit.h"
+
+namespace sluice::sim {
+
+// The windows of an algorithm and what an exact limiter admits in each (see above).
+struct WindowRule {
+  bool aligned = true;  // epoch-aligned windows; else every span of length window_us
+  int64_t window_us = 0;
+  uint64_t allowance = 0;  // cost units
+};
+WindowRule WindowRuleFor(const Limit& limit);
+
+// One admitted request of a key: when it was decided (µs since the epoch, in the clock the
+// deciding backend aligns its windows to) and its cost.
+struct Admission {
+  int64_t t_us = 0;
+  uint64_t cost = 1;
+};
+
+struct OverAdmission {
+  uint64_t max = 0;    // cost units
+  uint64_t total = 0;  // cost units
+};
+
+// One key's over-admission. `admissions` sorted by time.
+OverAdmission MeasureOverAdmission(std::span<const Admission> admissions, const WindowRule& rule);
+
+// Over-admission over every key: `admissions` holds each key's admissions (any order; sorted
+// here), indexed by key.
+OverAdmission MeasureOverAdmission(std::vector<std::vector<Admission>>& admissions,
+                                   const WindowRule& rule);
+
+// Arrival i's entry in `admitted_at` when it was not admitted.
+inline constexpr int64_t kNotAdmitted = INT64_MIN;
+
+// What a run admitted, judged against the limit and against the exact model.
+struct Judgement {
+  uint64_t admitted = 0;        // cost units
+  uint64_t exact_admitted = 0;  // cost units the exact model admitted
+  OverAdmission over;
+  uint64_t under = 0;    // exact_admitted - admitted when positive, else 0
+  double under_pct = 0;  // under as a percentage of exact_admitted (0 when that is 0)
+};
+
+// `admitted_at[i]`: when arrival i of `trace` was admitted (µs since the epoch, the deciding
+// backend's clock), or kNotAdmitted; `exact[i]`: whether the exact model admitted it.
+Judgement Judge(const Limit& limit, const Trace& trace, std::span<const int64_t> admitted_at,
+                const std::vector<bool>& exact);
+
+// The exact model: one in-process limiter (the library's, on a manual clock) deciding every
+// arrival of `trace` in order, at `start_us` + its time. Returns whether each was admitted.
+absl::StatusOr<std::vector<bool>> RunExactModel(const Limit& limit, const Trace& trace,
+                                                int64_t start_us);
+
+}  // namespace sluice::sim
+
+#endif  // SLUICE_SIM_ADMISSION_H_

@@ -1,0 +1,423 @@
+#include "sim/sim.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "fmt/format.h"
+#include "redis/client.h"
+#include "redis/scripts.h"
+#include "sim/admission.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "tools/redis_stats.h"
+#include "util/json_string.h"
+
+namespace sluice::sim {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr int kMaxInstances = 64;
+// Arrivals not sent by the end of the run plus this are dropped (the machine cannot keep up).
+constexpr int64_t kLateLimitUs = 1000000;
+
+int64_t MicrosSince(SteadyClock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - start).count();
+}
+
+// What the completion of one decision records.
+struct Record {
+  int64_t done_us = -1;       // steady µs from the start of the run; -1: not answered
+  int64_t decided_at_us = 0;  // Outcome::decided_at_us (the backend's clock, µs since the epoch)
+  bool admitted = false;
+  bool failed = false;  // an error, or answered by the failure policy (closed: denied)
+};
+
+// One run's decisions: items, answers and records, one slot per arrival, written by that
+// arrival's completion (on any thread) and read after every instance is gone.
+struct Playback {
+  std::vector<backend::Item> items;
+  std::vector<Decision> answers;
+  std::vector<Record> records;
+  SteadyClock::time_point start;
+  std::atomic<size_t> answered{0};
+
+  void Complete(size_t i, const backend::Outcome& outcome) {
+    Record& r = records[i];
+    r.done_us = MicrosSince(start);
+    r.decided_at_us = outcome.decided_at_us;
+    r.admitted = outcome.status.ok() && outcome.allowed;
+    r.failed = !outcome.status.ok() || outcome.fell_back;
+    answered.fetch_add(1, std::memory_order_release);
+  }
+};
+
+// Redis's clock minus this machine's wall clock (µs), from TIME; 0 if it cannot be read.
+int64_t RedisClockOffset(redis::Client& client) {
+  const int64_t before = SystemClock::Get()->NowMicros();
+  auto reply = tools::CallRedis(client, "", {"TIME"});
+  const int64_t after = SystemClock::Get()->NowMicros();
+  if (!reply.ok() || reply->elements.size() != 2) return 0;
+  int64_t seconds = 0, micros = 0;
+  const std::string& s = reply->elements[0].str;
+  const std::string& u = reply->elements[1].str;
+  std::from_chars(s.data(), s.data() + s.size(), seconds);
+  std::from_chars(u.data(), u.data() + u.size(), micros);
+  return seconds * 1000000 + micros - (before + after) / 2;
+}
+
+// The states Redis read and wrote: the items decided in scripts. Each decision of the sim is one
+// item, so every decision that reached a Redis store and was not refused by its breaker is one.
+// (The leased and eventual modes add the leases taken and returned and the deltas synced.)
+uint64_t StateOps(const stack::Stack::RedisCounters& work) {
+  return work.decide_calls - work.refused;
+}
+
+std::string Json(std::string_view text) {
+  std::string out;
+  util::AppendJsonString(&out, text);
+  return out;
+}
+
+int64_t Percentile(std::vector<int64_t>& samples, double p) {
+  if (samples.empty()) return 0;
+  const size_t k =
+      std::min(samples.size() - 1, static_cast<size_t>(p * static_cast<double>(samples.size())));
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k),
+                   samples.end());
+  return samples[k];
+}
+
+// DIR/windows.csv: for the keys with the most arrivals, what was admitted in each epoch-aligned
+// window of the run, by the instances and by the exact model, next to the allowance.
+absl::Status WriteWindowsCsv(const SimOptions& o, const Trace& trace,
+                             std::span<const int64_t> admitted_at, const std::vector<bool>& exact,
+                             int64_t start_us) {
+  constexpr size_t kKeys = 5;
+  constexpr int64_t kMaxWindows = 20000;
+  std::error_code ec;
+  std::filesystem::create_directories(o.csv_dir, ec);
+  std::ofstream csv(std::filesystem::path(o.csv_dir) / "windows.csv");
+  if (!csv) return absl::InvalidArgumentError(fmt::format("--csv: cannot write in {}", o.csv_dir));
+  std::vector<uint64_t> arrivals_per_key(trace.keys.size());
+  for (const Arrival& a : trace.arrivals) ++arrivals_per_key[a.key];
+  std::vector<uint32_t> keys(trace.keys.size());
+  for (uint32_t k = 0; k < keys.size(); ++k) keys[k] = k;
+  const size_t top = std::min(kKeys, keys.size());
+  std::partial_sort(
+      keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(top), keys.end(),
+      [&](uint32_t a, uint32_t b) { return arrivals_per_key[a] > arrivals_per_key[b]; });
+  keys.resize(top);
+  const int64_t w = o.limit.window_us;
+  const int64_t first = start_us / w;
+  const int64_t last = (start_us + static_cast<int64_t>(o.trace.seconds * 1e6) + kLateLimitUs) / w;
+  const int64_t windows = std::min(kMaxWindows, last - first + 1);
+  const uint64_t allowance = WindowRuleFor(o.limit).allowance;
+  csv << "mode,instances,key,window_start_s,admitted,exact_admitted,allowance\n";
+  for (const uint32_t key : keys) {
+    std::vector<uint64_t> admitted(static_cast<size_t>(windows)),
+        model(static_cast<size_t>(windows));
+    const auto add = [&](std::vector<uint64_t>& per_window, int64_t t_us, uint64_t cost) {
+      const int64_t index = t_us / w - first;
+      if (index >= 0 && index < windows) per_window[static_cast<size_t>(index)] += cost;
+    };
+    for (size_t i = 0; i < trace.arrivals.size(); ++i) {
+      const Arrival& a = trace.arrivals[i];
+      if (a.key != key) continue;
+      if (admitted_at[i] != kNotAdmitted) add(admitted, admitted_at[i], a.cost);
+      if (exact[i]) add(model, start_us + a.t_us, a.cost);
+    }
+    for (int64_t i = 0; i < windows; ++i) {
+      const auto s = static_cast<size_t>(i);
+      csv << fmt::format("{},{},{},{:.6f},{},{},{}\n", ModeName(o.instance.mode), o.instances,
+                         trace.keys[key], static_cast<double>((first + i) * w - start_us) / 1e6,
+                         admitted[s], model[s], allowance);
+    }
+  }
+  if (!csv) return absl::InternalError(fmt::format("--csv: error writing in {}", o.csv_dir));
+  return absl::OkStatus();
+}
+
+// One look (cost 0) on each instance, awaited, so that every instance has its connections and
+// Redis has the script before the run: a cold first call (NOSCRIPT, then the script loaded)
+// would be decided late, in Redis's next window.
+void WarmUp(const std::vector<std::unique_ptr<stack::Stack>>& instances, const Limit& limit,
+            int64_t timeout_us) {
+  struct Look {
+    backend::Item item;
+    Decision answer;
+    std::atomic<bool> done{false};
+  };
+  // Shared with the completion, which may come after the wait below gave up.
+  std::vector<std::shared_ptr<Look>> looks;
+  for (const auto& instance : instances) {
+    auto look = std::make_shared<Look>();
+    look->item = {.limit = &limit, .limit_id = LimitId(limit), .key = "sim-warm-up", .cost = 0};
+    instance->backend().Decide(
+        std::span(&look->item, 1), SystemClock::Get()->NowMicros(), std::span(&look->answer, 1),
+        [look](const backend::Outcome&) { look->done.store(true, std::memory_order_release); });
+    looks.push_back(std::move(look));
+  }
+  const auto deadline = SteadyClock::now() + std::chrono::microseconds(timeout_us) + 1s;
+  for (const auto& look : looks) {
+    while (!look->done.load(std::memory_order_acquire) && SteadyClock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+}
+
+// The trace the options name, for a run starting at `start_us` (the backend's clock).
+absl::StatusOr<Trace> MakeTrace(const SimOptions& o, int64_t start_us) {
+  TraceOptions trace_options = o.trace;
+  trace_options.window_us = o.limit.window_us;
+  trace_options.window_phase_us = start_us % o.limit.window_us;
+  absl::StatusOr<Trace> trace;
+  if (trace_options.kind == TraceKind::kFile) {
+    std::ifstream file(o.trace_name);
+    if (!file || std::filesystem::is_directory(o.trace_name)) {
+      return absl::InvalidArgumentError(fmt::format("--trace: cannot read {}", o.trace_name));
+    }
+    trace = ReadTrace(file, trace_options);
+  } else {
+    trace = GenerateTrace(trace_options);
+  }
+  if (trace.ok()) SpreadOverInstances(*trace, static_cast<uint32_t>(o.instances), o.spread);
+  return trace;
+}
+
+}  // namespace
+
+absl::StatusOr<Limit> ParseLimitSpec(std::string_view text) {
+  const auto fail = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        fmt::format("--limit '{}': {} (expected ALGORITHM:N/WINDOW[:burst=B], e.g. "
+                    "fixed_window:100/1s)",
+                    text, why));
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return fail("no ':'");
+  auto algorithm = ParseAlgorithm(text.substr(0, colon));
+  if (!algorithm.ok()) return fail(std::string(algorithm.status().message()));
+  std::string_view rest = text.substr(colon + 1);
+  std::string_view burst;
+  if (const size_t c = rest.find(':'); c != std::string_view::npos) {
+    burst = rest.substr(c + 1);
+    rest = rest.substr(0, c);
+    if (!burst.starts_with("burst=")) return fail("the third part must be burst=B");
+    burst.remove_prefix(6);
+  }
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return fail("no '/' between N and WINDOW");
+  Limit limit;
+  limit.algorithm = *algorithm;
+  const std::string_view n = rest.substr(0, slash);
+  if (auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), limit.requests);
+      ec != std::errc() || p != n.data() + n.size()) {
+    return fail("N is not a non-negative integer");
+  }
+  auto window = ParseDuration(rest.substr(slash + 1));
+  if (!window.ok()) return fail(std::string(window.status().message()));
+  limit.window_us = *window;
+  if (!burst.empty() || text.ends_with("burst=")) {
+    uint64_t b = 0;
+    if (auto [p, ec] = std::from_chars(burst.data(), burst.data() + burst.size(), b);
+        ec != std::errc() || p != burst.data() + burst.size()) {
+      return fail("B is not a non-negative integer");
+    }
+    limit.burst = b;
+  }
+  if (absl::Status s = ValidateLimit(limit); !s.ok()) return fail(std::string(s.message()));
+  return limit;
+}
+
+int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.instances < 1 || o.instances > kMaxInstances) {
+    err << "sim: --instances must be 1.." << kMaxInstances << "\n";
+    return 2;
+  }
+  if (o.instance.redis_urls.empty()) {
+    err << "sim: --redis URL is required\n";
+    return 2;
+  }
+  if (auto s = redis::CheckExactRange(o.limit); !s.ok()) {
+    err << "sim: --limit: " << s.message() << "\n";
+    return 2;
+  }
+  // Logs (e.g. Redis's eviction policy warning) go to stderr: stdout is the JSON line.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "sim", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  spdlog::set_level(spdlog::level::warn);
+
+  // The instances, all on the same states: one key prefix for the run, new for every run.
+  InstanceConfig config = o.instance;
+  config.key_prefix =
+      fmt::format("sluice-sim:{}:{}:", getpid(), SystemClock::Get()->MonotonicMicros());
+  std::vector<std::unique_ptr<stack::Stack>> instances;
+  for (int i = 0; i < o.instances; ++i) {
+    auto instance = BuildInstance(config, SystemClock::Get());
+    if (!instance.ok()) {
+      err << "sim: " << instance.status().message() << "\n";
+      return absl::IsUnimplemented(instance.status()) ? 2 : 1;
+    }
+    instances.push_back(*std::move(instance));
+  }
+  // A connection of its own to each server for INFO and TIME.
+  redis::Client::Options client_options;
+  client_options.cluster = config.cluster;
+  for (const std::string& url : config.redis_urls) {
+    auto endpoint = redis::ParseUrl(url);
+    if (!endpoint.ok()) {
+      err << "sim: " << endpoint.status().message() << "\n";
+      return 2;
+    }
+    client_options.seeds.push_back(*endpoint);
+  }
+  auto probe = redis::Client::Create(client_options);
+  if (!probe.ok()) {
+    err << "sim: " << probe.status().message() << "\n";
+    return 1;
+  }
+  for (int i = 0; i < 500 && !(*probe)->Ready(); ++i) std::this_thread::sleep_for(10ms);
+  if (!(*probe)->Ready()) {
+    err << "sim: cannot reach " << config.redis_urls.front() << ": " << (*probe)->last_error()
+        << "\n";
+    return 1;
+  }
+  const auto stats_clients = tools::RedisStatsClients(**probe, client_options);
+  WarmUp(instances, o.limit, config.timeout_us);
+  const int64_t redis_offset_us = RedisClockOffset(**probe);
+
+  // The trace, for a start a little ahead (time to build it). Its times are in the steady clock
+  // from `start`; the model and the windows see them in Redis's clock from `start_us`.
+  const auto lead =
+      300ms + std::chrono::nanoseconds(static_cast<int64_t>(100 * o.trace.rate * o.trace.seconds));
+  const SteadyClock::time_point start = SteadyClock::now() + lead;
+  const int64_t start_us = SystemClock::Get()->NowMicros() +
+                           std::chrono::duration_cast<std::chrono::microseconds>(lead).count() +
+                           redis_offset_us;
+  auto trace = MakeTrace(o, start_us);
+  if (!trace.ok()) {
+    err << "sim: " << trace.status().message() << "\n";
+    return 2;
+  }
+  const size_t n = trace->arrivals.size();
+  const uint64_t limit_id = LimitId(o.limit);
+  Playback play;
+  play.items.reserve(n);
+  for (const Arrival& a : trace->arrivals) {
+    play.items.push_back({.limit = &o.limit,
+                          .limit_id = limit_id,
+                          .key = trace->keys[a.key],
+                          .cost = a.cost,
+                          .on_failure = backend::FailureMode::kClosed});
+  }
+  play.answers.resize(n);
+  play.records.resize(n);
+  play.start = start;
+
+  std::vector<stack::Stack::RedisCounters> counters_before;
+  for (const auto& instance : instances) counters_before.push_back(instance->GetRedisCounters());
+  const tools::RedisSnapshot info_before = tools::TakeRedisSnapshot(stats_clients);
+  std::this_thread::sleep_until(start);
+  // Open loop: every arrival due is sent, then a sleep until the next one.
+  const auto duration_us = static_cast<int64_t>(o.trace.seconds * 1e6);
+  size_t sent = 0;
+  while (sent < n) {
+    const int64_t now = MicrosSince(start);
+    if (now > duration_us + kLateLimitUs) break;
+    for (; sent < n && trace->arrivals[sent].t_us <= now; ++sent) {
+      Playback* p = &play;
+      const size_t i = sent;
+      instances[trace->arrivals[i].instance]->backend().Decide(
+          std::span(&play.items[i], 1), SystemClock::Get()->NowMicros(),
+          std::span(&play.answers[i], 1),
+          [p, i](const backend::Outcome& outcome) { p->Complete(i, outcome); });
+    }
+    if (sent < n) {
+      std::this_thread::sleep_for(std::chrono::microseconds(trace->arrivals[sent].t_us - now));
+    }
+  }
+  const auto answer_deadline =
+      SteadyClock::now() + std::chrono::microseconds(config.timeout_us) + 5s;
+  while (play.answered.load(std::memory_order_acquire) < sent &&
+         SteadyClock::now() < answer_deadline) {
+    std::this_thread::sleep_for(2ms);
+  }
+  const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(stats_clients);
+  stack::Stack::RedisCounters work;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const stack::Stack::RedisCounters now = instances[i]->GetRedisCounters();
+    work.decide_calls += now.decide_calls - counters_before[i].decide_calls;
+    work.refused += now.refused - counters_before[i].refused;
+    work.script_calls += now.script_calls - counters_before[i].script_calls;
+    work.over_limit_cache_hits +=
+        now.over_limit_cache_hits - counters_before[i].over_limit_cache_hits;
+  }
+  // Gone: every completion has run (those still waiting failed), so the records are final.
+  instances.clear();
+
+  std::vector<int64_t> admitted_at(n, kNotAdmitted);
+  std::vector<int64_t> latencies;
+  latencies.reserve(sent);
+  uint64_t errors = 0;
+  int64_t last_done_us = 1;
+  for (size_t i = 0; i < sent; ++i) {
+    const Record& r = play.records[i];
+    if (r.failed || r.done_us < 0) ++errors;
+    if (r.done_us < 0) continue;
+    last_done_us = std::max(last_done_us, r.done_us);
+    latencies.push_back(r.done_us - trace->arrivals[i].t_us);
+    if (r.admitted) admitted_at[i] = r.decided_at_us > 0 ? r.decided_at_us : start_us + r.done_us;
+  }
+  auto exact = RunExactModel(o.limit, *trace, start_us);
+  if (!exact.ok()) {
+    err << "sim: " << exact.status().message() << "\n";
+    return 2;
+  }
+  // The decisions not sent are judged as not asked: the model does not see them either.
+  for (size_t i = sent; i < n; ++i) (*exact)[i] = false;
+  const Judgement judged = Judge(o.limit, *trace, admitted_at, *exact);
+  if (!o.csv_dir.empty()) {
+    if (auto s = WriteWindowsCsv(o, *trace, admitted_at, *exact, start_us); !s.ok()) {
+      err << "sim: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  const tools::RedisExecuted executed = tools::RedisExecutedBetween(info_before, info_after);
+  const double per = sent == 0 ? 0 : 1.0 / static_cast<double>(sent);
+  out << fmt::format(
+             "{{\"mode\":\"{}\",\"instances\":{},\"trace\":{},\"limit\":\"{}\","
+             "\"over_limit_cache\":\"{}\",\"decisions\":{},\"not_sent\":{},\"errors\":{},"
+             "\"decisions_per_s\":{:.0f},\"redis_script_calls_per_decision\":{:.4f},"
+             "\"redis_state_ops_per_decision\":{:.4f},\"redis_commands_per_decision\":{:.4f},"
+             "\"redis_cpu_us_per_decision\":{:.3f},\"admitted\":{},\"exact_admitted\":{},"
+             "\"over_admission_max\":{},\"over_admission_total\":{},\"under_admission\":{},"
+             "\"under_admission_pct\":{:.3f},\"p50_us\":{},\"p99_us\":{},"
+             "\"over_limit_cache_hits\":{}}}",
+             ModeName(o.instance.mode), o.instances, Json(o.trace_name), DescribeLimit(o.limit),
+             o.instance.over_limit_cache ? "on" : "off", sent, n - sent, errors,
+             static_cast<double>(sent) * 1e6 / static_cast<double>(last_done_us),
+             static_cast<double>(work.script_calls) * per,
+             static_cast<double>(StateOps(work)) * per,
+             static_cast<double>(executed.commands) * per, executed.cpu_seconds * 1e6 * per,
+             judged.admitted, judged.exact_admitted, judged.over.max, judged.over.total,
+             judged.under, judged.under_pct, Percentile(latencies, 0.50),
+             Percentile(latencies, 0.99), work.over_limit_cache_hits)
+      << std::endl;
+  return errors == 0 && sent == n ? 0 : 1;
+}
+
+}  // namespace sluice::sim

@@ -25,7 +25,7 @@ rules     | util backend sluice                                     | engine sto
 engine    | rules algo backend util sluice                          | store
 render    | engine rules util sluice                                | store
 metrics   | util                                                    |
-redis     | backend util metrics sluice                             | store tests
+redis     | backend util metrics sluice                             | store algo tests
 core      | algo store redis backend util sluice                    | tests
 stack     | store redis backend rules metrics util sluice           |
 tools     | store redis backend algo util sluice                    |
@@ -54,7 +54,8 @@ cli       | http rls stack tools sim engine rules render metrics backend util sl
 # backend wrappers' tests (the store stands behind them); rules' tests
 # check that ConfigManager reloads keep the engine's state (engine) and that the embedded default
 # config (cli/default_config.h) loads; redis' tests, and core's of the library on Redis, run
-# real Redis servers (tests/support/).
+# real Redis servers (tests/support/); redis' lease tests replay admissions into the exact
+# algorithm (algo).
 
 # TEMPORARY EXCEPTIONS: edges the table forbids that are still there. Each goes when its edge
 # does; nothing may be added here. One per line: FROM TO reason.

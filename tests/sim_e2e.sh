@@ -3,8 +3,9 @@
 # against a real redis-server on a free port, a few short runs at a low rate. Checks the JSON
 # line: no over-admission in any window, admitted equal to the exact model's within the
 # tolerance docs/sim.md explains (Redis decides in its own clock, a little after each arrival),
-# and the over-limit cache saving script calls on a hot key. Also: a mode not built yet and a bad
-# limit are usage errors (exit 2).
+# and the over-limit cache saving script calls on a hot key; leased mode with no over-admission
+# and a fraction of exact mode's Redis work. Also: a mode not built yet and a bad limit are usage
+# errors (exit 2).
 # Usage: SLUICE=path/to/sluice tests/sim_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
@@ -59,10 +60,28 @@ check "hot key, cache on: no over-admission" "0" "$(field over_admission_max "$o
 check "hot key, cache off: every decision a Redis state operation" "1.0000" \
   "$(field redis_state_ops_per_decision "$off")"
 
+# ------------------------------------------------------------------ leased mode, side by side
+# A hot key at 2000/s for a limit of 1000/s, and 50 zipf keys: leases spend locally, never over.
+for trace in hot zipf; do
+  leased=$(sim --trace "$trace" --keys 50 --limit fixed_window:1000/1s --mode leased)
+  exact=$(sim --trace "$trace" --keys 50 --limit fixed_window:1000/1s --mode exact --over-limit-cache off)
+  echo "  $leased"
+  echo "  $exact"
+  check "leased, $trace: no over-admission in any window" "0" "$(field over_admission_max "$leased")"
+  check "leased, $trace: no errors" "0" "$(field errors "$leased")"
+  ops_leased=$(field redis_state_ops_per_decision "$leased")
+  ops_exact=$(field redis_state_ops_per_decision "$exact")
+  check "leased, $trace: Redis state operations per decision ($ops_leased) under a third of exact's ($ops_exact)" \
+    "yes" "$(holds "$ops_leased < $ops_exact / 3")"
+  admitted=$(field admitted "$leased") model=$(field exact_admitted "$leased")
+  check "leased, $trace: under-admission ($admitted of $model) under 10 %" "yes" \
+    "$(holds "$model > 100 && $admitted >= $model * 0.9")"
+done
+
 # ------------------------------------------------------------------------------- usage errors
-out=$("$sluice" sim --redis "$url" --mode leased 2>&1)
-check "--mode leased: exit 2" "2" "$?"
-check_contains "--mode leased: not built yet" "not built yet" "$out"
+out=$("$sluice" sim --redis "$url" --mode eventual 2>&1)
+check "--mode eventual: exit 2" "2" "$?"
+check_contains "--mode eventual: not built yet" "not built yet" "$out"
 out=$("$sluice" sim --redis "$url" --limit fixed_window:100 2>&1)
 check "a bad --limit: exit 2" "2" "$?"
 check_contains "a bad --limit: the expected form" "ALGORITHM:N/WINDOW" "$out"

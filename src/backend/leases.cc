@@ -15,6 +15,11 @@ namespace {
 
 constexpr int64_t kSweepEveryUs = 100000;
 
+// Whether two times (µs, the source's clock) are in the same window of a window limit.
+bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
+  return a_us / limit.window_us == b_us / limit.window_us;
+}
+
 // An entry's state identity back from its key (EntryKey's layout).
 struct Unspent {
   Limit limit;
@@ -102,7 +107,7 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
       // denials then come from the over-limit cache, with no call).
       exact = (entry != nullptr && (entry->taking || entry->dry_until > mono)) ||
               (entry == nullptr && entries_.size() >= options_.max_entries);
-      take.emplace_back(i, NextWant(entry, items[i], options_.life_us, mono));
+      take.emplace_back(i, NextWant(entry, items[i], LifeOf(*items[i].limit), mono));
     }
     if (!exact) {
       for (const auto& [i, want] : take) entries_[EntryKey(items[i])].taking = true;
@@ -118,41 +123,47 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
   for (const auto& [i, want] : take) {
     const Item& item = items[i];
     leases_.fetch_add(1, std::memory_order_relaxed);
-    source_->Lease(
-        item, want, options_.life_us,
-        [this, call, &item](absl::StatusOr<LeaseSource::Grant> grant) {
-          const int64_t arrived = clock_->MonotonicMicros();
-          {
-            absl::MutexLock lock(&mu_);
-            const std::string key = EntryKey(item);
-            Entry& entry = entries_[key];
-            entry.taking = false;
-            if (grant.ok() && grant->granted > 0) {
-              if (entry.units > 0) GiveBack(item, entry);  // the old lease's unspent units
-              units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
-              entry.limit = *item.limit;
-              entry.units = grant->granted;
-              entry.granted = grant->granted;
-              entry.left = grant->left;
-              entry.granted_at_us = grant->now_us;
-              entry.started = arrived;
-              // The lease's life as Redis counts it, from when the grant arrived here: it ends here
-              // no later than there.
-              entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
-            } else if (grant.ok()) {
-              entry.left = grant->left;
-              entry.dry_until = arrived + options_.life_us;
-            }
-          }
-          if (call->waiting.fetch_sub(1) != 1) return;
-          // Every lease is in: decide from them, else exactly.
-          if (TrySpend(call->items, clock_->MonotonicMicros(), call->out)) {
-            local_.fetch_add(1, std::memory_order_relaxed);
-            return call->done(
-                {.status = absl::OkStatus(), .allowed = true, .decided_at_us = call->now_us});
-          }
-          inner_->Decide(call->items, call->now_us, call->out, call->done);
-        });
+    const int64_t life = LifeOf(*item.limit);
+    source_->Lease(item, want, life, [this, call, &item](absl::StatusOr<LeaseSource::Grant> grant) {
+      const int64_t arrived = clock_->MonotonicMicros();
+      {
+        absl::MutexLock lock(&mu_);
+        const std::string key = EntryKey(item);
+        Entry& entry = entries_[key];
+        entry.taking = false;
+        if (grant.ok() && grant->granted > 0) {
+          // The old lease's unspent units join the new one when both count in the same
+          // window (and end with it); otherwise they go back (or are lost: a bucket's).
+          const bool same_window = entry.units > 0 && entry.limit == *item.limit &&
+                                   entry.limit.algorithm != Algorithm::kTokenBucket &&
+                                   entry.ends > arrived &&
+                                   SameWindow(entry.limit, entry.granted_at_us, grant->now_us);
+          const uint64_t kept = same_window ? entry.units : 0;
+          if (entry.units > 0 && !same_window) GiveBack(key, entry);
+          units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
+          entry.limit = *item.limit;
+          entry.units = grant->granted + kept;
+          entry.granted = grant->granted + kept;
+          entry.left = grant->left;
+          entry.granted_at_us = grant->now_us;
+          entry.started = arrived;
+          // The lease's life as Redis counts it, from when the grant arrived here: it ends here
+          // no later than there.
+          entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
+        } else if (grant.ok()) {
+          entry.left = grant->left;
+          entry.dry_until = arrived + options_.life_us;
+        }
+      }
+      if (call->waiting.fetch_sub(1) != 1) return;
+      // Every lease is in: decide from them, else exactly.
+      if (TrySpend(call->items, clock_->MonotonicMicros(), call->out)) {
+        local_.fetch_add(1, std::memory_order_relaxed);
+        return call->done(
+            {.status = absl::OkStatus(), .allowed = true, .decided_at_us = call->now_us});
+      }
+      inner_->Decide(call->items, call->now_us, call->out, call->done);
+    });
   }
 }
 
@@ -187,10 +198,18 @@ bool Leases::TrySpend(std::span<const Item> items, int64_t mono, std::span<Decis
   return true;
 }
 
+int64_t Leases::LifeOf(const Limit& limit) const {
+  // A bucket's lease lives the target interval: its life is recorded as consumed
+  // (docs/algorithms.md). A window's units count in their window whenever they are spent, so its
+  // lease may live longer (the script ends it with the window): what is left unspent then waits
+  // longer to go back.
+  return limit.algorithm == Algorithm::kTokenBucket ? options_.life_us : options_.window_life_us;
+}
+
 uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono) {
   const uint64_t cost = item.cost;
   const uint64_t instances = std::max<uint32_t>(1, item.instances);
-  uint64_t demand = cost * 4;  // a first lease
+  uint64_t demand = cost;  // a first lease: as for an exact decision, until the rate is known
   uint64_t share = std::max<uint64_t>(1, item.limit->Capacity() / (2 * instances));
   if (entry != nullptr && entry->granted > 0) {
     // Twice the rate the last lease was spent at, over a lease's life.
@@ -203,14 +222,16 @@ uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us,
   return std::max(cost, std::min(demand, share));
 }
 
-void Leases::GiveBack(const Item& item, const Entry& entry) {
+void Leases::GiveBack(const std::string& entry_key, const Entry& entry) {
   const Algorithm a = entry.limit.algorithm;
   if (a == Algorithm::kTokenBucket) {  // not safely given back: drains with the refill
     units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
     return;
   }
+  if (!SameWindow(entry.limit, entry.granted_at_us, clock_->NowMicros())) return;  // it rolled
   units_returned_.fetch_add(entry.units, std::memory_order_relaxed);
-  auto unspent = MakeUnspent(EntryKey(item), entry.limit, entry.units);
+  returns_.fetch_add(1, std::memory_order_relaxed);
+  auto unspent = MakeUnspent(entry_key, entry.limit, entry.units);
   inner_->Refund({&unspent->item, 1}, entry.granted_at_us, clock_->NowMicros(),
                  [unspent](absl::Status) {});
 }
@@ -225,17 +246,7 @@ void Leases::Sweep(int64_t mono) {
       ++it;
       continue;
     }
-    if (entry.units > 0) {
-      // A window's lease ends with its window or sooner; in its window, a refund still counts.
-      auto unspent = MakeUnspent(it->first, entry.limit, entry.units);
-      if (entry.limit.algorithm == Algorithm::kTokenBucket) {
-        units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
-      } else {
-        units_returned_.fetch_add(entry.units, std::memory_order_relaxed);
-        inner_->Refund({&unspent->item, 1}, entry.granted_at_us, clock_->NowMicros(),
-                       [unspent](absl::Status) {});
-      }
-    }
+    if (entry.units > 0) GiveBack(it->first, entry);
     entries_.erase(it++);
   }
 }
@@ -287,6 +298,7 @@ void Leases::ReturnAll(std::function<void()> done) {
         units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
       } else {
         units_returned_.fetch_add(entry.units, std::memory_order_relaxed);
+        returns_.fetch_add(1, std::memory_order_relaxed);
         pending->unspent.push_back(MakeUnspent(key, entry.limit, entry.units));
         pending->at.push_back(entry.granted_at_us);
       }
@@ -308,7 +320,8 @@ Leases::Stats Leases::GetStats() const {
           .leases = leases_.load(std::memory_order_relaxed),
           .units_granted = units_granted_.load(std::memory_order_relaxed),
           .units_returned = units_returned_.load(std::memory_order_relaxed),
-          .units_lost = units_lost_.load(std::memory_order_relaxed)};
+          .units_lost = units_lost_.load(std::memory_order_relaxed),
+          .returns = returns_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace sluice::backend

@@ -16,14 +16,18 @@
 // So a denial here is always the backend's, and an admission here spends units the backend
 // already counted.
 //
-// L adapts per state: about twice what was spent over the last lease's life (the target interval,
-// Options::life_us), at least the request's cost, and never more than half of what the state had
-// left after the last grant divided by the instances (Item::instances), so that near the limit
-// leases shrink to 1 and the instances share what is left.
+// L adapts per state: the first lease is the request's cost; then about twice the rate the last
+// lease was spent at over a lease's life, at least the request's cost, and never more than half
+// of what the state had left after the last grant divided by the instances (Item::instances), so
+// that near the limit leases shrink to 1 and the instances share what is left.
 //
-// Unspent units: a window's lease returns them (a refund inside the lease's window) when it ends,
-// when a newer lease replaces it, when its limit changes (a reload gives the state a new id; the
-// old lease is swept when it ends) and at shutdown (ReturnAll). A bucket's unspent units are not
+// A bucket's lease lives Options::life_us, the target interval (its life is recorded as
+// consumed); a window's lives Options::window_life_us (its units count in their window whenever
+// they are spent), and never past its window. Unspent units: a
+// newer lease of the same window takes them over; otherwise a window's lease returns them (a
+// refund inside its window, while that lasts) when it ends, when a lease of another window
+// replaces it, when its limit changes (a reload gives the state a new id; the old lease is swept
+// when it ends) and at shutdown (ReturnAll). A bucket's unspent units are not
 // given back (unsafe: docs/algorithms.md); they drain with the bucket's refill. Both are the
 // price of leasing: units one instance held that another needed (under-admission), counted in
 // Stats.
@@ -76,8 +80,9 @@ class LeaseSource {
 class Leases final : public Backend {
  public:
   struct Options {
-    int64_t life_us = 100000;    // a lease's longest life: the target interval
-    size_t max_entries = 65536;  // states with a lease held at once; more are decided exactly
+    int64_t life_us = 100000;          // the target interval: a bucket's lease lives this long
+    int64_t window_life_us = 1000000;  // a window's lease: at most this, and to its window's end
+    size_t max_entries = 65536;        // states with a lease held at once; more are decided exactly
   };
   struct Stats {
     uint64_t local = 0;           // requests decided from leases, with no call
@@ -85,6 +90,7 @@ class Leases final : public Backend {
     uint64_t units_granted = 0;   // units those leases got
     uint64_t units_returned = 0;  // unspent units given back
     uint64_t units_lost = 0;      // unspent units that ended with their lease (buckets, resets)
+    uint64_t returns = 0;         // calls that gave units back (refunds)
   };
 
   Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options);
@@ -124,10 +130,14 @@ class Leases final : public Backend {
   static bool Leasable(const Item& item);
   // Spends the request's units if every item's lease covers it: fills `out`, true.
   bool TrySpend(std::span<const Item> items, int64_t mono, std::span<Decision> out);
+  // How long a lease of `limit` may live.
+  int64_t LifeOf(const Limit& limit) const;
   // How many units to ask for next (see the class comment).
   static uint64_t NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono);
-  // Gives back an entry's unspent units (a window's) or counts them lost (a bucket's).
-  void GiveBack(const Item& item, const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back an entry's unspent units (a window's, while its window lasts) or counts them
+  // lost (a bucket's).
+  void GiveBack(const std::string& entry_key, const Entry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the leases that are over (at most every 100 ms).
   void Sweep(int64_t mono);
   void DropAll(bool give_back);
@@ -140,7 +150,7 @@ class Leases final : public Backend {
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t last_sweep_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0},
-      units_lost_{0};
+      units_lost_{0}, returns_{0};
   ResetEpochWatch epoch_;
 };
 

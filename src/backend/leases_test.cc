@@ -109,20 +109,18 @@ class LeasesTest : public ::testing::Test {
 TEST_F(LeasesTest, RequestsAreDecidedFromALeaseWithNoCall) {
   const Item item = MakeItem("alice");
   Decision d;
-  EXPECT_TRUE(Decide(leases_, item, &d).allowed);  // a first lease (4 units), one spent
+  EXPECT_TRUE(Decide(leases_, item, &d).allowed);  // a first lease: the cost, spent
   EXPECT_EQ(shared_.leases, 1);
-  EXPECT_EQ(shared_.wants.back(), 4u);
-  EXPECT_EQ(d.remaining, 3);  // what the lease has left
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Decide(leases_, item).allowed);
-  EXPECT_EQ(shared_.leases, 1);
-  EXPECT_EQ(shared_.decides, 0);            // nothing asked of the backend but the lease
-  EXPECT_EQ(leases_.GetStats().local, 4u);  // (the first too, once its lease came)
-  // Spent in 1 ms: the next lease asks for about twice that rate over its life (100 ms).
+  EXPECT_EQ(shared_.wants.back(), 1u);
+  EXPECT_EQ(d.remaining, 0);  // what the lease has left
   clock_.Advance(1000);
-  EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_TRUE(Decide(leases_, item).allowed);  // one a ms: the next lease asks for ~2000
   EXPECT_EQ(shared_.leases, 2);
-  EXPECT_GT(shared_.wants.back(), 4u);
-  EXPECT_LE(shared_.wants.back(), 50u);  // at most half of what is left, for one instance
+  EXPECT_EQ(shared_.wants.back(), 49u);  // capped: half of what is left (99), one instance
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, 2);
+  EXPECT_EQ(shared_.decides, 0);            // nothing asked of the backend but the lease
+  EXPECT_EQ(leases_.GetStats().local, 5u);  // (the first ones too, once their lease came)
   // Requests that are not leased go to the backend as they are.
   Item exact = item;
   exact.consistency = Consistency::kExact;
@@ -178,15 +176,20 @@ TEST_F(LeasesTest, AnExhaustedStateIsDecidedByTheBackendAndNotLeasedForALeaseLif
 
 TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {
   const Item item = MakeItem("carol");
-  Decide(leases_, item);
-  Decide(leases_, item);  // a lease of 4, two spent
-  ASSERT_EQ(leases_.GetStats().units_granted, 4u);
-  clock_.Advance(Leases::Options{}.life_us + 1);
+  const auto spend_two = [&] {  // a lease of 1, then (one a 10 ms) a larger one: two spent
+    Decide(leases_, item);
+    clock_.Advance(10000);
+    Decide(leases_, item);
+  };
+  spend_two();
+  const uint64_t unspent = leases_.GetStats().units_granted - 2;
+  ASSERT_GT(unspent, 10u);
+  clock_.Advance(Leases::Options{}.window_life_us + 1);
   Decide(leases_, MakeItem("dave"));  // a decision sweeps the ended lease
-  EXPECT_EQ(shared_.refunded, 2u);
-  EXPECT_EQ(leases_.GetStats().units_returned, 2u);
+  EXPECT_EQ(shared_.refunded, unspent);
+  EXPECT_EQ(leases_.GetStats().units_returned, unspent);
   // At shutdown, every lease's unspent units.
-  Decide(leases_, item);  // a new lease for carol
+  spend_two();
   const uint64_t before = shared_.refunded;
   bool returned = false;
   leases_.ReturnAll([&] { returned = true; });
@@ -196,7 +199,7 @@ TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {
   Item peek = item;
   peek.cost = 0;
   shared_.store.DecideAll({&peek, 1}, clock_.NowMicros(), {&look, 1});
-  EXPECT_EQ(look.remaining, 97);  // three spent, the rest back
+  EXPECT_EQ(look.remaining, 96);  // four spent, the rest back
 }
 
 TEST_F(LeasesTest, ResetsHereAndElsewhereDropLeases) {

@@ -178,7 +178,8 @@ struct Settings {
   // redis.over_limit_cache: deny a key Redis denied until its retry_after, with no Redis call
   // (backend/over_limit_cache.h); up to this many denials held (0: off).
   size_t redis_over_limit_cache = 65536;
-  // redis.lease_interval: the longest life of a lease (consistency: leased), its target interval.
+  // redis.lease_interval (consistency: leased): the target interval; a token bucket's lease lives
+  // this long, a window's ten times as long (and never past its window).
   int64_t redis_lease_interval_us = 100000;
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
   // `headers` as flags, set with it by the settings parser: read for every answer.

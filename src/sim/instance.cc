@@ -38,17 +38,17 @@ absl::StatusOr<std::unique_ptr<stack::Stack>> BuildInstance(const InstanceConfig
   settings.redis_over_limit_cache = config.over_limit_cache ? settings.redis_over_limit_cache : 0;
   // The local store only answers failure_mode local, which the sim does not use.
   settings.max_entries = size_t{1} << 16;
+  settings.redis_lease_interval_us = config.lease_interval_us;
   switch (config.mode) {
     case Mode::kExact:
+    case Mode::kLeased:  // the same stack; the sim's items say consistency: leased
       return stack::Stack::Build(settings, std::nullopt, clock);
-    case Mode::kLeased:
     case Mode::kEventual:
-      // The hybrid backends (issue 21) go here: the settings' consistency mode set, or the
-      // stack's Redis backend wrapped.
+      // The eventual backend (issue 21) goes here.
       break;
   }
   return absl::UnimplementedError(
-      fmt::format("--mode {}: not built yet (only exact is)", ModeName(config.mode)));
+      fmt::format("--mode {}: not built yet (exact or leased)", ModeName(config.mode)));
 }
 
 }  // namespace sluice::sim

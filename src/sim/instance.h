@@ -23,7 +23,7 @@ namespace sluice::sim {
 // How instances share a limit (docs/hybrid.md).
 enum class Mode {
   kExact,     // every decision on Redis (batched), as `serve` decides today
-  kLeased,    // leases of quota taken from Redis, spent locally (not built yet)
+  kLeased,    // leases of quota taken from Redis, spent locally (backend/leases.h)
   kEventual,  // local decisions, deltas synced to Redis periodically (not built yet)
 };
 
@@ -38,6 +38,7 @@ struct InstanceConfig {
   bool over_limit_cache = true;
   std::string key_prefix;  // the same for every instance of a run
   int64_t timeout_us = 1000000;
+  int64_t lease_interval_us = 100000;  // leased: a lease's longest life (redis.lease_interval)
 };
 
 // One instance's stack, connected (as Stack::Build: a wrong password is an error, an unreachable

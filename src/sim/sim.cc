@@ -81,9 +81,10 @@ int64_t RedisClockOffset(redis::Client& client) {
 
 // The states Redis read and wrote: the items decided in scripts. Each decision of the sim is one
 // item, so every decision that reached a Redis store and was not refused by its breaker is one.
-// (The leased and eventual modes add the leases taken and returned and the deltas synced.)
+// Leased mode adds the leases taken and the calls giving units back (each reads and writes one
+// state). (The eventual mode will add the deltas synced.)
 uint64_t StateOps(const stack::Stack::RedisCounters& work) {
-  return work.decide_calls - work.refused;
+  return work.decide_calls - work.refused + work.leases + work.lease_returns;
 }
 
 std::string Json(std::string_view text) {
@@ -322,7 +323,11 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
                           .limit_id = limit_id,
                           .key = trace->keys[a.key],
                           .cost = a.cost,
-                          .on_failure = backend::FailureMode::kClosed});
+                          .on_failure = backend::FailureMode::kClosed,
+                          .instances = static_cast<uint32_t>(o.instances),
+                          .consistency = o.instance.mode == Mode::kLeased
+                                             ? backend::Consistency::kLeased
+                                             : backend::Consistency::kExact});
   }
   play.answers.resize(n);
   play.records.resize(n);
@@ -365,6 +370,9 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
     work.script_calls += now.script_calls - counters_before[i].script_calls;
     work.over_limit_cache_hits +=
         now.over_limit_cache_hits - counters_before[i].over_limit_cache_hits;
+    work.lease_local += now.lease_local - counters_before[i].lease_local;
+    work.leases += now.leases - counters_before[i].leases;
+    work.lease_returns += now.lease_returns - counters_before[i].lease_returns;
   }
   // Gone: every completion has run (those still waiting failed), so the records are final.
   instances.clear();
@@ -406,7 +414,7 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
              "\"redis_cpu_us_per_decision\":{:.3f},\"admitted\":{},\"exact_admitted\":{},"
              "\"over_admission_max\":{},\"over_admission_total\":{},\"under_admission\":{},"
              "\"under_admission_pct\":{:.3f},\"p50_us\":{},\"p99_us\":{},"
-             "\"over_limit_cache_hits\":{}}}",
+             "\"over_limit_cache_hits\":{},\"lease_local_decisions\":{},\"leases\":{}}}",
              ModeName(o.instance.mode), o.instances, Json(o.trace_name), DescribeLimit(o.limit),
              o.instance.over_limit_cache ? "on" : "off", sent, n - sent, errors,
              static_cast<double>(sent) * 1e6 / static_cast<double>(last_done_us),
@@ -415,7 +423,7 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
              static_cast<double>(executed.commands) * per, executed.cpu_seconds * 1e6 * per,
              judged.admitted, judged.exact_admitted, judged.over.max, judged.over.total,
              judged.under, judged.under_pct, Percentile(latencies, 0.50),
-             Percentile(latencies, 0.99), work.over_limit_cache_hits)
+             Percentile(latencies, 0.99), work.over_limit_cache_hits, work.lease_local, work.leases)
       << std::endl;
   return errors == 0 && sent == n ? 0 : 1;
 }

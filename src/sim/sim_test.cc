@@ -42,13 +42,13 @@ TEST(SimMode, ParsesTheThreeModes) {
 
 TEST(SimMode, ModesNotBuiltYetAreAUsageErrorBeforeAnyConnection) {
   SimOptions options;
-  options.instance.mode = Mode::kLeased;
+  options.instance.mode = Mode::kEventual;
   options.instance.redis_urls = {"redis://127.0.0.1:1"};  // never dialled
   options.limit = *ParseLimitSpec("fixed_window:100/1s");
   std::ostringstream out, err;
   EXPECT_EQ(RunSim(options, out, err), 2);
   EXPECT_EQ(out.str(), "");
-  EXPECT_NE(err.str().find("--mode leased: not built yet"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("--mode eventual: not built yet"), std::string::npos) << err.str();
 }
 
 }  // namespace

@@ -102,7 +102,8 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
   // consistency: leased items are decided from leases; every other item passes through.
   backend.leases = std::make_unique<backend::Leases>(
       primary, backend.redis.get(), &backend.client->clock(),
-      backend::Leases::Options{.life_us = settings.redis_lease_interval_us});
+      backend::Leases::Options{.life_us = settings.redis_lease_interval_us,
+                               .window_life_us = 10 * settings.redis_lease_interval_us});
   primary = backend.leases.get();
   backend.failover = std::make_unique<backend::Failover>(primary, backend.memory.get());
   return absl::OkStatus();
@@ -289,6 +290,12 @@ Stack::RedisCounters Stack::GetRedisCounters() const {
   }
   if (parts_->over_limit_cache)
     out.over_limit_cache_hits = parts_->over_limit_cache->GetStats().hits;
+  if (parts_->leases) {
+    const backend::Leases::Stats st = parts_->leases->GetStats();
+    out.lease_local = st.local;
+    out.leases = st.leases;
+    out.lease_returns = st.returns;
+  }
   return out;
 }
 

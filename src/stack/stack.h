@@ -62,6 +62,9 @@ class Stack {
     uint64_t refused = 0;                // of those, refused by its open breaker (no call)
     uint64_t script_calls = 0;           // script calls sent (a batch counts once)
     uint64_t over_limit_cache_hits = 0;  // decisions the over-limit cache denied, with no call
+    uint64_t lease_local = 0;            // decisions made from leased units, with no call
+    uint64_t leases = 0;                 // leases taken (script calls, in script_calls too)
+    uint64_t lease_returns = 0;          // calls giving unspent units back
   };
   RedisCounters GetRedisCounters() const;
 

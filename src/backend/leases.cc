@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -86,9 +87,9 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
   const int64_t mono = clock_->MonotonicMicros();
   epoch_.MaybeRead(mono);
   Sweep(mono);
-  if (TrySpend(items, mono, out)) {
+  if (const auto at = TrySpend(items, mono, out)) {
     local_.fetch_add(1, std::memory_order_relaxed);
-    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = now_us});
+    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
   }
   // Leases for the items without enough units and none on its way; a request whose state has a
   // lease call in flight is decided exactly rather than wait.
@@ -114,6 +115,13 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
     }
   }
   if (exact) return inner_->Decide(items, now_us, out, std::move(done));
+  if (take.empty()) {  // another request's lease came in between: its units may cover this one
+    if (const auto at = TrySpend(items, mono, out)) {
+      local_.fetch_add(1, std::memory_order_relaxed);
+      return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
+    }
+    return inner_->Decide(items, now_us, out, std::move(done));
+  }
   auto call = std::make_shared<Call>();
   call->items = items;
   call->now_us = now_us;
@@ -157,30 +165,30 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
       }
       if (call->waiting.fetch_sub(1) != 1) return;
       // Every lease is in: decide from them, else exactly.
-      if (TrySpend(call->items, clock_->MonotonicMicros(), call->out)) {
+      if (const auto at = TrySpend(call->items, clock_->MonotonicMicros(), call->out)) {
         local_.fetch_add(1, std::memory_order_relaxed);
-        return call->done(
-            {.status = absl::OkStatus(), .allowed = true, .decided_at_us = call->now_us});
+        return call->done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
       }
       inner_->Decide(call->items, call->now_us, call->out, call->done);
     });
   }
 }
 
-bool Leases::TrySpend(std::span<const Item> items, int64_t mono, std::span<Decision> out) {
+std::optional<int64_t> Leases::TrySpend(std::span<const Item> items, int64_t mono,
+                                        std::span<Decision> out) {
   absl::MutexLock lock(&mu_);
   absl::InlinedVector<Entry*, 4> found(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const auto it = entries_.find(EntryKey(items[i]));
-    if (it == entries_.end()) return false;
+    if (it == entries_.end()) return std::nullopt;
     Entry& entry = it->second;
-    if (entry.limit != *items[i].limit || entry.ends <= mono) return false;
+    if (entry.limit != *items[i].limit || entry.ends <= mono) return std::nullopt;
     // (Two items of one state: the sum must fit.)
     uint64_t need = 0;
     for (size_t j = 0; j <= i; ++j) {
       if (j == i || found[j] == &entry) need += items[j].cost;
     }
-    if (entry.units < need) return false;
+    if (entry.units < need) return std::nullopt;
     found[i] = &entry;
   }
   for (size_t i = 0; i < items.size(); ++i) {
@@ -195,7 +203,11 @@ bool Leases::TrySpend(std::span<const Item> items, int64_t mono, std::span<Decis
               .reset_after_us = entry.ends - mono,
               .delay_us = 0};
   }
-  return true;
+  // The decision's time in the source's clock (for a refund, and for windows): the grant's time
+  // plus what has passed here since its reply came, no later than the true one and inside the
+  // lease.
+  const Entry& first = *found[0];
+  return first.granted_at_us + (mono - first.started);
 }
 
 int64_t Leases::LifeOf(const Limit& limit) const {
@@ -209,7 +221,7 @@ int64_t Leases::LifeOf(const Limit& limit) const {
 uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono) {
   const uint64_t cost = item.cost;
   const uint64_t instances = std::max<uint32_t>(1, item.instances);
-  uint64_t demand = cost;  // a first lease: as for an exact decision, until the rate is known
+  uint64_t demand = 4 * cost;  // a first lease, until the rate is known
   uint64_t share = std::max<uint64_t>(1, item.limit->Capacity() / (2 * instances));
   if (entry != nullptr && entry->granted > 0) {
     // Twice the rate the last lease was spent at, over a lease's life.

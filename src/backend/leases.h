@@ -48,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -128,8 +129,10 @@ class Leases final : public Backend {
 
   static std::string EntryKey(const Item& item);
   static bool Leasable(const Item& item);
-  // Spends the request's units if every item's lease covers it: fills `out`, true.
-  bool TrySpend(std::span<const Item> items, int64_t mono, std::span<Decision> out);
+  // Spends the request's units if every item's lease covers it: fills `out` and returns the
+  // decision's time in the source's clock (Outcome::decided_at_us); nullopt if not covered.
+  std::optional<int64_t> TrySpend(std::span<const Item> items, int64_t mono,
+                                  std::span<Decision> out);
   // How long a lease of `limit` may live.
   int64_t LifeOf(const Limit& limit) const;
   // How many units to ask for next (see the class comment).

@@ -109,18 +109,20 @@ class LeasesTest : public ::testing::Test {
 TEST_F(LeasesTest, RequestsAreDecidedFromALeaseWithNoCall) {
   const Item item = MakeItem("alice");
   Decision d;
-  EXPECT_TRUE(Decide(leases_, item, &d).allowed);  // a first lease: the cost, spent
+  EXPECT_TRUE(Decide(leases_, item, &d).allowed);  // a first lease: four times the cost
   EXPECT_EQ(shared_.leases, 1);
-  EXPECT_EQ(shared_.wants.back(), 1u);
-  EXPECT_EQ(d.remaining, 0);  // what the lease has left
+  EXPECT_EQ(shared_.wants.back(), 4u);
+  EXPECT_EQ(d.remaining, 3);  // what the lease has left
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, 1);
   clock_.Advance(1000);
-  EXPECT_TRUE(Decide(leases_, item).allowed);  // one a ms: the next lease asks for ~2000
+  EXPECT_TRUE(Decide(leases_, item).allowed);  // four a ms: the next lease asks for ~8000
   EXPECT_EQ(shared_.leases, 2);
-  EXPECT_EQ(shared_.wants.back(), 49u);  // capped: half of what is left (99), one instance
+  EXPECT_EQ(shared_.wants.back(), 48u);  // capped: half of what is left (96), one instance
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(Decide(leases_, item).allowed);
   EXPECT_EQ(shared_.leases, 2);
   EXPECT_EQ(shared_.decides, 0);            // nothing asked of the backend but the lease
-  EXPECT_EQ(leases_.GetStats().local, 5u);  // (the first ones too, once their lease came)
+  EXPECT_EQ(leases_.GetStats().local, 8u);  // (the first ones too, once their lease came)
   // Requests that are not leased go to the backend as they are.
   Item exact = item;
   exact.consistency = Consistency::kExact;
@@ -176,14 +178,13 @@ TEST_F(LeasesTest, AnExhaustedStateIsDecidedByTheBackendAndNotLeasedForALeaseLif
 
 TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {
   const Item item = MakeItem("carol");
-  const auto spend_two = [&] {  // a lease of 1, then (one a 10 ms) a larger one: two spent
+  const auto spend_two = [&] {  // two of a first lease (4 units): two left
     Decide(leases_, item);
-    clock_.Advance(10000);
     Decide(leases_, item);
   };
   spend_two();
   const uint64_t unspent = leases_.GetStats().units_granted - 2;
-  ASSERT_GT(unspent, 10u);
+  ASSERT_EQ(unspent, 2u);
   clock_.Advance(Leases::Options{}.window_life_us + 1);
   Decide(leases_, MakeItem("dave"));  // a decision sweeps the ended lease
   EXPECT_EQ(shared_.refunded, unspent);

@@ -69,16 +69,45 @@ void RedisStore::Refund(std::span<const backend::Item> items, int64_t decided_at
 
 void RedisStore::RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
                              std::function<void(absl::Status)> done) {
-  const std::string key = items.front().key;
+  // By SHA (leases give units back often), again as text after NOSCRIPT: the call keeps its own
+  // copy of the limits for that.
+  struct Call {
+    std::vector<Limit> limits;
+    std::vector<DecideItem> items;
+    int64_t at;
+    std::function<void(absl::Status)> done;
+  };
+  auto call = std::make_shared<Call>();
+  call->limits.reserve(items.size());
+  for (DecideItem& item : items) {
+    call->limits.push_back(*item.limit);
+    item.limit = &call->limits.back();
+  }
+  call->items = std::move(items);
+  call->at = decided_at_us;
+  call->done = std::move(done);
+  SendRefund(std::move(call), /*by_sha=*/true);
+}
+
+template <typename RefundCall>
+void RedisStore::SendRefund(std::shared_ptr<RefundCall> call, bool by_sha) {
+  const std::string sha = by_sha ? Sha() : std::string();
+  const std::string key = call->items.front().key;
   script_calls_.fetch_add(1, std::memory_order_relaxed);
-  client_->Send(key, EncodeRefund("", items, decided_at_us),
-                [done = std::move(done)](absl::StatusOr<Reply> reply) {
-                  if (!reply.ok()) return done(reply.status());
-                  if (reply->IsError()) {
-                    return done(absl::InternalError(fmt::format("refund script: {}", reply->str)));
-                  }
-                  done(absl::OkStatus());
-                });
+  client_->Send(
+      key, EncodeRefund(sha, call->items, call->at),
+      [this, call, sha](absl::StatusOr<Reply> reply) {
+        if (!reply.ok()) return call->done(reply.status());
+        if (reply->IsError()) {
+          if (!sha.empty() && reply->str.starts_with("NOSCRIPT")) {
+            noscript_.fetch_add(1, std::memory_order_relaxed);
+            return SendRefund(call, /*by_sha=*/false);
+          }
+          return call->done(absl::InternalError(fmt::format("refund script: {}", reply->str)));
+        }
+        if (sha.empty()) LearnSha(call->items.front().key);
+        call->done(absl::OkStatus());
+      });
 }
 
 void RedisStore::Decide(std::span<const backend::Item> items, int64_t /*now_us*/,

@@ -101,8 +101,8 @@ class RedisStore final : public backend::Backend, public backend::LeaseSource {
   void DecideAll(std::span<const backend::Item> items, Done done);
 
   // Gives back what `items` (their cost) consumed when decided at `decided_at_us` (Redis's time,
-  // from the decision), as MemoryStore::Refund does. Refunds are rare: the script goes as text
-  // (EVAL), so a flushed script cache cannot fail them.
+  // from the decision), as MemoryStore::Refund does. By EVALSHA (leases give units back often),
+  // sent again as text (EVAL) after NOSCRIPT, so a flushed script cache cannot fail them.
   void Refund(std::span<const backend::Item> items, int64_t decided_at_us,
               std::function<void(absl::Status)> done);
 
@@ -171,6 +171,8 @@ class RedisStore final : public backend::Backend, public backend::LeaseSource {
                 std::function<void(absl::StatusOr<DecideResult>)> done);
   void Record(const absl::Status& status);
   // One refund script call for `items` (all in one slot).
+  template <typename RefundCall>
+  void SendRefund(std::shared_ptr<RefundCall> call, bool by_sha);
   void RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
                    std::function<void(absl::Status)> done);
   // After a cross-slot commit that did not admit: the slots that admitted give their share back.

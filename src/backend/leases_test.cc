@@ -203,6 +203,20 @@ TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {
   EXPECT_EQ(look.remaining, 96);  // four spent, the rest back
 }
 
+// Two items of one state in a request need their sum: a lease holding enough for each alone
+// but not for both sends the request to the backend (it once went unanswered).
+TEST_F(LeasesTest, TwoItemsOfOneStateNeedTheirSum) {
+  const Item item = MakeItem("frank");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases_, item).allowed);  // 1 of 4 left
+  const Item both[] = {item, item};
+  Decision d[2];
+  std::optional<Outcome> got;
+  leases_.Decide(both, clock_.NowMicros(), d, [&](const Outcome& o) { got = o; });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->allowed);  // by the backend: 96 left there
+  EXPECT_EQ(shared_.decides, 1);
+}
+
 TEST_F(LeasesTest, ResetsHereAndElsewhereDropLeases) {
   const Item item = MakeItem("erin");
   Decide(leases_, item);  // a lease of 4

@@ -15,6 +15,8 @@ namespace sluice::backend {
 namespace {
 
 constexpr int64_t kSweepEveryUs = 100000;
+// Requests waiting for one state's lease call, at most; more are decided exactly.
+constexpr size_t kMaxWaiters = 1024;
 
 // Whether two times (µs, the source's clock) are in the same window of a window limit.
 bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
@@ -91,8 +93,9 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
     local_.fetch_add(1, std::memory_order_relaxed);
     return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
   }
-  // Leases for the items without enough units and none on its way; a request whose state has a
-  // lease call in flight is decided exactly rather than wait.
+  // Leases for the items without enough units and none on its way. A request of one item whose
+  // state has a lease call in flight waits for it (a hot key would otherwise send every request
+  // that arrives meanwhile to the backend); one of several items is decided exactly.
   absl::InlinedVector<std::pair<size_t, uint64_t>, 4> take;  // item, units wanted
   bool exact = false;
   {
@@ -103,6 +106,11 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
       if (entry != nullptr && entry->limit == *items[i].limit && entry->ends > mono &&
           entry->units >= items[i].cost) {
         continue;
+      }
+      if (entry != nullptr && entry->taking && items.size() == 1 &&
+          entry->waiters.size() < kMaxWaiters) {
+        entry->waiters.push_back(MakeCall(items, now_us, out, std::move(done), 1));
+        return;
       }
       // A state whose last lease came back empty is decided exactly for a lease's life (its
       // denials then come from the over-limit cache, with no call).
@@ -122,23 +130,20 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
     }
     return inner_->Decide(items, now_us, out, std::move(done));
   }
-  auto call = std::make_shared<Call>();
-  call->items = items;
-  call->now_us = now_us;
-  call->out = out;
-  call->done = std::move(done);
-  call->waiting.store(take.size());
+  auto call = MakeCall(items, now_us, out, std::move(done), take.size());
   for (const auto& [i, want] : take) {
     const Item& item = items[i];
     leases_.fetch_add(1, std::memory_order_relaxed);
     const int64_t life = LifeOf(*item.limit);
     source_->Lease(item, want, life, [this, call, &item](absl::StatusOr<LeaseSource::Grant> grant) {
       const int64_t arrived = clock_->MonotonicMicros();
+      std::vector<std::shared_ptr<Call>> waiters;
       {
         absl::MutexLock lock(&mu_);
         const std::string key = EntryKey(item);
         Entry& entry = entries_[key];
         entry.taking = false;
+        waiters.swap(entry.waiters);
         if (grant.ok() && grant->granted > 0) {
           // The old lease's unspent units join the new one when both count in the same
           // window (and end with it); otherwise they go back (or are lost: a bucket's).
@@ -163,15 +168,29 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
           entry.dry_until = arrived + options_.life_us;
         }
       }
-      if (call->waiting.fetch_sub(1) != 1) return;
-      // Every lease is in: decide from them, else exactly.
-      if (const auto at = TrySpend(call->items, clock_->MonotonicMicros(), call->out)) {
-        local_.fetch_add(1, std::memory_order_relaxed);
-        return call->done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
-      }
-      inner_->Decide(call->items, call->now_us, call->out, call->done);
+      for (const auto& waiter : waiters) Finish(*waiter);
+      if (call->waiting.fetch_sub(1) == 1) Finish(*call);  // every lease it waited for is in
     });
   }
+}
+
+std::shared_ptr<Leases::Call> Leases::MakeCall(std::span<const Item> items, int64_t now_us,
+                                               std::span<Decision> out, Done done, size_t waiting) {
+  auto call = std::make_shared<Call>();
+  call->items = items;
+  call->now_us = now_us;
+  call->out = out;
+  call->done = std::move(done);
+  call->waiting.store(waiting);
+  return call;
+}
+
+void Leases::Finish(Call& call) {
+  if (const auto at = TrySpend(call.items, clock_->MonotonicMicros(), call.out)) {
+    local_.fetch_add(1, std::memory_order_relaxed);
+    return call.done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
+  }
+  inner_->Decide(call.items, call.now_us, call.out, std::move(call.done));
 }
 
 std::optional<int64_t> Leases::TrySpend(std::span<const Item> items, int64_t mono,

@@ -48,8 +48,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -114,6 +116,7 @@ class Leases final : public Backend {
   Stats GetStats() const;
 
  private:
+  struct Call;  // one request waiting for its leases
   struct Entry {
     Limit limit;
     uint64_t units = 0;         // unspent
@@ -124,8 +127,8 @@ class Leases final : public Backend {
     uint64_t left = 0;      // what the state had left after the grant
     int64_t dry_until = 0;  // monotonic: the last lease came back empty; exact until then
     bool taking = false;    // a lease call in flight
+    std::vector<std::shared_ptr<Call>> waiters;  // requests of one item waiting for that call
   };
-  struct Call;  // one request waiting for its leases
 
   static std::string EntryKey(const Item& item);
   static bool Leasable(const Item& item);
@@ -133,6 +136,10 @@ class Leases final : public Backend {
   // decision's time in the source's clock (Outcome::decided_at_us); nullopt if not covered.
   std::optional<int64_t> TrySpend(std::span<const Item> items, int64_t mono,
                                   std::span<Decision> out);
+  static std::shared_ptr<Call> MakeCall(std::span<const Item> items, int64_t now_us,
+                                        std::span<Decision> out, Done done, size_t waiting);
+  // Decides a request whose leases came: from them, else on the backend.
+  void Finish(Call& call);
   // How long a lease of `limit` may live.
   int64_t LifeOf(const Limit& limit) const;
   // How many units to ask for next (see the class comment).

@@ -6,6 +6,7 @@
 
 #include "backend/leases.h"
 
+#include <functional>
 #include <optional>
 #include <random>
 #include <vector>
@@ -215,6 +216,49 @@ TEST_F(LeasesTest, TwoItemsOfOneStateNeedTheirSum) {
   ASSERT_TRUE(got.has_value());
   EXPECT_TRUE(got->allowed);  // by the backend: 96 left there
   EXPECT_EQ(shared_.decides, 1);
+}
+
+// A lease that answers later: requests of its state that come meanwhile wait for it, and are
+// decided from it when it comes, with no call of their own.
+class LaterSource final : public LeaseSource {
+ public:
+  explicit LaterSource(LeaseSource* source) : source_(source) {}
+  void Lease(const Item& item, uint64_t want, int64_t life_us, GrantDone done) override {
+    pending_.push_back([this, item, want, life_us, done] {
+      source_->Lease(item, want, life_us, done);
+    });
+  }
+  void Answer() {
+    for (auto& answer : pending_) answer();
+    pending_.clear();
+  }
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  LeaseSource* source_;
+  std::vector<std::function<void()>> pending_;
+};
+
+TEST_F(LeasesTest, RequestsWaitForTheirStatesLeaseInFlight) {
+  LaterSource later(&shared_);
+  Leases leases(&shared_, &later, &clock_, {});
+  const Item item = MakeItem("grace", 1);
+  std::vector<Decision> out(3);
+  int allowed = 0, answered = 0;
+  for (int i = 0; i < 3; ++i) {
+    leases.Decide({&item, 1}, clock_.NowMicros(), {&out[i], 1}, [&](const Outcome& o) {
+      ++answered;
+      allowed += o.allowed ? 1 : 0;
+    });
+  }
+  EXPECT_EQ(answered, 0);
+  EXPECT_EQ(later.pending(), 1u);  // one lease call for the three
+  EXPECT_EQ(shared_.decides, 0);
+  later.Answer();  // 4 units
+  EXPECT_EQ(answered, 3);
+  EXPECT_EQ(allowed, 3);
+  EXPECT_EQ(shared_.decides, 0);
+  EXPECT_EQ(leases.GetStats().local, 3u);
 }
 
 TEST_F(LeasesTest, ResetsHereAndElsewhereDropLeases) {

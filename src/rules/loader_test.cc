@@ -391,6 +391,32 @@ descriptors:
   EXPECT_EQ(Child(root, 6)->limits[0].limit.window_us, int64_t{7} * 86400 * kSecondUs);
 }
 
+TEST(LoaderExtensionsTest, ConsistencyPerDomainAndPerLimit) {
+  auto config = MustLoad(R"yaml(domain: hybrid
+consistency: leased
+descriptors:
+  - key: a
+    rate_limit: {requests: 10, window: 1s}
+  - key: b
+    rate_limit: {requests: 10, window: 1s, consistency: exact}
+  - key: c
+    limits: [{requests: 5, window: 1m, consistency: leased}]
+)yaml");
+  ASSERT_NE(config, nullptr);
+  const Domain* domain = config->FindDomain("hybrid");
+  EXPECT_EQ(domain->consistency, Consistency::kLeased);
+  EXPECT_EQ(Child(domain->root, 0)->limits[0].consistency, std::nullopt);  // the domain's
+  EXPECT_EQ(Child(domain->root, 1)->limits[0].consistency, Consistency::kExact);
+  EXPECT_EQ(Child(domain->root, 2)->limits[0].consistency, Consistency::kLeased);
+  EXPECT_EQ(MustLoad("domain: d\n")->FindDomain("d")->consistency, Consistency::kExact);
+  EXPECT_THAT(Errors("domain: d\nconsistency: eventual\n"),
+              ElementsAre("t.yaml:2:14: consistency: eventual is not built yet (exact or leased)"));
+  EXPECT_THAT(
+      Errors("domain: d\ndescriptors:\n  - key: a\n"
+             "    rate_limit: {requests: 1, window: 1s, consistency: loose}\n"),
+      ElementsAre("t.yaml:4:56: unknown consistency 'loose' (exact or leased)"));
+}
+
 TEST(LoaderExtensionsTest, LimitsList) {
   auto config = MustLoad(R"yaml(domain: multi
 descriptors:

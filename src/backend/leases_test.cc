@@ -224,9 +224,8 @@ class LaterSource final : public LeaseSource {
  public:
   explicit LaterSource(LeaseSource* source) : source_(source) {}
   void Lease(const Item& item, uint64_t want, int64_t life_us, GrantDone done) override {
-    pending_.push_back([this, item, want, life_us, done] {
-      source_->Lease(item, want, life_us, done);
-    });
+    pending_.push_back(
+        [this, item, want, life_us, done] { source_->Lease(item, want, life_us, done); });
   }
   void Answer() {
     for (auto& answer : pending_) answer();

@@ -411,10 +411,9 @@ descriptors:
   EXPECT_EQ(MustLoad("domain: d\n")->FindDomain("d")->consistency, Consistency::kExact);
   EXPECT_THAT(Errors("domain: d\nconsistency: eventual\n"),
               ElementsAre("t.yaml:2:14: consistency: eventual is not built yet (exact or leased)"));
-  EXPECT_THAT(
-      Errors("domain: d\ndescriptors:\n  - key: a\n"
-             "    rate_limit: {requests: 1, window: 1s, consistency: loose}\n"),
-      ElementsAre("t.yaml:4:56: unknown consistency 'loose' (exact or leased)"));
+  EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n"
+                     "    rate_limit: {requests: 1, window: 1s, consistency: loose}\n"),
+              ElementsAre("t.yaml:4:56: unknown consistency 'loose' (exact or leased)"));
 }
 
 TEST(LoaderExtensionsTest, LimitsList) {

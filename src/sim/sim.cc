@@ -244,7 +244,8 @@ absl::StatusOr<Limit> ParseLimitSpec(std::string_view text) {
   return limit;
 }
 
-int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
+// The options RunSim cannot run with: 2 (a message on `err`), else 0.
+int CheckSimOptions(const SimOptions& o, std::ostream& err) {
   if (o.instances < 1 || o.instances > kMaxInstances) {
     err << "sim: --instances must be 1.." << kMaxInstances << "\n";
     return 2;
@@ -257,23 +258,29 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
     err << "sim: --limit: " << s.message() << "\n";
     return 2;
   }
-  // Logs (e.g. Redis's eviction policy warning) go to stderr: stdout is the JSON line.
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "sim", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
-  spdlog::set_level(spdlog::level::warn);
+  return 0;
+}
 
+// The instances of a run and the connections that watch Redis.
+struct Fleet {
+  std::vector<std::unique_ptr<stack::Stack>> instances;
+  std::unique_ptr<redis::Client> probe;  // INFO and TIME
+  std::vector<std::unique_ptr<redis::Client>> stats_clients;
+};
+
+// Builds the instances (sets config.key_prefix) and the watching connections: 0, or RunSim's exit
+// status with a message on `err`.
+int StartFleet(const SimOptions& o, InstanceConfig& config, Fleet& fleet, std::ostream& err) {
   // The instances, all on the same states: one key prefix for the run, new for every run.
-  InstanceConfig config = o.instance;
   config.key_prefix =
       fmt::format("sluice-sim:{}:{}:", getpid(), SystemClock::Get()->MonotonicMicros());
-  std::vector<std::unique_ptr<stack::Stack>> instances;
   for (int i = 0; i < o.instances; ++i) {
     auto instance = BuildInstance(config, SystemClock::Get());
     if (!instance.ok()) {
       err << "sim: " << instance.status().message() << "\n";
       return absl::IsUnimplemented(instance.status()) ? 2 : 1;
     }
-    instances.push_back(*std::move(instance));
+    fleet.instances.push_back(*std::move(instance));
   }
   // A connection of its own to each server for INFO and TIME.
   redis::Client::Options client_options;
@@ -297,9 +304,132 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
         << "\n";
     return 1;
   }
-  const auto stats_clients = tools::RedisStatsClients(**probe, client_options);
+  fleet.stats_clients = tools::RedisStatsClients(**probe, client_options);
+  fleet.probe = *std::move(probe);
+  return 0;
+}
+
+// Plays the trace open loop from `start`: every arrival due is sent to its instance, then a
+// sleep until the next one; stops once it is kLateLimitUs behind. Returns how many were sent.
+size_t PlayOpenLoop(const Trace& trace, const std::vector<std::unique_ptr<stack::Stack>>& instances,
+                    Playback& play, SteadyClock::time_point start, int64_t duration_us) {
+  const size_t n = trace.arrivals.size();
+  size_t sent = 0;
+  while (sent < n) {
+    const int64_t now = MicrosSince(start);
+    if (now > duration_us + kLateLimitUs) break;
+    for (; sent < n && trace.arrivals[sent].t_us <= now; ++sent) {
+      Playback* p = &play;
+      const size_t i = sent;
+      instances[trace.arrivals[i].instance]->backend().Decide(
+          std::span(&play.items[i], 1), SystemClock::Get()->NowMicros(),
+          std::span(&play.answers[i], 1),
+          [p, i](const backend::Outcome& outcome) { p->Complete(i, outcome); });
+    }
+    if (sent < n) {
+      std::this_thread::sleep_for(std::chrono::microseconds(trace.arrivals[sent].t_us - now));
+    }
+  }
+  return sent;
+}
+
+// What the instances asked of Redis since `before`.
+stack::Stack::RedisCounters WorkSince(const std::vector<std::unique_ptr<stack::Stack>>& instances,
+                                      const std::vector<stack::Stack::RedisCounters>& before) {
+  stack::Stack::RedisCounters work;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const stack::Stack::RedisCounters now = instances[i]->GetRedisCounters();
+    work.decide_calls += now.decide_calls - before[i].decide_calls;
+    work.refused += now.refused - before[i].refused;
+    work.script_calls += now.script_calls - before[i].script_calls;
+    work.over_limit_cache_hits += now.over_limit_cache_hits - before[i].over_limit_cache_hits;
+    work.lease_local += now.lease_local - before[i].lease_local;
+    work.leases += now.leases - before[i].leases;
+    work.lease_returns += now.lease_returns - before[i].lease_returns;
+  }
+  return work;
+}
+
+namespace {
+
+// What the decisions sent came to, from their records.
+struct Results {
+  std::vector<int64_t> admitted_at;  // Redis's time of each admission; kNotAdmitted
+  std::vector<int64_t> latencies;    // µs, of those answered
+  uint64_t errors = 0;               // failed or never answered
+  int64_t last_done_us = 1;          // the last answer, from the start
+};
+
+Results Collect(const Playback& play, const Trace& trace, size_t sent, int64_t start_us) {
+  Results r;
+  r.admitted_at.assign(trace.arrivals.size(), kNotAdmitted);
+  r.latencies.reserve(sent);
+  for (size_t i = 0; i < sent; ++i) {
+    const Record& record = play.records[i];
+    if (record.failed || record.done_us < 0) ++r.errors;
+    if (record.done_us < 0) continue;
+    r.last_done_us = std::max(r.last_done_us, record.done_us);
+    r.latencies.push_back(record.done_us - trace.arrivals[i].t_us);
+    if (record.admitted) {
+      r.admitted_at[i] =
+          record.decided_at_us > 0 ? record.decided_at_us : start_us + record.done_us;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+namespace {
+
+// What a run's JSON line reports, besides the options.
+struct Line {
+  size_t sent, not_sent;
+  uint64_t errors;
+  int64_t last_done_us;
+  stack::Stack::RedisCounters work;
+  tools::RedisExecuted executed;
+  Judgement judged;
+};
+
+std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>& latencies) {
+  const double per = l.sent == 0 ? 0 : 1.0 / static_cast<double>(l.sent);
+  return fmt::format(
+      "{{\"mode\":\"{}\",\"instances\":{},\"trace\":{},\"limit\":\"{}\","
+      "\"over_limit_cache\":\"{}\",\"decisions\":{},\"not_sent\":{},\"errors\":{},"
+      "\"decisions_per_s\":{:.0f},\"redis_script_calls_per_decision\":{:.4f},"
+      "\"redis_state_ops_per_decision\":{:.4f},\"redis_commands_per_decision\":{:.4f},"
+      "\"redis_cpu_us_per_decision\":{:.3f},\"admitted\":{},\"exact_admitted\":{},"
+      "\"over_admission_max\":{},\"over_admission_total\":{},\"under_admission\":{},"
+      "\"under_admission_pct\":{:.3f},\"p50_us\":{},\"p99_us\":{},"
+      "\"over_limit_cache_hits\":{},\"lease_local_decisions\":{},\"leases\":{}}}",
+      ModeName(o.instance.mode), o.instances, Json(o.trace_name), DescribeLimit(o.limit),
+      o.instance.over_limit_cache ? "on" : "off", l.sent, l.not_sent, l.errors,
+      static_cast<double>(l.sent) * 1e6 / static_cast<double>(l.last_done_us),
+      static_cast<double>(l.work.script_calls) * per, static_cast<double>(StateOps(l.work)) * per,
+      static_cast<double>(l.executed.commands) * per, l.executed.cpu_seconds * 1e6 * per,
+      l.judged.admitted, l.judged.exact_admitted, l.judged.over.max, l.judged.over.total,
+      l.judged.under, l.judged.under_pct, Percentile(latencies, 0.50), Percentile(latencies, 0.99),
+      l.work.over_limit_cache_hits, l.work.lease_local, l.work.leases);
+}
+
+}  // namespace
+
+int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
+  if (int status = CheckSimOptions(o, err); status != 0) return status;
+  // Logs (e.g. Redis's eviction policy warning) go to stderr: stdout is the JSON line.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "sim", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  spdlog::set_level(spdlog::level::warn);
+
+  InstanceConfig config = o.instance;
+  Fleet fleet;
+  if (int status = StartFleet(o, config, fleet, err); status != 0) return status;
+  auto& instances = fleet.instances;
+  redis::Client* probe = fleet.probe.get();
+  const auto& stats_clients = fleet.stats_clients;
   WarmUp(instances, o.limit, config.timeout_us);
-  const int64_t redis_offset_us = RedisClockOffset(**probe);
+  const int64_t redis_offset_us = RedisClockOffset(*probe);
 
   // The trace, for a start a little ahead (time to build it). Its times are in the steady clock
   // from `start`; the model and the windows see them in Redis's clock from `start_us`.
@@ -337,24 +467,8 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
   for (const auto& instance : instances) counters_before.push_back(instance->GetRedisCounters());
   const tools::RedisSnapshot info_before = tools::TakeRedisSnapshot(stats_clients);
   std::this_thread::sleep_until(start);
-  // Open loop: every arrival due is sent, then a sleep until the next one.
-  const auto duration_us = static_cast<int64_t>(o.trace.seconds * 1e6);
-  size_t sent = 0;
-  while (sent < n) {
-    const int64_t now = MicrosSince(start);
-    if (now > duration_us + kLateLimitUs) break;
-    for (; sent < n && trace->arrivals[sent].t_us <= now; ++sent) {
-      Playback* p = &play;
-      const size_t i = sent;
-      instances[trace->arrivals[i].instance]->backend().Decide(
-          std::span(&play.items[i], 1), SystemClock::Get()->NowMicros(),
-          std::span(&play.answers[i], 1),
-          [p, i](const backend::Outcome& outcome) { p->Complete(i, outcome); });
-    }
-    if (sent < n) {
-      std::this_thread::sleep_for(std::chrono::microseconds(trace->arrivals[sent].t_us - now));
-    }
-  }
+  const size_t sent =
+      PlayOpenLoop(*trace, instances, play, start, static_cast<int64_t>(o.trace.seconds * 1e6));
   const auto answer_deadline =
       SteadyClock::now() + std::chrono::microseconds(config.timeout_us) + 5s;
   while (play.answered.load(std::memory_order_acquire) < sent &&
@@ -362,34 +476,15 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
     std::this_thread::sleep_for(2ms);
   }
   const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(stats_clients);
-  stack::Stack::RedisCounters work;
-  for (size_t i = 0; i < instances.size(); ++i) {
-    const stack::Stack::RedisCounters now = instances[i]->GetRedisCounters();
-    work.decide_calls += now.decide_calls - counters_before[i].decide_calls;
-    work.refused += now.refused - counters_before[i].refused;
-    work.script_calls += now.script_calls - counters_before[i].script_calls;
-    work.over_limit_cache_hits +=
-        now.over_limit_cache_hits - counters_before[i].over_limit_cache_hits;
-    work.lease_local += now.lease_local - counters_before[i].lease_local;
-    work.leases += now.leases - counters_before[i].leases;
-    work.lease_returns += now.lease_returns - counters_before[i].lease_returns;
-  }
+  const stack::Stack::RedisCounters work = WorkSince(instances, counters_before);
   // Gone: every completion has run (those still waiting failed), so the records are final.
   instances.clear();
 
-  std::vector<int64_t> admitted_at(n, kNotAdmitted);
-  std::vector<int64_t> latencies;
-  latencies.reserve(sent);
-  uint64_t errors = 0;
-  int64_t last_done_us = 1;
-  for (size_t i = 0; i < sent; ++i) {
-    const Record& r = play.records[i];
-    if (r.failed || r.done_us < 0) ++errors;
-    if (r.done_us < 0) continue;
-    last_done_us = std::max(last_done_us, r.done_us);
-    latencies.push_back(r.done_us - trace->arrivals[i].t_us);
-    if (r.admitted) admitted_at[i] = r.decided_at_us > 0 ? r.decided_at_us : start_us + r.done_us;
-  }
+  Results results = Collect(play, *trace, sent, start_us);
+  std::vector<int64_t>& admitted_at = results.admitted_at;
+  std::vector<int64_t>& latencies = results.latencies;
+  const uint64_t errors = results.errors;
+  const int64_t last_done_us = results.last_done_us;
   auto exact = RunExactModel(o.limit, *trace, start_us);
   if (!exact.ok()) {
     err << "sim: " << exact.status().message() << "\n";
@@ -405,25 +500,15 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   const tools::RedisExecuted executed = tools::RedisExecutedBetween(info_before, info_after);
-  const double per = sent == 0 ? 0 : 1.0 / static_cast<double>(sent);
-  out << fmt::format(
-             "{{\"mode\":\"{}\",\"instances\":{},\"trace\":{},\"limit\":\"{}\","
-             "\"over_limit_cache\":\"{}\",\"decisions\":{},\"not_sent\":{},\"errors\":{},"
-             "\"decisions_per_s\":{:.0f},\"redis_script_calls_per_decision\":{:.4f},"
-             "\"redis_state_ops_per_decision\":{:.4f},\"redis_commands_per_decision\":{:.4f},"
-             "\"redis_cpu_us_per_decision\":{:.3f},\"admitted\":{},\"exact_admitted\":{},"
-             "\"over_admission_max\":{},\"over_admission_total\":{},\"under_admission\":{},"
-             "\"under_admission_pct\":{:.3f},\"p50_us\":{},\"p99_us\":{},"
-             "\"over_limit_cache_hits\":{},\"lease_local_decisions\":{},\"leases\":{}}}",
-             ModeName(o.instance.mode), o.instances, Json(o.trace_name), DescribeLimit(o.limit),
-             o.instance.over_limit_cache ? "on" : "off", sent, n - sent, errors,
-             static_cast<double>(sent) * 1e6 / static_cast<double>(last_done_us),
-             static_cast<double>(work.script_calls) * per,
-             static_cast<double>(StateOps(work)) * per,
-             static_cast<double>(executed.commands) * per, executed.cpu_seconds * 1e6 * per,
-             judged.admitted, judged.exact_admitted, judged.over.max, judged.over.total,
-             judged.under, judged.under_pct, Percentile(latencies, 0.50),
-             Percentile(latencies, 0.99), work.over_limit_cache_hits, work.lease_local, work.leases)
+  out << ResultLine(o,
+                    {.sent = sent,
+                     .not_sent = n - sent,
+                     .errors = errors,
+                     .last_done_us = last_done_us,
+                     .work = work,
+                     .executed = executed,
+                     .judged = judged},
+                    latencies)
       << std::endl;
   return errors == 0 && sent == n ? 0 : 1;
 }

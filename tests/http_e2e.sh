@@ -118,7 +118,9 @@ check "invalid reload -> 422" 422 "$code"
 check_contains "invalid reload names FILE:LINE:COL" "api.yaml:" "$(cat "$tmp/reload")"
 post /v1/check '{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u10"}]}]}' >/dev/null
 check "old config kept" 7 "$(header X-RateLimit-Limit)"
-check_contains "failure counted" '"reload_failures":1' "$(curl -s "http://$ADMIN/v1/rules")"
+# (The file watcher may also have tried the broken file, before or after the POST: 1 or 2.)
+failures=$(curl -s "http://$ADMIN/v1/rules" | sed -n 's/.*"reload_failures":\([0-9]*\).*/\1/p')
+check "failure counted (once or twice)" yes "$([[ $failures == 1 || $failures == 2 ]] && echo yes || echo "no: '$failures'")"
 check "version moved on once" 1 "$([[ $(curl -s "http://$ADMIN/v1/rules") != *"$version1"* ]] && echo 1 || echo 0)"
 
 # --- graceful shutdown

@@ -84,6 +84,12 @@ free_port() {
 # The headers of the last request made with -D "$tmp/headers".
 header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
+# redis_script_calls PORT: the script calls (EVALSHA and EVAL) the Redis on PORT has run.
+redis_script_calls() {
+  redis-cli -p "$1" info commandstats |
+    awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ {n += $3} END {print n + 0}'
+}
+
 # start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT; sets RPID.
 start_redis() {
   local port=$1; shift

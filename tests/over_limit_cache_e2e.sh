@@ -13,11 +13,7 @@ done
 
 source "$(dirname "$0")/lib.sh"
 
-# The script calls Redis has run (EVALSHA and EVAL).
-script_calls() {
-  redis-cli -p "$rport" info commandstats |
-    awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ {n += $3} END {print n + 0}'
-}
+script_calls() { redis_script_calls "$rport"; }
 
 # check_n DATA USER N: N checks of USER in one curl (one keep-alive connection); prints the
 # statuses' counts, e.g. "3x200 7x429".

@@ -1,9 +1,17 @@
 #include "backend/backend.h"
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
 namespace sluice::backend {
+
+std::string StateKey(const Item& item) {
+  std::string key(sizeof item.limit_id + item.key.size(), '\0');
+  std::memcpy(key.data(), &item.limit_id, sizeof item.limit_id);
+  std::memcpy(key.data() + sizeof item.limit_id, item.key.data(), item.key.size());
+  return key;
+}
 
 void Backend::Peek(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                    Done done) {

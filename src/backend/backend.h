@@ -65,6 +65,10 @@ struct Item {
   Consistency consistency = Consistency::kExact;
 };
 
+// A state's identity as one string (limit_id's 8 bytes, then the key): for maps of states kept
+// in this process (OverLimitCache, Leases).
+std::string StateKey(const Item& item);
+
 // How a Decide went.
 struct Outcome {
   // Not ok: nothing was decided (the backend failed and no policy answered); `out` is undefined.
@@ -111,6 +115,7 @@ class Backend {
                       RefundDone done) = 0;
 
   // Forgets the states of `items` ("unblock this customer"); `done` gets how many there were.
+  // Nothing in `items` needs to outlive the call (`done` may run much later).
   virtual void Reset(std::span<const Item> items, ResetDone done) = 0;
 
   // Whether every call completes before it returns (then a caller may wait for it inline).

@@ -23,7 +23,7 @@ bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
   return a_us / limit.window_us == b_us / limit.window_us;
 }
 
-// An entry's state identity back from its key (EntryKey's layout).
+// An entry's state identity back from its key (StateKey's layout).
 struct Unspent {
   Limit limit;
   std::string entry_key;
@@ -64,13 +64,6 @@ Leases::Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options 
 
 Leases::~Leases() = default;
 
-std::string Leases::EntryKey(const Item& item) {
-  std::string key(sizeof item.limit_id + item.key.size(), '\0');
-  std::memcpy(key.data(), &item.limit_id, sizeof item.limit_id);
-  std::memcpy(key.data() + sizeof item.limit_id, item.key.data(), item.key.size());
-  return key;
-}
-
 bool Leases::Leasable(const Item& item) {
   if (item.consistency != Consistency::kLeased || item.cost == 0 || item.shadow ||
       item.count_denied) {
@@ -89,6 +82,13 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
   const int64_t mono = clock_->MonotonicMicros();
   epoch_.MaybeRead(mono);
   Sweep(mono);
+  // Leases are used while the reset epoch is fresh (a reset elsewhere is seen within
+  // ResetEpochWatch::kFreshUs), or while it cannot be read (the backend is down: no reset can go
+  // through it, and what is held is spent until it ends). Stale after a quiet spell: this request
+  // goes to the backend while the reading it asked for comes.
+  if (!epoch_.Fresh(mono) && !epoch_.Failing()) {
+    return inner_->Decide(items, now_us, out, std::move(done));
+  }
   if (const auto at = TrySpend(items, mono, out)) {
     local_.fetch_add(1, std::memory_order_relaxed);
     return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
@@ -101,7 +101,7 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < items.size() && !exact; ++i) {
-      const auto it = entries_.find(EntryKey(items[i]));
+      const auto it = entries_.find(StateKey(items[i]));
       Entry* entry = it == entries_.end() ? nullptr : &it->second;
       if (entry != nullptr && entry->limit == *items[i].limit && entry->ends > mono &&
           entry->units >= items[i].cost) {
@@ -119,7 +119,7 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
       take.emplace_back(i, NextWant(entry, items[i], LifeOf(*items[i].limit), mono));
     }
     if (!exact) {
-      for (const auto& [i, want] : take) entries_[EntryKey(items[i])].taking = true;
+      for (const auto& [i, want] : take) entries_[StateKey(items[i])].taking = true;
     }
   }
   if (exact) return inner_->Decide(items, now_us, out, std::move(done));
@@ -140,7 +140,7 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
       std::vector<std::shared_ptr<Call>> waiters;
       {
         absl::MutexLock lock(&mu_);
-        const std::string key = EntryKey(item);
+        const std::string key = StateKey(item);
         Entry& entry = entries_[key];
         entry.taking = false;
         waiters.swap(entry.waiters);
@@ -198,7 +198,7 @@ std::optional<int64_t> Leases::TrySpend(std::span<const Item> items, int64_t mon
   absl::MutexLock lock(&mu_);
   absl::InlinedVector<Entry*, 4> found(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    const auto it = entries_.find(EntryKey(items[i]));
+    const auto it = entries_.find(StateKey(items[i]));
     if (it == entries_.end()) return std::nullopt;
     Entry& entry = it->second;
     if (entry.limit != *items[i].limit || entry.ends <= mono) return std::nullopt;
@@ -298,18 +298,23 @@ void Leases::DropAll(bool give_back) {
 }
 
 void Leases::Reset(std::span<const Item> items, ResetDone done) {
-  inner_->Reset(items, [this, items, done = std::move(done)](absl::StatusOr<size_t> reset) {
-    {
-      absl::MutexLock lock(&mu_);
-      for (const Item& item : items) {
-        const auto it = entries_.find(EntryKey(item));
-        if (it == entries_.end()) continue;
-        units_lost_.fetch_add(it->second.units, std::memory_order_relaxed);
-        it->second.units = 0;
-      }
-    }
-    done(std::move(reset));
-  });
+  // The items need not outlive this call (the reset completes later): their states' keys do.
+  std::vector<std::string> keys;
+  keys.reserve(items.size());
+  for (const Item& item : items) keys.push_back(StateKey(item));
+  inner_->Reset(
+      items, [this, keys = std::move(keys), done = std::move(done)](absl::StatusOr<size_t> reset) {
+        {
+          absl::MutexLock lock(&mu_);
+          for (const std::string& key : keys) {
+            const auto it = entries_.find(key);
+            if (it == entries_.end()) continue;
+            units_lost_.fetch_add(it->second.units, std::memory_order_relaxed);
+            it->second.units = 0;
+          }
+        }
+        done(std::move(reset));
+      });
 }
 
 void Leases::ReturnAll(std::function<void()> done) {

@@ -34,8 +34,9 @@
 //
 // A reset (admin "unblock this customer") here drops this instance's leases of those states; a
 // reset anywhere drops all of them once the reset epoch is read (every ResetEpochWatch::kReadUs
-// while leases are in use). When the backend fails (the epoch cannot be read either), the leases
-// still held are spent until they end (a reset cannot go through a backend that is down; an
+// while leases are in use), and no lease is used while the last reading is older than
+// ResetEpochWatch::kFreshUs, unless the readings fail. When the backend fails (the epoch cannot
+// be read either), the leases still held are spent until they end (a reset cannot go through a backend that is down; an
 // instance cut off from a backend others still reach spends at most what its leases hold, for at
 // most a lease's life); then requests go to `inner` and the failure policy in front of this
 // answers.
@@ -130,7 +131,6 @@ class Leases final : public Backend {
     std::vector<std::shared_ptr<Call>> waiters;  // requests of one item waiting for that call
   };
 
-  static std::string EntryKey(const Item& item);
   static bool Leasable(const Item& item);
   // Spends the request's units if every item's lease covers it: fills `out` and returns the
   // decision's time in the source's clock (Outcome::decided_at_us); nullopt if not covered.

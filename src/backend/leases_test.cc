@@ -260,6 +260,39 @@ TEST_F(LeasesTest, RequestsWaitForTheirStatesLeaseInFlight) {
   EXPECT_EQ(leases.GetStats().local, 3u);
 }
 
+// A reset that completes later (Redis slow or stopped): the request's items are long gone by
+// then, and the leases of their states are still dropped.
+TEST_F(LeasesTest, AResetCompletingLaterNeedsNoItems) {
+  class LaterReset final : public Backend {
+   public:
+    explicit LaterReset(Backend* inner) : inner_(inner) {}
+    void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                Done done) override {
+      inner_->Decide(items, now_us, out, std::move(done));
+    }
+    void Refund(std::span<const Item> items, int64_t at, int64_t now_us, RefundDone done) override {
+      inner_->Refund(items, at, now_us, std::move(done));
+    }
+    void Reset(std::span<const Item> items, ResetDone done) override {
+      pending = [n = items.size(), done = std::move(done)] { done(n); };
+    }
+    std::function<void()> pending;
+
+   private:
+    Backend* inner_;
+  } later(&shared_);
+  Leases leases(&later, &shared_, &clock_, {});
+  {
+    const std::string key = "heidi";
+    const Item item = MakeItem(key);
+    ASSERT_TRUE(Decide(leases, item).allowed);  // a lease of 4: 3 unspent
+    leases.Reset({&item, 1}, [](absl::StatusOr<size_t>) {});
+  }
+  ASSERT_TRUE(later.pending);
+  later.pending();
+  EXPECT_EQ(leases.GetStats().units_lost, 3u);
+}
+
 TEST_F(LeasesTest, ResetsHereAndElsewhereDropLeases) {
   const Item item = MakeItem("erin");
   Decide(leases_, item);  // a lease of 4

@@ -28,13 +28,6 @@ OverLimitCache::OverLimitCache(Backend* inner, const Clock* clock, Options optio
 
 OverLimitCache::~OverLimitCache() = default;
 
-std::string OverLimitCache::EntryKey(const Item& item) {
-  std::string key(sizeof item.limit_id + item.key.size(), '\0');
-  std::memcpy(key.data(), &item.limit_id, sizeof item.limit_id);
-  std::memcpy(key.data() + sizeof item.limit_id, item.key.data(), item.key.size());
-  return key;
-}
-
 OverLimitCache::Shard& OverLimitCache::ShardFor(const std::string& key) const {
   return shards_[absl::HashOf(key) % kShards];
 }
@@ -66,7 +59,7 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     if (item.shadow || item.cost == 0) continue;
-    const std::string key = EntryKey(item);
+    const std::string key = StateKey(item);
     Shard& shard = ShardFor(key);
     absl::MutexLock lock(&shard.mu);
     const auto it = shard.entries.find(key);
@@ -111,7 +104,7 @@ void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decis
     // kNever (a cost above the capacity) is left to the backend: it answers such requests at
     // once, and a config change could make them admissible.
     if (item.shadow || item.cost == 0 || d.allowed || d.retry_after_us <= 0) continue;
-    Insert(EntryKey(item),
+    Insert(StateKey(item),
            {.until_us = asked_at + d.retry_after_us,
             .reset_until_us = asked_at + std::max(d.reset_after_us, d.retry_after_us),
             .cost = item.cost,

@@ -88,7 +88,6 @@ class OverLimitCache final : public Backend {
     int64_t last_sweep_us ABSL_GUARDED_BY(mu) = 0;
   };
 
-  static std::string EntryKey(const Item& item);
   Shard& ShardFor(const std::string& key) const;
 
   // Answers the request here if its cached denials decide it; false: ask the backend.

@@ -25,6 +25,7 @@ void ResetEpochWatch::MaybeRead(int64_t mono) {
     {
       absl::MutexLock lock(&mu_);
       reading_ = false;
+      failing_.store(!epoch.ok(), std::memory_order_release);
       if (!epoch.ok()) return;  // not fresh: the keeper stops answering soon
       changed = known_ && *epoch != value_;
       if (changed) ++changes_;

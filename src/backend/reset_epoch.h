@@ -40,6 +40,8 @@ class ResetEpochWatch {
   bool Fresh(int64_t mono) const {
     return mono - fresh_at_.load(std::memory_order_acquire) < kFreshUs;
   }
+  // Whether the last reading that came back failed (the backend is down or unreachable).
+  bool Failing() const { return failing_.load(std::memory_order_acquire); }
   // Asks for a reading if the last one was asked kReadUs or more before `mono` and none is in
   // flight.
   void MaybeRead(int64_t mono);
@@ -56,6 +58,7 @@ class ResetEpochWatch {
   int64_t read_at_ ABSL_GUARDED_BY(mu_);  // when the last reading was asked
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> fresh_at_;  // when the last good reading was asked
+  std::atomic<bool> failing_{false};
 };
 
 }  // namespace sluice::backend

@@ -36,10 +36,10 @@
 // reset anywhere drops all of them once the reset epoch is read (every ResetEpochWatch::kReadUs
 // while leases are in use), and no lease is used while the last reading is older than
 // ResetEpochWatch::kFreshUs, unless the readings fail. When the backend fails (the epoch cannot
-// be read either), the leases still held are spent until they end (a reset cannot go through a backend that is down; an
-// instance cut off from a backend others still reach spends at most what its leases hold, for at
-// most a lease's life); then requests go to `inner` and the failure policy in front of this
-// answers.
+// be read either), the leases still held are spent until they end (a reset cannot go through a
+// backend that is down; an instance cut off from a backend others still reach spends at most what
+// its leases hold, for at most a lease's life); then requests go to `inner` and the failure policy
+// in front of this answers.
 //
 // Safe for concurrent use if `inner` and `source` are. Neither is owned.
 

@@ -166,10 +166,19 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     if (was_ready || last_error() != why) spdlog::warn("redis: {}", why);
     Drop(why);
     SetState(State::kDown, why);
-    retry_timer_.expires_after(backoff_);
+    retry_at_ = Now() + std::chrono::duration_cast<MonoTime::duration>(backoff_);
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    WaitToRetry();
+  }
+
+  // The reconnect backoff, in the injected clock: the timer wakes in real time, and the next
+  // attempt starts once the connection's clock has reached retry_at_.
+  void WaitToRetry() {
+    retry_timer_.expires_after(std::max(retry_at_ - Now(), MonoTime::duration(1000)));
     retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (!ec) self->Connect();
+      if (ec) return;
+      if (self->Now() < self->retry_at_) return self->WaitToRetry();
+      self->Connect();
     });
   }
 
@@ -373,6 +382,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   bool writing_ = false;
   bool deadline_armed_ = false;
   MonoTime armed_at_{};     // when the deadline timer fires, while armed
+  MonoTime retry_at_{};     // when the next connection attempt may start (backoff)
   MonoTime last_expiry_{};  // when it last fired
   RedisClock clock_;        // Redis's clock: TIME at login, then script replies
   std::string out_;         // commands waiting for the next write

@@ -6,7 +6,8 @@
 //
 // Time is the monotonic reading of an injected clock (Options::clock): deadlines are set and
 // checked in it, and the timer that enforces them waits, in real time, for what is left by it (a
-// clock that jumps ahead is noticed when the timer next fires).
+// clock that jumps ahead is noticed when the timer next fires). The reconnect backoff is timed
+// the same way.
 //
 // Bounded in every way: each command has a deadline (Options::timeout, or an earlier one the
 // caller gives, see Deadline; its callback then gets DeadlineExceeded and the late reply, when it

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "redis/redis_clock.h"
 #include "redis/resp.h"
+#include "sluice/clock.h"
 #include "tests/support/redis_server.h"
 
 namespace sluice::redis {
@@ -344,6 +346,50 @@ TEST_F(ConnectionTest, FailsFastWhileDownAndReconnects) {
   ASSERT_TRUE(server->running());
   ASSERT_TRUE(WaitState(*c, Connection::State::kReady, 3s)) << c->last_error();
   EXPECT_EQ(Call(*c, {"PING"})->str, "PONG");
+}
+
+// The reconnect backoff follows the connection's clock: a listener that accepts and closes at
+// once makes every attempt fail; with a manual clock that stands still, no new attempt comes in
+// real time, and one comes soon after the clock moves past the backoff.
+TEST_F(ConnectionTest, ReconnectBackoffFollowsTheConnectionsClock) {
+  using boost::asio::ip::tcp;
+  io_context listener_io;
+  tcp::acceptor acceptor(listener_io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  std::atomic<int> accepts{0};
+  std::function<void()> accept_next = [&] {
+    acceptor.async_accept([&](boost::system::error_code ec, tcp::socket socket) {
+      if (ec) return;
+      ++accepts;
+      socket.close();
+      accept_next();
+    });
+  };
+  accept_next();
+  std::thread listener([&] { listener_io.run_for(10s); });
+  const auto wait_accepts = [&](int n, std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (accepts.load() < n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return accepts.load();
+  };
+
+  ManualClock clock;
+  Connection::Options o;
+  o.endpoint = *ParseUrl("redis://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()));
+  o.min_backoff = 50ms;
+  o.max_backoff = 50ms;
+  o.clock = &clock;
+  auto c = Connection::Create(io_, o);
+  connections_.push_back(c);
+  ASSERT_EQ(wait_accepts(1, 5s), 1);   // the first attempt, closed: backoff begins
+  std::this_thread::sleep_for(300ms);  // six backoffs of real time: the clock stands still
+  EXPECT_EQ(accepts.load(), 1);
+  clock.Advance(60000);
+  EXPECT_EQ(wait_accepts(2, 2s), 2);
+  c->Close();
+  listener_io.stop();
+  listener.join();
 }
 
 TEST_F(ConnectionTest, NothingListening) {

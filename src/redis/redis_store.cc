@@ -1,3 +1,8 @@
+// RedisStore's decisions (redis_store.h): one request's way through batching, slots, the two
+// steps across slots, NOSCRIPT, deadlines and late replies, and refunds, in one file because
+// they share its queue and call state (a little over 600 lines). Reset, the reset epoch and
+// leases are in redis_store_admin.cc.
+
 #include "redis/redis_store.h"
 
 #include <algorithm>

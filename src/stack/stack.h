@@ -1,5 +1,6 @@
 // The backend stack a process decides on, built from the settings: the memory store alone, or
-// Failover(RedisStore, memory store) for `backend: redis`. The one place that knows the concrete
+// Failover(Leases(OverLimitCache(RedisStore)), memory store) for `backend: redis` (the cache
+// only when redis.over_limit_cache > 0). The one place that knows the concrete
 // backends: frontends see a backend::Backend (through the engine) and this class.
 
 #ifndef SLUICE_STACK_STACK_H_

@@ -328,4 +328,78 @@ void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, c
   state.idle_at_us = e.back().at_us + limit.window_us;
 }
 
+namespace {
+
+void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  const uint64_t n = limit.requests;
+  if (n == 0) return;
+  i128 debt = 0;
+  if (!state.IsIdle(now_us)) {
+    const int64_t tat_floor = state.idle_at_us - (state.aux != 0 ? 1 : 0);
+    debt = Max(0, static_cast<i128>(tat_floor) * n + state.aux - static_cast<i128>(now_us) * n);
+  }
+  debt += static_cast<i128>(cost) * limit.window_us;
+  const int64_t whole = ToInt64(FloorDiv(debt, n));
+  const uint64_t frac = static_cast<uint64_t>(debt - static_cast<i128>(whole) * n);
+  state.idle_at_us = now_us + whole + (frac != 0 ? 1 : 0);
+  state.aux = frac;
+}
+
+void ChargeFixedWindow(CompactState& state, int64_t counted_at_us, int64_t now_us,
+                       const Limit& limit, uint64_t cost) {
+  const int64_t w = limit.window_us;
+  if (WindowStart(counted_at_us, w) != WindowStart(now_us, w)) return;  // its window is over
+  auto [end_us, count] = CurrentWindow(state, now_us, w);
+  count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;
+  state = {end_us, count};
+}
+
+void ChargeSlidingWindow(CompactState& state, int64_t counted_at_us, int64_t now_us,
+                         const Limit& limit, uint64_t cost) {
+  constexpr uint64_t kMaxCount = 0xFFFFFFFFu;
+  const int64_t w = limit.window_us;
+  const int64_t current_start = WindowStart(now_us, w);
+  const int64_t counted_start = WindowStart(counted_at_us, w);
+  if (counted_start != current_start && counted_start != current_start - w) return;
+  // The state rolled to now's window, as DecideSlidingWindow rolls it.
+  uint64_t prev = 0, cur = 0;
+  if (!state.IsIdle(now_us)) {
+    prev = state.aux >> 32;
+    cur = state.aux & kMaxCount;
+    const int64_t start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
+    if (current_start >= start_us + 2 * w) {
+      prev = cur = 0;
+    } else if (current_start == start_us + w) {
+      prev = cur;
+      cur = 0;
+    }
+  }
+  uint64_t& count = counted_start == current_start ? cur : prev;
+  count = std::min(kMaxCount, count + std::min(kMaxCount, cost));
+  if (cur == 0 && prev == 0) {
+    state = {};
+    return;
+  }
+  state.idle_at_us = cur > 0 ? current_start + 2 * w : current_start + w;
+  state.aux = prev << 32 | cur;
+}
+
+}  // namespace
+
+void ChargeCompact(CompactState& state, int64_t counted_at_us, int64_t now_us, const Limit& limit,
+                   uint64_t cost) {
+  if (cost == 0) return;
+  switch (limit.algorithm) {
+    case Algorithm::kTokenBucket:
+      return ChargeBucket(state, now_us, limit, cost);
+    case Algorithm::kFixedWindow:
+      return ChargeFixedWindow(state, counted_at_us, now_us, limit, cost);
+    case Algorithm::kSlidingWindow:
+      return ChargeSlidingWindow(state, counted_at_us, now_us, limit, cost);
+    case Algorithm::kLeakyBucket:
+    case Algorithm::kSlidingLog:
+      return;
+  }
+}
+
 }  // namespace sluice::algo

@@ -94,6 +94,18 @@ void RefundCompact(CompactState& state, int64_t consumed_at_us, int64_t now_us, 
 void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, const Limit& limit,
                       uint64_t cost);
 
+// Charges: record `cost` as consumed whatever the limit says (it may take a state past its
+// limit), at `now_us` >= every time already used with the state, for units admitted at
+// `counted_at_us` <= now_us elsewhere and learnt of late (consistency: eventual merges every
+// instance's admissions into one state; docs/hybrid.md). Only what still counts is charged:
+//   token_bucket:   TAT = max(TAT, now) + cost * W/N (its debt grows by cost; no capacity check).
+//   fixed_window:   the count of counted_at's window grows by cost, if that window is now's.
+//   sliding_window: the count of counted_at's window grows by cost, if that window is now's or
+//                   the one before (it still weighs in the estimate); counts saturate at 2^32 - 1.
+// leaky_bucket and sliding_log are not charged (eventual does not decide them).
+void ChargeCompact(CompactState& state, int64_t counted_at_us, int64_t now_us, const Limit& limit,
+                   uint64_t cost);
+
 }  // namespace sluice::algo
 
 #endif  // SLUICE_ALGO_ALGORITHMS_H_

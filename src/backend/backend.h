@@ -38,8 +38,9 @@ enum class FailureMode {
 
 // How a limit held across instances is decided (`consistency:`, docs/hybrid.md).
 enum class Consistency {
-  kExact,   // every decision by the shared backend (Redis)
-  kLeased,  // from units leased from it, never admitting more than exact (backend/leases.h)
+  kExact,     // every decision by the shared backend (Redis)
+  kLeased,    // from units leased from it, never admitting more than exact (backend/leases.h)
+  kEventual,  // on this instance's copy, merged into it every sync interval (backend/eventual.h)
 };
 
 // What a refusal for want of a backend (failure_mode closed, or a failure no policy answered)

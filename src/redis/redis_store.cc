@@ -612,7 +612,8 @@ RedisStore::Stats RedisStore::GetStats() const {
                .cross_slot_refunds = cross_slot_refunds_.load(),
                .batches_split = batches_split_.load(),
                .late_refunds = late_refunds_.load(),
-               .lease_calls = lease_calls_.load()};
+               .lease_calls = lease_calls_.load(),
+               .sync_calls = sync_calls_.load()};
 }
 
 }  // namespace sluice::redis

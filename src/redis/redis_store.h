@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
+#include "backend/eventual.h"
 #include "backend/leases.h"
 #include "redis/breaker.h"
 #include "redis/client.h"
@@ -60,7 +61,9 @@
 
 namespace sluice::redis {
 
-class RedisStore final : public backend::Backend, public backend::LeaseSource {
+class RedisStore final : public backend::Backend,
+                         public backend::LeaseSource,
+                         public backend::SyncSource {
  public:
   struct Options {
     std::string key_prefix = "sluice:";
@@ -85,6 +88,7 @@ class RedisStore final : public backend::Backend, public backend::LeaseSource {
     uint64_t batches_split = 0;       // cluster batches sent again request by request (slots moved)
     uint64_t late_refunds = 0;  // requests admitted by a call whose reply came too late, refunded
     uint64_t lease_calls = 0;   // leases asked for (each a script call)
+    uint64_t sync_calls = 0;    // merge calls (consistency: eventual; script calls too)
   };
 
   using Done = std::function<void(absl::StatusOr<DecideResult>)>;
@@ -118,6 +122,13 @@ class RedisStore final : public backend::Backend, public backend::LeaseSource {
   // leaky_bucket and sliding_log grant 0. Unspent units of a window's lease go back with
   // Refund(items, a time inside the lease); a bucket's are not given back.
   void Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) override;
+
+  // Merges (consistency: eventual; backend/eventual.h): decide.lua's mode 5 adds each delta's
+  // units to its state as algo::ChargeCompact does, on Redis's clock, and reads the state back;
+  // one call per cluster node and per kMaxSyncBatch states, each sent by EVALSHA (EVAL after
+  // NOSCRIPT).
+  static constexpr size_t kMaxSyncBatch = 256;
+  size_t Sync(std::span<const Delta> deltas, MergedDone done) override;
 
   // Where the state of (limit, limit_id, key) lives: a string key of its own (field empty) or a
   // field of hash `key`.
@@ -158,6 +169,8 @@ class RedisStore final : public backend::Backend, public backend::LeaseSource {
  private:
   struct LeaseCall;
   void SendLease(std::shared_ptr<LeaseCall> call, bool by_sha);
+  struct SyncCall;
+  void SendSync(std::shared_ptr<SyncCall> call, bool by_sha);
   std::string EpochKey() const;
   void BumpResetEpoch(size_t deleted, const ResetDone& done);
   struct Call;
@@ -224,6 +237,7 @@ class RedisStore final : public backend::Backend, public backend::LeaseSource {
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   const std::shared_ptr<LateGuard> late_guard_;
   std::atomic<uint64_t> lease_calls_{0};
+  std::atomic<uint64_t> sync_calls_{0};
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
   // Sends a health probe (PING) unless one is in flight or the breaker refuses.

@@ -1,6 +1,6 @@
 // RedisStore's admin side: Reset (DEL of the states) and the reset epoch, a counter next to the
 // states that every Reset moves and every instance's over-limit cache reads; and leases
-// (consistency: leased), taken by decide.lua's mode 4.
+// (consistency: leased), taken by decide.lua's mode 4; and merges (consistency: eventual), mode 5.
 
 #include <algorithm>
 #include <memory>
@@ -130,6 +130,71 @@ void RedisStore::SendLease(std::shared_ptr<LeaseCall> call, bool by_sha) {
                          .ends_us = e[2].integer,
                          .left = count(e[3])});
       });
+}
+
+// What one merge call needs until its reply (a NOSCRIPT answer sends it again).
+struct RedisStore::SyncCall {
+  std::vector<Limit> limits;    // what the items point to
+  std::vector<SyncItem> items;  // their keys are the Redis keys
+  std::vector<size_t> deltas;   // Sync's indexes
+  std::string route;            // a key of the node the call goes to
+  MergedDone done;
+};
+
+size_t RedisStore::Sync(std::span<const Delta> deltas, MergedDone done) {
+  // By node (one on a single server), at most kMaxSyncBatch states per call.
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<SyncCall>>> by_node;
+  std::vector<std::shared_ptr<SyncCall>> calls;
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const backend::Item& item = deltas[i].item;
+    Place place = StatePlace(*item.limit, item.limit_id, item.key);
+    auto& node = by_node[client_->cluster() ? client_->NodeFor(place.key) : std::string()];
+    if (node.empty() || node.back()->items.size() >= kMaxSyncBatch) {
+      auto call = std::make_shared<SyncCall>();
+      call->limits.reserve(kMaxSyncBatch);  // never moved: the items point into it
+      call->route = place.key;
+      call->done = done;
+      node.push_back(call);
+      calls.push_back(call);
+    }
+    SyncCall& call = *node.back();
+    call.limits.push_back(*item.limit);
+    call.items.push_back({.item = {&call.limits.back(), std::move(place.key), 0, false, false,
+                                   std::move(place.field)},
+                          .units = deltas[i].units,
+                          .counted_at_us = deltas[i].counted_at_us});
+    call.deltas.push_back(i);
+  }
+  for (auto& call : calls) SendSync(std::move(call), /*by_sha=*/true);
+  return calls.size();
+}
+
+void RedisStore::SendSync(std::shared_ptr<SyncCall> call, bool by_sha) {
+  const std::string sha = by_sha ? Sha() : std::string();
+  script_calls_.fetch_add(1, std::memory_order_relaxed);
+  sync_calls_.fetch_add(1, std::memory_order_relaxed);
+  client_->Send(call->route, EncodeSync(sha, call->items),
+                [this, call, by_sha, sha](absl::StatusOr<Reply> reply) {
+                  Merged merged;
+                  merged.deltas = call->deltas;
+                  if (!reply.ok()) {
+                    merged.status = reply.status();
+                    return call->done(std::move(merged));
+                  }
+                  if (by_sha && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
+                    noscript_.fetch_add(1, std::memory_order_relaxed);
+                    return SendSync(call, /*by_sha=*/false);
+                  }
+                  auto parsed = ParseSyncReply(*reply, call->items);
+                  if (!parsed.ok()) {
+                    merged.status = parsed.status();
+                    return call->done(std::move(merged));
+                  }
+                  if (sha.empty()) LearnSha(call->route);  // the SHA, for next time
+                  merged.now_us = parsed->now_us;
+                  merged.states = std::move(parsed->states);
+                  call->done(std::move(merged));
+                });
 }
 
 }  // namespace sluice::redis

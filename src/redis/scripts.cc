@@ -1,5 +1,6 @@
 #include "redis/scripts.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstring>
@@ -115,6 +116,51 @@ std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t w
   AppendCommand(&command, {sha.empty() ? "EVAL" : "EVALSHA", sha.empty() ? DecideScript() : sha,
                            "1", item.key, "4", life, units, kind});
   return command;
+}
+
+std::string EncodeSync(std::string_view sha, std::span<const SyncItem> items) {
+  std::vector<std::string> text;  // per item: its kind and field, its time (units as its cost)
+  text.reserve(2 * items.size() + 1);
+  text.push_back(std::to_string(items.size()));
+  for (const SyncItem& s : items) {
+    DecideItem it = s.item;
+    it.cost = s.units;
+    text.push_back(PackItem(it));
+    text.push_back(std::to_string(s.counted_at_us));
+  }
+  std::vector<std::string_view> args = {sha.empty() ? "EVAL" : "EVALSHA",
+                                        sha.empty() ? DecideScript() : sha, "0", "5", text[0]};
+  args.reserve(5 + 3 * items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    args.push_back(items[i].item.key);
+    args.push_back(text[1 + 2 * i]);
+    args.push_back(text[2 + 2 * i]);
+  }
+  std::string command;
+  AppendCommand(&command, args);
+  return command;
+}
+
+absl::StatusOr<SyncReply> ParseSyncReply(const Reply& reply, std::span<const SyncItem> sent) {
+  const size_t items = sent.size();
+  if (reply.IsError()) return absl::InternalError(fmt::format("merge script: {}", reply.str));
+  const auto& e = reply.elements;
+  if (reply.type != Reply::Type::kArray || e.size() != 1 + 3 * items ||
+      !std::all_of(e.begin(), e.end(),
+                   [](const Reply& r) { return r.type == Reply::Type::kInteger; })) {
+    return absl::InternalError("merge script: a malformed reply");
+  }
+  SyncReply out{.now_us = e[0].integer, .states = {}};
+  out.states.reserve(items);
+  for (size_t i = 0; i < items; ++i) {
+    const int64_t prev = e[2 + 3 * i].integer, cur = e[3 + 3 * i].integer;
+    // A sliding window's two counts as its aux (prev << 32 | cur); the others' aux alone.
+    const bool sliding = sent[i].item.limit->algorithm == Algorithm::kSlidingWindow;
+    const uint64_t aux = sliding ? static_cast<uint64_t>(prev) << 32 | static_cast<uint64_t>(cur)
+                                 : static_cast<uint64_t>(prev);
+    out.states.push_back({.idle_at_us = e[1 + 3 * i].integer, .aux = aux});
+  }
+  return out;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "algo/algorithms.h"
 #include "redis/connection.h"
 #include "redis/resp.h"
 #include "sluice/limit.h"
@@ -64,6 +65,23 @@ std::string EncodeDecide(std::string_view sha, std::span<const DecideItem> items
 // is {now_us}.
 std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items,
                          int64_t decided_at_us);
+
+// One state of a merge call (consistency: eventual; decide.lua's mode 5): add `units` admitted
+// elsewhere at `counted_at_us` (Redis's time) as algo::ChargeCompact does, then read it back.
+struct SyncItem {
+  DecideItem item;  // item.cost is not used
+  uint64_t units;
+  int64_t counted_at_us;
+};
+// The EVALSHA (or, with `sha` empty, EVAL) merging `items` in turn, their keys as arguments (so
+// that they may be in several slots of one cluster node). Its reply: {now_us, then per item the
+// merged state's idle_at, a, b}; ParseSyncReply reads it.
+std::string EncodeSync(std::string_view sha, std::span<const SyncItem> items);
+struct SyncReply {
+  int64_t now_us = 0;
+  std::vector<algo::CompactState> states;  // by item
+};
+absl::StatusOr<SyncReply> ParseSyncReply(const Reply& reply, std::span<const SyncItem> items);
 
 struct DecideResult {
   int64_t now_us = 0;  // Redis's TIME when it decided

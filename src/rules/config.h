@@ -30,7 +30,7 @@ struct Position {
   int column = 0;
 };
 
-using backend::Consistency;  // consistency: exact | leased
+using backend::Consistency;  // consistency: exact | leased | eventual
 
 // One limit on a descriptor node or in a plan.
 struct LimitRule {
@@ -181,6 +181,9 @@ struct Settings {
   // redis.lease_interval (consistency: leased): the target interval; a token bucket's lease lives
   // this long, a window's ten times as long (and never past its window).
   int64_t redis_lease_interval_us = 100000;
+  // redis.sync_interval (consistency: eventual): how often an instance merges what it admitted
+  // into Redis and takes the merged states back (backend/eventual.h).
+  int64_t redis_sync_interval_us = 100000;
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
   // `headers` as flags, set with it by the settings parser: read for every answer.
   bool x_ratelimit_headers = true;

@@ -66,17 +66,15 @@ class DomainParser {
   }
 
  private:
-  // `consistency:` of a domain or a limit: exact | leased (eventual is not built yet).
+  // `consistency:` of a domain or a limit: exact | leased | eventual.
   std::optional<Consistency> ParseConsistency(const YAML::Node& map) {
     auto name = r_.String(map, "consistency");
     if (!name) return std::nullopt;
     if (*name == "exact") return Consistency::kExact;
     if (*name == "leased") return Consistency::kLeased;
+    if (*name == "eventual") return Consistency::kEventual;
     r_.Error(map["consistency"],
-             *name == "eventual"
-                 ? std::string("consistency: eventual is not built yet "
-                               "(exact or leased)")
-                 : fmt::format("unknown consistency '{}' (exact or leased)", *name));
+             fmt::format("unknown consistency '{}' (exact, leased or eventual)", *name));
     return std::nullopt;
   }
 

@@ -409,11 +409,13 @@ descriptors:
   EXPECT_EQ(Child(domain->root, 1)->limits[0].consistency, Consistency::kExact);
   EXPECT_EQ(Child(domain->root, 2)->limits[0].consistency, Consistency::kLeased);
   EXPECT_EQ(MustLoad("domain: d\n")->FindDomain("d")->consistency, Consistency::kExact);
-  EXPECT_THAT(Errors("domain: d\nconsistency: eventual\n"),
-              ElementsAre("t.yaml:2:14: consistency: eventual is not built yet (exact or leased)"));
+  EXPECT_EQ(MustLoad("domain: d\nconsistency: eventual\n")->FindDomain("d")->consistency,
+            Consistency::kEventual);
+  EXPECT_THAT(Errors("domain: d\nconsistency: loose\n"),
+              ElementsAre("t.yaml:2:14: unknown consistency 'loose' (exact, leased or eventual)"));
   EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n"
                      "    rate_limit: {requests: 1, window: 1s, consistency: loose}\n"),
-              ElementsAre("t.yaml:4:56: unknown consistency 'loose' (exact or leased)"));
+              ElementsAre("t.yaml:4:56: unknown consistency 'loose' (exact, leased or eventual)"));
 }
 
 TEST(LoaderExtensionsTest, LimitsList) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "backend/eventual.h"
 #include "backend/failover.h"
 #include "backend/leases.h"
 #include "backend/over_limit_cache.h"
@@ -26,6 +27,7 @@ struct Stack::Parts {
   std::unique_ptr<redis::RedisStore> redis;
   std::unique_ptr<backend::OverLimitCache> over_limit_cache;  // in front of redis; may be null
   std::unique_ptr<backend::Leases> leases;                    // in front of that
+  std::unique_ptr<backend::Eventual> eventual;                // in front of that
   std::unique_ptr<backend::Failover> failover;
   std::unique_ptr<redis::Client> client;
 };
@@ -105,6 +107,12 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
       backend::Leases::Options{.life_us = settings.redis_lease_interval_us,
                                .window_life_us = 10 * settings.redis_lease_interval_us});
   primary = backend.leases.get();
+  // consistency: eventual items are decided on copies merged every sync interval.
+  backend.eventual = std::make_unique<backend::Eventual>(
+      primary, backend.redis.get(), backend.redis.get(), &backend.client->clock(),
+      backend::Eventual::Options{.sync_interval_us = settings.redis_sync_interval_us,
+                                 .ticker = true});
+  primary = backend.eventual.get();
   backend.failover = std::make_unique<backend::Failover>(primary, backend.memory.get());
   return absl::OkStatus();
 }
@@ -160,6 +168,40 @@ absl::Status RegisterLeaseMetrics(metrics::Registry& registry, const backend::Le
       });
 }
 
+// The eventual mode's families (consistency: eventual).
+absl::Status RegisterEventualMetrics(metrics::Registry& registry,
+                                     const backend::Eventual* eventual) {
+  if (auto s = registry.AddCallback(
+          {.name = "sluice_eventual_decisions_total",
+           .help = "consistency: eventual requests, by where they were decided: on this "
+                   "instance's copy (local), or by the backend (exact: no fresh copy)",
+           .label_names = {"where"}},
+          metrics::MetricType::kCounter,
+          [eventual] {
+            const backend::Eventual::Stats st = eventual->GetStats();
+            return std::vector<metrics::CallbackSample>{{{"local"}, static_cast<double>(st.local)},
+                                                        {{"exact"}, static_cast<double>(st.exact)}};
+          });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackCounter(
+          "sluice_eventual_syncs_total", "merge calls sent to the backend (script calls)",
+          [eventual] { return static_cast<double>(eventual->GetStats().syncs); });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackCounter(
+          "sluice_eventual_sync_errors_total", "merge calls that failed (their units go again)",
+          [eventual] { return static_cast<double>(eventual->GetStats().sync_errors); });
+      !s.ok()) {
+    return s;
+  }
+  return registry.AddCallbackCounter(
+      "sluice_eventual_states_synced_total", "states the merge calls added to and read back",
+      [eventual] { return static_cast<double>(eventual->GetStats().states_synced); });
+}
+
 // Registers the backend's families on /metrics.
 absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Parts& backend) {
   redis::RedisStore* store = backend.redis.get();
@@ -210,6 +252,7 @@ absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Part
     return s;
   }
   if (auto s = RegisterLeaseMetrics(registry, backend.leases.get()); !s.ok()) return s;
+  if (auto s = RegisterEventualMetrics(registry, backend.eventual.get()); !s.ok()) return s;
   backend::Failover* failover = backend.failover.get();
   return registry.AddCallback(
       {.name = "sluice_backend_fallback_requests_total",
@@ -231,7 +274,10 @@ Stack::Stack(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
                           : parts_->memory.get();
 }
 
-Stack::~Stack() = default;
+Stack::~Stack() {
+  // The ticker sends merges through the client, which goes first.
+  if (parts_->eventual) parts_->eventual->StopTicker();
+}
 
 std::unique_ptr<Stack> Stack::Memory(const rules::Settings& settings, const Clock* clock) {
   auto parts = std::make_unique<Parts>();
@@ -259,8 +305,13 @@ void Stack::ReturnLeases(absl::Duration wait) {
   if (parts_->leases == nullptr) return;
   auto returned = std::make_shared<absl::Notification>();
   parts_->leases->ReturnAll([returned] { returned->Notify(); });
+  auto merged = std::make_shared<absl::Notification>();
+  parts_->eventual->Sync([merged] { merged->Notify(); });
   if (!returned->WaitForNotificationWithTimeout(wait)) {
     spdlog::warn("{}: leases not all given back in time", where_);
+  }
+  if (!merged->WaitForNotificationWithTimeout(wait)) {
+    spdlog::warn("{}: what eventual admitted not merged in time", where_);
   }
 }
 
@@ -295,6 +346,13 @@ Stack::RedisCounters Stack::GetRedisCounters() const {
     out.lease_local = st.local;
     out.leases = st.leases;
     out.lease_returns = st.returns;
+  }
+  if (parts_->eventual) {
+    const backend::Eventual::Stats st = parts_->eventual->GetStats();
+    out.eventual_local = st.local;
+    out.eventual_syncs = st.syncs;
+    out.eventual_states_synced = st.states_synced;
+    out.eventual_max_round_trip_us = st.max_round_trip_us;
   }
   return out;
 }

@@ -1,7 +1,7 @@
 // The backend stack a process decides on, built from the settings: the memory store alone, or
-// Failover(Leases(OverLimitCache(RedisStore)), memory store) for `backend: redis` (the cache
-// only when redis.over_limit_cache > 0). The one place that knows the concrete
-// backends: frontends see a backend::Backend (through the engine) and this class.
+// Failover(Eventual(Leases(OverLimitCache(RedisStore))), memory store) for `backend: redis` (the
+// cache only when redis.over_limit_cache > 0). The one place that knows the concrete backends:
+// frontends see a backend::Backend (through the engine) and this class.
 
 #ifndef SLUICE_STACK_STACK_H_
 #define SLUICE_STACK_STACK_H_
@@ -46,8 +46,9 @@ class Stack {
   // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".
   const std::string& where() const { return where_; }
 
-  // Gives back the unspent units of this instance's leases (consistency: leased), waiting up to
-  // `wait` for the backend to take them: at shutdown, so that other instances can use them.
+  // Gives back the unspent units of this instance's leases (consistency: leased) and merges what
+  // it admitted on eventual copies, waiting up to `wait` for the backend to take them: at
+  // shutdown, so that other instances can use them (and count what this one admitted).
   void ReturnLeases(absl::Duration wait);
 
   // The memory store's figures, for /metrics.
@@ -59,13 +60,17 @@ class Stack {
   // What this stack has asked of Redis so far (read-only, for `sluice sim`); zeros without
   // Redis.
   struct RedisCounters {
-    uint64_t decide_calls = 0;           // decisions that reached the Redis store
-    uint64_t refused = 0;                // of those, refused by its open breaker (no call)
-    uint64_t script_calls = 0;           // script calls sent (a batch counts once)
-    uint64_t over_limit_cache_hits = 0;  // decisions the over-limit cache denied, with no call
-    uint64_t lease_local = 0;            // decisions made from leased units, with no call
-    uint64_t leases = 0;                 // leases taken (script calls, in script_calls too)
-    uint64_t lease_returns = 0;          // calls giving unspent units back
+    uint64_t decide_calls = 0;               // decisions that reached the Redis store
+    uint64_t refused = 0;                    // of those, refused by its open breaker (no call)
+    uint64_t script_calls = 0;               // script calls sent (a batch counts once)
+    uint64_t over_limit_cache_hits = 0;      // decisions the over-limit cache denied, with no call
+    uint64_t lease_local = 0;                // decisions made from leased units, with no call
+    uint64_t leases = 0;                     // leases taken (script calls, in script_calls too)
+    uint64_t lease_returns = 0;              // calls giving unspent units back
+    uint64_t eventual_local = 0;             // decisions made on eventual copies, with no call
+    uint64_t eventual_syncs = 0;             // merge calls (script calls, in script_calls too)
+    uint64_t eventual_states_synced = 0;     // states those calls read and wrote
+    int64_t eventual_max_round_trip_us = 0;  // the longest merge call (D)
   };
   RedisCounters GetRedisCounters() const;
 

@@ -12,6 +12,7 @@
 --          2 = refund (give back what admitted requests consumed: see "Refunds" below),
 --          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above),
 --          4 = take a lease (consistency: leased; see "Leases" below)
+--          5 = merge admissions made elsewhere (consistency: eventual; see "Merges" below)
 -- ARGV[2]: the deadline, Redis's time in µs (16 digits; 0: none): a call that finds TIME past it
 --          changes nothing and returns {now_us, -1}. The client has given up on the call by
 --          then (or is about to; redis::Deadline), so what it would decide nobody would get: it
@@ -467,6 +468,50 @@ local function lease(alg, st, now, n, w, cap, want, life)
   return granted, e, remaining - granted
 end
 
+-- --- merges (consistency: eventual; algo::ChargeCompact): record `cost` units admitted by an
+-- instance at `at` (Redis's time, as the instance estimates it) whatever the limit says, so far
+-- as they still count: a bucket's debt grows by them from now; a window's count grows if `at`'s
+-- window is now's (sliding_window: or the one before, which still weighs in the estimate).
+local function merge(alg, st, at, now, n, w, cost)
+  if cost == 0 then return end
+  if alg == 0 then
+    if n == 0 then return end
+    local debt = 0
+    local idle, frac = st[1], st[2]
+    if now < idle then
+      if frac ~= 0 then idle = idle - 1 end
+      debt = (idle - now) * n + frac
+      if debt < 0 then debt = 0 end
+    end
+    debt = debt + cost * w
+    local rest = debt % n
+    st[1] = now + (debt - rest) / n + ((rest ~= 0) and 1 or 0)
+    st[2] = rest
+    return
+  end
+  local current, counted = window_start(now, w), window_start(at, w)
+  if alg == 2 then
+    if counted ~= current then return end
+    if now >= st[1] then st[1], st[2] = current + w, 0 end
+    st[2] = st[2] + cost
+    return
+  end
+  if alg ~= 4 or (counted ~= current and counted ~= current - w) then return end
+  local prev, cur = 0, 0
+  if now < st[1] then
+    prev, cur = st[2], st[3]
+    local start = ((cur > 0) and (st[1] - w) or st[1]) - w
+    if current >= start + 2 * w then
+      prev, cur = 0, 0
+    elseif current == start + w then
+      prev, cur = cur, 0
+    end
+  end
+  if counted == current then cur = min(cur + cost, 4294967295) else prev = min(prev + cost, 4294967295) end
+  st[1] = (cur > 0) and (current + 2 * w) or (current + w)
+  st[2], st[3] = prev, cur
+end
+
 -- --- loading and storing states
 
 -- The hash field of an item's argument, or false when its state has a string key of its own.
@@ -513,6 +558,19 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local commit = ARGV[1] == '1' or ARGV[1] == '3'
 local now_ms = (now - now % 1000) / 1000
 
+-- Writes a state changed by a lease or a merge (the decisions write theirs in bulk, below).
+local function store(key, field, alg, st)
+  if field then
+    call('HSET', key, field, encode(alg, st, field))
+    local ms = ceildiv(st[1], 1000)
+    if call('PTTL', key) < ms - now_ms then call('PEXPIREAT', key, decimal(ms)) end
+  else
+    local ms = expiry(alg, st[1], now)
+    if expiry_slot[alg] then st[expiry_slot[alg]] = ms end
+    call('SET', key, encode(alg, st, false), 'PXAT', decimal(ms))
+  end
+end
+
 -- Refunds: ARGV[2] the decision's time (µs, Redis's TIME as the decide call returned it), ARGV[3]
 -- the item count M, then per item its kind (six doubles, as for a decision) followed by its hash
 -- field if any (the cost is what to give back). Returns {now_us}.
@@ -551,18 +609,38 @@ if ARGV[1] == '4' then
   if raw then st = parse(alg, raw) end
   if field and st[1] <= now then st = {0, 0, 0} end  -- a packed state past idle_at is absent
   local granted, ends, left = lease(alg, st, now, n, w, cap, tonumber(ARGV[3]), tonumber(ARGV[2]))
-  if granted > 0 then
-    if field then
-      call('HSET', key, field, encode(alg, st, field))
-      local ms = ceildiv(st[1], 1000)
-      if call('PTTL', key) < ms - now_ms then call('PEXPIREAT', key, decimal(ms)) end
+  if granted > 0 then store(key, field, alg, st) end
+  return {now, granted, ends, left}
+end
+-- Merges: ARGV[2] the item count M, then per item three arguments: its key, its kind (six
+-- doubles, as for a decision, the cost being the units to merge) followed by its hash field if
+-- any, and when they were admitted (µs, Redis's time as the instance estimates it). The keys are
+-- arguments, as in mode 3 (a cluster node's batch). Returns {now_us, then per item its state
+-- after the merge: idle_at, a, b (algo::CompactState: a bucket's frac, 0; a fixed window's
+-- count, 0; a sliding window's prev, cur), or 0, 0, 0 for a state back to initial}.
+if ARGV[1] == '5' then
+  local reply = {now}
+  for i = 1, tonumber(ARGV[2]) do
+    local key, kind, at = ARGV[3 * i], ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2])
+    local alg, n, w, _, cost = unpack('<dddddd', kind)
+    local field = item_field(kind)
+    local raw = load(key, field)
+    local st = {0, 0, 0}
+    if raw then st = parse(alg, raw) end
+    if st[1] <= now then st = {0, 0, 0} end  -- back to initial
+    merge(alg, st, at, now, n, w, cost)
+    if st[1] > now then
+      if cost > 0 then store(key, field, alg, st) end
+      reply[#reply + 1] = st[1]
+      reply[#reply + 1] = st[2]
+      reply[#reply + 1] = (alg == 4) and st[3] or 0
     else
-      local ms = expiry(alg, st[1], now)
-      if expiry_slot[alg] then st[expiry_slot[alg]] = ms end
-      call('SET', key, encode(alg, st, false), 'PXAT', decimal(ms))
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = 0
     end
   end
-  return {now, granted, ends, left}
+  return reply
 end
 
 local deadline = tonumber(ARGV[2])

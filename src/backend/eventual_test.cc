@@ -1,0 +1,280 @@
+// backend::Eventual over a shared backend standing in for Redis (its states decided by src/algo,
+// its merges by algo::ChargeCompact, as decide.lua's modes 1 and 5 do), with a manual clock:
+// one instance alone is exact; several over-admit by no more than the bound of eventual.h; a
+// copy too old is not decided on; units admitted while a merge is out, or whose merge failed,
+// are merged later, never lost.
+
+#include "backend/eventual.h"
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "gtest/gtest.h"
+#include "sluice/clock.h"
+
+namespace sluice::backend {
+namespace {
+
+constexpr int64_t kMs = 1000;
+constexpr int64_t kSecond = 1000 * kMs;
+constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+
+// The shared states: exact decisions and merges, on the manual clock's time.
+class Shared final : public Backend, public SyncSource {
+ public:
+  explicit Shared(const Clock* clock) : clock_(clock) {}
+
+  void Decide(std::span<const Item> items, int64_t, std::span<Decision> out, Done done) override {
+    ++decides;
+    const int64_t now = clock_->NowMicros();
+    bool allowed = true;
+    std::vector<algo::CompactState> copies;
+    for (size_t i = 0; i < items.size(); ++i) {
+      copies.push_back(states[StateKey(items[i])]);
+      out[i] = algo::DecideCompact(copies.back(), now, *items[i].limit, items[i].cost);
+      allowed = allowed && out[i].allowed;
+    }
+    if (allowed) {
+      for (size_t i = 0; i < items.size(); ++i) states[StateKey(items[i])] = copies[i];
+    }
+    done({.status = absl::OkStatus(), .allowed = allowed, .decided_at_us = now});
+  }
+  void Refund(std::span<const Item>, int64_t, int64_t, RefundDone done) override {
+    done(absl::OkStatus());
+  }
+  void Reset(std::span<const Item> items, ResetDone done) override {
+    for (const Item& item : items) states.erase(StateKey(item));
+    done(items.size());
+  }
+  size_t Sync(std::span<const Delta> deltas, MergedDone done) override {
+    ++syncs;
+    Merged merged;
+    for (size_t i = 0; i < deltas.size(); ++i) merged.deltas.push_back(i);
+    if (fail_next) {
+      fail_next = false;
+      merged.status = absl::UnavailableError("down");
+      done(std::move(merged));
+      return 1;
+    }
+    merged.now_us = clock_->NowMicros();
+    for (const Delta& d : deltas) {
+      algo::CompactState& state = states[StateKey(d.item)];
+      algo::ChargeCompact(state, d.counted_at_us, merged.now_us, *d.item.limit, d.units);
+      merged.states.push_back(state);
+      units += d.units;
+    }
+    if (hold) {
+      held.push_back([done, merged] { done(merged); });
+    } else {
+      done(std::move(merged));
+    }
+    return 1;
+  }
+
+  absl::flat_hash_map<std::string, algo::CompactState> states;
+  int decides = 0;
+  int syncs = 0;
+  uint64_t units = 0;  // merged
+  bool fail_next = false;
+  bool hold = false;
+  std::deque<std::function<void()>> held;
+
+ private:
+  const Clock* clock_;
+};
+
+Limit Make(Algorithm algorithm, uint64_t requests, int64_t window_us) {
+  return {
+      .algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = std::nullopt};
+}
+
+class EventualTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Eventual> Make() {
+    return std::make_unique<Eventual>(&shared_, &shared_, &shared_, &clock_,
+                                      Eventual::Options{.sync_interval_us = 100 * kMs});
+  }
+  Item ItemOf(const Limit& limit, std::string_view key = "k") const {
+    return {.limit = &limit, .limit_id = 7, .key = key, .consistency = Consistency::kEventual};
+  }
+  // Decides one item; whether admitted.
+  static bool Admit(Eventual& e, const Item& item, Decision* out = nullptr) {
+    Decision d;
+    bool allowed = false;
+    e.Decide({&item, 1}, 0, {&d, 1},
+             [&](const Outcome& o) { allowed = o.status.ok() && o.allowed; });
+    if (out != nullptr) *out = d;
+    return allowed;
+  }
+
+  ManualClock clock_{kT0};
+  Shared shared_{&clock_};
+};
+
+TEST_F(EventualTest, OneInstanceAloneIsExact) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100, kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  int admitted = 0;
+  for (int i = 0; i < 3000; ++i) {  // 3 s at 1000/s
+    admitted += Admit(*e, item);
+    clock_.Advance(kMs);
+  }
+  EXPECT_EQ(admitted, 300);       // 100 in each window, as deciding each there would
+  EXPECT_LE(shared_.decides, 3);  // the first request, then the copies
+  EXPECT_EQ(e->GetStats().local, 3000u - static_cast<uint64_t>(shared_.decides));
+}
+
+TEST_F(EventualTest, ADenialOnTheCopyCostsNoCallAndSaysWhenToRetry) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 5, kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Admit(*e, item));
+  clock_.Advance(300 * kMs);
+  const int decides = shared_.decides;
+  Decision d;
+  EXPECT_FALSE(Admit(*e, item, &d));
+  EXPECT_EQ(shared_.decides, decides);
+  EXPECT_EQ(d.retry_after_us, 700 * kMs);
+  EXPECT_EQ(shared_.units, 4u);  // the first went to the backend; the 4 others were merged
+}
+
+TEST_F(EventualTest, ACopyTooOldIsNotDecidedOn) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kTokenBucket, 10, kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  ASSERT_TRUE(Admit(*e, item));
+  ASSERT_EQ(shared_.decides, 1);
+  clock_.Advance(150 * kMs);  // within 2 T of the exact decision: on the copy
+  ASSERT_TRUE(Admit(*e, item));
+  EXPECT_EQ(shared_.decides, 1);
+  shared_.fail_next = true;  // that sync fails: the copy is not refreshed
+  clock_.Advance(100 * kMs);
+  ASSERT_TRUE(Admit(*e, item));
+  EXPECT_EQ(shared_.decides, 2) << "a copy 250 ms old went on being decided on";
+}
+
+TEST_F(EventualTest, UnitsAdmittedWhileAMergeIsOutAreMergedNext) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 1000, 10 * kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  ASSERT_TRUE(Admit(*e, item));  // exact: the copy
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Admit(*e, item));
+  shared_.hold = true;
+  e->Sync();
+  ASSERT_EQ(shared_.held.size(), 1u);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(Admit(*e, item));  // while the merge is out
+  shared_.hold = false;
+  shared_.held.front()();
+  shared_.held.clear();
+  Decision d;
+  ASSERT_TRUE(Admit(*e, item, &d));
+  EXPECT_EQ(d.remaining, 1000 - 19);  // the merged 11, the 7 charged on top, this one
+  e->Sync();
+  EXPECT_EQ(shared_.units, 18u);
+  EXPECT_EQ(shared_.states[StateKey(item)].aux, 19u);
+}
+
+TEST_F(EventualTest, AFailedMergeSendsItsUnitsAgain) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 1000, 10 * kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Admit(*e, item));
+  shared_.fail_next = true;
+  e->Sync();
+  EXPECT_EQ(e->GetStats().sync_errors, 1u);
+  EXPECT_EQ(shared_.units, 0u);
+  ASSERT_TRUE(Admit(*e, item));
+  e->Sync();
+  EXPECT_EQ(shared_.units, 6u);  // 5 from before the failure, 1 since
+  EXPECT_EQ(shared_.states[StateKey(item)].aux, 7u);
+}
+
+TEST_F(EventualTest, AResetDropsTheCopy) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 3, 10 * kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Admit(*e, item));
+  ASSERT_FALSE(Admit(*e, item));
+  e->Reset({&item, 1}, [](absl::StatusOr<size_t>) {});
+  EXPECT_TRUE(Admit(*e, item));
+}
+
+// Several instances, each sent requests at its own steady rate, syncing every T: the admissions
+// of any window pass the limit by no more than the bound of eventual.h (here D = 0), and without
+// merging (one sync at the start only) they would pass it by far more.
+class EventualBoundTest : public ::testing::TestWithParam<Algorithm> {};
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, EventualBoundTest,
+                         testing::Values(Algorithm::kFixedWindow, Algorithm::kTokenBucket,
+                                         Algorithm::kSlidingWindow),
+                         [](const auto& info) { return std::string(AlgorithmName(info.param)); });
+
+TEST_P(EventualBoundTest, OverAdmissionStaysUnderTheBound) {
+  constexpr int kInstances = 4;
+  constexpr int64_t kT = 100 * kMs;
+  ManualClock clock(kT0);
+  Shared shared(&clock);
+  const Limit limit = Make(GetParam(), 200, kSecond);
+  const Item item = {
+      .limit = &limit, .limit_id = 1, .key = "hot", .consistency = Consistency::kEventual};
+  std::vector<std::unique_ptr<Eventual>> fleet;
+  for (int i = 0; i < kInstances; ++i) {
+    fleet.push_back(std::make_unique<Eventual>(&shared, &shared, &shared, &clock,
+                                               Eventual::Options{.sync_interval_us = kT}));
+  }
+  // 4 s; each instance gets a request every 1 ms + its index (about 4 times the limit in all).
+  std::vector<std::vector<int64_t>> admitted_at(kInstances);
+  uint64_t decisions = 0;
+  for (int64_t t = 0; t < 4 * kSecond; t += 250, clock.Advance(250)) {
+    for (int i = 0; i < kInstances; ++i) {
+      if (t % (kMs + 250 * i) != 0) continue;
+      ++decisions;
+      Decision d;
+      bool allowed = false;
+      fleet[i]->Decide({&item, 1}, 0, {&d, 1}, [&](const Outcome& o) { allowed = o.allowed; });
+      if (allowed) admitted_at[i].push_back(t);
+    }
+  }
+  // The bound: what the other instances admit in any span of V + T + D = 3 T.
+  const auto most_in_span = [](const std::vector<int64_t>& at, int64_t span) {
+    size_t most = 0;
+    for (size_t a = 0, b = 0; b < at.size(); ++b) {
+      while (at[b] - at[a] >= span) ++a;
+      most = std::max(most, b - a + 1);
+    }
+    return most;
+  };
+  std::vector<size_t> in_span;
+  for (const auto& at : admitted_at) in_span.push_back(most_in_span(at, 3 * kT));
+  std::sort(in_span.begin(), in_span.end());
+  size_t bound = 0;  // the instances but the one that admits most in a span, which may be `i`
+  for (int i = 0; i + 1 < kInstances; ++i) bound += in_span[static_cast<size_t>(i) + 1];
+  // Admissions per window of the limit (a bucket: over any span of W, it admits at most its
+  // capacity plus the refill, 2 N; a sliding window at most 2 N across a boundary, N in an
+  // aligned window).
+  std::vector<int64_t> all;
+  for (const auto& at : admitted_at) all.insert(all.end(), at.begin(), at.end());
+  std::sort(all.begin(), all.end());
+  size_t worst = 0;
+  for (int64_t start = 0; start < 4 * kSecond; start += kSecond) {
+    worst = std::max<size_t>(worst, std::count_if(all.begin(), all.end(), [&](int64_t t) {
+                               return t >= start && t < start + kSecond;
+                             }));
+  }
+  const size_t allowance = GetParam() == Algorithm::kTokenBucket ? 2 * 200 : 200;
+  EXPECT_LE(worst, allowance + bound) << "bound " << bound;
+  EXPECT_GE(worst, 200u);  // the load is well over the limit
+  EXPECT_GT(shared.syncs, 4 * 30);
+  uint64_t local = 0;
+  for (const auto& e : fleet) local += e->GetStats().local;
+  EXPECT_GT(local, decisions * 9 / 10);  // most decisions made on the copies
+}
+
+}  // namespace
+}  // namespace sluice::backend

@@ -259,6 +259,7 @@ struct SimCommand {
   std::vector<std::string> redis;
   int64_t timeout_ms = 1000;
   int64_t lease_interval_ms = 100;
+  int64_t sync_interval_ms = 100;
   sim::SimOptions options;
 
   void Add(CLI::App& parent) {
@@ -288,6 +289,8 @@ struct SimCommand {
     app->add_option("--timeout-ms", timeout_ms, "Redis timeout per decision (default 1000)");
     app->add_option("--lease-interval-ms", lease_interval_ms,
                     "leased: a lease's longest life (default 100)");
+    app->add_option("--sync-interval-ms", sync_interval_ms,
+                    "eventual: how often each instance merges (default 100)");
     app->add_option("--csv", options.csv_dir, "write DIR/windows.csv (admitted per window)");
   }
   int Run() {
@@ -303,6 +306,7 @@ struct SimCommand {
     if (spread != "round-robin" && spread != "hash") error = "--spread is round-robin or hash";
     if (timeout_ms <= 0) error = "--timeout-ms must be positive";
     if (lease_interval_ms <= 0) error = "--lease-interval-ms must be positive";
+    if (sync_interval_ms <= 0) error = "--sync-interval-ms must be positive";
     if (!error.empty()) {
       std::cerr << "sim: " << error << "\n";
       return kUsageError;
@@ -312,6 +316,7 @@ struct SimCommand {
     options.instance.over_limit_cache = cache == "on";
     options.instance.timeout_us = timeout_ms * 1000;
     options.instance.lease_interval_us = lease_interval_ms * 1000;
+    options.instance.sync_interval_us = sync_interval_ms * 1000;
     options.spread = spread == "hash" ? sim::Spread::kHash : sim::Spread::kRoundRobin;
     return sim::RunSim(options, std::cout, std::cerr);
   }

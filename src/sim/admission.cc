@@ -118,4 +118,56 @@ absl::StatusOr<std::vector<bool>> RunExactModel(const Limit& limit, const Trace&
   return admitted;
 }
 
+namespace {
+
+// The most units of `admissions` (sorted by time) in any span [t, t + span_us).
+uint64_t MostInSpan(std::span<const Admission> admissions, int64_t span_us) {
+  uint64_t most = 0, in = 0;
+  for (size_t first = 0, last = 0; last < admissions.size(); ++last) {
+    in += admissions[last].cost;
+    while (admissions[last].t_us - admissions[first].t_us >= span_us) in -= admissions[first++].cost;
+    most = std::max(most, in);
+  }
+  return most;
+}
+
+}  // namespace
+
+EventualBound CheckEventualBound(const Limit& limit, const Trace& trace,
+                                 std::span<const int64_t> admitted_at, int64_t span_us,
+                                 size_t instances) {
+  // Each key's admissions, by instance.
+  std::vector<std::vector<std::vector<Admission>>> by_key(
+      trace.keys.size(), std::vector<std::vector<Admission>>(std::max<size_t>(1, instances)));
+  for (size_t i = 0; i < trace.arrivals.size() && i < admitted_at.size(); ++i) {
+    const Arrival& a = trace.arrivals[i];
+    if (admitted_at[i] == kNotAdmitted) continue;
+    by_key[a.key][a.instance % by_key[a.key].size()].push_back(
+        {.t_us = admitted_at[i], .cost = a.cost});
+  }
+  const WindowRule rule = WindowRuleFor(limit);
+  EventualBound out;
+  for (auto& per_instance : by_key) {
+    std::vector<Admission> all;
+    uint64_t sum = 0, least = UINT64_MAX;
+    for (auto& admissions : per_instance) {
+      std::sort(admissions.begin(), admissions.end(),
+                [](const Admission& x, const Admission& y) { return x.t_us < y.t_us; });
+      const uint64_t most = MostInSpan(admissions, span_us);
+      sum += most;
+      least = std::min(least, most);
+      all.insert(all.end(), admissions.begin(), admissions.end());
+    }
+    if (all.empty()) continue;
+    std::sort(all.begin(), all.end(),
+              [](const Admission& x, const Admission& y) { return x.t_us < y.t_us; });
+    const uint64_t bound = sum - least;
+    const uint64_t over = MeasureOverAdmission(all, rule).max;
+    out.max_bound = std::max(out.max_bound, bound);
+    if (over > bound) out.within = false;
+    out.tightest_margin = std::min(out.tightest_margin, over > bound ? 0 : bound - over);
+  }
+  return out;
+}
+
 }  // namespace sluice::sim

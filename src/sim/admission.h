@@ -76,6 +76,20 @@ struct Judgement {
 Judgement Judge(const Limit& limit, const Trace& trace, std::span<const int64_t> admitted_at,
                 const std::vector<bool>& exact);
 
+// consistency: eventual's bound (backend/eventual.h, docs/hybrid.md) on a run: a key's
+// over-admission in any window is at most what the other instances admitted in their busiest
+// span of `span_us` (V + T + D). Per key, the bound taken is the sum over instances of each
+// one's most units in such a span, less the smallest (the instance whose admission went over may
+// be any one). `within`: every key's largest over-admission is under its bound.
+struct EventualBound {
+  uint64_t max_bound = 0;  // the largest key's bound, cost units
+  bool within = true;
+  uint64_t tightest_margin = UINT64_MAX;  // the least bound - over-admission, over the keys
+};
+EventualBound CheckEventualBound(const Limit& limit, const Trace& trace,
+                                 std::span<const int64_t> admitted_at, int64_t span_us,
+                                 size_t instances);
+
 // The exact model: one in-process limiter (the library's, on a manual clock) deciding every
 // arrival of `trace` in order, at `start_us` + its time. Returns whether each was admitted.
 absl::StatusOr<std::vector<bool>> RunExactModel(const Limit& limit, const Trace& trace,

@@ -109,6 +109,38 @@ TEST(SimAdmission, JudgeAgainstTheExactModelByHand) {
   EXPECT_EQ(j.under, 0u);
 }
 
+// The eventual bound by hand: fixed window of 2 per 1000 µs, spans of 300 µs. Instance 0 admits
+// at 0, 100, 200 (3 in a span), instance 1 at 50, 500 (1 in a span), instance 2 nothing: the
+// bound is 3 + 1 + 0 - 0 = 4; 5 admitted in the window is 3 over, within it. With instance 1
+// admitting 2 more at 510, 520 (3 in a span), 7 in the window is 5 over, and the bound is 6.
+// Squeezed to spans of 1 µs the bound is 1 + 1 + 0 - 0 = 2: 5 over is not within.
+TEST(SimAdmission, EventualBoundByHand) {
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 2);
+  Trace trace{.keys = {"a"},
+              .arrivals = {{.t_us = 0, .instance = 0},
+                           {.t_us = 50, .instance = 1},
+                           {.t_us = 100, .instance = 0},
+                           {.t_us = 200, .instance = 0},
+                           {.t_us = 500, .instance = 1},
+                           {.t_us = 510, .instance = 1},
+                           {.t_us = 520, .instance = 1}}};
+  const int64_t start = 50 * kW;
+  std::vector<int64_t> at = {start,       start + 50,   start + 100, start + 200,
+                             start + 500, kNotAdmitted, kNotAdmitted};
+  EventualBound b = CheckEventualBound(limit, trace, at, 300, 3);
+  EXPECT_EQ(b.max_bound, 4u);
+  EXPECT_TRUE(b.within);
+  EXPECT_EQ(b.tightest_margin, 1u);
+  at[5] = start + 510;
+  at[6] = start + 520;
+  b = CheckEventualBound(limit, trace, at, 300, 3);
+  EXPECT_EQ(b.max_bound, 6u);
+  EXPECT_TRUE(b.within);
+  b = CheckEventualBound(limit, trace, at, 1, 3);
+  EXPECT_EQ(b.max_bound, 2u);
+  EXPECT_FALSE(b.within);
+}
+
 // The definition of a window is right for every algorithm: an exact single limiter, judged at
 // its own decision times, is never over; and the allowance is reached (so it is not loose).
 TEST(SimAdmission, TheExactModelIsNeverOverAndReachesTheAllowance) {

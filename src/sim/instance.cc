@@ -39,16 +39,9 @@ absl::StatusOr<std::unique_ptr<stack::Stack>> BuildInstance(const InstanceConfig
   // The local store only answers failure_mode local, which the sim does not use.
   settings.max_entries = size_t{1} << 16;
   settings.redis_lease_interval_us = config.lease_interval_us;
-  switch (config.mode) {
-    case Mode::kExact:
-    case Mode::kLeased:  // the same stack; the sim's items say consistency: leased
-      return stack::Stack::Build(settings, std::nullopt, clock);
-    case Mode::kEventual:
-      // The eventual backend (issue 21) goes here.
-      break;
-  }
-  return absl::UnimplementedError(
-      fmt::format("--mode {}: not built yet (exact or leased)", ModeName(config.mode)));
+  settings.redis_sync_interval_us = config.sync_interval_us;
+  // One stack for every mode: the sim's items say which consistency decides them.
+  return stack::Stack::Build(settings, std::nullopt, clock);
 }
 
 }  // namespace sluice::sim

@@ -24,7 +24,7 @@ namespace sluice::sim {
 enum class Mode {
   kExact,     // every decision on Redis (batched), as `serve` decides today
   kLeased,    // leases of quota taken from Redis, spent locally (backend/leases.h)
-  kEventual,  // local decisions, deltas synced to Redis periodically (not built yet)
+  kEventual,  // decisions on local copies, merged into Redis every sync interval (eventual.h)
 };
 
 // "exact", "leased", "eventual"; InvalidArgument otherwise.
@@ -39,10 +39,11 @@ struct InstanceConfig {
   std::string key_prefix;  // the same for every instance of a run
   int64_t timeout_us = 1000000;
   int64_t lease_interval_us = 100000;  // leased: a lease's longest life (redis.lease_interval)
+  int64_t sync_interval_us = 100000;   // eventual: T (redis.sync_interval)
 };
 
 // One instance's stack, connected (as Stack::Build: a wrong password is an error, an unreachable
-// Redis is not). Unimplemented "--mode M: not built yet" for the modes still to come.
+// Redis is not).
 absl::StatusOr<std::unique_ptr<stack::Stack>> BuildInstance(const InstanceConfig& config,
                                                             const Clock* clock);
 

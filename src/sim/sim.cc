@@ -82,9 +82,10 @@ int64_t RedisClockOffset(redis::Client& client) {
 // The states Redis read and wrote: the items decided in scripts. Each decision of the sim is one
 // item, so every decision that reached a Redis store and was not refused by its breaker is one.
 // Leased mode adds the leases taken and the calls giving units back (each reads and writes one
-// state). (The eventual mode will add the deltas synced.)
+// state); eventual mode the states its merges read and wrote.
 uint64_t StateOps(const stack::Stack::RedisCounters& work) {
-  return work.decide_calls - work.refused + work.leases + work.lease_returns;
+  return work.decide_calls - work.refused + work.leases + work.lease_returns +
+         work.eventual_states_synced;
 }
 
 std::string Json(std::string_view text) {
@@ -346,6 +347,11 @@ stack::Stack::RedisCounters WorkSince(const std::vector<std::unique_ptr<stack::S
     work.lease_local += now.lease_local - before[i].lease_local;
     work.leases += now.leases - before[i].leases;
     work.lease_returns += now.lease_returns - before[i].lease_returns;
+    work.eventual_local += now.eventual_local - before[i].eventual_local;
+    work.eventual_syncs += now.eventual_syncs - before[i].eventual_syncs;
+    work.eventual_states_synced += now.eventual_states_synced - before[i].eventual_states_synced;
+    work.eventual_max_round_trip_us =
+        std::max(work.eventual_max_round_trip_us, now.eventual_max_round_trip_us);
   }
   return work;
 }
@@ -390,6 +396,8 @@ struct Line {
   stack::Stack::RedisCounters work;
   tools::RedisExecuted executed;
   Judgement judged;
+  std::optional<EventualBound> bound;  // eventual mode
+  int64_t bound_span_us = 0;
 };
 
 std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>& latencies) {
@@ -411,6 +419,33 @@ std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>&
       l.judged.admitted, l.judged.exact_admitted, l.judged.over.max, l.judged.over.total,
       l.judged.under, l.judged.under_pct, Percentile(latencies, 0.50), Percentile(latencies, 0.99),
       l.work.over_limit_cache_hits, l.work.lease_local, l.work.leases);
+}
+
+// Eventual mode's fields, spliced before the line's closing brace: its decisions on copies, its
+// merges, the longest merge (D) and the bound of eventual.h over spans of V + T + D.
+std::string EventualFields(const Line& l) {
+  if (!l.bound) return "";
+  return fmt::format(
+      ",\"eventual_local_decisions\":{},\"eventual_syncs\":{},\"sync_round_trip_max_us\":{},"
+      "\"eventual_bound_span_us\":{},\"eventual_bound_max\":{},\"eventual_within_bound\":{}",
+      l.work.eventual_local, l.work.eventual_syncs, l.work.eventual_max_round_trip_us,
+      l.bound_span_us, l.bound->max_bound, l.bound->within ? "true" : "false");
+}
+
+}  // namespace
+
+namespace {
+
+backend::Consistency ConsistencyOf(Mode mode) {
+  switch (mode) {
+    case Mode::kLeased:
+      return backend::Consistency::kLeased;
+    case Mode::kEventual:
+      return backend::Consistency::kEventual;
+    case Mode::kExact:
+      break;
+  }
+  return backend::Consistency::kExact;
 }
 
 }  // namespace
@@ -455,9 +490,7 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
                           .cost = a.cost,
                           .on_failure = backend::FailureMode::kClosed,
                           .instances = static_cast<uint32_t>(o.instances),
-                          .consistency = o.instance.mode == Mode::kLeased
-                                             ? backend::Consistency::kLeased
-                                             : backend::Consistency::kExact});
+                          .consistency = ConsistencyOf(o.instance.mode)});
   }
   play.answers.resize(n);
   play.records.resize(n);
@@ -500,16 +533,24 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   const tools::RedisExecuted executed = tools::RedisExecutedBetween(info_before, info_after);
-  out << ResultLine(o,
-                    {.sent = sent,
-                     .not_sent = n - sent,
-                     .errors = errors,
-                     .last_done_us = last_done_us,
-                     .work = work,
-                     .executed = executed,
-                     .judged = judged},
-                    latencies)
-      << std::endl;
+  Line line{.sent = sent,
+            .not_sent = n - sent,
+            .errors = errors,
+            .last_done_us = last_done_us,
+            .work = work,
+            .executed = executed,
+            .judged = judged,
+            .bound = std::nullopt,
+            .bound_span_us = 0};
+  if (o.instance.mode == Mode::kEventual) {
+    // V + T + D, V = 2 T (Eventual::Options::max_age_us's default).
+    line.bound_span_us = 3 * config.sync_interval_us + work.eventual_max_round_trip_us;
+    line.bound = CheckEventualBound(o.limit, *trace, admitted_at, line.bound_span_us,
+                                    static_cast<size_t>(o.instances));
+  }
+  std::string json = ResultLine(o, line, latencies);
+  json.insert(json.size() - 1, EventualFields(line));
+  out << json << std::endl;
   return errors == 0 && sent == n ? 0 : 1;
 }
 

@@ -40,16 +40,5 @@ TEST(SimMode, ParsesTheThreeModes) {
   EXPECT_EQ(ModeName(Mode::kEventual), "eventual");
 }
 
-TEST(SimMode, ModesNotBuiltYetAreAUsageErrorBeforeAnyConnection) {
-  SimOptions options;
-  options.instance.mode = Mode::kEventual;
-  options.instance.redis_urls = {"redis://127.0.0.1:1"};  // never dialled
-  options.limit = *ParseLimitSpec("fixed_window:100/1s");
-  std::ostringstream out, err;
-  EXPECT_EQ(RunSim(options, out, err), 2);
-  EXPECT_EQ(out.str(), "");
-  EXPECT_NE(err.str().find("--mode eventual: not built yet"), std::string::npos) << err.str();
-}
-
 }  // namespace
 }  // namespace sluice::sim

@@ -4,8 +4,8 @@
 #                           with on/off bursts (and the exact single limiter's admissions)
 #   sim-redis-calls.png     Redis script calls and state operations per decision against the
 #                           number of instances (1, 2, 4, 8), for each mode
-#   (under-admission against the lease interval: once `--mode leased` exists; see below)
-# Modes that `sluice sim` does not have yet ("not built yet") are skipped.
+#   sim-interval.png        leased mode's under-admission and eventual mode's over-admission
+#                           against their interval, with the Redis work each costs
 #
 #   bash scripts/sim_plots.sh
 #
@@ -126,13 +126,37 @@ for mode in "${calls_modes[@]}"; do
 done
 gnuplot <<<"$plot"
 
-# 3. Under-admission against the lease interval: for `--mode leased` once it exists, e.g.
-#      for interval in 25ms 50ms 100ms 200ms 400ms; do
-#        run "lease-$interval" --mode leased --lease-interval "$interval" --trace zipf ...
-#      done
-#    plotting under_admission_pct against the interval into docs/img/sim-lease-interval.png.
-if "$sluice" sim --redis "$REDIS_URL" --mode leased 2>&1 | grep -q "not built yet"; then
-  echo "sim_plots: under-admission against the lease interval: leased mode not built yet, skipped"
-fi
+# 3. The price of each hybrid mode against its interval: leased mode's under-admission and
+#    eventual mode's over-admission (both as % of the exact model's admissions), with the Redis
+#    state operations per decision each costs; zipf 1.0 over 1000 keys, 4 instances.
+echo "sim_plots: price against the interval"
+: >"$out/interval.dat"
+for ms in 25 50 100 200 400; do
+  run "lease-$ms" --mode leased --lease-interval-ms "$ms" --instances 4 --trace zipf --keys 1000 \
+    --rate "$rate" --seconds 3 --limit fixed_window:100/1s
+  run "sync-$ms" --mode eventual --sync-interval-ms "$ms" --instances 4 --trace zipf --keys 1000 \
+    --rate "$rate" --seconds 3 --limit fixed_window:100/1s
+  over=$(awk -v o="$(field over_admission_total "$out/sync-$ms.json")" \
+    -v e="$(field exact_admitted "$out/sync-$ms.json")" 'BEGIN { printf "%.3f", e > 0 ? 100 * o / e : 0 }')
+  echo "$ms $(field under_admission_pct "$out/lease-$ms.json")" \
+    "$(field redis_state_ops_per_decision "$out/lease-$ms.json") $over" \
+    "$(field redis_state_ops_per_decision "$out/sync-$ms.json")" >>"$out/interval.dat"
+done
+gnuplot <<EOF
+set terminal pngcairo size 800,320 font ',9' noenhanced
+set output '$img/sim-interval.png'
+set key outside right
+set logscale x 2
+set xlabel 'lease interval (leased) or sync interval (eventual), ms'
+set xtics (25, 50, 100, 200, 400)
+set ylabel '% of the exact model admissions'
+set y2label 'Redis state operations per decision'
+set y2tics
+set title 'sluice sim: the price of each interval, zipf 1.0 over 1000 keys, $rate/s, fixed_window 100/1s, 4 instances'
+plot '$out/interval.dat' using 1:2 with linespoints pt 7 title 'leased: under-admission %', \
+     '$out/interval.dat' using 1:4 with linespoints pt 5 title 'eventual: over-admission %', \
+     '$out/interval.dat' using 1:3 axes x1y2 with linespoints pt 6 dt 2 title 'leased: state ops', \
+     '$out/interval.dat' using 1:5 axes x1y2 with linespoints pt 4 dt 2 title 'eventual: state ops'
+EOF
 
-echo "sim_plots: wrote $img/sim-windows.png $img/sim-redis-calls.png (runs in $out)"
+echo "sim_plots: wrote $img/sim-windows.png $img/sim-redis-calls.png $img/sim-interval.png (runs in $out)"

@@ -137,7 +137,7 @@ for ms in 25 50 100 200 400; do
   run "sync-$ms" --mode eventual --sync-interval-ms "$ms" --instances 4 --trace zipf --keys 1000 \
     --rate "$rate" --seconds 3 --limit fixed_window:100/1s
   over=$(awk -v o="$(field over_admission_total "$out/sync-$ms.json")" \
-    -v e="$(field exact_admitted "$out/sync-$ms.json")" 'BEGIN { printf "%.3f", e > 0 ? 100 * o / e : 0 }')
+    -v e="$(field exact_admitted "$out/sync-$ms.json")" 'BEGIN { printf "%.3f", (e > 0) ? 100 * o / e : 0 }')
   echo "$ms $(field under_admission_pct "$out/lease-$ms.json")" \
     "$(field redis_state_ops_per_decision "$out/lease-$ms.json") $over" \
     "$(field redis_state_ops_per_decision "$out/sync-$ms.json")" >>"$out/interval.dat"

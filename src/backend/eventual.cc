@@ -65,30 +65,16 @@ Eventual::Eventual(Backend* inner, Backend* exact, SyncSource* source, const Clo
       clock_(clock),
       options_(options),
       max_age_us_(options.max_age_us > 0 ? options.max_age_us : 2 * options.sync_interval_us) {
-  if (options_.ticker) ticker_ = std::thread([this] { Tick(); });
+  if (options_.ticker) {
+    ticker_ =
+        std::make_unique<Ticker>(absl::Microseconds(options_.sync_interval_us), [this] { Sync(); });
+  }
 }
 
 Eventual::~Eventual() { StopTicker(); }
 
 void Eventual::StopTicker() {
-  {
-    absl::MutexLock lock(&tick_mu_);
-    stopping_ = true;
-  }
-  if (ticker_.joinable()) ticker_.join();
-}
-
-void Eventual::Tick() {
-  absl::MutexLock lock(&tick_mu_);
-  while (!stopping_) {
-    // The one wait on real time here: when to sync next (what a sync does reads the clock).
-    tick_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
-                              absl::Microseconds(options_.sync_interval_us));
-    if (stopping_) break;
-    tick_mu_.Unlock();
-    Sync();
-    tick_mu_.Lock();
-  }
+  if (ticker_) ticker_->Stop();
 }
 
 bool Eventual::Decidable(const Item& item) {

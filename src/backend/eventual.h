@@ -41,10 +41,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "algo/algorithms.h"
 #include "backend/backend.h"
+#include "backend/ticker.h"
 #include "sluice/clock.h"
 
 namespace sluice::backend {
@@ -161,7 +162,6 @@ class Eventual final : public Backend {
   void Merge(const SyncSource::Merged& merged, std::span<const std::string> keys,
              std::span<const Limit> limits, std::span<const SyncSource::Delta> deltas,
              int64_t sent_mono);
-  void Tick();
 
   Backend* const inner_;
   Backend* const exact_backend_;
@@ -179,10 +179,7 @@ class Eventual final : public Backend {
   std::atomic<uint64_t> local_{0}, local_denied_{0}, exact_{0}, syncs_{0}, states_synced_{0},
       units_merged_{0}, sync_errors_{0};
   std::atomic<int64_t> max_round_trip_us_{0};
-  // The ticker (Options::ticker).
-  absl::Mutex tick_mu_;
-  bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
-  std::thread ticker_;
+  std::unique_ptr<Ticker> ticker_;  // Options::ticker
 };
 
 }  // namespace sluice::backend

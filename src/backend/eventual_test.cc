@@ -233,7 +233,7 @@ TEST_P(EventualBoundTest, OverAdmissionStaysUnderTheBound) {
   uint64_t decisions = 0;
   for (int64_t t = 0; t < 4 * kSecond; t += 250, clock.Advance(250)) {
     for (int i = 0; i < kInstances; ++i) {
-      if (t % (kMs + 250 * i) != 0) continue;
+      if (t % (kMs + int64_t{250} * i) != 0) continue;
       ++decisions;
       Decision d;
       bool allowed = false;

@@ -26,11 +26,10 @@
 // they are spent), and never past its window. Unspent units: a
 // newer lease of the same window takes them over; otherwise a window's lease returns them (a
 // refund inside its window, while that lasts) when it ends, when a lease of another window
-// replaces it, when its limit changes (a reload gives the state a new id; the old lease is swept
-// when it ends) and at shutdown (ReturnAll). A bucket's unspent units are not
-// given back (unsafe: docs/algorithms.md); they drain with the bucket's refill. Both are the
-// price of leasing: units one instance held that another needed (under-admission), counted in
-// Stats.
+// replaces it, when its limit changes (a reload gives the state a new id; Stack gives back every
+// lease at a reload) and at shutdown (ReturnAll). A bucket's unspent units are not given back
+// (unsafe: docs/algorithms.md); they drain with the bucket's refill. Both are the price of leasing:
+// units one instance held that another needed (under-admission), counted in Stats.
 //
 // A reset (admin "unblock this customer") here drops this instance's leases of those states; a
 // reset anywhere drops all of them once the reset epoch is read (every ResetEpochWatch::kReadUs
@@ -111,8 +110,14 @@ class Leases final : public Backend {
   void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
   Health GetHealth() override { return inner_->GetHealth(); }
 
-  // Gives back the unspent units of every lease (shutdown); `done` once all calls are answered.
+  // Gives back the unspent units of every lease (shutdown, reload); `done` once all calls are
+  // answered.
   void ReturnAll(std::function<void()> done);
+
+  // Ends the leases that are over, giving back their unspent units. Decide does it as it goes;
+  // an instance with no leased traffic needs this called (Stack does, every lease interval), or
+  // the units it holds stay counted until its window ends.
+  void SweepEnded() { Sweep(clock_->MonotonicMicros()); }
 
   Stats GetStats() const;
 

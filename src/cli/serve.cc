@@ -310,6 +310,8 @@ int RunServe(const ServeFlags& flags) {
 
   auto backends = stack::Stack::Build(settings, flags.redis, clock);
   if (!backends.ok()) return fail("", backends.status());
+  // A reload gives every lease back: those of a changed limit would otherwise sit unused.
+  (*backends)->ReturnLeasesOnChange([&manager] { return manager.reload_successes(); });
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
   http::Service service(&manager, &engine, clock, *token);

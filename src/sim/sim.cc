@@ -436,6 +436,24 @@ std::string EventualFields(const Line& l) {
 
 namespace {
 
+// Prints the run's JSON line; in eventual mode with the bound checked on the run.
+void PrintLine(const SimOptions& o, const Trace& trace, std::span<const int64_t> admitted_at,
+               Line line, std::vector<int64_t>& latencies, std::ostream& out) {
+  if (o.instance.mode == Mode::kEventual) {
+    // V + T + D, V = 2 T (Eventual::Options::max_age_us's default).
+    line.bound_span_us = 3 * o.instance.sync_interval_us + line.work.eventual_max_round_trip_us;
+    line.bound = CheckEventualBound(o.limit, trace, admitted_at, line.bound_span_us,
+                                    static_cast<size_t>(o.instances));
+  }
+  std::string json = ResultLine(o, line, latencies);
+  json.insert(json.size() - 1, EventualFields(line));
+  out << json << std::endl;
+}
+
+}  // namespace
+
+namespace {
+
 backend::Consistency ConsistencyOf(Mode mode) {
   switch (mode) {
     case Mode::kLeased:
@@ -533,24 +551,17 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   const tools::RedisExecuted executed = tools::RedisExecutedBetween(info_before, info_after);
-  Line line{.sent = sent,
-            .not_sent = n - sent,
-            .errors = errors,
-            .last_done_us = last_done_us,
-            .work = work,
-            .executed = executed,
-            .judged = judged,
-            .bound = std::nullopt,
-            .bound_span_us = 0};
-  if (o.instance.mode == Mode::kEventual) {
-    // V + T + D, V = 2 T (Eventual::Options::max_age_us's default).
-    line.bound_span_us = 3 * config.sync_interval_us + work.eventual_max_round_trip_us;
-    line.bound = CheckEventualBound(o.limit, *trace, admitted_at, line.bound_span_us,
-                                    static_cast<size_t>(o.instances));
-  }
-  std::string json = ResultLine(o, line, latencies);
-  json.insert(json.size() - 1, EventualFields(line));
-  out << json << std::endl;
+  PrintLine(o, *trace, admitted_at,
+            {.sent = sent,
+             .not_sent = n - sent,
+             .errors = errors,
+             .last_done_us = last_done_us,
+             .work = work,
+             .executed = executed,
+             .judged = judged,
+             .bound = std::nullopt,
+             .bound_span_us = 0},
+            latencies, out);
   return errors == 0 && sent == n ? 0 : 1;
 }
 

@@ -10,6 +10,7 @@
 #include "backend/failover.h"
 #include "backend/leases.h"
 #include "backend/over_limit_cache.h"
+#include "backend/ticker.h"
 #include "fmt/format.h"
 #include "redis/client.h"
 #include "redis/eviction_policy.h"
@@ -29,7 +30,27 @@ struct Stack::Parts {
   std::unique_ptr<backend::Leases> leases;                    // in front of that
   std::unique_ptr<backend::Eventual> eventual;                // in front of that
   std::unique_ptr<backend::Failover> failover;
+  // Every lease interval: ends the leases that are over (an idle instance's too), and gives back
+  // every lease when the config generation moved (ReturnLeasesOnChange).
+  std::unique_ptr<backend::Ticker> lease_ticker;
+  absl::Mutex generation_mu;
+  std::function<uint64_t()> generation ABSL_GUARDED_BY(generation_mu);
+  uint64_t seen_generation ABSL_GUARDED_BY(generation_mu) = 0;
   std::unique_ptr<redis::Client> client;
+
+  void TickLeases() {
+    leases->SweepEnded();
+    bool changed = false;
+    {
+      absl::MutexLock lock(&generation_mu);
+      if (generation) {
+        const uint64_t now = generation();
+        changed = now != seen_generation;
+        seen_generation = now;
+      }
+    }
+    if (changed) leases->ReturnAll([] {});
+  }
 };
 
 namespace {
@@ -107,6 +128,9 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
       backend::Leases::Options{.life_us = settings.redis_lease_interval_us,
                                .window_life_us = 10 * settings.redis_lease_interval_us});
   primary = backend.leases.get();
+  backend.lease_ticker = std::make_unique<backend::Ticker>(
+      absl::Microseconds(std::min<int64_t>(settings.redis_lease_interval_us, 100000)),
+      [&backend] { backend.TickLeases(); });
   // consistency: eventual items are decided on copies merged every sync interval.
   backend.eventual = std::make_unique<backend::Eventual>(
       primary, backend.redis.get(), backend.redis.get(), &backend.client->clock(),
@@ -275,8 +299,15 @@ Stack::Stack(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
 }
 
 Stack::~Stack() {
-  // The ticker sends merges through the client, which goes first.
+  // The tickers send calls through the client, which goes first.
+  if (parts_->lease_ticker) parts_->lease_ticker->Stop();
   if (parts_->eventual) parts_->eventual->StopTicker();
+}
+
+void Stack::ReturnLeasesOnChange(std::function<uint64_t()> generation) {
+  absl::MutexLock lock(&parts_->generation_mu);
+  parts_->seen_generation = generation();
+  parts_->generation = std::move(generation);
 }
 
 std::unique_ptr<Stack> Stack::Memory(const rules::Settings& settings, const Clock* clock) {

@@ -7,6 +7,7 @@
 #define SLUICE_STACK_STACK_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,12 @@ class Stack {
   // it admitted on eventual copies, waiting up to `wait` for the backend to take them: at
   // shutdown, so that other instances can use them (and count what this one admitted).
   void ReturnLeases(absl::Duration wait);
+
+  // Gives back every lease whenever `generation` moves (checked every lease interval): pass the
+  // config manager's count of reloads, so that the leases of a limit a reload changed (its state
+  // no longer used) go back for the other instances, within a lease interval of the reload.
+  // The others lease again. Nothing without Redis.
+  void ReturnLeasesOnChange(std::function<uint64_t()> generation);
 
   // The memory store's figures, for /metrics.
   metrics::ServerMetrics::StoreStats StoreStats() const;

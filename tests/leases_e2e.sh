@@ -2,7 +2,8 @@
 # End-to-end test of consistency: leased (backend/leases.h): four `sluice serve` processes share
 # one real redis-server. Hammering one key, they admit no more than the limit between them, and
 # exactly the limit once the load has outlasted the leases (under-admission is transient); most
-# decisions cost Redis no call; SIGTERM on one instance gives its unspent units back to the
+# decisions cost Redis no call; a zipf-skewed set of 50 keys is never admitted over its limits
+# either, and exactly where the load exceeded them; SIGTERM on one instance gives its unspent units back to the
 # others; an admin reset reaches the leases of every instance; Redis killed while leases are held:
 # the leases are spent, then the domain's failure_mode answers, and leases resume when it returns.
 # Usage: SLUICE=path/to/sluice tests/leases_e2e.sh
@@ -13,6 +14,7 @@ for tool in curl redis-server redis-cli; do
 done
 
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lease_load.sh"
 
 script_calls() { redis_script_calls "$rport"; }
 
@@ -56,6 +58,10 @@ descriptors:
     rate_limit: {algorithm: token_bucket, requests: 60, window: 1h}
   - key: exact
     rate_limit: {algorithm: fixed_window, requests: 60, window: 1h, consistency: exact}
+  - key: zfixed
+    rate_limit: {algorithm: fixed_window, requests: 20, window: 1d}
+  - key: zbucket
+    rate_limit: {algorithm: token_bucket, requests: 20, window: 1d}
 EOF
 # A window's lease lives 2 s here (ten lease intervals), so that a test can act while one is held.
 printf 'rules: %s\nredis:\n  instances: 4\n  timeout: 200ms\n  lease_interval: 200ms\n' "$tmp/rules" >"$tmp/sluice.yaml"
@@ -97,6 +103,35 @@ fire exact calls 10 >/dev/null
 exact_calls=$(($(script_calls) - before))
 check "40 leased decisions cost fewer script calls than 40 exact ones" yes \
   "$([[ $leased_calls -lt $exact_calls && $leased_calls -le 20 ]] && echo yes || echo "no: leased $leased_calls, exact $exact_calls")"
+
+# ------------------------------------------------------- a zipf set of keys, four instances
+# zK asked round(60 / K) times a round (60, 30, 20, 15, ... 1) per algorithm, limit 20 a day,
+# shuffled and dealt over the four instances; two rounds, the leases ended in between. (The
+# same checks as tests/leases_cluster_e2e.sh, there through a Redis Cluster.)
+domain=leased
+{ zipf_requests zfixed 60; zipf_requests zbucket 60; } >"$tmp/zipf"
+deal "$tmp/zipf" >"$tmp/zipf.dealt"
+clear_of_midnight
+fire_dealt "$tmp/zipf.dealt" >"$tmp/zipf.1"
+check "zipf round 1: no fixed_window key over its limit of 20" "" "$(over_limit <(tally "$tmp/zipf.1") zfixed 20)"
+sleep 2.3
+printf '%s zfixed sweep\n' 0 1 2 3 >"$tmp/sweep"
+fire_dealt "$tmp/sweep" >/dev/null
+sleep 0.3
+fire_dealt "$tmp/zipf.dealt" >"$tmp/zipf.2"
+tally "$tmp/zipf.1" "$tmp/zipf.2" >"$tmp/zipf.tally"
+check "zipf: every request answered 200 or 429" "" \
+  "$(cat "$tmp/zipf.1" "$tmp/zipf.2" | awk '$3 != 200 && $3 != 429' | sort | uniq -c | head -3)"
+check "zipf: no fixed_window key over its limit of 20 in both rounds" "" "$(over_limit "$tmp/zipf.tally" zfixed 20)"
+check "zipf: fixed_window keys asked 20+ times a round: exactly 20 once the leases ended" "" \
+  "$(not_exact "$tmp/zipf.tally" zfixed 20 40 1000)"
+# (Far below the limit no request is denied: the leases out at once hold at most 4 x 2 units.)
+check "zipf: fixed_window keys asked at most 10 times in all: every request admitted" "" \
+  "$(not_exact "$tmp/zipf.tally" zfixed 20 1 10)"
+# (A bucket's unspent units are not given back: only its upper bound is exact.)
+check "zipf: no token_bucket key over its limit of 20 in both rounds" "" "$(over_limit "$tmp/zipf.tally" zbucket 20)"
+echo "# zipf: admitted fixed_window $(admitted "$tmp/zipf.tally" zfixed) (exactly: 368)," \
+  "token_bucket $(admitted "$tmp/zipf.tally" zbucket)"
 
 # ------------------------------------------------------- SIGTERM gives the lease back
 # two_on INSTANCE VALUE: two requests 50 ms apart on one instance: the first leases 1 unit, the

@@ -106,3 +106,30 @@ start_redis() {
   echo "redis-server on $port did not start:"; tail -3 "$tmp/redis-$port.log"
   return 1
 }
+
+# start_redis_cluster: a 3-master Redis Cluster (no replicas) of throwaway redis-servers on
+# loopback; sets cluster_ports (the masters' ports) and returns 0 once it says cluster_state:ok.
+# A node's port and its cluster bus port (+10000) are both below the ephemeral range (32768+), so
+# no outgoing connection can be holding either; a node that still fails to bind gets another.
+start_redis_cluster() {
+  local p _
+  cluster_ports=()
+  for _ in 1 2 3; do
+    for _ in $(seq 5); do
+      p=$((10000 + RANDOM % 12000))
+      (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+      (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
+      start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+        --cluster-node-timeout 2000 && { cluster_ports+=("$p"); break; }
+    done
+  done
+  ((${#cluster_ports[@]} == 3)) || { echo "cluster: only ${#cluster_ports[@]} nodes started"; return 1; }
+  yes yes | redis-cli --cluster create "${cluster_ports[@]/#/127.0.0.1:}" \
+    --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1
+  for _ in $(seq 100); do
+    redis-cli -p "${cluster_ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && return 0
+    sleep 0.1
+  done
+  cat "$tmp/cluster.log"; for p in "${cluster_ports[@]}"; do tail -5 "$tmp/redis-$p.log"; done
+  return 1
+}

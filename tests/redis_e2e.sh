@@ -257,33 +257,15 @@ check_contains "packed: allkeys-lru is warned about at start" "maxmemory-policy 
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "packed instance $i stops cleanly" 0 "$STATUS"; done
 
 # ---------------------------------------------------------------- a 3-master cluster
-# A node's port and its cluster bus port (+10000) both below the ephemeral range (32768+), so
-# no outgoing connection can be holding either; a node that still fails to bind gets another.
-ports=()
-for _ in 1 2 3; do
-  for _ in $(seq 5); do
-    p=$((10000 + RANDOM % 12000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-    (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
-    start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
-      --cluster-node-timeout 2000 && { ports+=("$p"); break; }
-  done
-done
-yes yes | redis-cli --cluster create "127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "127.0.0.1:${ports[2]}" \
-  --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1
-for _ in $(seq 100); do
-  redis-cli -p "${ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
-  sleep 0.1
-done
-check_contains "cluster formed" "cluster_state:ok" "$(redis-cli -p "${ports[0]}" cluster info)" ||
-  { cat "$tmp/cluster.log"; for p in "${ports[@]}"; do tail -5 "$tmp/redis-$p.log"; done; }
+start_redis_cluster
+check_contains "cluster formed" "cluster_state:ok" "$(redis-cli -p "${cluster_ports[0]}" cluster info)"
 mkdir -p "$tmp/cluster-rules"
 cp "$tmp/rules/"*.yaml "$tmp/cluster-rules/"
 cat >"$tmp/cluster-rules/sluice.yaml" <<EOF
 backend: redis
 redis:
   cluster: true
-  nodes: [redis://127.0.0.1:${ports[0]}, redis://127.0.0.1:${ports[1]}]
+  nodes: [redis://127.0.0.1:${cluster_ports[0]}, redis://127.0.0.1:${cluster_ports[1]}]
   instances: 4
   timeout: 200ms
 EOF
@@ -292,7 +274,7 @@ check_contains "cluster: start-up line names it" "backend redis cluster" "$(cat 
 for algo in token_bucket fixed_window sliding_log; do
   check "cluster $algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
 done
-spread=$(for p in "${ports[@]}"; do redis-cli -p "$p" dbsize; done | awk '$1 > 0' | wc -l)
+spread=$(for p in "${cluster_ports[@]}"; do redis-cli -p "$p" dbsize; done | awk '$1 > 0' | wc -l)
 check "cluster: states spread over the masters" 1 "$((spread >= 2 ? 1 : 0))"
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "cluster instance $i stops cleanly" 0 "$STATUS"; done
 

@@ -260,6 +260,7 @@ struct SimCommand {
   int64_t timeout_ms = 1000;
   int64_t lease_interval_ms = 100;
   int64_t sync_interval_ms = 100;
+  int64_t window_lease_life_ms = 0;
   sim::SimOptions options;
 
   void Add(CLI::App& parent) {
@@ -289,6 +290,8 @@ struct SimCommand {
     app->add_option("--timeout-ms", timeout_ms, "Redis timeout per decision (default 1000)");
     app->add_option("--lease-interval-ms", lease_interval_ms,
                     "leased: a lease's longest life (default 100)");
+    app->add_option("--window-lease-life-ms", window_lease_life_ms,
+                    "leased: a window lease's longest life (default 10 lease intervals)");
     app->add_option("--sync-interval-ms", sync_interval_ms,
                     "eventual: how often each instance merges (default 100)");
     app->add_option("--csv", options.csv_dir, "write DIR/windows.csv (admitted per window)");
@@ -307,6 +310,7 @@ struct SimCommand {
     if (timeout_ms <= 0) error = "--timeout-ms must be positive";
     if (lease_interval_ms <= 0) error = "--lease-interval-ms must be positive";
     if (sync_interval_ms <= 0) error = "--sync-interval-ms must be positive";
+    if (window_lease_life_ms < 0) error = "--window-lease-life-ms must not be negative";
     if (!error.empty()) {
       std::cerr << "sim: " << error << "\n";
       return kUsageError;
@@ -317,6 +321,7 @@ struct SimCommand {
     options.instance.timeout_us = timeout_ms * 1000;
     options.instance.lease_interval_us = lease_interval_ms * 1000;
     options.instance.sync_interval_us = sync_interval_ms * 1000;
+    options.instance.window_lease_life_us = window_lease_life_ms * 1000;
     options.spread = spread == "hash" ? sim::Spread::kHash : sim::Spread::kRoundRobin;
     return sim::RunSim(options, std::cout, std::cerr);
   }

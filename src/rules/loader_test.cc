@@ -617,6 +617,9 @@ redis:
   timeout: 25ms
   instances: 3
   buckets: 65536
+  lease_interval: 50ms
+  window_lease_life: 1m
+  sync_interval: 250ms
 store: {max_entries: 1000, on_full: deny}
 headers: [ietf]
 http: {max_header_bytes: 8192, max_body_bytes: 4096, max_key_bytes: 512, upstream_timeout: 2500ms,
@@ -643,6 +646,9 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.redis_timeout_us, 25000);
   EXPECT_EQ(s.local_instances, 3);
   EXPECT_EQ(s.redis_buckets, 65536u);
+  EXPECT_EQ(s.redis_lease_interval_us, 50000);
+  EXPECT_EQ(s.redis_window_lease_life_us, 60000000);
+  EXPECT_EQ(s.redis_sync_interval_us, 250000);
   EXPECT_EQ(s.max_entries, 1000u);
   EXPECT_EQ(s.on_full, OnFull::kDeny);
   EXPECT_THAT(s.headers, ElementsAre("ietf"));
@@ -1175,6 +1181,8 @@ grpc: {threads: -2}
               ElementsAre("t.yaml:1:17: threads must be at most 256, got 257"));
   EXPECT_THAT(Errors("grpc: {threads: two}\n"),
               ElementsAre("t.yaml:1:17: threads must be an integer, got 'two'"));
+  EXPECT_THAT(Errors("redis: {url: redis://h:1, sync_interval: 100us}\n"),
+              ElementsAre("t.yaml:1:42: sync_interval must be at least 1ms"));
   EXPECT_THAT(Errors("redis: {url: redis://h:1, buckets: 16777217}\n"),
               ElementsAre("t.yaml:1:36: buckets must be at most 16777216, got 16777217"));
   EXPECT_THAT(Errors("backend: redis\n"),

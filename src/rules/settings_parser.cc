@@ -101,7 +101,7 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
     if (r.CheckMap(redis, "redis",
                    {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
-                    "over_limit_cache", "lease_interval", "sync_interval"})) {
+                    "over_limit_cache", "lease_interval", "window_lease_life", "sync_interval"})) {
       s.redis_url = r.String(redis, "url").value_or("");
       s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
       s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
@@ -118,6 +118,8 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
       if (s.redis_lease_interval_us < 1000) {
         r.Error(redis["lease_interval"], "lease_interval must be at least 1ms");
       }
+      s.redis_window_lease_life_us =
+          r.Duration(redis, "window_lease_life").value_or(s.redis_window_lease_life_us);
       s.redis_sync_interval_us =
           r.Duration(redis, "sync_interval").value_or(s.redis_sync_interval_us);
       if (s.redis_sync_interval_us < 1000) {

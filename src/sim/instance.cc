@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<stack::Stack>> BuildInstance(const InstanceConfig
   // The local store only answers failure_mode local, which the sim does not use.
   settings.max_entries = size_t{1} << 16;
   settings.redis_lease_interval_us = config.lease_interval_us;
+  settings.redis_window_lease_life_us = config.window_lease_life_us;
   settings.redis_sync_interval_us = config.sync_interval_us;
   // One stack for every mode: the sim's items say which consistency decides them.
   return stack::Stack::Build(settings, std::nullopt, clock);

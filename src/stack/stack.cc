@@ -126,7 +126,9 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
   backend.leases = std::make_unique<backend::Leases>(
       primary, backend.redis.get(), &backend.client->clock(),
       backend::Leases::Options{.life_us = settings.redis_lease_interval_us,
-                               .window_life_us = 10 * settings.redis_lease_interval_us});
+                               .window_life_us = settings.redis_window_lease_life_us > 0
+                                                     ? settings.redis_window_lease_life_us
+                                                     : 10 * settings.redis_lease_interval_us});
   primary = backend.leases.get();
   backend.lease_ticker = std::make_unique<backend::Ticker>(
       absl::Microseconds(std::min<int64_t>(settings.redis_lease_interval_us, 100000)),

@@ -167,7 +167,10 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
           entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
         } else if (grant.ok()) {
           entry.left = grant->left;
-          entry.dry_until = arrived + options_.life_us;
+          // Exactly for a lease's life, and never past the window (a new window has quota
+          // again: deciding it exactly would send every request of a hot key to Redis).
+          entry.dry_until =
+              arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, options_.life_us);
         }
       }
       for (const auto& waiter : waiters) Finish(*waiter);

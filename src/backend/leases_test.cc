@@ -132,6 +132,22 @@ TEST_F(LeasesTest, RequestsAreDecidedFromALeaseWithNoCall) {
   EXPECT_EQ(shared_.decides, decides + 1);
 }
 
+TEST_F(LeasesTest, AStateThatRanDryLeasesAgainAsSoonAsItsWindowTurns) {
+  // Out of quota 30 ms before the window ends: the empty lease sends the state to the backend
+  // until then, not for a whole lease interval (100 ms) into the next window.
+  const int64_t window_end = kT0 - kT0 % (60 * kSecond) + 60 * kSecond;
+  clock_.Set(window_end - 30000);
+  const Item item = MakeItem("dry");
+  int admitted = 0;
+  for (int i = 0; i < 200; ++i) admitted += Decide(leases_, item).allowed ? 1 : 0;
+  ASSERT_EQ(admitted, 100);
+  ASSERT_FALSE(Decide(leases_, item).allowed);  // an empty lease, then the backend's denial
+  clock_.Advance(40000);                        // 10 ms into the next window
+  const int decides = shared_.decides;
+  EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.decides, decides) << "the new window's first request went to the backend";
+}
+
 TEST_F(LeasesTest, SeveralInstancesNeverAdmitMoreThanTheLimit) {
   std::vector<std::unique_ptr<Leases>> instances;
   for (int i = 0; i < 4; ++i) {

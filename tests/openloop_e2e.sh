@@ -8,7 +8,6 @@ set -u
 openloop=${OPENLOOP:?set OPENLOOP to the openloop binary}
 upstream=${UPSTREAM:?set UPSTREAM to the upstream_server binary}
 command -v python3 >/dev/null || { echo "python3 is missing"; echo "0 passed, 1 failed"; exit 1; }
-sluice=unused
 source "$(dirname "$0")/lib.sh"
 
 # field NAME JSON: a number from openloop's one-line JSON.

@@ -12,10 +12,12 @@
 // not slow down because the server did. A closed-loop tool (wrk, grpc_load) stops sending during
 // a stall and records one slow response; here a 300 ms stall at 1,000 r/s shows as ~300 slow
 // requests. `service_*` are the same requests measured the closed-loop way (from the actual send),
-// for comparison, and `lag_*` is how late each request was sent: waiting for a free connection
-// (max_backlog > 0 says there was such a wait), or the client itself running late (its thread
-// not scheduled in time on a busy machine: that counts against the server too, so check lag on a
-// shared machine, and client_cpu_s).
+// for comparison. Between the two lie two waits: for a free connection (the server's doing;
+// max_backlog > 0 says there was one) and for the client itself, whose event loop may notice late
+// that a request is due (its thread not scheduled in time on a busy machine, or busy itself).
+// `lag_*` measure the second, per request, from the intended send time to the moment the loop
+// saw it due: it counts against the server in the latency figures too, so on a shared machine
+// compare lag with the latencies (and check client_cpu_s) before reading them as the server's.
 //
 // The run is bounded. Sending stops at --duration: requests still waiting for a connection then
 // are `unsent`. Replies in flight get --grace-ms more; the rest are `timeouts`. A broken
@@ -157,7 +159,7 @@ struct Tally {
   std::map<unsigned, int64_t> status;
   LatencyHistogram latency;  // from the intended send time
   LatencyHistogram service;  // from the actual send time
-  LatencyHistogram lag;      // from the intended to the actual send time
+  LatencyHistogram lag;      // from the intended send time to the loop seeing the request due
 
   void Merge(const Tally& other) {
     intended += other.intended;
@@ -253,7 +255,9 @@ class Loop {
     tick_.async_wait([this](boost::system::error_code ec) {
       if (ec || ended_) return;
       const auto now = SteadyClock::now();
-      while (due_ < total_ && Intended(due_) <= now) ++due_;
+      for (; due_ < total_ && Intended(due_) <= now; ++due_) {
+        tally_.lag.Record(std::chrono::nanoseconds(now - Intended(due_)).count());
+      }
       Dispatch();
       ScheduleTick();
     });
@@ -284,7 +288,6 @@ class Loop {
     c.index = index;
     ++busy_;
     c.sent_at = SteadyClock::now();
-    tally_.lag.Record(std::chrono::nanoseconds(c.sent_at - Intended(index)).count());
     asio::async_write(c.socket, asio::buffer(c.request),
                       [this, &c](boost::system::error_code ec, size_t) {
                         if (ec) return Fail(c);

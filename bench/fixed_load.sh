@@ -2,10 +2,11 @@
 # Latency at a fixed load: sluice's forward-auth path and nginx limit_req at the same constant
 # offered rate, measured without coordinated omission (issue 23).
 #
-#   bench/fixed_load.sh                 measure nginx's saturation rate for each scenario (wrk,
+#   bench/fixed_load.sh                 measure nginx's saturation rate on each scenario (wrk,
 #                                       closed loop, SATURATION seconds), then run bench/openloop at
-#                                       LOAD (50 %) of it against each server, ROUNDS times
-#   RATE=20000 bench/fixed_load.sh      that offered rate instead of measuring one
+#                                       LOAD (50 %) of the lowest against each server, every scenario
+#                                       at that one rate, ROUNDS times
+#   bench/fixed_load.sh --rate 20000    that offered rate instead of measuring one (or RATE=20000)
 #
 # Servers and policies are compare.sh's: nginx is the anchor in $ANCHORS/nginx (one worker,
 # limit_req keyed on X-Key); sluice is `sluice serve --threads 1 --config bench/compare/bench.yaml`
@@ -20,8 +21,8 @@
 # over CONNECTIONS keep-alive connections (requests wait in the client when all are busy, and
 # that wait counts). stdout: one row per scenario and peer, each figure the median over the rounds
 # with the min-max spread in brackets, in µs: p50, p99, p99.9 and max latency, and the client's
-# own send lag at p99 (how late openloop itself sent: on a busy machine that is part of every
-# figure). stderr: the machine, the rates, progress, and a WARN for a run that did not send or
+# own lag at p99 (how late openloop's event loop noticed a request was due, whatever the server
+# did: on a busy machine that is part of every latency figure, so read those beside it). stderr: the machine, the rates, progress, and a WARN for a run that did not send or
 # complete everything, or got unexpected statuses. Raw output stays in /tmp/sluice-fixed-load.*/.
 #
 # Env: ROUNDS (3), DURATION (10, seconds per run), RATE (measured), LOAD (0.5), SATURATION (3),
@@ -55,6 +56,15 @@ PEERS="nginx sluice"
 
 log() { echo "fixed_load: $*" >&2; }
 die() { log "$*"; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rate) [ $# -ge 2 ] || die "--rate needs a value"; RATE="$2"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $1 (see --help)" ;;
+    esac
+done
+[ -z "$RATE" ] || [[ "$RATE" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--rate must be a number of requests per second"
 
 for b in "$SLUICE" "$OPENLOOP"; do
     [ -x "$b" ] || die "no binary at $b; build it with
@@ -136,23 +146,25 @@ saturation() {
 }
 
 # ---------------------------------------------------------------- runs
-declare -A rate
-for scen in $SCENARIOS; do
-    if [ -n "$RATE" ]; then
-        rate[$scen]="$RATE"
-    else
+# One rate for every scenario: LOAD of the lowest saturation measured, so that it stays below each
+# scenario's (on a shared machine one measurement can be far off).
+if [ -z "$RATE" ]; then
+    lowest=""
+    for scen in $SCENARIOS; do
         sat="$(saturation "$scen")"
         [ -n "$sat" ] || die "could not read wrk's rate in $run_dir/saturation.$scen.txt"
-        rate[$scen]="$(awk -v s="$sat" -v l="$LOAD" 'BEGIN { printf "%.0f", s * l }')"
-        log "$scen: nginx saturates at $sat r/s (wrk -t1 -c$CONNECTIONS, ${SATURATION}s); offering ${rate[$scen]} r/s"
-    fi
-done
+        log "$scen: nginx saturates at $sat r/s (wrk -t1 -c$CONNECTIONS, ${SATURATION}s)"
+        if [ -z "$lowest" ] || [ "$sat" -lt "$lowest" ]; then lowest="$sat"; fi
+    done
+    RATE="$(awk -v s="$lowest" -v l="$LOAD" 'BEGIN { printf "%.0f", s * l }')"
+fi
+log "offering $RATE r/s to each server in every scenario"
 
 if [ "$WARMUP" != 0 ]; then
     first="${SCENARIOS%% *}"
     for peer in $PEERS; do
         # shellcheck disable=SC2046
-        openloop --url "$(url "$peer" "$first")" --rate "${rate[$first]}" --duration "$WARMUP" \
+        openloop --url "$(url "$peer" "$first")" --rate "$RATE" --duration "$WARMUP" \
             --connections "$CONNECTIONS" $(key_args "$first") >"$run_dir/$peer.warmup.json"
     done
 fi
@@ -164,7 +176,7 @@ run_one() {
     local round="$1" peer="$2" scen="$3" out json intended sent completed problems
     out="$run_dir/$peer.$scen.$round.json"
     # shellcheck disable=SC2046
-    openloop --url "$(url "$peer" "$scen")" --rate "${rate[$scen]}" --duration "$DURATION" \
+    openloop --url "$(url "$peer" "$scen")" --rate "$RATE" --duration "$DURATION" \
         --connections "$CONNECTIONS" $(key_args "$scen") >"$out" || die "openloop failed for $peer $scen"
     json="$(cat "$out")"
     intended="$(field intended "$json")" sent="$(field sent "$json")" completed="$(field completed "$json")"
@@ -179,7 +191,7 @@ run_one() {
     log "round $round $peer $scen: $(field achieved_rps "$json") r/s, p50 $(field p50_us "$json") µs," \
         "p99 $(field p99_us "$json") µs, p99.9 $(field p999_us "$json") µs, max $(field max_us "$json") µs," \
         "client lag p99 $(field lag_p99_us "$json") µs"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "${rate[$scen]}" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$RATE" \
         "$(field achieved_rps "$json")" "$(field p50_us "$json")" "$(field p99_us "$json")" \
         "$(field p999_us "$json")" "$(field max_us "$json")" "$(field lag_p99_us "$json")" >>"$results"
 }

@@ -19,11 +19,14 @@
 #
 # openloop measures each request from its intended send time (start + i / rate) to its response,
 # over CONNECTIONS keep-alive connections (requests wait in the client when all are busy, and
-# that wait counts). stdout: one row per scenario and peer, each figure the median over the rounds
-# with the min-max spread in brackets, in µs: p50, p99, p99.9 and max latency, and the client's
-# own lag at p99 (how late openloop's event loop noticed a request was due, whatever the server
-# did: on a busy machine that is part of every latency figure, so read those beside it). stderr: the machine, the rates, progress, and a WARN for a run that did not send or
-# complete everything, or got unexpected statuses. Raw output stays in /tmp/sluice-fixed-load.*/.
+# that wait counts). stdout: one row per scenario and peer: how many rounds were clean (every
+# request sent and answered, with the expected statuses), then each figure the median over the
+# rounds with the min-max spread in brackets: the rate achieved; in µs, p50, p99, p99.9 and max
+# latency, and the client's own lag at p99 (how late openloop's event loop noticed that a
+# request was due, whatever the server did: on a busy machine that is part of every latency
+# figure, so read those beside it). stderr: the machine, the rates, progress, and a WARN for a
+# run that did not send or complete everything, or got unexpected statuses. Raw output stays in
+# /tmp/sluice-fixed-load.*/.
 #
 # Env: ROUNDS (3), DURATION (10, seconds per run), RATE (measured), LOAD (0.5), SATURATION (3),
 #   CONNECTIONS (64), WARMUP (2, seconds of openloop per peer first; 0 = none), NKEYS (100000),
@@ -169,7 +172,7 @@ if [ "$WARMUP" != 0 ]; then
     done
 fi
 
-results="$run_dir/rows.tsv"   # round peer scenario offered achieved p50 p99 p999 max lag_p99
+results="$run_dir/rows.tsv"   # round peer scenario offered clean achieved p50 p99 p999 max lag_p99
 : >"$results"
 
 run_one() {
@@ -191,7 +194,8 @@ run_one() {
     log "round $round $peer $scen: $(field achieved_rps "$json") r/s, p50 $(field p50_us "$json") µs," \
         "p99 $(field p99_us "$json") µs, p99.9 $(field p999_us "$json") µs, max $(field max_us "$json") µs," \
         "client lag p99 $(field lag_p99_us "$json") µs"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$RATE" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$RATE" \
+        "$([ -z "$problems" ] && echo 1 || echo 0)" \
         "$(field achieved_rps "$json")" "$(field p50_us "$json")" "$(field p99_us "$json")" \
         "$(field p999_us "$json")" "$(field max_us "$json")" "$(field lag_p99_us "$json")" >>"$results"
 }
@@ -205,7 +209,7 @@ done
 # ---------------------------------------------------------------- table
 # Per peer and scenario, each column on its own: the median over the rounds, [min-max].
 {
-    printf 'scenario\tpeer\toffered_rps\tachieved_rps\tp50_us\tp99_us\tp99.9_us\tmax_us\tclient_lag_p99_us\n'
+    printf 'scenario\tpeer\toffered_rps\tclean_rounds\tachieved_rps\tp50_us\tp99_us\tp99.9_us\tmax_us\tclient_lag_p99_us\n'
     awk -F'\t' -v scenarios="$SCENARIOS" -v peers="$PEERS" '
         function sorted(list, a,   n, i, j, t) {
             n = split(list, a, " ")
@@ -221,13 +225,14 @@ done
             if (n == 1) return sprintf("%.0f", a[1])
             return sprintf("%.0f [%.0f-%.0f]", median(list), a[1], a[n])
         }
-        { k = $2 SUBSEP $3; offered[k] = $4; for (c = 5; c <= 10; c++) v[k, c] = v[k, c] " " $c }
+        { k = $2 SUBSEP $3; offered[k] = $4; clean[k] += $5; rounds[k]++
+          for (c = 6; c <= 11; c++) v[k, c] = v[k, c] " " $c }
         END {
             ns = split(scenarios, sc, " "); np = split(peers, pe, " ")
             for (s = 1; s <= ns; s++) for (p = 1; p <= np; p++) {
                 k = pe[p] SUBSEP sc[s]
-                printf "%s\t%s\t%s\t%.0f", sc[s], pe[p], offered[k], median(v[k, 5])
-                for (c = 6; c <= 10; c++) printf "\t%s", spread(v[k, c])
+                printf "%s\t%s\t%s\t%d/%d", sc[s], pe[p], offered[k], clean[k], rounds[k]
+                for (c = 6; c <= 11; c++) printf "\t%s", spread(v[k, c])
                 printf "\n"
             }
         }' "$results"

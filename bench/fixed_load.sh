@@ -24,9 +24,10 @@
 # rounds with the min-max spread in brackets: the rate achieved; in µs, p50, p99, p99.9 and max
 # latency, and the client's own lag at p99 (how late openloop's event loop noticed that a
 # request was due, whatever the server did: on a busy machine that is part of every latency
-# figure, so read those beside it). stderr: the machine, the rates, progress, and a WARN for a
-# run that did not send or complete everything, or got unexpected statuses. Raw output stays in
-# /tmp/sluice-fixed-load.*/.
+# figure, so read those beside it), and the share of its core openloop used (near 100 % the
+# client is a bottleneck itself). stderr: the machine, the rates, progress, and a WARN for a run
+# that did not send or complete everything, got unexpected statuses, or used over 80 % of the
+# client's core. Raw output stays in /tmp/sluice-fixed-load.*/.
 #
 # Env: ROUNDS (3), DURATION (10, seconds per run), RATE (measured), LOAD (0.5), SATURATION (3),
 #   CONNECTIONS (64), WARMUP (2, seconds of openloop per peer first; 0 = none), NKEYS (100000),
@@ -172,11 +173,11 @@ if [ "$WARMUP" != 0 ]; then
     done
 fi
 
-results="$run_dir/rows.tsv"   # round peer scenario offered clean achieved p50 p99 p999 max lag_p99
+results="$run_dir/rows.tsv"   # round peer scenario offered clean achieved p50 p99 p999 max lag_p99 client_%
 : >"$results"
 
 run_one() {
-    local round="$1" peer="$2" scen="$3" out json intended sent completed problems
+    local round="$1" peer="$2" scen="$3" out json intended sent completed problems client_pct
     out="$run_dir/$peer.$scen.$round.json"
     # shellcheck disable=SC2046
     openloop --url "$(url "$peer" "$scen")" --rate "$RATE" --duration "$DURATION" \
@@ -191,13 +192,17 @@ run_one() {
         deny_*)  [ "$(field non_2xx "$json")" -ge $((completed - 2)) ] || problems+=" only $(field non_2xx "$json") 429s;" ;;
     esac
     [ -z "$problems" ] || log "WARN round $round $peer $scen:$problems"
+    # The client's share of its core: near 100 % it is itself a bottleneck (its lag shows it).
+    client_pct="$(awk -v c="$(field client_cpu_s "$json")" -v d="$DURATION" 'BEGIN { printf "%.0f", 100 * c / d }')"
+    [ "$client_pct" -le 80 ] || log "WARN round $round $peer $scen: openloop used $client_pct % of a core"
     log "round $round $peer $scen: $(field achieved_rps "$json") r/s, p50 $(field p50_us "$json") µs," \
         "p99 $(field p99_us "$json") µs, p99.9 $(field p999_us "$json") µs, max $(field max_us "$json") µs," \
-        "client lag p99 $(field lag_p99_us "$json") µs"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$RATE" \
+        "client lag p99 $(field lag_p99_us "$json") µs, client CPU $client_pct %"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$peer" "$scen" "$RATE" \
         "$([ -z "$problems" ] && echo 1 || echo 0)" \
         "$(field achieved_rps "$json")" "$(field p50_us "$json")" "$(field p99_us "$json")" \
-        "$(field p999_us "$json")" "$(field max_us "$json")" "$(field lag_p99_us "$json")" >>"$results"
+        "$(field p999_us "$json")" "$(field max_us "$json")" "$(field lag_p99_us "$json")" \
+        "$client_pct" >>"$results"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
@@ -209,7 +214,7 @@ done
 # ---------------------------------------------------------------- table
 # Per peer and scenario, each column on its own: the median over the rounds, [min-max].
 {
-    printf 'scenario\tpeer\toffered_rps\tclean_rounds\tachieved_rps\tp50_us\tp99_us\tp99.9_us\tmax_us\tclient_lag_p99_us\n'
+    printf 'scenario\tpeer\toffered_rps\tclean_rounds\tachieved_rps\tp50_us\tp99_us\tp99.9_us\tmax_us\tclient_lag_p99_us\tclient_cpu_%%\n'
     awk -F'\t' -v scenarios="$SCENARIOS" -v peers="$PEERS" '
         function sorted(list, a,   n, i, j, t) {
             n = split(list, a, " ")
@@ -226,13 +231,13 @@ done
             return sprintf("%.0f [%.0f-%.0f]", median(list), a[1], a[n])
         }
         { k = $2 SUBSEP $3; offered[k] = $4; clean[k] += $5; rounds[k]++
-          for (c = 6; c <= 11; c++) v[k, c] = v[k, c] " " $c }
+          for (c = 6; c <= 12; c++) v[k, c] = v[k, c] " " $c }
         END {
             ns = split(scenarios, sc, " "); np = split(peers, pe, " ")
             for (s = 1; s <= ns; s++) for (p = 1; p <= np; p++) {
                 k = pe[p] SUBSEP sc[s]
                 printf "%s\t%s\t%s\t%d/%d", sc[s], pe[p], offered[k], clean[k], rounds[k]
-                for (c = 6; c <= 11; c++) printf "\t%s", spread(v[k, c])
+                for (c = 6; c <= 12; c++) printf "\t%s", spread(v[k, c])
                 printf "\n"
             }
         }' "$results"

@@ -50,11 +50,7 @@ void OverLimitCache::Decide(std::span<const Item> items, int64_t now_us, std::sp
 bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us, int64_t mono,
                                      std::span<Decision> out, const Done& done) {
   if (!epoch_.Fresh(mono)) return false;
-  struct Hit {
-    int64_t until_us = kNeverUs;
-    int64_t reset_until_us = 0;
-  };
-  absl::InlinedVector<Hit, 4> hits(items.size());
+  absl::InlinedVector<HeldDenial, 4> hits(items.size(), HeldDenial{.until_us = kNeverUs});
   bool any = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
@@ -65,8 +61,10 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
     const auto it = shard.entries.find(key);
     if (it == shard.entries.end()) continue;
     const Entry& entry = it->second;
-    if (entry.until_us <= mono || item.cost < entry.cost || entry.limit != *item.limit) continue;
-    hits[i] = {.until_us = entry.until_us, .reset_until_us = entry.reset_until_us};
+    if (entry.denial.until_us <= mono || item.cost < entry.cost || entry.limit != *item.limit) {
+      continue;
+    }
+    hits[i] = entry.denial;
     any = true;
   }
   if (!any) return false;
@@ -79,11 +77,7 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
       out[i] = {.allowed = true, .remaining = 0, .retry_after_us = 0, .reset_after_us = 0};
       continue;
     }
-    const int64_t retry = hits[i].until_us - mono;
-    out[i] = {.allowed = false,
-              .remaining = 0,
-              .retry_after_us = retry,
-              .reset_after_us = std::max(retry, hits[i].reset_until_us - mono)};
+    out[i] = DenialAt(hits[i], mono, /*remaining=*/0);
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
   done({.status = absl::OkStatus(), .allowed = false, .decided_at_us = now_us});
@@ -101,15 +95,9 @@ void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decis
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     const Decision& d = out[i];
-    // kNever (a cost above the capacity) is left to the backend: it answers such requests at
-    // once, and a config change could make them admissible.
-    if (item.shadow || item.cost == 0 || d.allowed || d.retry_after_us <= 0) continue;
+    if (!MayHoldDenial(item, d)) continue;  // (held_denial.h says which)
     Insert(StateKey(item),
-           {.until_us = asked_at + d.retry_after_us,
-            .reset_until_us = asked_at + std::max(d.reset_after_us, d.retry_after_us),
-            .cost = item.cost,
-            .limit = *item.limit},
-           arrived);
+           {.denial = HoldDenial(d, asked_at), .cost = item.cost, .limit = *item.limit}, arrived);
   }
 }
 
@@ -123,7 +111,7 @@ void OverLimitCache::Insert(std::string key, const Entry& entry, int64_t mono) {
   if (mono - shard.last_sweep_us >= kSweepEveryUs) {
     shard.last_sweep_us = mono;
     const size_t swept = absl::erase_if(
-        shard.entries, [mono](const auto& kv) { return kv.second.until_us <= mono; });
+        shard.entries, [mono](const auto& kv) { return kv.second.denial.until_us <= mono; });
     size_.fetch_sub(swept, std::memory_order_relaxed);
     if (shard.entries.size() <= max_per_shard_) return;
   }

@@ -40,6 +40,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
+#include "backend/held_denial.h"
 #include "backend/reset_epoch.h"
 #include "sluice/clock.h"
 
@@ -76,10 +77,9 @@ class OverLimitCache final : public Backend {
 
  private:
   struct Entry {
-    int64_t until_us = 0;        // monotonic: denied until then
-    int64_t reset_until_us = 0;  // monotonic: when the state is back to a new key's
-    uint64_t cost = 0;           // the denied cost; a smaller one may be admitted sooner
-    Limit limit;                 // what it was decided on
+    HeldDenial denial;  // monotonic
+    uint64_t cost = 0;  // the denied cost; a smaller one may be admitted sooner
+    Limit limit;        // what it was decided on
   };
   static constexpr size_t kShards = 16;
   struct Shard {

@@ -1,0 +1,58 @@
+// HeldDenial: a denial kept to answer later requests without asking the backend again.
+//
+// A backend that denies an item with retry_after r says that nothing admits the same request on
+// that state before r has passed, unless something gives quota back (a Reset, a Refund, a
+// changed limit): more traffic only pushes the state further from admitting. So until r the
+// denial can be answered again, from memory, by whoever keeps it. Two keep them:
+// backend::OverLimitCache (in front of Redis, one map per instance) and store::LocalDenials (in
+// front of the memory store, one table per thread); each says how it hears of what gives quota
+// back. These are the rules they share: which decisions may be kept, and what a kept denial
+// answers later.
+
+#ifndef SLUICE_BACKEND_HELD_DENIAL_H_
+#define SLUICE_BACKEND_HELD_DENIAL_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "sluice/limit.h"
+
+namespace sluice::backend {
+
+struct HeldDenial {
+  int64_t until_us = 0;        // denied until then
+  int64_t reset_until_us = 0;  // the state is back to a new key's then (with no other traffic)
+};
+
+// Whether `decision`, `item`'s answer in a denied request, may be kept. Not a shadow item's (its
+// deny does not decide the request), nor a look (cost 0), nor a denial with no end (kNever: a
+// cost above the capacity, which the backend answers at once anyway, and which a config change
+// could make admissible).
+inline bool MayHoldDenial(const Item& item, const Decision& decision) {
+  return !item.shadow && item.cost > 0 && !decision.allowed && decision.retry_after_us > 0;
+}
+
+// The denial `decision` holds when the backend decided it at `decided_at_us` (in the clock the
+// keeper will answer in; if that is not the backend's, a time no earlier than the backend's
+// decision, so that the denial ends no later than the one it copies).
+inline HeldDenial HoldDenial(const Decision& decision, int64_t decided_at_us) {
+  return {
+      .until_us = decided_at_us + decision.retry_after_us,
+      .reset_until_us = decided_at_us + std::max(decision.reset_after_us, decision.retry_after_us)};
+}
+
+// What `held` answers at `now_us` (before until_us): denied, the retry_after and reset_after left,
+// and `remaining` (a keeper that cannot know it says 0).
+inline Decision DenialAt(const HeldDenial& held, int64_t now_us, int64_t remaining) {
+  const int64_t retry = held.until_us - now_us;
+  return {.allowed = false,
+          .remaining = remaining,
+          .retry_after_us = retry,
+          .reset_after_us = std::max(retry, held.reset_until_us - now_us),
+          .delay_us = 0};
+}
+
+}  // namespace sluice::backend
+
+#endif  // SLUICE_BACKEND_HELD_DENIAL_H_

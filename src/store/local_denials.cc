@@ -1,0 +1,219 @@
+#include "store/local_denials.h"
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+
+#include "absl/container/inlined_vector.h"
+#include "backend/held_denial.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace sluice::store {
+namespace {
+
+// One kept denial of one thread.
+struct Entry {
+  uint64_t owner = 0;  // the LocalDenials' id; 0: empty
+  uint64_t hash = 0;
+  uint64_t generation = 0;  // of the state, read before the store decided
+  uint64_t limit_id = 0;
+  uint64_t cost = 0;
+  int64_t decided_at_us = 0;  // the store's time of the decision
+  backend::HeldDenial denial;
+  Limit limit;
+  std::string key;
+
+  bool Holds(uint64_t owner_id, uint64_t state_hash, const backend::Item& item) const {
+    return owner == owner_id && hash == state_hash && limit_id == item.limit_id && key == item.key;
+  }
+};
+
+// A thread's kept denials: kSets sets of kWays entries, a state's set chosen by its hash.
+class Table {
+ public:
+  uint64_t hits = 0;  // requests answered from it
+
+  Entry* Find(uint64_t owner, uint64_t hash, const backend::Item& item) {
+    if (used_ == 0) return nullptr;
+    const size_t base = SetOf(hash);
+    for (size_t w = 0; w < kWays; ++w) {
+      if (entries_[base + w].Holds(owner, hash, item)) return &entries_[base + w];
+    }
+    return nullptr;
+  }
+
+  // The entry to fill for this state: its own, else an empty one, else the one that ends soonest.
+  Entry& Place(uint64_t owner, uint64_t hash, const backend::Item& item) {
+    const size_t base = SetOf(hash);
+    Entry* soonest = &entries_[base];
+    for (size_t w = 0; w < kWays; ++w) {
+      Entry& e = entries_[base + w];
+      if (e.Holds(owner, hash, item)) return e;
+      if (e.owner == 0) {
+        ++used_;
+        return e;
+      }
+      if (e.denial.until_us < soonest->denial.until_us) soonest = &e;
+    }
+    return *soonest;
+  }
+
+ private:
+  static constexpr size_t kWays = 4;
+  static constexpr size_t kSets = LocalDenials::kEntries / kWays;
+  static_assert((kSets & (kSets - 1)) == 0);
+
+  static size_t SetOf(uint64_t hash) { return (hash & (kSets - 1)) * kWays; }
+
+  std::array<Entry, LocalDenials::kEntries> entries_;
+  size_t used_ = 0;  // entries ever filled (none is emptied)
+};
+
+Table& ThisThreadsTable() {
+  thread_local Table table;
+  return table;
+}
+
+std::atomic<uint64_t> next_id{1};
+
+uint64_t StateHash(const backend::Item& item) {
+  return XXH3_64bits_withSeed(item.key.data(), item.key.size(), item.limit_id);
+}
+
+// A denial for want of room (MemoryStore::NoRoomDecision): room may come back at any time. A
+// real denial that looks the same is only not kept.
+bool ForWantOfRoom(const Decision& d) {
+  return d.remaining == 0 && d.retry_after_us == MemoryStore::kNoRoomRetryAfterUs &&
+         d.reset_after_us == MemoryStore::kNoRoomRetryAfterUs;
+}
+
+// Whether item i's state is also another item's: then the store decided it after that item's
+// cost, and its denial says more than the state's own.
+bool SharesState(std::span<const backend::Item> items, size_t i) {
+  for (size_t j = 0; j < items.size(); ++j) {
+    if (j != i && items[j].limit_id == items[i].limit_id && items[j].key == items[i].key) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+struct LocalDenials::Probe {
+  bool keepable = false;  // its denial may be kept (the store has yet to say whether it denies)
+  uint64_t hash = 0;
+  uint64_t generation = 0;
+  Entry* kept = nullptr;  // this thread's entry for the item's state, if any
+};
+
+LocalDenials::LocalDenials(MemoryStore* store)
+    : store_(store), id_(next_id.fetch_add(1, std::memory_order_relaxed)) {}
+
+LocalDenials::~LocalDenials() = default;
+
+void LocalDenials::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                          Done done) {
+  absl::InlinedVector<Probe, 4> probes(items.size());
+  const std::span<Probe> probed(probes.data(), probes.size());
+  if (Answer(items, now_us, probed, out, done)) return;
+  backend::Outcome outcome;
+  outcome.allowed = store_->DecideAll(items, now_us, out, &outcome.decided_at_us);
+  // What this thread kept of these states is stale now: it may have consumed from them (then a
+  // kept denial would answer more leniently than the store), or it is denied anew.
+  for (const Probe& p : probes) {
+    if (p.kept != nullptr) p.kept->denial.until_us = 0;
+  }
+  if (!outcome.allowed) Remember(items, out, probed, outcome.decided_at_us);
+  done(outcome);
+}
+
+bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
+                          std::span<Decision> out, const Done& done) {
+  Table& table = ThisThreadsTable();
+  bool all = !items.empty();
+  // One time for the whole request, as the store uses: not before any denial's decision.
+  int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    Probe& p = probes[i];
+    if (item.cost == 0 || item.key.size() > kMaxKeyBytes) {  // nothing kept, nothing to keep
+      all = false;
+      continue;
+    }
+    // Found even for an item whose denial is not kept (a shadow or count_denied one): its state's
+    // entry must go if the item consumes.
+    p.hash = StateHash(item);
+    p.generation = GenerationOf(p.hash).load(std::memory_order_acquire);
+    p.kept = table.Find(id_, p.hash, item);
+    p.keepable = !item.shadow && !item.count_denied;
+    const Entry* e = p.kept;
+    if (!p.keepable || e == nullptr || e->generation != p.generation || e->cost != item.cost ||
+        e->limit != *item.limit) {
+      all = false;
+      continue;
+    }
+    now = std::max(now, e->decided_at_us);
+  }
+  if (!all) return false;
+  for (const Probe& p : probes) {
+    if (now >= p.kept->denial.until_us) return false;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    out[i] = backend::DenialAt(probes[i].kept->denial, now,
+                               static_cast<int64_t>(probes[i].kept->cost - 1));
+  }
+  ++table.hits;
+  done({.status = absl::OkStatus(), .allowed = false, .decided_at_us = now});
+  return true;
+}
+
+void LocalDenials::Remember(std::span<const Item> items, std::span<const Decision> out,
+                            std::span<const Probe> probes, int64_t decided_at_us) const {
+  Table& table = ThisThreadsTable();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    const Decision& d = out[i];
+    // remaining = cost - 1: what this denial's answers say until the end (see the header).
+    if (!probes[i].keepable || !backend::MayHoldDenial(item, d) || d.remaining < 0 ||
+        static_cast<uint64_t>(d.remaining) != item.cost - 1 || ForWantOfRoom(d) ||
+        SharesState(items, i)) {
+      continue;
+    }
+    Entry& e = table.Place(id_, probes[i].hash, item);
+    e.owner = id_;
+    e.hash = probes[i].hash;
+    e.generation = probes[i].generation;
+    e.limit_id = item.limit_id;
+    e.cost = item.cost;
+    e.decided_at_us = decided_at_us;
+    e.denial = backend::HoldDenial(d, decided_at_us);
+    e.limit = *item.limit;
+    e.key.assign(item.key);
+  }
+}
+
+uint64_t LocalDenials::HitsOnThisThread() { return ThisThreadsTable().hits; }
+
+void LocalDenials::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+                          RefundDone done) {
+  store_->Refund(items, decided_at_us, now_us);
+  // After the store: a denial decided before the refund was kept with an older generation.
+  for (const Item& item : items) {
+    GenerationOf(StateHash(item)).fetch_add(1, std::memory_order_acq_rel);
+  }
+  done(absl::OkStatus());
+}
+
+void LocalDenials::Reset(std::span<const Item> items, ResetDone done) {
+  size_t forgotten = 0;
+  for (const Item& item : items) {
+    forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
+    GenerationOf(StateHash(item)).fetch_add(1, std::memory_order_acq_rel);
+  }
+  done(forgotten);
+}
+
+}  // namespace sluice::store

@@ -1,0 +1,112 @@
+// LocalDenials: an over-limit cache per thread in front of the memory store, so that a key over
+// its limit does not serialize the threads on its shard's lock.
+//
+// Every decision on a key locks that key's shard: under a flood on one key every thread takes
+// the same lock, its cache line bounces between the cores, and more threads add nothing. Here,
+// when the store denies an item with retry_after r (backend/held_denial.h says which denials may
+// be kept), the thread that asked keeps the denial in a small table of its own and answers the
+// same request from it until r: no lock and no shared write, one read of a generation counter
+// (below). It is the in-process cousin of backend::OverLimitCache, which does the same in front
+// of Redis for all of an instance's threads together.
+//
+// Exact: a request answered here gets the answer the store would give it with no other traffic
+// in between (other traffic only makes the store's answer stricter):
+//   - denied until the store would admit it, no longer: the denial's end counts from the time the
+//     store decided it, in the store's clock;
+//   - the same retry_after, reset_after and remaining: only a request of the same cost is
+//     answered, and only from a denial that left remaining = cost - 1 (for cost 1, every denial),
+//     which stays so until the request is admitted.
+// What gives quota back ends the denials it concerns:
+//   - a Reset or Refund through this wrapper moves the generation of the states it touches (one
+//     of kGenerations counters, chosen by the state's hash). A denial is kept with the generation
+//     read before the store decided it and answered only while that has not moved, so a denial
+//     that raced with a reset is never answered. (A Reset or Refund on the store directly is not
+//     seen: go through this.)
+//   - a changed limit: an entry keeps the limit it was decided on, and another one misses;
+//   - room coming back: a denial for want of room (MemoryStore::kNoRoomRetryAfterUs, on_full deny
+//     or no overflow state left) is not kept.
+// Only a request all of whose items are kept denials is answered here, so all-or-nothing stays
+// the store's: a request with a count_denied item (the store must count it), a shadow item, a
+// look, or any item not denied here goes to the store whole.
+//
+// Time: an answer uses max(now_us, the time the store decided the denial). The store itself never
+// decides at a time before one the key's shard has used (for any key), so when callers' now_us
+// disagree (a thread that read the clock once for a batch of requests lags another), a lagging
+// thread is denied here until the denial's end by its own time, where the store would have
+// decided at the other thread's later time: longer by at most that lag, never past the end the
+// caller is told.
+//
+// Bounded: kEntries entries per thread, for all instances together (a 4-way set-associative
+// table: the entry that ends soonest makes room), keys of at most kMaxKeyBytes (longer ones are
+// not kept); a flood of denied keys costs store decisions, never a wrong answer.
+// Safe for concurrent use without external synchronization. Answers inline. `store` is not owned
+// and must outlive this.
+
+#ifndef SLUICE_STORE_LOCAL_DENIALS_H_
+#define SLUICE_STORE_LOCAL_DENIALS_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "backend/backend.h"
+#include "store/memory_store.h"
+
+namespace sluice::store {
+
+class LocalDenials final : public backend::Backend {
+ public:
+  using Item = backend::Item;
+
+  static constexpr size_t kEntries = 256;      // per thread
+  static constexpr size_t kMaxKeyBytes = 256;  // longer keys are not kept
+  static constexpr size_t kGenerations = 64;   // counters that Reset and Refund move
+
+  explicit LocalDenials(MemoryStore* store);
+  ~LocalDenials() override;
+  LocalDenials(const LocalDenials&) = delete;
+  LocalDenials& operator=(const LocalDenials&) = delete;
+
+  void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+              Done done) override;
+  // Refunds on the store, then ends every kept denial of those states (on every thread).
+  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+              RefundDone done) override;
+  // Resets on the store, then ends every kept denial of those states (on every thread).
+  void Reset(std::span<const Item> items, ResetDone done) override;
+  bool answers_inline() const override { return true; }
+
+  // Requests the calling thread has answered from its kept denials, over every instance (a
+  // shared counter would be the one written line this class exists to avoid): for tests and
+  // `sluice bench store`.
+  static uint64_t HitsOnThisThread();
+
+ private:
+  struct Probe;
+  // A generation on a cache line of its own: a reset of one state does not slow the reads of
+  // the others.
+  struct alignas(64) Generation {
+    std::atomic<uint64_t> value{0};
+  };
+
+  std::atomic<uint64_t>& GenerationOf(uint64_t hash) {
+    return generations_[(hash >> 32) % kGenerations].value;
+  }
+  // Answers the request from this thread's kept denials if all its items are; else false (and
+  // `probes` holds what Remember needs).
+  bool Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
+              std::span<Decision> out, const Done& done);
+  // Keeps the denials of a request the store denied at `decided_at_us`.
+  void Remember(std::span<const Item> items, std::span<const Decision> out,
+                std::span<const Probe> probes, int64_t decided_at_us) const;
+
+  MemoryStore* const store_;
+  const uint64_t id_;  // names this instance's entries in the threads' tables: never reused
+  std::array<Generation, kGenerations> generations_;
+};
+
+}  // namespace sluice::store
+
+#endif  // SLUICE_STORE_LOCAL_DENIALS_H_

@@ -9,8 +9,9 @@
 // (below). It is the in-process cousin of backend::OverLimitCache, which does the same in front
 // of Redis for all of an instance's threads together.
 //
-// Exact: a request answered here gets the answer the store would give it with no other traffic
-// in between (other traffic only makes the store's answer stricter):
+// Exact: a request answered here gets the answer the store would give it (other threads'
+// traffic in between only makes the store's answer stricter; this thread's own ends what it
+// kept of the states it touched):
 //   - denied until the store would admit it, no longer: the denial's end counts from the time the
 //     store decided it, in the store's clock;
 //   - the same retry_after, reset_after and remaining: only a request of the same cost is

@@ -15,7 +15,7 @@ namespace {
 
 // One kept denial of one thread.
 struct Entry {
-  uint64_t owner = 0;  // the LocalDenials' id; 0: empty
+  bool filled = false;
   uint64_t hash = 0;
   uint64_t generation = 0;  // of the state, read before the store decided
   uint64_t limit_id = 0;
@@ -25,34 +25,59 @@ struct Entry {
   Limit limit;
   std::string key;
 
-  bool Holds(uint64_t owner_id, uint64_t state_hash, const backend::Item& item) const {
-    return owner == owner_id && hash == state_hash && limit_id == item.limit_id && key == item.key;
+  bool Holds(uint64_t state_hash, const backend::Item& item) const {
+    return filled && hash == state_hash && limit_id == item.limit_id && key == item.key;
   }
 };
 
-// A thread's kept denials: kSets sets of kWays entries, a state's set chosen by its hash.
+// A thread's kept denials, all of one LocalDenials (the one it used last): kSets sets of kWays
+// entries, a state's set chosen by its hash.
 class Table {
  public:
   uint64_t hits = 0;  // requests answered from it
 
-  Entry* Find(uint64_t owner, uint64_t hash, const backend::Item& item) {
-    if (used_ == 0) return nullptr;
+  // Called with every time this thread passes to `owner` (clamped): returns whether `now_us` is
+  // no earlier than every time before it. A thread that moves to another instance forgets what
+  // it kept (the time the store decided those denials, against the times it passes from now on,
+  // would say nothing).
+  bool Enter(uint64_t owner, int64_t now_us) {
+    if (owner != owner_) {
+      for (Entry& e : entries_) e.filled = false;
+      filled_ = 0;
+      owner_ = owner;
+      latest_us_ = now_us;
+      return true;
+    }
+    const bool in_order = now_us >= latest_us_;
+    latest_us_ = std::max(latest_us_, now_us);
+    return in_order;
+  }
+
+  Entry* Find(uint64_t hash, const backend::Item& item) {
+    if (filled_ == 0) return nullptr;
     const size_t base = SetOf(hash);
     for (size_t w = 0; w < kWays; ++w) {
-      if (entries_[base + w].Holds(owner, hash, item)) return &entries_[base + w];
+      if (entries_[base + w].Holds(hash, item)) return &entries_[base + w];
     }
     return nullptr;
   }
 
+  void Drop(Entry& e) {
+    if (!e.filled) return;  // (two items of one state)
+    e.filled = false;
+    --filled_;
+  }
+
   // The entry to fill for this state: its own, else an empty one, else the one that ends soonest.
-  Entry& Place(uint64_t owner, uint64_t hash, const backend::Item& item) {
+  Entry& Place(uint64_t hash, const backend::Item& item) {
     const size_t base = SetOf(hash);
     Entry* soonest = &entries_[base];
     for (size_t w = 0; w < kWays; ++w) {
       Entry& e = entries_[base + w];
-      if (e.Holds(owner, hash, item)) return e;
-      if (e.owner == 0) {
-        ++used_;
+      if (e.Holds(hash, item)) return e;
+      if (!e.filled) {
+        ++filled_;
+        e.filled = true;
         return e;
       }
       if (e.denial.until_us < soonest->denial.until_us) soonest = &e;
@@ -68,7 +93,9 @@ class Table {
   static size_t SetOf(uint64_t hash) { return (hash & (kSets - 1)) * kWays; }
 
   std::array<Entry, LocalDenials::kEntries> entries_;
-  size_t used_ = 0;  // entries ever filled (none is emptied)
+  size_t filled_ = 0;
+  uint64_t owner_ = 0;
+  int64_t latest_us_ = 0;  // the latest time this thread passed to owner_
 };
 
 Table& ThisThreadsTable() {
@@ -123,8 +150,9 @@ void LocalDenials::Decide(std::span<const Item> items, int64_t now_us, std::span
   outcome.allowed = store_->DecideAll(items, now_us, out, &outcome.decided_at_us);
   // What this thread kept of these states is stale now: it may have consumed from them (then a
   // kept denial would answer more leniently than the store), or it is denied anew.
+  Table& table = ThisThreadsTable();
   for (const Probe& p : probes) {
-    if (p.kept != nullptr) p.kept->denial.until_us = 0;
+    if (p.kept != nullptr) table.Drop(*p.kept);
   }
   if (!outcome.allowed) Remember(items, out, probed, outcome.decided_at_us);
   done(outcome);
@@ -133,9 +161,11 @@ void LocalDenials::Decide(std::span<const Item> items, int64_t now_us, std::span
 bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
                           std::span<Decision> out, const Done& done) {
   Table& table = ThisThreadsTable();
-  bool all = !items.empty();
-  // One time for the whole request, as the store uses: not before any denial's decision.
+  // One time for the whole request, as the store uses: not before any denial's decision. A time
+  // before one this thread passed already is left to the store: it may have decided another key
+  // of the shard at that later time, and would now use it.
   int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
+  bool all = table.Enter(id_, now) && !items.empty();
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     Probe& p = probes[i];
@@ -147,7 +177,7 @@ bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span
     // entry must go if the item consumes.
     p.hash = StateHash(item);
     p.generation = GenerationOf(p.hash).load(std::memory_order_acquire);
-    p.kept = table.Find(id_, p.hash, item);
+    p.kept = table.Find(p.hash, item);
     p.keepable = !item.shadow && !item.count_denied;
     const Entry* e = p.kept;
     if (!p.keepable || e == nullptr || e->generation != p.generation || e->cost != item.cost ||
@@ -182,8 +212,7 @@ void LocalDenials::Remember(std::span<const Item> items, std::span<const Decisio
         SharesState(items, i)) {
       continue;
     }
-    Entry& e = table.Place(id_, probes[i].hash, item);
-    e.owner = id_;
+    Entry& e = table.Place(probes[i].hash, item);
     e.hash = probes[i].hash;
     e.generation = probes[i].generation;
     e.limit_id = item.limit_id;
@@ -200,6 +229,9 @@ uint64_t LocalDenials::HitsOnThisThread() { return ThisThreadsTable().hits; }
 void LocalDenials::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
                           RefundDone done) {
   store_->Refund(items, decided_at_us, now_us);
+  // The store used max(now_us, decided_at_us).
+  ThisThreadsTable().Enter(id_,
+                           std::clamp<int64_t>(std::max(now_us, decided_at_us), 0, kMaxTimeUs));
   // After the store: a denial decided before the refund was kept with an older generation.
   for (const Item& item : items) {
     GenerationOf(StateHash(item)).fetch_add(1, std::memory_order_acq_rel);

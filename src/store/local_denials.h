@@ -30,12 +30,14 @@
 // the store's: a request with a count_denied item (the store must count it), a shadow item, a
 // look, or any item not denied here goes to the store whole.
 //
-// Time: an answer uses max(now_us, the time the store decided the denial). The store itself never
-// decides at a time before one the key's shard has used (for any key), so when callers' now_us
-// disagree (a thread that read the clock once for a batch of requests lags another), a lagging
-// thread is denied here until the denial's end by its own time, where the store would have
-// decided at the other thread's later time: longer by at most that lag, never past the end the
-// caller is told.
+// Time: an answer uses max(now_us, the time the store decided the denial), as the store would
+// (it never decides at a time before one the key's shard has used, for any key). A now_us
+// earlier than one the same thread passed already goes to the store, which may have decided
+// another key of the shard at that later time; so one thread alone is answered exactly as the
+// store would, even as its clock steps back. Between threads whose now_us disagree (each read
+// the clock once for a batch of requests), a lagging thread can be denied here until the
+// denial's end by its own time where the store would already use another thread's later time:
+// longer by at most that lag, never past the end the caller is told.
 //
 // Bounded: kEntries entries per thread, for all instances together (a 4-way set-associative
 // table: the entry that ends soonest makes room), keys of at most kMaxKeyBytes (longer ones are

@@ -219,18 +219,42 @@ TEST_F(LocalDenialsSingleTest, WhatThisThreadConsumesEndsItsKeptDenial) {
   EXPECT_EQ(got.out[0].remaining, 0);
 }
 
-TEST_F(LocalDenialsSingleTest, ATimeGoingBackIsTheDenialsTime) {
+TEST_F(LocalDenialsSingleTest, ATimeGoingBackIsAskedOfTheStore) {
   Ask(local_, One("k"), kT0);
   Ask(local_, One("k"), kT0);
   ASSERT_FALSE(Ask(local_, One("k"), kT0 + kSecond).allowed);
+  // The store may have decided another key of the shard at the later time, and would use it.
   const uint64_t hits = Hits();
-  const Answer got = Ask(local_, One("k"), kT0 - 5 * kSecond);
+  EXPECT_FALSE(Ask(local_, One("k"), kT0 + kSecond / 2).allowed);
+  EXPECT_EQ(Hits(), hits);
+  EXPECT_FALSE(Ask(local_, One("k"), kT0 + kSecond).allowed);
   EXPECT_EQ(Hits(), hits + 1);
-  // The store clamps the time to the latest its shard used, the denial's.
+}
+
+TEST(LocalDenialsTest, AnswersAtTheDenialsTimeWhenTheStoreDecidedLater) {
+  // Another thread moved the shard's clock past this thread's time: the store decided the denial
+  // at that later time, and would decide this request at it too.
+  ManualClock clock(kT0);
+  MemoryStore store({.max_entries = 4096, .shards = 1}, &clock);
+  LocalDenials local(&store);
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 2, kHour);
+  const auto one = [&](std::string_view key) {
+    return std::vector<Item>{{.limit = &limit, .limit_id = 1, .key = key}};
+  };
+  Ask(local, one("k"), kT0);
+  Ask(local, one("k"), kT0);
+  std::thread([&] { Ask(local, one("other"), kT0 + kSecond); }).join();
+  const Answer denied = Ask(local, one("k"), kT0 + 10);
+  ASSERT_FALSE(denied.allowed);
+  ASSERT_EQ(denied.decided_at_us, kT0 + kSecond);
+  const uint64_t hits = LocalDenials::HitsOnThisThread();
+  const Answer got = Ask(local, one("k"), kT0 + 20);
+  EXPECT_EQ(LocalDenials::HitsOnThisThread(), hits + 1);
   std::vector<Decision> want(1);
-  store_.DecideAll(One("k"), kT0 - 5 * kSecond, want);
+  int64_t want_at = 0;
+  store.DecideAll(one("k"), kT0 + 20, want, &want_at);
   EXPECT_TRUE(got.out[0] == want[0]) << Describe(got.out[0]) << ", the store " << Describe(want[0]);
-  EXPECT_EQ(got.decided_at_us, kT0 + kSecond);
+  EXPECT_EQ(got.decided_at_us, want_at);
 }
 
 TEST_F(LocalDenialsSingleTest, ALookOrAShadowItemIsAskedOfTheStore) {

@@ -16,6 +16,7 @@
 #include "redis/eviction_policy.h"
 #include "redis/redis_store.h"
 #include "spdlog/spdlog.h"
+#include "store/local_denials.h"
 #include "store/memory_store.h"
 
 namespace sluice::stack {
@@ -25,6 +26,9 @@ namespace sluice::stack {
 // and the memory store, which must still be there).
 struct Stack::Parts {
   std::unique_ptr<store::MemoryStore> memory;
+  // In front of the memory store when it is the top (no Redis): a key over its limit is denied
+  // from each thread's kept denials, without the store's lock (issue 23).
+  std::unique_ptr<store::LocalDenials> local_denials;
   std::unique_ptr<redis::RedisStore> redis;
   std::unique_ptr<backend::OverLimitCache> over_limit_cache;  // in front of redis; may be null
   std::unique_ptr<backend::Leases> leases;                    // in front of that
@@ -296,8 +300,12 @@ absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Part
 }  // namespace
 
 Stack::Stack(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
-  top_ = parts_->failover ? static_cast<backend::Backend*>(parts_->failover.get())
-                          : parts_->memory.get();
+  if (parts_->failover) {
+    top_ = parts_->failover.get();
+  } else {
+    parts_->local_denials = std::make_unique<store::LocalDenials>(parts_->memory.get());
+    top_ = parts_->local_denials.get();
+  }
 }
 
 Stack::~Stack() {

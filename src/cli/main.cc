@@ -210,6 +210,9 @@ struct BenchStoreCommand {
                     "read the clock once per this many decisions (default 1)");
     app->add_option("--prefetch", options.prefetch,
                     "prefetch the state this many decisions ahead (default 0 = off)");
+    app->add_option("--through", options.through,
+                    "store (default), backend (the store as the server's engine asks it) or "
+                    "local_denials (the memory-only server: per-thread kept denials in front)");
   }
   int Run() {
     auto parsed = limit.ToLimit("bench store");

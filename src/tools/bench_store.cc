@@ -14,6 +14,7 @@
 
 #include "fmt/format.h"
 #include "sluice/clock.h"
+#include "store/local_denials.h"
 #include "store/memory_store.h"
 
 namespace sluice::tools {
@@ -114,6 +115,11 @@ bool ValidOptions(const BenchStoreOptions& options, std::ostream& err) {
     err << "bench store: --clock-every must be at least 1\n";
     return false;
   }
+  if (options.through != "store" && options.through != "backend" &&
+      options.through != "local_denials") {
+    err << "bench store: --through must be store, backend or local_denials\n";
+    return false;
+  }
   if (options.distribution != "uniform" && options.distribution != "zipf") {
     err << "bench store: --distribution must be uniform or zipf\n";
     return false;
@@ -140,17 +146,36 @@ void Warmup(store::MemoryStore& store, const Limit& limit, uint64_t limit_id, ui
 
 struct Timed {
   uint64_t decisions = 0, allowed = 0;
+  uint64_t local_hits = 0;  // answered from LocalDenials' kept denials
   double seconds = 0;
 };
 
+// One decision, as --through says: on the store itself, or through `backend` (the store, or
+// LocalDenials over it) as the server's engine asks it.
+struct Decider {
+  store::MemoryStore& store;
+  backend::Backend* backend;  // null: the store's DecideAt
+  const Limit& limit;
+  uint64_t limit_id;
+
+  bool Allows(std::string_view key, int64_t now) const {
+    if (backend == nullptr) return store.DecideAt(limit, limit_id, key, 1, now).allowed;
+    const backend::Item item{.limit = &limit, .limit_id = limit_id, .key = key, .cost = 1};
+    Decision decision;
+    bool allowed = false;
+    backend->Decide(std::span(&item, 1), now, std::span(&decision, 1),
+                    [&allowed](const backend::Outcome& outcome) { allowed = outcome.allowed; });
+    return allowed;
+  }
+};
+
 // Phase 2: timed decisions, on keys drawn as the options say.
-Timed TimedDecisions(const BenchStoreOptions& options, store::MemoryStore& store, uint64_t limit_id,
-                     const Clock* clock) {
+Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
+                     store::MemoryStore& store, uint64_t limit_id, const Clock* clock) {
   const uint64_t keys = options.keys;
   const int threads = options.threads;
-  const Limit& limit = options.limit;
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> decisions{0}, allowed{0};
+  std::atomic<uint64_t> decisions{0}, allowed{0}, local_hits{0};
   const ZipfSampler zipf(keys, 0.99);
   const bool use_zipf = options.distribution == "zipf";
   std::vector<std::thread> workers;
@@ -168,6 +193,7 @@ Timed TimedDecisions(const BenchStoreOptions& options, store::MemoryStore& store
         return buffer.Make(k);
       };
       for (int i = 0; i < ahead; ++i) pending[i] = draw(ring[i]);
+      const uint64_t hits_before = store::LocalDenials::HitsOnThisThread();
       uint64_t local = 0, local_allowed = 0;
       int64_t now = clock->NowMicros();
       size_t slot = 0;
@@ -184,12 +210,13 @@ Timed TimedDecisions(const BenchStoreOptions& options, store::MemoryStore& store
             key = pending[slot];
             slot = (slot + 1) % (ahead + 1);
           }
-          local_allowed += store.DecideAt(limit, limit_id, key, 1, now).allowed;
+          local_allowed += decider.Allows(key, now) ? 1 : 0;
         }
         local += 1024;
       }
       decisions.fetch_add(local);
       allowed.fetch_add(local_allowed);
+      local_hits.fetch_add(store::LocalDenials::HitsOnThisThread() - hits_before);
     });
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
@@ -198,6 +225,7 @@ Timed TimedDecisions(const BenchStoreOptions& options, store::MemoryStore& store
   return {
       .decisions = decisions.load(),
       .allowed = allowed.load(),
+      .local_hits = local_hits.load(),
       .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
@@ -221,7 +249,12 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
   const int64_t rss_after = ResidentBytes();
   const double warmup_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
-  const Timed timed = TimedDecisions(options, store, limit_id, clock);
+  store::LocalDenials local_denials(&store);
+  backend::Backend* backend = nullptr;
+  if (options.through == "backend") backend = &store;
+  if (options.through == "local_denials") backend = &local_denials;
+  const Timed timed =
+      TimedDecisions(options, Decider{store, backend, limit, limit_id}, store, limit_id, clock);
   const double elapsed = timed.seconds;
   const uint64_t total = timed.decisions;
   const double per_sec = static_cast<double>(total) / elapsed;
@@ -230,12 +263,13 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       "{{\"algorithm\":\"{}\",\"keys\":{},\"threads\":{},\"seconds\":{:.3f},\"decisions\":{},"
       "\"decisions_per_sec\":{:.0f},\"ns_per_decision\":{:.2f},\"rss_bytes\":{},"
       "\"bytes_per_key\":{:.2f},\"distribution\":\"{}\",\"limit\":\"{}\",\"allowed\":{},"
-      "\"store_entries\":{},\"clock_every\":{},\"prefetch\":{},\"warmup_seconds\":{:.3f}}}\n",
+      "\"store_entries\":{},\"clock_every\":{},\"prefetch\":{},\"through\":\"{}\","
+      "\"local_hits\":{},\"warmup_seconds\":{:.3f}}}\n",
       AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
       elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
       static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
       DescribeLimit(limit), timed.allowed, store.GetStats().entries, options.clock_every,
-      options.prefetch, warmup_seconds);
+      options.prefetch, options.through, timed.local_hits, warmup_seconds);
   return 0;
 }
 

@@ -23,6 +23,10 @@ struct BenchStoreOptions {
   // Prefetch the state of the key this many decisions ahead (0 = off), as a server with several
   // decisions at hand can (MemoryStore::Prefetch).
   int prefetch = 0;
+  // What decides: "store" (MemoryStore::DecideAt), "backend" (the store as a backend::Backend,
+  // one item a request: the memory-only server before issue 23) or "local_denials" (the store
+  // behind store::LocalDenials: the memory-only server now).
+  std::string through = "store";
 };
 
 // Touches every key once (measuring RSS growth), then lets `threads` threads decide on keys drawn

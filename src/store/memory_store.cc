@@ -265,6 +265,42 @@ bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
   return shard.logs.erase(hash) > 0;
 }
 
+MemoryStore::LeaseGrant MemoryStore::Lease(const Item& item, uint64_t want, int64_t now_us,
+                                           int64_t life_us) {
+  const Limit& limit = *item.limit;
+  const bool bucket = limit.algorithm == Algorithm::kTokenBucket;
+  if ((!bucket && limit.algorithm != Algorithm::kFixedWindow) || want == 0) return {};
+  const uint64_t hash = Hash(item.limit_id, item.key);
+  Shard& shard = ShardFor(hash);
+  util::SpinLockHolder lock(&shard.mu);
+  CompactTable::Slot* slot = shard.table.Find(hash);
+  if (slot == nullptr) return {};
+  const int64_t now = shard.Now(now_us);
+  algo::CompactState state = slot->state;
+  int64_t ends = 0;
+  if (bucket) {
+    // TAT = idle_at - 1 + aux/N when aux != 0, else idle_at (algorithms.h).
+    ends = std::min(now + std::max<int64_t>(life_us, 1), kMaxTimeUs);
+    if (state.idle_at_us < ends || (state.idle_at_us == ends && state.aux != 0)) {
+      state = {.idle_at_us = ends, .aux = 0};
+    }
+  }
+  algo::CompactState look = state;
+  const Decision before = algo::DecideCompact(look, now, limit, 0);
+  const uint64_t half = (static_cast<uint64_t>(before.remaining) + 1) / 2;
+  const uint64_t granted = std::min(want, half);
+  if (granted == 0) return {};
+  const Decision d = algo::DecideCompact(state, now, limit, granted);
+  if (!d.allowed) return {};  // (remaining >= granted admits it)
+  slot->state = state;
+  if (!bucket) ends = now + d.reset_after_us;  // the window's end
+  return {.granted = granted,
+          .now_us = now,
+          .ends_us = ends,
+          .left = static_cast<uint64_t>(d.remaining),
+          .reset_until_us = now + d.reset_after_us};
+}
+
 void MemoryStore::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us) {
   for (const Item& item : items) {
     const uint64_t hash = Hash(item.limit_id, item.key);

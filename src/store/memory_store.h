@@ -134,6 +134,26 @@ class MemoryStore final : public backend::Backend {
   // than a fresh key's.
   void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us);
 
+  // A lease: units of a state taken in one locked step, recorded so that spending them at any
+  // moment in [now_us, ends_us) cannot admit more than deciding each request here would
+  // (docs/algorithms.md, "Leases"; store::LocalLeases spends them, one thread each).
+  struct LeaseGrant {
+    uint64_t granted = 0;        // 0: none (the state admits nothing now, or is not leasable)
+    int64_t now_us = 0;          // the time the grant used
+    int64_t ends_us = 0;         // spend before then
+    uint64_t left = 0;           // what cost-1 requests could still take from the state after it
+    int64_t reset_until_us = 0;  // when the state is back to a new key's (with no other traffic)
+  };
+  // Takes up to `want` units of `item`'s state, at most half of what it has left (rounded up),
+  // so that near the limit leases shrink to 1 and other threads get their share. Only a state
+  // that is stored (a tracked key: a hot one is), of a fixed_window limit (the units are counted
+  // now in the current window, as a request of that cost; the lease ends with the window) or a
+  // token_bucket one (its TAT is first moved on to now + life_us if earlier, then the units are
+  // taken as a request of that cost: the lease's life counts as consumed, and units spent any
+  // time before its end never find a refill that others took meanwhile). `item`'s shadow and
+  // count_denied are ignored.
+  LeaseGrant Lease(const Item& item, uint64_t want, int64_t now_us, int64_t life_us);
+
   // Starts fetching the state of (limit_id, key) into the cache, without locking: a caller with
   // several decisions at hand prefetches the next ones while deciding the current one, so that
   // their memory latencies overlap. Purely a hint.

@@ -30,6 +30,7 @@ struct Lease {
   int64_t ends_us = 0;
   uint64_t left = 0;  // what the state had left after the lease
   int64_t reset_until_us = 0;
+  int64_t no_lease_until_us = 0;  // the state had nothing to lease: not asked again before then
 
   bool Holds(uint64_t state_hash, const backend::Item& item) const {
     return filled && hash == state_hash && limit_id == item.limit_id && key == item.key;
@@ -129,6 +130,7 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
   } else if (lease.generation != generation || lease.limit != *item.limit) {
     // A reset ended it (the state its units were counted in is gone), or the limit changed.
     lease.units = 0;
+    lease.no_lease_until_us = 0;  // (a reset gave the state its quota back)
     lease.generation = generation;
     lease.limit = *item.limit;
   }
@@ -143,9 +145,11 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
     GiveBack(item, lease.units, lease.granted_at_us, now);
   }
   lease.units = 0;
-  if (lease.Recent() >= kHotDecisions) {
+  if (lease.Recent() >= kHotDecisions && now >= lease.no_lease_until_us) {
     const uint64_t want = std::clamp<uint64_t>(lease.Recent(), item.cost, kMaxUnits);
     const MemoryStore::LeaseGrant grant = store_->Lease(item, want, now, options_.life_us);
+    // A hot key over its limit would otherwise take the lock for every request here.
+    if (grant.granted == 0) lease.no_lease_until_us = now + kNoLeaseRetryUs;
     if (grant.granted > 0) {
       ++table.stats.leases;
       lease.units = grant.granted;

@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "sluice/clock.h"
 #include "store/local_denials.h"
+#include "store/local_leases.h"
 #include "store/memory_store.h"
 
 namespace sluice::tools {
@@ -116,8 +117,8 @@ bool ValidOptions(const BenchStoreOptions& options, std::ostream& err) {
     return false;
   }
   if (options.through != "store" && options.through != "backend" &&
-      options.through != "local_denials") {
-    err << "bench store: --through must be store, backend or local_denials\n";
+      options.through != "local_denials" && options.through != "local_leases") {
+    err << "bench store: --through must be store, backend, local_denials or local_leases\n";
     return false;
   }
   if (options.distribution != "uniform" && options.distribution != "zipf") {
@@ -146,12 +147,14 @@ void Warmup(store::MemoryStore& store, const Limit& limit, uint64_t limit_id, ui
 
 struct Timed {
   uint64_t decisions = 0, allowed = 0;
-  uint64_t local_hits = 0;  // answered from LocalDenials' kept denials
+  uint64_t local_hits = 0;    // answered from LocalDenials' kept denials
+  uint64_t lease_hits = 0;    // admitted from LocalLeases' leases
+  uint64_t leases_taken = 0;  // leases LocalLeases took
   double seconds = 0;
 };
 
 // One decision, as --through says: on the store itself, or through `backend` (the store, or
-// LocalDenials over it) as the server's engine asks it.
+// LocalDenials over it, or LocalLeases over that) as the server's engine asks it.
 struct Decider {
   store::MemoryStore& store;
   backend::Backend* backend;  // null: the store's DecideAt
@@ -175,7 +178,7 @@ Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
   const uint64_t keys = options.keys;
   const int threads = options.threads;
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> decisions{0}, allowed{0}, local_hits{0};
+  std::atomic<uint64_t> decisions{0}, allowed{0}, local_hits{0}, lease_hits{0}, leases_taken{0};
   const ZipfSampler zipf(keys, 0.99);
   const bool use_zipf = options.distribution == "zipf";
   std::vector<std::thread> workers;
@@ -194,6 +197,7 @@ Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
       };
       for (int i = 0; i < ahead; ++i) pending[i] = draw(ring[i]);
       const uint64_t hits_before = store::LocalDenials::HitsOnThisThread();
+      const store::LocalLeases::ThreadStats leases_before = store::LocalLeases::StatsOnThisThread();
       uint64_t local = 0, local_allowed = 0;
       int64_t now = clock->NowMicros();
       size_t slot = 0;
@@ -217,6 +221,9 @@ Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
       decisions.fetch_add(local);
       allowed.fetch_add(local_allowed);
       local_hits.fetch_add(store::LocalDenials::HitsOnThisThread() - hits_before);
+      const store::LocalLeases::ThreadStats leases_after = store::LocalLeases::StatsOnThisThread();
+      lease_hits.fetch_add(leases_after.admitted - leases_before.admitted);
+      leases_taken.fetch_add(leases_after.leases - leases_before.leases);
     });
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(options.seconds));
@@ -226,6 +233,8 @@ Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
       .decisions = decisions.load(),
       .allowed = allowed.load(),
       .local_hits = local_hits.load(),
+      .lease_hits = lease_hits.load(),
+      .leases_taken = leases_taken.load(),
       .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
@@ -250,9 +259,11 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
   const double warmup_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
   store::LocalDenials local_denials(&store);
+  store::LocalLeases local_leases(&local_denials, &store, {});
   backend::Backend* backend = nullptr;
   if (options.through == "backend") backend = &store;
   if (options.through == "local_denials") backend = &local_denials;
+  if (options.through == "local_leases") backend = &local_leases;
   const Timed timed =
       TimedDecisions(options, Decider{store, backend, limit, limit_id}, store, limit_id, clock);
   const double elapsed = timed.seconds;
@@ -264,12 +275,13 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
       "\"decisions_per_sec\":{:.0f},\"ns_per_decision\":{:.2f},\"rss_bytes\":{},"
       "\"bytes_per_key\":{:.2f},\"distribution\":\"{}\",\"limit\":\"{}\",\"allowed\":{},"
       "\"store_entries\":{},\"clock_every\":{},\"prefetch\":{},\"through\":\"{}\","
-      "\"local_hits\":{},\"warmup_seconds\":{:.3f}}}\n",
+      "\"local_hits\":{},\"lease_hits\":{},\"leases\":{},\"warmup_seconds\":{:.3f}}}\n",
       AlgorithmName(limit.algorithm), keys, threads, elapsed, total, per_sec,
       elapsed * 1e9 * threads / static_cast<double>(std::max<uint64_t>(total, 1)), ResidentBytes(),
       static_cast<double>(rss_growth) / static_cast<double>(keys), options.distribution,
       DescribeLimit(limit), timed.allowed, store.GetStats().entries, options.clock_every,
-      options.prefetch, options.through, timed.local_hits, warmup_seconds);
+      options.prefetch, options.through, timed.local_hits, timed.lease_hits, timed.leases_taken,
+      warmup_seconds);
   return 0;
 }
 

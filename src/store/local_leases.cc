@@ -148,8 +148,9 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
   if (lease.Recent() >= kHotDecisions && now >= lease.no_lease_until_us) {
     const uint64_t want = std::clamp<uint64_t>(lease.Recent(), item.cost, kMaxUnits);
     const MemoryStore::LeaseGrant grant = store_->Lease(item, want, now, options_.life_us);
-    // A hot key over its limit would otherwise take the lock for every request here.
-    if (grant.granted == 0) lease.no_lease_until_us = now + kNoLeaseRetryUs;
+    // A hot key over its limit would otherwise take the lock for every request here. (A state
+    // not stored yet, after a reset say, is stored by the decision below: asked again next time.)
+    if (grant.exhausted) lease.no_lease_until_us = now + kNoLeaseRetryUs;
     if (grant.granted > 0) {
       ++table.stats.leases;
       lease.units = grant.granted;

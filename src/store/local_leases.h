@@ -54,9 +54,9 @@ class LocalLeases final : public backend::Backend {
   static constexpr uint64_t kMaxUnits = 64;     // per lease
   static constexpr uint32_t kHotDecisions = 8;  // in this millisecond and the one before
   static constexpr size_t kGenerations = 64;    // counters that Reset moves
-  // A state that had nothing to lease (over its limit) is not asked for a lease again before
-  // this has passed (its requests go to `inner`, which answers a denial from the thread's kept
-  // ones).
+  // A state that had nothing to lease (MemoryStore::LeaseGrant::exhausted: over its limit) is
+  // not asked for a lease again before this has passed (its requests go to `inner`, which
+  // answers a denial from the thread's kept ones).
   static constexpr int64_t kNoLeaseRetryUs = 1000;
 
   struct Options {

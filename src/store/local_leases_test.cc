@@ -71,7 +71,9 @@ TEST(MemoryStoreLeaseTest, TakesAtMostHalfOfWhatIsLeftUntilTheWindowEnds) {
   MemoryStore store({.max_entries = 64, .shards = 1}, &clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 10, kHour);
   const Item item{.limit = &limit, .limit_id = 1, .key = "k"};
-  EXPECT_EQ(store.Lease(item, 64, kT0, 1000).granted, 0u);  // not stored yet
+  const MemoryStore::LeaseGrant none = store.Lease(item, 64, kT0, 1000);  // not stored yet
+  EXPECT_EQ(none.granted, 0u);
+  EXPECT_FALSE(none.exhausted);
   std::vector<Decision> d(1);
   ASSERT_TRUE(store.DecideAll(std::span(&item, 1), kT0, d));
   const int64_t window_end = kT0 - kT0 % kHour + kHour;
@@ -84,6 +86,7 @@ TEST(MemoryStoreLeaseTest, TakesAtMostHalfOfWhatIsLeftUntilTheWindowEnds) {
     }
   }
   EXPECT_EQ(granted, (std::vector<uint64_t>{5, 2, 1, 1, 0, 0}));  // 9 left: 5, 4: 2, 2: 1, 1: 1
+  EXPECT_TRUE(store.Lease(item, 64, kT0, 1000).exhausted);
   ASSERT_FALSE(store.DecideAll(std::span(&item, 1), kT0, d));
 }
 

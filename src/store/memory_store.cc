@@ -289,7 +289,7 @@ MemoryStore::LeaseGrant MemoryStore::Lease(const Item& item, uint64_t want, int6
   const Decision before = algo::DecideCompact(look, now, limit, 0);
   const uint64_t half = (static_cast<uint64_t>(before.remaining) + 1) / 2;
   const uint64_t granted = std::min(want, half);
-  if (granted == 0) return {};
+  if (granted == 0) return {.exhausted = true};
   const Decision d = algo::DecideCompact(state, now, limit, granted);
   if (!d.allowed) return {};  // (remaining >= granted admits it)
   slot->state = state;

@@ -139,6 +139,7 @@ class MemoryStore final : public backend::Backend {
   // (docs/algorithms.md, "Leases"; store::LocalLeases spends them, one thread each).
   struct LeaseGrant {
     uint64_t granted = 0;        // 0: none (the state admits nothing now, or is not leasable)
+    bool exhausted = false;      // none because the state has nothing left to lease now
     int64_t now_us = 0;          // the time the grant used
     int64_t ends_us = 0;         // spend before then
     uint64_t left = 0;           // what cost-1 requests could still take from the state after it

@@ -100,6 +100,20 @@ ops=$(field redis_state_ops_per_decision "$line")  # (hot key, sliding_window)
 check "eventual, hot key: Redis state operations per second ($ops x 2000/s) at most 60" "yes" \
   "$(holds "$ops * 2000 <= 60")"
 
+# ------------------------------------------------ --accuracy: an algorithm against the exact log
+# No Redis. On/off bursts over 10 keys at 1.2 x the limit: the exact log is never wrong and never
+# over N in a span of W; a fixed window never refuses what the log admits but lets 2 N through
+# across a boundary.
+acc() { timeout 60 "$sluice" sim --accuracy --trace onoff --keys 10 --rate 1200 --seconds 20 --limit "$1" 2>>"$tmp/sim.err"; }
+line=$(acc sliding_log:100/1s)
+echo "  $line"
+check "--accuracy, sliding_log: no wrong decision" "0.0000" "$(field wrong_pct "$line")"
+check "--accuracy, sliding_log: at most N in any span of W" "1.000" "$(field most_in_window_per_limit "$line")"
+line=$(acc fixed_window:100/1s)
+echo "  $line"
+check "--accuracy, fixed_window: no false deny" "0" "$(field false_denies "$line")"
+check "--accuracy, fixed_window: 2 N across a boundary" "2.000" "$(field most_in_window_per_limit "$line")"
+
 # ------------------------------------------------------------------------------- usage errors
 out=$("$sluice" sim --redis "$url" --mode loose 2>&1)
 check "--mode loose: exit 2" "2" "$?"

@@ -141,6 +141,10 @@ struct Domain {
   RuleNode root;  // key-less; its children are the top-level descriptors
   FailureMode failure_mode = FailureMode::kOpen;
   Consistency consistency = Consistency::kExact;  // `consistency:`, for its limits' default
+  // `hot_keys: lease`: an exact limit's key whose rate on this instance passes `hot_key_rate`
+  // (requests per second) is decided from leases while it stays hot (docs/hybrid.md, "Hot keys").
+  bool lease_hot_keys = false;
+  uint32_t hot_key_rate = 1000;
   std::optional<bool> count_denied;               // unset: the global setting
   bool shadow_mode = false;
   std::optional<HttpSection> http;

@@ -128,6 +128,7 @@ struct Pending {
   bool count_denied;
   backend::FailureMode on_failure;   // the domain's failure_mode
   backend::Consistency consistency;  // the limit's, else the domain's
+  uint32_t hot_key_rate;             // backend::Item's: the domain's, for its exact limits
 };
 
 // A batch's pending limits. Inline room for the usual request (a descriptor or two, a limit or
@@ -150,6 +151,10 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
   // Conclude, so that statuses keep their codes.)
   const bool domain_shadow = domain->shadow_mode;
   const bool all_quota = config.settings.quota_mode;
+  // hot_keys: lease promotes the hot keys of exact limits only.
+  const auto hot_key_rate = [domain](backend::Consistency c) -> uint32_t {
+    return domain->lease_hot_keys && c == backend::Consistency::kExact ? domain->hot_key_rate : 0;
+  };
 
   // Match every descriptor, then drop the rules another matched rule replaces. The state key
   // needs each descriptor's path (the node matched at each level, at most one per entry): all
@@ -194,7 +199,8 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
-                         count_denied, domain->failure_mode, domain->consistency});
+                         count_denied, domain->failure_mode, domain->consistency,
+                         hot_key_rate(domain->consistency)});
       continue;
     }
     const RuleNode* node = matches[i].rule;
@@ -230,8 +236,9 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       const uint64_t limit_id =
           plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
+      const backend::Consistency consistency = rule.consistency.value_or(domain->consistency);
       pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied,
-                         domain->failure_mode, rule.consistency.value_or(domain->consistency)});
+                         domain->failure_mode, consistency, hot_key_rate(consistency)});
     }
   }
 }
@@ -334,7 +341,8 @@ struct Engine::Batch {
                        .shadow = limit.shadow || limit.quota,
                        .on_failure = p.on_failure,
                        .instances = instances,
-                       .consistency = p.consistency});
+                       .consistency = p.consistency,
+                       .hot_key_rate = p.hot_key_rate});
     }
   }
 

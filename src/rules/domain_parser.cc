@@ -25,9 +25,8 @@ const std::vector<std::string_view> kLimitEntryKeys = {
     "requests", "requests_per_unit", "window",     "unit", "algorithm", "burst",
     "name",     "shadow_mode",       "consistency"};
 const std::vector<std::string_view> kDomainKeys = {
-    "domain",       "descriptors",  "plans",       "default_plan", "clients",
-    "failure_mode", "count_denied", "shadow_mode", "http",         "consistency",
-    "hot_keys",     "hot_key_rate"};
+    "domain",       "descriptors", "plans", "default_plan", "clients",  "failure_mode",
+    "count_denied", "shadow_mode", "http",  "consistency",  "hot_keys", "hot_key_rate"};
 // hot_key_rate: requests per second on one instance (backend::Item::hot_key_rate is 32 bits).
 constexpr uint64_t kMaxHotKeyRate = 1000000000;
 

@@ -135,6 +135,13 @@ struct Pending {
 // two each), so that deciding it allocates no list.
 using PendingList = absl::InlinedVector<Pending, 8>;
 
+// A limit's backend::Item::hot_key_rate: its domain's, when the domain says hot_keys: lease and
+// the limit is exact (its own consistency, else the domain's).
+uint32_t HotKeyRate(const Domain& domain, std::optional<backend::Consistency> limit) {
+  const bool exact = limit.value_or(domain.consistency) == backend::Consistency::kExact;
+  return domain.lease_hot_keys && exact ? domain.hot_key_rate : 0;
+}
+
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
 // keys appended to `keys`.
@@ -151,10 +158,6 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
   // Conclude, so that statuses keep their codes.)
   const bool domain_shadow = domain->shadow_mode;
   const bool all_quota = config.settings.quota_mode;
-  // hot_keys: lease promotes the hot keys of exact limits only.
-  const auto hot_key_rate = [domain](backend::Consistency c) -> uint32_t {
-    return domain->lease_hot_keys && c == backend::Consistency::kExact ? domain->hot_key_rate : 0;
-  };
 
   // Match every descriptor, then drop the rules another matched rule replaces. The state key
   // needs each descriptor's path (the node matched at each level, at most one per entry): all
@@ -200,7 +203,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
                          count_denied, domain->failure_mode, domain->consistency,
-                         hot_key_rate(domain->consistency)});
+                         HotKeyRate(*domain, std::nullopt)});
       continue;
     }
     const RuleNode* node = matches[i].rule;
@@ -236,9 +239,9 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       const uint64_t limit_id =
           plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
-      const backend::Consistency consistency = rule.consistency.value_or(domain->consistency);
       pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied,
-                         domain->failure_mode, consistency, hot_key_rate(consistency)});
+                         domain->failure_mode, rule.consistency.value_or(domain->consistency),
+                         HotKeyRate(*domain, rule.consistency)});
     }
   }
 }

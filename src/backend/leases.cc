@@ -60,26 +60,45 @@ Leases::Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options 
       source_(source),
       clock_(clock),
       options_(options),
-      epoch_(inner, [this](int64_t) { DropAll(/*give_back=*/false); }) {}
+      epoch_(inner, [this](int64_t) { DropAll(/*give_back=*/false); }),
+      hot_keys_(options.hot_key_slots) {}
 
 Leases::~Leases() = default;
 
 bool Leases::Leasable(const Item& item) {
-  if (item.consistency != Consistency::kLeased || item.cost == 0 || item.shadow ||
-      item.count_denied) {
-    return false;
-  }
+  if (item.cost == 0 || item.shadow || item.count_denied) return false;
   const Algorithm a = item.limit->algorithm;
   return a == Algorithm::kTokenBucket || a == Algorithm::kFixedWindow ||
          a == Algorithm::kSlidingWindow;
 }
 
+bool Leases::LeasedNow(std::span<const Item> items, std::optional<int64_t>& mono) {
+  bool all = true;
+  for (const Item& item : items) {
+    if (item.consistency == Consistency::kExact && item.hot_key_rate > 0 && Leasable(item)) {
+      if (!mono) mono = clock_->MonotonicMicros();
+      all = hot_keys_.Record(item, *mono) && all;  // (every such item is counted)
+    } else {
+      all = all && item.consistency == Consistency::kLeased && Leasable(item);
+    }
+  }
+  if (all && !mono) mono = clock_->MonotonicMicros();
+  return all;
+}
+
+std::vector<HotKeys::Hot> Leases::TopHotKeys(size_t k) const {
+  return hot_keys_.Top(k, clock_->MonotonicMicros());
+}
+
 void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                     Done done) {
-  if (items.empty() || !std::all_of(items.begin(), items.end(), Leasable)) {
+  std::optional<int64_t> read;
+  if (items.empty() || !LeasedNow(items, read)) {
+    // (A demoted hot key's lease still ends, and gives back what it has left, on time.)
+    if (read) Sweep(*read);
     return inner_->Decide(items, now_us, out, std::move(done));
   }
-  const int64_t mono = clock_->MonotonicMicros();
+  const int64_t mono = *read;
   epoch_.MaybeRead(mono);
   Sweep(mono);
   // Leases are used while the reset epoch is fresh (a reset elsewhere is seen within
@@ -273,9 +292,11 @@ void Leases::GiveBack(const std::string& entry_key, const Entry& entry) {
 }
 
 void Leases::Sweep(int64_t mono) {
+  if (mono < next_sweep_.load(std::memory_order_relaxed)) return;  // (most calls: no lock)
   absl::MutexLock lock(&mu_);
   if (mono - last_sweep_ < kSweepEveryUs) return;
   last_sweep_ = mono;
+  next_sweep_.store(mono + kSweepEveryUs, std::memory_order_relaxed);
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& entry = it->second;
     if (entry.taking || entry.ends > mono) {

@@ -157,45 +157,49 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
     leases_.fetch_add(1, std::memory_order_relaxed);
     const int64_t life = LifeOf(*item.limit);
     source_->Lease(item, want, life, [this, call, &item](absl::StatusOr<LeaseSource::Grant> grant) {
-      const int64_t arrived = clock_->MonotonicMicros();
-      std::vector<std::shared_ptr<Call>> waiters;
-      {
-        absl::MutexLock lock(&mu_);
-        const std::string key = StateKey(item);
-        Entry& entry = entries_[key];
-        entry.taking = false;
-        waiters.swap(entry.waiters);
-        if (grant.ok() && grant->granted > 0) {
-          // The old lease's unspent units join the new one when both count in the same
-          // window (and end with it); otherwise they go back (or are lost: a bucket's).
-          const bool same_window = entry.units > 0 && entry.limit == *item.limit &&
-                                   entry.limit.algorithm != Algorithm::kTokenBucket &&
-                                   entry.ends > arrived &&
-                                   SameWindow(entry.limit, entry.granted_at_us, grant->now_us);
-          const uint64_t kept = same_window ? entry.units : 0;
-          if (entry.units > 0 && !same_window) GiveBack(key, entry);
-          units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
-          entry.limit = *item.limit;
-          entry.units = grant->granted + kept;
-          entry.granted = grant->granted + kept;
-          entry.left = grant->left;
-          entry.granted_at_us = grant->now_us;
-          entry.started = arrived;
-          // The lease's life as Redis counts it, from when the grant arrived here: it ends here
-          // no later than there.
-          entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
-        } else if (grant.ok()) {
-          entry.left = grant->left;
-          // Exactly for a lease's life, and never past the window (a new window has quota
-          // again: deciding it exactly would send every request of a hot key to Redis).
-          entry.dry_until =
-              arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, options_.life_us);
-        }
-      }
-      for (const auto& waiter : waiters) Finish(*waiter);
+      Granted(item, grant);
       if (call->waiting.fetch_sub(1) == 1) Finish(*call);  // every lease it waited for is in
     });
   }
+}
+
+void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>& grant) {
+  const int64_t arrived = clock_->MonotonicMicros();
+  std::vector<std::shared_ptr<Call>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string key = StateKey(item);
+    Entry& entry = entries_[key];
+    entry.taking = false;
+    waiters.swap(entry.waiters);
+    if (grant.ok() && grant->granted > 0) {
+      // The old lease's unspent units join the new one when both count in the same
+      // window (and end with it); otherwise they go back (or are lost: a bucket's).
+      const bool same_window = entry.units > 0 && entry.limit == *item.limit &&
+                               entry.limit.algorithm != Algorithm::kTokenBucket &&
+                               entry.ends > arrived &&
+                               SameWindow(entry.limit, entry.granted_at_us, grant->now_us);
+      const uint64_t kept = same_window ? entry.units : 0;
+      if (entry.units > 0 && !same_window) GiveBack(key, entry);
+      units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
+      entry.limit = *item.limit;
+      entry.units = grant->granted + kept;
+      entry.granted = grant->granted + kept;
+      entry.left = grant->left;
+      entry.granted_at_us = grant->now_us;
+      entry.started = arrived;
+      // The lease's life as Redis counts it, from when the grant arrived here: it ends here
+      // no later than there.
+      entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
+    } else if (grant.ok()) {
+      entry.left = grant->left;
+      // Exactly for a lease's life, and never past the window (a new window has quota
+      // again: deciding it exactly would send every request of a hot key to Redis).
+      entry.dry_until =
+          arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, options_.life_us);
+    }
+  }
+  for (const auto& waiter : waiters) Finish(*waiter);
 }
 
 std::shared_ptr<Leases::Call> Leases::MakeCall(std::span<const Item> items, int64_t now_us,

@@ -161,6 +161,8 @@ class Leases final : public Backend {
                                         std::span<Decision> out, Done done, size_t waiting);
   // Decides a request whose leases came: from them, else on the backend.
   void Finish(Call& call);
+  // Takes a lease's answer into its state's entry, then decides the requests that waited for it.
+  void Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>& grant);
   // How long a lease of `limit` may live.
   int64_t LifeOf(const Limit& limit) const;
   // How many units to ask for next (see the class comment).

@@ -9,11 +9,9 @@
 # Usage: SLUICE=path/to/sluice tests/sim_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-for tool in redis-server redis-cli; do
-  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
-done
 
 source "$(dirname "$0")/lib.sh"
+need_tools redis-server redis-cli
 
 # field NAME LINE: a field of the flat JSON line (numbers and strings, quotes dropped).
 field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }

@@ -88,22 +88,8 @@ nginx_started=0
 # shellcheck source=bench/lib.sh
 source "$here/lib.sh"
 
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    stop_sluice
-    if [ "$nginx_started" = 1 ]; then "$ANCHORS/nginx/run.sh" stop "$nginx_dir" >&2 || true; fi
-    rm -rf -- "$nginx_dir/tmp"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$NGINX_PORT" "$SLUICE_PORT" "$SLUICE_ADMIN_PORT"; do
-    port_free "$p" || die "port $p is already in use on 127.0.0.1; not benchmarking someone else's server"
-done
+# Stops sluice and nginx on exit; refuses ports already taken (bench/lib.sh).
+against_nginx_session
 
 log "$(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load average" \
     "$(cut -d' ' -f1-3 /proc/loadavg); servers on cpu $SERVER_CPUS, clients on cpu $CLIENT_CPUS"

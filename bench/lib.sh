@@ -61,3 +61,25 @@ cpu_ticks_split() {
     done
     echo "$user $sys"
 }
+
+# against_nginx_session: for a run of sluice beside the nginx anchor (compare.sh, fixed_load.sh),
+# with `nginx_dir` and `nginx_started` set: on exit, stops sluice and (once nginx_started=1)
+# nginx; refuses to start when NGINX_PORT, SLUICE_PORT or SLUICE_ADMIN_PORT is already taken.
+against_nginx_session() {
+    trap against_nginx_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    local p
+    for p in "$NGINX_PORT" "$SLUICE_PORT" "$SLUICE_ADMIN_PORT"; do
+        ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null ||
+            die "port $p is already in use on 127.0.0.1; not benchmarking someone else's server"
+    done
+}
+against_nginx_cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    stop_sluice
+    if [ "$nginx_started" = 1 ]; then "$ANCHORS/nginx/run.sh" stop "$nginx_dir" >&2 || true; fi
+    rm -rf -- "$nginx_dir/tmp"
+    exit "$rc"
+}

@@ -14,8 +14,9 @@ packages=(
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
   # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools
-  # the soak's plots (bench/soak.sh)
-  gnuplot-nox
+  # the soak's and the simulator's plots (bench/soak.sh, scripts/sim_plots.sh); a server that
+  # stalls on purpose for openloop_e2e
+  gnuplot-nox python3
   # fuzzing (scripts/fuzz.sh, run by `make test`): clang and its libFuzzer/sanitizer runtimes
   clang-14 libclang-rt-14-dev
   # make lint (scripts/lint.sh): the format check and clang-tidy

@@ -19,13 +19,13 @@ TABLE='
 sluice    | sluice                                                  |
 util      |                                                         |
 algo      | sluice                                                  |
-backend   | sluice                                                  | store
+backend   | algo sluice                                             | store
 store     | algo util backend sluice                                |
 rules     | util backend sluice                                     | engine store cli
 engine    | rules algo backend util sluice                          | store
 render    | engine rules util sluice                                | store
 metrics   | util                                                    |
-redis     | backend util metrics sluice                             | store algo tests
+redis     | backend algo util metrics sluice                        | store tests
 core      | algo store redis backend util sluice                    | tests
 stack     | store redis backend rules metrics util sluice           |
 tools     | store redis backend algo util sluice                    |
@@ -36,12 +36,14 @@ cli       | http rls stack tools sim engine rules render metrics backend util sl
 '
 # What the rows mean:
 # - algo: the algorithms are pure functions of the public types. util: nothing of ours.
-# - backend: the Backend interface and the failure-policy wrapper (Failover), which decides
-#   through the interface only; store: the in-memory backend.
+# - backend: the Backend interface and the wrappers that decide through it (Failover, the
+#   over-limit cache, leases), and Eventual, which also decides on copies of states with the
+#   algorithms (algo), as the store does; store: the in-memory backend.
 # - rules and engine know the Backend interface, never an implementation of it, nor a frontend.
 # - render: rate-limit header fields, below both frontends (HTTP sends them, RLS carries them).
 # - metrics: the Prometheus registry and sluice's metric set, for every frontend and Redis.
-# - redis: a backend; never the engine nor a frontend.
+# - redis: a backend; never the engine nor a frontend. Its merges (consistency: eventual) return
+#   states in algo's form.
 # - core: the public library's implementation, which chooses among the backends.
 # - stack: builds the backend stack (memory, Redis, the failure-policy wrapper) for `serve`.
 # - tools: `sluice bench store|redis`, which measure the backend implementations themselves.
@@ -54,8 +56,7 @@ cli       | http rls stack tools sim engine rules render metrics backend util sl
 # backend wrappers' tests (the store stands behind them); rules' tests
 # check that ConfigManager reloads keep the engine's state (engine) and that the embedded default
 # config (cli/default_config.h) loads; redis' tests, and core's of the library on Redis, run
-# real Redis servers (tests/support/); redis' lease tests replay admissions into the exact
-# algorithm (algo).
+# real Redis servers (tests/support/).
 
 # TEMPORARY EXCEPTIONS: edges the table forbids that are still there. Each goes when its edge
 # does; nothing may be added here. One per line: FROM TO reason.

@@ -10,11 +10,9 @@
 # Usage: SLUICE=path/to/sluice tests/leases_reload_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-for tool in curl redis-server redis-cli; do
-  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
-done
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl redis-server redis-cli
 source "$(dirname "$0")/lease_load.sh"
 
 domain=leased

@@ -13,6 +13,15 @@ cleanup() {
 trap cleanup EXIT
 
 passed=0 failed=0
+need_tools() {  # need_tools TOOL...: fail the whole script (one failed check) if one is missing
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null && continue
+    echo "$tool is missing (scripts/bootstrap.sh installs it)"
+    echo "0 passed, 1 failed"
+    exit 1
+  done
+}
 check() {  # check NAME EXPECTED ACTUAL
   if [[ $2 == "$3" ]]; then
     passed=$((passed + 1)); echo "ok   $1"

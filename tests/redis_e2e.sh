@@ -12,11 +12,9 @@
 set -u
 fixtures=$1
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-for tool in curl redis-server redis-cli node; do
-  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
-done
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl redis-server redis-cli node
 
 # start_four PREFIX ARGS...: four `sluice serve ARGS --threads 1` (PREFIX0..3); sets datas,
 # admins and spids.

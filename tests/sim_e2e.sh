@@ -9,11 +9,9 @@
 # Usage: SLUICE=path/to/sluice tests/sim_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-for tool in redis-server redis-cli; do
-  command -v $tool >/dev/null || { echo "$tool is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
-done
 
 source "$(dirname "$0")/lib.sh"
+need_tools redis-server redis-cli
 
 # field NAME LINE: a field of the flat JSON line (numbers and strings, quotes dropped).
 field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
@@ -99,6 +97,20 @@ done
 ops=$(field redis_state_ops_per_decision "$line")  # (hot key, sliding_window)
 check "eventual, hot key: Redis state operations per second ($ops x 2000/s) at most 60" "yes" \
   "$(holds "$ops * 2000 <= 60")"
+
+# ------------------------------------------------ --accuracy: an algorithm against the exact log
+# No Redis. On/off bursts over 10 keys at 1.2 x the limit: the exact log is never wrong and never
+# over N in a span of W; a fixed window never refuses what the log admits but lets 2 N through
+# across a boundary.
+acc() { timeout 60 "$sluice" sim --accuracy --trace onoff --keys 10 --rate 1200 --seconds 20 --limit "$1" 2>>"$tmp/sim.err"; }
+line=$(acc sliding_log:100/1s)
+echo "  $line"
+check "--accuracy, sliding_log: no wrong decision" "0.0000" "$(field wrong_pct "$line")"
+check "--accuracy, sliding_log: at most N in any span of W" "1.000" "$(field most_in_window_per_limit "$line")"
+line=$(acc fixed_window:100/1s)
+echo "  $line"
+check "--accuracy, fixed_window: no false deny" "0" "$(field false_denies "$line")"
+check "--accuracy, fixed_window: 2 N across a boundary" "2.000" "$(field most_in_window_per_limit "$line")"
 
 # ------------------------------------------------------------------------------- usage errors
 out=$("$sluice" sim --redis "$url" --mode loose 2>&1)

@@ -64,6 +64,9 @@ struct Item {
   uint32_t instances = 1;
   // For Leases: whether this item may be decided from a lease.
   Consistency consistency = Consistency::kExact;
+  // For Leases, kExact items only (`hot_keys: lease`): while this instance sees the state at more
+  // than this many requests per second, it is decided as kLeased (backend/hot_keys.h); 0: never.
+  uint32_t hot_key_rate = 0;
 };
 
 // A state's identity as one string (limit_id's 8 bytes, then the key): for maps of states kept

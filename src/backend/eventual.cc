@@ -16,15 +16,19 @@ bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
          a_us / limit.window_us == b_us / limit.window_us;
 }
 
-// Adds units admitted at `at` to a list of pending units by window (a bucket's: one entry); the
-// list keeps two windows (the older ones no longer count anywhere).
+// Adds units admitted at `at` to a list of pending units by window, oldest first (a bucket's: one
+// entry); the list keeps the two latest windows (older ones no longer count anywhere).
 template <typename List>
 void AddPending(List& list, const Limit& limit, int64_t at, uint64_t units) {
-  if (!list.empty() && SameWindow(limit, list.back().counted_at_us, at)) {
-    list.back().units += units;
-    return;
+  for (auto& pending : list) {
+    if (SameWindow(limit, pending.counted_at_us, at)) {
+      pending.units += units;
+      return;
+    }
   }
-  list.push_back({.counted_at_us = at, .units = units});
+  const auto later = std::find_if(list.begin(), list.end(),
+                                  [at](const auto& pending) { return pending.counted_at_us > at; });
+  list.insert(later, {.counted_at_us = at, .units = units});
   if (list.size() > 2) list.erase(list.begin());
 }
 
@@ -279,9 +283,7 @@ void Eventual::Merge(const SyncSource::Merged& merged, std::span<const std::stri
       if (it == entries_.end() || it->second.limit != limits[d]) continue;
       Entry& entry = it->second;
       if (deltas[d].units > 0) {
-        entry.unsent.insert(entry.unsent.begin(),
-                            {.counted_at_us = deltas[d].counted_at_us, .units = deltas[d].units});
-        if (entry.unsent.size() > 2) entry.unsent.erase(entry.unsent.begin());
+        AddPending(entry.unsent, entry.limit, deltas[d].counted_at_us, deltas[d].units);
       }
       entry.sending.clear();
       entry.used = true;

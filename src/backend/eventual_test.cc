@@ -195,6 +195,27 @@ TEST_F(EventualTest, AFailedMergeSendsItsUnitsAgain) {
   EXPECT_EQ(shared_.states[StateKey(item)].aux, 7u);
 }
 
+TEST_F(EventualTest, FailedMergesAcrossAWindowEndLoseNoUnitsOfTheNewWindow) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 1000, kSecond);
+  const Item item = ItemOf(limit);
+  auto e = Make();
+  clock_.Set(kT0 - kT0 % kSecond + kSecond - 50 * kMs);      // 50 ms before a window ends
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Admit(*e, item));  // 1 exact, 3 on the copy
+  shared_.fail_next = true;
+  e->Sync();
+  clock_.Advance(60 * kMs);  // the next window, before a merge is due
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Admit(*e, item));
+  shared_.fail_next = true;  // the 3 of the window before and the 5 fail again
+  e->Sync();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Admit(*e, item));
+  e->Sync();
+  EXPECT_EQ(e->GetStats().sync_errors, 2u);
+  // The window before is over (its 3 no longer count); this one holds all 7 admitted in it.
+  const algo::CompactState state = shared_.states[StateKey(item)];
+  EXPECT_EQ(state.idle_at_us, kT0 - kT0 % kSecond + 2 * kSecond);
+  EXPECT_EQ(state.aux, 7u);
+}
+
 TEST_F(EventualTest, AResetDropsTheCopy) {
   const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 3, 10 * kSecond);
   const Item item = ItemOf(limit);

@@ -60,26 +60,45 @@ Leases::Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options 
       source_(source),
       clock_(clock),
       options_(options),
-      epoch_(inner, [this](int64_t) { DropAll(/*give_back=*/false); }) {}
+      epoch_(inner, [this](int64_t) { DropAll(/*give_back=*/false); }),
+      hot_keys_(options.hot_key_slots) {}
 
 Leases::~Leases() = default;
 
 bool Leases::Leasable(const Item& item) {
-  if (item.consistency != Consistency::kLeased || item.cost == 0 || item.shadow ||
-      item.count_denied) {
-    return false;
-  }
+  if (item.cost == 0 || item.shadow || item.count_denied) return false;
   const Algorithm a = item.limit->algorithm;
   return a == Algorithm::kTokenBucket || a == Algorithm::kFixedWindow ||
          a == Algorithm::kSlidingWindow;
 }
 
+bool Leases::LeasedNow(std::span<const Item> items, std::optional<int64_t>& mono) {
+  bool all = true;
+  for (const Item& item : items) {
+    if (item.consistency == Consistency::kExact && item.hot_key_rate > 0 && Leasable(item)) {
+      if (!mono) mono = clock_->MonotonicMicros();
+      all = hot_keys_.Record(item, *mono) && all;  // (every such item is counted)
+    } else {
+      all = all && item.consistency == Consistency::kLeased && Leasable(item);
+    }
+  }
+  if (all && !mono) mono = clock_->MonotonicMicros();
+  return all;
+}
+
+std::vector<HotKeys::Hot> Leases::TopHotKeys(size_t k) const {
+  return hot_keys_.Top(k, clock_->MonotonicMicros());
+}
+
 void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                     Done done) {
-  if (items.empty() || !std::all_of(items.begin(), items.end(), Leasable)) {
+  std::optional<int64_t> read;
+  if (items.empty() || !LeasedNow(items, read)) {
+    // (A demoted hot key's lease still ends, and gives back what it has left, on time.)
+    if (read) Sweep(*read);
     return inner_->Decide(items, now_us, out, std::move(done));
   }
-  const int64_t mono = clock_->MonotonicMicros();
+  const int64_t mono = *read;
   epoch_.MaybeRead(mono);
   Sweep(mono);
   // Leases are used while the reset epoch is fresh (a reset elsewhere is seen within
@@ -138,45 +157,49 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
     leases_.fetch_add(1, std::memory_order_relaxed);
     const int64_t life = LifeOf(*item.limit);
     source_->Lease(item, want, life, [this, call, &item](absl::StatusOr<LeaseSource::Grant> grant) {
-      const int64_t arrived = clock_->MonotonicMicros();
-      std::vector<std::shared_ptr<Call>> waiters;
-      {
-        absl::MutexLock lock(&mu_);
-        const std::string key = StateKey(item);
-        Entry& entry = entries_[key];
-        entry.taking = false;
-        waiters.swap(entry.waiters);
-        if (grant.ok() && grant->granted > 0) {
-          // The old lease's unspent units join the new one when both count in the same
-          // window (and end with it); otherwise they go back (or are lost: a bucket's).
-          const bool same_window = entry.units > 0 && entry.limit == *item.limit &&
-                                   entry.limit.algorithm != Algorithm::kTokenBucket &&
-                                   entry.ends > arrived &&
-                                   SameWindow(entry.limit, entry.granted_at_us, grant->now_us);
-          const uint64_t kept = same_window ? entry.units : 0;
-          if (entry.units > 0 && !same_window) GiveBack(key, entry);
-          units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
-          entry.limit = *item.limit;
-          entry.units = grant->granted + kept;
-          entry.granted = grant->granted + kept;
-          entry.left = grant->left;
-          entry.granted_at_us = grant->now_us;
-          entry.started = arrived;
-          // The lease's life as Redis counts it, from when the grant arrived here: it ends here
-          // no later than there.
-          entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
-        } else if (grant.ok()) {
-          entry.left = grant->left;
-          // Exactly for a lease's life, and never past the window (a new window has quota
-          // again: deciding it exactly would send every request of a hot key to Redis).
-          entry.dry_until =
-              arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, options_.life_us);
-        }
-      }
-      for (const auto& waiter : waiters) Finish(*waiter);
+      Granted(item, grant);
       if (call->waiting.fetch_sub(1) == 1) Finish(*call);  // every lease it waited for is in
     });
   }
+}
+
+void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>& grant) {
+  const int64_t arrived = clock_->MonotonicMicros();
+  std::vector<std::shared_ptr<Call>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string key = StateKey(item);
+    Entry& entry = entries_[key];
+    entry.taking = false;
+    waiters.swap(entry.waiters);
+    if (grant.ok() && grant->granted > 0) {
+      // The old lease's unspent units join the new one when both count in the same
+      // window (and end with it); otherwise they go back (or are lost: a bucket's).
+      const bool same_window = entry.units > 0 && entry.limit == *item.limit &&
+                               entry.limit.algorithm != Algorithm::kTokenBucket &&
+                               entry.ends > arrived &&
+                               SameWindow(entry.limit, entry.granted_at_us, grant->now_us);
+      const uint64_t kept = same_window ? entry.units : 0;
+      if (entry.units > 0 && !same_window) GiveBack(key, entry);
+      units_granted_.fetch_add(grant->granted, std::memory_order_relaxed);
+      entry.limit = *item.limit;
+      entry.units = grant->granted + kept;
+      entry.granted = grant->granted + kept;
+      entry.left = grant->left;
+      entry.granted_at_us = grant->now_us;
+      entry.started = arrived;
+      // The lease's life as Redis counts it, from when the grant arrived here: it ends here
+      // no later than there.
+      entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
+    } else if (grant.ok()) {
+      entry.left = grant->left;
+      // Exactly for a lease's life, and never past the window (a new window has quota
+      // again: deciding it exactly would send every request of a hot key to Redis).
+      entry.dry_until =
+          arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, options_.life_us);
+    }
+  }
+  for (const auto& waiter : waiters) Finish(*waiter);
 }
 
 std::shared_ptr<Leases::Call> Leases::MakeCall(std::span<const Item> items, int64_t now_us,
@@ -273,9 +296,11 @@ void Leases::GiveBack(const std::string& entry_key, const Entry& entry) {
 }
 
 void Leases::Sweep(int64_t mono) {
+  if (mono < next_sweep_.load(std::memory_order_relaxed)) return;  // (most calls: no lock)
   absl::MutexLock lock(&mu_);
   if (mono - last_sweep_ < kSweepEveryUs) return;
   last_sweep_ = mono;
+  next_sweep_.store(mono + kSweepEveryUs, std::memory_order_relaxed);
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& entry = it->second;
     if (entry.taking || entry.ends > mono) {

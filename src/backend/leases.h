@@ -40,6 +40,12 @@
 // its leases hold, for at most a lease's life); then requests go to `inner` and the failure policy
 // in front of this answers.
 //
+// Hot keys (`hot_keys: lease`): a kExact item with a hot_key_rate is decided as kLeased while
+// its state is promoted, i.e. this instance sees it at more than hot_key_rate requests per second
+// (backend/hot_keys.h: bounded memory, one lookup per such request). Leasing never admits more
+// than exact, so the domain's guarantee holds; when the state is demoted its requests go to
+// `inner` again and its lease ends as any other.
+//
 // Safe for concurrent use if `inner` and `source` are. Neither is owned.
 
 #ifndef SLUICE_BACKEND_LEASES_H_
@@ -58,6 +64,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
+#include "backend/hot_keys.h"
 #include "backend/reset_epoch.h"
 #include "sluice/clock.h"
 
@@ -86,6 +93,7 @@ class Leases final : public Backend {
     int64_t life_us = 100000;          // the target interval: a bucket's lease lives this long
     int64_t window_life_us = 1000000;  // a window's lease: at most this, and to its window's end
     size_t max_entries = 65536;        // states with a lease held at once; more are decided exactly
+    size_t hot_key_slots = 256;        // states the hot-key tracker follows (HotKeys)
   };
   struct Stats {
     uint64_t local = 0;           // requests decided from leases, with no call
@@ -120,6 +128,9 @@ class Leases final : public Backend {
   void SweepEnded() { Sweep(clock_->MonotonicMicros()); }
 
   Stats GetStats() const;
+  HotKeys::Stats GetHotKeyStats() const { return hot_keys_.GetStats(); }
+  // The k promoted hot keys of highest rate now, highest first.
+  std::vector<HotKeys::Hot> TopHotKeys(size_t k) const;
 
  private:
   struct Call;  // one request waiting for its leases
@@ -136,7 +147,12 @@ class Leases final : public Backend {
     std::vector<std::shared_ptr<Call>> waiters;  // requests of one item waiting for that call
   };
 
+  // Whether an item's limit and cost can be decided from a lease.
   static bool Leasable(const Item& item);
+  // Whether every item is decided from leases now: kLeased ones, and kExact ones of a promoted
+  // hot key. Counts each request of an item with a hot_key_rate, reading the clock into `mono`
+  // (for them or, when every item is leased, for the request).
+  bool LeasedNow(std::span<const Item> items, std::optional<int64_t>& mono);
   // Spends the request's units if every item's lease covers it: fills `out` and returns the
   // decision's time in the source's clock (Outcome::decided_at_us); nullopt if not covered.
   std::optional<int64_t> TrySpend(std::span<const Item> items, int64_t mono,
@@ -145,6 +161,8 @@ class Leases final : public Backend {
                                         std::span<Decision> out, Done done, size_t waiting);
   // Decides a request whose leases came: from them, else on the backend.
   void Finish(Call& call);
+  // Takes a lease's answer into its state's entry, then decides the requests that waited for it.
+  void Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>& grant);
   // How long a lease of `limit` may live.
   int64_t LifeOf(const Limit& limit) const;
   // How many units to ask for next (see the class comment).
@@ -164,9 +182,11 @@ class Leases final : public Backend {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t last_sweep_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> next_sweep_{0};  // last_sweep_ + kSweepEveryUs, read without the lock
   std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0},
       units_lost_{0}, returns_{0};
   ResetEpochWatch epoch_;
+  mutable HotKeys hot_keys_;  // (Top, for the metrics, rolls its seconds)
 };
 
 }  // namespace sluice::backend

@@ -7,6 +7,7 @@
 #include "backend/leases.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <vector>
@@ -325,6 +326,123 @@ TEST_F(LeasesTest, ResetsHereAndElsewhereDropLeases) {
   Decide(leases_, item);
   EXPECT_EQ(shared_.leases, leases + 1);
   EXPECT_GE(leases_.GetStats().units_lost, 3u);
+}
+
+// hot_keys: lease: exact items with a hot_key_rate are decided from leases while hot.
+class HotKeyLeasesTest : public LeasesTest {
+ protected:
+  Item MakeHot(std::string_view key, uint32_t hot_key_rate) const {
+    Item item = MakeItem(key);
+    item.consistency = Consistency::kExact;
+    item.hot_key_rate = hot_key_rate;
+    return item;
+  }
+  // `per_second` requests of `item` a second for `seconds`, and as many of `also` (if any) at
+  // `also_per_second`, each checked by `each` (item, whether the backend decided it, outcome).
+  void Run(const Item& item, int per_second, int seconds,
+           const std::function<void(bool by_backend, const Outcome&)>& each) {
+    for (int i = 0; i < per_second * seconds; ++i) {
+      clock_.Advance(kSecond / per_second);
+      const int decides = shared_.decides;
+      const Outcome o = Decide(leases_, item);
+      if (each) each(shared_.decides > decides, o);
+    }
+  }
+};
+
+TEST_F(HotKeyLeasesTest, AnExactKeyUnderItsHotKeyRateGoesToTheBackendEveryTime) {
+  limit_.requests = 100000;
+  int requests = 0;
+  Run(MakeHot("ivan", 200), 150, 3, [&](bool by_backend, const Outcome& o) {
+    ++requests;
+    EXPECT_TRUE(by_backend);
+    EXPECT_TRUE(o.allowed);
+  });
+  EXPECT_EQ(shared_.decides, requests);
+  EXPECT_EQ(shared_.leases, 0);
+  EXPECT_EQ(leases_.GetHotKeyStats().promotions, 0u);
+  EXPECT_TRUE(leases_.TopHotKeys(10).empty());
+}
+
+TEST_F(HotKeyLeasesTest, AnExactKeyOverItsHotKeyRateIsDecidedFromLeasesAndAColdOneIsNot) {
+  limit_.requests = 100000;
+  const Item hot = MakeHot("judy", 200);
+  const Item cold = MakeHot("ken", 200);
+  int by_backend = 0;
+  for (int i = 0; i < 3000; ++i) {  // 1000/s of judy, 50/s of ken
+    clock_.Advance(kSecond / 1000);
+    int decides = shared_.decides;
+    ASSERT_TRUE(Decide(leases_, hot).allowed);
+    by_backend += shared_.decides - decides;
+    if (i % 20 == 0) {
+      decides = shared_.decides;
+      ASSERT_TRUE(Decide(leases_, cold).allowed);
+      EXPECT_EQ(shared_.decides, decides + 1) << "the cold key, request " << i;
+    }
+  }
+  EXPECT_LT(by_backend, 300);  // until its rate passed 200/s
+  EXPECT_GT(leases_.GetStats().local, 2600u);
+  EXPECT_LT(shared_.leases, 30);
+  const std::vector<HotKeys::Hot> top = leases_.TopHotKeys(10);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].key, "judy");
+  EXPECT_NEAR(top[0].rate, 1000, 5);
+}
+
+TEST_F(HotKeyLeasesTest, HotExactKeysOnFourInstancesNeverAdmitMoreThanTheLimit) {
+  std::vector<std::unique_ptr<Leases>> instances;
+  for (int i = 0; i < 4; ++i) {
+    instances.push_back(std::make_unique<Leases>(&shared_, &shared_, &clock_, Leases::Options{}));
+  }
+  std::mt19937_64 random(5);
+  limit_.window_us = kSecond;       // 100 per second
+  std::map<int64_t, int> admitted;  // per window
+  for (int step = 0; step < 20000; ++step) {
+    clock_.Advance(static_cast<int64_t>(random() % 2000));  // ~250 requests a second each
+    Item item = MakeHot("hot", 100);
+    item.cost = 1 + random() % 2;
+    item.instances = 4;
+    if (Decide(*instances[random() % 4], item).allowed) {
+      admitted[clock_.NowMicros() / limit_.window_us] += static_cast<int>(item.cost);
+    }
+  }
+  ASSERT_GT(admitted.size(), 10u);
+  int total = 0, full = 0;
+  for (const auto& [window, count] : admitted) {
+    EXPECT_LE(count, 100) << "window " << window;
+    total += count;
+    if (count >= 95) ++full;
+  }
+  EXPECT_GT(full, static_cast<int>(admitted.size()) - 2);
+  uint64_t local = 0;
+  for (const auto& instance : instances) {
+    EXPECT_EQ(instance->GetHotKeyStats().promotions, 1u);
+    local += instance->GetStats().local;
+  }
+  // Leased, though its domain is exact: most admissions (a request of cost 2 counts once).
+  EXPECT_GT(local, static_cast<uint64_t>(total) / 3) << "admitted " << total;
+}
+
+TEST_F(HotKeyLeasesTest, ADemotedKeyGoesBackToTheBackendAndItsLeaseGivesBackWhatItHas) {
+  limit_.requests = 100000;
+  const Item item = MakeHot("leo", 200);
+  Run(item, 1000, 2, nullptr);
+  ASSERT_EQ(leases_.GetHotKeyStats().promoted, 1u);
+  const uint64_t local = leases_.GetStats().local;
+  // 20/s: demoted after kDemoteAfterSeconds quiet seconds (one more while the first counts).
+  Run(item, 20, HotKeys::kDemoteAfterSeconds + 1, nullptr);
+  EXPECT_EQ(leases_.GetHotKeyStats().promoted, 0u);
+  EXPECT_EQ(leases_.GetHotKeyStats().demotions, 1u);
+  EXPECT_GT(leases_.GetStats().local, local);  // (while it was still promoted)
+  Run(item, 20, 2, [](bool by_backend, const Outcome&) { EXPECT_TRUE(by_backend); });
+  // The lease's unspent units went back to the backend when it ended.
+  EXPECT_GT(leases_.GetStats().units_returned, 0u);
+  EXPECT_EQ(shared_.refunded, leases_.GetStats().units_returned);
+  Decision look;
+  Item peek = item;
+  peek.cost = 0;
+  shared_.store.DecideAll({&peek, 1}, clock_.NowMicros(), {&look, 1});
+  EXPECT_EQ(look.remaining, 100000 - (2000 + 20 * (HotKeys::kDemoteAfterSeconds + 1) + 40));
 }
 
 }  // namespace

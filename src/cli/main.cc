@@ -274,11 +274,14 @@ struct SimCommand {
         "over- and under-admission (one JSON line)");
     app->add_option("--instances", options.instances, "instances N (default 4)");
     app->add_option("--redis", redis,
-                    "redis://host:port (with --cluster: seed URLs, the option repeated)")
-        ->required();
+                    "redis://host:port (with --cluster: seed URLs, the option repeated); "
+                    "required but with --accuracy");
     app->add_flag("--cluster", options.instance.cluster, "the URLs are Redis Cluster seed nodes");
     app->add_option("--limit", limit, "ALGORITHM:N/WINDOW[:burst=B] (default fixed_window:100/1s)");
     app->add_option("--mode", mode, "exact (default), leased or eventual");
+    app->add_flag("--accuracy", options.accuracy,
+                  "no Redis: --limit's exact decisions on the trace judged against an exact log "
+                  "of the same N per W (one JSON line)");
     app->add_option("--over-limit-cache", cache, "on (default) or off");
     app->add_option("--trace", options.trace_name,
                     "uniform, zipf (default), onoff, hot, boundary, or a file of T_MS KEY [COST] "
@@ -309,6 +312,7 @@ struct SimCommand {
     std::string error;
     if (!parsed_limit.ok()) error = std::string(parsed_limit.status().message());
     if (!parsed_mode.ok()) error = std::string(parsed_mode.status().message());
+
     if (cache != "on" && cache != "off") error = "--over-limit-cache is on or off";
     if (spread != "round-robin" && spread != "hash") error = "--spread is round-robin or hash";
     if (timeout_ms <= 0) error = "--timeout-ms must be positive";

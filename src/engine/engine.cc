@@ -128,11 +128,19 @@ struct Pending {
   bool count_denied;
   backend::FailureMode on_failure;   // the domain's failure_mode
   backend::Consistency consistency;  // the limit's, else the domain's
+  uint32_t hot_key_rate;             // backend::Item's: the domain's, for its exact limits
 };
 
 // A batch's pending limits. Inline room for the usual request (a descriptor or two, a limit or
 // two each), so that deciding it allocates no list.
 using PendingList = absl::InlinedVector<Pending, 8>;
+
+// A limit's backend::Item::hot_key_rate: its domain's, when the domain says hot_keys: lease and
+// the limit is exact (its own consistency, else the domain's).
+uint32_t HotKeyRate(const Domain& domain, std::optional<backend::Consistency> limit) {
+  const bool exact = limit.value_or(domain.consistency) == backend::Consistency::kExact;
+  return domain.lease_hot_keys && exact ? domain.hot_key_rate : 0;
+}
 
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
@@ -194,7 +202,8 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       applied.quota = result.quota;
       pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
-                         count_denied, domain->failure_mode, domain->consistency});
+                         count_denied, domain->failure_mode, domain->consistency,
+                         HotKeyRate(*domain, std::nullopt)});
       continue;
     }
     const RuleNode* node = matches[i].rule;
@@ -231,7 +240,8 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
       const uint64_t limit_id =
           plan_name.empty() ? rule.state_id : RuleLimitId(node->path, plan_name, rule.limit);
       pending.push_back({index, i, result.limits.size() - 1, key, limit_id, cost, count_denied,
-                         domain->failure_mode, rule.consistency.value_or(domain->consistency)});
+                         domain->failure_mode, rule.consistency.value_or(domain->consistency),
+                         HotKeyRate(*domain, rule.consistency)});
     }
   }
 }
@@ -334,7 +344,8 @@ struct Engine::Batch {
                        .shadow = limit.shadow || limit.quota,
                        .on_failure = p.on_failure,
                        .instances = instances,
-                       .consistency = p.consistency});
+                       .consistency = p.consistency,
+                       .hot_key_rate = p.hot_key_rate});
     }
   }
 

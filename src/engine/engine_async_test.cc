@@ -35,6 +35,8 @@ class FakeRemote final : public backend::Backend {
   void Decide(std::span<const backend::Item> items, int64_t, std::span<Decision> out,
               Done done) override {
     ++calls;
+    hot_key_rates.clear();
+    for (const backend::Item& item : items) hot_key_rates.push_back(item.hot_key_rate);
     backend::Outcome outcome;
     if (down) {
       outcome.status = absl::UnavailableError("down");
@@ -57,6 +59,7 @@ class FakeRemote final : public backend::Backend {
 
   bool down = false;
   int calls = 0;
+  std::vector<uint32_t> hot_key_rates;  // the last call's items'
 
  private:
   store::MemoryStore store_;
@@ -76,6 +79,10 @@ class EngineAsyncTest : public ::testing::Test {
                                              "\ndescriptors:\n  - key: user\n    rate_limit: "
                                              "{unit: minute, requests_per_unit: 8}\n");
     }
+    Write("hot.yaml",
+          "domain: hot\nhot_keys: lease\nhot_key_rate: 300\ndescriptors:\n  - key: user\n"
+          "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
+          "consistency: leased}]\n");
     rules::LoadResult loaded = rules::LoadConfig({dir_.string()});
     for (const auto& e : loaded.errors) ADD_FAILURE() << e.ToString();
     config_ = loaded.config;
@@ -123,6 +130,14 @@ TEST_F(EngineAsyncTest, RemoteDecidesAndTheLimitHolds) {
   EXPECT_EQ(ninth.descriptors[0].code, DescriptorResult::Code::kOverLimit);
   EXPECT_EQ(remote_.calls, 9);
   EXPECT_EQ(local_.GetStats().entries, 0u);  // the local store is not used while the remote works
+}
+
+// hot_keys: lease gives the domain's hot_key_rate to its exact limits' items only.
+TEST_F(EngineAsyncTest, HotKeyRateGoesToTheExactItemsOfAHotKeysLeaseDomain) {
+  Decide("hot");
+  EXPECT_THAT(remote_.hot_key_rates, ::testing::ElementsAre(300u, 0u));  // exact, leased
+  Decide("open");
+  EXPECT_THAT(remote_.hot_key_rates, ::testing::ElementsAre(0u));  // hot_keys: exact
 }
 
 TEST_F(EngineAsyncTest, FailureModeOpenAdmitsAndSaysSo) {

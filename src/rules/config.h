@@ -150,6 +150,10 @@ struct Domain {
   // Loaded from clients_path.
   std::shared_ptr<const ClientPlans> clients;
   size_t limit_count = 0;
+  // `hot_keys: lease`: an exact limit's key whose rate on this instance passes `hot_key_rate`
+  // (requests per second) is decided from leases while it stays hot (docs/hybrid.md, "Hot keys").
+  bool lease_hot_keys = false;
+  uint32_t hot_key_rate = 1000;
 };
 
 // Server-wide settings (the settings file, conventionally sluice.yaml; flags override).

@@ -25,8 +25,10 @@ const std::vector<std::string_view> kLimitEntryKeys = {
     "requests", "requests_per_unit", "window",     "unit", "algorithm", "burst",
     "name",     "shadow_mode",       "consistency"};
 const std::vector<std::string_view> kDomainKeys = {
-    "domain",       "descriptors",  "plans",       "default_plan", "clients",
-    "failure_mode", "count_denied", "shadow_mode", "http",         "consistency"};
+    "domain",       "descriptors", "plans", "default_plan", "clients",  "failure_mode",
+    "count_denied", "shadow_mode", "http",  "consistency",  "hot_keys", "hot_key_rate"};
+// hot_key_rate: requests per second on one instance (backend::Item::hot_key_rate is 32 bits).
+constexpr uint64_t kMaxHotKeyRate = 1000000000;
 
 class DomainParser {
  public:
@@ -57,6 +59,7 @@ class DomainParser {
       }
     }
     if (auto consistency = ParseConsistency(doc)) domain_.consistency = *consistency;
+    ParseHotKeys(doc);
     if (auto clients = r_.String(doc, "clients")) domain_.clients_path = *clients;
     ParsePlans(doc);
     if (const YAML::Node list = doc["descriptors"]; list.IsDefined() && !list.IsNull()) {
@@ -76,6 +79,24 @@ class DomainParser {
     r_.Error(map["consistency"],
              fmt::format("unknown consistency '{}' (exact, leased or eventual)", *name));
     return std::nullopt;
+  }
+
+  // `hot_keys: exact | lease` and `hot_key_rate:` (requests per second, > 0) of a domain.
+  void ParseHotKeys(const YAML::Node& doc) {
+    if (auto mode = r_.String(doc, "hot_keys")) {
+      if (*mode == "exact" || *mode == "lease") {
+        domain_.lease_hot_keys = *mode == "lease";
+      } else {
+        r_.Error(doc["hot_keys"], fmt::format("unknown hot_keys '{}' (exact or lease)", *mode));
+      }
+    }
+    if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {
+      if (*rate == 0) {
+        r_.Error(doc["hot_key_rate"], "hot_key_rate must be positive (requests per second)");
+      } else {
+        domain_.hot_key_rate = static_cast<uint32_t>(*rate);
+      }
+    }
   }
 
   void ParsePlans(const YAML::Node& doc) {

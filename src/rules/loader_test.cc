@@ -418,6 +418,27 @@ descriptors:
               ElementsAre("t.yaml:4:56: unknown consistency 'loose' (exact, leased or eventual)"));
 }
 
+TEST(LoaderExtensionsTest, HotKeysAndHotKeyRate) {
+  const Domain* plain = MustLoad("domain: d\n")->FindDomain("d");
+  EXPECT_FALSE(plain->lease_hot_keys);  // exact: no promotion
+  EXPECT_EQ(plain->hot_key_rate, 1000u);
+  auto config = MustLoad("domain: d\nhot_keys: lease\nhot_key_rate: 200\n");
+  ASSERT_NE(config, nullptr);
+  EXPECT_TRUE(config->FindDomain("d")->lease_hot_keys);
+  EXPECT_EQ(config->FindDomain("d")->hot_key_rate, 200u);
+  EXPECT_FALSE(MustLoad("domain: d\nhot_keys: exact\n")->FindDomain("d")->lease_hot_keys);
+  EXPECT_THAT(Errors("domain: d\nhot_keys: leased\n"),
+              ElementsAre("t.yaml:2:11: unknown hot_keys 'leased' (exact or lease)"));
+  EXPECT_THAT(Errors("domain: d\nhot_key_rate: 0\n"),
+              ElementsAre("t.yaml:2:15: hot_key_rate must be positive (requests per second)"));
+  EXPECT_THAT(Errors("domain: d\nhot_key_rate: -5\n"),
+              ElementsAre("t.yaml:2:15: hot_key_rate must not be negative, got -5"));
+  EXPECT_THAT(Errors("domain: d\nhot_key_rate: fast\n"),
+              ElementsAre("t.yaml:2:15: hot_key_rate must be an integer, got 'fast'"));
+  EXPECT_THAT(Errors("domain: d\nhot_key_rate: 2000000000\n"),
+              ElementsAre("t.yaml:2:15: hot_key_rate must be at most 1000000000, got 2000000000"));
+}
+
 TEST(LoaderExtensionsTest, LimitsList) {
   auto config = MustLoad(R"yaml(domain: multi
 descriptors:

@@ -118,20 +118,16 @@ absl::StatusOr<std::vector<bool>> RunExactModel(const Limit& limit, const Trace&
   return admitted;
 }
 
-namespace {
-
-// The most units of `admissions` (sorted by time) in any span [t, t + span_us).
 uint64_t MostInSpan(std::span<const Admission> admissions, int64_t span_us) {
   uint64_t most = 0, in = 0;
   for (size_t first = 0, last = 0; last < admissions.size(); ++last) {
     in += admissions[last].cost;
-    while (admissions[last].t_us - admissions[first].t_us >= span_us) in -= admissions[first++].cost;
+    while (admissions[last].t_us - admissions[first].t_us >= span_us)
+      in -= admissions[first++].cost;
     most = std::max(most, in);
   }
   return most;
 }
-
-}  // namespace
 
 EventualBound CheckEventualBound(const Limit& limit, const Trace& trace,
                                  std::span<const int64_t> admitted_at, int64_t span_us,

@@ -32,13 +32,17 @@ struct SimOptions {
   TraceOptions trace;
   Spread spread = Spread::kRoundRobin;
   std::string csv_dir;  // empty: no CSV
+  // No Redis and no instances: `limit`'s exact model on the trace, judged against the exact
+  // log of the same N per W (sim/compare.h).
+  bool accuracy = false;
 };
 
 // Parses "ALGORITHM:N/WINDOW[:burst=B]", e.g. "fixed_window:100/1s", "token_bucket:10/1s:burst=20"
 // (ALGORITHM as ParseAlgorithm, WINDOW as ParseDuration); the limit passes ValidateLimit.
 absl::StatusOr<Limit> ParseLimitSpec(std::string_view text);
 
-// Runs the simulation and prints its JSON line on `out`. Returns 0; 1 when some decision failed
+// Runs the simulation (or, with options.accuracy, the accuracy measure) and prints its JSON line on
+// `out`. Returns 0; 1 when some decision failed
 // or Redis could not be reached (the line still printed when the run happened); 2 on a usage
 // error (bad options, a mode not built yet), with a message on `err`.
 int RunSim(const SimOptions& options, std::ostream& out, std::ostream& err);

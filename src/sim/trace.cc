@@ -85,6 +85,7 @@ TraceKind ParseTraceKind(std::string_view name) {
   if (name == "onoff") return TraceKind::kOnOff;
   if (name == "hot") return TraceKind::kHot;
   if (name == "boundary") return TraceKind::kBoundary;
+  if (name == "poisson") return TraceKind::kPoisson;
   return TraceKind::kFile;
 }
 
@@ -138,6 +139,17 @@ absl::StatusOr<Trace> GenerateTrace(const TraceOptions& o) {
   const uint64_t per_burst =
       std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(o.rate * kOnOffPeriodUs / 1e6)));
   trace.arrivals.reserve(n);
+  if (o.kind == TraceKind::kPoisson) {
+    // Exponential gaps at rate R (a Poisson process), keys uniform over K: each key's arrivals
+    // are a Poisson process of rate R/K.
+    std::exponential_distribution<double> gap_s(o.rate);
+    for (double t_s = gap_s(rng); t_s < o.seconds && trace.arrivals.size() < kMaxArrivals;
+         t_s += gap_s(rng)) {
+      trace.arrivals.push_back(
+          {.t_us = static_cast<int64_t>(t_s * 1e6), .key = static_cast<uint32_t>(rng() % o.keys)});
+    }
+    return trace;
+  }
   for (uint64_t i = 0; i < n; ++i) {
     Arrival a;
     if (o.kind == TraceKind::kOnOff) {

@@ -40,7 +40,7 @@ struct Trace {
   std::vector<Arrival> arrivals;  // in time order
 };
 
-enum class TraceKind { kUniform, kZipf, kOnOff, kHot, kBoundary, kFile };
+enum class TraceKind { kUniform, kZipf, kOnOff, kHot, kBoundary, kPoisson, kFile };
 
 // The --trace argument: a generator's name, else a file name (kFile).
 TraceKind ParseTraceKind(std::string_view name);

@@ -36,6 +36,30 @@ TEST(SimTrace, UniformHasRateTimesSecondsEvenlySpacedArrivalsOnEveryKey) {
   }
 }
 
+TEST(SimTrace, PoissonHasExponentialGapsAtTheRate) {
+  auto trace = GenerateTrace(Options(TraceKind::kPoisson));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  // 10000 expected in 1 s; a Poisson count's standard deviation is 100.
+  const size_t n = trace->arrivals.size();
+  EXPECT_GT(n, 9600u);
+  EXPECT_LT(n, 10400u);
+  // Exponential gaps of mean 100 µs: about e^-1 of them are longer than the mean, and a few
+  // longer than 5 means (e^-5 = 0.67 %); evenly spaced arrivals would have none.
+  size_t longer_than_mean = 0, longer_than_5 = 0;
+  for (size_t i = 1; i < n; ++i) {
+    const int64_t gap = trace->arrivals[i].t_us - trace->arrivals[i - 1].t_us;
+    ASSERT_GE(gap, 0);
+    longer_than_mean += gap > 100 ? 1 : 0;
+    longer_than_5 += gap > 500 ? 1 : 0;
+  }
+  EXPECT_NEAR(static_cast<double>(longer_than_mean) / static_cast<double>(n), 0.368, 0.03);
+  EXPECT_GT(longer_than_5, 30u);
+  for (const uint64_t c : CountPerKey(*trace)) {
+    EXPECT_GT(c, 850u);
+    EXPECT_LT(c, 1150u);
+  }
+}
+
 TEST(SimTrace, ZipfFrequenciesFallAsOneOverRank) {
   TraceOptions o = Options(TraceKind::kZipf);
   o.keys = 100;

@@ -232,6 +232,42 @@ absl::Status RegisterEventualMetrics(metrics::Registry& registry,
       [eventual] { return static_cast<double>(eventual->GetStats().states_synced); });
 }
 
+// The hot keys' families (hot_keys: lease): bounded, the kTopHotKeys fastest promoted keys only.
+absl::Status RegisterHotKeyMetrics(metrics::Registry& registry, const backend::Leases* leases) {
+  constexpr size_t kTopHotKeys = 10;
+  if (auto s = registry.AddCallback(
+          {.name = "sluice_hot_key_rate",
+           .help = "requests per second this instance sees of each of the 10 fastest keys "
+                   "promoted to leases (hot_keys: lease)",
+           .label_names = {"limit", "key"}},
+          metrics::MetricType::kGauge,
+          [leases] {
+            std::vector<metrics::CallbackSample> samples;
+            for (backend::HotKeys::Hot& hot : leases->TopHotKeys(kTopHotKeys)) {
+              samples.push_back({{std::move(hot.limit), std::move(hot.key)}, hot.rate});
+            }
+            return samples;
+          });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackGauge(
+          "sluice_hot_keys_promoted", "keys decided from leases now because they are hot",
+          [leases] { return static_cast<double>(leases->GetHotKeyStats().promoted); });
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = registry.AddCallbackCounter(
+          "sluice_hot_key_promotions_total", "times a hot key was promoted to leases",
+          [leases] { return static_cast<double>(leases->GetHotKeyStats().promotions); });
+      !s.ok()) {
+    return s;
+  }
+  return registry.AddCallbackCounter(
+      "sluice_hot_key_demotions_total", "times a promoted key cooled down and went back to exact",
+      [leases] { return static_cast<double>(leases->GetHotKeyStats().demotions); });
+}
+
 // Registers the backend's families on /metrics.
 absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Parts& backend) {
   redis::RedisStore* store = backend.redis.get();
@@ -283,6 +319,7 @@ absl::Status RegisterRedisMetrics(metrics::Registry& registry, const Stack::Part
   }
   if (auto s = RegisterLeaseMetrics(registry, backend.leases.get()); !s.ok()) return s;
   if (auto s = RegisterEventualMetrics(registry, backend.eventual.get()); !s.ok()) return s;
+  if (auto s = RegisterHotKeyMetrics(registry, backend.leases.get()); !s.ok()) return s;
   backend::Failover* failover = backend.failover.get();
   return registry.AddCallback(
       {.name = "sluice_backend_fallback_requests_total",

@@ -17,6 +17,7 @@
 #include "redis/redis_store.h"
 #include "spdlog/spdlog.h"
 #include "store/local_denials.h"
+#include "store/local_leases.h"
 #include "store/memory_store.h"
 
 namespace sluice::stack {
@@ -27,8 +28,10 @@ namespace sluice::stack {
 struct Stack::Parts {
   std::unique_ptr<store::MemoryStore> memory;
   // In front of the memory store when it is the top (no Redis): a key over its limit is denied
-  // from each thread's kept denials, without the store's lock (issue 23).
+  // from each thread's kept denials, and a hot state of a domain that chose leases (`consistency:
+  // leased`, `hot_keys: lease`) is admitted from each thread's leases, without the store's lock.
   std::unique_ptr<store::LocalDenials> local_denials;
+  std::unique_ptr<store::LocalLeases> local_leases;
   std::unique_ptr<redis::RedisStore> redis;
   std::unique_ptr<backend::OverLimitCache> over_limit_cache;  // in front of redis; may be null
   std::unique_ptr<backend::Leases> leases;                    // in front of that
@@ -341,7 +344,9 @@ Stack::Stack(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
     top_ = parts_->failover.get();
   } else {
     parts_->local_denials = std::make_unique<store::LocalDenials>(parts_->memory.get());
-    top_ = parts_->local_denials.get();
+    parts_->local_leases = std::make_unique<store::LocalLeases>(
+        parts_->local_denials.get(), parts_->memory.get(), store::LocalLeases::Options{});
+    top_ = parts_->local_leases.get();
   }
 }
 

@@ -19,8 +19,9 @@
 //   - token_bucket: a lease lives Options::life_us, and that life counts as consumed (the TAT
 //     moves to the lease's end first); unspent units cannot be given back safely and drain with
 //     the refill.
-// A request is decided here only when it has one item, not shadow nor count_denied, of a
-// token_bucket or fixed_window limit, and the thread's lease of that state covers its cost at a
+// A request is decided here only when it has one item of a domain that chose leases
+// (`consistency: leased` or `eventual`, or `hot_keys: lease`; an exact item is the store's), not
+// shadow nor count_denied, of a token_bucket or fixed_window limit, and the thread's lease of that state covers its cost at a
 // time inside the lease; everything else goes to `inner` (LocalDenials over the same store, in
 // the memory-only stack). An admission here reports remaining = what the state had left after
 // the lease plus the units still leased (what this thread knows), reset_after from the lease.

@@ -23,6 +23,7 @@ namespace sluice::store {
 namespace {
 
 using backend::Item;
+constexpr backend::Consistency kLeased = backend::Consistency::kLeased;
 
 constexpr int64_t kSecond = 1000000;
 constexpr int64_t kHour = 3600 * kSecond;
@@ -70,7 +71,7 @@ TEST(MemoryStoreLeaseTest, TakesAtMostHalfOfWhatIsLeftUntilTheWindowEnds) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 64, .shards = 1}, &clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 10, kHour);
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k"};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
   const MemoryStore::LeaseGrant none = store.Lease(item, 64, kT0, 1000);  // not stored yet
   EXPECT_EQ(none.granted, 0u);
   EXPECT_FALSE(none.exhausted);
@@ -96,7 +97,7 @@ TEST(MemoryStoreLeaseTest, ABucketLeaseCountsItsLifeAsConsumed) {
   // 1000/1s: a token every ms. Full (a stored state that refilled): a lease of 2 ms life takes
   // the 2 ms first, so 998 tokens are left to take and half of them are granted.
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 1000, kSecond);
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k"};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
   std::vector<Decision> d(1);
   ASSERT_TRUE(store.DecideAll(std::span(&item, 1), kT0, d));
   const MemoryStore::LeaseGrant grant = store.Lease(item, 10000, kT0 + kSecond, 2000);
@@ -112,7 +113,7 @@ TEST(LocalLeasesTest, ABucketLeaseSpentAfterTheRefillIsNotTakenTwice) {
   ManualClock clock(kT0);
   Front front(&clock, 4, /*life_us=*/200000);
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 100, kSecond);  // a token every 10 ms
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k"};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
   std::vector<int64_t> admitted_at;  // cost 1 each
   const auto note = [&](const Answer& a) {
     if (a.allowed) admitted_at.push_back(a.decided_at_us);
@@ -146,7 +147,7 @@ TEST(LocalLeasesTest, OnlyAHotStateIsLeased) {
   ManualClock clock(kT0);
   Front front(&clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k"};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
   const LocalLeases::ThreadStats before = LocalLeases::StatsOnThisThread();
   for (uint32_t i = 0; i + 1 < LocalLeases::kHotDecisions; ++i) {
     ASSERT_TRUE(Ask(front.leases, item, kT0).allowed);
@@ -163,11 +164,34 @@ TEST(LocalLeasesTest, OnlyAHotStateIsLeased) {
   EXPECT_LT(look[0].remaining, next.decision.remaining);
 }
 
+// Leasing is the domain's choice: an exact item of a hot state is decided by the store every
+// time; `hot_keys: lease` (a hot_key_rate) and `consistency: eventual` lease it as `leased` does.
+TEST(LocalLeasesTest, OnlyItemsWhoseDomainChoseLeasesAreLeased) {
+  ManualClock clock(kT0);
+  Front front(&clock);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100000, kHour);
+  const auto leases_after_many = [&](const Item& item) {
+    const uint64_t before = LocalLeases::StatsOnThisThread().leases;
+    for (uint32_t i = 0; i < 4 * LocalLeases::kHotDecisions; ++i) {
+      EXPECT_TRUE(Ask(front.leases, item, kT0).allowed);
+    }
+    return LocalLeases::StatsOnThisThread().leases - before;
+  };
+  EXPECT_EQ(leases_after_many({.limit = &limit, .limit_id = 1, .key = "exact"}), 0u);
+  EXPECT_GT(leases_after_many({.limit = &limit, .limit_id = 1, .key = "hot", .hot_key_rate = 1}),
+            0u);
+  EXPECT_GT(leases_after_many({.limit = &limit,
+                               .limit_id = 1,
+                               .key = "eventual",
+                               .consistency = backend::Consistency::kEventual}),
+            0u);
+}
+
 TEST(LocalLeasesTest, UnspentWindowUnitsGoBackWhenTheyCannotCoverARequest) {
   ManualClock clock(kT0);
   Front front(&clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
-  Item item{.limit = &limit, .limit_id = 1, .key = "k"};
+  Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
   uint64_t admitted = 0;
   for (int i = 0; i < 20; ++i) admitted += Ask(front.leases, item, kT0).allowed ? 1 : 0;
   ASSERT_GT(LocalLeases::StatsOnThisThread().leases, 0u);
@@ -209,7 +233,7 @@ TEST(LocalLeasesTest, TheAdmissionsAreOnesTheExactAlgorithmAdmits) {
     for (int burst = 0; burst < 3000; ++burst) {
       now += static_cast<int64_t>(rng() % 20000);
       const std::string& key = keys[rng() % std::size(keys)];
-      Item item{.limit = &limit, .limit_id = 1, .key = key};
+      Item item{.limit = &limit, .limit_id = 1, .key = key, .consistency = kLeased};
       if (rng() % 100 == 0) {
         ResetThrough(front.leases, item);
         events[key].push_back({.reset = true});
@@ -263,7 +287,7 @@ TEST(LocalLeasesTest, UnderThreadsAndAMovingClockTheAdmissionsAreOnesTheExactAlg
     SCOPED_TRACE(DescribeLimit(limit));
     ManualClock clock(kT0);
     Front front(&clock, 1, /*life_us=*/100);
-    const Item hot{.limit = &limit, .limit_id = 1, .key = "hot"};
+    const Item hot{.limit = &limit, .limit_id = 1, .key = "hot", .consistency = kLeased};
     struct Admission {
       int64_t at_us;
       uint64_t cost;
@@ -314,7 +338,7 @@ TEST(LocalLeasesTest, UnderThreadsAndAMovingClockTheAdmissionsAreOnesTheExactAlg
 void HammerUntilDenied(const Limit& limit) {
   ManualClock clock(kT0);
   Front front(&clock, 64);
-  const Item hot{.limit = &limit, .limit_id = 1, .key = "hot"};
+  const Item hot{.limit = &limit, .limit_id = 1, .key = "hot", .consistency = kLeased};
   const Item other{.limit = &limit, .limit_id = 1, .key = "other"};
   constexpr int kThreads = 4;
   std::atomic<uint64_t> admitted{0}, leased{0};

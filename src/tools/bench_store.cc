@@ -173,7 +173,12 @@ struct Decider {
 
   bool Allows(std::string_view key, int64_t now) const {
     if (backend == nullptr) return store.DecideAt(limit, limit_id, key, 1, now).allowed;
-    const backend::Item item{.limit = &limit, .limit_id = limit_id, .key = key, .cost = 1};
+    // Leased as `consistency: leased` asks (only LocalLeases reads it).
+    const backend::Item item{.limit = &limit,
+                             .limit_id = limit_id,
+                             .key = key,
+                             .cost = 1,
+                             .consistency = backend::Consistency::kLeased};
     Decision decision;
     bool allowed = false;
     backend->Decide(std::span(&item, 1), now, std::span(&decision, 1),

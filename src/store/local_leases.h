@@ -21,12 +21,12 @@
 //     the refill.
 // A request is decided here only when it has one item of a domain that chose leases
 // (`consistency: leased` or `eventual`, or `hot_keys: lease`; an exact item is the store's), not
-// shadow nor count_denied, of a token_bucket or fixed_window limit, and the thread's lease of that state covers its cost at a
-// time inside the lease; everything else goes to `inner` (LocalDenials over the same store, in
-// the memory-only stack). An admission here reports remaining = what the state had left after
-// the lease plus the units still leased (what this thread knows), reset_after from the lease.
-// A Reset through this ends every thread's leases of those states (the units are not spent; the
-// state they were counted in is gone); a Refund passes through.
+// shadow nor count_denied, of a token_bucket or fixed_window limit, and the thread's lease of that
+// state covers its cost at a time inside the lease; everything else goes to `inner` (LocalDenials
+// over the same store, in the memory-only stack). An admission here reports remaining = what the
+// state had left after the lease plus the units still leased (what this thread knows), reset_after
+// from the lease. A Reset through this ends every thread's leases of those states (the units are
+// not spent; the state they were counted in is gone); a Refund passes through.
 //
 // Bounded: kSlots leases per thread (a direct-mapped table), keys of at most kMaxKeyBytes.
 // Safe for concurrent use. Answers inline. `inner` and `store` are not owned; `inner` must

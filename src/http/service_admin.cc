@@ -9,6 +9,7 @@
 #include "http/check_json.h"
 #include "http/service.h"
 #include "http/service_answers.h"
+#include "util/constant_time.h"
 #include "util/json_string.h"
 
 namespace sluice::http {
@@ -150,7 +151,7 @@ bool Service::Authorized(const HttpRequest& request, HttpResponse& response) con
   }
   if (first != end) {
     const auto token = BearerToken(std::string_view(first->value().data(), first->value().size()));
-    if (token && *token == admin_token_) return true;
+    if (token && util::ConstantTimeEquals(*token, admin_token_)) return true;
   }
   response.set(beast_http::field::www_authenticate, "Bearer");
   SetJson(response, beast_http::status::unauthorized,

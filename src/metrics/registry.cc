@@ -341,16 +341,35 @@ std::string FormatMetricValue(double value) {
 
 // ---- Histogram -------------------------------------------------------------------------------
 
+size_t internal::NextStripe() {
+  static std::atomic<size_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+}
+
+uint64_t Counter::Value() const {
+  uint64_t n = 0;
+  for (const Stripe& stripe : stripes_) n += stripe.value.load(std::memory_order_relaxed);
+  return n;
+}
+
 uint64_t Histogram::Count() const {
   uint64_t n = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) n += counts_[i].load(std::memory_order_relaxed);
+  for (const uint64_t count : BucketCounts()) n += count;
+  return n;
+}
+
+uint64_t Histogram::Sum() const {
+  uint64_t n = 0;
+  for (const Stripe& stripe : stripes_) n += stripe.sum.load(std::memory_order_relaxed);
   return n;
 }
 
 std::vector<uint64_t> Histogram::BucketCounts() const {
   std::vector<uint64_t> counts(bounds_.size() + 1);
-  for (size_t i = 0; i < counts.size(); ++i) {
-    counts[i] = counts_[i].load(std::memory_order_relaxed);
+  for (const Stripe& stripe : stripes_) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      counts[i] += stripe.counts[i].load(std::memory_order_relaxed);
+    }
   }
   return counts;
 }

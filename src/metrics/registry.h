@@ -14,8 +14,9 @@
 //              observes (e.g. µs); exposed divided by `unit_divisor` (µs -> seconds), with
 //              cumulative `_bucket{le=...}` series including `+Inf`, `_sum` and `_count`.
 //
-// Hot path: a child is a few relaxed atomics (cache-line aligned, so children updated from
-// different threads do not share a line). Callers look a child up once and keep the pointer:
+// Hot path: a child is a few relaxed atomics, a set of them per stripe of threads (kStripes
+// cache lines: threads of different stripes updating one child, or different children, do not
+// share a line). Callers look a child up once and keep the pointer:
 // pointers stay valid for the registry's lifetime. A lookup of an existing child
 // (Family::WithLabels) takes no lock and allocates nothing, so it is also fine per request;
 // only the first lookup of a label set allocates, under the family's lock.
@@ -77,14 +78,32 @@ struct MetricDesc {
   size_t max_children = kDefaultMaxChildren;
 };
 
+// Updates of one child from many threads (every request counts its status and decision) go to
+// kStripes cache lines, a thread's chosen once: threads that share one line would move it
+// between their cores on every update. Reading sums the stripes (scrapes are rare).
+inline constexpr size_t kStripes = 8;
+namespace internal {
+size_t NextStripe();
+// The calling thread's stripe: threads take them in turn as they first update a metric.
+inline size_t ThisThreadsStripe() {
+  thread_local const size_t stripe = NextStripe();
+  return stripe;
+}
+}  // namespace internal
+
 // A monotonic counter.
-class alignas(64) Counter {
+class Counter {
  public:
-  void Inc(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
-  uint64_t Value() const { return value_.load(std::memory_order_relaxed); }
+  void Inc(uint64_t n = 1) {
+    stripes_[internal::ThisThreadsStripe()].value.fetch_add(n, std::memory_order_relaxed);
+  }
+  uint64_t Value() const;
 
  private:
-  std::atomic<uint64_t> value_{0};
+  struct alignas(64) Stripe {
+    std::atomic<uint64_t> value{0};
+  };
+  std::array<Stripe, kStripes> stripes_;
 };
 
 // A value that goes up and down.
@@ -111,30 +130,35 @@ struct HistogramBuckets {
 };
 
 // A distribution of integer observations over fixed buckets.
-class alignas(64) Histogram {
+class Histogram {
  public:
   // `bounds` must outlive the histogram (the family owns them).
   explicit Histogram(std::span<const int64_t> bounds) : bounds_(bounds) {}
 
-  // Records one observation; negative values count as 0. Two relaxed atomic adds.
+  // Records one observation; negative values count as 0. Two relaxed atomic adds, on the
+  // calling thread's stripe.
   void Observe(int64_t value) {
     const uint64_t v = value < 0 ? 0 : static_cast<uint64_t>(value);
     size_t i = 0;
     while (i < bounds_.size() && static_cast<uint64_t>(bounds_[i]) < v) ++i;
-    counts_[i].fetch_add(1, std::memory_order_relaxed);
-    sum_.fetch_add(v, std::memory_order_relaxed);
+    Stripe& stripe = stripes_[internal::ThisThreadsStripe()];
+    stripe.counts[i].fetch_add(1, std::memory_order_relaxed);
+    stripe.sum.fetch_add(v, std::memory_order_relaxed);
   }
 
-  uint64_t Count() const;                                                // observations so far
-  uint64_t Sum() const { return sum_.load(std::memory_order_relaxed); }  // in the observed unit
+  uint64_t Count() const;  // observations so far
+  uint64_t Sum() const;    // in the observed unit
   // Observations per bucket (not cumulative); the last one is `+Inf`'s own.
   std::vector<uint64_t> BucketCounts() const;
   std::span<const int64_t> bounds() const { return bounds_; }
 
  private:
+  struct alignas(64) Stripe {
+    std::array<std::atomic<uint64_t>, kMaxHistogramBounds + 1> counts{};
+    std::atomic<uint64_t> sum{0};
+  };
   std::span<const int64_t> bounds_;
-  std::array<std::atomic<uint64_t>, kMaxHistogramBounds + 1> counts_{};
-  std::atomic<uint64_t> sum_{0};
+  std::array<Stripe, kStripes> stripes_;
 };
 
 namespace internal {

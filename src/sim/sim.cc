@@ -24,6 +24,7 @@
 #include "spdlog/spdlog.h"
 #include "tools/redis_stats.h"
 #include "util/json_string.h"
+#include "util/percentile.h"
 
 namespace sluice::sim {
 namespace {
@@ -93,15 +94,6 @@ std::string Json(std::string_view text) {
   std::string out;
   util::AppendJsonString(&out, text);
   return out;
-}
-
-int64_t Percentile(std::vector<int64_t>& samples, double p) {
-  if (samples.empty()) return 0;
-  const size_t k =
-      std::min(samples.size() - 1, static_cast<size_t>(p * static_cast<double>(samples.size())));
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k),
-                   samples.end());
-  return samples[k];
 }
 
 // DIR/windows.csv: for the keys with the most arrivals, what was admitted in each epoch-aligned
@@ -418,8 +410,9 @@ std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>&
       static_cast<double>(l.work.script_calls) * per, static_cast<double>(StateOps(l.work)) * per,
       static_cast<double>(l.executed.commands) * per, l.executed.cpu_seconds * 1e6 * per,
       l.judged.admitted, l.judged.exact_admitted, l.judged.over.max, l.judged.over.total,
-      l.judged.under, l.judged.under_pct, Percentile(latencies, 0.50), Percentile(latencies, 0.99),
-      l.work.over_limit_cache_hits, l.work.lease_local, l.work.leases);
+      l.judged.under, l.judged.under_pct, util::Percentile(latencies, 0.50),
+      util::Percentile(latencies, 0.99), l.work.over_limit_cache_hits, l.work.lease_local,
+      l.work.leases);
 }
 
 // Eventual mode's fields, spliced before the line's closing brace: its decisions on copies, its

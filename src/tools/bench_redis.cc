@@ -19,21 +19,13 @@
 #include "redis/redis_store.h"
 #include "spdlog/spdlog.h"
 #include "tools/redis_stats.h"
+#include "util/percentile.h"
 
 namespace sluice::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-int64_t Percentile(std::vector<uint32_t>& samples, double p) {
-  if (samples.empty()) return 0;
-  const size_t k =
-      std::min(samples.size() - 1, static_cast<size_t>(p * static_cast<double>(samples.size())));
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k),
-                   samples.end());
-  return samples[k];
-}
 
 // Checks the options; reads the anchor's script for seed and zset into `script`. An exit
 // status, or nullopt to go on.
@@ -218,7 +210,7 @@ std::string ResultJson(const BenchRedisOptions& o, LoadResult& r, const RedisExe
       static_cast<double>(executed.commands) * per,
       static_cast<double>(executed.script_calls) * per,
       static_cast<double>(executed.script_usec) * per, executed.cpu_seconds * 1e6 * per,
-      Percentile(r.latencies, 0.50), Percentile(r.latencies, 0.99));
+      util::Percentile(r.latencies, 0.50), util::Percentile(r.latencies, 0.99));
 }
 
 }  // namespace

@@ -26,7 +26,8 @@
 # FIXED_NS ("1 8"; empty = skip part 2), LOAD (0.5), SAT (5), FIXED_DUR (10), FIXED_ROUNDS (2),
 # FIXED_WARM (2, seconds of openloop per server before the rounds), OL_THREADS (client cores, at
 # most 8), OL_CONNS (64 per openloop thread), NKEYS (100000), ZIPF (1.0), NGINX_PORT (18080),
-# SLUICE_PORT (18090), SLUICE_ADMIN_PORT (18091), OUT (/tmp/scenarios-out), BUNDLE (this dir).
+# SLUICE_PORT (18090), SLUICE_ADMIN_PORT (18091), OUT (/tmp/scenarios-out), BUNDLE (this dir),
+# DRY (0; 1 = print the plan and the time estimate, run nothing).
 # An N needs N + 1 cores (servers on N, clients on the rest); one that does not fit is skipped.
 set -euo pipefail
 
@@ -64,6 +65,23 @@ for v in CORES DUR WARM SAT FIXED_DUR FIXED_ROUNDS FIXED_WARM OL_CONNS NKEYS; do
 done
 for v in DUR FIXED_DUR SAT FIXED_ROUNDS; do [ "${!v}" -ge 1 ] || die "$v must be at least 1"; done
 for s in $SCENARIOS; do case $s in zipf_100k|allow_100k|deny_1key) ;; *) die "unknown scenario $s" ;; esac; done
+
+# ---------------------------------------------------------------- plan
+fits() { [ "$1" -ge 1 ] && [ $(($1 + 1)) -le "$CORES" ]; }
+in_list() { local x; for x in $2; do [ "$x" = "$1" ] && return 0; done; return 1; }
+all_ns=$(for n in $NS $FIXED_NS; do echo "$n"; done | sort -n -u | tr '\n' ' ')
+est=0
+for n in $all_ns; do
+  fits "$n" || { log "N=$n skipped: it needs $((n + 1)) cores, there are $CORES"; continue; }
+  est=$((est + 2))
+  in_list "$n" "$NS" && for _ in $SCENARIOS; do est=$((est + 2 * (WARM + DUR + 1))); done
+  in_list "$n" "$FIXED_NS" && est=$((est + WARM + SAT + 2 * (FIXED_WARM + 1) + FIXED_ROUNDS * 2 * (FIXED_DUR + 2)))
+done
+log "cores $CORES, sluice $(cat "$B/conf/sluice-commit" 2>/dev/null), kit $(cat "$B/conf/kit-commit" 2>/dev/null), $(uname -r)"
+log "throughput N: ${NS:-none} ($SCENARIOS, ${DUR}s); fixed load N: ${FIXED_NS:-none} (LOAD $LOAD, ${FIXED_DUR}s x $FIXED_ROUNDS rounds)"
+log "estimated run time: about $est s"
+[ "${DRY:-0}" = 0 ] || exit 0
+
 for p in "$NGINX_PORT" "$SLUICE_PORT" "$SLUICE_ADMIN_PORT"; do
   ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || die "port $p is taken on 127.0.0.1; not benchmarking someone else's server"
 done
@@ -249,20 +267,6 @@ fixed_load() { # N
   done
 }
 
-# ---------------------------------------------------------------- plan
-fits() { [ "$1" -ge 1 ] && [ $(($1 + 1)) -le "$CORES" ]; }
-in_list() { local x; for x in $2; do [ "$x" = "$1" ] && return 0; done; return 1; }
-all_ns=$(for n in $NS $FIXED_NS; do echo "$n"; done | sort -n -u | tr '\n' ' ')
-est=0
-for n in $all_ns; do
-  fits "$n" || { log "N=$n skipped: it needs $((n + 1)) cores, there are $CORES"; continue; }
-  est=$((est + 2))
-  in_list "$n" "$NS" && for _ in $SCENARIOS; do est=$((est + 2 * (WARM + DUR + 1))); done
-  in_list "$n" "$FIXED_NS" && est=$((est + WARM + SAT + 2 * (FIXED_WARM + 1) + FIXED_ROUNDS * 2 * (FIXED_DUR + 2)))
-done
-log "cores $CORES, sluice $(cat "$B/conf/sluice-commit" 2>/dev/null), kit $(cat "$B/conf/kit-commit" 2>/dev/null), $(uname -r)"
-log "throughput N: ${NS:-none} ($SCENARIOS, ${DUR}s); fixed load N: ${FIXED_NS:-none} (LOAD $LOAD, ${FIXED_DUR}s x $FIXED_ROUNDS rounds)"
-log "estimated run time: about $est s"
 started=$(date +%s)
 
 for n in $all_ns; do

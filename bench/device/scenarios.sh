@@ -281,6 +281,8 @@ for n in $all_ns; do
 done
 
 # ---------------------------------------------------------------- tables
+# column(1) aligns them where it exists (util-linux or bsdextrautils; a bare image may lack it).
+align() { if command -v column >/dev/null; then column -t -s $'\t'; else cat; fi; }
 if [ "$(wc -l <"$OUT/throughput.tsv")" -gt 1 ]; then
   echo "== throughput (wrk, closed loop; rps, p99 ms, requests per server CPU-second)"
   awk -F'\t' 'NR > 1 { k = $3 SUBSEP $2; rps[k, $1] = $4; p99[k, $1] = $5; eff[k, $1] = $7
@@ -291,7 +293,7 @@ if [ "$(wc -l <"$OUT/throughput.tsv")" -gt 1 ]; then
         r = rps[k, "nginx"] > 0 ? sprintf("%.2f", rps[k, "sluice"] / rps[k, "nginx"]) : "-"
         printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a[1], a[2], rps[k, "nginx"], rps[k, "sluice"], r,
                p99[k, "nginx"], p99[k, "sluice"], eff[k, "nginx"], eff[k, "sluice"] } }' \
-    "$OUT/throughput.tsv" | column -t -s $'\t'
+    "$OUT/throughput.tsv" | align
 fi
 if [ "$(wc -l <"$OUT/fixed_load.tsv")" -gt 1 ]; then
   echo "== latency at a fixed load (openloop, allow_100k; µs from the intended send time; median of the rounds [min-max])"
@@ -310,6 +312,6 @@ if [ "$(wc -l <"$OUT/fixed_load.tsv")" -gt 1 ]; then
       for (i = 1; i <= m; i++) { k = order[i]; split(k, a, SUBSEP)
         printf "%s\t%s\t%s\t%s\t%d/%d", a[1], a[2], sat[k], off[k], clean[k], rounds[k]
         for (c = 6; c <= 12; c++) printf "\t%s", spread(v[k, c])
-        printf "\n" } }' "$OUT/fixed_load.tsv" | column -t -s $'\t'
+        printf "\n" } }' "$OUT/fixed_load.tsv" | align
 fi
 log "done in $(($(date +%s) - started)) s (estimated $est s); $OUT/throughput.tsv, $OUT/fixed_load.tsv, raw output in $OUT/raw.tgz"

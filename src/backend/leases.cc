@@ -135,9 +135,7 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
       // denials then come from the over-limit cache, with no call).
       exact = (entry != nullptr && (entry->taking || entry->dry_until > mono)) ||
               (entry == nullptr && entries_.size() >= options_.max_entries);
-      take.emplace_back(
-          i, NextWant(entry, items[i], std::min(LifeOf(*items[i].limit), 10 * options_.life_us),
-                      mono));
+      take.emplace_back(i, NextWant(entry, items[i], LifeOf(*items[i].limit), mono));
     }
     if (!exact) {
       for (const auto& [i, want] : take) entries_[StateKey(items[i])].taking = true;

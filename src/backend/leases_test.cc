@@ -133,6 +133,29 @@ TEST_F(LeasesTest, RequestsAreDecidedFromALeaseWithNoCall) {
   EXPECT_EQ(shared_.decides, decides + 1);
 }
 
+// A window's next lease is about twice the rate its last one was spent at over the life it will
+// have (window_lease_life), not over a shorter span: longer leases of a sparse key are what save
+// the calls.
+TEST_F(LeasesTest, AWindowLeaseIsSizedForTheLifeItWillHave) {
+  const Limit limit{.algorithm = Algorithm::kFixedWindow,
+                    .requests = 100000,
+                    .window_us = 3600 * kSecond,
+                    .burst = {}};
+  Leases leases(&shared_, &shared_, &clock_, {.life_us = 100000, .window_life_us = 60 * kSecond});
+  Item item = MakeItem("sparse");
+  item.limit = &limit;
+  EXPECT_TRUE(Decide(leases, item).allowed);  // a first lease: four
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(kSecond);  // one a second
+    EXPECT_TRUE(Decide(leases, item).allowed);
+  }
+  clock_.Advance(kSecond);
+  EXPECT_TRUE(Decide(leases, item).allowed);
+  ASSERT_EQ(shared_.wants.size(), 2u);
+  // 4 spent over 4 s: 1/s, twice that over 60 s, and one more.
+  EXPECT_EQ(shared_.wants.back(), 121u);
+}
+
 TEST_F(LeasesTest, AStateThatRanDryLeasesAgainAsSoonAsItsWindowTurns) {
   // Out of quota 30 ms before the window ends: the empty lease sends the state to the backend
   // until then, not for a whole lease interval (100 ms) into the next window.

@@ -27,10 +27,16 @@ openloop=$proj/build/release/openloop
 
 bash "$kit/bundle.sh" "$proj"
 
-cp -L "$openloop" "$out/bin/"
-# The libraries openloop loads that the shared bundle does not have yet (never overwriting one).
-ldd "$openloop" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | while read -r lib; do
-  if [ -f "$lib" ] && [ ! -e "$out/lib/$(basename "$lib")" ]; then cp -L "$lib" "$out/lib/"; fi
+# openloop, and metrics_benchmark when built (counting into series every thread shares: run it
+# there by hand, bench/README.md), with the libraries they load that the shared bundle does not
+# have yet (never overwriting one).
+extra=("$openloop")
+[ -x "$proj/build/release/metrics_benchmark" ] && extra+=("$proj/build/release/metrics_benchmark")
+for b in "${extra[@]}"; do
+  cp -L "$b" "$out/bin/"
+  ldd "$b" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | while read -r lib; do
+    if [ -f "$lib" ] && [ ! -e "$out/lib/$(basename "$lib")" ]; then cp -L "$lib" "$out/lib/"; fi
+  done
 done
 cp "$here/scenarios.sh" "$out/"
 cp "$here/zipf.lua" "$out/conf/"

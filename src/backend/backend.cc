@@ -13,6 +13,19 @@ std::string StateKey(const Item& item) {
   return key;
 }
 
+void Wrapper::ResetThenForget(std::span<const Item> items, ResetDone done,
+                              std::function<void(std::span<const std::string> keys)> forget) {
+  // The reset completes later: the states' keys are kept, not the items.
+  std::vector<std::string> keys;
+  keys.reserve(items.size());
+  for (const Item& item : items) keys.push_back(StateKey(item));
+  inner_->Reset(items, [keys = std::move(keys), forget = std::move(forget),
+                        done = std::move(done)](absl::StatusOr<size_t> reset) {
+    forget(keys);
+    done(std::move(reset));
+  });
+}
+
 void Backend::Peek(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                    Done done) {
   // The copies live until `done` has run, as Decide requires.

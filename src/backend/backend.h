@@ -137,6 +137,28 @@ class Backend {
   }
 };
 
+// A backend in front of another (`inner`, not owned), which decides and resets in its own way
+// and passes the rest through: refunds, the reset epoch and health are the inner backend's.
+class Wrapper : public Backend {
+ public:
+  explicit Wrapper(Backend* inner) : inner_(inner) {}
+
+  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+              RefundDone done) override {
+    inner_->Refund(items, decided_at_us, now_us, std::move(done));
+  }
+  void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
+  Health GetHealth() override { return inner_->GetHealth(); }
+
+ protected:
+  // Resets `items` on `inner`, then runs `forget` with their states' keys (StateKey), to drop
+  // what this keeps of them, and then `done`. The items need not outlive the call.
+  void ResetThenForget(std::span<const Item> items, ResetDone done,
+                       std::function<void(std::span<const std::string> keys)> forget);
+
+  Backend* const inner_;
+};
+
 }  // namespace sluice::backend
 
 #endif  // SLUICE_BACKEND_BACKEND_H_

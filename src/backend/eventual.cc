@@ -63,7 +63,7 @@ algo::CompactState Rebuild(const Limit& limit, const Decision& d, int64_t at) {
 
 Eventual::Eventual(Backend* inner, Backend* exact, SyncSource* source, const Clock* clock,
                    Options options)
-    : inner_(inner),
+    : Wrapper(inner),
       exact_backend_(exact),
       source_(source),
       clock_(clock),
@@ -320,17 +320,10 @@ void Eventual::Merge(const SyncSource::Merged& merged, std::span<const std::stri
 }
 
 void Eventual::Reset(std::span<const Item> items, ResetDone done) {
-  std::vector<std::string> keys;
-  keys.reserve(items.size());
-  for (const Item& item : items) keys.push_back(StateKey(item));
-  inner_->Reset(
-      items, [this, keys = std::move(keys), done = std::move(done)](absl::StatusOr<size_t> reset) {
-        {
-          absl::MutexLock lock(&mu_);
-          for (const std::string& key : keys) entries_.erase(key);
-        }
-        done(std::move(reset));
-      });
+  ResetThenForget(items, std::move(done), [this](std::span<const std::string> keys) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& key : keys) entries_.erase(key);
+  });
 }
 
 Eventual::Stats Eventual::GetStats() const {

@@ -84,7 +84,7 @@ class SyncSource {
   virtual size_t Sync(std::span<const Delta> deltas, MergedDone done) = 0;
 };
 
-class Eventual final : public Backend {
+class Eventual final : public Wrapper {
  public:
   struct Options {
     int64_t sync_interval_us = 100000;  // T: how often what was admitted here is merged
@@ -110,14 +110,8 @@ class Eventual final : public Backend {
 
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
-  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
-              RefundDone done) override {
-    inner_->Refund(items, decided_at_us, now_us, std::move(done));
-  }
   // Resets on the backend, then drops this instance's copies of those states.
   void Reset(std::span<const Item> items, ResetDone done) override;
-  void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
-  Health GetHealth() override { return inner_->GetHealth(); }
 
   // Sends what was admitted here since the last sync and takes the merged states back (at most
   // one sync out at a time: a call while one is out does nothing). `done`, if given, runs once
@@ -163,7 +157,6 @@ class Eventual final : public Backend {
              std::span<const Limit> limits, std::span<const SyncSource::Delta> deltas,
              int64_t sent_mono);
 
-  Backend* const inner_;
   Backend* const exact_backend_;
   SyncSource* const source_;
   const Clock* const clock_;

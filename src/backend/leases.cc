@@ -56,7 +56,7 @@ struct Leases::Call {
 };
 
 Leases::Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options)
-    : inner_(inner),
+    : Wrapper(inner),
       source_(source),
       clock_(clock),
       options_(options),
@@ -326,23 +326,15 @@ void Leases::DropAll(bool give_back) {
 }
 
 void Leases::Reset(std::span<const Item> items, ResetDone done) {
-  // The items need not outlive this call (the reset completes later): their states' keys do.
-  std::vector<std::string> keys;
-  keys.reserve(items.size());
-  for (const Item& item : items) keys.push_back(StateKey(item));
-  inner_->Reset(
-      items, [this, keys = std::move(keys), done = std::move(done)](absl::StatusOr<size_t> reset) {
-        {
-          absl::MutexLock lock(&mu_);
-          for (const std::string& key : keys) {
-            const auto it = entries_.find(key);
-            if (it == entries_.end()) continue;
-            units_lost_.fetch_add(it->second.units, std::memory_order_relaxed);
-            it->second.units = 0;
-          }
-        }
-        done(std::move(reset));
-      });
+  ResetThenForget(items, std::move(done), [this](std::span<const std::string> keys) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& key : keys) {
+      const auto it = entries_.find(key);
+      if (it == entries_.end()) continue;
+      units_lost_.fetch_add(it->second.units, std::memory_order_relaxed);
+      it->second.units = 0;
+    }
+  });
 }
 
 void Leases::ReturnAll(std::function<void()> done) {

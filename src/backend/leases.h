@@ -87,7 +87,7 @@ class LeaseSource {
   virtual void Lease(const Item& item, uint64_t want, int64_t life_us, GrantDone done) = 0;
 };
 
-class Leases final : public Backend {
+class Leases final : public Wrapper {
  public:
   struct Options {
     int64_t life_us = 100000;          // the target interval: a bucket's lease lives this long
@@ -109,14 +109,8 @@ class Leases final : public Backend {
 
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
-  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
-              RefundDone done) override {
-    inner_->Refund(items, decided_at_us, now_us, std::move(done));
-  }
   // Resets on the backend, then drops this instance's leases of those states.
   void Reset(std::span<const Item> items, ResetDone done) override;
-  void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
-  Health GetHealth() override { return inner_->GetHealth(); }
 
   // Gives back the unspent units of every lease (shutdown, reload); `done` once all calls are
   // answered.
@@ -175,7 +169,6 @@ class Leases final : public Backend {
   void Sweep(int64_t mono);
   void DropAll(bool give_back);
 
-  Backend* const inner_;
   LeaseSource* const source_;
   const Clock* const clock_;
   const Options options_;

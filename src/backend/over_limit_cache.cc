@@ -17,7 +17,7 @@ constexpr int64_t kSweepEveryUs = 1000000;
 }  // namespace
 
 OverLimitCache::OverLimitCache(Backend* inner, const Clock* clock, Options options)
-    : inner_(inner),
+    : Wrapper(inner),
       clock_(clock),
       max_per_shard_(std::max<size_t>(1, options.max_entries / kShards)),
       cleared_at_(kNeverUs),

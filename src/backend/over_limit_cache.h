@@ -46,7 +46,7 @@
 
 namespace sluice::backend {
 
-class OverLimitCache final : public Backend {
+class OverLimitCache final : public Wrapper {
  public:
   struct Options {
     size_t max_entries = 65536;
@@ -63,15 +63,9 @@ class OverLimitCache final : public Backend {
 
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
-  void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
-              RefundDone done) override {
-    inner_->Refund(items, decided_at_us, now_us, std::move(done));
-  }
   // Resets on the backend, then forgets every denial held here (and those still on their way).
   void Reset(std::span<const Item> items, ResetDone done) override;
-  void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
   bool answers_inline() const override { return inner_->answers_inline(); }
-  Health GetHealth() override { return inner_->GetHealth(); }
 
   Stats GetStats() const;
 
@@ -100,7 +94,6 @@ class OverLimitCache final : public Backend {
   void Clear();
   void ClearLocked(int64_t asked_before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(clear_mu_);
 
-  Backend* const inner_;
   const Clock* const clock_;
   const size_t max_per_shard_;
   mutable std::array<Shard, kShards> shards_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <string>
@@ -294,7 +295,7 @@ TEST(LocalLeasesTest, UnderThreadsAndAMovingClockTheAdmissionsAreOnesTheExactAlg
     };
     std::vector<Admission> admissions[2];
     std::atomic<bool> stop{false};
-    std::atomic<uint64_t> leases{0};
+    std::atomic<uint64_t> leases{0}, asked{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 2; ++t) {
       threads.emplace_back([&, t] {
@@ -305,14 +306,22 @@ TEST(LocalLeasesTest, UnderThreadsAndAMovingClockTheAdmissionsAreOnesTheExactAlg
           item.cost = ++i % 5 == 0 ? 2 : 1;
           const Answer a = Ask(front.leases, item, clock.NowMicros());
           if (a.allowed) admissions[t].push_back({a.decided_at_us, item.cost});
+          asked.fetch_add(1, std::memory_order_relaxed);
         }
         leases += LocalLeases::StatsOnThisThread().leases - before.leases;
       });
     }
+    // The clock moves on at most one step per request decided, so that however the threads are
+    // scheduled they ask often enough in its time to be hot (within a bounded real time).
     std::mt19937_64 rng(7);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (int step = 0; step < 20000; ++step) {
+      const uint64_t seen = asked.load(std::memory_order_relaxed);
       clock.Advance(static_cast<int64_t>(rng() % 40));
-      if (step % 16 == 0) std::this_thread::yield();
+      while (asked.load(std::memory_order_relaxed) == seen &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
     }
     stop = true;
     for (std::thread& t : threads) t.join();

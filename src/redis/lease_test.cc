@@ -6,19 +6,17 @@
 
 #include <future>
 #include <random>
-#include <set>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "algo/algorithms.h"
-#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/redis_store.h"
+#include "tests/support/cluster_batch.h"
 #include "tests/support/delay_relay.h"
 #include "tests/support/redis_calls.h"
-#include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 
 namespace sluice::redis {
@@ -50,23 +48,9 @@ struct Ask {
 
 // Asks for every lease at once (without waiting for any answer) and waits for all (at most 20 s).
 std::vector<absl::StatusOr<Grant>> LeaseAtOnce(RedisStore& store, const std::vector<Ask>& asks) {
-  struct Answers {
-    explicit Answers(size_t n) : grants(n, absl::InternalError("no answer")) {}
-    bool All() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == grants.size(); }
-    absl::Mutex mu;
-    std::vector<absl::StatusOr<Grant>> grants ABSL_GUARDED_BY(mu);
-    size_t answered ABSL_GUARDED_BY(mu) = 0;
-  } answers(asks.size());
-  for (size_t i = 0; i < asks.size(); ++i) {
-    store.Lease(asks[i].item, asks[i].want, asks[i].life_us, [&, i](absl::StatusOr<Grant> g) {
-      absl::MutexLock lock(&answers.mu);
-      answers.grants[i] = std::move(g);
-      ++answers.answered;
-    });
-  }
-  absl::MutexLock lock(&answers.mu);
-  answers.mu.AwaitWithTimeout(absl::Condition(&answers, &Answers::All), absl::Seconds(20));
-  return answers.grants;
+  return testing::AllAtOnce<Grant>(asks.size(), [&](size_t i, RedisStore::GrantDone done) {
+    store.Lease(asks[i].item, asks[i].want, asks[i].life_us, std::move(done));
+  });
 }
 
 // The same leases one after the other, each a call of its own by decide.lua's mode 4 (EVAL of
@@ -388,22 +372,8 @@ TEST(LeaseClusterTest, LeasesAreBatchedPerNodeAndSplitWhenASlotMoves) {
   RedisStore store(client.get(), {.max_in_flight = 1});
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 10, kHour);
   // 12 keys on one node, in 12 different slots; and a node elsewhere.
-  const std::string node = client->NodeFor(store.RedisKey(1, "k0"));
-  std::vector<std::string> keys;
-  std::set<uint16_t> slots;
-  for (int i = 0; keys.size() < 12 && i < 100000; ++i) {
-    std::string key = fmt::format("k{}", i);
-    const std::string redis_key = store.RedisKey(1, key);
-    if (client->NodeFor(redis_key) == node && slots.insert(KeySlot(redis_key)).second) {
-      keys.push_back(key);
-    }
-  }
+  const auto [keys, node, other] = testing::FindKeysOnOneNode(*client, store, 12);
   ASSERT_EQ(keys.size(), 12u);
-  std::string other;
-  for (int i = 0; other.empty() && i < 1000; ++i) {
-    const std::string n = client->NodeFor(store.RedisKey(1, fmt::format("o{}", i)));
-    if (n != node) other = n;
-  }
   auto admin = testing::OpenRedis({"redis://" + node}, false);
   auto other_admin = testing::OpenRedis({"redis://" + other}, false);
   std::vector<Ask> asks;
@@ -429,13 +399,7 @@ TEST(LeaseClusterTest, LeasesAreBatchedPerNodeAndSplitWhenASlotMoves) {
   // Move the (empty) slot of the last key to the other node behind the client's back.
   const std::string moved_key = store.RedisKey(1, keys.back());
   (void)testing::RedisCommand(*admin, {"DEL", moved_key}, moved_key);
-  const std::string slot = std::to_string(KeySlot(moved_key));
-  const std::string other_id = testing::RedisCommand(*other_admin, {"CLUSTER", "MYID"})->str;
-  for (size_t i = 0; i < 3; ++i) {
-    auto master = testing::OpenRedis({cluster.url(i)}, false);
-    ASSERT_EQ(testing::RedisCommand(*master, {"CLUSTER", "SETSLOT", slot, "NODE", other_id})->str,
-              "OK");
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::MoveSlot(cluster, moved_key, other));
   ASSERT_EQ(client->NodeFor(moved_key), node);  // the client does not know yet
   ASSERT_EQ(testing::RedisCommand(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
   const uint64_t split_before = store.GetStats().batches_split;

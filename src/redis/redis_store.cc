@@ -224,7 +224,7 @@ void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
   if (one_slot && (!cluster || options_.batch_cluster)) {
     queued.done = std::move(finish);
     std::string node = cluster ? client_->NodeFor(queued.items.front().key) : "";
-    return Enqueue(std::move(node), std::move(queued));
+    return Enqueue({.node = std::move(node), .leases = false}, std::move(queued));
   }
   // Otherwise grouped by slot (a moved vector keeps its elements, so the items' limit pointers
   // stay valid).
@@ -372,11 +372,16 @@ void RedisStore::RunGroup(std::string key, std::vector<DecideItem> items,
       std::move(call_deadline));
 }
 
-// Takes the next batch of `node`'s queue (at most max_batch), or marks one call fewer in flight
-// when the queue is empty (and forgets the node once nothing is queued or in flight).
-std::vector<RedisStore::Queued> RedisStore::TakeBatch(const std::string& node, bool starting) {
+void RedisStore::Queued::Fail(absl::Status status) const {
+  if (lease_done) return lease_done(std::move(status));
+  done(std::move(status));
+}
+
+// Takes the next batch of `queue` (at most max_batch), or marks one call fewer in flight when
+// the queue is empty (and forgets the queue once nothing is queued or in flight).
+std::vector<RedisStore::Queued> RedisStore::TakeBatch(const QueueKey& queue, bool starting) {
   std::vector<Queued> batch;
-  auto it = queues_.find(node);
+  auto it = queues_.find(queue);
   if (it == queues_.end()) return batch;
   NodeQueue& q = it->second;
   if (starting) {
@@ -394,23 +399,23 @@ std::vector<RedisStore::Queued> RedisStore::TakeBatch(const std::string& node, b
   return batch;
 }
 
-void RedisStore::Enqueue(std::string node, Queued queued) {
+void RedisStore::Enqueue(QueueKey queue, Queued queued) {
   std::vector<Queued> batch;
   {
     absl::ReleasableMutexLock lock(&batch_mu_);
     if (queued_ >= options_.max_queued) {
       lock.Release();
-      return queued.done(absl::ResourceExhaustedError(
+      return queued.Fail(absl::ResourceExhaustedError(
           fmt::format("redis: {} requests already waiting", options_.max_queued)));
     }
-    queues_[node].waiting.push_back(std::move(queued));
+    queues_[queue].waiting.push_back(std::move(queued));
     ++queued_;
-    batch = TakeBatch(node, /*starting=*/true);
+    batch = TakeBatch(queue, /*starting=*/true);
   }
-  if (!batch.empty()) SendBatch(std::move(node), std::move(batch), /*by_sha=*/true);
+  if (!batch.empty()) SendBatch(std::move(queue), std::move(batch), /*by_sha=*/true);
 }
 
-void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_sha) {
+void RedisStore::SendBatch(QueueKey queue, std::vector<Queued> batch, bool by_sha) {
   // Requests whose deadline passed while they waited are answered now, not sent: the call's
   // deadline is the earliest of those left (the first, usually: the queue is in order).
   const auto now = MonotonicNow(client_->clock());
@@ -428,42 +433,38 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
     std::vector<Queued> next;
     {
       absl::MutexLock lock(&batch_mu_);
-      next = TakeBatch(node, /*starting=*/false);
+      next = TakeBatch(queue, /*starting=*/false);
     }
-    if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
+    if (!next.empty()) SendBatch(queue, std::move(next), /*by_sha=*/true);
   }
   for (Queued& q : late) {
-    q.done(absl::DeadlineExceededError("redis: no reply in time (the request waited for a call)"));
+    q.Fail(absl::DeadlineExceededError("redis: no reply in time (the request waited for a call)"));
   }
   if (batch.empty()) return;
   Deadline call_deadline{.at = batch.front().deadline};
   for (const Queued& q : batch) call_deadline.at = std::min(call_deadline.at, q.deadline);
   const std::string sha = by_sha ? Sha() : std::string();
-  std::vector<std::span<const DecideItem>> requests;
-  requests.reserve(batch.size());
-  for (const Queued& q : batch) requests.emplace_back(q.items);
-  // On a cluster the call goes to the node of its first key; the others were on that node too
-  // when queued. Their slots may differ: the keys go as arguments (allow-cross-slot-keys).
-  std::string command =
-      EncodeDecide(sha, requests, /*commit=*/true,
-                   /*keys_in_argv=*/client_->cluster(), &call_deadline.redis_time_at);
+  std::string command = EncodeBatch(queue, sha, batch, &call_deadline.redis_time_at);
   const bool sent_text = sha.empty();
   const std::string route = batch.front().items.front().key;
   // Shared with the late-reply handler: one of the two runs.
   auto sent = std::make_shared<std::vector<Queued>>(std::move(batch));
-  call_deadline.late = [guard = late_guard_, sent](const Reply& reply) {
+  call_deadline.late = [guard = late_guard_, sent, leases = queue.leases](const Reply& reply) {
+    if (leases) return ReturnLateLeases(*guard, reply, *sent);
     std::vector<std::span<const DecideItem>> requests;
     for (const Queued& q : *sent) requests.emplace_back(q.items);
     RefundLate(*guard, reply, requests);
   };
   script_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (queue.leases) lease_calls_.fetch_add(1, std::memory_order_relaxed);
   client_->Send(
       route, std::move(command),
-      [this, node = std::move(node), route, sent, sent_text](absl::StatusOr<Reply> reply) mutable {
+      [this, queue = std::move(queue), route, sent,
+       sent_text](absl::StatusOr<Reply> reply) mutable {
         std::vector<Queued>& batch = *sent;
         if (reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT") && !sent_text) {
           noscript_.fetch_add(1, std::memory_order_relaxed);
-          return SendBatch(std::move(node), std::move(batch), /*by_sha=*/false);
+          return SendBatch(std::move(queue), std::move(batch), /*by_sha=*/false);
         }
         if (reply.ok() && sent_text) LearnSha(route);
         // The next batch first, if requests waited meanwhile: once the last of this
@@ -472,25 +473,11 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
         std::vector<Queued> next;
         {
           absl::MutexLock lock(&batch_mu_);
-          next = TakeBatch(node, /*starting=*/false);
+          next = TakeBatch(queue, /*starting=*/false);
         }
-        if (!next.empty()) SendBatch(node, std::move(next), /*by_sha=*/true);
-        if (client_->cluster() && SlotsMoved(reply)) {
-          // The slot map changed under the batch: each request goes on its own, with
-          // its keys declared, the way that follows MOVED and ASK. The refused batch
-          // wrote nothing (Redis checks a key's node when the script first touches it,
-          // and decide.lua reads every key before it writes any), so no request counts
-          // twice.
-          batches_split_.fetch_add(1, std::memory_order_relaxed);
-          for (Queued& q : batch) {
-            auto one = std::make_shared<Queued>(std::move(q));
-            std::string key = one->items.front().key;
-            RunGroup(std::move(key), one->items, one, /*commit=*/true, /*by_sha=*/true,
-                     one->deadline,
-                     [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
-          }
-          return;
-        }
+        if (!next.empty()) SendBatch(queue, std::move(next), /*by_sha=*/true);
+        if (client_->cluster() && SlotsMoved(reply)) return SplitBatch(queue, batch);
+        if (queue.leases) return AnswerLeases(batch, reply);
         std::vector<std::span<const DecideItem>> requests;
         for (const Queued& q : batch) requests.emplace_back(q.items);
         absl::StatusOr<std::vector<DecideResult>> results =
@@ -505,6 +492,37 @@ void RedisStore::SendBatch(std::string node, std::vector<Queued> batch, bool by_
         }
       },
       std::move(call_deadline));
+}
+
+std::string RedisStore::EncodeBatch(const QueueKey& queue, std::string_view sha,
+                                    std::span<const Queued> batch, size_t* deadline_at) const {
+  // On a cluster the call goes to the node of its first key; the others were on that node too
+  // when queued. Their slots may differ: the keys go as arguments (allow-cross-slot-keys; a lease
+  // batch always passes them so).
+  if (queue.leases) return EncodeLeaseBatch(sha, batch, deadline_at);
+  std::vector<std::span<const DecideItem>> requests;
+  requests.reserve(batch.size());
+  for (const Queued& q : batch) requests.emplace_back(q.items);
+  return EncodeDecide(sha, requests, /*commit=*/true, /*keys_in_argv=*/client_->cluster(),
+                      deadline_at);
+}
+
+void RedisStore::SplitBatch(const QueueKey& queue, std::vector<Queued>& batch) {
+  // The slot map changed under the batch: each request goes on its own, with its keys declared,
+  // the way that follows MOVED and ASK. The refused batch wrote nothing (Redis checks a key's
+  // node when the script first touches it, and decide.lua reads every key of a batch before it
+  // writes any), so no request counts twice.
+  batches_split_.fetch_add(1, std::memory_order_relaxed);
+  for (Queued& q : batch) {
+    auto one = std::make_shared<Queued>(std::move(q));
+    if (queue.leases) {
+      SendLease(std::move(one), /*by_sha=*/true);
+      continue;
+    }
+    std::string key = one->items.front().key;
+    RunGroup(std::move(key), one->items, one, /*commit=*/true, /*by_sha=*/true, one->deadline,
+             [one](absl::StatusOr<DecideResult> r) { one->done(std::move(r)); });
+  }
 }
 
 bool RedisStore::SlotsMoved(const absl::StatusOr<Reply>& reply) {
@@ -612,6 +630,7 @@ RedisStore::Stats RedisStore::GetStats() const {
                .cross_slot_refunds = cross_slot_refunds_.load(),
                .batches_split = batches_split_.load(),
                .late_refunds = late_refunds_.load(),
+               .leases = leases_.load(),
                .lease_calls = lease_calls_.load(),
                .sync_calls = sync_calls_.load()};
 }

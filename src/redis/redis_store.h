@@ -21,7 +21,9 @@
 // turn): under load one script call carries many decisions, and an idle server sees no added
 // wait. On a cluster the single-slot requests headed to one node are batched the same way (the
 // script may take keys of several slots of its node: allow-cross-slot-keys); should the slot map
-// change under a batch, its requests go again one by one, following MOVED and ASK.
+// change under a batch, its requests go again one by one, following MOVED and ASK. Leases
+// (Lease) are batched the same way, in queues of their own: a call takes several leases, each on
+// its own (one granting nothing does not change another's).
 //
 // Each request has one deadline, the client's timeout from DecideAll: its wait for a call, both
 // steps across slots, redirections and a NOSCRIPT repeat all count against it, and each script
@@ -87,7 +89,8 @@ class RedisStore final : public backend::Backend,
     uint64_t cross_slot_refunds = 0;  // slots refunded after another slot refused
     uint64_t batches_split = 0;       // cluster batches sent again request by request (slots moved)
     uint64_t late_refunds = 0;  // requests admitted by a call whose reply came too late, refunded
-    uint64_t lease_calls = 0;   // leases asked for (each a script call)
+    uint64_t leases = 0;        // leases asked for (Lease)
+    uint64_t lease_calls = 0;   // script calls that took leases (a batch counts once)
     uint64_t sync_calls = 0;    // merge calls (consistency: eventual; script calls too)
   };
 
@@ -121,6 +124,9 @@ class RedisStore final : public backend::Backend,
   // lease ends can never over-admit (docs/algorithms.md, "Leases"). Times are Redis's.
   // leaky_bucket and sliding_log grant 0. Unspent units of a window's lease go back with
   // Refund(items, a time inside the lease); a bucket's are not given back.
+  // Queued and batched as decisions are (mode 6 takes a batch, each lease as mode 4 would), with
+  // a decision's deadline, breaker and errors; a batch's reply that comes too late gives back
+  // what its window leases took.
   void Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) override;
 
   // Merges (consistency: eventual; backend/eventual.h): decide.lua's mode 5 adds each delta's
@@ -167,8 +173,9 @@ class RedisStore final : public backend::Backend,
   Health GetHealth() override;
 
  private:
-  struct LeaseCall;
-  void SendLease(std::shared_ptr<LeaseCall> call, bool by_sha);
+  struct Queued;
+  // One lease on its own (mode 4, its key declared: it follows MOVED and ASK).
+  void SendLease(std::shared_ptr<Queued> lease, bool by_sha);
   struct SyncCall;
   void SendSync(std::shared_ptr<SyncCall> call, bool by_sha);
   std::string EpochKey() const;
@@ -202,21 +209,50 @@ class RedisStore final : public backend::Backend,
   // each request it admitted gives back what it consumed; nothing if the store is gone.
   static void RefundLate(LateGuard& guard, const Reply& reply,
                          std::span<const std::span<const DecideItem>> requests);
+  // A request waiting for a call: a decision, or a lease (`lease_done` set; `items` its one
+  // state).
   struct Queued {
     std::vector<Limit> limits;
     std::vector<DecideItem> items;
-    SteadyTime deadline;  // the decision's: DecideAll's time + the client's timeout
+    SteadyTime deadline;  // DecideAll's (Lease's) time + the client's timeout
     std::function<void(absl::StatusOr<DecideResult>)> done;
+    uint64_t want = 0;
+    int64_t life_us = 0;
+    GrantDone lease_done;
+    void Fail(absl::Status status) const;
   };
   struct NodeQueue {
     std::vector<Queued> waiting;
     int in_flight = 0;  // script calls
   };
-  // Batching, per node ("" on a single server).
-  void Enqueue(std::string node, Queued queued);
-  std::vector<Queued> TakeBatch(const std::string& node, bool starting)
+  // Batching, per node ("" on a single server) and per kind: decisions and leases go in calls of
+  // their own.
+  struct QueueKey {
+    std::string node;
+    bool leases = false;
+    template <typename H>
+    friend H AbslHashValue(H h, const QueueKey& k) {
+      return H::combine(std::move(h), k.node, k.leases);
+    }
+    friend bool operator==(const QueueKey&, const QueueKey&) = default;
+  };
+  void Enqueue(QueueKey queue, Queued queued);
+  std::vector<Queued> TakeBatch(const QueueKey& queue, bool starting)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch_mu_);
-  void SendBatch(std::string node, std::vector<Queued> batch, bool by_sha);
+  void SendBatch(QueueKey queue, std::vector<Queued> batch, bool by_sha);
+  // The script call of `batch`: decisions (decide.lua's mode 1 or 3) or leases (mode 6).
+  std::string EncodeBatch(const QueueKey& queue, std::string_view sha,
+                          std::span<const Queued> batch, size_t* deadline_at) const;
+  // Sends a cluster batch's requests again one by one (its slots moved: SlotsMoved).
+  void SplitBatch(const QueueKey& queue, std::vector<Queued>& batch);
+  // The script call of a batch of leases; what each got, from its reply.
+  static std::string EncodeLeaseBatch(std::string_view sha, std::span<const Queued> batch,
+                                      size_t* deadline_at);
+  static void AnswerLeases(std::span<const Queued> batch, const absl::StatusOr<Reply>& reply);
+  // The reply of a lease batch that came after its leases were answered (DeadlineExceeded):
+  // each window lease gives back what it took (a bucket's cannot be); nothing if the store is
+  // gone.
+  static void ReturnLateLeases(LateGuard& guard, const Reply& reply, std::span<const Queued> batch);
   // Whether a cluster batch failed because its slots may no longer (all) be on the node it went
   // to: then its requests go again one by one.
   static bool SlotsMoved(const absl::StatusOr<Reply>& reply);
@@ -236,7 +272,7 @@ class RedisStore final : public backend::Backend,
   };
   const std::shared_ptr<ShaCell> sha_ = std::make_shared<ShaCell>();
   const std::shared_ptr<LateGuard> late_guard_;
-  std::atomic<uint64_t> lease_calls_{0};
+  std::atomic<uint64_t> leases_{0}, lease_calls_{0};
   std::atomic<uint64_t> sync_calls_{0};
   std::atomic<uint64_t> calls_{0}, script_calls_{0}, errors_{0}, timeouts_{0}, noscript_{0},
       refused_{0}, cross_slot_refunds_{0}, batches_split_{0}, late_refunds_{0};
@@ -250,7 +286,7 @@ class RedisStore final : public backend::Backend,
   mutable absl::Mutex error_mu_;
   std::string last_error_ ABSL_GUARDED_BY(error_mu_);  // the last call's failure
   absl::Mutex batch_mu_;
-  absl::flat_hash_map<std::string, NodeQueue> queues_ ABSL_GUARDED_BY(batch_mu_);  // by node
+  absl::flat_hash_map<QueueKey, NodeQueue> queues_ ABSL_GUARDED_BY(batch_mu_);
   size_t queued_ ABSL_GUARDED_BY(batch_mu_) = 0;  // requests waiting, all nodes
 };
 

@@ -80,56 +80,95 @@ void RedisStore::BumpResetEpoch(size_t deleted, const ResetDone& done) {
   });
 }
 
-// What one lease call needs until its reply (a NOSCRIPT answer sends it again).
-struct RedisStore::LeaseCall {
-  Limit limit;
-  std::string key;
-  std::string field;
-  uint64_t want;
-  int64_t life_us;
-  GrantDone done;
-};
-
 void RedisStore::Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) {
-  Place place = StatePlace(*item.limit, item.limit_id, item.key);
-  SendLease(std::make_shared<LeaseCall>(LeaseCall{.limit = *item.limit,
-                                                  .key = std::move(place.key),
-                                                  .field = std::move(place.field),
-                                                  .want = want,
-                                                  .life_us = life_us,
-                                                  .done = std::move(done)}),
-            /*by_sha=*/true);
+  leases_.fetch_add(1, std::memory_order_relaxed);
+  if (!breaker_.Allow()) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return done(absl::UnavailableError("redis: circuit breaker open after repeated failures"));
+  }
+  // Queued as a decision is, with a decision's deadline, batched with the other leases headed to
+  // its node.
+  Queued lease;
+  lease.deadline = MonotonicNow(client_->clock()) +
+                   std::chrono::duration_cast<SteadyTime::duration>(client_->timeout());
+  lease.limits.push_back(*item.limit);
+  Place place = StatePlace(lease.limits[0], item.limit_id, item.key);
+  lease.items.push_back(
+      {&lease.limits[0], std::move(place.key), 0, false, false, std::move(place.field)});
+  lease.want = want;
+  lease.life_us = life_us;
+  lease.lease_done = [this, done = std::move(done)](absl::StatusOr<Grant> grant) {
+    Record(grant.status());
+    done(std::move(grant));
+  };
+  const bool cluster = client_->cluster();
+  if (cluster && !options_.batch_cluster) {
+    return SendLease(std::make_shared<Queued>(std::move(lease)), /*by_sha=*/true);
+  }
+  std::string node = cluster ? client_->NodeFor(lease.items[0].key) : "";
+  Enqueue({.node = std::move(node), .leases = true}, std::move(lease));
 }
 
-void RedisStore::SendLease(std::shared_ptr<LeaseCall> call, bool by_sha) {
-  const DecideItem it{&call->limit, call->key, 0, false, false, call->field};
+std::string RedisStore::EncodeLeaseBatch(std::string_view sha, std::span<const Queued> batch,
+                                         size_t* deadline_at) {
+  std::vector<LeaseAsk> asks;
+  asks.reserve(batch.size());
+  for (const Queued& q : batch) {
+    asks.push_back({.item = q.items[0], .want = q.want, .life_us = q.life_us});
+  }
+  return EncodeLeases(sha, asks, deadline_at);
+}
+
+void RedisStore::AnswerLeases(std::span<const Queued> batch, const absl::StatusOr<Reply>& reply) {
+  absl::StatusOr<LeaseReply> parsed = reply.ok() ? ParseLeaseReply(*reply, batch.size())
+                                                 : absl::StatusOr<LeaseReply>(reply.status());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!parsed.ok()) {
+      batch[i].lease_done(parsed.status());
+      continue;
+    }
+    const LeaseGrant& g = parsed->grants[i];
+    batch[i].lease_done(Grant{
+        .granted = g.granted, .now_us = parsed->now_us, .ends_us = g.ends_us, .left = g.left});
+  }
+}
+
+void RedisStore::ReturnLateLeases(LateGuard& guard, const Reply& reply,
+                                  std::span<const Queued> batch) {
+  absl::MutexLock lock(&guard.mu);
+  RedisStore* store = guard.store;
+  if (store == nullptr) return;
+  auto parsed = ParseLeaseReply(reply, batch.size());
+  if (!parsed.ok()) return;  // it ran past its deadline (and took nothing), or failed
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Algorithm a = batch[i].limits[0].algorithm;
+    const uint64_t granted = parsed->grants[i].granted;
+    if (granted == 0 || a == Algorithm::kTokenBucket) continue;  // (unsafe for a bucket)
+    DecideItem unspent = batch[i].items[0];
+    unspent.cost = granted;
+    store->late_refunds_.fetch_add(1, std::memory_order_relaxed);
+    store->RefundGroup({std::move(unspent)}, parsed->now_us, [](absl::Status) {});
+  }
+}
+
+void RedisStore::SendLease(std::shared_ptr<Queued> lease, bool by_sha) {
+  const DecideItem& item = lease->items[0];
   const std::string sha = by_sha ? Sha() : std::string();
   script_calls_.fetch_add(1, std::memory_order_relaxed);
   lease_calls_.fetch_add(1, std::memory_order_relaxed);
   client_->Send(
-      call->key, EncodeLease(sha, it, call->want, call->life_us),
-      [this, call, by_sha, sha](absl::StatusOr<Reply> reply) {
-        if (!reply.ok()) return call->done(reply.status());
-        if (reply->IsError()) {
-          if (by_sha && reply->str.starts_with("NOSCRIPT")) {
-            noscript_.fetch_add(1, std::memory_order_relaxed);
-            return SendLease(call, /*by_sha=*/false);
-          }
-          return call->done(absl::InternalError(fmt::format("lease script: {}", reply->str)));
+      item.key, EncodeLease(sha, item, lease->want, lease->life_us),
+      [this, lease, sha](absl::StatusOr<Reply> reply) {
+        if (reply.ok() && !sha.empty() && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
+          noscript_.fetch_add(1, std::memory_order_relaxed);
+          return SendLease(lease, /*by_sha=*/false);
         }
-        if (reply->type != Reply::Type::kArray || reply->elements.size() != 4) {
-          return call->done(absl::InternalError("lease script: a reply of the wrong shape"));
+        if (reply.ok() && !reply->IsError() && sha.empty()) {
+          LearnSha(lease->items[0].key);  // the SHA, for next time
         }
-        if (sha.empty()) LearnSha(call->key);  // the SHA, for next time
-        const auto& e = reply->elements;
-        const auto count = [](const Reply& r) {
-          return static_cast<uint64_t>(std::max<int64_t>(0, r.integer));
-        };
-        call->done(Grant{.granted = count(e[1]),
-                         .now_us = e[0].integer,
-                         .ends_us = e[2].integer,
-                         .left = count(e[3])});
-      });
+        AnswerLeases({lease.get(), 1}, reply);  // mode 4's reply is one lease's of mode 6
+      },
+      Deadline{.at = lease->deadline});
 }
 
 // What one merge call needs until its reply (a NOSCRIPT answer sends it again).

@@ -7,7 +7,6 @@
 #include "redis/redis_store.h"
 
 #include <future>
-#include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -15,6 +14,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/cluster_batch.h"
 #include "tests/support/delay_relay.h"
 #include "tests/support/jump_clock.h"
 #include "tests/support/redis_calls.h"
@@ -265,24 +265,10 @@ TEST(RedisStoreTest, ClosingTheClientAnswersTheCallsInFlight) {
 // Decides `keys` (limit id 1, cost 1) at once, without waiting between them; the results in order.
 std::vector<absl::StatusOr<DecideResult>> DecideAtOnce(RedisStore& store, const Limit& limit,
                                                        const std::vector<std::string>& keys) {
-  struct Answers {
-    explicit Answers(size_t n) : results(n, absl::InternalError("no answer")) {}
-    bool All() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == results.size(); }
-    absl::Mutex mu;
-    std::vector<absl::StatusOr<DecideResult>> results ABSL_GUARDED_BY(mu);
-    size_t answered ABSL_GUARDED_BY(mu) = 0;
-  } answers(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
+  return testing::AllAtOnce<DecideResult>(keys.size(), [&](size_t i, RedisStore::Done done) {
     const Item item{.limit = &limit, .limit_id = 1, .key = keys[i], .cost = 1};
-    store.DecideAll(std::span(&item, 1), [&, i](absl::StatusOr<DecideResult> r) {
-      absl::MutexLock lock(&answers.mu);
-      answers.results[i] = std::move(r);
-      ++answers.answered;
-    });
-  }
-  absl::MutexLock lock(&answers.mu);
-  answers.mu.AwaitWithTimeout(absl::Condition(&answers, &Answers::All), absl::Seconds(20));
-  return answers.results;
+    store.DecideAll(std::span(&item, 1), std::move(done));
+  });
 }
 
 // Sends `count` requests for `limit` on key `key` (limit id 1, cost 1) at once and waits for all
@@ -534,21 +520,8 @@ TEST(RedisStoreTest, ClusterRequestsAreBatchedPerNodeAndSplitWhenASlotMoves) {
   RedisStore store(client.get(), {.max_in_flight = 1});
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 5, kHour);
   // 12 keys on one node, in 12 different slots; and a node elsewhere.
-  const std::string node = client->NodeFor(store.RedisKey(1, "k0"));
-  std::vector<std::string> keys;
-  std::set<uint16_t> slots;
-  for (int i = 0; keys.size() < 12 && i < 100000; ++i) {
-    std::string key = fmt::format("k{}", i);
-    const std::string redis_key = store.RedisKey(1, key);
-    if (client->NodeFor(redis_key) == node && slots.insert(KeySlot(redis_key)).second)
-      keys.push_back(key);
-  }
+  const auto [keys, node, other] = testing::FindKeysOnOneNode(*client, store, 12);
   ASSERT_EQ(keys.size(), 12u);
-  std::string other;
-  for (int i = 0; other.empty() && i < 1000; ++i) {
-    const std::string n = client->NodeFor(store.RedisKey(1, fmt::format("o{}", i)));
-    if (n != node) other = n;
-  }
   auto admin = Open({"redis://" + node}, false);
   auto other_admin = Open({"redis://" + other}, false);
 
@@ -565,12 +538,7 @@ TEST(RedisStoreTest, ClusterRequestsAreBatchedPerNodeAndSplitWhenASlotMoves) {
   // Move the (empty) slot of the last key to the other node behind the client's back.
   const std::string moved_key = store.RedisKey(1, keys.back());
   (void)Command(*admin, {"DEL", moved_key});
-  const std::string slot = std::to_string(KeySlot(moved_key));
-  const std::string other_id = Command(*other_admin, {"CLUSTER", "MYID"})->str;
-  for (size_t i = 0; i < 3; ++i) {
-    auto master = Open({cluster.url(i)}, false);
-    ASSERT_EQ(Command(*master, {"CLUSTER", "SETSLOT", slot, "NODE", other_id})->str, "OK");
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::MoveSlot(cluster, moved_key, other));
   ASSERT_EQ(client->NodeFor(moved_key), node);  // the client does not know yet
   ASSERT_EQ(Command(*admin, {"CLIENT", "PAUSE", "300", "ALL"})->str, "OK");
   auto second = DecideAtOnce(store, limit, keys);

@@ -90,6 +90,21 @@ std::string PackKind(const DecideItem& it) {
 // A refund's item: its kind, then its hash field if any.
 std::string PackItem(const DecideItem& it) { return PackKind(it) + it.field; }
 
+// A call's deadline argument before the connection writes it (none): kRedisTimeDigits zeros.
+constexpr std::string_view kNoDeadline = "0000000000000000";
+static_assert(kNoDeadline.size() == kRedisTimeDigits);
+
+// The byte offset of argument `index`'s bytes in AppendCommand(args)'s command: *<count>\r\n,
+// then $<length>\r\n<bytes>\r\n per argument.
+size_t ArgumentOffset(std::span<const std::string_view> args, size_t index) {
+  size_t at = fmt::formatted_size("*{}\r\n", args.size());
+  for (size_t i = 0; i <= index; ++i) {
+    at += fmt::formatted_size("${}\r\n", args[i].size());
+    if (i < index) at += args[i].size() + 2;
+  }
+  return at;
+}
+
 }  // namespace
 
 std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items,
@@ -116,6 +131,60 @@ std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t w
   AppendCommand(&command, {sha.empty() ? "EVAL" : "EVALSHA", sha.empty() ? DecideScript() : sha,
                            "1", item.key, "4", life, units, kind});
   return command;
+}
+
+std::string EncodeLeases(std::string_view sha, std::span<const LeaseAsk> asks,
+                         size_t* deadline_at) {
+  std::vector<std::string> text;  // the count, then per ask: its kind and field, life, want
+  text.reserve(1 + 3 * asks.size());
+  text.push_back(std::to_string(asks.size()));
+  for (const LeaseAsk& ask : asks) {
+    text.push_back(PackItem(ask.item));
+    text.push_back(std::to_string(ask.life_us));
+    text.push_back(std::to_string(ask.want));
+  }
+  std::vector<std::string_view> args = {sha.empty() ? "EVAL" : "EVALSHA",
+                                        sha.empty() ? DecideScript() : sha,
+                                        "0",
+                                        "6",
+                                        kNoDeadline,
+                                        text[0]};
+  const size_t deadline_arg = 4;
+  args.reserve(6 + 4 * asks.size());
+  for (size_t i = 0; i < asks.size(); ++i) {
+    args.push_back(asks[i].item.key);
+    for (size_t j = 1; j <= 3; ++j) args.push_back(text[3 * i + j]);
+  }
+  std::string command;
+  AppendCommand(&command, args);
+  if (deadline_at != nullptr) *deadline_at = ArgumentOffset(args, deadline_arg);
+  return command;
+}
+
+absl::StatusOr<LeaseReply> ParseLeaseReply(const Reply& reply, size_t asks) {
+  if (reply.IsError()) return absl::InternalError(fmt::format("lease script: {}", reply.str));
+  const auto& e = reply.elements;
+  if (reply.type != Reply::Type::kArray || e.empty() ||
+      !std::all_of(e.begin(), e.end(),
+                   [](const Reply& r) { return r.type == Reply::Type::kInteger; })) {
+    return absl::InternalError("lease script: a malformed reply");
+  }
+  if (e.size() == 2 && e[1].integer == -1) {  // {now_us, -1}: no grant has two elements
+    return absl::DeadlineExceededError(
+        "lease script: Redis ran the call past its deadline; it took nothing");
+  }
+  if (e.size() != 1 + 3 * asks) return absl::InternalError("lease script: a malformed reply");
+  const auto count = [](const Reply& r) {
+    return static_cast<uint64_t>(std::max<int64_t>(0, r.integer));
+  };
+  LeaseReply out{.now_us = e[0].integer, .grants = {}};
+  out.grants.reserve(asks);
+  for (size_t i = 0; i < asks; ++i) {
+    out.grants.push_back({.granted = count(e[1 + 3 * i]),
+                          .ends_us = e[2 + 3 * i].integer,
+                          .left = count(e[3 + 3 * i])});
+  }
+  return out;
 }
 
 std::string EncodeSync(std::string_view sha, std::span<const SyncItem> items) {
@@ -235,10 +304,8 @@ std::string EncodeDecide(std::string_view sha,
     for (const DecideItem* it : states) args.push_back(it->key);
   }
   args.push_back(argv_keys ? "3" : (commit ? "1" : "0"));
-  static constexpr char kNoDeadline[] = "0000000000000000";
-  static_assert(sizeof kNoDeadline == kRedisTimeDigits + 1);
   const size_t deadline_arg = args.size();
-  args.push_back(std::string_view(kNoDeadline, kRedisTimeDigits));
+  args.push_back(kNoDeadline);
   args.push_back(requests_text);
   if (argv_keys) {
     args.push_back(states_text);
@@ -252,15 +319,7 @@ std::string EncodeDecide(std::string_view sha,
   }
   std::string command;
   AppendCommand(&command, args);
-  if (deadline_at != nullptr) {
-    // AppendCommand's layout: *<count>\r\n, then $<length>\r\n<bytes>\r\n per argument.
-    size_t at = fmt::formatted_size("*{}\r\n", args.size());
-    for (size_t i = 0; i <= deadline_arg; ++i) {
-      at += fmt::formatted_size("${}\r\n", args[i].size());
-      if (i < deadline_arg) at += args[i].size() + 2;
-    }
-    *deadline_at = at;
-  }
+  if (deadline_at != nullptr) *deadline_at = ArgumentOffset(args, deadline_arg);
   return command;
 }
 

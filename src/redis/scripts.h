@@ -46,6 +46,33 @@ struct DecideItem {
 std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t want,
                         int64_t life_us);
 
+// One lease of a batch (decide.lua's mode 6): up to `want` units of `item`'s state for at most
+// `life_us`, as EncodeLease takes them.
+struct LeaseAsk {
+  DecideItem item;  // item.cost is not used
+  uint64_t want;
+  int64_t life_us;
+};
+// The EVALSHA (or, with `sha` empty, EVAL) taking `asks` in turn, each on its own as
+// EncodeLease's call would, their keys as arguments (so that they may be in several slots of one
+// cluster node). Its deadline as EncodeDecide's (`deadline_at`). Its reply: {now_us, then per
+// ask: units granted, the lease's end, units a request could still take}; ParseLeaseReply reads
+// it, and EncodeLease's reply, the same for one ask.
+std::string EncodeLeases(std::string_view sha, std::span<const LeaseAsk> asks,
+                         size_t* deadline_at = nullptr);
+struct LeaseGrant {
+  uint64_t granted = 0;
+  int64_t ends_us = 0;
+  uint64_t left = 0;
+};
+struct LeaseReply {
+  int64_t now_us = 0;
+  std::vector<LeaseGrant> grants;  // by ask
+};
+// DeadlineExceeded when the script ran past its deadline (and took nothing); an error for
+// anything but `asks` grants.
+absl::StatusOr<LeaseReply> ParseLeaseReply(const Reply& reply, size_t asks);
+
 // The whole EVALSHA (or, with `sha` empty, EVAL of the script's text) command deciding
 // `requests` in turn, each all-or-nothing; `commit` false evaluates without writing anything.
 // `keys_in_argv` (with commit) passes the keys as arguments, not KEYS, so that they may be in

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "redis/client.h"
 #include "redis/redis_store.h"
@@ -74,6 +76,31 @@ inline absl::StatusOr<redis::DecideResult> DecideNow(redis::RedisStore& store,
     return absl::InternalError("no answer in 10 s");
   }
   return future.get();
+}
+
+// Makes `count` calls at once, without waiting between them (start(i, done) makes call i, which
+// answers through `done`), then waits for every answer (at most 20 s): the answers by index,
+// Internal ("no answer") for those that did not come. (The answers outlive a wait that gave up.)
+template <typename T, typename Start>
+std::vector<absl::StatusOr<T>> AllAtOnce(size_t count, Start start) {
+  struct Answers {
+    explicit Answers(size_t n) : results(n, absl::InternalError("no answer")) {}
+    bool All() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == results.size(); }
+    absl::Mutex mu;
+    std::vector<absl::StatusOr<T>> results ABSL_GUARDED_BY(mu);
+    size_t answered ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto answers = std::make_shared<Answers>(count);
+  for (size_t i = 0; i < count; ++i) {
+    start(i, [answers, i](absl::StatusOr<T> r) {
+      absl::MutexLock lock(&answers->mu);
+      answers->results[i] = std::move(r);
+      ++answers->answered;
+    });
+  }
+  absl::MutexLock lock(&answers->mu);
+  answers->mu.AwaitWithTimeout(absl::Condition(answers.get(), &Answers::All), absl::Seconds(20));
+  return answers->results;
 }
 
 }  // namespace sluice::testing

@@ -13,6 +13,7 @@
 --          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above),
 --          4 = take a lease (consistency: leased; see "Leases" below)
 --          5 = merge admissions made elsewhere (consistency: eventual; see "Merges" below)
+--          6 = take several leases, each as mode 4 would, in turn (see "Leases" below)
 -- ARGV[2]: the deadline, Redis's time in µs (16 digits; 0: none): a call that finds TIME past it
 --          changes nothing and returns {now_us, -1}. The client has given up on the call by
 --          then (or is about to; redis::Deadline), so what it would decide nobody would get: it
@@ -595,22 +596,64 @@ if ARGV[1] == '2' then
   end
   return {now}
 end
--- Leases: ARGV[2] the lease's longest life (µs), ARGV[3] the units wanted, ARGV[4] the item's
--- kind (six doubles, as for a decision) followed by its hash field if any; KEYS[1] its key.
--- Returns {now_us, units granted, the lease's end (µs), units a request could still take}.
--- (Unspent units of a window's lease go
--- back as a refund at a time inside the lease: mode 2.)
-if ARGV[1] == '4' then
-  local key = KEYS[1]
-  local alg, n, w, cap = unpack('<dddddd', ARGV[4])
-  local field = item_field(ARGV[4])
-  local raw = load(key, field)
+-- Leases: takes up to `want` units of the state of `key` (its hash field, if `kind` names one),
+-- whose stored value is `raw` (false: none), for at most `life` µs (lease, above), and writes
+-- it back if it granted some. Returns the units granted, the lease's end (µs) and units a request
+-- could still take.
+local function take_lease(key, kind, raw, life, want)
+  local alg, n, w, cap = unpack('<dddddd', kind)
+  local field = item_field(kind)
   local st = {0, 0, 0}
   if raw then st = parse(alg, raw) end
   if field and st[1] <= now then st = {0, 0, 0} end  -- a packed state past idle_at is absent
-  local granted, ends, left = lease(alg, st, now, n, w, cap, tonumber(ARGV[3]), tonumber(ARGV[2]))
+  local granted, ends, left = lease(alg, st, now, n, w, cap, want, life)
   if granted > 0 then store(key, field, alg, st) end
+  return granted, ends, left
+end
+-- One lease: ARGV[2] the lease's longest life (µs), ARGV[3] the units wanted, ARGV[4] the item's
+-- kind (six doubles, as for a decision) followed by its hash field if any; KEYS[1] its key.
+-- Returns {now_us, units granted, the lease's end (µs), units a request could still take}.
+-- (Unspent units of a window's lease go back as a refund at a time inside the lease: mode 2.)
+if ARGV[1] == '4' then
+  local key, kind = KEYS[1], ARGV[4]
+  local granted, ends, left =
+    take_lease(key, kind, load(key, item_field(kind)), tonumber(ARGV[2]), tonumber(ARGV[3]))
   return {now, granted, ends, left}
+end
+-- Several leases (a batch: RedisStore queues the leases headed to one node and sends them
+-- together): ARGV[2] the deadline, as for a decision (past it nothing is taken and the reply is
+-- {now_us, -1}); ARGV[3] the lease count R; then per lease four arguments: its key, its kind
+-- (as for mode 4), its longest life (µs) and the units wanted. The keys are arguments, as in mode
+-- 3 (a cluster node's batch). They are taken in turn, each on its own as R calls of mode 4 would
+-- (at one instant: a later lease of a state sees what an earlier one took). Every state is read
+-- before any is written, so a call on a cluster node that no longer serves one of the keys fails
+-- having changed nothing. Returns {now_us, then per lease: units granted, the lease's end (µs),
+-- units a request could still take}.
+if ARGV[1] == '6' then
+  local deadline = tonumber(ARGV[2])
+  if deadline > 0 and now > deadline then return {now, -1} end  -- too late: nothing is taken
+  local count = tonumber(ARGV[3])
+  local raws = {}
+  for i = 1, count do
+    local at = 4 * i
+    raws[i] = load(ARGV[at], item_field(ARGV[at + 1]))
+  end
+  local reply, written = {now}, {}  -- written: the states a lease of this call changed
+  for i = 1, count do
+    local at = 4 * i
+    local key, kind = ARGV[at], ARGV[at + 1]
+    local field = item_field(kind)
+    local state = field and (key .. '\0' .. field) or key
+    local raw = raws[i]
+    if written[state] then raw = load(key, field) end
+    local granted, ends, left = take_lease(key, kind, raw, tonumber(ARGV[at + 2]),
+                                           tonumber(ARGV[at + 3]))
+    if granted > 0 then written[state] = true end
+    reply[#reply + 1] = granted
+    reply[#reply + 1] = ends
+    reply[#reply + 1] = left
+  end
+  return reply
 end
 -- Merges: ARGV[2] the item count M, then per item three arguments: its key, its kind (six
 -- doubles, as for a decision, the cost being the units to merge) followed by its hash field if

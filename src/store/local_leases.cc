@@ -86,6 +86,19 @@ uint64_t StateHash(const backend::Item& item) {
   return XXH3_64bits_withSeed(item.key.data(), item.key.size(), item.limit_id);
 }
 
+// The most units one lease may hold. A window's unspent units go back; a bucket's are lost when
+// the lease ends (they cannot go back), so a bucket's lease holds no more than the bucket refills
+// in its life: what a lease loses comes back within that life. A bucket that refills less than a
+// request's cost in a lease's life is not leased at all (its hot key is mostly denied: kept
+// denials answer that).
+uint64_t MostToLease(const Limit& limit, int64_t life_us) {
+  if (limit.algorithm != Algorithm::kTokenBucket) return LocalLeases::kMaxUnits;
+  const double refill = static_cast<double>(limit.requests) * static_cast<double>(life_us) /
+                        static_cast<double>(std::max<int64_t>(1, limit.window_us));
+  return refill >= static_cast<double>(LocalLeases::kMaxUnits) ? LocalLeases::kMaxUnits
+                                                               : static_cast<uint64_t>(refill);
+}
+
 bool Leasable(const backend::Item& item) {
   const Algorithm algorithm = item.limit->algorithm;
   // Leasing is the domain's choice: `consistency: leased` (or eventual, which leases satisfy) or
@@ -148,8 +161,9 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
     GiveBack(item, lease.units, lease.granted_at_us, now);
   }
   lease.units = 0;
-  if (lease.Recent() >= kHotDecisions && now >= lease.no_lease_until_us) {
-    const uint64_t want = std::clamp<uint64_t>(lease.Recent(), item.cost, kMaxUnits);
+  const uint64_t most = MostToLease(*item.limit, options_.life_us);
+  if (lease.Recent() >= kHotDecisions && now >= lease.no_lease_until_us && most >= item.cost) {
+    const uint64_t want = std::clamp<uint64_t>(lease.Recent(), item.cost, most);
     const MemoryStore::LeaseGrant grant = store_->Lease(item, want, now, options_.life_us);
     // A hot key over its limit would otherwise take the lock for every request here. (A state
     // not stored yet, after a reset say, is stored by the decision below: asked again next time.)

@@ -17,8 +17,9 @@
 //     asks for a request they cannot cover, or when another hot state takes the thread's slot;
 //     a thread that stops asking keeps them until the window ends;
 //   - token_bucket: a lease lives Options::life_us, and that life counts as consumed (the TAT
-//     moves to the lease's end first); unspent units cannot be given back safely and drain with
-//     the refill.
+//     moves to the lease's end first); unspent units are not given back, so a lease holds no
+//     more than the bucket refills in its life (what it loses comes back within that life), and
+//     a bucket that refills less than the request's cost in a life is not leased.
 // A request is decided here only when it has one item of a domain that chose leases
 // (`consistency: leased` or `eventual`, or `hot_keys: lease`; an exact item is the store's), not
 // shadow nor count_denied, of a token_bucket or fixed_window limit, and the thread's lease of that

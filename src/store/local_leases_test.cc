@@ -26,7 +26,8 @@ namespace {
 using backend::Item;
 constexpr backend::Consistency kLeased = backend::Consistency::kLeased;
 
-constexpr int64_t kSecond = 1000000;
+constexpr int64_t kMs = 1000;
+constexpr int64_t kSecond = 1000 * kMs;
 constexpr int64_t kHour = 3600 * kSecond;
 constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
 
@@ -432,7 +433,7 @@ TEST(LocalLeasesTest, ManyThreadsAdmitExactlyAWindowsLimit) {
 TEST(LocalLeasesTest, ManyThreadsAdmitExactlyABucketsLimit) {
   // (One that refills in a lease's life, 200 a ms, more than a lease holds: the clock stands
   // still, so the threads share the burst.)
-  HammerUntilDenied(MakeLimit(Algorithm::kTokenBucket, 20000, 100 * 1000), /*life_refill=*/200);
+  HammerUntilDenied(MakeLimit(Algorithm::kTokenBucket, 20000, 100 * kMs), /*life_refill=*/200);
 }
 
 }  // namespace

@@ -238,6 +238,8 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     if (request_body_ == nullptr) {
       return beast_http::async_write(connection_->stream, request_,
                                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                                       if (self->Over())
+                                         return;  // answered meanwhile: no connection
                                        if (ec) return self->Failed(ec, /*sent=*/false);
                                        self->ReadHeader();
                                      });
@@ -246,6 +248,10 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
     head_serializer_.emplace(*head_);
     beast_http::async_write_header(connection_->stream, *head_serializer_,
                                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                                     // Answered meanwhile (CancelAll, or a deadline): the
+                                     // connection is closed and gone, even where the write had
+                                     // completed before.
+                                     if (self->Over()) return;
                                      if (ec) return self->Failed(ec, /*sent=*/false);
                                      // The upstream may answer before it has the whole body
                                      // (a 413, a 401): its answer is read while the body is

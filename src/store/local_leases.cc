@@ -6,9 +6,6 @@
 #include <utility>
 #include <vector>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 namespace sluice::store {
 namespace {
 
@@ -80,12 +77,6 @@ Table& ThisThreadsTable() {
   return table;
 }
 
-std::atomic<uint64_t> next_id{1};
-
-uint64_t StateHash(const backend::Item& item) {
-  return XXH3_64bits_withSeed(item.key.data(), item.key.size(), item.limit_id);
-}
-
 // The most units one lease may hold. A window's unspent units go back; a bucket's are lost when
 // the lease ends (they cannot go back), so a bucket's lease holds no more than the bucket refills
 // in its life: what a lease loses comes back within that life. A bucket that refills less than a
@@ -112,10 +103,7 @@ bool Leasable(const backend::Item& item) {
 }  // namespace
 
 LocalLeases::LocalLeases(backend::Backend* inner, MemoryStore* store, Options options)
-    : inner_(inner),
-      store_(store),
-      options_(options),
-      id_(next_id.fetch_add(1, std::memory_order_relaxed)) {}
+    : inner_(inner), store_(store), options_(options), id_(NewFrontId()) {}
 
 LocalLeases::~LocalLeases() = default;
 
@@ -129,12 +117,11 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
   table.Enter(id_);
   const int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
   const uint64_t hash = StateHash(item);
-  const uint64_t generation = GenerationOf(hash).load(std::memory_order_acquire);
+  const uint64_t generation = generations_.Read(hash);
   Lease& lease = table.SlotFor(hash);
   if (!lease.Holds(hash, item)) {
     // Another state's slot: a live lease keeps it (a hot state is not pushed out by cold ones).
-    if (lease.Live(now) &&
-        lease.generation == GenerationOf(lease.hash).load(std::memory_order_acquire)) {
+    if (lease.Live(now) && lease.generation == generations_.Read(lease.hash)) {
       return inner_->Decide(items, now_us, out, std::move(done));
     }
     lease = Lease{.filled = true,
@@ -200,7 +187,7 @@ void LocalLeases::Reset(std::span<const Item> items, ResetDone done) {
                         done = std::move(done)](absl::StatusOr<size_t> reset) {
     // After the store: a lease taken before the reset holds an older generation.
     for (const uint64_t hash : hashes) {
-      GenerationOf(hash).fetch_add(1, std::memory_order_acq_rel);
+      generations_.Move(hash);
     }
     done(std::move(reset));
   });

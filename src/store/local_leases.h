@@ -44,6 +44,7 @@
 
 #include "backend/backend.h"
 #include "store/memory_store.h"
+#include "store/state_generations.h"
 
 namespace sluice::store {
 
@@ -55,7 +56,6 @@ class LocalLeases final : public backend::Backend {
   static constexpr size_t kMaxKeyBytes = 256;   // longer keys are not leased
   static constexpr uint64_t kMaxUnits = 64;     // per lease
   static constexpr uint32_t kHotDecisions = 8;  // in this millisecond and the one before
-  static constexpr size_t kGenerations = 64;    // counters that Reset moves
   // A state that had nothing to lease (MemoryStore::LeaseGrant::exhausted: over its limit) is
   // not asked for a lease again before this has passed (its requests go to `inner`, which
   // answers a denial from the thread's kept ones).
@@ -89,12 +89,6 @@ class LocalLeases final : public backend::Backend {
   static ThreadStats StatsOnThisThread();
 
  private:
-  struct alignas(64) Generation {
-    std::atomic<uint64_t> value{0};
-  };
-  std::atomic<uint64_t>& GenerationOf(uint64_t hash) {
-    return generations_[(hash >> 32) % kGenerations].value;
-  }
   // Gives the unspent units of a fixed_window lease back to the store (a refund in their window).
   void GiveBack(const Item& item, uint64_t units, int64_t granted_at_us, int64_t now_us);
 
@@ -102,7 +96,7 @@ class LocalLeases final : public backend::Backend {
   MemoryStore* const store_;
   const Options options_;
   const uint64_t id_;  // names this instance in the threads' tables: never reused
-  std::array<Generation, kGenerations> generations_;
+  StateGenerations generations_;
 };
 
 }  // namespace sluice::store

@@ -138,10 +138,13 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
     lease.limit = *item.limit;
   }
   lease.Count(now);
-  if (lease.units >= item.cost && now >= lease.granted_at_us && now < lease.ends_us) {
+  // Spent no earlier than the grant, as the store, which never decides before a time its shard
+  // has used, would decide it.
+  const int64_t at = std::max(now, lease.granted_at_us);
+  if (lease.units >= item.cost && at < lease.ends_us) {
     ++table.stats.admitted;
-    out[0] = lease.Spend(item.cost, now);
-    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = now});
+    out[0] = lease.Spend(item.cost, at);
+    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = at});
   }
   if (lease.Live(now) && item.limit->algorithm == Algorithm::kFixedWindow) {
     // Too few for this request: back to the state before it is asked (a bucket's cannot go back).

@@ -29,6 +29,12 @@
 // from the lease. A Reset through this ends every thread's leases of those states (the units are
 // not spent; the state they were counted in is gone); a Refund passes through.
 //
+// Time: a lease's units are spent at max(now_us, the grant's time), never before a time the
+// store used for the grant. Between threads whose now_us disagree (each read the clock once for
+// a batch of requests), a window's units can be spent by a lagging thread up to that lag after
+// another thread's time moved the store into the next window: at most what the lagging thread
+// holds, within that lag.
+//
 // Bounded: kSlots leases per thread (a direct-mapped table), keys of at most kMaxKeyBytes.
 // Safe for concurrent use. Answers inline. `inner` and `store` are not owned; `inner` must
 // answer inline and decide on `store`.
@@ -56,7 +62,8 @@ class LocalLeases final : public backend::Backend {
   static constexpr size_t kMaxKeyBytes = 256;   // longer keys are not leased
   static constexpr uint64_t kMaxUnits = 64;     // per lease
   static constexpr uint32_t kHotDecisions = 8;  // in this millisecond and the one before
-  // A state that had nothing to lease (MemoryStore::LeaseGrant::exhausted: over its limit) is
+  // A state that had too little to lease (MemoryStore::LeaseGrant::exhausted: near or over its
+  // limit) is
   // not asked for a lease again before this has passed (its requests go to `inner`, which
   // answers a denial from the thread's kept ones).
   static constexpr int64_t kNoLeaseRetryUs = 1000;

@@ -211,6 +211,24 @@ TEST(LocalLeasesTest, ABucketIsLeasedNoMoreThanItRefillsInALeasesLife) {
   EXPECT_GT(LocalLeases::StatsOnThisThread().leases, leases_before);
 }
 
+// Requests of cost 3 on a hot window of 100, the clock still: the store alone admits 33 (99
+// units) and denies the rest. A lease is never smaller than the request asking for it, or it
+// would take units the store then lacks (with 3 left, a lease of half, 2, left the store 1).
+TEST(LocalLeasesTest, RequestsOfSeveralUnitsAreAdmittedAsTheStoreAloneWould) {
+  ManualClock clock(kT0);
+  Front front(&clock);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100, kHour);
+  Item item{.limit = &limit, .limit_id = 1, .key = "k", .cost = 3, .consistency = kLeased};
+  const uint64_t leases_before = LocalLeases::StatsOnThisThread().leases;
+  uint64_t admitted = 0;
+  for (int i = 0; i < 60; ++i) admitted += Ask(front.leases, item, kT0).allowed ? 1 : 0;
+  EXPECT_EQ(admitted, 33u);
+  EXPECT_GT(LocalLeases::StatsOnThisThread().leases, leases_before);
+  item.cost = 1;  // the unit left
+  EXPECT_TRUE(Ask(front.leases, item, kT0).allowed);
+  EXPECT_FALSE(Ask(front.leases, item, kT0).allowed);
+}
+
 TEST(LocalLeasesTest, UnspentWindowUnitsGoBackWhenTheyCannotCoverARequest) {
   ManualClock clock(kT0);
   Front front(&clock);

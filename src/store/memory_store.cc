@@ -289,7 +289,9 @@ MemoryStore::LeaseGrant MemoryStore::Lease(const Item& item, uint64_t want, int6
   const Decision before = algo::DecideCompact(look, now, limit, 0);
   const uint64_t half = (static_cast<uint64_t>(before.remaining) + 1) / 2;
   const uint64_t granted = std::min(want, half);
-  if (granted == 0) return {.exhausted = true};
+  // Too little to cover the request that asks: it is decided here instead, exactly (a smaller
+  // lease would take units from it).
+  if (granted < std::max<uint64_t>(item.cost, 1)) return {.exhausted = true};
   const Decision d = algo::DecideCompact(state, now, limit, granted);
   if (!d.allowed) return {};  // (remaining >= granted admits it)
   slot->state = state;

@@ -139,14 +139,15 @@ class MemoryStore final : public backend::Backend {
   // (docs/algorithms.md, "Leases"; store::LocalLeases spends them, one thread each).
   struct LeaseGrant {
     uint64_t granted = 0;        // 0: none (the state admits nothing now, or is not leasable)
-    bool exhausted = false;      // none because the state has nothing left to lease now
+    bool exhausted = false;      // none: what it could grant would not cover item.cost
     int64_t now_us = 0;          // the time the grant used
     int64_t ends_us = 0;         // spend before then
     uint64_t left = 0;           // what cost-1 requests could still take from the state after it
     int64_t reset_until_us = 0;  // when the state is back to a new key's (with no other traffic)
   };
   // Takes up to `want` units of `item`'s state, at most half of what it has left (rounded up),
-  // so that near the limit leases shrink to 1 and other threads get their share. Only a state
+  // so that near the limit leases shrink to 1 and other threads get their share; none when that
+  // would not cover `item.cost` (the request asking is better decided by the store). Only a state
   // that is stored (a tracked key: a hot one is), of a fixed_window limit (the units are counted
   // now in the current window, as a request of that cost; the lease ends with the window) or a
   // token_bucket one (its TAT is first moved on to now + life_us if earlier, then the units are

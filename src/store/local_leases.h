@@ -14,8 +14,9 @@
 //     decided on that state in the last millisecond or two;
 //   - fixed_window: the units are counted in their window when leased, and the lease ends with
 //     the window. Units the thread does not spend go back (a refund in their window) when it
-//     asks for a request they cannot cover, or when another hot state takes the thread's slot;
-//     a thread that stops asking keeps them until the window ends;
+//     asks for a request they cannot cover; a thread that stops asking for the state (its
+//     client moved to another thread, say) keeps them until the window ends, at most kMaxUnits
+//     per thread and state (a live lease also keeps its slot from other states);
 //   - token_bucket: a lease lives Options::life_us, and that life counts as consumed (the TAT
 //     moves to the lease's end first); unspent units are not given back, so a lease holds no
 //     more than the bucket refills in its life (what it loses comes back within that life), and

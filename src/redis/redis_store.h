@@ -126,7 +126,9 @@ class RedisStore final : public backend::Backend,
   // Refund(items, a time inside the lease); a bucket's are not given back.
   // Queued and batched as decisions are (mode 6 takes a batch, each lease as mode 4 would), with
   // a decision's deadline, breaker and errors; a batch's reply that comes too late gives back
-  // what its window leases took.
+  // what its window leases took. (A lease sent on its own, by mode 4: on a cluster without
+  // batch_cluster or after a slot moved under its batch, does not: a late one's window units stay
+  // counted until the window ends.)
   void Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) override;
 
   // Merges (consistency: eventual; backend/eventual.h): decide.lua's mode 5 adds each delta's

@@ -107,8 +107,14 @@ check "most of the hot key's decisions were made from leases" yes \
 hammer "${datas[0]}" hot big carol 20 >/dev/null  # a cold key: never promoted
 hammer "${datas[0]}" hot big bob 3000 >"$tmp/bob" &
 worker=$!
-sleep 1.5
-exposition=$(metrics "${admins[0]}")
+# Read once bob shows (promoted), while the worker still runs (at most about 10 s: building
+# the curl's 3000 requests alone takes a while on a busy machine).
+for _ in $(seq 100); do
+  exposition=$(metrics "${admins[0]}")
+  grep -q 'key="3:big3:bob"' <<<"$exposition" && break
+  kill -0 "$worker" 2>/dev/null || break
+  sleep 0.1
+done
 wait "$worker"
 echo "$exposition" | grep '^sluice_hot_key' | sed 's/^/     /'
 check_contains "/metrics: the hot key in sluice_hot_key_rate" \

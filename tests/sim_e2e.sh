@@ -5,7 +5,8 @@
 # tolerance docs/sim.md explains (Redis decides in its own clock, a little after each arrival),
 # and the over-limit cache saving script calls on a hot key; leased mode with no over-admission
 # and a fraction of exact mode's Redis work; eventual mode within its bound on bursts and a hot
-# key. Also: an unknown mode and a bad limit are usage errors (exit 2).
+# key; --warmup's steady_* fields count from its end. Also: an unknown mode, a bad limit and a
+# warm-up as long as the run are usage errors (exit 2).
 # Usage: SLUICE=path/to/sluice tests/sim_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
@@ -46,7 +47,7 @@ check "sliding_log: admitted ($admitted) = exact model ($exact) within 2 %" "yes
 
 # ---------------------------------------------------------- the over-limit cache on a hot key
 on=$(sim --trace hot --limit fixed_window:20/1s --over-limit-cache on)
-off=$(sim --trace hot --limit fixed_window:20/1s --over-limit-cache off)
+off=$(sim --trace hot --limit fixed_window:20/1s --over-limit-cache off --warmup 0.5)
 echo "  $on"
 echo "  $off"
 calls_on=$(field redis_script_calls_per_decision "$on")
@@ -57,6 +58,12 @@ check "hot key: the cache answered" "yes" "$(holds "$(field over_limit_cache_hit
 check "hot key, cache on: no over-admission" "0" "$(field over_admission_max "$on")"
 check "hot key, cache off: every decision a Redis state operation" "1.0000" \
   "$(field redis_state_ops_per_decision "$off")"
+# --warmup 0.5: the 2000 decisions due from 0.5 s on, and Redis's work counted from then (one
+# state each; counted from the start, it would be 1.5 each).
+check "--warmup: the decisions due after it" "2000" "$(field steady_decisions "$off")"
+steady=$(field steady_redis_state_ops_per_decision "$off")
+check "--warmup: one state operation per decision counted after it ($steady)" "yes" \
+  "$(holds "$steady >= 0.98 && $steady <= 1.02")"
 
 # ------------------------------------------------------------------ leased mode, side by side
 # A hot key at 2000/s for a limit of 1000/s, and 50 zipf keys: leases spend locally, never over.
@@ -119,6 +126,10 @@ check_contains "--mode loose: the modes there are" "exact, leased, eventual" "$o
 out=$("$sluice" sim --redis "$url" --limit fixed_window:100 2>&1)
 check "a bad --limit: exit 2" "2" "$?"
 check_contains "a bad --limit: the expected form" "ALGORITHM:N/WINDOW" "$out"
+
+out=$("$sluice" sim --redis "$url" --seconds 1 --warmup 1 2>&1)
+check "--warmup as long as the run: exit 2" "2" "$?"
+check_contains "--warmup as long as the run: why" "less than --seconds" "$out"
 
 [[ -s $tmp/sim.err ]] && { echo "stderr of the runs:"; cat "$tmp/sim.err"; }
 finish

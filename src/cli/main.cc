@@ -291,6 +291,8 @@ struct SimCommand {
     app->add_option("--rate", options.trace.rate,
                     "decisions per second, all instances together (default 50000)");
     app->add_option("--seconds", options.trace.seconds, "length of the run (default 5)");
+    app->add_option("--warmup", options.warmup_seconds,
+                    "also count Redis's work from S seconds into the run (steady_* fields)");
     app->add_option("--seed", options.trace.seed, "seed of the synthetic traces (default 1)");
     app->add_option("--spread", spread,
                     "arrivals to instances: round-robin (default) or hash (by key)");

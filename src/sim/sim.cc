@@ -252,6 +252,10 @@ int CheckSimOptions(const SimOptions& o, std::ostream& err) {
     err << "sim: --limit: " << s.message() << "\n";
     return 2;
   }
+  if (o.warmup_seconds < 0 || (o.warmup_seconds > 0 && o.warmup_seconds >= o.trace.seconds)) {
+    err << "sim: --warmup must be at least 0 and less than --seconds\n";
+    return 2;
+  }
   return 0;
 }
 
@@ -381,6 +385,35 @@ Results Collect(const Playback& play, const Trace& trace, size_t sent, int64_t s
 
 namespace {
 
+// Redis's work once the warm-up is over (--warmup): the decisions due from then on, and what the
+// instances asked and Redis did from that moment to the end of the run.
+struct Steady {
+  size_t decisions = 0;
+  stack::Stack::RedisCounters work;
+  tools::RedisExecuted executed;
+};
+
+// The stores' counters and Redis's INFO when the warm-up ends, read by a thread of its own so that
+// the open loop does not wait for INFO. Join `reader` before reading the rest.
+struct WarmUpEnd {
+  std::vector<stack::Stack::RedisCounters> counters;
+  tools::RedisSnapshot info;
+  std::thread reader;
+};
+
+void ReadWhenWarmUpEnds(const Fleet& fleet, SteadyClock::time_point when, WarmUpEnd& end) {
+  end.reader = std::thread([&fleet, when, &end] {
+    std::this_thread::sleep_until(when);
+    for (const auto& instance : fleet.instances)
+      end.counters.push_back(instance->GetRedisCounters());
+    end.info = tools::TakeRedisSnapshot(fleet.stats_clients);
+  });
+}
+
+}  // namespace
+
+namespace {
+
 // What a run's JSON line reports, besides the options.
 struct Line {
   size_t sent, not_sent;
@@ -391,6 +424,7 @@ struct Line {
   Judgement judged;
   std::optional<EventualBound> bound;  // eventual mode
   int64_t bound_span_us = 0;
+  std::optional<Steady> steady;  // --warmup
 };
 
 std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>& latencies) {
@@ -426,6 +460,17 @@ std::string EventualFields(const Line& l) {
       l.bound_span_us, l.bound->max_bound, l.bound->within ? "true" : "false");
 }
 
+// --warmup's fields, spliced before the line's closing brace.
+std::string SteadyFields(const SimOptions& o, const Line& l) {
+  if (!l.steady) return "";
+  const Steady& s = *l.steady;
+  const double per = s.decisions == 0 ? 0 : 1.0 / static_cast<double>(s.decisions);
+  return fmt::format(
+      ",\"warmup_s\":{},\"steady_decisions\":{},\"steady_redis_script_calls_per_decision\":{:.4f},"
+      "\"steady_redis_state_ops_per_decision\":{:.4f},\"steady_redis_cpu_us_per_decision\":{:.3f}",
+      o.warmup_seconds, s.decisions, static_cast<double>(s.work.script_calls) * per,
+      static_cast<double>(StateOps(s.work)) * per, s.executed.cpu_seconds * 1e6 * per);
+}
 }  // namespace
 
 namespace {
@@ -440,7 +485,7 @@ void PrintLine(const SimOptions& o, const Trace& trace, std::span<const int64_t>
                                     static_cast<size_t>(o.instances));
   }
   std::string json = ResultLine(o, line, latencies);
-  json.insert(json.size() - 1, EventualFields(line));
+  json.insert(json.size() - 1, EventualFields(line) + SteadyFields(o, line));
   out << json << std::endl;
 }
 
@@ -494,6 +539,63 @@ int RunAccuracy(const SimOptions& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+namespace {
+
+// What Redis did during the run, and after its warm-up.
+struct Measured {
+  size_t sent = 0;
+  stack::Stack::RedisCounters work;
+  tools::RedisExecuted executed;
+  std::optional<Steady> steady;  // --warmup
+};
+
+// Plays the trace from play.start and waits for its answers (at most the Redis timeout plus 5 s),
+// reading the work before, after and, with --warmup, when the warm-up ends. Ends with the
+// instances gone: every completion has run (those still waiting failed), so the records are final.
+Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, Playback& play,
+                        int64_t timeout_us) {
+  std::vector<stack::Stack::RedisCounters> counters_before;
+  for (const auto& instance : fleet.instances)
+    counters_before.push_back(instance->GetRedisCounters());
+  const tools::RedisSnapshot info_before = tools::TakeRedisSnapshot(fleet.stats_clients);
+  const auto warmup_us = static_cast<int64_t>(o.warmup_seconds * 1e6);
+  WarmUpEnd warm_end;
+  if (warmup_us > 0) {
+    ReadWhenWarmUpEnds(fleet, play.start + std::chrono::microseconds(warmup_us), warm_end);
+  }
+  if (const auto late = SteadyClock::now() - play.start; late > 0ms) {
+    spdlog::warn(
+        "the trace starts {} ms late (building it took longer): the first decisions' "
+        "latencies include that",
+        std::chrono::duration_cast<std::chrono::milliseconds>(late).count());
+  }
+  std::this_thread::sleep_until(play.start);
+  Measured m;
+  m.sent = PlayOpenLoop(trace, fleet.instances, play, play.start,
+                        static_cast<int64_t>(o.trace.seconds * 1e6));
+  const auto answer_deadline = SteadyClock::now() + std::chrono::microseconds(timeout_us) + 5s;
+  while (play.answered.load(std::memory_order_acquire) < m.sent &&
+         SteadyClock::now() < answer_deadline) {
+    std::this_thread::sleep_for(2ms);
+  }
+  // Joined first: a recorded trace may end before its warm-up does.
+  if (warm_end.reader.joinable()) warm_end.reader.join();
+  const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(fleet.stats_clients);
+  m.work = WorkSince(fleet.instances, counters_before);
+  m.executed = tools::RedisExecutedBetween(info_before, info_after);
+  if (warmup_us > 0) {
+    Steady steady{.work = WorkSince(fleet.instances, warm_end.counters),
+                  .executed = tools::RedisExecutedBetween(warm_end.info, info_after)};
+    for (size_t i = 0; i < m.sent; ++i)
+      if (trace.arrivals[i].t_us >= warmup_us) ++steady.decisions;
+    m.steady = steady;
+  }
+  fleet.instances.clear();
+  return m;
+}
+
+}  // namespace
+
 int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
   if (o.accuracy) return RunAccuracy(o, out, err);
   if (int status = CheckSimOptions(o, err); status != 0) return status;
@@ -505,16 +607,13 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
   InstanceConfig config = o.instance;
   Fleet fleet;
   if (int status = StartFleet(o, config, fleet, err); status != 0) return status;
-  auto& instances = fleet.instances;
-  redis::Client* probe = fleet.probe.get();
-  const auto& stats_clients = fleet.stats_clients;
-  WarmUp(instances, o.limit, config.timeout_us);
-  const int64_t redis_offset_us = RedisClockOffset(*probe);
+  WarmUp(fleet.instances, o.limit, config.timeout_us);
+  const int64_t redis_offset_us = RedisClockOffset(*fleet.probe);
 
   // The trace, for a start a little ahead (time to build it). Its times are in the steady clock
   // from `start`; the model and the windows see them in Redis's clock from `start_us`.
   const auto lead =
-      300ms + std::chrono::nanoseconds(static_cast<int64_t>(100 * o.trace.rate * o.trace.seconds));
+      300ms + std::chrono::nanoseconds(static_cast<int64_t>(800 * o.trace.rate * o.trace.seconds));
   const SteadyClock::time_point start = SteadyClock::now() + lead;
   const int64_t start_us = SystemClock::Get()->NowMicros() +
                            std::chrono::duration_cast<std::chrono::microseconds>(lead).count() +
@@ -541,22 +640,8 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
   play.records.resize(n);
   play.start = start;
 
-  std::vector<stack::Stack::RedisCounters> counters_before;
-  for (const auto& instance : instances) counters_before.push_back(instance->GetRedisCounters());
-  const tools::RedisSnapshot info_before = tools::TakeRedisSnapshot(stats_clients);
-  std::this_thread::sleep_until(start);
-  const size_t sent =
-      PlayOpenLoop(*trace, instances, play, start, static_cast<int64_t>(o.trace.seconds * 1e6));
-  const auto answer_deadline =
-      SteadyClock::now() + std::chrono::microseconds(config.timeout_us) + 5s;
-  while (play.answered.load(std::memory_order_acquire) < sent &&
-         SteadyClock::now() < answer_deadline) {
-    std::this_thread::sleep_for(2ms);
-  }
-  const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(stats_clients);
-  const stack::Stack::RedisCounters work = WorkSince(instances, counters_before);
-  // Gone: every completion has run (those still waiting failed), so the records are final.
-  instances.clear();
+  const Measured measured = PlayAndMeasure(o, *trace, fleet, play, config.timeout_us);
+  const size_t sent = measured.sent;
 
   Results results = Collect(play, *trace, sent, start_us);
   std::vector<int64_t>& admitted_at = results.admitted_at;
@@ -577,17 +662,17 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
       return 2;
     }
   }
-  const tools::RedisExecuted executed = tools::RedisExecutedBetween(info_before, info_after);
   PrintLine(o, *trace, admitted_at,
             {.sent = sent,
              .not_sent = n - sent,
              .errors = errors,
              .last_done_us = last_done_us,
-             .work = work,
-             .executed = executed,
+             .work = measured.work,
+             .executed = measured.executed,
              .judged = judged,
              .bound = std::nullopt,
-             .bound_span_us = 0},
+             .bound_span_us = 0,
+             .steady = measured.steady},
             latencies, out);
   return errors == 0 && sent == n ? 0 : 1;
 }

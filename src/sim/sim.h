@@ -32,6 +32,10 @@ struct SimOptions {
   TraceOptions trace;
   Spread spread = Spread::kRoundRobin;
   std::string csv_dir;  // empty: no CSV
+  // Seconds from the start after which Redis's work is also counted on its own (the steady_*
+  // fields): what a long-running fleet pays once every key's first lease or copy is taken. 0: no
+  // such fields. Less than trace.seconds.
+  double warmup_seconds = 0;
   // No Redis and no instances: `limit`'s exact model on the trace, judged against the exact
   // log of the same N per W (sim/compare.h).
   bool accuracy = false;

@@ -192,9 +192,14 @@ void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>&
     } else if (grant.ok()) {
       entry.left = grant->left;
       // Exactly for a lease's life, and never past the window (a new window has quota
-      // again: deciding it exactly would send every request of a hot key to Redis).
-      entry.dry_until =
-          arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, options_.life_us);
+      // again: deciding it exactly would send every request of a hot key to Redis). A fixed
+      // window gets nothing back before it ends but what is given back or refunded, so it stays
+      // exact for a window lease's life, as the over-limit cache keeps Redis's denial of it to
+      // the window's end; a bucket and a sliding window free units as time passes.
+      const int64_t dry_for = item.limit->algorithm == Algorithm::kFixedWindow
+                                  ? options_.window_life_us
+                                  : options_.life_us;
+      entry.dry_until = arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, dry_for);
     }
   }
   for (const auto& waiter : waiters) Finish(*waiter);
@@ -270,13 +275,20 @@ uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us,
   uint64_t share = std::max<uint64_t>(1, item.limit->Capacity() / (2 * instances));
   if (entry != nullptr && entry->granted > 0) {
     // Twice the rate the last lease was spent at, over a lease's life.
-    const uint64_t spent = entry->granted - std::min(entry->granted, entry->units);
-    const int64_t elapsed = std::max<int64_t>(1, std::min(mono, entry->ends) - entry->started);
-    const double rate = static_cast<double>(spent) / static_cast<double>(elapsed);
-    demand = static_cast<uint64_t>(2.0 * rate * static_cast<double>(life_us)) + 1;
+    demand =
+        static_cast<uint64_t>(2.0 * SpendRate(*entry, mono) * static_cast<double>(life_us)) + 1;
     share = std::max<uint64_t>(1, entry->left / (2 * instances));
+  } else if (entry != nullptr && entry->rate > 0) {
+    // The same from a lease that ended (what the state has left now is not known).
+    demand = static_cast<uint64_t>(2.0 * entry->rate * static_cast<double>(life_us)) + 1;
   }
   return std::max(cost, std::min(demand, share));
+}
+
+double Leases::SpendRate(const Entry& entry, int64_t mono) {
+  const uint64_t spent = entry.granted - std::min(entry.granted, entry.units);
+  const int64_t elapsed = std::max<int64_t>(1, std::min(mono, entry.ends) - entry.started);
+  return static_cast<double>(spent) / static_cast<double>(elapsed);
 }
 
 void Leases::GiveBack(const std::string& entry_key, const Entry& entry) {
@@ -299,14 +311,25 @@ void Leases::Sweep(int64_t mono) {
   if (mono - last_sweep_ < kSweepEveryUs) return;
   last_sweep_ = mono;
   next_sweep_.store(mono + kSweepEveryUs, std::memory_order_relaxed);
+  // Past half the table, an ended lease is not remembered: new states need the room.
+  const bool crowded = entries_.size() >= options_.max_entries / 2;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& entry = it->second;
-    if (entry.taking || entry.ends > mono) {
+    if (entry.taking || entry.ends > mono || entry.dry_until > mono) {
       ++it;
       continue;
     }
-    if (entry.units > 0) GiveBack(it->first, entry);
-    entries_.erase(it++);
+    if (entry.granted > 0) {
+      entry.rate = SpendRate(entry, mono);
+      if (entry.units > 0) GiveBack(it->first, entry);
+      entry.units = 0;
+      entry.granted = 0;
+    }
+    if (crowded || mono - entry.ends >= LifeOf(entry.limit)) {
+      entries_.erase(it++);
+    } else {
+      ++it;
+    }
   }
 }
 

@@ -16,10 +16,12 @@
 // So a denial here is always the backend's, and an admission here spends units the backend
 // already counted.
 //
-// L adapts per state: the first lease is the request's cost; then about twice the rate the last
-// lease was spent at over a lease's life, at least the request's cost, and never more than half
-// of what the state had left after the last grant divided by the instances (Item::instances), so
-// that near the limit leases shrink to 1 and the instances share what is left.
+// L adapts per state: the first lease is 4 × the request's cost; then about twice the rate the
+// last lease was spent at over a lease's life, at least the request's cost, and never more than
+// half of what the state had left after the last grant divided by the instances (Item::instances),
+// so that near the limit leases shrink to 1 and the instances share what is left. A lease that
+// ended is remembered for one more lease life (while the table is under half full): the state's
+// next lease, in a new window say, is sized by the rate the ended one was spent at.
 //
 // A bucket's lease lives Options::life_us, the target interval (its life is recorded as
 // consumed); a window's lives Options::window_life_us (its units count in their window whenever
@@ -137,6 +139,7 @@ class Leases final : public Wrapper {
     uint64_t granted = 0;
     uint64_t left = 0;      // what the state had left after the grant
     int64_t dry_until = 0;  // monotonic: the last lease came back empty; exact until then
+    double rate = 0;        // units per µs the last ended lease was spent at (granted is then 0)
     bool taking = false;    // a lease call in flight
     std::vector<std::shared_ptr<Call>> waiters;  // requests of one item waiting for that call
   };
@@ -161,11 +164,14 @@ class Leases final : public Wrapper {
   int64_t LifeOf(const Limit& limit) const;
   // How many units to ask for next (see the class comment).
   static uint64_t NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono);
+  // The rate (units per µs) an entry's lease has been spent at, until `mono` or its end.
+  static double SpendRate(const Entry& entry, int64_t mono);
   // Gives back an entry's unspent units (a window's, while its window lasts) or counts them
   // lost (a bucket's).
   void GiveBack(const std::string& entry_key, const Entry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the leases that are over (at most every 100 ms).
+  // Ends the leases that are over (at most every 100 ms): gives back their units, keeps their
+  // rate for a lease life, then forgets them.
   void Sweep(int64_t mono);
   void DropAll(bool give_back);
 

@@ -156,6 +156,45 @@ TEST_F(LeasesTest, AWindowLeaseIsSizedForTheLifeItWillHave) {
   EXPECT_EQ(shared_.wants.back(), 121u);
 }
 
+// A lease that ended (here with its window) is remembered for one more lease life: the state's
+// first lease of the next window is sized by the rate the ended one was spent at, instead of
+// starting again from four (on a zipf mix that was one call per key, instance and window). Then
+// it is forgotten, and sooner when the table is half full.
+TEST_F(LeasesTest, TheNextWindowsFirstLeaseIsSizedByTheRateTheLastOneWasSpentAt) {
+  constexpr int64_t kWindow = 10 * kSecond;
+  const Limit limit{
+      .algorithm = Algorithm::kFixedWindow, .requests = 100000, .window_us = kWindow, .burst = {}};
+  const auto run = [&](Leases& leases, std::string_view key) {
+    Item item = MakeItem(key);
+    item.limit = &limit;
+    clock_.Set(kT0 - kT0 % kWindow + kWindow);  // a window's start
+    shared_.wants.clear();
+    for (int i = 0; i < 100; ++i) {  // ten a second for the whole window
+      EXPECT_TRUE(Decide(leases, item).allowed);
+      clock_.Advance(kSecond / 10);
+    }
+    EXPECT_EQ(shared_.wants.size(), 2u);  // four, then one sized by that rate to the window's end
+    EXPECT_TRUE(Decide(leases, item).allowed);  // the next window's first request
+    return item;
+  };
+  Leases leases(&shared_, &shared_, &clock_, {.life_us = 100000, .window_life_us = kWindow});
+  Item item = run(leases, "steady");
+  ASSERT_EQ(shared_.wants.size(), 3u);
+  // 96 spent over the 9.6 s its lease lived: 10/s, twice that over 10 s, and one more.
+  EXPECT_NEAR(static_cast<double>(shared_.wants.back()), 201, 1);
+  // Idle for the rest of that window and a whole life more: forgotten, a first lease again.
+  clock_.Advance(2 * kWindow + kSecond);
+  EXPECT_TRUE(Decide(leases, item).allowed);
+  EXPECT_EQ(shared_.wants.back(), 4u);
+
+  // With room for two states, one ended lease already fills half the table: not remembered.
+  Leases small(&shared_, &shared_, &clock_,
+               {.life_us = 100000, .window_life_us = kWindow, .max_entries = 2});
+  run(small, "crowded");
+  ASSERT_EQ(shared_.wants.size(), 3u);
+  EXPECT_EQ(shared_.wants.back(), 4u);
+}
+
 TEST_F(LeasesTest, AStateThatRanDryLeasesAgainAsSoonAsItsWindowTurns) {
   // Out of quota 30 ms before the window ends: the empty lease sends the state to the backend
   // until then, not for a whole lease interval (100 ms) into the next window.
@@ -198,7 +237,9 @@ TEST_F(LeasesTest, SeveralInstancesNeverAdmitMoreThanTheLimit) {
   EXPECT_GT(full, static_cast<int>(admitted.size()) - 2);
 }
 
-TEST_F(LeasesTest, AnExhaustedStateIsDecidedByTheBackendAndNotLeasedForALeaseLife) {
+// A fixed window that ran dry gets nothing back before it ends but what is given back: it is not
+// leased again for a window lease's life (its denials come from the over-limit cache meanwhile).
+TEST_F(LeasesTest, AnExhaustedWindowIsDecidedByTheBackendAndNotLeasedForAWindowLeasesLife) {
   const Item item = MakeItem("bob", 1);
   Decide(leases_, item);  // a lease of 4: 96 left
   Item all = MakeItem("bob", 96);
@@ -210,11 +251,29 @@ TEST_F(LeasesTest, AnExhaustedStateIsDecidedByTheBackendAndNotLeasedForALeaseLif
   EXPECT_FALSE(Decide(leases_, item, &d).allowed);  // an empty lease, then the backend denies
   EXPECT_EQ(shared_.leases, leases + 1);
   EXPECT_GT(d.retry_after_us, 0);
-  EXPECT_FALSE(Decide(leases_, item).allowed);  // no lease asked for a lease's life
+  EXPECT_FALSE(Decide(leases_, item).allowed);  // no lease asked for
   EXPECT_EQ(shared_.leases, leases + 1);
-  clock_.Advance(Leases::Options{}.life_us);
+  clock_.Advance(Leases::Options{}.life_us);  // a lease interval: kept through the sweep
+  EXPECT_FALSE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, leases + 1);
+  clock_.Advance(Leases::Options{}.window_life_us - Leases::Options{}.life_us);
   EXPECT_FALSE(Decide(leases_, item).allowed);
   EXPECT_EQ(shared_.leases, leases + 2);
+}
+
+// A token bucket refills as time passes: one that ran dry is leased again after a lease interval.
+TEST_F(LeasesTest, AnExhaustedBucketIsLeasedAgainAfterALeaseInterval) {
+  const Limit bucket{
+      .algorithm = Algorithm::kTokenBucket, .requests = 10, .window_us = kSecond, .burst = {}};
+  Item item = MakeItem("bucket");
+  item.limit = &bucket;
+  int admitted = 0;
+  for (int i = 0; i < 20; ++i) admitted += Decide(leases_, item).allowed ? 1 : 0;
+  ASSERT_EQ(admitted, 10);  // its burst; the last lease came back empty
+  const int leases = shared_.leases;
+  clock_.Advance(Leases::Options{}.life_us);  // one unit refilled
+  EXPECT_TRUE(Decide(leases_, item).allowed);
+  EXPECT_EQ(shared_.leases, leases + 1);
 }
 
 TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {

@@ -132,7 +132,8 @@ gnuplot <<<"$plot"
 echo "sim_plots: price against the interval"
 : >"$out/interval.dat"
 for ms in 25 50 100 200 400; do
-  run "lease-$ms" --mode leased --lease-interval-ms "$ms" --instances 4 --trace zipf --keys 1000 \
+  run "lease-$ms" --mode leased --lease-interval-ms "$ms" --window-lease-life-ms $((10 * ms)) \
+    --instances 4 --trace zipf --keys 1000 \
     --rate "$rate" --seconds 3 --limit fixed_window:100/1s
   run "sync-$ms" --mode eventual --sync-interval-ms "$ms" --instances 4 --trace zipf --keys 1000 \
     --rate "$rate" --seconds 3 --limit fixed_window:100/1s

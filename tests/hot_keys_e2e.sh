@@ -62,8 +62,8 @@ descriptors:
   - key: big
     rate_limit: {algorithm: fixed_window, requests: 1000000, window: 1h}
 EOF
-# A window's lease lives 1 s here (ten lease intervals).
-printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 200ms\n  lease_interval: 100ms\n' \
+# A window's lease lives 1 s here.
+printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 200ms\n  lease_interval: 100ms\n  window_lease_life: 1s\n' \
   "$tmp/rules" >"$tmp/sluice.yaml"
 
 for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done

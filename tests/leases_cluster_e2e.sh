@@ -46,6 +46,7 @@ redis:
   instances: 4
   timeout: 1s
   lease_interval: 200ms
+  window_lease_life: 2s
 EOF
 datas=() admins=() spids=()
 for i in 0 1 2 3; do

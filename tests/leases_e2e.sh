@@ -61,8 +61,9 @@ descriptors:
   - key: zbucket
     rate_limit: {algorithm: token_bucket, requests: 20, window: 1d}
 EOF
-# A window's lease lives 2 s here (ten lease intervals), so that a test can act while one is held.
-printf 'rules: %s\nredis:\n  instances: 4\n  timeout: 200ms\n  lease_interval: 200ms\n' "$tmp/rules" >"$tmp/sluice.yaml"
+# A window's lease lives 2 s here, so that a test can act while one is held and after it ended.
+printf 'rules: %s\nredis:\n  instances: 4\n  timeout: 200ms\n  lease_interval: 200ms\n  window_lease_life: 2s\n' \
+  "$tmp/rules" >"$tmp/sluice.yaml"
 
 for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
 datas=() admins=() spids=()

@@ -33,12 +33,13 @@ EOF
 mkdir -p "$tmp/a" "$tmp/b"
 rules 100 >"$tmp/a/leased.yaml"
 rules 100 >"$tmp/b/leased.yaml"
-# A window's lease lives 5 s (ten lease intervals): long enough to tell a return at the reload
+# A window's lease lives 5 s here: long enough to tell a return at the reload
 # from one when the lease ends.
 life_s=5
 for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
 for x in a b; do
-  printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 1s\n  lease_interval: 500ms\n' "$tmp/$x" >"$tmp/$x.yaml"
+  printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 1s\n  lease_interval: 500ms\n  window_lease_life: 5s\n' \
+    "$tmp/$x" >"$tmp/$x.yaml"
 done
 start a --config "$tmp/a.yaml" --redis "redis://127.0.0.1:$rport" --threads 1
 a_data=$DATA a_admin=$ADMIN

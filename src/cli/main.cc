@@ -264,7 +264,7 @@ struct SimCommand {
   int64_t timeout_ms = 1000;
   int64_t lease_interval_ms = 100;
   int64_t sync_interval_ms = 100;
-  int64_t window_lease_life_ms = 0;
+  int64_t window_lease_life_ms = 60000;  // redis.window_lease_life's default
   sim::SimOptions options;
 
   void Add(CLI::App& parent) {
@@ -300,7 +300,7 @@ struct SimCommand {
     app->add_option("--lease-interval-ms", lease_interval_ms,
                     "leased: a lease's longest life (default 100)");
     app->add_option("--window-lease-life-ms", window_lease_life_ms,
-                    "leased: a window lease's longest life (default 10 lease intervals)");
+                    "leased: a window lease's longest life (default 60000; 0: 10 lease intervals)");
     app->add_option("--sync-interval-ms", sync_interval_ms,
                     "eventual: how often each instance merges (default 100)");
     app->add_option("--csv", options.csv_dir, "write DIR/windows.csv (admitted per window)");

@@ -183,12 +183,12 @@ struct Settings {
   // (backend/over_limit_cache.h); up to this many denials held (0: off).
   size_t redis_over_limit_cache = 65536;
   // redis.lease_interval (consistency: leased): the target interval; a token bucket's lease lives
-  // this long, a window's ten times as long (and never past its window).
+  // this long.
   int64_t redis_lease_interval_us = 100000;
   // redis.window_lease_life: how long a window limit's lease may live (never past its window);
-  // 0: ten lease intervals. Longer saves Redis work on keys with sparse traffic and holds
-  // unspent units longer (docs/hybrid.md).
-  int64_t redis_window_lease_life_us = 0;
+  // 0: ten lease intervals. Long saves Redis work on keys with sparse traffic (a lease per key,
+  // instance and minute rather than per second) and holds unspent units longer (docs/hybrid.md).
+  int64_t redis_window_lease_life_us = 60000000;
   // redis.sync_interval (consistency: eventual): how often an instance merges what it admitted
   // into Redis and takes the merged states back (backend/eventual.h).
   int64_t redis_sync_interval_us = 100000;

@@ -639,7 +639,7 @@ redis:
   instances: 3
   buckets: 65536
   lease_interval: 50ms
-  window_lease_life: 1m
+  window_lease_life: 5m
   sync_interval: 250ms
 store: {max_entries: 1000, on_full: deny}
 headers: [ietf]
@@ -668,7 +668,7 @@ rls: {response_headers: true, unknown_domain: error}
   EXPECT_EQ(s.local_instances, 3);
   EXPECT_EQ(s.redis_buckets, 65536u);
   EXPECT_EQ(s.redis_lease_interval_us, 50000);
-  EXPECT_EQ(s.redis_window_lease_life_us, 60000000);
+  EXPECT_EQ(s.redis_window_lease_life_us, 300000000);
   EXPECT_EQ(s.redis_sync_interval_us, 250000);
   EXPECT_EQ(s.max_entries, 1000u);
   EXPECT_EQ(s.on_full, OnFull::kDeny);

@@ -38,9 +38,9 @@ struct InstanceConfig {
   bool over_limit_cache = true;
   std::string key_prefix;  // the same for every instance of a run
   int64_t timeout_us = 1000000;
-  int64_t lease_interval_us = 100000;  // leased: a lease's longest life (redis.lease_interval)
+  int64_t lease_interval_us = 100000;       // leased: a lease's longest life (redis.lease_interval)
   int64_t window_lease_life_us = 60000000;  // leased: redis.window_lease_life (0: 10 intervals)
-  int64_t sync_interval_us = 100000;   // eventual: T (redis.sync_interval)
+  int64_t sync_interval_us = 100000;        // eventual: T (redis.sync_interval)
 };
 
 // One instance's stack, connected (as Stack::Build: a wrong password is an error, an unreachable

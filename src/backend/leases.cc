@@ -194,10 +194,11 @@ void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>&
       // Exactly for a lease's life, and never past the window (a new window has quota
       // again: deciding it exactly would send every request of a hot key to Redis). A fixed
       // window gets nothing back before it ends but what is given back or refunded, so it stays
-      // exact for a window lease's life, as the over-limit cache keeps Redis's denial of it to
-      // the window's end; a bucket and a sliding window free units as time passes.
+      // exact for ten lease intervals (while the over-limit cache keeps Redis's denial of it to
+      // the window's end): units another instance gives back (at SIGTERM, say) are found within
+      // that. A bucket and a sliding window free units as time passes: one lease interval.
       const int64_t dry_for = item.limit->algorithm == Algorithm::kFixedWindow
-                                  ? options_.window_life_us
+                                  ? std::min(options_.window_life_us, 10 * options_.life_us)
                                   : options_.life_us;
       entry.dry_until = arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, dry_for);
     }

@@ -238,27 +238,32 @@ TEST_F(LeasesTest, SeveralInstancesNeverAdmitMoreThanTheLimit) {
 }
 
 // A fixed window that ran dry gets nothing back before it ends but what is given back: it is not
-// leased again for a window lease's life (its denials come from the over-limit cache meanwhile).
-TEST_F(LeasesTest, AnExhaustedWindowIsDecidedByTheBackendAndNotLeasedForAWindowLeasesLife) {
+// leased again for ten lease intervals (its denials come from the over-limit cache meanwhile).
+TEST_F(LeasesTest, AnExhaustedWindowIsDecidedByTheBackendAndNotLeasedForTenLeaseIntervals) {
+  // Leases that could live a minute: the dry spell is still ten intervals, 1 s (units given back
+  // by another instance are found within it).
+  constexpr int64_t kInterval = 100000;
+  Leases leases(&shared_, &shared_, &clock_,
+                {.life_us = kInterval, .window_life_us = 60 * kSecond});
   const Item item = MakeItem("bob", 1);
-  Decide(leases_, item);  // a lease of 4: 96 left
+  Decide(leases, item);  // a lease of 4: 96 left
   Item all = MakeItem("bob", 96);
   all.consistency = Consistency::kExact;
-  ASSERT_TRUE(Decide(leases_, all).allowed);  // nothing left on the backend now
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases_, item).allowed);  // the lease's units
-  const int leases = shared_.leases;
+  ASSERT_TRUE(Decide(leases, all).allowed);  // nothing left on the backend now
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases, item).allowed);  // the lease's units
+  const int taken = shared_.leases;
   Decision d;
-  EXPECT_FALSE(Decide(leases_, item, &d).allowed);  // an empty lease, then the backend denies
-  EXPECT_EQ(shared_.leases, leases + 1);
+  EXPECT_FALSE(Decide(leases, item, &d).allowed);  // an empty lease, then the backend denies
+  EXPECT_EQ(shared_.leases, taken + 1);
   EXPECT_GT(d.retry_after_us, 0);
-  EXPECT_FALSE(Decide(leases_, item).allowed);  // no lease asked for
-  EXPECT_EQ(shared_.leases, leases + 1);
-  clock_.Advance(Leases::Options{}.life_us);  // a lease interval: kept through the sweep
-  EXPECT_FALSE(Decide(leases_, item).allowed);
-  EXPECT_EQ(shared_.leases, leases + 1);
-  clock_.Advance(Leases::Options{}.window_life_us - Leases::Options{}.life_us);
-  EXPECT_FALSE(Decide(leases_, item).allowed);
-  EXPECT_EQ(shared_.leases, leases + 2);
+  EXPECT_FALSE(Decide(leases, item).allowed);  // no lease asked for
+  EXPECT_EQ(shared_.leases, taken + 1);
+  clock_.Advance(kInterval);  // a lease interval: kept through the sweep
+  EXPECT_FALSE(Decide(leases, item).allowed);
+  EXPECT_EQ(shared_.leases, taken + 1);
+  clock_.Advance(9 * kInterval);  // ten: asked again
+  EXPECT_FALSE(Decide(leases, item).allowed);
+  EXPECT_EQ(shared_.leases, taken + 2);
 }
 
 // A token bucket refills as time passes: one that ran dry is leased again after a lease interval.

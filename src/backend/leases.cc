@@ -131,7 +131,7 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
         entry->waiters.push_back(MakeCall(items, now_us, out, std::move(done), 1));
         return;
       }
-      // A state whose last lease came back empty is decided exactly for a lease's life (its
+      // A state whose last lease came back empty is decided exactly for a while (Granted: its
       // denials then come from the over-limit cache, with no call).
       exact = (entry != nullptr && (entry->taking || entry->dry_until > mono)) ||
               (entry == nullptr && entries_.size() >= options_.max_entries);
@@ -280,8 +280,15 @@ uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us,
         static_cast<uint64_t>(2.0 * SpendRate(*entry, mono) * static_cast<double>(life_us)) + 1;
     share = std::max<uint64_t>(1, entry->left / (2 * instances));
   } else if (entry != nullptr && entry->rate > 0) {
-    // The same from a lease that ended (what the state has left now is not known).
+    // The same from a lease that ended. What the state had left then still bounds it while that
+    // holds: in the same window (the source's time estimated as TrySpend does), or for a bucket
+    // (it refilled a little since: asking less is safe).
     demand = static_cast<uint64_t>(2.0 * entry->rate * static_cast<double>(life_us)) + 1;
+    const int64_t source_now = entry->granted_at_us + (mono - entry->started);
+    if (entry->limit.algorithm == Algorithm::kTokenBucket ||
+        SameWindow(entry->limit, entry->granted_at_us, source_now)) {
+      share = std::max<uint64_t>(1, entry->left / (2 * instances));
+    }
   }
   return std::max(cost, std::min(demand, share));
 }
@@ -326,7 +333,8 @@ void Leases::Sweep(int64_t mono) {
       entry.units = 0;
       entry.granted = 0;
     }
-    if (crowded || mono - entry.ends >= LifeOf(entry.limit)) {
+    // Remembered for a lease life, and no longer than a window of it.
+    if (crowded || mono - entry.ends >= std::min(LifeOf(entry.limit), entry.limit.window_us)) {
       entries_.erase(it++);
     } else {
       ++it;
@@ -355,8 +363,12 @@ void Leases::Reset(std::span<const Item> items, ResetDone done) {
     for (const std::string& key : keys) {
       const auto it = entries_.find(key);
       if (it == entries_.end()) continue;
-      units_lost_.fetch_add(it->second.units, std::memory_order_relaxed);
-      it->second.units = 0;
+      Entry& entry = it->second;
+      units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
+      // Its quota is back: not dry, and no rate taken from units the reset dropped.
+      entry.units = 0;
+      entry.granted = 0;
+      entry.dry_until = 0;
     }
   });
 }

@@ -20,8 +20,9 @@
 // last lease was spent at over a lease's life, at least the request's cost, and never more than
 // half of what the state had left after the last grant divided by the instances (Item::instances),
 // so that near the limit leases shrink to 1 and the instances share what is left. A lease that
-// ended is remembered for one more lease life (while the table is under half full): the state's
-// next lease, in a new window say, is sized by the rate the ended one was spent at.
+// ended is remembered for one more lease life, no longer than its window (while the table is under
+// half full): the state's next lease, in a new window say, is sized by the rate the ended one was
+// spent at (and, in the same window, still by what the state had left).
 //
 // A bucket's lease lives Options::life_us, the target interval (its life is recorded as
 // consumed); a window's lives Options::window_life_us (its units count in their window whenever

@@ -245,40 +245,71 @@ TEST_F(LeasesTest, AnExhaustedWindowIsDecidedByTheBackendAndNotLeasedForTenLease
   constexpr int64_t kInterval = 100000;
   Leases leases(&shared_, &shared_, &clock_,
                 {.life_us = kInterval, .window_life_us = 60 * kSecond});
-  const Item item = MakeItem("bob", 1);
-  Decide(leases, item);  // a lease of 4: 96 left
-  Item all = MakeItem("bob", 96);
+  Item all = MakeItem("bob", 100);
   all.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, all).allowed);  // nothing left on the backend now
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases, item).allowed);  // the lease's units
-  const int taken = shared_.leases;
+  const Item item = MakeItem("bob", 1);
   Decision d;
   EXPECT_FALSE(Decide(leases, item, &d).allowed);  // an empty lease, then the backend denies
-  EXPECT_EQ(shared_.leases, taken + 1);
+  EXPECT_EQ(shared_.leases, 1);
   EXPECT_GT(d.retry_after_us, 0);
   EXPECT_FALSE(Decide(leases, item).allowed);  // no lease asked for
-  EXPECT_EQ(shared_.leases, taken + 1);
-  clock_.Advance(kInterval);  // a lease interval: kept through the sweep
+  EXPECT_EQ(shared_.leases, 1);
+  // Two sweeps later: the state holds no lease, and is still remembered as dry.
+  clock_.Advance(2 * kInterval);
   EXPECT_FALSE(Decide(leases, item).allowed);
-  EXPECT_EQ(shared_.leases, taken + 1);
-  clock_.Advance(9 * kInterval);  // ten: asked again
+  EXPECT_EQ(shared_.leases, 1);
+  clock_.Advance(8 * kInterval);  // ten: asked again
   EXPECT_FALSE(Decide(leases, item).allowed);
-  EXPECT_EQ(shared_.leases, taken + 2);
+  EXPECT_EQ(shared_.leases, 2);
 }
 
-// A token bucket refills as time passes: one that ran dry is leased again after a lease interval.
-TEST_F(LeasesTest, AnExhaustedBucketIsLeasedAgainAfterALeaseInterval) {
-  const Limit bucket{
-      .algorithm = Algorithm::kTokenBucket, .requests = 10, .window_us = kSecond, .burst = {}};
-  Item item = MakeItem("bucket");
-  item.limit = &bucket;
-  int admitted = 0;
-  for (int i = 0; i < 20; ++i) admitted += Decide(leases_, item).allowed ? 1 : 0;
-  ASSERT_EQ(admitted, 10);  // its burst; the last lease came back empty
-  const int leases = shared_.leases;
-  clock_.Advance(Leases::Options{}.life_us);  // one unit refilled
-  EXPECT_TRUE(Decide(leases_, item).allowed);
-  EXPECT_EQ(shared_.leases, leases + 1);
+// A sliding window frees units as time passes: one that ran dry is leased again after one lease
+// interval, even with leases that could live a minute.
+TEST_F(LeasesTest, AnExhaustedSlidingWindowIsLeasedAgainAfterALeaseInterval) {
+  constexpr int64_t kInterval = 100000;
+  Leases leases(&shared_, &shared_, &clock_,
+                {.life_us = kInterval, .window_life_us = 60 * kSecond});
+  const Limit sliding{.algorithm = Algorithm::kSlidingWindow,
+                      .requests = 100,
+                      .window_us = 60 * kSecond,
+                      .burst = {}};
+  Item all = MakeItem("slide", 100);
+  all.limit = &sliding;
+  all.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases, all).allowed);
+  Item item = MakeItem("slide", 1);
+  item.limit = &sliding;
+  EXPECT_FALSE(Decide(leases, item).allowed);  // an empty lease
+  EXPECT_EQ(shared_.leases, 1);
+  clock_.Advance(kInterval / 2);
+  EXPECT_FALSE(Decide(leases, item).allowed);
+  EXPECT_EQ(shared_.leases, 1);
+  clock_.Advance(kInterval / 2);
+  Decide(leases, item);
+  EXPECT_EQ(shared_.leases, 2);
+}
+
+// A lease that ended is remembered with what its state had left: in the same window the next one
+// is still at most half of that (one instance), not sized as a new window's.
+TEST_F(LeasesTest, ARememberedLeaseInTheSameWindowIsBoundByWhatWasLeft) {
+  const Limit limit{.algorithm = Algorithm::kFixedWindow,
+                    .requests = 1000,
+                    .window_us = 3600 * kSecond,
+                    .burst = {}};
+  Leases leases(&shared_, &shared_, &clock_, {.life_us = 100000, .window_life_us = kSecond});
+  Item all = MakeItem("near", 990);
+  all.limit = &limit;
+  all.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases, all).allowed);
+  Item item = MakeItem("near");
+  item.limit = &limit;
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Decide(leases, item).allowed);  // a first lease: 6 left
+  clock_.Advance(kSecond + kSecond / 10);  // the lease ended (its life, 1 s): remembered
+  EXPECT_TRUE(Decide(leases, item).allowed);
+  ASSERT_EQ(shared_.wants.size(), 2u);
+  // 4 spent in its 1 s: twice that over 1 s, and one more, is 9; half of the 6 left is 3.
+  EXPECT_EQ(shared_.wants.back(), 3u);
 }
 
 TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {

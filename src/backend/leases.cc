@@ -274,18 +274,16 @@ uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us,
   const uint64_t instances = std::max<uint32_t>(1, item.instances);
   uint64_t demand = 4 * cost;  // a first lease, until the rate is known
   uint64_t share = std::max<uint64_t>(1, item.limit->Capacity() / (2 * instances));
-  if (entry != nullptr && entry->granted > 0) {
-    // Twice the rate the last lease was spent at, over a lease's life.
-    demand =
-        static_cast<uint64_t>(2.0 * SpendRate(*entry, mono) * static_cast<double>(life_us)) + 1;
-    share = std::max<uint64_t>(1, entry->left / (2 * instances));
-  } else if (entry != nullptr && entry->rate > 0) {
-    // The same from a lease that ended. What the state had left then still bounds it while that
-    // holds: in the same window (the source's time estimated as TrySpend does), or for a bucket
-    // (it refilled a little since: asking less is safe).
-    demand = static_cast<uint64_t>(2.0 * entry->rate * static_cast<double>(life_us)) + 1;
+  const bool held = entry != nullptr && entry->granted > 0;
+  if (held || (entry != nullptr && entry->rate > 0)) {
+    // Twice the rate the last lease was spent at (held, or remembered from one that ended), over
+    // a lease's life. What the state had left after that lease bounds it while that holds: the
+    // lease is held, or in the same window (the source's time estimated as TrySpend does), or a
+    // bucket (it refilled a little since: asking less is safe).
+    const double rate = held ? SpendRate(*entry, mono) : entry->rate;
+    demand = static_cast<uint64_t>(2.0 * rate * static_cast<double>(life_us)) + 1;
     const int64_t source_now = entry->granted_at_us + (mono - entry->started);
-    if (entry->limit.algorithm == Algorithm::kTokenBucket ||
+    if (held || entry->limit.algorithm == Algorithm::kTokenBucket ||
         SameWindow(entry->limit, entry->granted_at_us, source_now)) {
       share = std::max<uint64_t>(1, entry->left / (2 * instances));
     }

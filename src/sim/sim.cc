@@ -393,20 +393,31 @@ struct Steady {
   tools::RedisExecuted executed;
 };
 
-// The stores' counters and Redis's INFO when the warm-up ends, read by a thread of its own so that
-// the open loop does not wait for INFO. Join `reader` before reading the rest.
-struct WarmUpEnd {
+// The instances' stores' counters and Redis's INFO at one moment, for WorkSince and
+// RedisExecutedBetween.
+struct WorkSnapshot {
   std::vector<stack::Stack::RedisCounters> counters;
   tools::RedisSnapshot info;
+};
+
+WorkSnapshot TakeWorkSnapshot(const Fleet& fleet) {
+  WorkSnapshot s;
+  for (const auto& instance : fleet.instances) s.counters.push_back(instance->GetRedisCounters());
+  s.info = tools::TakeRedisSnapshot(fleet.stats_clients);
+  return s;
+}
+
+// The snapshot when the warm-up ends, taken by a thread of its own so that the open loop does not
+// wait for INFO. Join `reader` before reading `at_end`.
+struct WarmUpEnd {
+  WorkSnapshot at_end;
   std::thread reader;
 };
 
 void ReadWhenWarmUpEnds(const Fleet& fleet, SteadyClock::time_point when, WarmUpEnd& end) {
   end.reader = std::thread([&fleet, when, &end] {
     std::this_thread::sleep_until(when);
-    for (const auto& instance : fleet.instances)
-      end.counters.push_back(instance->GetRedisCounters());
-    end.info = tools::TakeRedisSnapshot(fleet.stats_clients);
+    end.at_end = TakeWorkSnapshot(fleet);
   });
 }
 
@@ -554,10 +565,7 @@ struct Measured {
 // instances gone: every completion has run (those still waiting failed), so the records are final.
 Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, Playback& play,
                         int64_t timeout_us) {
-  std::vector<stack::Stack::RedisCounters> counters_before;
-  for (const auto& instance : fleet.instances)
-    counters_before.push_back(instance->GetRedisCounters());
-  const tools::RedisSnapshot info_before = tools::TakeRedisSnapshot(fleet.stats_clients);
+  const WorkSnapshot before = TakeWorkSnapshot(fleet);
   const auto warmup_us = static_cast<int64_t>(o.warmup_seconds * 1e6);
   WarmUpEnd warm_end;
   if (warmup_us > 0) {
@@ -581,11 +589,11 @@ Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, P
   // Joined first: a recorded trace may end before its warm-up does.
   if (warm_end.reader.joinable()) warm_end.reader.join();
   const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(fleet.stats_clients);
-  m.work = WorkSince(fleet.instances, counters_before);
-  m.executed = tools::RedisExecutedBetween(info_before, info_after);
+  m.work = WorkSince(fleet.instances, before.counters);
+  m.executed = tools::RedisExecutedBetween(before.info, info_after);
   if (warmup_us > 0) {
-    Steady steady{.work = WorkSince(fleet.instances, warm_end.counters),
-                  .executed = tools::RedisExecutedBetween(warm_end.info, info_after)};
+    Steady steady{.work = WorkSince(fleet.instances, warm_end.at_end.counters),
+                  .executed = tools::RedisExecutedBetween(warm_end.at_end.info, info_after)};
     for (size_t i = 0; i < m.sent; ++i)
       if (trace.arrivals[i].t_us >= warmup_us) ++steady.decisions;
     m.steady = steady;

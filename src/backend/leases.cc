@@ -202,6 +202,9 @@ void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>&
                                   : options_.life_us;
       entry.dry_until = arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, dry_for);
     }
+    // (A table past half full forgets ended leases at the next sweep: it may be sooner.)
+    const bool crowded = entries_.size() >= options_.max_entries / 2;
+    SweepBy(crowded ? arrived : DueAt(entry, crowded));
   }
   for (const auto& waiter : waiters) Finish(*waiter);
 }
@@ -311,17 +314,37 @@ void Leases::GiveBack(const std::string& entry_key, const Entry& entry) {
                  [unspent](absl::Status) {});
 }
 
+int64_t Leases::DueAt(const Entry& entry, bool crowded) const {
+  if (entry.taking) return std::numeric_limits<int64_t>::max();  // (Granted says when)
+  const int64_t over = std::max(entry.ends, entry.dry_until);
+  if (entry.granted > 0 || crowded) return over;
+  return std::max(entry.dry_until, entry.ends + RememberedFor(entry.limit));
+}
+
+int64_t Leases::RememberedFor(const Limit& limit) const {
+  return std::min(LifeOf(limit), limit.window_us);
+}
+
+void Leases::SweepBy(int64_t due) {
+  due = std::max(due, last_sweep_ + kSweepEveryUs);
+  int64_t next = next_sweep_.load(std::memory_order_relaxed);
+  while (due < next && !next_sweep_.compare_exchange_weak(next, due, std::memory_order_relaxed)) {
+  }
+}
+
 void Leases::Sweep(int64_t mono) {
   if (mono < next_sweep_.load(std::memory_order_relaxed)) return;  // (most calls: no lock)
   absl::MutexLock lock(&mu_);
   if (mono - last_sweep_ < kSweepEveryUs) return;
   last_sweep_ = mono;
-  next_sweep_.store(mono + kSweepEveryUs, std::memory_order_relaxed);
+  sweeps_.fetch_add(1, std::memory_order_relaxed);
   // Past half the table, an ended lease is not remembered: new states need the room.
   const bool crowded = entries_.size() >= options_.max_entries / 2;
+  int64_t next_due = std::numeric_limits<int64_t>::max();
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& entry = it->second;
     if (entry.taking || entry.ends > mono || entry.dry_until > mono) {
+      next_due = std::min(next_due, DueAt(entry, crowded));
       ++it;
       continue;
     }
@@ -332,12 +355,17 @@ void Leases::Sweep(int64_t mono) {
       entry.granted = 0;
     }
     // Remembered for a lease life, and no longer than a window of it.
-    if (crowded || mono - entry.ends >= std::min(LifeOf(entry.limit), entry.limit.window_us)) {
+    if (crowded || mono - entry.ends >= RememberedFor(entry.limit)) {
       entries_.erase(it++);
     } else {
+      next_due = std::min(next_due, DueAt(entry, crowded));
       ++it;
     }
   }
+  // The next sweep when something is due (a lease, a dry spell or a remembered rate ending), not
+  // before kSweepEveryUs: with window-long leases most sweeps would find nothing to do, and each
+  // holds the lock over the whole table. Granted and Reset bring it forward (SweepBy).
+  next_sweep_.store(std::max(mono + kSweepEveryUs, next_due), std::memory_order_relaxed);
 }
 
 void Leases::DropAll(bool give_back) {
@@ -367,6 +395,7 @@ void Leases::Reset(std::span<const Item> items, ResetDone done) {
       entry.units = 0;
       entry.granted = 0;
       entry.dry_until = 0;
+      SweepBy(DueAt(entry, /*crowded=*/false));
     }
   });
 }
@@ -411,7 +440,8 @@ Leases::Stats Leases::GetStats() const {
           .units_granted = units_granted_.load(std::memory_order_relaxed),
           .units_returned = units_returned_.load(std::memory_order_relaxed),
           .units_lost = units_lost_.load(std::memory_order_relaxed),
-          .returns = returns_.load(std::memory_order_relaxed)};
+          .returns = returns_.load(std::memory_order_relaxed),
+          .sweeps = sweeps_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace sluice::backend

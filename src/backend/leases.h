@@ -105,6 +105,7 @@ class Leases final : public Wrapper {
     uint64_t units_returned = 0;  // unspent units given back
     uint64_t units_lost = 0;      // unspent units that ended with their lease (buckets, resets)
     uint64_t returns = 0;         // calls that gave units back (refunds)
+    uint64_t sweeps = 0;          // scans of the lease table for leases that ended
   };
 
   Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options);
@@ -171,9 +172,16 @@ class Leases final : public Wrapper {
   // lost (a bucket's).
   void GiveBack(const std::string& entry_key, const Entry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the leases that are over (at most every 100 ms): gives back their units, keeps their
-  // rate for a lease life, then forgets them.
+  // Ends the leases that are over (at most every 100 ms, and only once one is due): gives back
+  // their units, keeps their rate for a lease life, then forgets them.
   void Sweep(int64_t mono);
+  // When the sweep next has something to do for `entry` (its lease or dry spell ends, or, once
+  // ended, its remembered rate expires); `crowded`: ended leases are not remembered.
+  int64_t DueAt(const Entry& entry, bool crowded) const;
+  // How long an ended lease of `limit` is remembered: a lease life, no longer than its window.
+  int64_t RememberedFor(const Limit& limit) const;
+  // Brings the next sweep forward to `due` (no sooner than kSweepEveryUs after the last one).
+  void SweepBy(int64_t due) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropAll(bool give_back);
 
   LeaseSource* const source_;
@@ -182,9 +190,9 @@ class Leases final : public Wrapper {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t last_sweep_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<int64_t> next_sweep_{0};  // last_sweep_ + kSweepEveryUs, read without the lock
+  std::atomic<int64_t> next_sweep_{0};  // when a sweep is next due, read without the lock
   std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0},
-      units_lost_{0}, returns_{0};
+      units_lost_{0}, returns_{0}, sweeps_{0};
   ResetEpochWatch epoch_;
   mutable HotKeys hot_keys_;  // (Top, for the metrics, rolls its seconds)
 };

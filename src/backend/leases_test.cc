@@ -339,6 +339,38 @@ TEST_F(LeasesTest, UnspentUnitsGoBackWhenTheLeaseEndsAndAtShutdown) {
   EXPECT_EQ(look.remaining, 96);  // four spent, the rest back
 }
 
+// The sweep scans the lease table only when something in it is due: with window-long leases a
+// scan every 100 ms would hold the lock over the whole table to find nothing. A shorter lease
+// taken later still ends on time, and a window's lease gives its units back when it ends.
+TEST_F(LeasesTest, TheTableIsScannedOnlyWhenALeaseIsDue) {
+  Leases leases(&shared_, &shared_, &clock_, {.life_us = 100000, .window_life_us = 10 * kSecond});
+  const int64_t start = clock_.MonotonicMicros();
+  const auto tick_until = [&](int64_t at) {  // the Stack's ticker: every 100 ms
+    while (clock_.MonotonicMicros() - start < at) {
+      clock_.Advance(100000);
+      leases.SweepEnded();
+    }
+  };
+  Decide(leases, MakeItem("alice"));  // a first lease of 4 units, ending in 10 s
+  const uint64_t scans = leases.GetStats().sweeps;
+  tick_until(kSecond);
+  EXPECT_EQ(leases.GetStats().sweeps, scans);  // nothing due: no scan
+  // A bucket's lease lives 100 ms: its three unspent units are lost when it ends.
+  const Limit bucket{
+      .algorithm = Algorithm::kTokenBucket, .requests = 100, .window_us = kSecond, .burst = {}};
+  Item bob = MakeItem("bob");
+  bob.limit = &bucket;
+  bob.limit_id = 2;
+  Decide(leases, bob);
+  tick_until(kSecond + 200000);
+  EXPECT_EQ(leases.GetStats().units_lost, 3u);
+  tick_until(10 * kSecond - 100000);
+  EXPECT_LE(leases.GetStats().sweeps, scans + 3);  // (every 100 ms it would be 100)
+  EXPECT_EQ(shared_.refunded, 0u);
+  tick_until(10 * kSecond + 100000);
+  EXPECT_EQ(shared_.refunded, 3u);  // alice's, within a tick of her lease's end
+}
+
 // Two items of one state in a request need their sum: a lease holding enough for each alone
 // but not for both sends the request to the backend (it once went unanswered).
 TEST_F(LeasesTest, TwoItemsOfOneStateNeedTheirSum) {

@@ -64,8 +64,10 @@ struct Item {
   uint32_t instances = 1;
   // For Leases: whether this item may be decided from a lease.
   Consistency consistency = Consistency::kExact;
-  // For Leases, kExact items only (`hot_keys: lease`): while this instance sees the state at more
+  // For Leases, kExact items (`hot_keys: lease`): while this instance sees the state at more
   // than this many requests per second, it is decided as kLeased (backend/hot_keys.h); 0: never.
+  // For Eventual, kEventual items (`cold_keys: lease`): under this rate the state is decided
+  // from leases, over it on a copy; 0: always on a copy.
   uint32_t hot_key_rate = 0;
 };
 

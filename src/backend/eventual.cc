@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -10,6 +11,9 @@
 namespace sluice::backend {
 
 namespace {
+
+// A copy's fresh_at before anything made it fresh.
+constexpr int64_t kNeverFresh = std::numeric_limits<int64_t>::min() / 2;
 
 bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
   return limit.algorithm == Algorithm::kTokenBucket ||
@@ -117,7 +121,12 @@ void Eventual::Decide(std::span<const Item> items, int64_t now_us, std::span<Dec
     due = !syncing_ && mono - last_sync_ >= options_.sync_interval_us;
   }
   if (due) Sync();
-  if (const auto outcome = TryLocal(items, mono, out)) return done(*outcome);
+  bool copied = false;
+  if (const auto outcome = TryLocal(items, mono, out, copied)) return done(*outcome);
+  if (!copied && ToLeases(items, mono)) {
+    leased_.fetch_add(1, std::memory_order_relaxed);
+    return inner_->Decide(items, now_us, out, std::move(done));
+  }
   exact_.fetch_add(1, std::memory_order_relaxed);
   exact_backend_->Decide(items, now_us, out,
                          [this, items, out, mono, done = std::move(done)](const Outcome& outcome) {
@@ -126,21 +135,38 @@ void Eventual::Decide(std::span<const Item> items, int64_t now_us, std::span<Dec
                          });
 }
 
+bool Eventual::ToLeases(std::span<const Item> items, int64_t mono) {
+  if (options_.leases == nullptr) return false;
+  bool cold = true;
+  for (const Item& item : items) {
+    if (item.hot_key_rate == 0) return false;
+    cold = !hot_keys_.Record(item, mono) && cold;  // (every item is counted)
+  }
+  return cold && std::none_of(items.begin(), items.end(), [&](const Item& item) {
+           return options_.leases->Fenced(item, mono);
+         });
+}
+
 std::optional<Outcome> Eventual::TryLocal(std::span<const Item> items, int64_t mono,
-                                          std::span<Decision> out) {
+                                          std::span<Decision> out, bool& copied) {
   absl::MutexLock lock(&mu_);
   const auto now = SourceNow(mono);
-  if (!now) return std::nullopt;
   absl::InlinedVector<Entry*, 4> found;
   for (const Item& item : items) {
     const auto it = entries_.find(StateKey(item));
-    if (it == entries_.end()) return std::nullopt;
-    Entry* entry = &it->second;
+    if (it == entries_.end()) continue;
+    copied = true;
+    found.push_back(&it->second);
+  }
+  if (!now || found.size() < items.size()) return std::nullopt;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    Entry* entry = found[i];
     if (entry->limit != *item.limit || mono - entry->fresh_at > max_age_us_ ||
-        std::find(found.begin(), found.end(), entry) != found.end()) {
-      return std::nullopt;  // no copy, an old one, or two items of one state: exactly
+        std::find(found.begin(), found.begin() + static_cast<ptrdiff_t>(i), entry) !=
+            found.begin() + static_cast<ptrdiff_t>(i)) {
+      return std::nullopt;  // an old copy, or two items of one state: exactly
     }
-    found.push_back(entry);
   }
   absl::InlinedVector<algo::CompactState, 4> copies;
   bool allowed = true;
@@ -174,11 +200,13 @@ void Eventual::Adopt(std::span<const Item> items, const Outcome& outcome,
     if (it == entries_.end()) {
       if (entries_.size() >= options_.max_entries) continue;
       it = entries_.try_emplace(std::move(key)).first;
+      it->second.fresh_at = kNeverFresh;
     }
     Entry& entry = it->second;
     if (entry.limit != *item.limit) {
       entry.unsent.clear();  // the limit changed (a reload): another state
       entry.sending.clear();
+      entry.fresh_at = kNeverFresh;
     }
     entry.limit = *item.limit;
     entry.state = Rebuild(*item.limit, out[i], outcome.decided_at_us);
@@ -189,8 +217,18 @@ void Eventual::Adopt(std::span<const Item> items, const Outcome& outcome,
                             std::max(p.counted_at_us, outcome.decided_at_us), entry.limit, p.units);
       }
     }
-    entry.fresh_at = sent_mono;
     entry.used_at = arrived_mono;
+    // A copy whose merges fence leases is fresh only from its first merge, the first that
+    // fences: a lease taken between this decision and that merge would be hidden from it. It
+    // is read at the next sync.
+    const bool fenced = item.hot_key_rate > 0 && options_.leases != nullptr;
+    if (fenced && !entry.fenced) entry.fresh_at = kNeverFresh;  // (a reload turned fences on)
+    entry.fenced = fenced;
+    if (entry.fenced) {
+      entry.used = true;
+    } else {
+      entry.fresh_at = sent_mono;
+    }
   }
 }
 
@@ -232,10 +270,14 @@ void Eventual::Sync(std::function<void()> done) {
       entry.sending = std::move(entry.unsent);
       entry.unsent.clear();
       if (entry.sending.empty()) entry.sending.push_back({.counted_at_us = now, .units = 0});
+      // A fence outlives the copy read at this merge: it is decided on for max_age_us from the
+      // sync's send, which is before the merge; one sync interval more is the margin.
+      const int64_t fence = entry.fenced ? max_age_us_ + options_.sync_interval_us : 0;
       for (const Pending& p : entry.sending) {
         batch->keys.push_back(it->first);
         batch->limits.push_back(entry.limit);
-        batch->deltas.push_back({.item = {}, .units = p.units, .counted_at_us = p.counted_at_us});
+        batch->deltas.push_back(
+            {.item = {}, .units = p.units, .counted_at_us = p.counted_at_us, .fence_us = fence});
       }
       ++it;
     }
@@ -334,6 +376,7 @@ Eventual::Stats Eventual::GetStats() const {
           .states_synced = states_synced_.load(std::memory_order_relaxed),
           .units_merged = units_merged_.load(std::memory_order_relaxed),
           .sync_errors = sync_errors_.load(std::memory_order_relaxed),
+          .leased = leased_.load(std::memory_order_relaxed),
           .max_round_trip_us = max_round_trip_us_.load(std::memory_order_relaxed)};
 }
 

@@ -28,6 +28,16 @@
 // dropped. Sync() runs every Options::sync_interval_us from a thread of its own when
 // Options::ticker is set (serve), and in any case from Decide once an interval is over.
 //
+// Cold keys from leases (`cold_keys: lease`: items with a hot_key_rate, Options::leases set): a
+// request whose states are all cold here (under hot_key_rate on this instance, backend/hot_keys.h),
+// none of them with a copy here, and none fenced (below), goes to `inner`, the Leases, which
+// decide it from leases and never admit more than exact. A hotter state gets a copy as above, but
+// one whose merges fence the state (Delta::fence_us, V + T from each merge): a lease asked of a
+// fenced state takes nothing (LeaseSource::Grant::fenced), and the instance that asked decides
+// the state on a copy too. Such a copy is decided on only from its first merge: every lease it
+// cannot see was taken before that merge ran, and is in the state it read, so the bound above
+// stands. A state stays on its copy here while the copy is in use.
+//
 // Times: the copies are kept in the source's clock (Redis's), which this instance estimates
 // from the replies (their time less half the round trip); every time here is read from `clock`.
 // A reset (admin) drops this instance's copies of those states and anything not sent; a reset
@@ -54,6 +64,8 @@
 #include "absl/synchronization/mutex.h"
 #include "algo/algorithms.h"
 #include "backend/backend.h"
+#include "backend/hot_keys.h"
+#include "backend/leases.h"
 #include "backend/ticker.h"
 #include "sluice/clock.h"
 
@@ -67,6 +79,10 @@ class SyncSource {
     Item item;              // its state (item.cost is not used)
     uint64_t units = 0;     // 0: only read the state back
     int64_t counted_at_us;  // when they were admitted, in the source's clock (windows)
+    // > 0: for this long (µs, the source's clock) after the merge, no lease of the state is
+    // granted (LeaseSource::Grant::fenced): a copy of it is in use, and a lease taken after its
+    // merge would be hidden from it until the next one.
+    int64_t fence_us = 0;
   };
   // One call's answer: the states of the deltas it carried, merged.
   struct Merged {
@@ -91,6 +107,9 @@ class Eventual final : public Wrapper {
     int64_t max_age_us = 0;             // V: the oldest copy decided on; 0: 2 T
     size_t max_entries = 65536;         // states with a copy here; more are decided exactly
     bool ticker = false;                // Sync() from a thread every interval (else only Decide)
+    // `inner`, when it is the Leases: the states of items with a hot_key_rate (cold_keys: lease)
+    // that are cold here are decided there (the class comment). Null: every state on copies.
+    const Leases* leases = nullptr;
   };
   struct Stats {
     uint64_t local = 0;             // requests decided on the copies, with no call
@@ -100,6 +119,7 @@ class Eventual final : public Wrapper {
     uint64_t states_synced = 0;     // states those calls read and wrote
     uint64_t units_merged = 0;      // units they added
     uint64_t sync_errors = 0;       // failed merge calls (their units went again)
+    uint64_t leased = 0;            // eventual requests sent to leases (cold_keys: lease)
     int64_t max_round_trip_us = 0;  // the longest merge call, D
   };
 
@@ -138,6 +158,7 @@ class Eventual final : public Wrapper {
     int64_t fresh_at = 0;      // monotonic: when the state it came from was read (call's send)
     int64_t used_at = 0;       // monotonic: the last decision on it
     bool used = false;         // decided on since the last sync
+    bool fenced = false;       // cold_keys: lease: its merges fence leases; fresh only from one
     absl::InlinedVector<Pending, 2> unsent;   // admitted since the last sync's call went
     absl::InlinedVector<Pending, 2> sending;  // in the sync call out
   };
@@ -146,9 +167,13 @@ class Eventual final : public Wrapper {
   std::optional<int64_t> SourceNow(int64_t mono) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LearnOffset(int64_t sent_mono, int64_t source_us, int64_t arrived_mono)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cold_keys: lease, for a request with no copy here: whether it goes to the leases (every
+  // item's state cold here, and none fenced by a copy elsewhere). Counts each item's request.
+  bool ToLeases(std::span<const Item> items, int64_t mono);
   // Decides on the copies if every item has a fresh one: fills `out`, returns the outcome.
+  // `copied`: some item has a copy here, fresh or not.
   std::optional<Outcome> TryLocal(std::span<const Item> items, int64_t mono,
-                                  std::span<Decision> out);
+                                  std::span<Decision> out, bool& copied);
   // Gives the items of an exact decision a copy, rebuilt from it.
   void Adopt(std::span<const Item> items, const Outcome& outcome, std::span<const Decision> out,
              int64_t sent_mono, int64_t arrived_mono);
@@ -170,7 +195,8 @@ class Eventual final : public Wrapper {
   bool syncing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_sync_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> local_{0}, local_denied_{0}, exact_{0}, syncs_{0}, states_synced_{0},
-      units_merged_{0}, sync_errors_{0};
+      units_merged_{0}, sync_errors_{0}, leased_{0};
+  HotKeys hot_keys_;  // cold_keys: lease: the states hot here
   std::atomic<int64_t> max_round_trip_us_{0};
   std::unique_ptr<Ticker> ticker_;  // Options::ticker
 };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "backend/leases.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 
@@ -25,7 +26,7 @@ constexpr int64_t kSecond = 1000 * kMs;
 constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
 
 // The shared states: exact decisions and merges, on the manual clock's time.
-class Shared final : public Backend, public SyncSource {
+class Shared final : public Backend, public SyncSource, public LeaseSource {
  public:
   explicit Shared(const Clock* clock) : clock_(clock) {}
 
@@ -63,6 +64,7 @@ class Shared final : public Backend, public SyncSource {
     }
     merged.now_us = clock_->NowMicros();
     for (const Delta& d : deltas) {
+      if (d.fence_us > 0) fenced_until[StateKey(d.item)] = merged.now_us + d.fence_us;
       algo::CompactState& state = states[StateKey(d.item)];
       algo::ChargeCompact(state, d.counted_at_us, merged.now_us, *d.item.limit, d.units);
       merged.states.push_back(state);
@@ -76,7 +78,31 @@ class Shared final : public Backend, public SyncSource {
     return 1;
   }
 
+  void ReadResetEpoch(EpochDone done) override { done(0); }
+  // A lease as decide.lua's mode 4 takes one (of a window: to its end), refused while a merge's
+  // fence lasts.
+  void Lease(const Item& item, uint64_t want, int64_t life_us, GrantDone done) override {
+    ++leases;
+    const int64_t now = clock_->NowMicros();
+    if (const auto fence = fenced_until.find(StateKey(item));
+        fence != fenced_until.end() && fence->second > now) {
+      return done(Grant{.granted = 0, .now_us = now, .ends_us = now, .left = 0, .fenced = true});
+    }
+    algo::CompactState& state = states[StateKey(item)];
+    algo::CompactState look = state;
+    const Decision peek = algo::DecideCompact(look, now, *item.limit, 0);
+    const uint64_t granted = std::min<uint64_t>(want, static_cast<uint64_t>(peek.remaining));
+    if (granted > 0) algo::DecideCompact(state, now, *item.limit, granted);
+    const int64_t window_end = now - now % item.limit->window_us + item.limit->window_us;
+    done(Grant{.granted = granted,
+               .now_us = now,
+               .ends_us = std::min(now + life_us, window_end),
+               .left = static_cast<uint64_t>(peek.remaining) - granted});
+  }
+
   absl::flat_hash_map<std::string, algo::CompactState> states;
+  absl::flat_hash_map<std::string, int64_t> fenced_until;  // the merges' fences
+  int leases = 0;
   int decides = 0;
   int syncs = 0;
   uint64_t units = 0;  // merged
@@ -128,6 +154,85 @@ TEST_F(EventualTest, OneInstanceAloneIsExact) {
   EXPECT_EQ(admitted, 300);       // 100 in each window, as deciding each there would
   EXPECT_LE(shared_.decides, 3);  // the first request, then the copies
   EXPECT_EQ(e->GetStats().local, 3000u - static_cast<uint64_t>(shared_.decides));
+}
+
+// cold_keys: lease (Item::hot_key_rate): one instance's stack, Eventual in front of Leases in
+// front of the shared backend, as Stack builds it.
+struct ColdKeysInstance {
+  ColdKeysInstance(Shared* shared, const Clock* clock)
+      : leases(shared, shared, clock, {}),
+        eventual(&leases, shared, shared, clock,
+                 Eventual::Options{.sync_interval_us = 100 * kMs, .leases = &leases}) {}
+  Leases leases;
+  Eventual eventual;
+};
+
+// A key under hot_key_rate on this instance is decided from leases, with nothing merged; one over
+// it gets a copy, decided on only once a merge has fenced it (a lease taken before that merge is
+// in the state it reads back), and then with no call.
+TEST_F(EventualTest, AColdKeyIsDecidedFromLeasesAndAHotOneOnAFencedCopy) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  ColdKeysInstance a(&shared_, &clock_);
+  Item cold = ItemOf(limit, "cold");
+  cold.hot_key_rate = 50;
+  for (int i = 0; i < 20; ++i) {  // 10 a second
+    ASSERT_TRUE(Admit(a.eventual, cold));
+    clock_.Advance(100 * kMs);
+  }
+  EXPECT_EQ(a.eventual.GetStats().leased, 20u);
+  EXPECT_EQ(a.eventual.GetStats().states_synced, 0u);
+  EXPECT_LE(shared_.leases, 3);  // a first lease, then ones sized by its rate
+  EXPECT_EQ(shared_.decides, 0);
+  EXPECT_FALSE(shared_.fenced_until.contains(StateKey(cold)));
+
+  Item hot = ItemOf(limit, "hot");
+  hot.hot_key_rate = 50;
+  int requests = 0;
+  while (a.eventual.GetStats().exact == 0 && requests < 1000) {  // 1000 a second until promoted
+    ASSERT_TRUE(Admit(a.eventual, hot));
+    clock_.Advance(kMs);
+    ++requests;
+  }
+  ASSERT_EQ(a.eventual.GetStats().exact, 1u) << "not promoted after " << requests << " requests";
+  EXPECT_LE(requests, 60);
+  ASSERT_TRUE(Admit(a.eventual, hot));  // a copy not merged yet is not decided on
+  EXPECT_EQ(a.eventual.GetStats().exact, 2u);
+  const int64_t synced_at = clock_.NowMicros();
+  a.eventual.Sync();  // its first merge fences it
+  EXPECT_EQ(shared_.fenced_until[StateKey(hot)], synced_at + 300 * kMs);  // V + T
+  const uint64_t local = a.eventual.GetStats().local;
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(Admit(a.eventual, hot));
+  EXPECT_EQ(a.eventual.GetStats().local, local + 50);
+  EXPECT_EQ(a.eventual.GetStats().exact, 2u);
+}
+
+// A lease refused because another instance decides the state on a copy sends this instance to a
+// copy too: no lease is taken while the copy's fence lasts, so none is hidden from it.
+TEST_F(EventualTest, AFencedLeaseSendsTheColdInstanceToACopy) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  ColdKeysInstance a(&shared_, &clock_);
+  ColdKeysInstance b(&shared_, &clock_);
+  Item item = ItemOf(limit, "shared");
+  item.hot_key_rate = 50;
+  while (a.eventual.GetStats().exact == 0) {  // hot on a
+    ASSERT_TRUE(Admit(a.eventual, item));
+    clock_.Advance(kMs);
+  }
+  a.eventual.Sync();
+  ASSERT_TRUE(shared_.fenced_until.contains(StateKey(item)));
+  const int leases = shared_.leases;
+  const int decides = shared_.decides;
+  ASSERT_TRUE(Admit(b.eventual, item));  // cold on b: a lease, refused; decided exactly
+  EXPECT_EQ(shared_.leases, leases + 1);
+  EXPECT_EQ(shared_.decides, decides + 1);
+  EXPECT_EQ(b.leases.GetStats().units_granted, 0u);
+  ASSERT_TRUE(Admit(b.eventual, item));  // fenced: a copy, not a lease
+  EXPECT_EQ(shared_.leases, leases + 1);
+  EXPECT_EQ(b.eventual.GetStats().exact, 1u);
+  b.eventual.Sync();
+  ASSERT_TRUE(Admit(b.eventual, item));
+  EXPECT_EQ(b.eventual.GetStats().local, 1u);
+  EXPECT_EQ(shared_.leases, leases + 1);
 }
 
 TEST_F(EventualTest, ADenialOnTheCopyCostsNoCallAndSaysWhenToRetry) {

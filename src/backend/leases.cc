@@ -79,7 +79,11 @@ bool Leases::LeasedNow(std::span<const Item> items, std::optional<int64_t>& mono
       if (!mono) mono = clock_->MonotonicMicros();
       all = hot_keys_.Record(item, *mono) && all;  // (every such item is counted)
     } else {
-      all = all && item.consistency == Consistency::kLeased && Leasable(item);
+      // (An eventual item of a cold_keys: lease domain comes here from Eventual when its state
+      // is cold on this instance.)
+      const bool leased = item.consistency == Consistency::kLeased ||
+                          (item.consistency == Consistency::kEventual && item.hot_key_rate > 0);
+      all = all && leased && Leasable(item);
     }
   }
   if (all && !mono) mono = clock_->MonotonicMicros();
@@ -189,6 +193,11 @@ void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>&
       // The lease's life as Redis counts it, from when the grant arrived here: it ends here
       // no later than there.
       entry.ends = arrived + std::max<int64_t>(0, grant->ends_us - grant->now_us);
+    } else if (grant.ok() && grant->fenced) {
+      // An eventual copy of the state is in use: exactly for a lease interval, in which
+      // Eventual (asking Fenced) gives this instance a copy too.
+      entry.fenced_until = arrived + options_.life_us;
+      entry.dry_until = entry.fenced_until;
     } else if (grant.ok()) {
       entry.left = grant->left;
       // Exactly for a lease's life, and never past the window (a new window has quota
@@ -432,6 +441,12 @@ void Leases::ReturnAll(std::function<void()> done) {
                      if (pending->waiting.fetch_sub(1) == 1) pending->done();
                    });
   }
+}
+
+bool Leases::Fenced(const Item& item, int64_t mono) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = entries_.find(StateKey(item));
+  return it != entries_.end() && it->second.fenced_until > mono;
 }
 
 Leases::Stats Leases::GetStats() const {

@@ -81,6 +81,8 @@ class LeaseSource {
     int64_t now_us = 0;    // when, in the source's clock: a time inside the lease
     int64_t ends_us = 0;   // when the lease ends, in the source's clock
     uint64_t left = 0;     // what a request could still take from the state after the grant
+    bool fenced = false;   // nothing taken: an eventual copy of the state is in use (its merges
+                           // fence it: SyncSource::Delta::fence_us)
   };
   using GrantDone = std::function<void(absl::StatusOr<Grant>)>;
 
@@ -125,6 +127,11 @@ class Leases final : public Wrapper {
   // the units it holds stay counted until its window ends.
   void SweepEnded() { Sweep(clock_->MonotonicMicros()); }
 
+  // Whether the state's last lease was refused because an eventual copy of it is in use
+  // somewhere (LeaseSource::Grant::fenced), less than a lease interval before `mono`: Eventual
+  // then decides it on a copy too.
+  bool Fenced(const Item& item, int64_t mono) const;
+
   Stats GetStats() const;
   HotKeys::Stats GetHotKeyStats() const { return hot_keys_.GetStats(); }
   // The k promoted hot keys of highest rate now, highest first.
@@ -139,10 +146,11 @@ class Leases final : public Wrapper {
     int64_t granted_at_us = 0;  // the source's time of the grant (for the return)
     int64_t started = 0;        // monotonic: when it was granted
     uint64_t granted = 0;
-    uint64_t left = 0;      // what the state had left after the grant
-    int64_t dry_until = 0;  // monotonic: the last lease came back empty; exact until then
-    double rate = 0;        // units per µs the last ended lease was spent at (granted is then 0)
-    bool taking = false;    // a lease call in flight
+    uint64_t left = 0;         // what the state had left after the grant
+    int64_t dry_until = 0;     // monotonic: the last lease came back empty; exact until then
+    int64_t fenced_until = 0;  // monotonic: the last lease was fenced (an eventual copy is used)
+    double rate = 0;      // units per µs the last ended lease was spent at (granted is then 0)
+    bool taking = false;  // a lease call in flight
     std::vector<std::shared_ptr<Call>> waiters;  // requests of one item waiting for that call
   };
 

@@ -303,6 +303,10 @@ struct SimCommand {
                     "leased: a window lease's longest life (default 60000; 0: 10 lease intervals)");
     app->add_option("--sync-interval-ms", sync_interval_ms,
                     "eventual: how often each instance merges (default 100)");
+    app->add_option("--cold-keys-rate", options.cold_keys_rate,
+                    "eventual: keys under N decisions/s on an instance are decided from leases, "
+                    "the others on copies (cold_keys: lease, hot_key_rate: N); 0 (default): "
+                    "every key on copies");
     app->add_option("--csv", options.csv_dir, "write DIR/windows.csv (admitted per window)");
   }
   int Run() {

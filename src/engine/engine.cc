@@ -136,10 +136,13 @@ struct Pending {
 using PendingList = absl::InlinedVector<Pending, 8>;
 
 // A limit's backend::Item::hot_key_rate: its domain's, when the domain says hot_keys: lease and
-// the limit is exact (its own consistency, else the domain's).
+// the limit is exact, or cold_keys: lease and it is eventual (its own consistency, else the
+// domain's).
 uint32_t HotKeyRate(const Domain& domain, std::optional<backend::Consistency> limit) {
-  const bool exact = limit.value_or(domain.consistency) == backend::Consistency::kExact;
-  return domain.lease_hot_keys && exact ? domain.hot_key_rate : 0;
+  const backend::Consistency c = limit.value_or(domain.consistency);
+  const bool split = (domain.lease_hot_keys && c == backend::Consistency::kExact) ||
+                     (domain.lease_cold_keys && c == backend::Consistency::kEventual);
+  return split ? domain.hot_key_rate : 0;
 }
 
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they

@@ -83,6 +83,11 @@ class EngineAsyncTest : public ::testing::Test {
           "domain: hot\nhot_keys: lease\nhot_key_rate: 300\ndescriptors:\n  - key: user\n"
           "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
           "consistency: leased}]\n");
+    Write("cold.yaml",
+          "domain: cold\nconsistency: eventual\ncold_keys: lease\nhot_key_rate: 400\n"
+          "descriptors:\n  - key: user\n"
+          "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
+          "consistency: exact}]\n");
     rules::LoadResult loaded = rules::LoadConfig({dir_.string()});
     for (const auto& e : loaded.errors) ADD_FAILURE() << e.ToString();
     config_ = loaded.config;
@@ -138,6 +143,12 @@ TEST_F(EngineAsyncTest, HotKeyRateGoesToTheExactItemsOfAHotKeysLeaseDomain) {
   EXPECT_THAT(remote_.hot_key_rates, ::testing::ElementsAre(300u, 0u));  // exact, leased
   Decide("open");
   EXPECT_THAT(remote_.hot_key_rates, ::testing::ElementsAre(0u));  // hot_keys: exact
+}
+
+// cold_keys: lease gives the domain's hot_key_rate to its eventual limits' items only.
+TEST_F(EngineAsyncTest, HotKeyRateGoesToTheEventualItemsOfAColdKeysLeaseDomain) {
+  Decide("cold");
+  EXPECT_THAT(remote_.hot_key_rates, ::testing::ElementsAre(400u, 0u));  // eventual, exact
 }
 
 TEST_F(EngineAsyncTest, FailureModeOpenAdmitsAndSaysSo) {

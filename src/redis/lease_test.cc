@@ -72,8 +72,11 @@ std::vector<absl::StatusOr<Grant>> LeaseOneByOne(Client& client, const RedisStor
       continue;
     }
     const LeaseGrant& g = parsed->grants[0];
-    grants.push_back(Grant{
-        .granted = g.granted, .now_us = parsed->now_us, .ends_us = g.ends_us, .left = g.left});
+    grants.push_back(Grant{.granted = g.granted,
+                           .now_us = parsed->now_us,
+                           .ends_us = g.ends_us,
+                           .left = g.left,
+                           .fenced = g.fenced});
   }
   return grants;
 }

@@ -8,7 +8,10 @@
 // descriptor's hash, the field named by the descriptor's hash and the limit id (16 bytes); a
 // sliding_log state keeps a key of its own, `<prefix>{<bucket>}<hash>:<limit id>`, in the same
 // slot. A key with a TTL costs Redis about 100 bytes before its value: packed, the states of
-// many descriptors share that cost (see decide.lua's "Packed states" for their expiry).
+// many descriptors share that cost (see decide.lua's "Packed states" for their expiry). A merge
+// (Sync) may fence a state against leases: a string key next to it, `<key>:f`, or
+// `<prefix>{<bucket>}:f:<field>` for a packed state, in its slot, which expires on its own
+// (decide.lua's "Fences"); it is no state, and nothing here lists or counts keys.
 // Items in different slots (e.g. a per-user and a global descriptor on a cluster) cannot be
 // decided atomically: they are first evaluated without writing (every slot at once), and only if
 // every one would admit are they decided for real. A request that loses a race between the two
@@ -114,7 +117,8 @@ class RedisStore final : public backend::Backend,
               std::function<void(absl::Status)> done);
 
   // Forgets the states of `items` (DEL), then moves the reset epoch; `done` gets how many
-  // states existed.
+  // states existed. Their fences (Sync) stay until they end: the eventual copies they keep
+  // leases off are still decided on until their next merge.
   void Reset(std::span<const backend::Item> items, ResetDone done) override;
   // The reset epoch: `<prefix>resets`, a counter every Reset increments (0 before the first).
   void ReadResetEpoch(EpochDone done) override;
@@ -122,19 +126,21 @@ class RedisStore final : public backend::Backend,
   // Leases (consistency: leased; backend/leases.h): decide.lua's mode 4 takes up to `want`
   // units of `item`'s state for at most `life_us`, recorded so that spending them before the
   // lease ends can never over-admit (docs/algorithms.md, "Leases"). Times are Redis's.
-  // leaky_bucket and sliding_log grant 0. Unspent units of a window's lease go back with
-  // Refund(items, a time inside the lease); a bucket's are not given back.
-  // Queued and batched as decisions are (mode 6 takes a batch, each lease as mode 4 would), with
-  // a decision's deadline, breaker and errors; a batch's reply that comes too late gives back
+  // leaky_bucket and sliding_log grant 0; so does a state a merge fenced (Delta::fence_us), of
+  // any algorithm and consistency: Grant::fenced, its ends_us its now_us. Unspent units of a
+  // window's lease go back with Refund(items, a time inside the lease); a bucket's are not given
+  // back. Queued and batched as decisions are (mode 6 takes a batch, each lease as mode 4 would),
+  // with a decision's deadline, breaker and errors; a batch's reply that comes too late gives back
   // what its window leases took. (A lease sent on its own, by mode 4: on a cluster without
   // batch_cluster or after a slot moved under its batch, does not: a late one's window units stay
   // counted until the window ends.)
   void Lease(const backend::Item& item, uint64_t want, int64_t life_us, GrantDone done) override;
 
   // Merges (consistency: eventual; backend/eventual.h): decide.lua's mode 5 adds each delta's
-  // units to its state as algo::ChargeCompact does, on Redis's clock, and reads the state back;
-  // one call per cluster node and per kMaxSyncBatch states, each sent by EVALSHA (EVAL after
-  // NOSCRIPT).
+  // units to its state as algo::ChargeCompact does, on Redis's clock, reads the state back and,
+  // with Delta::fence_us > 0 (a read too), fences it until that long after the merge (a longer
+  // fence stays); one call per cluster node and per kMaxSyncBatch states, each sent by EVALSHA
+  // (EVAL after NOSCRIPT).
   static constexpr size_t kMaxSyncBatch = 256;
   size_t Sync(std::span<const Delta> deltas, MergedDone done) override;
 

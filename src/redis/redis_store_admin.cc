@@ -1,6 +1,7 @@
 // RedisStore's admin side: Reset (DEL of the states) and the reset epoch, a counter next to the
 // states that every Reset moves and every instance's over-limit cache reads; and leases
-// (consistency: leased), taken by decide.lua's mode 4; and merges (consistency: eventual), mode 5.
+// (consistency: leased), taken by decide.lua's mode 4 (6 for a batch); and merges (consistency:
+// eventual), mode 5, which may fence their states against leases.
 
 #include <algorithm>
 #include <memory>
@@ -128,8 +129,11 @@ void RedisStore::AnswerLeases(std::span<const Queued> batch, const absl::StatusO
       continue;
     }
     const LeaseGrant& g = parsed->grants[i];
-    batch[i].lease_done(Grant{
-        .granted = g.granted, .now_us = parsed->now_us, .ends_us = g.ends_us, .left = g.left});
+    batch[i].lease_done(Grant{.granted = g.granted,
+                              .now_us = parsed->now_us,
+                              .ends_us = g.fenced ? parsed->now_us : g.ends_us,
+                              .left = g.left,
+                              .fenced = g.fenced});
   }
 }
 
@@ -201,7 +205,8 @@ size_t RedisStore::Sync(std::span<const Delta> deltas, MergedDone done) {
     call.items.push_back({.item = {&call.limits.back(), std::move(place.key), 0, false, false,
                                    std::move(place.field)},
                           .units = deltas[i].units,
-                          .counted_at_us = deltas[i].counted_at_us});
+                          .counted_at_us = deltas[i].counted_at_us,
+                          .fence_us = deltas[i].fence_us});
     call.deltas.push_back(i);
   }
   for (auto& call : calls) SendSync(std::move(call), /*by_sha=*/true);

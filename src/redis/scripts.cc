@@ -180,30 +180,33 @@ absl::StatusOr<LeaseReply> ParseLeaseReply(const Reply& reply, size_t asks) {
   LeaseReply out{.now_us = e[0].integer, .grants = {}};
   out.grants.reserve(asks);
   for (size_t i = 0; i < asks; ++i) {
+    // A fenced state's lease leaves -1 (no lease leaves less than 0).
     out.grants.push_back({.granted = count(e[1 + 3 * i]),
                           .ends_us = e[2 + 3 * i].integer,
-                          .left = count(e[3 + 3 * i])});
+                          .left = count(e[3 + 3 * i]),
+                          .fenced = e[3 + 3 * i].integer == -1});
   }
   return out;
 }
 
 std::string EncodeSync(std::string_view sha, std::span<const SyncItem> items) {
-  std::vector<std::string> text;  // per item: its kind and field, its time (units as its cost)
-  text.reserve(2 * items.size() + 1);
+  // Per item: its kind and field (units as its cost), its time, its fence.
+  std::vector<std::string> text;
+  text.reserve(3 * items.size() + 1);
   text.push_back(std::to_string(items.size()));
   for (const SyncItem& s : items) {
     DecideItem it = s.item;
     it.cost = s.units;
     text.push_back(PackItem(it));
     text.push_back(std::to_string(s.counted_at_us));
+    text.push_back(std::to_string(std::max<int64_t>(0, s.fence_us)));
   }
   std::vector<std::string_view> args = {sha.empty() ? "EVAL" : "EVALSHA",
                                         sha.empty() ? DecideScript() : sha, "0", "5", text[0]};
-  args.reserve(5 + 3 * items.size());
+  args.reserve(5 + 4 * items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     args.push_back(items[i].item.key);
-    args.push_back(text[1 + 2 * i]);
-    args.push_back(text[2 + 2 * i]);
+    for (size_t j = 1; j <= 3; ++j) args.push_back(text[3 * i + j]);
   }
   std::string command;
   AppendCommand(&command, args);

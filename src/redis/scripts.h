@@ -40,9 +40,10 @@ struct DecideItem {
 };
 
 // The EVALSHA (or, with `sha` empty, EVAL) taking a lease of up to `want` units of `item`'s
-// state for at most `life_us` (decide.lua's mode 4; item.cost is not used). Its reply:
-// {now_us, units granted, the lease's end (µs), units a request could still take}, in Redis's
-// clock.
+// state for at most `life_us` (decide.lua's mode 4; item.cost is not used), unless a merge
+// fenced the state (SyncItem::fence_us). Its reply: {now_us, units granted, the lease's end
+// (µs), units a request could still take}, in Redis's clock; {now_us, 0, now_us, -1} when
+// fenced.
 std::string EncodeLease(std::string_view sha, const DecideItem& item, uint64_t want,
                         int64_t life_us);
 
@@ -56,14 +57,15 @@ struct LeaseAsk {
 // The EVALSHA (or, with `sha` empty, EVAL) taking `asks` in turn, each on its own as
 // EncodeLease's call would, their keys as arguments (so that they may be in several slots of one
 // cluster node). Its deadline as EncodeDecide's (`deadline_at`). Its reply: {now_us, then per
-// ask: units granted, the lease's end, units a request could still take}; ParseLeaseReply reads
-// it, and EncodeLease's reply, the same for one ask.
+// ask: units granted, the lease's end, units a request could still take (a fenced state's: 0,
+// now_us, -1)}; ParseLeaseReply reads it, and EncodeLease's reply, the same for one ask.
 std::string EncodeLeases(std::string_view sha, std::span<const LeaseAsk> asks,
                          size_t* deadline_at = nullptr);
 struct LeaseGrant {
   uint64_t granted = 0;
   int64_t ends_us = 0;
   uint64_t left = 0;
+  bool fenced = false;  // nothing taken: a merge fenced the state (granted and left are 0)
 };
 struct LeaseReply {
   int64_t now_us = 0;
@@ -94,11 +96,14 @@ std::string EncodeRefund(std::string_view sha, std::span<const DecideItem> items
                          int64_t decided_at_us);
 
 // One state of a merge call (consistency: eventual; decide.lua's mode 5): add `units` admitted
-// elsewhere at `counted_at_us` (Redis's time) as algo::ChargeCompact does, then read it back.
+// elsewhere at `counted_at_us` (Redis's time) as algo::ChargeCompact does, then read it back;
+// with `fence_us` > 0, also fence it: no lease of it is granted until `fence_us` after the
+// merge (Redis's time; a longer fence already there stays).
 struct SyncItem {
   DecideItem item;  // item.cost is not used
   uint64_t units;
   int64_t counted_at_us;
+  int64_t fence_us = 0;
 };
 // The EVALSHA (or, with `sha` empty, EVAL) merging `items` in turn, their keys as arguments (so
 // that they may be in several slots of one cluster node). Its reply: {now_us, then per item the

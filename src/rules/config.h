@@ -153,6 +153,9 @@ struct Domain {
   // `hot_keys: lease`: an exact limit's key whose rate on this instance passes `hot_key_rate`
   // (requests per second) is decided from leases while it stays hot (docs/hybrid.md, "Hot keys").
   bool lease_hot_keys = false;
+  // `cold_keys: lease`: an eventual limit's key whose rate on this instance is under
+  // `hot_key_rate` is decided from leases, the hotter ones on copies (docs/hybrid.md).
+  bool lease_cold_keys = false;
   uint32_t hot_key_rate = 1000;
 };
 

@@ -25,8 +25,9 @@ const std::vector<std::string_view> kLimitEntryKeys = {
     "requests", "requests_per_unit", "window",     "unit", "algorithm", "burst",
     "name",     "shadow_mode",       "consistency"};
 const std::vector<std::string_view> kDomainKeys = {
-    "domain",       "descriptors", "plans", "default_plan", "clients",  "failure_mode",
-    "count_denied", "shadow_mode", "http",  "consistency",  "hot_keys", "hot_key_rate"};
+    "domain",       "descriptors",  "plans",       "default_plan", "clients",
+    "failure_mode", "count_denied", "shadow_mode", "http",         "consistency",
+    "hot_keys",     "hot_key_rate", "cold_keys"};
 // hot_key_rate: requests per second on one instance (backend::Item::hot_key_rate is 32 bits).
 constexpr uint64_t kMaxHotKeyRate = 1000000000;
 
@@ -81,13 +82,21 @@ class DomainParser {
     return std::nullopt;
   }
 
-  // `hot_keys: exact | lease` and `hot_key_rate:` (requests per second, > 0) of a domain.
+  // `hot_keys: exact | lease`, `cold_keys: copy | lease` and `hot_key_rate:` (requests per
+  // second, > 0) of a domain.
   void ParseHotKeys(const YAML::Node& doc) {
     if (auto mode = r_.String(doc, "hot_keys")) {
       if (*mode == "exact" || *mode == "lease") {
         domain_.lease_hot_keys = *mode == "lease";
       } else {
         r_.Error(doc["hot_keys"], fmt::format("unknown hot_keys '{}' (exact or lease)", *mode));
+      }
+    }
+    if (auto mode = r_.String(doc, "cold_keys")) {
+      if (*mode == "copy" || *mode == "lease") {
+        domain_.lease_cold_keys = *mode == "lease";
+      } else {
+        r_.Error(doc["cold_keys"], fmt::format("unknown cold_keys '{}' (copy or lease)", *mode));
       }
     }
     if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {

@@ -427,6 +427,11 @@ TEST(LoaderExtensionsTest, HotKeysAndHotKeyRate) {
   EXPECT_TRUE(config->FindDomain("d")->lease_hot_keys);
   EXPECT_EQ(config->FindDomain("d")->hot_key_rate, 200u);
   EXPECT_FALSE(MustLoad("domain: d\nhot_keys: exact\n")->FindDomain("d")->lease_hot_keys);
+  EXPECT_FALSE(plain->lease_cold_keys);  // eventual: every key on copies
+  EXPECT_TRUE(MustLoad("domain: d\ncold_keys: lease\n")->FindDomain("d")->lease_cold_keys);
+  EXPECT_FALSE(MustLoad("domain: d\ncold_keys: copy\n")->FindDomain("d")->lease_cold_keys);
+  EXPECT_THAT(Errors("domain: d\ncold_keys: leased\n"),
+              ElementsAre("t.yaml:2:12: unknown cold_keys 'leased' (copy or lease)"));
   EXPECT_THAT(Errors("domain: d\nhot_keys: leased\n"),
               ElementsAre("t.yaml:2:11: unknown hot_keys 'leased' (exact or lease)"));
   EXPECT_THAT(Errors("domain: d\nhot_key_rate: 0\n"),

@@ -345,6 +345,7 @@ stack::Stack::RedisCounters WorkSince(const std::vector<std::unique_ptr<stack::S
     work.leases += now.leases - before[i].leases;
     work.lease_returns += now.lease_returns - before[i].lease_returns;
     work.eventual_local += now.eventual_local - before[i].eventual_local;
+    work.eventual_leased += now.eventual_leased - before[i].eventual_leased;
     work.eventual_syncs += now.eventual_syncs - before[i].eventual_syncs;
     work.eventual_states_synced += now.eventual_states_synced - before[i].eventual_states_synced;
     work.eventual_max_round_trip_us =
@@ -461,14 +462,17 @@ std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>&
 }
 
 // Eventual mode's fields, spliced before the line's closing brace: its decisions on copies, its
-// merges, the longest merge (D) and the bound of eventual.h over spans of V + T + D.
+// requests sent to leases (cold keys), its merges, the longest merge (D) and the bound of
+// eventual.h over spans of V + T + D.
 std::string EventualFields(const Line& l) {
   if (!l.bound) return "";
   return fmt::format(
-      ",\"eventual_local_decisions\":{},\"eventual_syncs\":{},\"sync_round_trip_max_us\":{},"
-      "\"eventual_bound_span_us\":{},\"eventual_bound_max\":{},\"eventual_within_bound\":{}",
-      l.work.eventual_local, l.work.eventual_syncs, l.work.eventual_max_round_trip_us,
-      l.bound_span_us, l.bound->max_bound, l.bound->within ? "true" : "false");
+      ",\"eventual_local_decisions\":{},\"eventual_leased_decisions\":{},\"eventual_syncs\":{},"
+      "\"sync_round_trip_max_us\":{},\"eventual_bound_span_us\":{},\"eventual_bound_max\":{},"
+      "\"eventual_within_bound\":{}",
+      l.work.eventual_local, l.work.eventual_leased, l.work.eventual_syncs,
+      l.work.eventual_max_round_trip_us, l.bound_span_us, l.bound->max_bound,
+      l.bound->within ? "true" : "false");
 }
 
 // --warmup's fields, spliced before the line's closing brace.
@@ -636,13 +640,15 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
   Playback play;
   play.items.reserve(n);
   for (const Arrival& a : trace->arrivals) {
-    play.items.push_back({.limit = &o.limit,
-                          .limit_id = limit_id,
-                          .key = trace->keys[a.key],
-                          .cost = a.cost,
-                          .on_failure = backend::FailureMode::kClosed,
-                          .instances = static_cast<uint32_t>(o.instances),
-                          .consistency = ConsistencyOf(o.instance.mode)});
+    play.items.push_back(
+        {.limit = &o.limit,
+         .limit_id = limit_id,
+         .key = trace->keys[a.key],
+         .cost = a.cost,
+         .on_failure = backend::FailureMode::kClosed,
+         .instances = static_cast<uint32_t>(o.instances),
+         .consistency = ConsistencyOf(o.instance.mode),
+         .hot_key_rate = o.instance.mode == Mode::kEventual ? o.cold_keys_rate : 0});
   }
   play.answers.resize(n);
   play.records.resize(n);

@@ -36,6 +36,10 @@ struct SimOptions {
   // fields): what a long-running fleet pays once every key's first lease or copy is taken. 0: no
   // such fields. Less than trace.seconds.
   double warmup_seconds = 0;
+  // Eventual mode: a key under this many decisions per second on an instance is decided from
+  // leases, a hotter one on copies (a domain's cold_keys: lease with this hot_key_rate). 0: every
+  // key on copies.
+  uint32_t cold_keys_rate = 0;
   // No Redis and no instances: `limit`'s exact model on the trace, judged against the exact
   // log of the same N per W (sim/compare.h).
   bool accuracy = false;

@@ -144,7 +144,8 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
   backend.eventual = std::make_unique<backend::Eventual>(
       primary, backend.redis.get(), backend.redis.get(), &backend.client->clock(),
       backend::Eventual::Options{.sync_interval_us = settings.redis_sync_interval_us,
-                                 .ticker = true});
+                                 .ticker = true,
+                                 .leases = backend.leases.get()});
   primary = backend.eventual.get();
   backend.failover = std::make_unique<backend::Failover>(primary, backend.memory.get());
   return absl::OkStatus();
@@ -207,13 +208,16 @@ absl::Status RegisterEventualMetrics(metrics::Registry& registry,
   if (auto s = registry.AddCallback(
           {.name = "sluice_eventual_decisions_total",
            .help = "consistency: eventual requests, by where they were decided: on this "
-                   "instance's copy (local), or by the backend (exact: no fresh copy)",
+                   "instance's copy (local), by the backend (exact: no fresh copy), or from "
+                   "leases (leased: a cold key, cold_keys: lease)",
            .label_names = {"where"}},
           metrics::MetricType::kCounter,
           [eventual] {
             const backend::Eventual::Stats st = eventual->GetStats();
-            return std::vector<metrics::CallbackSample>{{{"local"}, static_cast<double>(st.local)},
-                                                        {{"exact"}, static_cast<double>(st.exact)}};
+            return std::vector<metrics::CallbackSample>{
+                {{"local"}, static_cast<double>(st.local)},
+                {{"exact"}, static_cast<double>(st.exact)},
+                {{"leased"}, static_cast<double>(st.leased)}};
           });
       !s.ok()) {
     return s;
@@ -433,6 +437,7 @@ Stack::RedisCounters Stack::GetRedisCounters() const {
   if (parts_->eventual) {
     const backend::Eventual::Stats st = parts_->eventual->GetStats();
     out.eventual_local = st.local;
+    out.eventual_leased = st.leased;
     out.eventual_syncs = st.syncs;
     out.eventual_states_synced = st.states_synced;
     out.eventual_max_round_trip_us = st.max_round_trip_us;

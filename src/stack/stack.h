@@ -77,6 +77,7 @@ class Stack {
     uint64_t leases = 0;                     // leases taken (script calls, in script_calls too)
     uint64_t lease_returns = 0;              // calls giving unspent units back
     uint64_t eventual_local = 0;             // decisions made on eventual copies, with no call
+    uint64_t eventual_leased = 0;            // eventual requests sent to leases (cold_keys: lease)
     uint64_t eventual_syncs = 0;             // merge calls (script calls, in script_calls too)
     uint64_t eventual_states_synced = 0;     // states those calls read and wrote
     int64_t eventual_max_round_trip_us = 0;  // the longest merge call (D)

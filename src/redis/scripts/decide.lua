@@ -11,8 +11,10 @@
 -- ARGV[1]: 1 = decide and write, 0 = only evaluate (what would happen; nothing is written),
 --          2 = refund (give back what admitted requests consumed: see "Refunds" below),
 --          3 = as 1, with the keys in ARGV instead of KEYS (a cluster node's batch: see above),
---          4 = take a lease (consistency: leased; see "Leases" below)
---          5 = merge admissions made elsewhere (consistency: eventual; see "Merges" below)
+--          4 = take a lease (consistency: leased; see "Leases" below), unless the state is
+--              fenced (see "Fences" below)
+--          5 = merge admissions made elsewhere, and fence the states (consistency: eventual;
+--              see "Merges" below)
 --          6 = take several leases, each as mode 4 would, in turn (see "Leases" below)
 -- ARGV[2]: the deadline, Redis's time in µs (16 digits; 0: none): a call that finds TIME past it
 --          changes nothing and returns {now_us, -1}. The client has given up on the call by
@@ -62,6 +64,14 @@
 -- there, gets a new expiry on its next write. The 24 bytes of a bucket's value take no more of
 -- Redis's memory than 16: both fit the same allocation.) An existing key's expiry is never
 -- earlier than its idle_at.
+--
+-- Fences (consistency: eventual; see "Merges" below): a merge may fence its state for a while,
+-- and a lease of a fenced state takes nothing. A fence is a string key of its own, `<key>:f` for
+-- a state with a key of its own, `<key>:f:<field>` for a packed one: the state's key with a
+-- suffix, so it has the state's hash tag and slot, and is never a state's key (RedisStore's end
+-- in a hex digit or the tag's '}'). Its value is the fence's end (µs, in decimal), its expiry
+-- (PXAT) that end rounded up to the ms: it goes on its own, and one whose end has passed while
+-- Redis still holds it counts for nothing.
 --
 -- Packed states: an item with a field keeps its state in that field of a hash shared with other
 -- limiter keys (redis.buckets), which costs far less memory per state than a key of its own.
@@ -572,6 +582,26 @@ local function store(key, field, alg, st)
   end
 end
 
+-- Fences (see the header): where the fence of a state is.
+local function fence_key(key, field)
+  if field then return key .. ':f:' .. field end
+  return key .. ':f'
+end
+
+-- Whether a fence read as `raw` (GET; false: none) still holds.
+local function fenced(raw)
+  return raw and tonumber(raw) > now
+end
+
+-- Fences a state for `life` µs from now. A fence is only ever moved on, never brought forward:
+-- another instance's merge may have fenced the state for longer, for a copy it still uses.
+local function fence(key, field, life)
+  local fk, ends = fence_key(key, field), now + life
+  local held = call('GET', fk)
+  if held and tonumber(held) >= ends then return end
+  call('SET', fk, string.format('%d', ends), 'PXAT', decimal(ceildiv(ends, 1000)))
+end
+
 -- Refunds: ARGV[2] the decision's time (µs, Redis's TIME as the decide call returned it), ARGV[3]
 -- the item count M, then per item its kind (six doubles, as for a decision) followed by its hash
 -- field if any (the cost is what to give back). Returns {now_us}.
@@ -612,12 +642,16 @@ local function take_lease(key, kind, raw, life, want)
 end
 -- One lease: ARGV[2] the lease's longest life (µs), ARGV[3] the units wanted, ARGV[4] the item's
 -- kind (six doubles, as for a decision) followed by its hash field if any; KEYS[1] its key.
--- Returns {now_us, units granted, the lease's end (µs), units a request could still take}.
+-- Returns {now_us, units granted, the lease's end (µs), units a request could still take}; for a
+-- fenced state (see the header) {now_us, 0, now_us, -1}: nothing taken, and -1, which no lease
+-- leaves, says why (a lease taken now would be hidden from the copy the fence is for).
 -- (Unspent units of a window's lease go back as a refund at a time inside the lease: mode 2.)
 if ARGV[1] == '4' then
   local key, kind = KEYS[1], ARGV[4]
+  local field = item_field(kind)
+  if fenced(call('GET', fence_key(key, field))) then return {now, 0, now, -1} end
   local granted, ends, left =
-    take_lease(key, kind, load(key, item_field(kind)), tonumber(ARGV[2]), tonumber(ARGV[3]))
+    take_lease(key, kind, load(key, field), tonumber(ARGV[2]), tonumber(ARGV[3]))
   return {now, granted, ends, left}
 end
 -- Several leases (a batch: RedisStore queues the leases headed to one node and sends them
@@ -625,53 +659,65 @@ end
 -- {now_us, -1}); ARGV[3] the lease count R; then per lease four arguments: its key, its kind
 -- (as for mode 4), its longest life (µs) and the units wanted. The keys are arguments, as in mode
 -- 3 (a cluster node's batch). They are taken in turn, each on its own as R calls of mode 4 would
--- (at one instant: a later lease of a state sees what an earlier one took). Every state is read
--- before any is written, so a call on a cluster node that no longer serves one of the keys fails
--- having changed nothing. Returns {now_us, then per lease: units granted, the lease's end (µs),
--- units a request could still take}.
+-- (at one instant: a later lease of a state sees what an earlier one took; one of a fenced state
+-- takes nothing, and the others are taken as if it were not there). Every state and its fence is
+-- read before any state is written, so a call on a cluster node that no longer serves one of the
+-- keys fails having changed nothing. Returns {now_us, then per lease: units granted, the lease's
+-- end (µs), units a request could still take (a fenced state's: 0, now_us, -1, as for mode 4)}.
 if ARGV[1] == '6' then
   local deadline = tonumber(ARGV[2])
   if deadline > 0 and now > deadline then return {now, -1} end  -- too late: nothing is taken
   local count = tonumber(ARGV[3])
-  local raws = {}
+  local raws, fences = {}, {}  -- by lease: its state's value (false: none); whether fenced
   for i = 1, count do
     local at = 4 * i
-    raws[i] = load(ARGV[at], item_field(ARGV[at + 1]))
+    local key, field = ARGV[at], item_field(ARGV[at + 1])
+    fences[i] = fenced(call('GET', fence_key(key, field)))
+    if not fences[i] then raws[i] = load(key, field) end
   end
   local reply, written = {now}, {}  -- written: the states a lease of this call changed
   for i = 1, count do
-    local at = 4 * i
-    local key, kind = ARGV[at], ARGV[at + 1]
-    local field = item_field(kind)
-    local state = field and (key .. '\0' .. field) or key
-    local raw = raws[i]
-    if written[state] then raw = load(key, field) end
-    local granted, ends, left = take_lease(key, kind, raw, tonumber(ARGV[at + 2]),
-                                           tonumber(ARGV[at + 3]))
-    if granted > 0 then written[state] = true end
+    local granted, ends, left = 0, now, -1
+    if not fences[i] then
+      local at = 4 * i
+      local key, kind = ARGV[at], ARGV[at + 1]
+      local field = item_field(kind)
+      local state = field and (key .. '\0' .. field) or key
+      local raw = raws[i]
+      if written[state] then raw = load(key, field) end
+      granted, ends, left =
+        take_lease(key, kind, raw, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]))
+      if granted > 0 then written[state] = true end
+    end
     reply[#reply + 1] = granted
     reply[#reply + 1] = ends
     reply[#reply + 1] = left
   end
   return reply
 end
--- Merges: ARGV[2] the item count M, then per item three arguments: its key, its kind (six
+-- Merges: ARGV[2] the item count M, then per item four arguments: its key, its kind (six
 -- doubles, as for a decision, the cost being the units to merge) followed by its hash field if
--- any, and when they were admitted (µs, Redis's time as the instance estimates it). The keys are
--- arguments, as in mode 3 (a cluster node's batch). Returns {now_us, then per item its state
--- after the merge: idle_at, a, b (algo::CompactState: a bucket's frac, 0; a fixed window's
--- count, 0; a sliding window's prev, cur), or 0, 0, 0 for a state back to initial}.
+-- any, when they were admitted (µs, Redis's time as the instance estimates it), and how long to
+-- fence the state for from now (µs; 0: its fence, if any, is left as it is; see the header). A
+-- read (no units) fences too: the instance decides on the state it reads back, and a lease
+-- taken after this call would be hidden from it until its next merge. The keys are arguments,
+-- as in mode 3 (a cluster node's batch). Returns {now_us, then per item its state after the
+-- merge: idle_at, a, b (algo::CompactState: a bucket's frac, 0; a fixed window's count, 0; a
+-- sliding window's prev, cur), or 0, 0, 0 for a state back to initial}.
 if ARGV[1] == '5' then
   local reply = {now}
   for i = 1, tonumber(ARGV[2]) do
-    local key, kind, at = ARGV[3 * i], ARGV[3 * i + 1], tonumber(ARGV[3 * i + 2])
+    local at = 4 * i - 1
+    local key, kind = ARGV[at], ARGV[at + 1]
+    local counted, life = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
     local alg, n, w, _, cost = unpack('<dddddd', kind)
     local field = item_field(kind)
     local raw = load(key, field)
     local st = {0, 0, 0}
     if raw then st = parse(alg, raw) end
     if st[1] <= now then st = {0, 0, 0} end  -- back to initial
-    merge(alg, st, at, now, n, w, cost)
+    merge(alg, st, counted, now, n, w, cost)
+    if life > 0 then fence(key, field, life) end
     if st[1] > now then
       if cost > 0 then store(key, field, alg, st) end
       reply[#reply + 1] = st[1]

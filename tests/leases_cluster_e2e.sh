@@ -33,6 +33,7 @@ descriptors:
     rate_limit: {algorithm: token_bucket, requests: 20, window: 1d}
 EOF
 
+clear_of_hour_end 90  # (its fixed windows must not roll over while it counts them)
 start_redis_cluster
 check_contains "cluster formed" "cluster_state:ok" "$(redis-cli -p "${cluster_ports[0]}" cluster info)"
 # A window's lease lives 2 s (ten lease intervals). The timeout is generous: a call that times

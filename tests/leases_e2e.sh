@@ -65,6 +65,7 @@ EOF
 printf 'rules: %s\nredis:\n  instances: 4\n  timeout: 200ms\n  lease_interval: 200ms\n  window_lease_life: 2s\n' \
   "$tmp/rules" >"$tmp/sluice.yaml"
 
+clear_of_hour_end 90  # (its fixed windows must not roll over while it counts them)
 for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
 datas=() admins=() spids=()
 for i in 0 1 2 3; do

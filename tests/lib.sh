@@ -90,6 +90,14 @@ free_port() {
   echo "no free port found" >&2; return 1
 }
 
+# clear_of_hour_end SECONDS: if the next hour of the clock (an epoch-aligned window of an hour or
+# a day ends there) is less than SECONDS away, sleeps past it. For a test that counts a fixed
+# window of an hour or a day exactly: one that rolls over while it runs admits the limit again.
+clear_of_hour_end() {
+  local left=$((3600 - $(date +%s) % 3600))
+  if ((left < $1)); then sleep $((left + 1)); fi
+}
+
 # The headers of the last request made with -D "$tmp/headers".
 header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 

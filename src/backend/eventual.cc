@@ -135,6 +135,10 @@ void Eventual::Decide(std::span<const Item> items, int64_t now_us, std::span<Dec
                          });
 }
 
+bool Eventual::Fences(const Item& item) const {
+  return item.hot_key_rate > 0 && options_.leases != nullptr;
+}
+
 bool Eventual::ToLeases(std::span<const Item> items, int64_t mono) {
   if (options_.leases == nullptr) return false;
   bool cold = true;
@@ -162,6 +166,12 @@ std::optional<Outcome> Eventual::TryLocal(std::span<const Item> items, int64_t m
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     Entry* entry = found[i];
+    if (Fences(item) != entry->fenced) {  // a reload switched cold_keys: not fresh until merged
+      entry->fenced = Fences(item);
+      entry->fresh_at = kNeverFresh;
+      entry->used = true;
+      return std::nullopt;
+    }
     if (entry->limit != *item.limit || mono - entry->fresh_at > max_age_us_ ||
         std::find(found.begin(), found.begin() + static_cast<ptrdiff_t>(i), entry) !=
             found.begin() + static_cast<ptrdiff_t>(i)) {
@@ -218,13 +228,13 @@ void Eventual::Adopt(std::span<const Item> items, const Outcome& outcome,
       }
     }
     entry.used_at = arrived_mono;
-    // A copy whose merges fence leases is fresh only from its first merge, the first that
-    // fences: a lease taken between this decision and that merge would be hidden from it. It
-    // is read at the next sync.
-    const bool fenced = item.hot_key_rate > 0 && options_.leases != nullptr;
-    if (fenced && !entry.fenced) entry.fresh_at = kNeverFresh;  // (a reload turned fences on)
-    entry.fenced = fenced;
+    // A copy whose merges fence leases is fresh only from a merge that fenced: a lease taken
+    // between this decision and that merge would be hidden from it. So this state, whether the
+    // copy is new or an exact reply came after a merge's (the replies of several connections
+    // can overtake each other), is not decided on until the next merge, which reads it.
+    entry.fenced = Fences(item);
     if (entry.fenced) {
+      entry.fresh_at = kNeverFresh;
       entry.used = true;
     } else {
       entry.fresh_at = sent_mono;
@@ -346,7 +356,9 @@ void Eventual::Merge(const SyncSource::Merged& merged, std::span<const std::stri
     if (it == entries_.end() || it->second.limit != limits[d]) continue;  // reset, or reloaded
     Entry& entry = it->second;
     entry.state = merged.states[j];  // (a later delta of the state, in the same call, wins)
-    entry.fresh_at = sent_mono;
+    // A copy whose merges fence is fresh only from a merge that did (one sent before a reload
+    // turned fences on did not).
+    if (!entry.fenced || deltas[d].fence_us > 0) entry.fresh_at = sent_mono;
     if (std::find(touched.begin(), touched.end(), &entry) == touched.end()) {
       touched.push_back(&entry);
     }

@@ -34,9 +34,11 @@
 // decide it from leases and never admit more than exact. A hotter state gets a copy as above, but
 // one whose merges fence the state (Delta::fence_us, V + T from each merge): a lease asked of a
 // fenced state takes nothing (LeaseSource::Grant::fenced), and the instance that asked decides
-// the state on a copy too. Such a copy is decided on only from its first merge: every lease it
-// cannot see was taken before that merge ran, and is in the state it read, so the bound above
-// stands. A state stays on its copy here while the copy is in use.
+// the state on a copy too. Such a copy is decided on only from a merge that fenced it (not from
+// an exact decision, not from a merge sent before a reload turned fences on) and for at most
+// max_age_us from that merge's send, inside its fence: every lease it cannot see was taken
+// before that merge ran, and is in the state it read, so the bound above stands (on Redis's
+// clock: a fence ends by its time). A state stays on its copy here while the copy is in use.
 //
 // Times: the copies are kept in the source's clock (Redis's), which this instance estimates
 // from the replies (their time less half the round trip); every time here is read from `clock`.
@@ -167,6 +169,8 @@ class Eventual final : public Wrapper {
   std::optional<int64_t> SourceNow(int64_t mono) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LearnOffset(int64_t sent_mono, int64_t source_us, int64_t arrived_mono)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `item`'s copy fences its state at each merge (cold_keys: lease).
+  bool Fences(const Item& item) const;
   // cold_keys: lease, for a request with no copy here: whether it goes to the leases (every
   // item's state cold here, and none fenced by a copy elsewhere). Counts each item's request.
   bool ToLeases(std::span<const Item> items, int64_t mono);

@@ -235,6 +235,64 @@ TEST_F(EventualTest, AFencedLeaseSendsTheColdInstanceToACopy) {
   EXPECT_EQ(shared_.leases, leases + 1);
 }
 
+// A reload that turns cold_keys: lease on (the same limit, so the same state) makes a fresh copy
+// one that fences: it is not decided on until a merge has fenced its state, and a merge sent
+// before the switch (with no fence) does not make it fresh.
+TEST_F(EventualTest, ACopyIsDecidedOnAfterTurningFencesOnOnlyOnceAMergeFenced) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  ColdKeysInstance a(&shared_, &clock_);
+  Item item = ItemOf(limit, "k");  // cold_keys: copy
+  ASSERT_TRUE(Admit(a.eventual, item));
+  a.eventual.Sync();
+  ASSERT_TRUE(Admit(a.eventual, item));
+  ASSERT_EQ(a.eventual.GetStats().local, 1u);
+  EXPECT_FALSE(shared_.fenced_until.contains(StateKey(item)));
+  shared_.hold = true;
+  a.eventual.Sync();       // a merge with no fence, out while the reload comes
+  item.hot_key_rate = 50;  // the reload
+  ASSERT_TRUE(Admit(a.eventual, item));
+  EXPECT_EQ(a.eventual.GetStats().local, 1u) << "an unfenced copy was decided on";
+  shared_.hold = false;
+  shared_.held.front()();
+  shared_.held.clear();
+  ASSERT_TRUE(Admit(a.eventual, item));
+  EXPECT_EQ(a.eventual.GetStats().local, 1u) << "a merge with no fence made the copy fresh";
+  clock_.Advance(100 * kMs);
+  a.eventual.Sync();
+  ASSERT_TRUE(shared_.fenced_until.contains(StateKey(item)));
+  ASSERT_TRUE(Admit(a.eventual, item));
+  EXPECT_EQ(a.eventual.GetStats().local, 2u);
+}
+
+// An exact decision's reply that comes after a merge's (replies on several connections overtake
+// each other) leaves a fencing copy unfresh until the next merge: its state may be older than the
+// merge, and a lease taken between the two would be in neither.
+TEST_F(EventualTest, AnExactReplyAfterAFencingMergeWaitsForTheNextMerge) {
+  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  ColdKeysInstance a(&shared_, &clock_);
+  Item hot = ItemOf(limit, "hot");
+  hot.hot_key_rate = 50;
+  while (a.eventual.GetStats().exact == 0) {
+    ASSERT_TRUE(Admit(a.eventual, hot));
+    clock_.Advance(kMs);
+  }
+  a.eventual.Sync();
+  ASSERT_TRUE(Admit(a.eventual, hot));
+  const uint64_t local = a.eventual.GetStats().local;
+  ASSERT_GT(local, 0u);
+  // A request of two items of the state cannot be decided on the copy: it goes to the backend,
+  // and its reply is adopted.
+  const Item two[] = {hot, hot};
+  Decision d[2];
+  a.eventual.Decide(two, 0, d, [](const Outcome&) {});
+  EXPECT_EQ(a.eventual.GetStats().exact, 2u);
+  ASSERT_TRUE(Admit(a.eventual, hot));
+  EXPECT_EQ(a.eventual.GetStats().local, local) << "decided on a copy adopted after its merge";
+  a.eventual.Sync();
+  ASSERT_TRUE(Admit(a.eventual, hot));
+  EXPECT_EQ(a.eventual.GetStats().local, local + 1);
+}
+
 TEST_F(EventualTest, ADenialOnTheCopyCostsNoCallAndSaysWhenToRetry) {
   const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 5, kSecond);
   const Item item = ItemOf(limit);

@@ -196,6 +196,7 @@ void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>&
     } else if (grant.ok() && grant->fenced) {
       // An eventual copy of the state is in use: exactly for a lease interval, in which
       // Eventual (asking Fenced) gives this instance a copy too.
+      fenced_.fetch_add(1, std::memory_order_relaxed);
       entry.fenced_until = arrived + options_.life_us;
       entry.dry_until = entry.fenced_until;
     } else if (grant.ok()) {
@@ -456,7 +457,8 @@ Leases::Stats Leases::GetStats() const {
           .units_returned = units_returned_.load(std::memory_order_relaxed),
           .units_lost = units_lost_.load(std::memory_order_relaxed),
           .returns = returns_.load(std::memory_order_relaxed),
-          .sweeps = sweeps_.load(std::memory_order_relaxed)};
+          .sweeps = sweeps_.load(std::memory_order_relaxed),
+          .fenced = fenced_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace sluice::backend

@@ -108,6 +108,7 @@ class Leases final : public Wrapper {
     uint64_t units_lost = 0;      // unspent units that ended with their lease (buckets, resets)
     uint64_t returns = 0;         // calls that gave units back (refunds)
     uint64_t sweeps = 0;          // scans of the lease table for leases that ended
+    uint64_t fenced = 0;          // leases refused: an eventual copy of the state is in use
   };
 
   Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options);
@@ -200,7 +201,7 @@ class Leases final : public Wrapper {
   int64_t last_sweep_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> next_sweep_{0};  // when a sweep is next due, read without the lock
   std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0},
-      units_lost_{0}, returns_{0}, sweeps_{0};
+      units_lost_{0}, returns_{0}, sweeps_{0}, fenced_{0};
   ResetEpochWatch epoch_;
   mutable HotKeys hot_keys_;  // (Top, for the metrics, rolls its seconds)
 };

@@ -203,8 +203,8 @@ TEST_P(SyncTest, MergesSurviveAFlushedScriptCache) {
 }
 
 // A merge that fences its state (100 ms): leases of it, batched (mode 6) or alone (mode 4),
-// take nothing and change nothing, and say why; the fence key has an expiry no later than the
-// fence's end, is gone once it ends, and the state is leased again.
+// take nothing and change nothing, and say why; the fence key has an expiry (the fence's end
+// rounded up to the ms), is gone once it ends, and the state is leased again.
 TEST_P(SyncTest, AFencedStateIsLeasedAgainOnlyOnceItsFenceEnds) {
   constexpr int64_t kFence = 100 * kMs;
   for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kTokenBucket}) {

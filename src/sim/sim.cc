@@ -346,6 +346,7 @@ stack::Stack::RedisCounters WorkSince(const std::vector<std::unique_ptr<stack::S
     work.lease_returns += now.lease_returns - before[i].lease_returns;
     work.eventual_local += now.eventual_local - before[i].eventual_local;
     work.eventual_leased += now.eventual_leased - before[i].eventual_leased;
+    work.leases_fenced += now.leases_fenced - before[i].leases_fenced;
     work.eventual_syncs += now.eventual_syncs - before[i].eventual_syncs;
     work.eventual_states_synced += now.eventual_states_synced - before[i].eventual_states_synced;
     work.eventual_max_round_trip_us =
@@ -467,10 +468,11 @@ std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>&
 std::string EventualFields(const Line& l) {
   if (!l.bound) return "";
   return fmt::format(
-      ",\"eventual_local_decisions\":{},\"eventual_leased_decisions\":{},\"eventual_syncs\":{},"
+      ",\"eventual_local_decisions\":{},\"eventual_leased_decisions\":{},"
+      "\"eventual_fenced_leases\":{},\"eventual_syncs\":{},"
       "\"sync_round_trip_max_us\":{},\"eventual_bound_span_us\":{},\"eventual_bound_max\":{},"
       "\"eventual_within_bound\":{}",
-      l.work.eventual_local, l.work.eventual_leased, l.work.eventual_syncs,
+      l.work.eventual_local, l.work.eventual_leased, l.work.leases_fenced, l.work.eventual_syncs,
       l.work.eventual_max_round_trip_us, l.bound_span_us, l.bound->max_bound,
       l.bound->within ? "true" : "false");
 }

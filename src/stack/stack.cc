@@ -433,6 +433,7 @@ Stack::RedisCounters Stack::GetRedisCounters() const {
     out.lease_local = st.local;
     out.leases = st.leases;
     out.lease_returns = st.returns;
+    out.leases_fenced = st.fenced;
   }
   if (parts_->eventual) {
     const backend::Eventual::Stats st = parts_->eventual->GetStats();

@@ -76,6 +76,7 @@ class Stack {
     uint64_t lease_local = 0;                // decisions made from leased units, with no call
     uint64_t leases = 0;                     // leases taken (script calls, in script_calls too)
     uint64_t lease_returns = 0;              // calls giving unspent units back
+    uint64_t leases_fenced = 0;              // leases refused by an eventual copy's fence
     uint64_t eventual_local = 0;             // decisions made on eventual copies, with no call
     uint64_t eventual_leased = 0;            // eventual requests sent to leases (cold_keys: lease)
     uint64_t eventual_syncs = 0;             // merge calls (script calls, in script_calls too)

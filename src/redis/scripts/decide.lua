@@ -68,8 +68,9 @@
 -- Fences (consistency: eventual; see "Merges" below): a merge may fence its state for a while,
 -- and a lease of a fenced state takes nothing. A fence is a string key of its own, `<key>:f` for
 -- a state with a key of its own, `<key>:f:<field>` for a packed one: the state's key with a
--- suffix, so it has the state's hash tag and slot, and is never a state's key (RedisStore's end
--- in a hex digit or the tag's '}'). Its value is the fence's end (µs, in decimal), its expiry
+-- suffix, so it has the state's hash tag and slot, and is never a state's key (after its tag, a
+-- state's key has hex digits and at most one ':', none without redis.buckets; a fence key one
+-- ':' more than its state's, or one right after the tag). Its value is the fence's end (µs, in decimal), its expiry
 -- (PXAT) that end rounded up to the ms: it goes on its own, and one whose end has passed while
 -- Redis still holds it counts for nothing.
 --

@@ -140,10 +140,9 @@ bool Eventual::Fences(const Item& item) const {
 }
 
 bool Eventual::ToLeases(std::span<const Item> items, int64_t mono) {
-  if (options_.leases == nullptr) return false;
   bool cold = true;
   for (const Item& item : items) {
-    if (item.hot_key_rate == 0) return false;
+    if (!Fences(item)) return false;               // (not cold_keys: lease)
     cold = !hot_keys_.Record(item, mono) && cold;  // (every item is counted)
   }
   return cold && std::none_of(items.begin(), items.end(), [&](const Item& item) {

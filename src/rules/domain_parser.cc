@@ -82,23 +82,23 @@ class DomainParser {
     return std::nullopt;
   }
 
+  // `name: other | lease`, if given: whether it says lease.
+  void ParseLeaseChoice(const YAML::Node& doc, const char* name, std::string_view other,
+                        bool& lease) {
+    if (auto mode = r_.String(doc, name)) {
+      if (*mode == other || *mode == "lease") {
+        lease = *mode == "lease";
+      } else {
+        r_.Error(doc[name], fmt::format("unknown {} '{}' ({} or lease)", name, *mode, other));
+      }
+    }
+  }
+
   // `hot_keys: exact | lease`, `cold_keys: copy | lease` and `hot_key_rate:` (requests per
   // second, > 0) of a domain.
   void ParseHotKeys(const YAML::Node& doc) {
-    if (auto mode = r_.String(doc, "hot_keys")) {
-      if (*mode == "exact" || *mode == "lease") {
-        domain_.lease_hot_keys = *mode == "lease";
-      } else {
-        r_.Error(doc["hot_keys"], fmt::format("unknown hot_keys '{}' (exact or lease)", *mode));
-      }
-    }
-    if (auto mode = r_.String(doc, "cold_keys")) {
-      if (*mode == "copy" || *mode == "lease") {
-        domain_.lease_cold_keys = *mode == "lease";
-      } else {
-        r_.Error(doc["cold_keys"], fmt::format("unknown cold_keys '{}' (copy or lease)", *mode));
-      }
-    }
+    ParseLeaseChoice(doc, "hot_keys", "exact", domain_.lease_hot_keys);
+    ParseLeaseChoice(doc, "cold_keys", "copy", domain_.lease_cold_keys);
     if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {
       if (*rate == 0) {
         r_.Error(doc["hot_key_rate"], "hot_key_rate must be positive (requests per second)");

@@ -200,18 +200,14 @@ void Leases::Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>&
       entry.fenced_until = arrived + options_.life_us;
       entry.dry_until = entry.fenced_until;
     } else if (grant.ok()) {
+      empty_.fetch_add(1, std::memory_order_relaxed);
+      // (The limit, for how long the entry is remembered: it keeps its dry spell's start.)
+      if (entry.units == 0) entry.limit = *item.limit;
       entry.left = grant->left;
-      // Exactly for a lease's life, and never past the window (a new window has quota
-      // again: deciding it exactly would send every request of a hot key to Redis). A fixed
-      // window gets nothing back before it ends but what is given back or refunded, so it stays
-      // exact for ten lease intervals (while the over-limit cache keeps Redis's denial of it to
-      // the window's end): units another instance gives back (at SIGTERM, say) are found within
-      // that. A bucket and a sliding window free units as time passes: one lease interval.
-      const int64_t dry_for = item.limit->algorithm == Algorithm::kFixedWindow
-                                  ? std::min(options_.window_life_us, 10 * options_.life_us)
-                                  : options_.life_us;
+      const int64_t dry_for = DryFor(entry, *item.limit, grant->now_us);
       entry.dry_until = arrived + std::clamp<int64_t>(grant->ends_us - grant->now_us, 0, dry_for);
     }
+    if (grant.ok() && (grant->granted > 0 || grant->fenced)) entry.dry_since_us = 0;
     // (A table past half full forgets ended leases at the next sweep: it may be sooner.)
     const bool crowded = entries_.size() >= options_.max_entries / 2;
     SweepBy(crowded ? arrived : DueAt(entry, crowded));
@@ -274,6 +270,24 @@ std::optional<int64_t> Leases::TrySpend(std::span<const Item> items, int64_t mon
   return first.granted_at_us + (mono - first.started);
 }
 
+int64_t Leases::DryFor(Entry& entry, const Limit& limit, int64_t source_now) const {
+  // Exactly for a lease's life, and never past the window (Granted: a new window has quota
+  // again, and deciding it exactly would send every request of a hot key to Redis). A bucket and
+  // a sliding window free units as time passes: one lease interval. A fixed window gets nothing
+  // back before it ends but what is given back or refunded, while the over-limit cache keeps
+  // Redis's denial of it to the window's end: it is asked again after ten lease intervals (units
+  // another instance gives back, at SIGTERM say, are found within that), then after as long as it
+  // has been dry, up to an eighth of its window. A key over its limit early in a minute's window
+  // so asks about ten times in the minute, not sixty.
+  if (limit.algorithm != Algorithm::kFixedWindow) return options_.life_us;
+  const int64_t first = std::min(options_.window_life_us, 10 * options_.life_us);
+  if (entry.dry_since_us == 0 || !SameWindow(limit, entry.dry_since_us, source_now)) {
+    entry.dry_since_us = source_now;
+    return first;
+  }
+  return std::clamp(source_now - entry.dry_since_us, first, std::max(first, limit.window_us / 8));
+}
+
 int64_t Leases::LifeOf(const Limit& limit) const {
   // A bucket's lease lives the target interval: its life is recorded as consumed
   // (docs/algorithms.md). A window's units count in their window whenever they are spent, so its
@@ -328,7 +342,7 @@ int64_t Leases::DueAt(const Entry& entry, bool crowded) const {
   if (entry.taking) return std::numeric_limits<int64_t>::max();  // (Granted says when)
   const int64_t over = std::max(entry.ends, entry.dry_until);
   if (entry.granted > 0 || crowded) return over;
-  return std::max(entry.dry_until, entry.ends + RememberedFor(entry.limit));
+  return over + RememberedFor(entry.limit);
 }
 
 int64_t Leases::RememberedFor(const Limit& limit) const {
@@ -364,8 +378,9 @@ void Leases::Sweep(int64_t mono) {
       entry.units = 0;
       entry.granted = 0;
     }
-    // Remembered for a lease life, and no longer than a window of it.
-    if (crowded || mono - entry.ends >= RememberedFor(entry.limit)) {
+    // Remembered for a lease life, and no longer than a window of it, after its lease or its
+    // dry spell ends (DryFor: how long it has been dry).
+    if (crowded || mono - std::max(entry.ends, entry.dry_until) >= RememberedFor(entry.limit)) {
       entries_.erase(it++);
     } else {
       next_due = std::min(next_due, DueAt(entry, crowded));
@@ -405,6 +420,7 @@ void Leases::Reset(std::span<const Item> items, ResetDone done) {
       entry.units = 0;
       entry.granted = 0;
       entry.dry_until = 0;
+      entry.dry_since_us = 0;
       SweepBy(DueAt(entry, /*crowded=*/false));
     }
   });
@@ -458,7 +474,8 @@ Leases::Stats Leases::GetStats() const {
           .units_lost = units_lost_.load(std::memory_order_relaxed),
           .returns = returns_.load(std::memory_order_relaxed),
           .sweeps = sweeps_.load(std::memory_order_relaxed),
-          .fenced = fenced_.load(std::memory_order_relaxed)};
+          .fenced = fenced_.load(std::memory_order_relaxed),
+          .empty = empty_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace sluice::backend

@@ -22,7 +22,10 @@
 // so that near the limit leases shrink to 1 and the instances share what is left. A lease that
 // ended is remembered for one more lease life, no longer than its window (while the table is under
 // half full): the state's next lease, in a new window say, is sized by the rate the ended one was
-// spent at (and, in the same window, still by what the state had left).
+// spent at (and, in the same window, still by what the state had left). A state whose lease comes
+// back empty is decided by `inner` (its denials from the over-limit cache) for a while before it is
+// leased again: a lease interval for a bucket or a sliding window, which free units as time passes;
+// ten for a fixed window, then as long as it has been dry, up to an eighth of its window (DryFor).
 //
 // A bucket's lease lives Options::life_us, the target interval (its life is recorded as
 // consumed); a window's lives Options::window_life_us (its units count in their window whenever
@@ -109,6 +112,7 @@ class Leases final : public Wrapper {
     uint64_t returns = 0;         // calls that gave units back (refunds)
     uint64_t sweeps = 0;          // scans of the lease table for leases that ended
     uint64_t fenced = 0;          // leases refused: an eventual copy of the state is in use
+    uint64_t empty = 0;           // leases that got nothing: the state had no units to spare
   };
 
   Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options);
@@ -149,6 +153,7 @@ class Leases final : public Wrapper {
     uint64_t granted = 0;
     uint64_t left = 0;         // what the state had left after the grant
     int64_t dry_until = 0;     // monotonic: the last lease came back empty; exact until then
+    int64_t dry_since_us = 0;  // the source's time of the first of the empty leases in a row
     int64_t fenced_until = 0;  // monotonic: the last lease was fenced (an eventual copy is used)
     double rate = 0;      // units per µs the last ended lease was spent at (granted is then 0)
     bool taking = false;  // a lease call in flight
@@ -173,6 +178,10 @@ class Leases final : public Wrapper {
   void Granted(const Item& item, const absl::StatusOr<LeaseSource::Grant>& grant);
   // How long a lease of `limit` may live.
   int64_t LifeOf(const Limit& limit) const;
+  // How long a state whose lease came back empty at `source_now` (the source's time) is decided
+  // by `inner` before it is leased again; keeps the entry's count of how long it has been dry.
+  int64_t DryFor(Entry& entry, const Limit& limit, int64_t source_now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many units to ask for next (see the class comment).
   static uint64_t NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono);
   // The rate (units per µs) an entry's lease has been spent at, until `mono` or its end.
@@ -200,7 +209,7 @@ class Leases final : public Wrapper {
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t last_sweep_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> next_sweep_{0};  // when a sweep is next due, read without the lock
-  std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0},
+  std::atomic<uint64_t> local_{0}, leases_{0}, units_granted_{0}, units_returned_{0}, empty_{0},
       units_lost_{0}, returns_{0}, sweeps_{0}, fenced_{0};
   ResetEpochWatch epoch_;
   mutable HotKeys hot_keys_;  // (Top, for the metrics, rolls its seconds)

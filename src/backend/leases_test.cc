@@ -264,6 +264,46 @@ TEST_F(LeasesTest, AnExhaustedWindowIsDecidedByTheBackendAndNotLeasedForTenLease
   EXPECT_EQ(shared_.leases, 2);
 }
 
+// A fixed window that stays over its limit is asked less often the longer it has been dry: after
+// ten lease intervals, then after as long as it has been dry, up to an eighth of its window (7.5 s
+// of a minute's), not every second to its end. Its next window starts again at ten intervals.
+TEST_F(LeasesTest, AWindowThatStaysDryIsAskedLessOftenUpToAnEighthOfItsWindow) {
+  constexpr int64_t kInterval = 100000;
+  const int64_t window_start = kT0 - kT0 % (60 * kSecond) + 60 * kSecond;
+  clock_.Set(window_start + kSecond);
+  Leases leases(&shared_, &shared_, &clock_,
+                {.life_us = kInterval, .window_life_us = 60 * kSecond});
+  Item all = MakeItem("carol", 100);
+  all.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases, all).allowed);
+  const Item item = MakeItem("carol", 1);
+  std::vector<int64_t> asked;  // the lease intervals since it ran dry at which a lease was asked
+  for (int64_t step = 0; step < 590; ++step) {  // to the window's end, a request every interval
+    const int before = shared_.leases;
+    EXPECT_FALSE(Decide(leases, item).allowed);
+    if (shared_.leases > before) asked.push_back(step);
+    clock_.Advance(kInterval);
+  }
+  EXPECT_EQ(asked, (std::vector<int64_t>{0, 10, 20, 40, 80, 155, 230, 305, 380, 455, 530}));
+  EXPECT_EQ(leases.GetStats().empty, asked.size());
+
+  ASSERT_EQ(clock_.NowMicros(), window_start + 60 * kSecond);  // the next window: leased at once
+  ASSERT_TRUE(Decide(leases, item).allowed);
+  ASSERT_EQ(shared_.leases, 12);
+  Item rest = MakeItem("carol", 96);
+  rest.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases, rest).allowed);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases, item).allowed);
+  EXPECT_FALSE(Decide(leases, item).allowed);  // an empty lease
+  EXPECT_EQ(shared_.leases, 13);
+  clock_.Advance(9 * kInterval);
+  EXPECT_FALSE(Decide(leases, item).allowed);
+  EXPECT_EQ(shared_.leases, 13);
+  clock_.Advance(kInterval);
+  EXPECT_FALSE(Decide(leases, item).allowed);
+  EXPECT_EQ(shared_.leases, 14) << "a new window's dry spell starts again at ten intervals";
+}
+
 // A sliding window frees units as time passes: one that ran dry is leased again after one lease
 // interval, even with leases that could live a minute.
 TEST_F(LeasesTest, AnExhaustedSlidingWindowIsLeasedAgainAfterALeaseInterval) {

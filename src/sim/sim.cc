@@ -347,6 +347,7 @@ stack::Stack::RedisCounters WorkSince(const std::vector<std::unique_ptr<stack::S
     work.eventual_local += now.eventual_local - before[i].eventual_local;
     work.eventual_leased += now.eventual_leased - before[i].eventual_leased;
     work.leases_fenced += now.leases_fenced - before[i].leases_fenced;
+    work.leases_empty += now.leases_empty - before[i].leases_empty;
     work.eventual_syncs += now.eventual_syncs - before[i].eventual_syncs;
     work.eventual_states_synced += now.eventual_states_synced - before[i].eventual_states_synced;
     work.eventual_max_round_trip_us =
@@ -450,7 +451,8 @@ std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>&
       "\"redis_cpu_us_per_decision\":{:.3f},\"admitted\":{},\"exact_admitted\":{},"
       "\"over_admission_max\":{},\"over_admission_total\":{},\"under_admission\":{},"
       "\"under_admission_pct\":{:.3f},\"p50_us\":{},\"p99_us\":{},"
-      "\"over_limit_cache_hits\":{},\"lease_local_decisions\":{},\"leases\":{}}}",
+      "\"over_limit_cache_hits\":{},\"lease_local_decisions\":{},\"leases\":{},"
+      "\"leases_empty\":{}}}",
       ModeName(o.instance.mode), o.instances, Json(o.trace_name), DescribeLimit(o.limit),
       o.instance.over_limit_cache ? "on" : "off", l.sent, l.not_sent, l.errors,
       static_cast<double>(l.sent) * 1e6 / static_cast<double>(l.last_done_us),
@@ -459,7 +461,7 @@ std::string ResultLine(const SimOptions& o, const Line& l, std::vector<int64_t>&
       l.judged.admitted, l.judged.exact_admitted, l.judged.over.max, l.judged.over.total,
       l.judged.under, l.judged.under_pct, util::Percentile(latencies, 0.50),
       util::Percentile(latencies, 0.99), l.work.over_limit_cache_hits, l.work.lease_local,
-      l.work.leases);
+      l.work.leases, l.work.leases_empty);
 }
 
 // Eventual mode's fields, spliced before the line's closing brace: its decisions on copies, its

@@ -434,6 +434,7 @@ Stack::RedisCounters Stack::GetRedisCounters() const {
     out.leases = st.leases;
     out.lease_returns = st.returns;
     out.leases_fenced = st.fenced;
+    out.leases_empty = st.empty;
   }
   if (parts_->eventual) {
     const backend::Eventual::Stats st = parts_->eventual->GetStats();

@@ -69,18 +69,19 @@ class Stack {
   // What this stack has asked of Redis so far (read-only, for `sluice sim`); zeros without
   // Redis.
   struct RedisCounters {
-    uint64_t decide_calls = 0;               // decisions that reached the Redis store
-    uint64_t refused = 0;                    // of those, refused by its open breaker (no call)
-    uint64_t script_calls = 0;               // script calls sent (a batch counts once)
-    uint64_t over_limit_cache_hits = 0;      // decisions the over-limit cache denied, with no call
-    uint64_t lease_local = 0;                // decisions made from leased units, with no call
-    uint64_t leases = 0;                     // leases taken (script calls, in script_calls too)
-    uint64_t lease_returns = 0;              // calls giving unspent units back
-    uint64_t leases_fenced = 0;              // leases refused by an eventual copy's fence
-    uint64_t eventual_local = 0;             // decisions made on eventual copies, with no call
-    uint64_t eventual_leased = 0;            // eventual requests sent to leases (cold_keys: lease)
-    uint64_t eventual_syncs = 0;             // merge calls (script calls, in script_calls too)
-    uint64_t eventual_states_synced = 0;     // states those calls read and wrote
+    uint64_t decide_calls = 0;            // decisions that reached the Redis store
+    uint64_t refused = 0;                 // of those, refused by its open breaker (no call)
+    uint64_t script_calls = 0;            // script calls sent (a batch counts once)
+    uint64_t over_limit_cache_hits = 0;   // decisions the over-limit cache denied, with no call
+    uint64_t lease_local = 0;             // decisions made from leased units, with no call
+    uint64_t leases = 0;                  // leases taken (script calls, in script_calls too)
+    uint64_t lease_returns = 0;           // calls giving unspent units back
+    uint64_t leases_fenced = 0;           // leases refused by an eventual copy's fence
+    uint64_t leases_empty = 0;            // leases that got nothing (the state had none to spare)
+    uint64_t eventual_local = 0;          // decisions made on eventual copies, with no call
+    uint64_t eventual_leased = 0;         // eventual requests sent to leases (cold_keys: lease)
+    uint64_t eventual_syncs = 0;          // merge calls (script calls, in script_calls too)
+    uint64_t eventual_states_synced = 0;  // states those calls read and wrote
     int64_t eventual_max_round_trip_us = 0;  // the longest merge call (D)
   };
   RedisCounters GetRedisCounters() const;

@@ -4,6 +4,7 @@
 // eventual), mode 5, which may fence their states against leases.
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 
 #include "absl/strings/numbers.h"
@@ -175,9 +176,18 @@ void RedisStore::SendLease(std::shared_ptr<Queued> lease, bool by_sha) {
       Deadline{.at = lease->deadline});
 }
 
+namespace {
+
+// Whether a merge call's item is of the state at `place`.
+bool SameState(const DecideItem& item, const RedisStore::Place& place) {
+  return item.key == place.key && item.field == place.field;
+}
+
+}  // namespace
+
 // What one merge call needs until its reply (a NOSCRIPT answer sends it again).
 struct RedisStore::SyncCall {
-  std::vector<Limit> limits;    // what the items point to
+  std::deque<Limit> limits;     // what the items point to (never moved as it grows)
   std::vector<SyncItem> items;  // their keys are the Redis keys
   std::vector<size_t> deltas;   // Sync's indexes
   std::string route;            // a key of the node the call goes to
@@ -185,16 +195,19 @@ struct RedisStore::SyncCall {
 };
 
 size_t RedisStore::Sync(std::span<const Delta> deltas, MergedDone done) {
-  // By node (one on a single server), at most kMaxSyncBatch states per call.
+  // By node (one on a single server), at most kMaxSyncBatch states per call; but a state's
+  // deltas (adjacent: a copy's two windows) always share a call, which merges them in order. Split
+  // over two calls on two connections, the later delta's call could run first and its reply, whose
+  // state lacks the earlier delta, come back last: Eventual::Merge would keep that state.
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<SyncCall>>> by_node;
   std::vector<std::shared_ptr<SyncCall>> calls;
   for (size_t i = 0; i < deltas.size(); ++i) {
     const backend::Item& item = deltas[i].item;
     Place place = StatePlace(*item.limit, item.limit_id, item.key);
     auto& node = by_node[client_->cluster() ? client_->NodeFor(place.key) : std::string()];
-    if (node.empty() || node.back()->items.size() >= kMaxSyncBatch) {
+    const bool full = !node.empty() && node.back()->items.size() >= kMaxSyncBatch;
+    if (node.empty() || (full && !SameState(node.back()->items.back().item, place))) {
       auto call = std::make_shared<SyncCall>();
-      call->limits.reserve(kMaxSyncBatch);  // never moved: the items point into it
       call->route = place.key;
       call->done = done;
       node.push_back(call);

@@ -1,12 +1,13 @@
 // Merges on real Redis (decide.lua's mode 5, RedisStore::Sync; consistency: eventual): the
 // merged state is the one algo::ChargeCompact computes, for states of their own and packed into
 // hashes; merged units count for exact decisions; a merge of many states is cut into calls of
-// kMaxSyncBatch; a flushed script cache does not fail a merge. Fences (Delta::fence_us): a
-// lease of a state a merge fenced takes nothing until the fence ends, alone (mode 4) or in a
-// batch (mode 6, where the other states are leased as usual); the fence is a key of its own in
-// the state's slot, which goes on its own and which a later, shorter fence does not bring
-// forward.
+// kMaxSyncBatch, never between a state's two deltas; a flushed script cache does not fail a merge.
+// Fences (Delta::fence_us): a lease of a state a merge fenced takes nothing until the fence ends,
+// alone (mode 4) or in a batch (mode 6, where the other states are leased as usual); the fence is a
+// key of its own in the state's slot, which goes on its own and which a later, shorter fence does
+// not bring forward.
 
+#include <algorithm>
 #include <future>
 #include <set>
 #include <thread>
@@ -188,6 +189,37 @@ TEST_P(SyncTest, ManyStatesGoInCallsOfAtMostTheBatch) {
     }
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(deltas.size()));
+}
+
+// A state's deltas (a copy's two windows, adjacent) share a call even where the batch is full:
+// split over two calls, the later one's could run first and its reply, lacking the earlier delta,
+// come back last, and the merge would keep it.
+TEST_P(SyncTest, AStatesTwoDeltasShareACallWhereTheBatchIsFull) {
+  const Limit limit = MakeLimit(Algorithm::kSlidingWindow, 100, kHour);
+  auto first = MergeNow(
+      store_,
+      std::vector<Delta>{{.item = {.limit = &limit, .key = "t"}, .units = 0, .counted_at_us = 0}});
+  const int64_t now = first[0].now_us;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i + 1 < RedisStore::kMaxSyncBatch; ++i) keys.push_back(absl::StrCat("k", i));
+  keys.insert(keys.end(), {"edge", "edge", "next"});
+  std::vector<Delta> deltas;
+  for (const std::string& key : keys) {
+    deltas.push_back(
+        {.item = {.limit = &limit, .limit_id = 6, .key = key}, .units = 1, .counted_at_us = now});
+  }
+  const size_t previous = RedisStore::kMaxSyncBatch - 1;  // the batch's last room: "edge"'s
+  deltas[previous].counted_at_us = now - kHour;           // previous window, then its current one
+  auto merged = MergeNow(store_, deltas);
+  ASSERT_EQ(merged.size(), 2u);
+  for (const Merged& m : merged) {
+    ASSERT_TRUE(m.status.ok()) << m.status;
+    const auto has = [&m](size_t d) {
+      return std::find(m.deltas.begin(), m.deltas.end(), d) != m.deltas.end();
+    };
+    EXPECT_EQ(has(previous), has(previous + 1)) << "the state's two deltas went in two calls";
+    EXPECT_LE(m.deltas.size(), RedisStore::kMaxSyncBatch + 1);
+  }
 }
 
 TEST_P(SyncTest, MergesSurviveAFlushedScriptCache) {

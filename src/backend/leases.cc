@@ -277,8 +277,9 @@ int64_t Leases::DryFor(Entry& entry, const Limit& limit, int64_t source_now) con
   // back before it ends but what is given back or refunded, while the over-limit cache keeps
   // Redis's denial of it to the window's end: it is asked again after ten lease intervals (units
   // another instance gives back, at SIGTERM say, are found within that), then after as long as it
-  // has been dry, up to an eighth of its window. A key over its limit early in a minute's window
-  // so asks about ten times in the minute, not sixty.
+  // has been dry, up to an eighth of its window (Granted also keeps it within a window lease's
+  // life and the window). A key over its limit early in a minute's window so asks about ten times
+  // in the minute, not sixty.
   if (limit.algorithm != Algorithm::kFixedWindow) return options_.life_us;
   const int64_t first = std::min(options_.window_life_us, 10 * options_.life_us);
   if (entry.dry_since_us == 0 || !SameWindow(limit, entry.dry_since_us, source_now)) {
@@ -340,9 +341,9 @@ void Leases::GiveBack(const std::string& entry_key, const Entry& entry) {
 
 int64_t Leases::DueAt(const Entry& entry, bool crowded) const {
   if (entry.taking) return std::numeric_limits<int64_t>::max();  // (Granted says when)
+  if (entry.granted > 0) return entry.ends;  // its units go back when it ends, dry or not
   const int64_t over = std::max(entry.ends, entry.dry_until);
-  if (entry.granted > 0 || crowded) return over;
-  return over + RememberedFor(entry.limit);
+  return crowded ? over : over + RememberedFor(entry.limit);
 }
 
 int64_t Leases::RememberedFor(const Limit& limit) const {
@@ -367,20 +368,23 @@ void Leases::Sweep(int64_t mono) {
   int64_t next_due = std::numeric_limits<int64_t>::max();
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& entry = it->second;
-    if (entry.taking || entry.ends > mono || entry.dry_until > mono) {
+    if (entry.taking || entry.ends > mono) {
       next_due = std::min(next_due, DueAt(entry, crowded));
       ++it;
       continue;
     }
+    // An ended lease gives its units back even in a dry spell (a lease asked for a request
+    // costing more than it held came back empty, say).
     if (entry.granted > 0) {
       entry.rate = SpendRate(entry, mono);
       if (entry.units > 0) GiveBack(it->first, entry);
       entry.units = 0;
       entry.granted = 0;
     }
-    // Remembered for a lease life, and no longer than a window of it, after its lease or its
-    // dry spell ends (DryFor: how long it has been dry).
-    if (crowded || mono - std::max(entry.ends, entry.dry_until) >= RememberedFor(entry.limit)) {
+    // Kept through its dry spell; then remembered for a lease life, and no longer than a window
+    // of it, after its lease or its spell ends (DryFor: how long it has been dry).
+    if (entry.dry_until <= mono &&
+        (crowded || mono - std::max(entry.ends, entry.dry_until) >= RememberedFor(entry.limit))) {
       entries_.erase(it++);
     } else {
       next_due = std::min(next_due, DueAt(entry, crowded));
@@ -404,8 +408,14 @@ void Leases::DropAll(bool give_back) {
       continue;
     }
   }
-  // Entries with a lease call in flight stay (the call's callback needs them); their units are 0.
+  // Entries with a lease call in flight stay (the call's callback needs them); their units are 0,
+  // and their quota may be back: not dry (an empty answer to a call sent before the reset starts
+  // a new dry spell, of ten intervals).
   absl::erase_if(entries_, [](const auto& kv) { return !kv.second.taking; });
+  for (auto& [key, entry] : entries_) {
+    entry.dry_until = 0;
+    entry.dry_since_us = 0;
+  }
 }
 
 void Leases::Reset(std::span<const Item> items, ResetDone done) {

@@ -25,7 +25,8 @@
 // spent at (and, in the same window, still by what the state had left). A state whose lease comes
 // back empty is decided by `inner` (its denials from the over-limit cache) for a while before it is
 // leased again: a lease interval for a bucket or a sliding window, which free units as time passes;
-// ten for a fixed window, then as long as it has been dry, up to an eighth of its window (DryFor).
+// ten for a fixed window, then as long as it has been dry, up to an eighth of its window, a window
+// lease's life and the window's end (DryFor).
 //
 // A bucket's lease lives Options::life_us, the target interval (its life is recorded as
 // consumed); a window's lives Options::window_life_us (its units count in their window whenever
@@ -112,7 +113,7 @@ class Leases final : public Wrapper {
     uint64_t returns = 0;         // calls that gave units back (refunds)
     uint64_t sweeps = 0;          // scans of the lease table for leases that ended
     uint64_t fenced = 0;          // leases refused: an eventual copy of the state is in use
-    uint64_t empty = 0;           // leases that got nothing: the state had no units to spare
+    uint64_t empty = 0;           // leases that got nothing (no units to spare, or not leasable)
   };
 
   Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options options);

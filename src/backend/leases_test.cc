@@ -6,6 +6,7 @@
 
 #include "backend/leases.h"
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -287,21 +288,38 @@ TEST_F(LeasesTest, AWindowThatStaysDryIsAskedLessOftenUpToAnEighthOfItsWindow) {
   EXPECT_EQ(asked, (std::vector<int64_t>{0, 10, 20, 40, 80, 155, 230, 305, 380, 455, 530}));
   EXPECT_EQ(leases.GetStats().empty, asked.size());
 
-  ASSERT_EQ(clock_.NowMicros(), window_start + 60 * kSecond);  // the next window: leased at once
-  ASSERT_TRUE(Decide(leases, item).allowed);
-  ASSERT_EQ(shared_.leases, 12);
-  Item rest = MakeItem("carol", 96);
-  rest.consistency = Consistency::kExact;
-  ASSERT_TRUE(Decide(leases, rest).allowed);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Decide(leases, item).allowed);
+  // The next window, spent at once by exact callers: dry from its first lease, with no lease
+  // granted in between, and still its spell starts again at ten intervals.
+  ASSERT_EQ(clock_.NowMicros(), window_start + 60 * kSecond);
+  ASSERT_TRUE(Decide(leases, all).allowed);
   EXPECT_FALSE(Decide(leases, item).allowed);  // an empty lease
-  EXPECT_EQ(shared_.leases, 13);
+  EXPECT_EQ(shared_.leases, 12);
   clock_.Advance(9 * kInterval);
   EXPECT_FALSE(Decide(leases, item).allowed);
-  EXPECT_EQ(shared_.leases, 13);
+  EXPECT_EQ(shared_.leases, 12);
   clock_.Advance(kInterval);
   EXPECT_FALSE(Decide(leases, item).allowed);
-  EXPECT_EQ(shared_.leases, 14) << "a new window's dry spell starts again at ten intervals";
+  EXPECT_EQ(shared_.leases, 13) << "a new window's dry spell starts again at ten intervals";
+}
+
+// A lease that ended while its state was in a dry spell (a request costing more than the lease
+// held got an empty lease) gives its units back when it ends, not when the spell does.
+TEST_F(LeasesTest, AnEndedLeaseGivesItsUnitsBackDuringADrySpell) {
+  constexpr int64_t kInterval = 100000;
+  const int64_t window_start = kT0 - kT0 % (3600 * kSecond) + 3600 * kSecond;
+  clock_.Set(window_start + kSecond);
+  limit_.window_us = 3600 * kSecond;  // 100 an hour; a lease lives 1 s
+  Leases leases(&shared_, &shared_, &clock_, {.life_us = kInterval, .window_life_us = kSecond});
+  ASSERT_TRUE(Decide(leases, MakeItem("dave", 1)).allowed);  // a lease of 4 to 1 s: 3 held
+  clock_.Advance(5 * kInterval);
+  Item rest = MakeItem("dave", 96);
+  rest.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases, rest).allowed);  // nothing left in the window but the 3 held
+  EXPECT_FALSE(Decide(leases, MakeItem("dave", 5)).allowed);  // an empty lease: dry to 1.5 s
+  EXPECT_EQ(leases.GetStats().empty, 1u);
+  clock_.Advance(7 * kInterval);  // 1.2 s: the lease has ended, the spell has not
+  leases.SweepEnded();
+  EXPECT_EQ(shared_.refunded, 3u) << "the ended lease's units wait for the dry spell's end";
 }
 
 // A sliding window frees units as time passes: one that ran dry is leased again after one lease
@@ -465,6 +483,44 @@ TEST_F(LeasesTest, RequestsWaitForTheirStatesLeaseInFlight) {
   EXPECT_EQ(allowed, 3);
   EXPECT_EQ(shared_.decides, 0);
   EXPECT_EQ(leases.GetStats().local, 3u);
+}
+
+// A reset elsewhere (the epoch moves) may bring the quota back: a lease call that was in flight
+// then and comes back empty starts a dry spell of ten intervals, not one as long as the state had
+// been dry before.
+TEST_F(LeasesTest, AResetElsewhereEndsTheDrySpellOfALeaseInFlight) {
+  constexpr int64_t kInterval = 100000;
+  const int64_t window_start = kT0 - kT0 % (60 * kSecond) + 60 * kSecond;
+  clock_.Set(window_start + kSecond);
+  LaterSource later(&shared_);
+  Leases leases(&shared_, &later, &clock_, {.life_us = kInterval, .window_life_us = 60 * kSecond});
+  Item all = MakeItem("erin", 100);
+  all.consistency = Consistency::kExact;
+  ASSERT_TRUE(Decide(leases, all).allowed);
+  // Decides `item`, its lease call (if it makes one) answered unless `hold` (`item` must then
+  // outlive the answer, as the decisions do).
+  std::deque<Decision> out;
+  const auto decide = [&](const Item& item, bool hold = false) {
+    out.emplace_back();
+    leases.Decide({&item, 1}, clock_.NowMicros(), {&out.back(), 1}, [](const Outcome&) {});
+    if (!hold) later.Answer();
+  };
+  const Item item = MakeItem("erin", 1);
+  for (int step = 0; step < 230; ++step) {  // 23 s dry: leases asked at 0, 1, 2, 4, 8, 15.5 s
+    decide(item);
+    clock_.Advance(kInterval);
+  }
+  decide(item, /*hold=*/true);  // the lease asked at 23 s is out when the key is reset elsewhere
+  ASSERT_EQ(later.pending(), 1u);
+  ++shared_.epoch;
+  clock_.Advance(ResetEpochWatch::kReadUs);
+  decide(MakeItem("frank", 1));  // reads the epoch; then both leases are answered, erin's empty
+  const int asked = shared_.leases;
+  for (int step = 0; step < 10; ++step) {
+    clock_.Advance(kInterval);
+    decide(item);
+  }
+  EXPECT_EQ(shared_.leases, asked + 1) << "the state stayed in the spell it had before the reset";
 }
 
 // A reset that completes later (Redis slow or stopped): the request's items are long gone by

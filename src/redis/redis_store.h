@@ -139,8 +139,9 @@ class RedisStore final : public backend::Backend,
   // Merges (consistency: eventual; backend/eventual.h): decide.lua's mode 5 adds each delta's
   // units to its state as algo::ChargeCompact does, on Redis's clock, reads the state back and,
   // with Delta::fence_us > 0 (a read too), fences it until that long after the merge (a longer
-  // fence stays); one call per cluster node and per kMaxSyncBatch states (a state's deltas always
-  // share one), each sent by EVALSHA (EVAL after NOSCRIPT).
+  // fence stays); one call per cluster node and per kMaxSyncBatch deltas (one more where a
+  // state's second delta would otherwise start a call: a state's deltas always share one), each
+  // sent by EVALSHA (EVAL after NOSCRIPT).
   static constexpr size_t kMaxSyncBatch = 256;
   size_t Sync(std::span<const Delta> deltas, MergedDone done) override;
 

@@ -195,7 +195,7 @@ struct RedisStore::SyncCall {
 };
 
 size_t RedisStore::Sync(std::span<const Delta> deltas, MergedDone done) {
-  // By node (one on a single server), at most kMaxSyncBatch states per call; but a state's
+  // By node (one on a single server), at most kMaxSyncBatch deltas per call; but a state's
   // deltas (adjacent: a copy's two windows) always share a call, which merges them in order. Split
   // over two calls on two connections, the later delta's call could run first and its reply, whose
   // state lacks the earlier delta, come back last: Eventual::Merge would keep that state.

@@ -214,11 +214,19 @@ TEST_P(SyncTest, AStatesTwoDeltasShareACallWhereTheBatchIsFull) {
   ASSERT_EQ(merged.size(), 2u);
   for (const Merged& m : merged) {
     ASSERT_TRUE(m.status.ok()) << m.status;
-    const auto has = [&m](size_t d) {
-      return std::find(m.deltas.begin(), m.deltas.end(), d) != m.deltas.end();
-    };
-    EXPECT_EQ(has(previous), has(previous + 1)) << "the state's two deltas went in two calls";
+    ASSERT_EQ(m.states.size(), m.deltas.size());
     EXPECT_LE(m.deltas.size(), RedisStore::kMaxSyncBatch + 1);
+    const auto at = [&m](size_t d) {
+      return std::find(m.deltas.begin(), m.deltas.end(), d) - m.deltas.begin();
+    };
+    const auto n = static_cast<long>(m.deltas.size());
+    EXPECT_EQ(at(previous) < n, at(previous + 1) < n) << "the state's two deltas went in two calls";
+    if (at(previous + 1) < n) {  // read back after both, in order: a unit in each window
+      algo::CompactState expected;
+      algo::ChargeCompact(expected, now - kHour, m.now_us, limit, 1);
+      algo::ChargeCompact(expected, now, m.now_us, limit, 1);
+      EXPECT_EQ(m.states[at(previous + 1)], expected);
+    }
   }
 }
 

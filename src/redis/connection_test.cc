@@ -204,6 +204,9 @@ class ConnectionTest : public ::testing::Test {
   boost::asio::executor_work_guard<io_context::executor_type> guard_;
   std::thread thread_;
   std::vector<std::shared_ptr<Connection>> connections_;
+  // A connection's clock, for the tests that set one: a member, so that it outlives the io thread
+  // (the destructor joins it), which may still read it after Close, finishing a failed read.
+  ManualClock clock_;
 };
 
 TEST_F(ConnectionTest, CommandsAndReplies) {
@@ -374,18 +377,17 @@ TEST_F(ConnectionTest, ReconnectBackoffFollowsTheConnectionsClock) {
     return accepts.load();
   };
 
-  ManualClock clock;
   Connection::Options o;
   o.endpoint = *ParseUrl("redis://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()));
   o.min_backoff = 50ms;
   o.max_backoff = 50ms;
-  o.clock = &clock;
+  o.clock = &clock_;
   auto c = Connection::Create(io_, o);
   connections_.push_back(c);
   ASSERT_EQ(wait_accepts(1, 5s), 1);   // the first attempt, closed: backoff begins
   std::this_thread::sleep_for(300ms);  // six backoffs of real time: the clock stands still
   EXPECT_EQ(accepts.load(), 1);
-  clock.Advance(60000);
+  clock_.Advance(60000);
   EXPECT_EQ(wait_accepts(2, 2s), 2);
   c->Close();
   listener_io.stop();

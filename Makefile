@@ -10,20 +10,19 @@ build: bootstrap
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS)
 
+# SLUICE_SERVE_ARGS: extra flags for `sluice serve` (e.g. other ports; scripts/fresh_test.sh).
 run: build
-	build/release/sluice serve
+	build/release/sluice serve $(SLUICE_SERVE_ARGS)
 
 # Static checks (scripts/lint.sh): clang-format clean, one locking style, and clang-tidy with
 # clang-14's -Wthread-safety -Werror over src/ (the lint preset; nothing is compiled to code).
 lint: bootstrap
 	JOBS=$(JOBS) scripts/lint.sh
 
-test: lint build
-	ctest --preset release -j $(JOBS)
-	FUZZ_JOBS=$(JOBS) scripts/fuzz.sh
-	# The unit tests of the code that manages memory by hand (store, HTTP server and upstream
-	# client, pooled allocator, Redis connection and client), built by fuzz.sh with ASan + UBSan.
-	ctest --test-dir build/fuzz -L unit -j $(JOBS) --output-on-failure
+# Every check, in phases (bootstrap, lint, build, ctest, fuzz, sanitized unit tests), with a
+# summary of each phase's time at the end (scripts/test.sh).
+test:
+	JOBS=$(JOBS) scripts/test.sh
 
 # build/release/sluice_<version>_amd64.deb: binary, library and headers, /etc/sluice, systemd unit.
 package: build

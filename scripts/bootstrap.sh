@@ -21,6 +21,8 @@ packages=(
   clang-14 libclang-rt-14-dev
   # make lint (scripts/lint.sh): the format check and clang-tidy
   clang-format-14 clang-tidy-14
+  # the .deb (make package, tests/package_e2e.sh): CPack's DEB generator runs `file`
+  file
 )
 # The gRPC end-to-end test's client runs on Node.js; a node already on the PATH (from any
 # source) will do, otherwise Debian's.

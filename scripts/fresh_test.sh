@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs the README's two commands as a new user would, on a fresh Debian 12: debootstrap a minimal
+# bookworm root, install only what the README says a bare image needs (git, make,
+# ca-certificates), clone this repository's HEAD into it, then `make test` (which installs every
+# other package through scripts/bootstrap.sh) and `make run` (until it answers a check). Catches
+# what a machine that already has a package hides: a package bootstrap.sh forgot.
+#
+#   sudo scripts/fresh_test.sh
+#
+# Needs root, debootstrap (installed when missing) and Debian's mirror; it downloads a system, so
+# `make test` does not run it: run it before a stop that changes bootstrap, packaging or the test
+# set-up. Takes as long as `make test` plus about 5 minutes. The chroot shares this machine's
+# network namespace, so its tests use free loopback ports like any other run.
+#
+# Env: MIRROR (http://deb.debian.org/debian), KEEP=1 keeps the root (printed), REF (HEAD: what is
+# committed, as CI sees it), RUN_PORT (18580) and RUN_ADMIN_PORT (18581) for `make run`.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mirror=${MIRROR:-http://deb.debian.org/debian}
+ref=${REF:-HEAD}
+run_port=${RUN_PORT:-18580}
+admin_port=${RUN_ADMIN_PORT:-18581}
+
+[ "$(id -u)" = 0 ] || { echo "fresh_test: run as root (debootstrap and chroot)" >&2; exit 2; }
+if ! command -v debootstrap >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
+fi
+
+root=$(mktemp -d /tmp/sluice-fresh-root.XXXXXX)
+log=$root.log
+run_pid=""
+cleanup() {
+  [ -n "$run_pid" ] && kill "$run_pid" 2>/dev/null
+  # `make run` leaves its server in the root: stop whatever still runs from there, by pid.
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill "${p#/proc/}" 2>/dev/null
+  done
+  sleep 1
+  for m in dev/shm dev/pts dev proc sys; do umount -l "$root/$m" 2>/dev/null || true; done
+  if [ "${KEEP:-0}" = 1 ]; then echo "fresh_test: root kept: $root (log $log)"; else rm -rf "$root"; fi
+}
+trap cleanup EXIT
+
+passed=0 failed=0
+check() { # check NAME CONDITION-STATUS
+  if [ "$2" = 0 ]; then passed=$((passed + 1)); echo "ok   $1"
+  else failed=$((failed + 1)); echo "FAIL $1 (log: $log)"; fi
+}
+phase() { echo "fresh_test: $1 ($(( $(date +%s) - start )) s in)"; }
+in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+
+start=$(date +%s)
+phase "debootstrap --variant=minbase bookworm into $root"
+debootstrap --variant=minbase bookworm "$root" "$mirror" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+mount -t proc proc "$root/proc"
+mount -t sysfs sys "$root/sys"
+mount --bind /dev "$root/dev"
+mount --bind /dev/pts "$root/dev/pts"
+mount -t tmpfs shm "$root/dev/shm"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+
+phase "apt-get install git make ca-certificates (the README's first step)"
+in_root sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git make ca-certificates' \
+  >>"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+
+phase "clone $ref of $repo"
+git clone -q --no-local "$repo" "$root/root/sluice"
+git -C "$root/root/sluice" checkout -q "$(git -C "$repo" rev-parse "$ref")"
+
+phase "make test"
+t0=$(date +%s)
+set +e
+in_root sh -c 'cd /root/sluice && make test' 2>&1 | tee -a "$log" | grep -E '^(make test:|[0-9]+% tests passed|Total Test time|fuzz: [0-9]+ targets|lint: (clean|FAILED))'
+status=${PIPESTATUS[0]}
+set -e
+check "make test on a fresh Debian 12 root ($(( $(date +%s) - t0 )) s)" "$status"
+
+phase "make run (the embedded default config on 127.0.0.1:8080 and :9091)"
+# The README's `make run` serves on 8080/9091; this machine may have those taken, so the same
+# target runs with its server's ports moved through SLUICE_SERVE_ARGS when the Makefile has it.
+in_root sh -c "cd /root/sluice && exec make run SLUICE_SERVE_ARGS='--listen 127.0.0.1:$run_port --admin 127.0.0.1:$admin_port'" \
+  >"$root.run.log" 2>&1 &
+run_pid=$!
+answered=1
+for _ in $(seq 600); do # at most 60 s: the build is already there, make only checks it
+  if code=$(in_root sh -c "command -v curl >/dev/null && curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: k1' http://127.0.0.1:$run_port/v1/auth"); then
+    [ "$code" = 200 ] && { answered=0; break; }
+  fi
+  kill -0 "$run_pid" 2>/dev/null || break
+  sleep 0.1
+done
+check "make run serves: /v1/auth answers 200" "$answered"
+cat "$root.run.log" >>"$log"; rm -f "$root.run.log"
+
+phase "done"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

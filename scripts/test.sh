@@ -12,7 +12,7 @@
 #   sanitized  the unit tests of the code that manages memory by hand, from the fuzz build
 # The summary is one line per phase (`test: PHASE SECONDS ok|FAILED`) and the total.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 jobs=${JOBS:-$(nproc)}
 names=()

@@ -14,8 +14,8 @@
 #   NAME.status    expected exit status (default 0).
 #   NAME.stderr    expected stderr, byte for byte. Without it: stderr must be empty when the
 #                  expected status is 0, and non-empty otherwise.
-# Expectations are derived by hand from the specification (issue 3 and
-# shared/reference/algorithms.md), never captured from the binary; each trace explains its numbers.
+# Expectations are derived by hand from the specification (issue 3 and the worked examples of
+# docs/algorithms.md), never captured from the binary; each trace explains its numbers.
 #
 # Prints a unified diff for every mismatch, then `N passed, M failed`; exits 1 on any failure.
 

@@ -1,5 +1,5 @@
-// Tests for the pure algorithms of algo/algorithms.h: the worked examples of issue #3 and
-// ../shared/reference/algorithms.md (cited below as "reference §N"), boundaries, costs, idle state
+// Tests for the pure algorithms of algo/algorithms.h: the worked examples of issue #3 and of
+// docs/algorithms.md, "Worked examples" (cited below by heading), boundaries, costs, idle state
 // and arithmetic near the limits.
 //
 // Times are µs. Most examples start at kT0 = 1 700 000 000 s after the epoch, which is a whole
@@ -122,7 +122,7 @@ bool IsFresh(const KeyState& s, const Limit& limit, int64_t now_us) {
 // token_bucket
 // ============================================================================================
 
-// reference §4 and §5: B = 5, r = 1/s, full at t = 0.
+// "Token bucket: capacity 5, 1 per second": B = 5, r = 1/s, full at t = 0.
 TEST(TokenBucket, WorkedExampleFromAlgorithmsDoc) {
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 1, kSecond, 5);
   KeyState s;
@@ -200,7 +200,7 @@ TEST(LeakyBucket, WorkedExampleFromIssue) {
   EXPECT_EQ(Decide(s, kT0, limit, 1), Deny(0, 100 * kMs, 600 * kMs));
 }
 
-// reference §7, nginx `limit_req rate=1r/s burst=5` x7 (without nodelay).
+// "Leaky bucket: nginx `limit_req`", `rate=1r/s burst=5` x7 (without nodelay).
 TEST(LeakyBucket, NginxBurstDelaysEveryExcessRequestToItsSlot) {
   const Limit limit = MakeLimit(Algorithm::kLeakyBucket, 1, kSecond, 5);
   KeyState s;
@@ -212,7 +212,7 @@ TEST(LeakyBucket, NginxBurstDelaysEveryExcessRequestToItsSlot) {
   EXPECT_EQ(Decide(s, kT0, limit, 1), Deny(0, kSecond, 6 * kSecond));
 }
 
-// reference §7, nginx `limit_req rate=10r/s` (burst 0) at t = 0, 50, 100 ms.
+// "Leaky bucket: nginx `limit_req`", `rate=10r/s` (burst 0) at t = 0, 50, 100 ms.
 TEST(LeakyBucket, NginxWithoutBurstAdmitsOnePerEmissionInterval) {
   const Limit limit = MakeLimit(Algorithm::kLeakyBucket, 10, kSecond);
   KeyState s;
@@ -260,7 +260,7 @@ TEST(LeakyBucket, DelayIsZeroOnDenyAndOnAnEmptyQueue) {
 
 TEST(FixedWindow, WindowsAreAlignedToTheEpoch) {
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100, kMinute);
-  // reference §1: t = 1700000000 s → start 1699999980 s, reset after 40 s.
+  // "Fixed window: 100 per minute": t = 1700000000 s → start 1699999980 s, reset after 40 s.
   KeyState s;
   EXPECT_EQ(Decide(s, kT0, limit, 1), Allow(99, 40 * kSecond));
   EXPECT_EQ(s.compact.idle_at_us, int64_t{1700000040} * kSecond);
@@ -284,7 +284,7 @@ TEST(FixedWindow, CountingRestartsExactlyAtTheWindowEnd) {
   for (int i = 1; i <= 3; ++i) EXPECT_EQ(Decide(s, end - 1, limit, 1), Allow(3 - i, 1));
   EXPECT_EQ(Decide(s, end - 1, limit, 1), Deny(0, 1, 1));
   EXPECT_TRUE(s.IsIdle(limit, end));
-  // reference §1 "boundary burst": 2N admitted within 2 µs.
+  // "Fixed window: 100 per minute", the boundary burst: 2N admitted within 2 µs.
   for (int i = 1; i <= 3; ++i) EXPECT_EQ(Decide(s, end, limit, 1), Allow(3 - i, kMinute));
   EXPECT_EQ(Decide(s, end, limit, 1), Deny(0, kMinute, kMinute));
 }
@@ -303,7 +303,7 @@ TEST(FixedWindow, CostAboveOneMustFitInWhatIsLeft) {
 // sliding_log
 // ============================================================================================
 
-// reference §2: L = 3, W = 10 s.
+// "Sliding log: 3 per 10 s": L = 3, W = 10 s.
 TEST(SlidingLog, WorkedExampleFromAlgorithmsDoc) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 3, 10 * kSecond);
   KeyState s;
@@ -375,8 +375,9 @@ TEST(SlidingLog, MemoryStaysBoundedByTheLiveEntries) {
 // sliding_window
 // ============================================================================================
 
-// reference §3: 42 requests in the previous minute, 18 in the first 15 s of this one,
-// L = 50. The estimate 42*45/60 + 18 = 49.5; one more is denied at e = 15 s, allowed at 20 s.
+// "Sliding window: Cloudflare's example": 42 requests in the previous minute, 18 in the first
+// 15 s of this one, L = 50. The estimate 42*45/60 + 18 = 49.5; one more is denied at e = 15 s,
+// allowed at 20 s.
 TEST(SlidingWindow, CloudflareWorkedExample) {
   const Limit limit = MakeLimit(Algorithm::kSlidingWindow, 50, kMinute);
   const int64_t start = AlignDown(kT0, kMinute) + kMinute;  // the current window

@@ -199,7 +199,7 @@ void Render(const engine::Response& response, const HeaderStyles& styles, Sink& 
       item.t = TSeconds(applied.decision);
     }
   }
-  if (items.empty()) return;  // no limit applied: nothing to say (reference §6.5)
+  if (items.empty()) return;  // no limit applied: nothing to say (no finite policy, no field)
 
   if (styles.x_ratelimit && headline != nullptr) {
     sink.Integer("X-RateLimit-Limit", ClampField(engine::ReportedLimit(headline->limit)));

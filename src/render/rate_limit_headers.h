@@ -14,7 +14,7 @@
 //
 // The IETF fields follow draft-ietf-httpapi-ratelimit-headers-08 … -10 (named policies, RFC 9651
 // Structured Field Lists of sf-string Items with parameters q/w and r/t); this is the profile
-// recommended for sluice's HTTP frontends in shared/reference/http-headers.md §6. Exact rules:
+// sluice's HTTP frontends send (docs/http-api.md, "Headers"). Exact rules:
 //
 // * `t` of one limit, in whole seconds rounded up: when its decision denied (enforced or shadow),
 //   the wait until it would admit the request (Decision::retry_after_us); when it allowed, the

@@ -1,8 +1,8 @@
 // The Envoy Rate Limit Service (RLS v3) codec: RateLimitRequest -> engine::Request, and
 // engine::Response -> RateLimitResponse, plus envoyproxy/ratelimit's `/json` endpoint as a pure
 // function. Every frontend that speaks RLS (gRPC ShouldRateLimit, HTTP /json) goes through here,
-// so the two answer identically. shared/reference/rls-v3.md is the contract; section numbers
-// below refer to it.
+// so the two answer identically. The contract is Envoy's rls.proto and envoyproxy/ratelimit's
+// answers, restated in docs/rls.md with their public sources; section numbers below refer to it.
 //
 // The messages are sluice's own .proto files (src/rls/proto), wire-identical to Envoy's.
 //
@@ -182,7 +182,7 @@ struct JsonResult {
 inline constexpr std::string_view kJsonContentType = "application/json";
 inline constexpr std::string_view kTextContentType = "text/plain; charset=utf-8";
 
-// envoyproxy/ratelimit's `/json` handler (§6.1), byte for byte where the reference pins bytes.
+// envoyproxy/ratelimit's `/json` handler (§6.1), byte for byte where docs/rls.md pins bytes.
 // `body` is a RateLimitRequest in proto3 JSON (strict: an unknown field is an error; snake_case
 // and lowerCamelCase names both accepted; enums as names or numbers; uint64 as number or
 // string). `should_rate_limit` is the RPC (normally ShouldRateLimit above, bound to an engine and

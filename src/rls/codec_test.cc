@@ -1,5 +1,5 @@
 // The RLS v3 codec (codec.h): request validation and conversion, the answer as envoyproxy/ratelimit
-// fills it (shared/reference/rls-v3.md §3), current_limit for windows that are not one unit, the
+// fills it (docs/rls.md §3), current_limit for windows that are not one unit, the
 // /json endpoint's exact bytes and statuses (§6.1), and a wire check of our .proto files against
 // the field numbers of §2, with bytes encoded and decoded by hand in this file.
 // Time is a ManualClock at t0 = 1700000000 s: on a second boundary, 20 s into a minute.

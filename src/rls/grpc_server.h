@@ -1,6 +1,6 @@
 // The gRPC port of `sluice serve`: Envoy's Rate Limit Service and gRPC health checking.
 //
-//   /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   (shared/reference/rls-v3.md §1)
+//   /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   (docs/rls.md §1)
 //   /grpc.health.v1.Health/Check                                   (§5)
 //
 // ShouldRateLimit is rls::ShouldRateLimit (codec.h) on the config snapshot current when the call

@@ -1,4 +1,4 @@
-// The gRPC port's bytes against shared/reference/rls-v3.md, without generated message classes on
+// The gRPC port's bytes against docs/rls.md, without generated message classes on
 // the client side: requests are encoded by hand from the field numbers of §2 and §5, sent with
 // grpc::GenericStub to the method paths of §1 and §5, and the answers are decoded by hand. A
 // wrong field number, type or path in sluice's .proto files fails here even if the generated

@@ -1,6 +1,6 @@
 // Test helpers: protobuf wire format written and read by hand, from field numbers alone, so that
 // tests can check sluice's .proto files (and the bytes on a gRPC port) against the field tables
-// of shared/reference/rls-v3.md without trusting generated code. Only what RLS and health need:
+// of docs/rls.md without trusting generated code. Only what RLS and health need:
 // varint (wire type 0) and length-delimited (wire type 2) fields.
 
 #ifndef SLUICE_RLS_WIRE_TESTING_H_

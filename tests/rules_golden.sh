@@ -7,7 +7,7 @@
 #
 # The binary runs inside the case directory's parent (tests/rules), so the file names it prints
 # are relative and stable (`bad/units.yaml:4:24: ...`). Fixtures there:
-#   examples/  the envoyproxy/ratelimit examples of shared/reference/envoy-ratelimit-config.md §7,
+#   examples/  example domains A-D (edge, api, files, checkout) in envoyproxy/ratelimit's format,
 #              unchanged, plus a non-YAML file, a dot file and a dot directory (all ignored)
 #   sluice/    sluice's extensions: several limits, plans with a clients CSV, count_denied, and a
 #              settings file

@@ -1,7 +1,7 @@
-// The decision engine (engine.h) on configurations loaded from YAML: the envoyproxy/ratelimit
-// examples of shared/reference/envoy-ratelimit-config.md §7 (A-D), several limits at once,
+// The decision engine (engine.h) on configurations loaded from YAML: example domains A-D in
+// envoyproxy/ratelimit's format (as in tests/rules/examples/), several limits at once,
 // all-or-nothing consumption (also under 8 threads), count_denied, plans, shadow mode and the
-// headline (most restrictive) limit. Time is a ManualClock; t0 = 1700000000 s as in the reference.
+// headline (most restrictive) limit. Time is a ManualClock; t0 = 1700000000 s, 20 s into a minute.
 
 #include "engine/engine.h"
 
@@ -608,7 +608,7 @@ descriptors:
 }
 
 // ---------------------------------------------------------------------------------------------
-// count_denied: true reproduces envoyproxy/ratelimit's counting (reference §3).
+// count_denied: true reproduces envoyproxy/ratelimit's counting: every hit, denied or not.
 
 constexpr std::string_view kCountDenied = R"yaml(domain: up
 count_denied: true
@@ -865,7 +865,7 @@ descriptors:
   EXPECT_EQ(Remaining(r), 0);
 }
 
-// Reference §1.1: requests_per_unit is a uint32 whose zero value denies everything; a rate_limit
+// Upstream's requests_per_unit is a uint32 whose zero value denies everything; a rate_limit
 // without it loads (upstream does not complain) and denies every request.
 TEST_F(EngineTest, MissingRequestsPerUnitDeniesEverythingAsUpstream) {
   Load("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n");
@@ -874,8 +874,8 @@ TEST_F(EngineTest, MissingRequestsPerUnitDeniesEverythingAsUpstream) {
   EXPECT_EQ(r.descriptors[0].limits[0].limit.requests, 0u);
 }
 
-// Reference §3: "hits per descriptor = descriptor hits_addend if present (0 = peek) else
-// max(1, request.hits_addend)" — a request-level hits_addend of 0 (RLS's default when unset)
+// docs/rls.md §4: a descriptor's hits_addend when present (0 = peek), else
+// max(1, request.hits_addend) — a request-level hits_addend of 0 (RLS's default when unset)
 // counts as 1; only a descriptor-level hits_addend of 0 peeks.
 TEST_F(EngineTest, RequestHitsAddendZeroCountsAsOne) {
   Load(

@@ -1,6 +1,7 @@
 // Loading and validating rules configurations (loader.h): envoyproxy/ratelimit's files load
-// unchanged (shared/reference/envoy-ratelimit-config.md §1, §4, §7), sluice's extensions load,
-// and every error is reported with its exact FILE:LINE:COL and message (§4.1 and issue 4's list).
+// unchanged (the format of its README and src/config/config_impl.go; examples A-D as in
+// tests/rules/examples/), sluice's extensions load, and every error is reported with its exact
+// FILE:LINE:COL and message (upstream's wording where it has one, and issue 4's list).
 // Matching is tested in matcher_test.cc, decisions in engine/engine_test.cc, the binary in
 // tests/rules_golden.sh.
 
@@ -94,7 +95,7 @@ const RuleNode* Child(const RuleNode& node, size_t i) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// envoyproxy/ratelimit files, unchanged (reference §7).
+// envoyproxy/ratelimit files, unchanged (examples A-D, as in tests/rules/examples/).
 
 constexpr std::string_view kExampleA = R"yaml(domain: edge
 descriptors:
@@ -262,7 +263,7 @@ TEST(LoaderExamplesTest, AllExamplesLoadTogetherFromADirectory) {
   EXPECT_EQ(result.config->FindDomain("api")->file, dir.Path("api.yaml"));
 }
 
-// Reference §1: "The complete set of keys accepted anywhere in the tree", including the newest
+// Every key upstream accepts anywhere in the tree (its validKeys), including the newest
 // (value_to_metric, share_threshold, quota_mode, metadata); metadata's content is not checked.
 TEST(LoaderExamplesTest, EveryUpstreamKeyIsAccepted) {
   auto config = MustLoad(R"yaml(domain: all-keys
@@ -744,7 +745,7 @@ TEST(LoaderExtensionsTest, EmbeddedDefaultConfigLoads) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Errors: one line each, FILE:LINE:COL: message (issue 4, check-config; reference §4.1).
+// Errors: one line each, FILE:LINE:COL: message (issue 4, check-config; upstream's wording).
 
 TEST(LoaderErrorsTest, YamlSyntaxError) {
   EXPECT_THAT(Errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second\n"),

@@ -1,5 +1,5 @@
 // Matching a request descriptor against a domain's descriptor tree, exactly as
-// envoyproxy/ratelimit does (see ../shared/reference/envoy-ratelimit-config.md §2):
+// envoyproxy/ratelimit does (GetLimit in its src/config/config_impl.go; docs/configuration.md):
 // level by level, exact value > first matching wildcard (file order) > key-only; greedy, no
 // backtracking; a rule applies only at the depth of the descriptor's last entry.
 // Each level is one or two hash lookups; no rule scanning, no regular expressions.

@@ -1,5 +1,5 @@
 // Matching request descriptors against a domain's descriptor tree (matcher.h), as
-// envoyproxy/ratelimit's GetLimit does (shared/reference/envoy-ratelimit-config.md §2): exact
+// envoyproxy/ratelimit's GetLimit does (its src/config/config_impl.go): exact
 // value > first matching wildcard in file order > key-only; greedy, no backtracking; a rule applies
 // only at the depth of the descriptor's last entry.
 
@@ -25,7 +25,7 @@ using ::testing::IsEmpty;
 
 // ---------------------------------------------------------------------------------------------
 // WildcardMatch: '*' matches any run of characters, including none, anywhere and several times
-// (reference §2: upstream #1085 generalised the trailing '*').
+// (envoyproxy/ratelimit#1085 generalised the trailing '*').
 
 TEST(WildcardMatchTest, TrailingStarIsAPrefixMatch) {
   EXPECT_TRUE(WildcardMatch("foo*", "foo"));

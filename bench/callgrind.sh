@@ -11,7 +11,7 @@
 # in a fresh /tmp/sluice-callgrind.XXXXXX/ for callgrind_annotate.
 #
 # Env: SLUICE (build/release/sluice), DURATION (5s), CONNECTIONS (8), PORT (18190),
-#   ANCHORS (../shared/bench/anchors, for the wrk scripts), NKEYS (100000).
+#   ANCHORS (bench/anchors, for the wrk scripts), NKEYS (100000).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,7 +20,7 @@ SLUICE="${SLUICE:-$root/build/release/sluice}"
 DURATION="${DURATION:-5s}"
 CONNECTIONS="${CONNECTIONS:-8}"
 PORT="${PORT:-18190}"
-ANCHORS="${ANCHORS:-$root/../shared/bench/anchors}"
+ANCHORS="${ANCHORS:-$root/bench/anchors}"
 NKEYS="${NKEYS:-100000}"
 scenarios="${*:-allow_1key}"
 

@@ -27,7 +27,7 @@
 #
 # Env: DURATION (5s), CONNECTIONS (64), ROUNDS (1), WARMUP (1s, 0 = none), NKEYS (100000),
 #   SCENARIOS ("allow_1key allow_100k deny_1key plain"), SLUICE (build/release/sluice),
-#   ANCHORS (../shared/bench/anchors), NGINX_PORT (18080), SLUICE_PORT (18090),
+#   ANCHORS (bench/anchors), NGINX_PORT (18080), SLUICE_PORT (18090),
 #   SLUICE_ADMIN_PORT (18091).
 set -euo pipefail
 
@@ -41,7 +41,7 @@ WARMUP="${WARMUP:-1s}"
 NKEYS="${NKEYS:-100000}"
 SCENARIOS="${SCENARIOS:-allow_1key allow_100k deny_1key plain}"
 SLUICE="${SLUICE:-$root/build/release/sluice}"
-ANCHORS="${ANCHORS:-$root/../shared/bench/anchors}"
+ANCHORS="${ANCHORS:-$root/bench/anchors}"
 NGINX_PORT="${NGINX_PORT:-18080}"
 SLUICE_PORT="${SLUICE_PORT:-18090}"
 SLUICE_ADMIN_PORT="${SLUICE_ADMIN_PORT:-18091}"

@@ -32,7 +32,7 @@
 # Env: ROUNDS (3), DURATION (10, seconds per run), RATE (measured), LOAD (0.5), SATURATION (3),
 #   CONNECTIONS (64), WARMUP (2, seconds of openloop per peer first; 0 = none), NKEYS (100000),
 #   SCENARIOS ("allow_100k deny_1key"), SERVER_CPUS (0), CLIENT_CPUS (1), SLUICE
-#   (build/release/sluice), OPENLOOP (build/release/openloop), ANCHORS (../shared/bench/anchors),
+#   (build/release/sluice), OPENLOOP (build/release/openloop), ANCHORS (bench/anchors),
 #   NGINX_PORT (18080), SLUICE_PORT (18090), SLUICE_ADMIN_PORT (18091).
 set -euo pipefail
 
@@ -52,7 +52,7 @@ SERVER_CPUS="${SERVER_CPUS:-0}"
 CLIENT_CPUS="${CLIENT_CPUS:-1}"
 SLUICE="${SLUICE:-$root/build/release/sluice}"
 OPENLOOP="${OPENLOOP:-$root/build/release/openloop}"
-ANCHORS="${ANCHORS:-$root/../shared/bench/anchors}"
+ANCHORS="${ANCHORS:-$root/bench/anchors}"
 NGINX_PORT="${NGINX_PORT:-18080}"
 SLUICE_PORT="${SLUICE_PORT:-18090}"
 SLUICE_ADMIN_PORT="${SLUICE_ADMIN_PORT:-18091}"

@@ -2,7 +2,7 @@
 // redis-server and reads INFO memory used_memory before and after, for token_bucket and
 // fixed_window, with a key per state and with the states packed into hashes (redis.buckets). K is
 // 100000 here (a few seconds); SLUICE_REDIS_MEMORY_KEYS=1000000 runs the 1M measurement
-// docs/performance.md reports. The naive layouts of ../shared/bench/anchors/redis/memory.sh take
+// docs/performance.md reports. The naive layouts of bench/anchors/redis/memory.sh take
 // ≈97 B (string counter + TTL) and ≈145 B (2-field hash + TTL) at 1M keys.
 
 #include <algorithm>

@@ -1,49 +1,54 @@
 #!/usr/bin/env bash
-# Packs the issue-23 scenarios into .device-bundle/ for the many-core machine: first the shared
-# kit's bundle (sluice, memory_latency, nginx, wrk, redis-server, their libraries, this machine's
-# dynamic loader, the anchors' nginx template and wrk scripts, scale.sh), then what
-# bench/device/scenarios.sh needs on top: openloop and its libraries, scenarios.sh itself,
-# zipf.lua for wrk, and this repository's bench.yaml. Needs a release build with the targets
-# sluice, openloop and memory_latency.
+# Packs the many-core runs into .device-bundle/ for the lent machine, which has no network and no
+# Debian packages: the binaries (sluice, memory_latency, openloop, and metrics_benchmark when
+# built; nginx, wrk and redis-server from this machine), every shared library they load and this
+# machine's own dynamic loader, so that they run there unchanged; the anchors' nginx template,
+# wrk scripts and seed script (bench/anchors/), bench/compare/bench.yaml, zipf.lua; and the two
+# scripts run there, scale.sh and scenarios.sh. Needs a release build with the targets sluice,
+# openloop and memory_latency.
 #
 #   bench/device/bundle.sh [PROJECT]     (default: this repository)
 #
-# Environment: KIT, the shared kit's directory (default PROJECT/../shared/bench/device).
+# Environment: ANCHORS, the anchors' directory (default PROJECT/bench/anchors).
 # .device-bundle/ must stay out of git (`/.device-bundle/` in .git/info/exclude); carry it to the
 # device machine with `carry: [".device-bundle"]` (bench/README.md, "Many-core runs").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 proj=$(cd "${1:-$here/../..}" && pwd)
-kit=${KIT:-$proj/../shared/bench/device}
+anchors=${ANCHORS:-$proj/bench/anchors}
 out=$proj/.device-bundle
 
-[ -f "$kit/bundle.sh" ] || { echo "bundle: no shared kit at $kit (set KIT)" >&2; exit 1; }
-openloop=$proj/build/release/openloop
-[ -x "$openloop" ] || {
-  echo "bundle: missing $openloop; cmake --build --preset release --target sluice openloop memory_latency" >&2
-  exit 1
-}
+[ -f "$anchors/nginx/nginx.conf.template" ] || { echo "bundle: no anchors at $anchors (set ANCHORS)" >&2; exit 1; }
+bins=("$proj/build/release/sluice" "$proj/build/release/memory_latency" "$proj/build/release/openloop"
+  /usr/sbin/nginx /usr/bin/wrk /usr/bin/redis-server)
+for b in "${bins[@]}"; do
+  [ -x "$b" ] || {
+    echo "bundle: missing $b; cmake --build --preset release --target sluice openloop memory_latency" >&2
+    exit 1
+  }
+done
+# metrics_benchmark when built (counting into series every thread shares: run it there by hand,
+# bench/README.md).
+[ -x "$proj/build/release/metrics_benchmark" ] && bins+=("$proj/build/release/metrics_benchmark")
 
-bash "$kit/bundle.sh" "$proj"
-
-# openloop, and metrics_benchmark when built (counting into series every thread shares: run it
-# there by hand, bench/README.md), with the libraries they load that the shared bundle does not
-# have yet (never overwriting one).
-extra=("$openloop")
-[ -x "$proj/build/release/metrics_benchmark" ] && extra+=("$proj/build/release/metrics_benchmark")
-for b in "${extra[@]}"; do
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/conf"
+# Each binary, and each library it loads (the loader itself included), once.
+for b in "${bins[@]}"; do
   cp -L "$b" "$out/bin/"
   ldd "$b" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | while read -r lib; do
     if [ -f "$lib" ] && [ ! -e "$out/lib/$(basename "$lib")" ]; then cp -L "$lib" "$out/lib/"; fi
   done
 done
-cp "$here/scenarios.sh" "$out/"
-cp "$here/zipf.lua" "$out/conf/"
-cp "$proj/bench/compare/bench.yaml" "$out/conf/"
+cp "$anchors/nginx/nginx.conf.template" "$anchors/wrk/keys.lua" "$anchors/wrk/fixed.lua" \
+  "$anchors/redis/seed_counter.lua" "$here/zipf.lua" "$proj/bench/compare/bench.yaml" "$out/conf/"
+cp "$here/scale.sh" "$here/scenarios.sh" "$out/"
+git -C "$proj" rev-parse --short HEAD >"$out/conf/sluice-commit"
 {
   git -C "$proj" rev-parse --short HEAD
-  [ -z "$(git -C "$proj" status --porcelain -- bench/device)" ] || echo "(bench/device has uncommitted changes)"
+  [ -z "$(git -C "$proj" status --porcelain -- bench/device bench/anchors)" ] ||
+    echo "(bench/device or bench/anchors has uncommitted changes)"
 } | paste -sd' ' >"$out/conf/kit-commit"
 
 # Every binary must start through the bundled loader with only the bundled libraries: each one

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config
-  # libraries (see ../shared/DESIGN.md for why each)
+  # libraries (docs/design.md, "Dependencies", says why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libyaml-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler libhiredis-dev
   libgrpc++-dev protobuf-compiler-grpc

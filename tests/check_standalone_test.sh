@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Tests scripts/check_standalone.sh on copies of the repository's tracked files, with references
+# to the folder outside it planted:
+#
+#   bash tests/check_standalone_test.sh [REPO_ROOT]     (default: this script's parent directory)
+#
+#   - the unchanged copy passes (the control: the tree as it is now stands on its own);
+#   - a relative reference (`..` then `/shared/x`) planted in a doc fails, naming that file and
+#     line, and only it;
+#   - the absolute path planted in a script fails, naming that file;
+#   - a tracked symbolic link into the folder fails, naming the link.
+#
+# Prints `N passed, M failed`; exits 1 on any failure.
+
+set -uo pipefail
+
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+check="$root/scripts/check_standalone.sh"
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-standalone.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# Built from pieces, so that this file is no reference itself.
+relative=".."/"shared"
+absolute="/work"/"shared"
+
+passed=0
+failed=0
+pass() {
+  passed=$((passed + 1))
+  echo "ok   $1"
+}
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL $1: $2"
+  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
+}
+
+# A copy of the repository's tracked files (as they are in the work tree) under $work/$1, made a
+# git repository of its own with every file in its index.
+copy_tree() {
+  local dest="$work/$1"
+  mkdir -p "$dest"
+  (cd "$root" && git ls-files -z | while IFS= read -r -d '' f; do
+    [[ -e $f || -L $f ]] && printf '%s\0' "$f"
+  done | tar --null -T - -cf -) | tar -xf - -C "$dest"
+  git -C "$dest" init -q
+  git -C "$dest" add -A
+}
+
+# Runs the check on $work/$1; sets `out` and `status`.
+run_check() {
+  out=$(bash "$check" "$work/$1" 2>&1)
+  status=$?
+}
+
+if ! git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  fail "setup" "$root is not a git work tree"
+  echo "$passed passed, $failed failed"
+  exit 1
+fi
+
+# 1. The unchanged tree passes.
+copy_tree clean
+run_check clean
+if [[ $status == 0 ]]; then
+  pass "unchanged tree passes"
+else
+  fail "unchanged tree passes" "exit $status" "$out"
+fi
+
+# 2. A relative reference in a doc: fails, naming the file and its line.
+file=docs/cli.md
+copy_tree relative
+line=$(($(wc -l <"$work/relative/$file") + 1))
+echo "See $relative/x for more." >>"$work/relative/$file"
+run_check relative
+if [[ $status == 1 && $out == *"$file:$line:"*"$relative/x"* ]]; then
+  pass "a relative reference fails and names $file:$line"
+else
+  fail "a relative reference fails and names $file:$line" "exit $status" "$out"
+fi
+if [[ $(grep -c "^[^ ]*:[0-9]*:" <<<"$out") == 1 ]]; then
+  pass "only the planted reference is reported"
+else
+  fail "only the planted reference is reported" "other lines" "$out"
+fi
+
+# 3. The absolute path in a script: fails, naming the file.
+file=bench/compare.sh
+copy_tree absolute
+sed -i "2i # kit: $absolute/bench/anchors" "$work/absolute/$file"
+run_check absolute
+if [[ $status == 1 && $out == *"$file:2:"* ]]; then
+  pass "an absolute reference fails and names $file"
+else
+  fail "an absolute reference fails and names $file" "exit $status" "$out"
+fi
+
+# 4. A tracked symbolic link into the folder: fails, naming the link.
+copy_tree link
+ln -s "$relative/bench/anchors" "$work/link/anchors-link"
+git -C "$work/link" add anchors-link
+run_check link
+if [[ $status == 1 && $out == *"anchors-link: -> $relative/bench/anchors"* ]]; then
+  pass "a tracked link into the folder fails and names the link"
+else
+  fail "a tracked link into the folder fails and names the link" "exit $status" "$out"
+fi
+
+echo "$passed passed, $failed failed"
+((failed == 0))

@@ -6,13 +6,15 @@
 #   1. format: every tracked *.h/*.cc is clang-format-14 clean (scripts/check_format.sh);
 #   2. locks: one locking style, the annotated one: no std::mutex, std::lock_guard,
 #      std::unique_lock, std::scoped_lock, std::condition_variable or `// guarded by` comment in
-#      src/ (absl::Mutex / util::SpinLock with ABSL_GUARDED_BY instead), so that step 3 checks
+#      src/ (absl::Mutex / util::SpinLock with ABSL_GUARDED_BY instead), so that step 4 checks
 #      every lock;
-#   3. clang-tidy-14 over src/ with the root .clang-tidy, on the `lint` preset's compilation
+#   3. standalone: no tracked file refers to a folder outside the repository
+#      (scripts/check_standalone.sh);
+#   4. clang-tidy-14 over src/ with the root .clang-tidy, on the `lint` preset's compilation
 #      database: clang-14 with -Wthread-safety -Werror (the analysis runs in the front end, so
 #      no object code is made) and the checks .clang-tidy lists; any finding fails.
 #
-# Given files, runs step 3 on those only (a file outside the database gets the flags of its
+# Given files, runs step 4 on those only (a file outside the database gets the flags of its
 # nearest neighbour in it: tests/lint_test.sh plants files that way). Generated protobuf code and
 # headers outside src/ and include/sluice/ are not checked. Env: JOBS (nproc), BUILD (build/lint).
 set -euo pipefail
@@ -66,6 +68,9 @@ if grep -rnE 'std::(mutex|timed_mutex|recursive_mutex|shared_mutex|lock_guard|un
   echo "lint: use absl::Mutex (or util::SpinLock) with ABSL_GUARDED_BY instead of the above" >&2
   failed+=(locks)
 fi
+
+echo "lint: standalone"
+bash "$root/scripts/check_standalone.sh" "$root" || failed+=(standalone)
 
 echo "lint: clang-tidy and -Wthread-safety (clang-14) over src/, $jobs at a time"
 prepare

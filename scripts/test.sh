@@ -8,9 +8,13 @@
 #   lint       scripts/lint.sh: format, locking style, no link outside the repository, clang-tidy
 #   build      the release preset (the binary, the libraries, every test and benchmark)
 #   ctest      every unit and end-to-end test of the release build
-#   fuzz       scripts/fuzz.sh: the fuzz preset (clang, ASan + UBSan) and each target for 20 s
+#   fuzz       scripts/fuzz.sh run: each libFuzzer target for 20 s, two at a time
 #   sanitized  the unit tests of the code that manages memory by hand, from the fuzz build
-# The summary is one line per phase (`test: PHASE SECONDS ok|FAILED`) and the total.
+# The fuzz preset (clang, ASan + UBSan: the fuzz targets and those unit tests) builds in the
+# background from the lint phase on, at the lowest CPU priority: it takes the time the phases
+# before it leave idle (e2e tests that wait on a server, a link that runs alone) and barely slows
+# them; the fuzz phase first waits for whatever of it is left. Its log is build/fuzz-build.log.
+# The summary is one line per phase (`make test: PHASE SECONDS ok|FAILED`) and the total.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -52,11 +56,43 @@ build_release() {
   cmake --preset release && cmake --build --preset release -j "$jobs"
 }
 
+# The fuzz build, in its own process group (setsid) so that a run that stops early stops it too.
+fuzz_build_pid=""
+fuzz_build_status=build/fuzz-build.status
+start_fuzz_build() {
+  mkdir -p build
+  rm -f "$fuzz_build_status"
+  setsid bash -c 't0=$SECONDS; nice -n 19 env FUZZ_JOBS="$1" scripts/fuzz.sh build >build/fuzz-build.log 2>&1
+    echo "$? $((SECONDS - t0))" >"$2"' _ "$jobs" "$fuzz_build_status" &
+  fuzz_build_pid=$!
+}
+stop_fuzz_build() {
+  [[ -n $fuzz_build_pid ]] && kill -- "-$fuzz_build_pid" 2>/dev/null
+  return 0
+}
+trap stop_fuzz_build EXIT
+# Waits for the background fuzz build; fails with its log's end if it failed.
+finish_fuzz_build() {
+  wait "$fuzz_build_pid"
+  fuzz_build_pid=""
+  local status seconds
+  read -r status seconds <"$fuzz_build_status" || status=1
+  echo "make test: the fuzz build took ${seconds:-?} s in the background (build/fuzz-build.log)"
+  if ((status != 0)); then
+    tail -30 build/fuzz-build.log
+    return "$status"
+  fi
+}
+fuzz() {
+  finish_fuzz_build && scripts/fuzz.sh run
+}
+
 phase bootstrap scripts/bootstrap.sh
+start_fuzz_build
 phase lint env JOBS="$jobs" scripts/lint.sh
 phase build build_release
 phase ctest ctest --preset release -j "$jobs"
-phase fuzz env FUZZ_JOBS="$jobs" scripts/fuzz.sh
+phase fuzz fuzz
 # The unit tests of the code that manages memory by hand (store, HTTP server and upstream client,
 # pooled allocator, Redis connection and client), built by fuzz.sh with ASan + UBSan.
 phase sanitized ctest --test-dir build/fuzz -L unit -j "$jobs" --output-on-failure

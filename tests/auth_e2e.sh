@@ -6,11 +6,11 @@
 set -u
 fixtures=$1
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 nginx=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x $nginx ]] || { echo "nginx is missing (scripts/bootstrap.sh installs nginx-light)"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 
 # auth [CURL ARGS...]: one forward-auth call; prints the status, keeps headers and body.
 auth() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@"; }
@@ -137,14 +137,15 @@ stop_nginx() {
   kill -9 "$nginx_pid" $kids 2>/dev/null
 }
 cleanup_hooks+=(stop_nginx)
-# Up to three ports: another test may take the one probed free before nginx binds it.
+# Up to three ports: a process outside these scripts may take the one reserved before nginx
+# binds it (free_port).
 for _ in 1 2 3; do
-  nport=$(free_port)
+  free_port; nport=$FREE_PORT
   write_nginx_conf
   "$nginx" -p "$ngx/" -c "$ngx/nginx.conf" -g 'daemon off;' >"$ngx/stdout" 2>"$ngx/stderr" &
   nginx_pid=$!
   for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$nport") 2>/dev/null && break 2
+    (exec 3<>"/dev/tcp/127.0.0.1/$nport") 2>/dev/null && kill -0 "$nginx_pid" 2>/dev/null && break 2
     kill -0 "$nginx_pid" 2>/dev/null || break
     sleep 0.05
   done

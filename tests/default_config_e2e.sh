@@ -4,8 +4,8 @@
 # Usage: SLUICE=path/to/sluice tests/default_config_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-command -v curl >/dev/null || { echo "curl is missing"; echo "0 passed, 1 failed"; exit 1; }
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 
 start default
 check "started on the embedded default" 1 "$(grep -q '^sluice: config <embedded default>' "$tmp/default.out" && echo 1)"

@@ -22,7 +22,7 @@ cp "$fixtures/dropin/q.yaml" "$tmp/rules/"
 printf 'rules: rules\nredis: {timeout: 1s}\n' >"$tmp/quota.yaml"
 printf 'rules: rules\nshadow_mode: true\nresponse_dynamic_metadata: true\nredis: {timeout: 1s}\n' >"$tmp/shadow.yaml"
 
-for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+start_redis_on; rport=$RPORT
 backends=("memory" "redis")
 
 # run NAME MODE ARGS...: a server with ARGS, the Node.js checks in MODE against it.
@@ -40,10 +40,10 @@ run() {
   if [[ $mode == quota ]]; then
     local quota
     # (The quota's limit has no name: it is labelled as headers and /v1/check name it.)
-    quota=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_decisions_total{domain="q",limit="3-per-1d",decision="quota_exceeded"} [1-9]')
+    quota=$(metrics "$ADMIN" | grep -c '^sluice_decisions_total{domain="q",limit="3-per-1d",decision="quota_exceeded"} [1-9]')
     check "$name: quota-mode denials counted apart in sluice_decisions_total" 1 "$quota"
     local near
-    near=$(curl -s "http://$ADMIN/metrics" | grep -c '^sluice_near_limit_decisions_total{domain="q",.*} [1-9]')
+    near=$(metrics "$ADMIN" | grep -c '^sluice_near_limit_decisions_total{domain="q",.*} [1-9]')
     check "$name: near-limit decisions counted (sluice_near_limit_decisions_total)" 1 "$(( near > 0 ? 1 : 0 ))"
   fi
   stop

@@ -12,25 +12,17 @@ set -u
 fixtures=$(cd "$1" && pwd)
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 
+source "$(dirname "$0")/lib.sh"
+need_tools curl redis-server redis-cli node
 fail_setup() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
-for tool in curl redis-server redis-cli node; do
-  command -v $tool >/dev/null || fail_setup "$tool is missing (scripts/bootstrap.sh installs it)"
-done
 if [[ ! -d $fixtures/node_modules/@grpc/grpc-js || ! -d $fixtures/node_modules/@grpc/proto-loader ]]; then
   echo "installing the Node.js test client's packages (npm ci)"
   (cd "$fixtures" && timeout 300 npm ci --no-audit --no-fund >/dev/null) ||
     fail_setup "npm ci failed in $fixtures"
 fi
 
-source "$(dirname "$0")/lib.sh"
-
 # --- Redis on a free loopback port.
-rport=$(free_port)
-mkdir -p "$tmp/redis"
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/redis" \
-  >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
+start_redis_on; rport=$RPORT
 
 # --- The runtime tree, as upstream's docker-compose has it: RUNTIME_ROOT is a symlink to a
 # version directory; rules live in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config.
@@ -57,7 +49,9 @@ descriptors:
 EOF
 ln -s v1 "$runtime/current"
 
-port=$(free_port) grpc_port=$(free_port) debug_port=$(free_port)
+free_port; port=$FREE_PORT
+free_port; grpc_port=$FREE_PORT
+free_port; debug_port=$FREE_PORT
 deployment=(
   RUNTIME_ROOT="$runtime/current" RUNTIME_SUBDIRECTORY=ratelimit
   HOST=127.0.0.1 PORT="$port" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port"

@@ -40,9 +40,6 @@ both() {
   rm -f "$tmp"/both.*
 }
 
-metrics() { curl -s -m 5 "http://$1/metrics"; }
-metric() { metrics "$1" | grep "^$2 " | awk '{print $2}'; }
-
 mkdir -p "$tmp/rules"
 cat >"$tmp/rules/hot.yaml" <<'EOF'
 domain: hot
@@ -67,7 +64,7 @@ printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 200ms\n  lease_interval: 1
   "$tmp/rules" >"$tmp/sluice.yaml"
 
 clear_of_hour_end 90  # (its fixed windows must not roll over while it counts them)
-for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+start_redis_on; rport=$RPORT
 datas=() admins=()
 for i in 0 1; do
   start "s$i" --config "$tmp/sluice.yaml" --redis "redis://127.0.0.1:$rport" --threads 1

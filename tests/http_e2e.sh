@@ -4,9 +4,9 @@
 set -u
 fixtures=$1
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 
 post() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -X POST --data-binary "$2" "http://$DATA$1"; }
 
@@ -99,7 +99,7 @@ raw 'GET /healthcheck HTTP/1.1\r\nHost: x\r\n' >/dev/null  # never finishes its 
 check "slow headers are cut off by the header timeout" 1 "$(( $(date +%s) - start_s <= 2 ))"
 
 # --- Prometheus metrics: promtool-clean, and counting what happened above
-curl -s "http://$ADMIN/metrics" >"$tmp/metrics"
+metrics "$ADMIN" >"$tmp/metrics"
 check "promtool check metrics (exit 0, no lint output)" "0:" "$(promtool check metrics <"$tmp/metrics" >"$tmp/lint" 2>&1; echo "$?:$(cat "$tmp/lint")")"
 check_contains "decisions counted by domain/limit/decision" 'sluice_decisions_total{domain="api",limit="per_user",decision="denied"}' "$(cat "$tmp/metrics")"
 check_contains "responses counted by status" 'sluice_http_requests_total{code="429"}' "$(cat "$tmp/metrics")"
@@ -166,7 +166,7 @@ YAML
   check "headers: [$styles]: RateLimit-Policy sent" "$ietf" "$(present RateLimit-Policy)"
   check "headers: [$styles]: RateLimit sent" "$ietf" "$(present RateLimit)"
   check "headers: [$styles]: Retry-After sent" 5 "$(header Retry-After)"
-  metrics=$(curl -s "http://$ADMIN/metrics")
+  metrics=$(metrics "$ADMIN")
   check_contains "headers: [$styles]: 2 allowed decisions counted" \
     'sluice_decisions_total{domain="api",limit="per_user",decision="allowed"} 2' "$metrics"
   check_contains "headers: [$styles]: 1 denied decision counted" \

@@ -81,8 +81,7 @@ admitted() {
 lease_metric() {
   local i total=0 v
   for i in "${!admins[@]}"; do
-    v=$(curl -s -m 2 "http://${admins[$i]}/metrics" | grep -F "$1 " | grep -v '^#' | head -1 | awk '{print $2}')
-    v=${v:-0}
+    v=$(metric "${admins[$i]}" "$1" 0)
     total=$((total + ${v%.*}))
   done
   echo "$total"

@@ -33,15 +33,6 @@ fire() {
   rm -f "$tmp"/fire.*
 }
 
-metric_sum() {  # metric_sum NAME: its value summed over the instances still up
-  local i total=0 v
-  for i in "${!admins[@]}"; do
-    v=$(curl -s -m 2 "http://${admins[$i]}/metrics" | grep "^$1 " | awk '{print $2}')
-    total=$((total + ${v%.*}))
-  done
-  echo "$total"
-}
-
 mkdir -p "$tmp/rules"
 cat >"$tmp/rules/leased.yaml" <<'EOF'
 domain: leased
@@ -66,7 +57,7 @@ printf 'rules: %s\nredis:\n  instances: 4\n  timeout: 200ms\n  lease_interval: 2
   "$tmp/rules" >"$tmp/sluice.yaml"
 
 clear_of_hour_end 90  # (its fixed windows must not roll over while it counts them)
-for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+start_redis_on; rport=$RPORT
 datas=() admins=() spids=()
 for i in 0 1 2 3; do
   start "s$i" --config "$tmp/sluice.yaml" --redis "redis://127.0.0.1:$rport" --threads 1
@@ -90,7 +81,7 @@ bucket=$(fire bucket hot 30)
 # machine more of them end unspent, so only the upper bound is exact.)
 check "bucket: no more than the limit admitted" yes \
   "$([[ $bucket -le 60 && $bucket -ge 20 ]] && echo yes || echo "no: $bucket")"
-local_decisions=$(metric_sum sluice_lease_decisions_total)
+local_decisions=$(lease_metric sluice_lease_decisions_total)
 check "decisions were made from leases (over 100)" yes \
   "$([[ $local_decisions -ge 100 ]] && echo yes || echo "no: $local_decisions")"
 

@@ -37,7 +37,7 @@ rules 100 >"$tmp/b/leased.yaml"
 # from one when the lease ends.
 life_s=5
 clear_of_hour_end 90  # (its fixed windows must not roll over while it counts them)
-for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+start_redis_on; rport=$RPORT
 for x in a b; do
   printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 1s\n  lease_interval: 500ms\n  window_lease_life: 5s\n' \
     "$tmp/$x" >"$tmp/$x.yaml"

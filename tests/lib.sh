@@ -1,16 +1,28 @@
-# Shared by the end-to-end test scripts: a temp dir and cleanup, checks and their tally,
-# starting and stopping `sluice serve`. Source it after setting `sluice` (the binary).
-# Every process a script starts goes into `pids` and is killed by pid on exit.
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # (the variables set here are read by the scripts that source it)
+# The one shell library of the end-to-end tests and the benchmarks (bench/lib.sh sources it and
+# adds CPU-time readings): a temp dir and cleanup, checks and their tally, starting and stopping
+# `sluice serve`, the test upstream and redis-server, free loopback ports, and reading /metrics
+# and JSON lines. Source it after setting `sluice` (the binary). It works in scripts with
+# `set -u` and in those with `set -euo pipefail`.
+#
+# Every process a script starts goes into `pids` and is killed by pid on exit, after the
+# functions in `cleanup_hooks` ran (a script adds its own there rather than trapping EXIT). An
+# interrupt (INT, TERM) exits through the same cleanup.
 
 tmp=$(mktemp -d /tmp/sluice-e2e.XXXXXX)
 pids=()
 cleanup_hooks=()
 cleanup() {
-  for h in "${cleanup_hooks[@]}"; do $h; done
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$tmp"
+  local h p
+  for h in "${cleanup_hooks[@]}"; do "$h" || true; done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done  # (quietly: no "Killed" lines)
+  rm -rf "$tmp" || true
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 passed=0 failed=0
 need_tools() {  # need_tools TOOL...: fail the whole script (one failed check) if one is missing
@@ -41,54 +53,227 @@ finish() {  # prints the tally; the script's exit status
   ((failed == 0))
 }
 
-# start NAME [ARGS...]: starts `sluice serve` on free ports and waits until it is up (it prints
-# its config line last) or has exited. Sets PID, DATA, ADMIN and GRPC (empty when not serving).
-# gRPC is off unless ARGS name --grpc or KEEP_GRPC=1 (its default is a fixed port).
+# ------------------------------------------------------------------ processes, by pid
+# out_base NAME: where the process started as NAME writes: $tmp/NAME, or NAME itself when it is
+# a path (has a /): a benchmark keeps its servers' output beside its results that way.
+out_base() { if [[ $1 == */* ]]; then echo "$1"; else echo "$tmp/$1"; fi; }
+
+# start NAME [ARGS...]: starts `sluice serve ARGS` and waits (start_wait seconds, 10) until it is
+# up (it prints its config line last) or has exited; returns 1 unless it is up. Sets PID, DATA,
+# ADMIN and GRPC (empty when not serving); output in NAME.out and NAME.err (out_base). Ports:
+# the kernel picks them (port 0; sluice prints the ones it got), so no two servers can race for
+# one. --listen and --admin are 127.0.0.1:0 unless ARGS name them; gRPC is off unless ARGS name
+# --grpc or KEEP_GRPC=1 (its default is a fixed port). start_prefix (an array, empty) is run in
+# front of the binary: taskset, valgrind.
+start_prefix=()
+start_wait=10
 start() {
   local name=$1; shift
-  local grpc=(--grpc 0)
-  [[ " $* " == *" --grpc "* || ${KEEP_GRPC:-0} == 1 ]] && grpc=()
-  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 "${grpc[@]}" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  local base ports=()
+  base=$(out_base "$name")
+  [[ " $* " == *" --listen "* ]] || ports+=(--listen 127.0.0.1:0)
+  [[ " $* " == *" --admin "* ]] || ports+=(--admin 127.0.0.1:0)
+  [[ " $* " == *" --grpc "* || ${KEEP_GRPC:-0} == 1 ]] || ports+=(--grpc 0)
+  # Emptied first: the background redirection may not have happened yet when wait_started
+  # first looks, and an earlier server's output must not pass for this one's.
+  : >"$base.out"
+  : >"$base.err"
+  "${start_prefix[@]}" "${sluice:?set sluice before sourcing tests/lib.sh}" serve "${ports[@]}" "$@" \
+    >"$base.out" 2>"$base.err" &
   PID=$!
   pids+=("$PID")
   wait_started "$name"
-  DATA=$(sed -n 's/^sluice: data plane listening on //p' "$tmp/$name.out")
-  ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$tmp/$name.out")
-  GRPC=$(sed -n 's/^sluice: grpc listening on //p' "$tmp/$name.out")
+  DATA=$(sed -n 's/^sluice: data plane listening on //p' "$base.out")
+  ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$base.out")
+  GRPC=$(sed -n 's/^sluice: grpc listening on //p' "$base.out")
+  grep -q '^sluice: config' "$base.out"
 }
 
-# wait_started NAME: waits (at most 10 s) until the `sluice serve` started as NAME (pid PID,
-# output in $tmp/NAME.out) has printed its config line, the last of its start-up, or has exited.
+# wait_started NAME: waits (at most start_wait seconds) until the `sluice serve` started as NAME
+# (pid PID, output in NAME.out, out_base) has printed its config line, the last of its start-up,
+# or has exited.
 wait_started() {
-  for _ in $(seq 200); do
-    grep -q '^sluice: config' "$tmp/$1.out" 2>/dev/null && break
+  local out _
+  out=$(out_base "$1").out
+  for _ in $(seq $((${start_wait:-10} * 20))); do
+    grep -q '^sluice: config' "$out" 2>/dev/null && break
     kill -0 "$PID" 2>/dev/null || break
     sleep 0.05
   done
 }
 
-# stop: SIGTERM, then STATUS = the exit status (bounded wait; killed after 5 s).
+# stop [PID [SECONDS]]: SIGTERM to PID (default PID), killed after SECONDS (5) if still there;
+# sets STATUS to its exit status. PID leaves `pids` (a later pid of that number is not ours).
 stop() {
-  kill -TERM "$PID"
-  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
-  kill -9 "$PID" 2>/dev/null
-  wait "$PID" 2>/dev/null
-  STATUS=$?
+  local pid=${1:-$PID} limit=${2:-5} p _ kept=()
+  kill -CONT "$pid" 2>/dev/null || true  # (a stopped process would not act on SIGTERM)
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq $((limit * 20))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  kill -9 "$pid" 2>/dev/null || true
+  STATUS=0
+  wait "$pid" 2>/dev/null || STATUS=$?
+  for p in "${pids[@]}"; do [[ $p == "$pid" ]] || kept+=("$p"); done
+  pids=("${kept[@]}")
 }
 
-# free_port: a loopback TCP port nobody listens on now (random, probed), below the kernel's
-# ephemeral range (net.ipv4.ip_local_port_range, 32768 up by default): a port some client
-# connection holds as its local end is not seen by the probe but cannot be bound.
+# start_upstream [NAME]: the test upstream (tests/upstream_server.cc, `upstream` the binary) on
+# a port the kernel picks; waits (5 s) for it. Sets UP (HOST:PORT) and UPID; returns 1 and says
+# so if it did not come up. Output in NAME.out and .err (default upstream; out_base).
+start_upstream() {
+  local base _
+  base=$(out_base "${1:-upstream}")
+  : >"$base.out"
+  "${upstream:?set upstream to the upstream_server binary}" --listen 127.0.0.1:0 \
+    >"$base.out" 2>"$base.err" &
+  UPID=$!
+  pids+=("$UPID")
+  for _ in $(seq 100); do
+    grep -q '^upstream: listening' "$base.out" 2>/dev/null && break
+    kill -0 "$UPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  UP=$(sed -n 's/^upstream: listening on //p' "$base.out")
+  [[ -n $UP ]] || { echo "the test upstream did not start: $(tail -3 "$base.err")"; return 1; }
+}
+
+# ------------------------------------------------------------------ free loopback ports
+# sluice and the test upstream bind port 0 (above). For a server that must be told its port
+# (redis-server, nginx, an example binary), reserve_port and free_port take one for this script:
+# a lock on the file $port_locks/PORT, which scripts of this library on this machine share, held
+# (flock) for as long as this script or any process it started lives, so no two scripts get the
+# same port however they interleave; and nothing may listen on the port now. A process outside
+# these scripts may still bind it in between: a server that then fails to start is retried on
+# another port, and start_redis makes sure the Redis that answers is the one it started.
+port_locks=/tmp/sluice-ports
+
+# reserve_port PORT: takes PORT for this script (above), through the file descriptor port_fd
+# (closing it gives the port up); returns 1 if another script holds it or something listens on it.
+reserve_port() {
+  [[ -d $port_locks ]] || { mkdir -p "$port_locks" && chmod 1777 "$port_locks"; } 2>/dev/null || true
+  { exec {port_fd}>>"$port_locks/$1"; } 2>/dev/null || return 1
+  if flock -n "$port_fd" && ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+  exec {port_fd}>&-
+  return 1
+}
+
+# free_port: sets FREE_PORT to a loopback port reserved for this script (reserve_port), drawn at
+# random below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 up by default):
+# a port some client connection holds as its local end cannot be bound, and does not show when
+# probed. (Not in $(...): the reservation would end with the subshell.)
 free_port() {
   local p low
   low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
   ((low > 21000)) || low=32768
   for _ in $(seq 100); do
     p=$((20000 + RANDOM % (low - 20000)))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+    reserve_port "$p" && { FREE_PORT=$p; return 0; }
   done
-  echo "no free port found" >&2; return 1
+  echo "no free port found" >&2
+  return 1
 }
+
+# ------------------------------------------------------------------ Redis
+# redis_script_calls PORT: the script calls (EVALSHA and EVAL) the Redis on PORT has run.
+redis_script_calls() {
+  redis-cli -p "$1" info commandstats |
+    awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ {n += $3} END {print n + 0}'
+}
+
+# start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT (no persistence; ARGS
+# may override that), its files and redis.log in redis_dir/redis-PORT (redis_dir: $tmp unless
+# set; a restart on the same port keeps them); waits (10 s) until it is ready: it logged so
+# since this start (so it bound the port: not another server answering there) and answers.
+# Sets RPID; returns 1 and says so if it did not start.
+start_redis() {
+  local port=$1; shift
+  local dir=${redis_dir:-$tmp}/redis-$port _ size=0
+  mkdir -p "$dir"
+  [[ -f $dir/redis.log ]] && size=$(stat -c %s "$dir/redis.log")
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    --enable-debug-command local "$@" >>"$dir/redis.log" 2>&1 &
+  RPID=$!
+  pids+=("$RPID")
+  for _ in $(seq 200); do
+    # (grep without -q: one that stops reading early could fail the pipe under pipefail)
+    if tail -c +$((size + 1)) "$dir/redis.log" | grep 'Ready to accept connections' >/dev/null &&
+      redis-cli -p "$port" ping 2>&1 | grep -E 'PONG|NOAUTH' >/dev/null; then
+      return 0
+    fi
+    kill -0 "$RPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "redis-server on $port did not start:"; tail -3 "$dir/redis.log"
+  return 1
+}
+
+# start_redis_on [ARGS...]: start_redis on a free port (free_port), up to 5 ports; sets RPORT
+# and RPID.
+start_redis_on() {
+  local _
+  for _ in $(seq 5); do
+    free_port && RPORT=$FREE_PORT && start_redis "$RPORT" "$@" && return 0
+  done
+  return 1
+}
+
+# free_node_port: free_port (sets FREE_PORT) for a Redis Cluster node: its port and its cluster
+# bus port (+10000) both reserved, and both below the ephemeral range (32768+).
+free_node_port() {
+  local p fd
+  for _ in $(seq 100); do
+    p=$((10000 + RANDOM % 12000))
+    reserve_port "$p" || continue
+    fd=$port_fd
+    reserve_port $((p + 10000)) && { FREE_PORT=$p; return 0; }
+    exec {fd}>&-
+  done
+  echo "no free port found" >&2
+  return 1
+}
+
+# start_redis_cluster: a 3-master Redis Cluster (no replicas) of throwaway redis-servers on
+# loopback (free_node_port); sets cluster_ports (the masters' ports) and returns 0 once it says
+# cluster_state:ok. A node that fails to start gets another port.
+start_redis_cluster() {
+  local p _
+  cluster_ports=()
+  for _ in 1 2 3; do
+    for _ in $(seq 5); do
+      free_node_port || continue
+      p=$FREE_PORT
+      start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+        --cluster-node-timeout 2000 && { cluster_ports+=("$p"); break; }
+    done
+  done
+  ((${#cluster_ports[@]} == 3)) || { echo "cluster: only ${#cluster_ports[@]} nodes started"; return 1; }
+  yes yes | redis-cli --cluster create "${cluster_ports[@]/#/127.0.0.1:}" \
+    --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1 || true
+  for _ in $(seq 100); do
+    redis-cli -p "${cluster_ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && return 0
+    sleep 0.1
+  done
+  cat "$tmp/cluster.log"; for p in "${cluster_ports[@]}"; do tail -5 "${redis_dir:-$tmp}/redis-$p/redis.log"; done
+  return 1
+}
+
+# ------------------------------------------------------------------ reading answers
+# metrics ADMIN: the /metrics text of the instance whose admin listener is ADMIN (HOST:PORT).
+metrics() { curl -s -m 10 "http://$1/metrics"; }
+
+# metric ADMIN SAMPLE [DEFAULT]: the value of one sample on ADMIN's /metrics: SAMPLE is the
+# metric's name with its labels as exposed (name{a="x",b="y"}); prints DEFAULT (nothing unless
+# given) when there is no such sample.
+metric() {
+  metrics "$1" | awk -v m="$2" -v d="${3-}" '$1 == m && !found {v = $2; found = 1} END {print found ? v : d}'
+}
+
+# field NAME JSON: the value of "NAME" in a one-line JSON object (the last one, if the name is
+# there more than once; a string without its quotes): the JSON lines of sluice sim, openloop
+# and grpc_load.
+field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
+
+# The headers of the last request made with -D "$tmp/headers".
+header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
 # clear_of_hour_end SECONDS: if the next hour of the clock (an epoch-aligned window of an hour or
 # a day ends there) is less than SECONDS away, sleeps past it. For a test that counts a fixed
@@ -96,57 +281,4 @@ free_port() {
 clear_of_hour_end() {
   local left=$((3600 - $(date +%s) % 3600))
   if ((left < $1)); then sleep $((left + 1)); fi
-}
-
-# The headers of the last request made with -D "$tmp/headers".
-header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
-
-# redis_script_calls PORT: the script calls (EVALSHA and EVAL) the Redis on PORT has run.
-redis_script_calls() {
-  redis-cli -p "$1" info commandstats |
-    awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ {n += $3} END {print n + 0}'
-}
-
-# start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT; sets RPID.
-start_redis() {
-  local port=$1; shift
-  mkdir -p "$tmp/redis-$port"
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/redis-$port" \
-    --enable-debug-command local "$@" >"$tmp/redis-$port.log" 2>&1 &
-  RPID=$!
-  pids+=("$RPID")
-  for _ in $(seq 100); do
-    redis-cli -p "$port" ping 2>&1 | grep -qE 'PONG|NOAUTH' && return 0
-    kill -0 "$RPID" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "redis-server on $port did not start:"; tail -3 "$tmp/redis-$port.log"
-  return 1
-}
-
-# start_redis_cluster: a 3-master Redis Cluster (no replicas) of throwaway redis-servers on
-# loopback; sets cluster_ports (the masters' ports) and returns 0 once it says cluster_state:ok.
-# A node's port and its cluster bus port (+10000) are both below the ephemeral range (32768+), so
-# no outgoing connection can be holding either; a node that still fails to bind gets another.
-start_redis_cluster() {
-  local p _
-  cluster_ports=()
-  for _ in 1 2 3; do
-    for _ in $(seq 5); do
-      p=$((10000 + RANDOM % 12000))
-      (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-      (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
-      start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
-        --cluster-node-timeout 2000 && { cluster_ports+=("$p"); break; }
-    done
-  done
-  ((${#cluster_ports[@]} == 3)) || { echo "cluster: only ${#cluster_ports[@]} nodes started"; return 1; }
-  yes yes | redis-cli --cluster create "${cluster_ports[@]/#/127.0.0.1:}" \
-    --cluster-replicas 0 --cluster-yes >"$tmp/cluster.log" 2>&1
-  for _ in $(seq 100); do
-    redis-cli -p "${cluster_ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && return 0
-    sleep 0.1
-  done
-  cat "$tmp/cluster.log"; for p in "${cluster_ports[@]}"; do tail -5 "$tmp/redis-$p.log"; done
-  return 1
 }

@@ -8,10 +8,8 @@
 set -u
 build=$(cd "${BUILD:?set BUILD to the release build directory}" && pwd)
 source_dir=$(cd "${1:-$(dirname "$0")/..}" && pwd)
-for tool in cmake curl nm c++filt; do
-  command -v $tool >/dev/null || { echo "$tool is missing"; echo "0 passed, 1 failed"; exit 1; }
-done
 source "$(dirname "$0")/lib.sh"
+need_tools cmake curl nm c++filt
 
 prefix=$tmp/prefix
 timeout 120 cmake --install "$build" --prefix "$prefix" --component library >"$tmp/install.log" 2>&1
@@ -42,7 +40,7 @@ check "examples/ builds against the installed package" 0 "$status"
 server=$example/rate_limited_server
 [[ -x $server ]] || { finish; exit 1; }
 
-port=$(free_port)
+free_port; port=$FREE_PORT
 "$server" --port "$port" >"$tmp/server.out" 2>"$tmp/server.err" &
 PID=$!
 pids+=("$PID")

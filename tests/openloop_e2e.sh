@@ -7,11 +7,9 @@
 set -u
 openloop=${OPENLOOP:?set OPENLOOP to the openloop binary}
 upstream=${UPSTREAM:?set UPSTREAM to the upstream_server binary}
-command -v python3 >/dev/null || { echo "python3 is missing"; echo "0 passed, 1 failed"; exit 1; }
 source "$(dirname "$0")/lib.sh"
+need_tools python3
 
-# field NAME JSON: a number from openloop's one-line JSON.
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" <<<"$2"; }
 # at_least A B: 1 if A >= B (decimals).
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? 1 : 0 }'; }
 
@@ -22,10 +20,8 @@ wait_for_line() {
 }
 
 # ---- a constant rate, every request accounted for
-"$upstream" --listen 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &
-pids+=($!)
-wait_for_line "$tmp/upstream.out" '^upstream: listening on ' || { echo "upstream did not start"; exit 1; }
-up=$(sed -n 's/^upstream: listening on //p' "$tmp/upstream.out")
+start_upstream || { echo "upstream did not start"; exit 1; }
+up=$UP
 
 out=$("$openloop" --url "http://$up/echo" --rate 2000 --duration 2 --connections 16 \
   --header 'X-Api-Key: k' --keys 1000 --zipf 1.1)

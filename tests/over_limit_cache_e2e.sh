@@ -26,10 +26,6 @@ check_n() {
     sed 's/ $//'
 }
 
-metric() {  # metric ADMIN NAME: its value on that instance's /metrics
-  curl -s "http://$1/metrics" | grep "^$2 " | awk '{print $2}'
-}
-
 mkdir -p "$tmp/rules"
 cat >"$tmp/rules/cache.yaml" <<'EOF'
 domain: cache
@@ -40,7 +36,7 @@ descriptors:
   - key: short
     rate_limit: {algorithm: sliding_log, requests: 2, window: 2s}
 EOF
-for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+start_redis_on; rport=$RPORT
 url="redis://127.0.0.1:$rport"
 
 # Redis's answers may take longer than the default 10 ms on a machine busy with other tests: a

@@ -9,10 +9,8 @@
 set -u
 build=$(cd "${BUILD:?set BUILD to the release build directory}" && pwd)
 sluice=${SLUICE:-$build/sluice}
-for tool in cpack dpkg-deb curl; do
-  command -v $tool >/dev/null || { echo "$tool is missing"; echo "0 passed, 1 failed"; exit 1; }
-done
 source "$(dirname "$0")/lib.sh"
+need_tools cpack dpkg-deb curl
 
 (cd "$build" && cpack -G DEB -B "$tmp/pkg" >"$tmp/cpack.log" 2>&1)
 check "cpack builds the .deb" 0 "$?"

@@ -21,20 +21,13 @@
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 upstream=${UPSTREAM:?set UPSTREAM to the upstream_server binary}
-command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 
 backend=()
 if [[ ${PROXY_BACKEND:-memory} == redis ]]; then
-  for _ in $(seq 5); do
-    rport=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
-      >"$tmp/redis.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 100); do redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
-    redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break
-  done
+  start_redis_on; rport=$RPORT
   backend=(--redis "redis://127.0.0.1:$rport")
   # A loaded CI machine can take longer than the default 10 ms per call; a timeout would be
   # answered by failure_mode open (admitted, nothing consumed, nothing to refund) and change the
@@ -44,19 +37,9 @@ if [[ ${PROXY_BACKEND:-memory} == redis ]]; then
 fi
 
 # The test upstream; sets UP (HOST:PORT).
-"$upstream" --listen 127.0.0.1:0 >"$tmp/upstream.out" 2>"$tmp/upstream.err" &
-UPID=$!
-pids+=("$UPID")
-for _ in $(seq 100); do
-  grep -q '^upstream: listening' "$tmp/upstream.out" 2>/dev/null && break
-  sleep 0.05
-done
-UP=$(sed -n 's/^upstream: listening on //p' "$tmp/upstream.out")
-[[ -n $UP ]] || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
+start_upstream || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
 stat() { curl -s "http://$UP/stats" | sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
 
-# metric 'NAME{LABELS}': its value on sluice's /metrics now (0 while it is not there).
-metric() { curl -s "http://$ADMIN/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
 cut_upstream='sluice_proxy_answers_cut_total{side="upstream"}'
 cut_client='sluice_proxy_answers_cut_total{side="client"}'
 
@@ -213,17 +196,17 @@ check "5 shaped requests all forwarded" "200200200200200" "$codes"
 check "shaping spread them over >= ~400 ms (took ${elapsed_ms} ms)" 1 "$(( elapsed_ms >= 380 ))"
 
 # --- a client leaving during its shaping delay (1 per 2 s): not forwarded, its quota given back
-gone_before=$(metric 'sluice_proxy_requests_total{outcome="client_gone"}')
+gone_before=$(metric "$ADMIN" 'sluice_proxy_requests_total{outcome="client_gone"}' 0)
 check "the first /gone goes at once" 200 "$(req "$url/gone/1")"
 requests_before=$(stat requests)
 start_ns=$(date +%s%N)
 curl -s -o /dev/null --max-time 0.5 "$url/gone/2"  # delayed ~2 s; curl leaves after 0.5 s
 for _ in $(seq 40); do
-  (( $(metric 'sluice_proxy_requests_total{outcome="client_gone"}') > gone_before )) && break
+  (( $(metric "$ADMIN" 'sluice_proxy_requests_total{outcome="client_gone"}' 0) > gone_before )) && break
   sleep 0.05
 done
 check "client gone during its delay: counted as client_gone at once" 1 \
-  "$(( $(metric 'sluice_proxy_requests_total{outcome="client_gone"}') - gone_before ))"
+  "$(( $(metric "$ADMIN" 'sluice_proxy_requests_total{outcome="client_gone"}' 0) - gone_before ))"
 # Refunded: the next one waits only for the first one's slot (ends ~2 s after it), not for the
 # gone one's too (~4 s).
 check "the next /gone is served" 200 "$(req "$url/gone/3")"
@@ -293,25 +276,25 @@ for code in 204 304; do
 done
 
 # The upstream dies mid-body: the client's connection is closed (curl: 18, partial file).
-cut_upstream_before=$(metric "$cut_upstream")
-cut_client_before=$(metric "$cut_client")
+cut_upstream_before=$(metric "$ADMIN" "$cut_upstream" 0)
+cut_client_before=$(metric "$ADMIN" "$cut_client" 0)
 code=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 10 "$url/bytes?n=1000000&cut=200000"; echo " $?")
 check "an answer cut short by the upstream: 200, then the connection closed early" "200 18" "$code"
 check "... after the bytes the upstream did send" 200000 "$(wc -c <"$tmp/body")"
-check "... counted once as cut by the upstream" 1 "$(( $(metric "$cut_upstream") - cut_upstream_before ))"
-check "... and not as cut by the client" 0 "$(( $(metric "$cut_client") - cut_client_before ))"
+check "... counted once as cut by the upstream" 1 "$(( $(metric "$ADMIN" "$cut_upstream" 0) - cut_upstream_before ))"
+check "... and not as cut by the client" 0 "$(( $(metric "$ADMIN" "$cut_client" 0) - cut_client_before ))"
 check "sluice keeps serving after that" 200 "$(req "$url/echo")"
 
 # The client goes away mid-body: sluice closes the upstream connection (the upstream sees its
 # answer cut) instead of reading the rest into nothing or pooling the connection.
 cut_before=$(stat cut)
-cut_upstream_before=$(metric "$cut_upstream")
-cut_client_before=$(metric "$cut_client")
+cut_upstream_before=$(metric "$ADMIN" "$cut_upstream" 0)
+cut_client_before=$(metric "$ADMIN" "$cut_client" 0)
 curl -s --max-time 20 "$url/bytes?n=$big" | head -c 1000000 >/dev/null
 for _ in $(seq 100); do (( $(stat cut) > cut_before )) && break; sleep 0.05; done
 check "client gone mid-body: the upstream's answer is cut too" 1 "$(( $(stat cut) > cut_before ))"
-check "... counted once as cut by the client" 1 "$(( $(metric "$cut_client") - cut_client_before ))"
-check "... and not as cut by the upstream" 0 "$(( $(metric "$cut_upstream") - cut_upstream_before ))"
+check "... counted once as cut by the client" 1 "$(( $(metric "$ADMIN" "$cut_client" 0) - cut_client_before ))"
+check "... and not as cut by the upstream" 0 "$(( $(metric "$ADMIN" "$cut_upstream" 0) - cut_upstream_before ))"
 check "sluice keeps serving after that too" 200 "$(req "$url/echo")"
 
 # --- streamed request bodies
@@ -367,7 +350,7 @@ check "a Content-Length over http.max_body_bytes: 413 before reading" "HTTP/1.1 
 check "... and nothing reached the upstream" "$received_before" "$(stat received)"
 
 # --- metrics
-metrics=$(curl -s "http://$ADMIN/metrics")
+metrics=$(metrics "$ADMIN")
 check_contains "forwarded counted" 'sluice_proxy_requests_total{outcome="forwarded"}' "$metrics"
 check_contains "denied counted" 'sluice_proxy_requests_total{outcome="denied"} 2' "$metrics"
 check_contains "timeout counted" 'sluice_proxy_requests_total{outcome="timeout"} 2' "$metrics"
@@ -376,7 +359,7 @@ stop
 check "sluice (A) exits 0 on SIGTERM with pooled connections" 0 "$STATUS"
 
 # --- instance B: two upstream domains, one of them down; shaping bounded by http.max_delayed: 1
-dead=$(free_port)
+free_port; dead=$FREE_PORT
 mkdir -p "$tmp/b"
 cat >"$tmp/b/sluice.yaml" <<EOF
 http: {max_delayed: 1}
@@ -426,7 +409,7 @@ for i in 1 2 3; do req "$url/shaped" >"$tmp/md.$i" & clients+=($!); done
 wait "${clients[@]}"
 codes=$(for f in "$tmp"/md.*; do cat "$f"; echo; done | sort | tr -d '\n')
 check "max_delayed full -> one 503" "200200503" "$codes"
-metrics=$(curl -s "http://$ADMIN/metrics")
+metrics=$(metrics "$ADMIN")
 check_contains "shaped_rejected counted" 'sluice_proxy_requests_total{outcome="shaped_rejected"} 1' "$metrics"
 check_contains "upstream errors counted" 'sluice_proxy_requests_total{outcome="upstream_error"} 5' "$metrics"
 check_contains "connect-error refunds counted" 'sluice_proxy_refunds_total 5' "$metrics"

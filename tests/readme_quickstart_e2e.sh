@@ -12,9 +12,9 @@
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 readme=${1:-$(dirname "$0")/../README.md}
-command -v curl >/dev/null || { echo "curl is missing"; echo "0 passed, 1 failed"; exit 1; }
 [[ -r $readme ]] || { echo "cannot read $readme"; echo "0 passed, 1 failed"; exit 1; }
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 
 # Parse the block into commands[i] and expects[i] (expectations separated by newlines).
 commands=() expects=()

@@ -6,9 +6,9 @@
 # Usage: SLUICE=path/to/sluice tests/robustness_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 trap "" PIPE  # writes to connections the server closed must not kill the script
 
 cat >"$tmp/sluice.yaml" <<YAML
@@ -76,7 +76,7 @@ check "the admin port still answers while the data plane is full" 200 "$(curl -s
 check "a new data-plane connection is refused while full" 000 "$(healthy)"
 closed=$(closed_count)
 check "connections over the cap are closed at once (50 of 200, and the refused one)" 50 "$closed"
-check "rejections are counted" "sluice_http_connections_rejected_total 51" "$(curl -s -m 2 "http://$ADMIN/metrics" | grep '^sluice_http_connections_rejected_total')"
+check "rejections are counted" "sluice_http_connections_rejected_total 51" "$(metrics "$ADMIN" | grep '^sluice_http_connections_rejected_total')"
 close_all
 sleep 0.3
 check "after they close, new connections are served" 200 "$(healthy)"
@@ -96,7 +96,7 @@ check "a client still gets its answer while they hold the cap" 200 "$(healthy)"
 read -r -t 0.5 -u "${slow_fds[0]}" _
 check "the oldest silent connection was closed to make room (EOF at once)" 1 "$(( $? <= 1 ))"
 check "and another client too" 200 "$(healthy)"
-check "nothing was refused" "sluice_http_connections_rejected_total 0" "$(curl -s -m 2 "http://$ADMIN/metrics" | grep '^sluice_http_connections_rejected_total')"
+check "nothing was refused" "sluice_http_connections_rejected_total 0" "$(metrics "$ADMIN" | grep '^sluice_http_connections_rejected_total')"
 close_all
 exec {fd}<>"/dev/tcp/$host/$port"
 start_s=$(date +%s%N)
@@ -120,7 +120,7 @@ check "a bad request line -> 400" "HTTP/1.1 400 Bad Request" "$(raw 'NOT A REQUE
 check "a body over max_body_bytes -> 413" "HTTP/1.1 413 Payload Too Large" "$(raw 'POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 300000000\r\n\r\n')"
 big=$(head -c 20000 /dev/zero | tr '\0' a)
 check "a header block over max_header_bytes -> 431" "HTTP/1.1 431 Request Header Fields Too Large" "$(raw "GET /healthcheck HTTP/1.1\r\nHost: x\r\nX-Big: $big\r\n\r\n")"
-metrics=$(curl -s -m 2 "http://$ADMIN/metrics")
+metrics=$(metrics "$ADMIN")
 check "400s counted" 'sluice_http_requests_total{code="400"} 3' "$(grep '^sluice_http_requests_total{code="400"}' <<<"$metrics")"
 check "413 counted" 'sluice_http_requests_total{code="413"} 1' "$(grep '^sluice_http_requests_total{code="413"}' <<<"$metrics")"
 check "431 counted" 'sluice_http_requests_total{code="431"} 1' "$(grep '^sluice_http_requests_total{code="431"}' <<<"$metrics")"

@@ -13,18 +13,11 @@
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 upstream=${UPSTREAM:?set UPSTREAM to the upstream_server binary}
-command -v curl >/dev/null || { echo "curl is missing (scripts/bootstrap.sh installs it)"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
+need_tools curl
 
-"$upstream" --listen 127.0.0.1:0 >"$tmp/upstream.out" 2>"$tmp/upstream.err" &
-pids+=($!)
-for _ in $(seq 100); do
-  grep -q '^upstream: listening' "$tmp/upstream.out" 2>/dev/null && break
-  sleep 0.05
-done
-UP=$(sed -n 's/^upstream: listening on //p' "$tmp/upstream.out")
-[[ -n $UP ]] || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
+start_upstream || { echo "FAIL the test upstream did not start"; cat "$tmp/upstream.err"; echo "0 passed, 1 failed"; exit 1; }
 stat() { curl -s "http://$UP/stats" | sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
 
 mkdir -p "$tmp/s"

@@ -17,12 +17,10 @@ sluice=${SLUICE:?set SLUICE to the sluice binary}
 source "$(dirname "$0")/lib.sh"
 need_tools redis-server redis-cli
 
-# field NAME LINE: a field of the flat JSON line (numbers and strings, quotes dropped).
-field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
 # ok EXPR: "yes" when the awk expression over the numbers in it holds.
 holds() { awk "BEGIN { print (($1) ? \"yes\" : \"no\") }"; }
 
-for _ in $(seq 5); do rport=$(free_port); start_redis "$rport" && break; done
+start_redis_on; rport=$RPORT
 url="redis://127.0.0.1:$rport"
 sim() { timeout 60 "$sluice" sim --redis "$url" --instances 4 --rate 2000 --seconds 1.5 "$@" 2>>"$tmp/sim.err"; }
 

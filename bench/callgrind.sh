@@ -29,15 +29,10 @@ command -v wrk >/dev/null || { echo "callgrind: wrk is missing" >&2; exit 1; }
 [ -x "$SLUICE" ] || { echo "callgrind: no sluice binary at $SLUICE" >&2; exit 1; }
 
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sluice-callgrind.XXXXXX")"
-pid=""
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-}
-trap cleanup EXIT
+sluice="$SLUICE"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"  # (its cleanup stops sluice, by pid, on exit)
+start_wait=60  # valgrind starts slowly
 
 for scen in $scenarios; do
     case "$scen" in
@@ -46,25 +41,17 @@ for scen in $scenarios; do
         *) echo "callgrind: unknown scenario $scen" >&2; exit 1 ;;
     esac
     out="$run_dir/callgrind.$scen.out"
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-        "$SLUICE" serve --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
-        --listen "127.0.0.1:$PORT" --admin 127.0.0.1:0 >"$run_dir/$scen.out" 2>"$run_dir/$scen.err" &
-    pid=$!
-    for _ in $(seq 1 600); do  # at most 60 s: valgrind starts slowly
-        grep -q '^sluice: config' "$run_dir/$scen.out" 2>/dev/null && break
-        kill -0 "$pid" 2>/dev/null || { cat "$run_dir/$scen.err" >&2; exit 1; }
-        sleep 0.1
-    done
+    start_prefix=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out")
+    start "$run_dir/$scen" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
+        --listen "127.0.0.1:$PORT" || { cat "$run_dir/$scen.err" >&2; exit 1; }
     url="http://127.0.0.1:$PORT/v1/auth/${scen%%_*}"
     # Warm-up, not counted: code translated by valgrind, lazy bindings resolved, buffers grown.
     wrk -t1 -c"$CONNECTIONS" -d2s --timeout 10s -s "${script[0]}" "$url" -- "$arg" >/dev/null 2>&1 || true
-    callgrind_control -i on "$pid" >/dev/null 2>&1
+    callgrind_control -i on "$PID" >/dev/null 2>&1
     wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --timeout 10s -s "${script[0]}" "$url" -- "$arg" \
         >"$run_dir/$scen.wrk" 2>&1
-    callgrind_control -i off "$pid" >/dev/null 2>&1
-    cleanup
-    wait "$pid" 2>/dev/null || true
-    pid=""
+    callgrind_control -i off "$PID" >/dev/null 2>&1
+    stop "$PID" 10
     requests="$(awk '/ requests in / {print $1}' "$run_dir/$scen.wrk")"
     instructions="$(awk '/^totals:/ {print $2}' "$out")"
     [ -n "$requests" ] && [ -n "$instructions" ] || { cat "$run_dir/$scen.wrk" >&2; exit 1; }

@@ -61,13 +61,12 @@ for s in $SCENARIOS; do
 done
 
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compare.XXXXXX")"
-nginx_dir="$run_dir/nginx"
-nginx_started=0
+sluice="$SLUICE"
 # shellcheck source=bench/lib.sh
 source "$here/lib.sh"
 
 # Stops sluice and nginx on exit; refuses ports already taken (bench/lib.sh).
-against_nginx_session
+against_nginx_session "$run_dir/nginx"
 
 # ---------------------------------------------------------------- servers
 "$ANCHORS/nginx/run.sh" start "$NGINX_PORT" "$nginx_dir" >&2
@@ -76,11 +75,12 @@ nginx_master="$(cat "$nginx_dir/nginx.pid")"
 nginx_workers="$(ps -o pid= --ppid "$nginx_master" | tr -s ' \n' ' ')"
 [ -n "${nginx_workers// /}" ] || die "nginx master $nginx_master has no worker"
 
-start_sluice "$SLUICE" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
-    --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" || die "sluice did not start"
-log "nginx pids $nginx_master $nginx_workers on :$NGINX_PORT; sluice pid $sluice_pid on :$SLUICE_PORT"
+start "$run_dir/sluice" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
+    --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" ||
+    { cat "$run_dir/sluice.err" >&2; die "sluice did not start (output in $run_dir)"; }
+log "nginx pids $nginx_master $nginx_workers on :$NGINX_PORT; sluice pid $PID on :$SLUICE_PORT"
 
-server_pids() { if [ "$1" = nginx ]; then echo "$nginx_master $nginx_workers"; else echo "$sluice_pid"; fi; }
+server_pids() { if [ "$1" = nginx ]; then echo "$nginx_master $nginx_workers"; else echo "$PID"; fi; }
 
 url() {
     local path="${2%%_*}"   # allow_1key -> allow

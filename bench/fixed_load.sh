@@ -83,13 +83,12 @@ for s in $SCENARIOS; do
 done
 
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sluice-fixed-load.XXXXXX")"
-nginx_dir="$run_dir/nginx"
-nginx_started=0
+sluice="$SLUICE"
 # shellcheck source=bench/lib.sh
 source "$here/lib.sh"
 
 # Stops sluice and nginx on exit; refuses ports already taken (bench/lib.sh).
-against_nginx_session
+against_nginx_session "$run_dir/nginx"
 
 log "$(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load average" \
     "$(cut -d' ' -f1-3 /proc/loadavg); servers on cpu $SERVER_CPUS, clients on cpu $CLIENT_CPUS"
@@ -99,10 +98,11 @@ log "$(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | h
 # -a) are pinned once it is up, and any thread it starts later inherits that.
 taskset -c "$SERVER_CPUS" "$ANCHORS/nginx/run.sh" start "$NGINX_PORT" "$nginx_dir" >&2
 nginx_started=1
-start_sluice "$SLUICE" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
-    --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" || die "sluice did not start"
-taskset -a -p -c "$SERVER_CPUS" "$sluice_pid" >/dev/null
-log "nginx pid $(cat "$nginx_dir/nginx.pid") on :$NGINX_PORT; sluice pid $sluice_pid on :$SLUICE_PORT"
+start "$run_dir/sluice" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
+    --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" ||
+    { cat "$run_dir/sluice.err" >&2; die "sluice did not start (output in $run_dir)"; }
+taskset -a -p -c "$SERVER_CPUS" "$PID" >/dev/null
+log "nginx pid $(cat "$nginx_dir/nginx.pid") on :$NGINX_PORT; sluice pid $PID on :$SLUICE_PORT"
 
 url() {
     local path="${2%%_*}"   # allow_100k -> allow
@@ -117,9 +117,6 @@ key_args() {
         deny_1key)  echo "--header X-Key:one-key" ;;
     esac
 }
-
-# field NAME JSON: a number from openloop's JSON line.
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" <<<"$2"; }
 
 openloop() { taskset -c "$CLIENT_CPUS" "$OPENLOOP" "$@"; }
 

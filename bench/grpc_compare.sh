@@ -49,18 +49,9 @@ for bin in "$SLUICE" "$GRPC_LOAD"; do
 done
 
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/sluice-grpc-compare.XXXXXX")"
+sluice="$SLUICE"
 # shellcheck source=bench/lib.sh
-source "$here/lib.sh"
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    stop_sluice
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+source "$here/lib.sh"  # (its cleanup stops every server started here, by pid, on exit)
 
 # One settings file per gRPC threads setting, each naming a rules directory holding bench.yaml.
 mkdir -p "$run_dir/rules"
@@ -71,18 +62,15 @@ done
 first_gt="${GRPC_THREADS%% *}"
 
 # serve GT: starts sluice with grpc.threads GT; port 0 everywhere (the kernel picks free ports
-# and sluice prints them). Sets data and grpc.
+# and sluice prints them: tests/lib.sh's start). Sets PID, DATA and GRPC.
 serve() {
-    start_sluice "$SLUICE" --config "$run_dir/sluice-grpc$1.yaml" --threads "$THREADS" \
-        --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 127.0.0.1:0 || die "sluice did not start"
-    data="$(sluice_address "data plane")"
-    grpc="$(sluice_address grpc)"
-    if [ -z "$data" ] || [ -z "$grpc" ]; then die "could not read the ports from $run_dir/sluice.out"; fi
-    log "sluice pid $sluice_pid: data plane $data, grpc $grpc, --threads $THREADS, grpc.threads $1"
+    start "$run_dir/sluice" --config "$run_dir/sluice-grpc$1.yaml" --threads "$THREADS" \
+        --grpc 127.0.0.1:0 || { cat "$run_dir/sluice.err" >&2; die "sluice did not start (output in $run_dir)"; }
+    if [ -z "$DATA" ] || [ -z "$GRPC" ]; then die "could not read the ports from $run_dir/sluice.out"; fi
+    log "sluice pid $PID: data plane $DATA, grpc $GRPC, --threads $THREADS, grpc.threads $1"
 }
 
 clk_tck="$(getconf CLK_TCK)"
-field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" <<<"$2"; }
 
 {
     printf 'mode\tgrpc_threads\tconcurrency\tkeys\tdecisions_per_sec\tp50_us\tp99_us\terrors'
@@ -95,17 +83,17 @@ for keys in $KEYS; do
             serve "$gt"
             for mode in $MODES; do
                 if [ "$mode" = grpc ]; then
-                    target="$grpc"; label="$gt"
+                    target="$GRPC"; label="$gt"
                 else
                     # HTTP does not depend on grpc.threads: measured once, on the first server.
                     [ "$gt" = "$first_gt" ] || continue
-                    target="$data"; label="-"
+                    target="$DATA"; label="-"
                 fi
-                before="$(cpu_ticks "$sluice_pid")"
+                before="$(cpu_ticks "$PID")"
                 line="$("$GRPC_LOAD" --mode "$mode" --target "$target" --concurrency "$c" \
                     --seconds "$SECONDS_PER_RUN" --warmup "$WARMUP" --keys "$keys")" \
                     || die "grpc_load failed: $mode grpc.threads=$gt c=$c keys=$keys"
-                after="$(cpu_ticks "$sluice_pid")"
+                after="$(cpu_ticks "$PID")"
                 echo "$line" >>"$run_dir/runs.jsonl"
                 log "grpc.threads=$gt $line"
                 # Server CPU covers the warm-up too, so divide all decisions made in it: the
@@ -121,7 +109,7 @@ for keys in $KEYS; do
                                     (cpu > 0 ? rate * (secs + warm) / cpu : 0), ccpu }' \
                     >>"$run_dir/table.tsv"
             done
-            stop_sluice
+            stop
         done
     done
 done

@@ -1,50 +1,19 @@
 # shellcheck shell=bash
-# Shared by bench/compare.sh and bench/grpc_compare.sh: starting and stopping `sluice serve`,
-# and a process's CPU time. Source it after setting `run_dir` (a private temp dir); it defines
-# `sluice_pid` (empty until started), and the caller's EXIT trap calls stop_sluice.
+# The benchmarks' additions to tests/lib.sh, which it sources (starting and stopping `sluice
+# serve` by pid, ports, cleanup on exit, /metrics and JSON fields come from there): a process's
+# CPU time, and the session of a run beside the nginx anchor. Source it after setting `sluice`
+# (the binary).
 
-: "${run_dir:?set run_dir before sourcing bench/lib.sh}"
-sluice_pid=""
-
-# start_sluice BINARY ARGS...: runs `BINARY serve ARGS...` with its output in $run_dir/sluice.out
-# and .err, and waits (at most 10 s) for it to print its config line, which it prints last when
-# ready. Returns 1 if it exits or does not come up.
-start_sluice() {
-    local bin="$1"; shift
-    # Emptied first: the background redirection may not have happened yet when the wait below
-    # first looks, and a previous server's output must not pass for this one's.
-    : >"$run_dir/sluice.out"
-    : >"$run_dir/sluice.err"
-    "$bin" serve "$@" >"$run_dir/sluice.out" 2>"$run_dir/sluice.err" &
-    sluice_pid=$!
-    for _ in $(seq 1 200); do
-        grep -q '^sluice: config' "$run_dir/sluice.out" 2>/dev/null && return 0
-        kill -0 "$sluice_pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    cat "$run_dir/sluice.err" >&2
-    echo "sluice did not come up (output in $run_dir)" >&2
-    return 1
-}
-
-# stop_sluice: SIGTERM to the pid we started, SIGKILL after 5 s.
-stop_sluice() {
-    [ -n "$sluice_pid" ] && kill -0 "$sluice_pid" 2>/dev/null || return 0
-    kill -TERM "$sluice_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$sluice_pid" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$sluice_pid" 2>/dev/null || true
-    wait "$sluice_pid" 2>/dev/null || true
-}
-
-# sluice_address WHAT: the HOST:PORT sluice printed for "data plane", "admin" or "grpc".
-sluice_address() { sed -n "s/^sluice: $1 listening on //p" "$run_dir/sluice.out"; }
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/lib.sh"
 
 # cpu_ticks PID...: utime+stime (fields 14 and 15 of /proc/PID/stat) summed over the pids, in
-# clock ticks (getconf CLK_TCK per second). Fields are counted after the ")" that closes the
-# command name, which may contain spaces.
+# clock ticks (getconf CLK_TCK per second); a pid that is gone counts nothing. Fields are counted
+# after the ")" that closes the command name, which may contain spaces.
 cpu_ticks() {
     local total=0 pid t
     for pid in "$@"; do
+        [ -r "/proc/$pid/stat" ] || continue
         t="$(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')"
         total=$((total + t))
     done
@@ -62,24 +31,22 @@ cpu_ticks_split() {
     echo "$user $sys"
 }
 
-# against_nginx_session: for a run of sluice beside the nginx anchor (compare.sh, fixed_load.sh),
-# with `nginx_dir` and `nginx_started` set: on exit, stops sluice and (once nginx_started=1)
-# nginx; refuses to start when NGINX_PORT, SLUICE_PORT or SLUICE_ADMIN_PORT is already taken.
+# against_nginx_session NGINX_DIR: for a run of sluice beside the nginx anchor (compare.sh,
+# fixed_load.sh) whose nginx lives in NGINX_DIR: refuses to start when NGINX_PORT, SLUICE_PORT
+# or SLUICE_ADMIN_PORT is already taken (never benchmarking someone else's server); on exit,
+# stops sluice (stop, by its pid PID) and then nginx, once nginx_started=1.
+nginx_started=0
 against_nginx_session() {
-    trap against_nginx_cleanup EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
+    nginx_dir=$1
+    cleanup_hooks+=(stop_nginx_anchor)
     local p
-    for p in "$NGINX_PORT" "$SLUICE_PORT" "$SLUICE_ADMIN_PORT"; do
+    for p in "${NGINX_PORT:?}" "${SLUICE_PORT:?}" "${SLUICE_ADMIN_PORT:?}"; do
         ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null ||
             die "port $p is already in use on 127.0.0.1; not benchmarking someone else's server"
     done
 }
-against_nginx_cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    stop_sluice
-    if [ "$nginx_started" = 1 ]; then "$ANCHORS/nginx/run.sh" stop "$nginx_dir" >&2 || true; fi
+stop_nginx_anchor() {
+    [ -z "${PID:-}" ] || stop "$PID"
+    if [ "$nginx_started" = 1 ]; then "${ANCHORS:?}/nginx/run.sh" stop "$nginx_dir" >&2 || true; fi
     rm -rf -- "$nginx_dir/tmp"
-    exit "$rc"
 }

@@ -59,80 +59,30 @@ for f in "$sluice" "$upstream"; do [[ -x $f ]] || { echo "soak: $f is not built"
 [[ -d $grpc_modules/@grpc/grpc-js ]] || { echo "soak: npm ci in tests/grpc first (scripts/bootstrap.sh)" >&2; exit 2; }
 
 mkdir -p "$out"
-work=$(mktemp -d /tmp/sluice-soak.XXXXXX)
-pidfile=$work/pids  # every process started, one pid a line (Redis gets new ones on restarts)
-: >"$pidfile"
-cleanup() {
-  local p
-  while read -r p; do
-    kill -CONT "$p" 2>/dev/null  # a stopped Redis would not die of SIGTERM
-    kill -9 "$p" 2>/dev/null
-  done <"$pidfile"
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# Starting and stopping by pid (every process started goes into `pids`, killed on exit, Redis
+# restarts included), ports, the work dir $tmp.
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 trap 'exit 1' INT TERM
+work=$tmp
 
 now_ms() { date +%s%3N; }
 log() { echo "soak: $(date -u +%H:%M:%S) $*" >&2; }
 
-# free_port: as tests/lib.sh, below the ephemeral range so no client connection holds it; the
-# cluster bus port (+10000) must be free as well.
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((10000 + RANDOM % 12000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-    (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
-    echo "$p"; return 0
-  done
-  return 1
+# soak_redis PORT [ARGS...]: tests/lib.sh's start_redis (on 127.0.0.1:PORT, waiting until it is
+# ready, loading the AOF included; sets RPID) with its AOF (appendfsync always) in
+# $work/PHASE/redis-PORT, kept across restarts.
+soak_redis() {
+  local port=$1; shift
+  redis_dir=$work/$phase start_redis "$port" --appendonly yes --appendfsync always "$@" >&2
 }
 
-# start_redis PORT DIR [ARGS...]: redis-server on 127.0.0.1:PORT with its AOF in DIR (kept
-# across restarts); waits for PONG (loading the AOF included). Sets RPID.
-start_redis() {
-  local port=$1 dir=$2; shift 2
-  mkdir -p "$dir"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes \
-    --appendfsync always "$@" >>"$dir/redis.log" 2>&1 &
-  RPID=$!
-  echo "$RPID" >>"$pidfile"
-  for _ in $(seq 200); do
-    [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && return 0
-    kill -0 "$RPID" 2>/dev/null || break
-    sleep 0.05
-  done
-  log "redis-server on $port did not start: $(tail -2 "$dir/redis.log")"
-  return 1
-}
-
-# start_sluice NAME ARGS...: `sluice serve` on free ports with gRPC; waits for its config line.
-# Sets PID DATA ADMIN GRPC.
-start_sluice() {
+# start_instance NAME ARGS...: `sluice serve` (tests/lib.sh's start) on free ports with gRPC, its
+# output in the phase's directory. Sets PID DATA ADMIN GRPC.
+start_instance() {
   local name=$1; shift
-  "$sluice" serve --listen 127.0.0.1:0 --admin 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 1 "$@" \
-    >"$phase_dir/$name.out" 2>"$phase_dir/$name.err" &
-  PID=$!
-  echo "$PID" >>"$pidfile"
-  for _ in $(seq 200); do
-    grep -q '^sluice: config' "$phase_dir/$name.out" 2>/dev/null && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-  done
-  DATA=$(sed -n 's/^sluice: data plane listening on //p' "$phase_dir/$name.out")
-  ADMIN=$(sed -n 's/^sluice: admin listening on //p' "$phase_dir/$name.out")
-  GRPC=$(sed -n 's/^sluice: grpc listening on //p' "$phase_dir/$name.out")
-  [[ -n $DATA && -n $ADMIN && -n $GRPC ]] || { log "$name did not start: $(tail -3 "$phase_dir/$name.err")"; return 1; }
-}
-
-# stop_pid PID: SIGTERM, then the exit status (SIGKILL after 10 s: 137).
-stop_pid() {
-  kill -CONT "$1" 2>/dev/null
-  kill -TERM "$1" 2>/dev/null
-  for _ in $(seq 200); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
-  kill -9 "$1" 2>/dev/null
-  wait "$1" 2>/dev/null
+  start "$phase_dir/$name" --grpc 127.0.0.1:0 --threads 1 "$@" && [[ -n $DATA && -n $ADMIN && -n $GRPC ]] ||
+    { log "$name did not start: $(tail -3 "$phase_dir/$name.err")"; return 1; }
 }
 
 fault() {  # fault START_MS WHAT DETAIL: one line of faults.tsv, ending now
@@ -221,8 +171,9 @@ redis_ports=() redis_pids=()
 start_single() {
   local p
   for _ in 1 2 3; do
-    p=$(free_port) || continue
-    start_redis "$p" "$work/$phase/redis-$p" && { redis_ports=("$p"); redis_pids=("$RPID"); return 0; }
+    free_node_port || continue
+    p=$FREE_PORT
+    soak_redis "$p" && { redis_ports=("$p"); redis_pids=("$RPID"); return 0; }
   done
   return 1
 }
@@ -231,8 +182,9 @@ start_cluster() {
   redis_ports=() redis_pids=()
   for i in 0 1 2 3 4 5; do
     for _ in 1 2 3; do
-      p=$(free_port) || continue
-      start_redis "$p" "$work/$phase/redis-$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+      free_node_port || continue
+      p=$FREE_PORT
+      soak_redis "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout 8000 && { redis_ports+=("$p"); redis_pids+=("$RPID"); break; }
     done
   done
@@ -274,7 +226,7 @@ kill_restart() {  # kill_restart PORT DOWN_S: kill -9, wait, restart from the AO
   sleep "$down"
   local extra=()
   [[ $phase == cluster ]] && extra=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 8000)
-  if start_redis "$port" "$work/$phase/redis-$port" "${extra[@]}"; then
+  if soak_redis "$port" "${extra[@]}"; then
     port_pid[$port]=$RPID
     fault "$start" redis_kill "kill -9 of redis $port, restarted after ${down}s"
   else
@@ -315,13 +267,8 @@ run_phase() {
   if [[ $phase == cluster ]]; then start_cluster || return 2; else start_single || return 2; fi
   for i in "${!redis_ports[@]}"; do port_pid[${redis_ports[$i]}]=${redis_pids[$i]}; done
 
-  "$upstream" --listen 127.0.0.1:0 >"$phase_dir/upstream.out" 2>"$phase_dir/upstream.err" &
-  local upid=$!
-  echo "$upid" >>"$pidfile"
-  for _ in $(seq 100); do grep -q '^upstream: listening' "$phase_dir/upstream.out" && break; sleep 0.05; done
-  local up
-  up=$(sed -n 's/^upstream: listening on //p' "$phase_dir/upstream.out")
-  [[ -n $up ]] || { log "the upstream did not start"; return 2; }
+  start_upstream "$phase_dir/upstream" >&2 || return 2
+  local upid=$UPID up=$UP
 
   local conf=$work/$phase/conf
   write_rules "$conf" "$up"
@@ -347,7 +294,7 @@ EOF
   local names=(a b m) configs=("$conf/redis.yaml" "$conf/redis.yaml" "$conf/memory.yaml")
   local backends=(redis redis memory) spids=() instances_json=""
   for i in 0 1 2; do
-    start_sluice "${names[$i]}" --config "${configs[$i]}" || return 2
+    start_instance "${names[$i]}" --config "${configs[$i]}" || return 2
     spids+=("$PID")
     instances_json+="${instances_json:+,}{\"name\":\"${names[$i]}\",\"backend\":\"${backends[$i]}\",\"pid\":$PID,\"data\":\"$DATA\",\"admin\":\"$ADMIN\",\"grpc\":\"$GRPC\"}"
   done
@@ -369,7 +316,7 @@ EOF
 EOF
   node "$here/soak/driver.js" "$phase_dir/driver-config.json" >"$phase_dir/driver.out" 2>&1 &
   local dpid=$!
-  echo "$dpid" >>"$pidfile"
+  pids+=("$dpid")
   local t0
   t0=$(date +%s)
 
@@ -426,11 +373,11 @@ EOF
   printf 'instance\texit_status\n' >"$phase_dir/exits.tsv"
   for i in 0 1 2; do
     local status=gone
-    if kill -0 "${spids[$i]}" 2>/dev/null; then stop_pid "${spids[$i]}"; status=$?; fi
+    if kill -0 "${spids[$i]}" 2>/dev/null; then stop "${spids[$i]}" 10; status=$STATUS; fi
     printf '%s\t%s\n' "${names[$i]}" "$status" >>"$phase_dir/exits.tsv"
   done
-  stop_pid "$upid"
-  for i in "${!redis_ports[@]}"; do stop_pid "${port_pid[${redis_ports[$i]}]}"; done
+  stop "$upid" 10
+  for i in "${!redis_ports[@]}"; do stop "${port_pid[${redis_ports[$i]}]}" 10; done
   log "phase $phase done"
   return 0
 }

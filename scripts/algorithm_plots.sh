@@ -29,7 +29,9 @@ traces=(
   "onoff|--trace onoff --keys 10 --rate 1200|on/off bursts (4x for 100 ms, then 300 ms silent), 1.2 x the limit on average"
   "boundary|--trace boundary --keys 10 --rate 1200|boundary attack: each window's requests half just before its end, half just after"
 )
-field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
+# field NAME JSON.
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 
 : >"$out/wrong.dat"
 : >"$out/burst.dat"

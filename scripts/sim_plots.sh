@@ -27,21 +27,12 @@ done
 rm -rf "$out"
 mkdir -p "$out" "$img"
 
-redis_pid=
-cleanup() { [[ -n $redis_pid ]] && kill "$redis_pid" 2>/dev/null || true; }
-trap cleanup EXIT
+# The throwaway Redis (its files in $out/redis-PORT), stopped by its pid on exit; field.
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 if [[ -z ${REDIS_URL:-} ]]; then
-  port=
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
-  done
-  [[ -n $port ]] || { echo "sim_plots: no free port" >&2; exit 1; }
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$out" \
-    >"$out/redis.log" 2>&1 &
-  redis_pid=$!
-  for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
-  REDIS_URL=redis://127.0.0.1:$port
+  redis_dir=$out start_redis_on >&2 || { echo "sim_plots: redis-server did not start" >&2; exit 1; }
+  REDIS_URL=redis://127.0.0.1:$RPORT
 fi
 
 # run NAME ARGS...: one `sluice sim` run, its JSON line in $out/NAME.json, its CSV in $out/NAME/.
@@ -62,7 +53,6 @@ run() {
   fi
   echo "  $name: $(cat "$out/$name.json")"
 }
-field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" "$2"; }
 
 # 1. Admitted per window against the limit: one key, bursts of 4x the rate for 100 ms then 300 ms
 #    of silence, 4 instances; fixed windows of 200 ms hold 300 each.
@@ -99,8 +89,8 @@ for mode in "${modes[@]}"; do
   for n in 1 2 4 8; do
     if run "calls-$mode-$n" --mode "$mode" --instances "$n" --trace zipf --keys 10000 \
       --rate "$rate" --seconds 3; then
-      echo "$n $(field redis_script_calls_per_decision "$out/calls-$mode-$n.json")" \
-        "$(field redis_state_ops_per_decision "$out/calls-$mode-$n.json")" >>"$out/calls-$mode.dat"
+      echo "$n $(field redis_script_calls_per_decision "$(<"$out/calls-$mode-$n.json")")" \
+        "$(field redis_state_ops_per_decision "$(<"$out/calls-$mode-$n.json")")" >>"$out/calls-$mode.dat"
     else
       [[ $? == 3 ]] || exit 1
       echo "  $mode: not built yet, skipped"
@@ -137,11 +127,11 @@ for ms in 25 50 100 200 400; do
     --rate "$rate" --seconds 3 --limit fixed_window:100/1s
   run "sync-$ms" --mode eventual --sync-interval-ms "$ms" --instances 4 --trace zipf --keys 1000 \
     --rate "$rate" --seconds 3 --limit fixed_window:100/1s
-  over=$(awk -v o="$(field over_admission_total "$out/sync-$ms.json")" \
-    -v e="$(field exact_admitted "$out/sync-$ms.json")" 'BEGIN { printf "%.3f", (e > 0) ? 100 * o / e : 0 }')
-  echo "$ms $(field under_admission_pct "$out/lease-$ms.json")" \
-    "$(field redis_state_ops_per_decision "$out/lease-$ms.json") $over" \
-    "$(field redis_state_ops_per_decision "$out/sync-$ms.json")" >>"$out/interval.dat"
+  over=$(awk -v o="$(field over_admission_total "$(<"$out/sync-$ms.json")")" \
+    -v e="$(field exact_admitted "$(<"$out/sync-$ms.json")")" 'BEGIN { printf "%.3f", (e > 0) ? 100 * o / e : 0 }')
+  echo "$ms $(field under_admission_pct "$(<"$out/lease-$ms.json")")" \
+    "$(field redis_state_ops_per_decision "$(<"$out/lease-$ms.json")") $over" \
+    "$(field redis_state_ops_per_decision "$(<"$out/sync-$ms.json")")" >>"$out/interval.dat"
 done
 gnuplot <<EOF
 set terminal pngcairo size 800,320 font ',9' noenhanced

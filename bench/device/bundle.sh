@@ -4,7 +4,8 @@
 # built; nginx, wrk and redis-server from this machine), every shared library they load and this
 # machine's own dynamic loader, so that they run there unchanged; the anchors' nginx template,
 # wrk scripts and seed script (bench/anchors/), bench/compare/bench.yaml, zipf.lua; and the two
-# scripts run there, scale.sh and scenarios.sh. Needs a release build with the targets sluice,
+# scripts run there, scale.sh and scenarios.sh, with the shell library they source (bench/lib.sh,
+# tests/lib.sh). Needs a release build with the targets sluice,
 # openloop and memory_latency.
 #
 #   bench/device/bundle.sh [PROJECT]     (default: this repository)
@@ -44,11 +45,15 @@ done
 cp "$anchors/nginx/nginx.conf.template" "$anchors/wrk/keys.lua" "$anchors/wrk/fixed.lua" \
   "$anchors/redis/seed_counter.lua" "$here/zipf.lua" "$proj/bench/compare/bench.yaml" "$out/conf/"
 cp "$here/scale.sh" "$here/scenarios.sh" "$out/"
+# The shell library they source, at the paths it has here (bench/lib.sh sources ../tests/lib.sh).
+mkdir -p "$out/bench" "$out/tests"
+cp "$proj/bench/lib.sh" "$out/bench/"
+cp "$proj/tests/lib.sh" "$out/tests/"
 git -C "$proj" rev-parse --short HEAD >"$out/conf/sluice-commit"
 {
   git -C "$proj" rev-parse --short HEAD
-  [ -z "$(git -C "$proj" status --porcelain -- bench/device bench/anchors)" ] ||
-    echo "(bench/device or bench/anchors has uncommitted changes)"
+  [ -z "$(git -C "$proj" status --porcelain -- bench/device bench/anchors bench/lib.sh tests/lib.sh)" ] ||
+    echo "(bench/device, bench/anchors or the shell library has uncommitted changes)"
 } | paste -sd' ' >"$out/conf/kit-commit"
 
 # Every binary must start through the bundled loader with only the bundled libraries: each one

@@ -33,24 +33,15 @@ run() { "${R[@]}" "$@"; }
 log() { echo "scale: $*" >&2; }
 command -v taskset >/dev/null || { log "taskset is required"; exit 1; }
 
-# ticks PID...: utime + stime of the pids, in clock ticks.
-ticks() {
-  local t=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-  done
-  echo "$t"
-}
+# The kit's copy of bench/lib.sh and tests/lib.sh (bundle.sh puts them there): starting and
+# stopping sluice by pid, cpu_ticks (utime + stime of pids, in clock ticks); every process
+# started (in `pids`) is killed by its pid on exit.
+sluice=$B/bin/sluice
+# shellcheck source=bench/lib.sh
+source "$B/bench/lib.sh"
 hz=$(getconf CLK_TCK)
-
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  [ -s "$W/ng/nginx.pid" ] && kill "$(cat "$W/ng/nginx.pid")" 2>/dev/null
-}
-trap cleanup EXIT
+stop_nginx() { [ -s "$W/ng/nginx.pid" ] && kill "$(cat "$W/ng/nginx.pid")" 2>/dev/null; }
+cleanup_hooks+=(stop_nginx)
 
 log "cores $CORES, sluice $(cat "$B/conf/sluice-commit"), $(uname -r)"
 printf 'section\tpeer\tN\tscenario\trps\tp99_ms\tcpu_s\treq_per_cpu_s\tnon2xx\terrors\n' >"$OUT/scale.tsv"
@@ -70,9 +61,9 @@ wrk_run() {
   fi
   taskset -c "$wcpus" "${R[@]}" "$B/bin/wrk" -t"$wt" -c$((64 * wt)) -d2s "${args[@]}" >/dev/null 2>&1
   local f="$W/wrk.$peer.$n.$scen" t0 t1
-  t0=$(ticks "$@")
+  t0=$(cpu_ticks "$@")
   taskset -c "$wcpus" "${R[@]}" "$B/bin/wrk" -t"$wt" -c$((64 * wt)) -d"$DUR" --latency "${args[@]}" >"$f" 2>&1
-  t1=$(ticks "$@")
+  t1=$(cpu_ticks "$@")
   local rps p99 tot non2 errs cpu eff
   rps=$(awk '/^Requests\/sec:/ {print $2}' "$f")
   tot=$(awk '/ requests in / {print $1}' "$f")
@@ -102,16 +93,13 @@ for n in $NS; do
   done
   kill "$master"
   sleep 1
-  taskset -c "0-$((n - 1))" "${R[@]}" "$B/bin/sluice" serve --config "$B/conf/bench.yaml" --threads "$n" \
-    --grpc 0 --listen 127.0.0.1:18090 --admin 127.0.0.1:18091 >"$W/sluice.$n.log" 2>&1 &
-  sp=$!
-  pids+=("$sp")
-  sleep 1
+  start_prefix=(taskset -c "0-$((n - 1))" "${R[@]}")
+  start "$W/sluice.$n" --config "$B/conf/bench.yaml" --threads "$n" \
+    --grpc 0 --listen 127.0.0.1:18090 --admin 127.0.0.1:18091 || log "sluice did not start: $(cat "$W/sluice.$n.err")"
   for scen in allow_100k deny_1key; do
-    wrk_run sluice "$n" "$scen" "http://127.0.0.1:18090/v1/auth/${scen%%_*}" "$sp"
+    wrk_run sluice "$n" "$scen" "http://127.0.0.1:18090/v1/auth/${scen%%_*}" "$PID"
   done
-  kill "$sp"
-  wait "$sp" 2>/dev/null
+  stop
   sleep 0.5
 done
 
@@ -140,6 +128,6 @@ for mode in seed sluice; do
       tail -1 | sed "s/^/$mode $alg: /" | tee -a "$OUT/redis.txt"
   done
 done
-cp "$W"/*.log "$OUT/" 2>/dev/null
+cp "$W"/*.log "$W"/sluice.*.out "$W"/sluice.*.err "$OUT/" 2>/dev/null
 tar -C "$W" -czf "$OUT/raw.tgz" . 2>/dev/null
 log "done"

@@ -87,7 +87,12 @@ for p in "$NGINX_PORT" "$SLUICE_PORT" "$SLUICE_ADMIN_PORT"; do
 done
 
 mkdir -p "$OUT"
-W=$(mktemp -d /tmp/scenarios.XXXXXX)
+# The kit's copy of bench/lib.sh and tests/lib.sh (bundle.sh puts them there): starting and
+# stopping sluice by pid, CPU ticks, JSON fields, cleanup on exit (its work dir $tmp).
+sluice=$B/bin/sluice
+# shellcheck source=bench/lib.sh
+source "$B/bench/lib.sh"
+W=$tmp
 ng=$W/nginx
 sluice_pid=""
 client_pid=""
@@ -115,27 +120,24 @@ wait_gone() {
   for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done
 }
 stop_servers() {
-  local m pids=()
+  local m ng_pids=()
   if [ -n "$sluice_pid" ]; then
-    kill -TERM "$sluice_pid" 2>/dev/null || true; wait_gone "$sluice_pid"; wait "$sluice_pid" 2>/dev/null || true
+    stop "$sluice_pid"
     sluice_pid=""
   fi
   if m=$(nginx_master); then
-    mapfile -t pids < <(echo "$m"; children "$m")
-    kill -TERM "$m" 2>/dev/null || true; wait_gone "${pids[@]}"; rm -f "$ng/nginx.pid"
+    mapfile -t ng_pids < <(echo "$m"; children "$m")
+    kill -TERM "$m" 2>/dev/null || true; wait_gone "${ng_pids[@]}"; rm -f "$ng/nginx.pid"
   fi
 }
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
+# On exit (tests/lib.sh's cleanup runs it, then removes $W): the client and the servers stopped,
+# the raw output packed.
+scenarios_cleanup() {
   if [ -n "$client_pid" ]; then kill -TERM "$client_pid" 2>/dev/null || true; wait_gone "$client_pid"; fi
   stop_servers
-  [ -d "$W" ] && { tar -C "$W" --exclude=nginx/tmp -czf "$OUT/raw.tgz" . 2>/dev/null || true; rm -rf "$W"; }
-  exit "$rc"
+  tar -C "$W" --exclude=nginx/tmp -czf "$OUT/raw.tgz" . 2>/dev/null || true
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_hooks+=(scenarios_cleanup)
 
 # client LIMIT_S CPUS OUTFILE BINARY ARGS...: a client through the bundled loader, pinned, killed
 # after LIMIT_S, in the background so that a signal to this script stops it at once.
@@ -156,26 +158,20 @@ start_servers() { # N
     "$B/conf/nginx.conf.template" >"$ng/nginx.conf"
   taskset -c "0-$((n - 1))" "${R[@]}" "$B/bin/nginx" -p "$ng/" -e "$ng/error.log" -c "$ng/nginx.conf" ||
     { cat "$ng/error.log" >&2; die "nginx did not start"; }
-  : >"$W/sluice.$n.out"
-  taskset -c "0-$((n - 1))" "${R[@]}" "$B/bin/sluice" serve --config "$B/conf/bench.yaml" --threads "$n" \
-    --grpc 0 --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" \
-    >"$W/sluice.$n.out" 2>"$W/sluice.$n.err" &
-  sluice_pid=$!
-  for _ in $(seq 1 200); do
-    grep -q '^sluice: config' "$W/sluice.$n.out" 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$NGINX_PORT") 2>/dev/null && return 0
-    kill -0 "$sluice_pid" 2>/dev/null || break
-    sleep 0.05
-  done
+  start_prefix=(taskset -c "0-$((n - 1))" "${R[@]}")
+  if start "$W/sluice.$n" --config "$B/conf/bench.yaml" --threads "$n" \
+    --grpc 0 --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT"; then
+    sluice_pid=$PID
+    for _ in $(seq 1 200); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$NGINX_PORT") 2>/dev/null && return 0
+      sleep 0.05
+    done
+  fi
   cat "$W/sluice.$n.err" "$ng/error.log" >&2
   die "the servers did not come up at N=$n"
 }
 
 # ---------------------------------------------------------------- measurements
-ticks() { # PID...: utime + stime in clock ticks (fields after the ")" of the command name)
-  local t=0 p
-  for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'))); done
-  echo $t
-}
 hz=$(getconf CLK_TCK)
 server_pids() { # PEER: the server's pids in the array spids (nginx: master and workers)
   if [ "$1" = sluice ]; then spids=("$sluice_pid"); return; fi
@@ -206,10 +202,10 @@ throughput() { # PEER N SCENARIO
     client $((WARM + 10)) "$n-$((CORES - 1))" "$f.warm" wrk -t"$wt" -c$((64 * wt)) -d"${WARM}s" "${args[@]}" ||
       log "WARN wrk warm-up failed: $peer N=$n $scen"
   fi
-  t0=$(ticks "${spids[@]}")
+  t0=$(cpu_ticks "${spids[@]}")
   client $((DUR + 15)) "$n-$((CORES - 1))" "$f" wrk -t"$wt" -c$((64 * wt)) -d"${DUR}s" --latency "${args[@]}" ||
     log "WARN wrk failed: $peer N=$n $scen (see raw.tgz)"
-  t1=$(ticks "${spids[@]}")
+  t1=$(cpu_ticks "${spids[@]}")
   local rps p99 tot non2 errs cpu eff
   rps=$(wrk_rps "$f"); tot=$(awk '/ requests in / {print $1}' "$f")
   p99=$(awk '$1=="99%" {v=$2; n=v+0; if (v ~ /us$/) n/=1000; else if (v ~ /ms$/) n=n; else if (v ~ /s$/) n*=1000; printf "%.3f", n}' "$f")
@@ -226,7 +222,6 @@ throughput() { # PEER N SCENARIO
 }
 
 echo -e "N\tround\tpeer\tnginx_saturation_rps\toffered_rps\tachieved_rps\tp50_us\tp99_us\tp999_us\tmax_us\tclient_lag_p99_us\tclient_cpu_pct\tclean" >"$OUT/fixed_load.tsv"
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
 fixed_load() { # N
   local n=$1 wt=$((CORES - $1)) ot f="$W/saturation.$1" sat rate args
   [ $wt -gt 10 ] && wt=10
@@ -239,7 +234,7 @@ fixed_load() { # N
   rate=$(awk -v s="$sat" -v l="$LOAD" 'BEGIN {printf "%.0f", s * l}')
   log "N=$n: nginx saturates at $sat r/s on allow_100k; offering $rate r/s (openloop, $ot threads, $((OL_CONNS * ot)) connections)"
   local ol=(--rate "$rate" --threads "$ot" --connections $((OL_CONNS * ot)) --keys "$NKEYS" --key-header X-Key)
-  local peer round o problems pct
+  local peer round o json problems pct
   if [ "$FIXED_WARM" -gt 0 ]; then
     for peer in nginx sluice; do
       client $((FIXED_WARM + 15)) "$n-$((CORES - 1))" "$W/openloop.$peer.$n.warm" openloop --url "$(url "$peer" allow_100k)" \
@@ -251,18 +246,19 @@ fixed_load() { # N
       o="$W/openloop.$peer.$n.$round"
       client $((FIXED_DUR + 15)) "$n-$((CORES - 1))" "$o" openloop --url "$(url "$peer" allow_100k)" \
         --duration "$FIXED_DUR" "${ol[@]}" || log "WARN openloop failed: $peer N=$n round $round"
-      [ -n "$(field p99_us "$o")" ] || { log "WARN no result from openloop: $peer N=$n round $round"; cat "$o" >&2; continue; }
+      json=$(cat "$o" 2>/dev/null || true)
+      [ -n "$(field p99_us "$json")" ] || { log "WARN no result from openloop: $peer N=$n round $round"; cat "$o" >&2; continue; }
       problems=""
-      [ "$(field sent "$o")" = "$(field intended "$o")" ] || problems+=" only $(field sent "$o") of $(field intended "$o") sent;"
-      [ "$(field completed "$o")" = "$(field sent "$o")" ] || problems+=" $(field errors "$o") errors, $(field timeouts "$o") timeouts;"
-      [ "$(field non_2xx "$o")" = 0 ] || problems+=" $(field non_2xx "$o") non-2xx;"
+      [ "$(field sent "$json")" = "$(field intended "$json")" ] || problems+=" only $(field sent "$json") of $(field intended "$json") sent;"
+      [ "$(field completed "$json")" = "$(field sent "$json")" ] || problems+=" $(field errors "$json") errors, $(field timeouts "$json") timeouts;"
+      [ "$(field non_2xx "$json")" = 0 ] || problems+=" $(field non_2xx "$json") non-2xx;"
       [ -z "$problems" ] || log "WARN $peer N=$n round $round:$problems"
       # The client threads' mean share of a core: near 100 % the client is itself the bottleneck.
-      pct=$(awk -v c="$(field client_cpu_s "$o")" -v d="$FIXED_DUR" -v t="$ot" 'BEGIN {printf "%.0f", 100 * c / d / t}')
+      pct=$(awk -v c="$(field client_cpu_s "$json")" -v d="$FIXED_DUR" -v t="$ot" 'BEGIN {printf "%.0f", 100 * c / d / t}')
       [ "$pct" -le 80 ] || log "WARN $peer N=$n round $round: openloop used $pct % of each of its cores"
-      log "$peer N=$n round $round: $(field achieved_rps "$o") r/s, p50 $(field p50_us "$o") µs, p99 $(field p99_us "$o") µs," \
-        "p99.9 $(field p999_us "$o") µs, client lag p99 $(field lag_p99_us "$o") µs"
-      echo -e "$n\t$round\t$peer\t$sat\t$rate\t$(field achieved_rps "$o")\t$(field p50_us "$o")\t$(field p99_us "$o")\t$(field p999_us "$o")\t$(field max_us "$o")\t$(field lag_p99_us "$o")\t$pct\t$([ -z "$problems" ] && echo 1 || echo 0)" >>"$OUT/fixed_load.tsv"
+      log "$peer N=$n round $round: $(field achieved_rps "$json") r/s, p50 $(field p50_us "$json") µs, p99 $(field p99_us "$json") µs," \
+        "p99.9 $(field p999_us "$json") µs, client lag p99 $(field lag_p99_us "$json") µs"
+      echo -e "$n\t$round\t$peer\t$sat\t$rate\t$(field achieved_rps "$json")\t$(field p50_us "$json")\t$(field p99_us "$json")\t$(field p999_us "$json")\t$(field max_us "$json")\t$(field lag_p99_us "$json")\t$pct\t$([ -z "$problems" ] && echo 1 || echo 0)" >>"$OUT/fixed_load.tsv"
     done
   done
 }

@@ -43,7 +43,7 @@ run() {
   "$sluice" sim --redis "$REDIS_URL" --csv "$out/$name" "$@" >"$out/$name.json" \
     2>"$out/$name.err" || status=$?
   if [[ $status == 2 ]] && grep -q "not built yet" "$out/$name.err"; then
-    rm -rf "$out/$name" "$out/$name.json"
+    rm -rf "${out:?}/$name" "$out/$name.json"
     return 3
   fi
   if [[ $status != 0 ]]; then

@@ -31,11 +31,13 @@ check_contains "try 3 (/metrics): decisions counted by limit name" \
 # /json answers with the limits of the domain `default`.
 # (One curl for 60 requests on one connection: quick enough that the bucket cannot refill.)
 urls() { for _ in $(seq 60); do printf '%s\n' "$1"; done; }
-codes=$(curl -s -o /dev/null -w '%{http_code} ' -H 'X-Api-Key: flood' $(urls "http://$DATA/v1/auth"))
+mapfile -t many < <(urls "http://$DATA/v1/auth")
+codes=$(curl -s -o /dev/null -w '%{http_code} ' -H 'X-Api-Key: flood' "${many[@]}")
 check_contains "forward-auth: an API key past its burst gets 429" "429" "$codes"
+mapfile -t many < <(urls "http://$DATA/v1/check")
 codes=$(curl -s -o /dev/null -w '%{http_code} ' \
   -d '{"domain":"default","descriptors":[{"entries":[{"key":"api_key","value":"flood2"}]}]}' \
-  $(urls "http://$DATA/v1/check"))
+  "${many[@]}")
 check_contains "/v1/check: an API key past its burst gets 429" "429" "$codes"
 out=$(curl -s "http://$DATA/json" -d '{"domain":"default","descriptors":[{"entries":[{"key":"remote_address","value":"10.1.2.3"}]}]}')
 check_contains "/json: the per-ip limit applies" '"currentLimit":{"name":"per-ip"' "$out"

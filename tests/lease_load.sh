@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154  # (datas, admins, domain: the sourcing test's; tmp: tests/lib.sh's)
 # Load for the end-to-end tests of consistency: leased (tests/leases_e2e.sh,
 # tests/leases_cluster_e2e.sh): one hot key and a zipf-skewed set of keys, dealt over the
 # instances and fired at them all at once, tallied per key. Source it after tests/lib.sh; the

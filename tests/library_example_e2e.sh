@@ -15,7 +15,7 @@ prefix=$tmp/prefix
 timeout 120 cmake --install "$build" --prefix "$prefix" --component library >"$tmp/install.log" 2>&1
 check "cmake --install --component library" 0 "$?"
 check "the public headers, nothing else" "clock.h limit.h limiter.h on_full.h rate_limiter.h" \
-  "$(ls "$prefix/include/sluice" 2>/dev/null | xargs)"
+  "$(cd "$prefix/include/sluice" 2>/dev/null && echo *)"
 lib=$(find "$prefix" -name 'libsluice.so' | head -1)
 check "libsluice.so installed" 1 "$([[ -n $lib ]] && echo 1)"
 check "the CMake package installed" 1 \

@@ -59,9 +59,9 @@ print(d["sent"], d["completed"], ok, no, sum(s.values()) - ok - no)' "$tmp/load.
 # 429, never more than LIMIT admitted, and (given the load to pass it) the limit: exactly for a
 # window, within 1 % for a bucket (its leases' lives count as consumed).
 hammer() {
-  local domain=$1 algorithm=$2 limit=$3 day sent completed ok denied other
+  local domain=$1 algorithm=$2 limit=$3 day sent ok denied other
   day=$(date -u +%F)
-  read -r sent completed ok denied other < <(load "/$domain/$algorithm")
+  read -r sent _ ok denied other < <(load "/$domain/$algorithm")
   echo "     $domain $algorithm $limit/1d: $sent sent, $ok admitted, $denied denied, $other other"
   check "$domain $algorithm: every request answered 200 or 429" "$sent" "$((ok + denied))"
   check "$domain $algorithm: at most the limit admitted" yes \

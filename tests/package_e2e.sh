@@ -52,7 +52,8 @@ check "check-config on the packaged settings" "ok: 1 domains, 6 limits" \
 sluice=$root/usr/bin/sluice
 start pkg --config "$root/etc/sluice/sluice.yaml"
 check "serves the packaged config" 1 "$([[ -n $DATA ]] && echo 1)"
-codes=$(curl -s -o /dev/null -w '%{http_code} ' -H 'X-Api-Key: p' $(for _ in $(seq 60); do echo "http://$DATA/v1/auth"; done))
+mapfile -t many < <(for _ in $(seq 60); do echo "http://$DATA/v1/auth"; done)
+codes=$(curl -s -o /dev/null -w '%{http_code} ' -H 'X-Api-Key: p' "${many[@]}")
 check_contains "a 200" "200" "$codes"
 check_contains "and a 429" "429" "$codes"
 stop

@@ -161,7 +161,7 @@ ready_code() { curl -s -o "$tmp/ready" -w '%{http_code}' "http://$1/readyz"; }
 # traffic instance 3 gets below.
 grpc_health() { timeout 10 node "$(dirname "$0")/grpc/health_status.js" "$1" 2>&1 | tail -1; }
 start g --config "$tmp/rules" --redis "redis://127.0.0.1:$rport" --grpc 127.0.0.1:0 --threads 1
-gdata=$DATA gadmin=$ADMIN ggrpc=$GRPC gpid=$PID
+gdata=$DATA ggrpc=$GRPC gpid=$PID
 check "gRPC health SERVING while Redis decides" SERVING "$(grpc_health "$ggrpc")"
 sleep 1.2  # instance 0 has decided nothing for over a second: idle
 check "before the hang: sam's first request allowed" 200 "$(check_one "${datas[3]}" closed user sam)"

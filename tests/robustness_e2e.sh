@@ -24,7 +24,7 @@ open_slow() {
   local fd
   for _ in $(seq "$1"); do
     exec {fd}<>"/dev/tcp/$host/$port" || continue
-    printf 'GET /healthcheck HTTP/1.1\r\nHost: x\r\nX-Slow: ' >&"$fd" 2>/dev/null
+    printf 'GET /healthcheck HTTP/1.1\r\nHost: x\r\nX-Slow: ' 1>&"$fd" 2>/dev/null
     slow_fds+=("$fd")
   done
 }
@@ -34,8 +34,7 @@ closed_count() {
   for fd in "${slow_fds[@]}"; do
     # EOF at once: closed (status 1, or 0 if an error response came first); a timeout (>128):
     # still open.
-    local line
-    read -r -t 0.05 -u "$fd" line 2>/dev/null
+    read -r -t 0.05 -u "$fd" _ 2>/dev/null
     (($? <= 1)) && n=$((n + 1))
   done
   echo "$n"
@@ -51,7 +50,7 @@ open_slow 100
 check "100 slow connections opened" 100 "${#slow_fds[@]}"
 check "the server answers while they hang" 200 "$(healthy)"
 # Trickle one more byte on each: a request must arrive whole within the header timeout anyway.
-for fd in "${slow_fds[@]}"; do printf 'a' >&"$fd" 2>/dev/null; done
+for fd in "${slow_fds[@]}"; do printf 'a' 1>&"$fd" 2>/dev/null; done
 # The header timeout is 1 s; on a loaded machine closing 100 connections may take a little longer,
 # so poll (at most ~5 s) rather than count once.
 sleep 1.2
@@ -127,7 +126,7 @@ check "431 counted" 'sluice_http_requests_total{code="431"} 1' "$(grep '^sluice_
 
 # --- a request of too many descriptors is refused at once, saying why
 body='{"domain":"d","descriptors":['
-for i in $(seq 10000); do body+='{"entries":[{"key":"k","value":"v"}]},'; done
+for _ in $(seq 10000); do body+='{"entries":[{"key":"k","value":"v"}]},'; done
 body="${body%,}]}"
 start_s=$(date +%s%N)
 answer=$(curl -s -m 5 -w ' %{http_code}' -H 'Content-Type: application/json' --data-binary @- "http://$DATA/v1/check" <<<"$body")

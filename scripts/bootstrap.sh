@@ -20,7 +20,7 @@ packages=(
   # fuzzing (scripts/fuzz.sh, run by `make test`): clang and its libFuzzer/sanitizer runtimes
   clang-14 libclang-rt-14-dev
   # make lint (scripts/lint.sh): the format check and clang-tidy
-  clang-format-14 clang-tidy-14
+  clang-format-14 clang-tidy-14 shellcheck
   # the .deb (make package, tests/package_e2e.sh): CPack's DEB generator runs `file`
   file
 )

@@ -12,7 +12,10 @@
 #      (scripts/check_standalone.sh);
 #   4. clang-tidy-14 over src/ with the root .clang-tidy, on the `lint` preset's compilation
 #      database: clang-14 with -Wthread-safety -Werror (the analysis runs in the front end, so
-#      no object code is made) and the checks .clang-tidy lists; any finding fails.
+#      no object code is made) and the checks .clang-tidy lists; any finding fails;
+#   5. shell: shellcheck -x -S warning over every tracked *.sh (sourced files followed, the root
+#      .shellcheckrc's settings);
+#   6. js: `node --check` (syntax) on every tracked *.js.
 #
 # Given files, runs step 4 on those only (a file outside the database gets the flags of its
 # nearest neighbour in it: tests/lint_test.sh plants files that way). Generated protobuf code and
@@ -82,6 +85,26 @@ print("\n".join(files))
 EOF
 )
 tidy_files "${units[@]}" || failed+=(clang-tidy)
+
+echo "lint: shell"
+mapfile -t shell_files < <(git -C "$root" ls-files '*.sh')
+if ! command -v shellcheck >/dev/null; then
+  echo "lint: shellcheck is missing (scripts/bootstrap.sh installs it)" >&2
+  failed+=(shell)
+elif ! (cd "$root" && shellcheck -x -S warning "${shell_files[@]}"); then
+  failed+=(shell)
+fi
+
+echo "lint: js"
+mapfile -t js_files < <(git -C "$root" ls-files '*.js')
+if ! command -v node >/dev/null; then
+  echo "lint: node is missing (scripts/bootstrap.sh installs it)" >&2
+  failed+=(js)
+else
+  js_ok=1
+  for f in "${js_files[@]}"; do node --check "$root/$f" || js_ok=0; done
+  ((js_ok)) || failed+=(js)
+fi
 
 if ((${#failed[@]} > 0)); then
   echo "lint: FAILED (${failed[*]}) in $((SECONDS - start)) s" >&2

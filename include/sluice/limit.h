@@ -52,8 +52,17 @@ struct Limit {
   std::optional<uint64_t> burst;
 
   // token_bucket: the bucket size. leaky_bucket: B + 1, the most admitted at one instant.
-  // fixed/sliding windows and sliding_log: N.
-  uint64_t Capacity() const;
+  // fixed/sliding windows and sliding_log: N. (Inline: every decision's answer asks it.)
+  uint64_t Capacity() const {
+    switch (algorithm) {
+      case Algorithm::kTokenBucket:
+        return burst.value_or(requests);
+      case Algorithm::kLeakyBucket:
+        return burst.value_or(0) + 1;
+      default:
+        return requests;
+    }
+  }
 
   friend bool operator==(const Limit&, const Limit&) = default;
 };

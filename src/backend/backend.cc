@@ -26,6 +26,12 @@ void Wrapper::ResetThenForget(std::span<const Item> items, ResetDone done,
   });
 }
 
+Outcome Backend::DecideNow(std::span<const Item> items, int64_t now_us, std::span<Decision> out) {
+  Outcome outcome;
+  Decide(items, now_us, out, [&outcome](const Outcome& decided) { outcome = decided; });
+  return outcome;
+}
+
 void Backend::Peek(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                    Done done) {
   // The copies live until `done` has run, as Decide requires.

@@ -111,6 +111,12 @@ class Backend {
   virtual void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                       Done done) = 0;
 
+  // Decide on a backend that answers inline (answers_inline()), its outcome returned: for a
+  // caller that waits for it anyway (Engine::CheckAll), with no completion to build and call
+  // through each layer. The default runs Decide and keeps what its completion is given; the
+  // backends in this process override it and decide directly (Decide then calls it).
+  virtual Outcome DecideNow(std::span<const Item> items, int64_t now_us, std::span<Decision> out);
+
   // Decide without consuming anything: every item's cost taken as 0.
   void Peek(std::span<const Item> items, int64_t now_us, std::span<Decision> out, Done done);
 

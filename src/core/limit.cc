@@ -60,17 +60,6 @@ absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
       fmt::format("unknown algorithm \"{}\" (known: {})", name, names));
 }
 
-uint64_t Limit::Capacity() const {
-  switch (algorithm) {
-    case Algorithm::kTokenBucket:
-      return burst.value_or(requests);
-    case Algorithm::kLeakyBucket:
-      return burst.value_or(0) + 1;
-    default:
-      return requests;
-  }
-}
-
 absl::Status ValidateLimit(const Limit& limit) {
   if (limit.requests > kMaxRequests) {
     return absl::InvalidArgumentError(

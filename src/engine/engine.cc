@@ -36,6 +36,30 @@ size_t DecimalDigits(size_t n) {
   return digits;
 }
 
+// Copies `part` to `out`, returns the end of the copy: std::copy, with the short parts most keys
+// are made of (a few bytes) copied here in one or two moves rather than by a call to memmove.
+char* CopyPart(const std::string& part, char* out) {
+  const size_t n = part.size();
+  const char* in = part.data();
+  if (n > 16) return std::copy(in, in + n, out);
+  const auto move_ends = [in, out, n](auto word) {  // two words, overlapping when n < 2 words
+    constexpr size_t w = sizeof word;
+    decltype(word) first, last;
+    std::memcpy(&first, in, w);
+    std::memcpy(&last, in + n - w, w);
+    std::memcpy(out, &first, w);
+    std::memcpy(out + n - w, &last, w);
+  };
+  if (n >= 8) {
+    move_ends(uint64_t{});
+  } else if (n >= 4) {
+    move_ends(uint32_t{});
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = in[i];
+  }
+  return out + n;
+}
+
 // Appends to `out` the key a descriptor's state is kept under: its entries, with a shared
 // wildcard's pattern in place of the value (share_threshold); `path` holds the node matched at
 // each level (empty for a limit override). Each part is length-prefixed, so no two different
@@ -62,7 +86,7 @@ KeyPlace AppendStateKey(std::span<const Entry> entries, std::span<const RuleNode
   const auto append_part = [&cursor, end](const std::string& part) {
     cursor = std::to_chars(cursor, end, part.size()).ptr;
     *cursor++ = ':';
-    cursor = std::copy(part.begin(), part.end(), cursor);
+    cursor = CopyPart(part, cursor);
   };
   for (size_t i = 0; i < entries.size(); ++i) {
     append_part(entries[i].key);
@@ -89,8 +113,6 @@ const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
 }
 
 }  // namespace
-
-uint64_t ReportedLimit(const Limit& limit) { return std::max(limit.requests, limit.Capacity()); }
 
 std::string LimitName(const AppliedLimit& limit) {
   if (!limit.name.empty()) return limit.name;
@@ -250,8 +272,10 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
 }
 
 // With every decision in place: each descriptor's code and headline, the request's headline and
-// lowest remaining.
-void Finish(Response& response) {
+// lowest remaining. Returns whether the request has quota-mode descriptors and every one of them
+// is over its limit (all its quotas spent).
+bool Finish(Response& response) {
+  size_t quotas = 0, spent = 0;
   for (size_t i = 0; i < response.descriptors.size(); ++i) {
     DescriptorResult& result = response.descriptors[i];
     for (size_t j = 0; j < result.limits.size(); ++j) {
@@ -261,11 +285,13 @@ void Finish(Response& response) {
       if (result.headline < 0 || MoreRestrictive(limit, result.limits[result.headline])) {
         result.headline = static_cast<int>(j);
       }
-    }
-    for (const AppliedLimit& limit : result.limits) {
       if (response.remaining < 0 || limit.decision.remaining < response.remaining) {
         response.remaining = limit.decision.remaining;
       }
+    }
+    if (result.quota) {
+      ++quotas;
+      if (result.code == DescriptorResult::Code::kOverLimit) ++spent;
     }
     if (result.headline >= 0 &&
         (response.headline_descriptor < 0 ||
@@ -274,41 +300,27 @@ void Finish(Response& response) {
       response.headline_limit = result.headline;
     }
   }
-}
-
-// Whether the request has quota-mode descriptors and every one of them is over its limit.
-bool QuotasSpent(const Response& response) {
-  size_t quotas = 0, spent = 0;
-  for (const DescriptorResult& d : response.descriptors) {
-    if (!d.quota) continue;
-    ++quotas;
-    if (d.code == DescriptorResult::Code::kOverLimit) ++spent;
-  }
   return quotas > 0 && spent == quotas;
 }
 
+// Whether an admitted limit's decision leaves it near its limit: more used of it than the
+// settings' near_limit_ratio of its capacity.
+bool NearLimit(const AppliedLimit& limit, float ratio) {
+  const uint64_t capacity = limit.limit.Capacity();
+  const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(0, limit.decision.remaining));
+  const uint64_t used = capacity > left ? capacity - left : 0;
+  // As upstream: the product in single precision, then floor.
+  return used > static_cast<uint64_t>(std::floor(static_cast<float>(capacity) * ratio));
+}
+
 // The batch's verdict once the store has decided (`store_allowed`, all-or-nothing, with
-// quota-mode limits not denying by themselves): denied as well when some request has spent all
-// its quotas, and then what the store consumed must be given back (the returned flag); never a
-// denial in global shadow mode, which admits what would be denied. Finishes the responses.
+// quota-mode limits not denying by themselves) and every decision is applied (Batch::Apply):
+// denied as well when some request has spent all its quotas, and then what the store consumed
+// must be given back (the returned flag); never a denial in global shadow mode, which admits
+// what would be denied. Finishes the responses.
 bool Conclude(const rules::Config& config, std::span<Response> responses, bool store_allowed) {
   bool spent = false;
-  const float ratio = config.settings.near_limit_ratio;
-  for (Response& response : responses) {
-    Finish(response);
-    spent = spent || QuotasSpent(response);
-    for (DescriptorResult& d : response.descriptors) {
-      for (AppliedLimit& limit : d.limits) {
-        if (!limit.decision.allowed) continue;
-        const uint64_t capacity = limit.limit.Capacity();
-        const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(0, limit.decision.remaining));
-        const uint64_t used = capacity > left ? capacity - left : 0;
-        // As upstream: the product in single precision, then floor.
-        limit.near_limit =
-            used > static_cast<uint64_t>(std::floor(static_cast<float>(capacity) * ratio));
-      }
-    }
-  }
+  for (Response& response : responses) spent = Finish(response) || spent;
   const bool allowed = (store_allowed && !spent) || config.settings.shadow_mode;
   for (Response& response : responses) response.allowed = allowed;
   return store_allowed && spent;
@@ -352,9 +364,13 @@ struct Engine::Batch {
     }
   }
 
-  void Apply(size_t k, const Decision& decision) {
-    applied[k]->decision = decision;
-    if (applied[k]->shadow && !decision.allowed) applied[k]->decision.remaining = 0;
+  // Item k's decision into its limit's answer; an admitted limit's near_limit from the
+  // settings' near_limit_ratio (a denied one's stays false).
+  void Apply(size_t k, const Decision& decision, float near_limit_ratio) {
+    AppliedLimit& limit = *applied[k];
+    limit.decision = decision;
+    if (limit.shadow && !decision.allowed) limit.decision.remaining = 0;
+    if (decision.allowed) limit.near_limit = NearLimit(limit, near_limit_ratio);
   }
 };
 
@@ -391,31 +407,12 @@ void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int
   }
 }
 
-void Engine::Settle(const rules::Config& config, std::span<const Request> requests,
-                    std::span<Response> responses, Batch& batch,
-                    std::span<const Decision> decisions, const backend::Outcome& outcome,
-                    int64_t now_us, Consumption* consumed) {
-  if (!outcome.status.ok()) {  // failed, and no policy answered: refuse
-    for (Response& response : responses) response.backend = BackendState::kFailedClosed;
-    for (size_t k = 0; k < batch.items.size(); ++k) {
-      batch.Apply(k, {.allowed = false,
-                      .remaining = 0,
-                      .retry_after_us = backend::kUnavailableRetryAfterUs,
-                      .reset_after_us = backend::kUnavailableRetryAfterUs,
-                      .delay_us = 0});
-    }
-    Conclude(config, responses, false);
-    return;
-  }
-  for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k]);
-  if (outcome.fell_back) {
-    for (size_t r = 0; r < requests.size(); ++r) {
-      responses[r].backend = FallbackState(config, requests[r]);
-    }
-    // (What the policy admitted is not recorded: the backend never counted it.)
-    Conclude(config, responses, outcome.allowed);
-    return;
-  }
+inline void Engine::SettleDecided(const rules::Config& config, std::span<Response> responses,
+                                  Batch& batch, std::span<const Decision> decisions,
+                                  const backend::Outcome& outcome, int64_t now_us,
+                                  Consumption* consumed) {
+  const float ratio = config.settings.near_limit_ratio;
+  for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k], ratio);
   if (Conclude(config, responses,
                outcome.allowed)) {  // every quota spent: give back what was taken
     Consumption taken;
@@ -424,6 +421,37 @@ void Engine::Settle(const rules::Config& config, std::span<const Request> reques
   } else if (consumed != nullptr && outcome.allowed) {
     Record(batch, decisions, outcome.decided_at_us, consumed);
   }
+}
+
+void Engine::Settle(const rules::Config& config, std::span<const Request> requests,
+                    std::span<Response> responses, Batch& batch,
+                    std::span<const Decision> decisions, const backend::Outcome& outcome,
+                    int64_t now_us, Consumption* consumed) {
+  const float ratio = config.settings.near_limit_ratio;
+  if (!outcome.status.ok()) {  // failed, and no policy answered: refuse
+    for (Response& response : responses) response.backend = BackendState::kFailedClosed;
+    for (size_t k = 0; k < batch.items.size(); ++k) {
+      batch.Apply(k,
+                  {.allowed = false,
+                   .remaining = 0,
+                   .retry_after_us = backend::kUnavailableRetryAfterUs,
+                   .reset_after_us = backend::kUnavailableRetryAfterUs,
+                   .delay_us = 0},
+                  ratio);
+    }
+    Conclude(config, responses, false);
+    return;
+  }
+  if (outcome.fell_back) {
+    for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k], ratio);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      responses[r].backend = FallbackState(config, requests[r]);
+    }
+    // (What the policy admitted is not recorded: the backend never counted it.)
+    Conclude(config, responses, outcome.allowed);
+    return;
+  }
+  SettleDecided(config, responses, batch, decisions, outcome, now_us, consumed);
 }
 
 // A CheckAllAsync call waiting for the backend.
@@ -446,17 +474,20 @@ void Engine::RequireInline() const {
   }
 }
 
-void Engine::DecideInline(const rules::Config& config, std::span<const Request> requests,
-                          std::span<Response> responses, Batch& batch, int64_t now_us,
-                          Consumption* consumed) {
+inline void Engine::DecideInline(const rules::Config& config, std::span<const Request> requests,
+                                 std::span<Response> responses, Batch& batch, int64_t now_us,
+                                 Consumption* consumed) {
   RequireInline();
   absl::InlinedVector<Decision, 8> decisions(batch.items.size());
-  backend::Outcome outcome;
-  backend_->Decide(std::span(batch.items.data(), batch.items.size()), now_us,
-                   std::span(decisions.data(), decisions.size()),
-                   [&outcome](const backend::Outcome& decided) { outcome = decided; });
-  Settle(config, requests, responses, batch, std::span(decisions.data(), decisions.size()), outcome,
-         now_us, consumed);
+  const backend::Outcome outcome =
+      backend_->DecideNow(std::span(batch.items.data(), batch.items.size()), now_us,
+                          std::span(decisions.data(), decisions.size()));
+  const std::span<const Decision> decided(decisions.data(), decisions.size());
+  if (outcome.status.ok() && !outcome.fell_back) {  // the usual case, inline
+    SettleDecided(config, responses, batch, decided, outcome, now_us, consumed);
+  } else {
+    Settle(config, requests, responses, batch, decided, outcome, now_us, consumed);
+  }
 }
 
 Response Engine::Check(const rules::Config& config, const Request& request, int64_t now_us) {

@@ -7,6 +7,7 @@
 #ifndef SLUICE_ENGINE_ENGINE_H_
 #define SLUICE_ENGINE_ENGINE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "backend/backend.h"
@@ -201,6 +203,12 @@ class Engine {
   void Settle(const rules::Config& config, std::span<const Request> requests,
               std::span<Response> responses, Batch& batch, std::span<const Decision> decisions,
               const backend::Outcome& outcome, int64_t now_us, Consumption* consumed);
+  // Settle when the backend decided (status ok, no fallback), the usual case (DecideInline
+  // calls it directly): the decisions applied to the responses, the verdict, what was consumed
+  // recorded or given back.
+  void SettleDecided(const rules::Config& config, std::span<Response> responses, Batch& batch,
+                     std::span<const Decision> decisions, const backend::Outcome& outcome,
+                     int64_t now_us, Consumption* consumed);
   // What the batch consumed, into `consumed`; of a request `denied` after all (its quotas spent),
   // what is to be given back: not what count_denied keeps counted.
   static void Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
@@ -212,7 +220,9 @@ class Engine {
 // What answers call a limit's size (X-RateLimit-Limit, RateLimit-Policy's q, /v1/check's
 // "limit"): its requests per window, or its burst when that is larger (a token bucket of 100/s
 // with a burst of 200 admits 200 at once), so that no remaining ever exceeds it.
-uint64_t ReportedLimit(const Limit& limit);
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t ReportedLimit(const Limit& limit) {
+  return std::max(limit.requests, limit.Capacity());
+}
 
 // The name answers, metrics and logs give a limit: its `name:`, else "<requests>-per-<window>"
 // ("100-per-1s", FormatDuration's spelling). (RLS current_limit.name stays the configured one,

@@ -280,11 +280,12 @@ void HttpServer::Impl::Session::WriteAnswer() {
   const size_t body_size = without_content || head_ ? 0 : response_.body().size();
   std::array<asio::const_buffer, 2> buffers{asio::buffer(header_),
                                             asio::buffer(response_.body().data(), body_size)};
-  SetDeadline(server_->options.idle_timeout);
   // Sent at once, as nginx does, when no pipelined request waits in the buffer: the usual short
   // answer then needs no asynchronous operation started, queued and completed. (With a request
   // waiting, Answered would go on to it from here, and a long pipeline would nest that deep.)
-  // Whatever the socket does not take now is written asynchronously.
+  // Whatever the socket does not take now is written asynchronously, under the idle timeout. (An
+  // answer sent at once needs no deadline of its own: Answered sets the next one, or closes,
+  // before anything waits; so the clock is not read for it.)
   if (buffer_.size() == 0) {
     boost::system::error_code ec;
     const size_t sent = socket_.send(buffers, 0, ec);
@@ -296,6 +297,7 @@ void HttpServer::Impl::Session::WriteAnswer() {
       buffers[1] += sent - from_header;
     }
   }
+  SetDeadline(server_->options.idle_timeout);
   asio::async_write(socket_, buffers,
                     [self = shared_from_this()](boost::system::error_code ec, size_t) {
                       if (ec) return self->Close();

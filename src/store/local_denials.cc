@@ -122,7 +122,6 @@ bool SharesState(std::span<const backend::Item> items, size_t i) {
 
 struct LocalDenials::Probe {
   bool keepable = false;  // its denial may be kept (the store has yet to say whether it denies)
-  uint64_t hash = 0;
   uint64_t generation = 0;
   Entry* kept = nullptr;  // this thread's entry for the item's state, if any
 };
@@ -131,25 +130,81 @@ LocalDenials::LocalDenials(MemoryStore* store) : store_(store), id_(NewFrontId()
 
 LocalDenials::~LocalDenials() = default;
 
+inline bool LocalDenials::ProbeItem(const Item& item, Probe& p, uint64_t& hash,
+                                    int64_t& now) const {
+  hash = StateHash(item);  // for the store too
+  // Nothing is kept of a look or of a long key, nor will be.
+  if (item.cost == 0 || item.key.size() > kMaxKeyBytes) return false;
+  // Found even for an item whose denial is not kept (a shadow or count_denied one): its state's
+  // entry must go if the item consumes.
+  p.generation = generations_.Read(hash);
+  p.kept = ThisThreadsTable().Find(hash, item);
+  p.keepable = !item.shadow && !item.count_denied;
+  const Entry* e = p.kept;
+  if (!p.keepable || e == nullptr || e->generation != p.generation || e->cost != item.cost ||
+      e->limit != *item.limit) {
+    return false;
+  }
+  now = std::max(now, e->decided_at_us);
+  return true;
+}
+
 void LocalDenials::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                           Done done) {
+  done(DecideNow(items, now_us, out));
+}
+
+backend::Outcome LocalDenials::DecideNow(std::span<const Item> items, int64_t now_us,
+                                         std::span<Decision> out) {
+  if (items.size() == 1) return DecideSingle(items[0], now_us, out[0]);
+  return DecideMany(items, now_us, out);
+}
+
+backend::Outcome LocalDenials::DecideMany(std::span<const Item> items, int64_t now_us,
+                                          std::span<Decision> out) {
   absl::InlinedVector<Probe, 4> probes(items.size());
+  absl::InlinedVector<uint64_t, 4> hashes(items.size());
   const std::span<Probe> probed(probes.data(), probes.size());
-  if (Answer(items, now_us, probed, out, done)) return;
+  const std::span<uint64_t> hashed(hashes.data(), hashes.size());
   backend::Outcome outcome;
-  outcome.allowed = store_->DecideAll(items, now_us, out, &outcome.decided_at_us);
+  if (Answer(items, now_us, probed, hashed, out, outcome)) return outcome;
+  // The store hashes the keys as StateHash does: it is given the hashes made for the probes.
+  outcome.allowed = store_->DecideAll(items, hashed, now_us, out, &outcome.decided_at_us);
   // What this thread kept of these states is stale now: it may have consumed from them (then a
   // kept denial would answer more leniently than the store), or it is denied anew.
   Table& table = ThisThreadsTable();
   for (const Probe& p : probes) {
     if (p.kept != nullptr) table.Drop(*p.kept);
   }
-  if (!outcome.allowed) Remember(items, out, probed, outcome.decided_at_us);
-  done(outcome);
+  if (!outcome.allowed) Remember(items, out, probed, hashed, outcome.decided_at_us);
+  return outcome;
+}
+
+backend::Outcome LocalDenials::DecideSingle(const Item& item, int64_t now_us, Decision& d) {
+  // As DecideNow and Answer, for one item.
+  Table& table = ThisThreadsTable();
+  int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
+  const bool in_order = table.Enter(id_, now);
+  Probe p;
+  uint64_t hash = 0;
+  if (ProbeItem(item, p, hash, now) && in_order && now < p.kept->denial.until_us) {
+    d = backend::DenialAt(p.kept->denial, now, static_cast<int64_t>(p.kept->cost - 1));
+    ++table.hits;
+    return {.status = absl::OkStatus(), .allowed = false, .decided_at_us = now};
+  }
+  backend::Outcome outcome;
+  outcome.allowed = store_->DecideOneHashed(item, hash, now_us, d, &outcome.decided_at_us);
+  if (p.kept != nullptr) table.Drop(*p.kept);
+  if (!outcome.allowed) {
+    Remember(std::span(&item, 1), std::span(&d, 1), std::span(&p, 1), std::span(&hash, 1),
+             outcome.decided_at_us);
+  }
+  return outcome;
 }
 
 bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
-                          std::span<Decision> out, const Done& done) {
+                          std::span<uint64_t> hashes, std::span<Decision> out,
+                          backend::Outcome& outcome) {
   Table& table = ThisThreadsTable();
   // One time for the whole request, as the store uses: not before any denial's decision. A time
   // before one this thread passed already is left to the store: it may have decided another key
@@ -157,25 +212,7 @@ bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span
   int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
   bool all = table.Enter(id_, now) && !items.empty();
   for (size_t i = 0; i < items.size(); ++i) {
-    const Item& item = items[i];
-    Probe& p = probes[i];
-    if (item.cost == 0 || item.key.size() > kMaxKeyBytes) {  // nothing kept, nothing to keep
-      all = false;
-      continue;
-    }
-    // Found even for an item whose denial is not kept (a shadow or count_denied one): its state's
-    // entry must go if the item consumes.
-    p.hash = StateHash(item);
-    p.generation = generations_.Read(p.hash);
-    p.kept = table.Find(p.hash, item);
-    p.keepable = !item.shadow && !item.count_denied;
-    const Entry* e = p.kept;
-    if (!p.keepable || e == nullptr || e->generation != p.generation || e->cost != item.cost ||
-        e->limit != *item.limit) {
-      all = false;
-      continue;
-    }
-    now = std::max(now, e->decided_at_us);
+    all = ProbeItem(items[i], probes[i], hashes[i], now) && all;
   }
   if (!all) return false;
   for (const Probe& p : probes) {
@@ -186,12 +223,13 @@ bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span
                                static_cast<int64_t>(probes[i].kept->cost - 1));
   }
   ++table.hits;
-  done({.status = absl::OkStatus(), .allowed = false, .decided_at_us = now});
+  outcome = {.status = absl::OkStatus(), .allowed = false, .decided_at_us = now};
   return true;
 }
 
 void LocalDenials::Remember(std::span<const Item> items, std::span<const Decision> out,
-                            std::span<const Probe> probes, int64_t decided_at_us) const {
+                            std::span<const Probe> probes, std::span<const uint64_t> hashes,
+                            int64_t decided_at_us) const {
   Table& table = ThisThreadsTable();
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
@@ -202,8 +240,8 @@ void LocalDenials::Remember(std::span<const Item> items, std::span<const Decisio
         SharesState(items, i)) {
       continue;
     }
-    Entry& e = table.Place(probes[i].hash, item);
-    e.hash = probes[i].hash;
+    Entry& e = table.Place(hashes[i], item);
+    e.hash = hashes[i];
     e.generation = probes[i].generation;
     e.limit_id = item.limit_id;
     e.cost = item.cost;

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <span>
 
+#include "absl/base/attributes.h"
 #include "backend/backend.h"
 #include "store/memory_store.h"
 #include "store/state_generations.h"
@@ -74,6 +75,8 @@ class LocalDenials final : public backend::Backend {
 
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
+  backend::Outcome DecideNow(std::span<const Item> items, int64_t now_us,
+                             std::span<Decision> out) override;
   // Refunds on the store, then ends every kept denial of those states (on every thread).
   void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
               RefundDone done) override;
@@ -88,13 +91,25 @@ class LocalDenials final : public backend::Backend {
 
  private:
   struct Probe;
-  // Answers the request from this thread's kept denials if all its items are; else false (and
-  // `probes` holds what Remember needs).
+  // DecideNow for a request of one item (the usual one): the same steps with no lists; and for
+  // the others (not inlined, so that the single path needs no big stack frame).
+  backend::Outcome DecideSingle(const Item& item, int64_t now_us, Decision& d);
+  ABSL_ATTRIBUTE_NOINLINE backend::Outcome DecideMany(std::span<const Item> items, int64_t now_us,
+                                                      std::span<Decision> out);
+  // Answers the request from this thread's kept denials if all its items are (into `out` and
+  // `outcome`); else false. Either way `probes` and `hashes` (each item's StateHash) hold what
+  // the store and Remember need.
   bool Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
-              std::span<Decision> out, const Done& done);
+              std::span<uint64_t> hashes, std::span<Decision> out, backend::Outcome& outcome);
+  // Answer's look at one item: its StateHash into `hash`, what Remember needs into `p`; true
+  // when this thread keeps a denial that may answer it (then `now` is moved on to that
+  // denial's time, if later).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool ProbeItem(const Item& item, Probe& p, uint64_t& hash,
+                                              int64_t& now) const;
   // Keeps the denials of a request the store denied at `decided_at_us`.
   void Remember(std::span<const Item> items, std::span<const Decision> out,
-                std::span<const Probe> probes, int64_t decided_at_us) const;
+                std::span<const Probe> probes, std::span<const uint64_t> hashes,
+                int64_t decided_at_us) const;
 
   MemoryStore* const store_;
   const uint64_t id_;  // names this instance's entries in the threads' tables: never reused

@@ -109,10 +109,20 @@ LocalLeases::~LocalLeases() = default;
 
 void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                          Done done) {
-  if (items.size() != 1 || !Leasable(items[0])) {
-    return inner_->Decide(items, now_us, out, std::move(done));
-  }
-  const Item& item = items[0];
+  done(DecideNow(items, now_us, out));
+}
+
+backend::Outcome LocalLeases::DecideNow(std::span<const Item> items, int64_t now_us,
+                                        std::span<Decision> out) {
+  // (What leases cannot decide passes straight through: this stays a small function, a jump to
+  // `inner`, for the requests of domains that chose no leases.)
+  if (items.size() != 1 || !Leasable(items[0])) return inner_->DecideNow(items, now_us, out);
+  return DecideLeasable(items[0], now_us, out);
+}
+
+backend::Outcome LocalLeases::DecideLeasable(const Item& item, int64_t now_us,
+                                             std::span<Decision> out) {
+  const std::span<const Item> items(&item, 1);
   Table& table = ThisThreadsTable();
   table.Enter(id_);
   const int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
@@ -122,7 +132,7 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
   if (!lease.Holds(hash, item)) {
     // Another state's slot: a live lease keeps it (a hot state is not pushed out by cold ones).
     if (lease.Live(now) && lease.generation == generations_.Read(lease.hash)) {
-      return inner_->Decide(items, now_us, out, std::move(done));
+      return inner_->DecideNow(items, now_us, out);
     }
     lease = Lease{.filled = true,
                   .hash = hash,
@@ -144,7 +154,7 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
   if (lease.units >= item.cost && at < lease.ends_us) {
     ++table.stats.admitted;
     out[0] = lease.Spend(item.cost, at);
-    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = at});
+    return {.status = absl::OkStatus(), .allowed = true, .decided_at_us = at};
   }
   if (lease.Live(now) && item.limit->algorithm == Algorithm::kFixedWindow) {
     // Too few for this request: back to the state before it is asked (a bucket's cannot go back).
@@ -168,11 +178,11 @@ void LocalLeases::Decide(std::span<const Item> items, int64_t now_us, std::span<
       if (lease.units >= item.cost) {
         ++table.stats.admitted;
         out[0] = lease.Spend(item.cost, grant.now_us);
-        return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = grant.now_us});
+        return {.status = absl::OkStatus(), .allowed = true, .decided_at_us = grant.now_us};
       }
     }
   }
-  inner_->Decide(items, now_us, out, std::move(done));
+  return inner_->DecideNow(items, now_us, out);
 }
 
 void LocalLeases::GiveBack(const Item& item, uint64_t units, int64_t granted_at_us,

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <span>
 
+#include "absl/base/attributes.h"
 #include "backend/backend.h"
 #include "store/memory_store.h"
 #include "store/state_generations.h"
@@ -80,6 +81,8 @@ class LocalLeases final : public backend::Backend {
 
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
+  backend::Outcome DecideNow(std::span<const Item> items, int64_t now_us,
+                             std::span<Decision> out) override;
   void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
               RefundDone done) override {
     inner_->Refund(items, decided_at_us, now_us, std::move(done));
@@ -97,6 +100,10 @@ class LocalLeases final : public backend::Backend {
   static ThreadStats StatsOnThisThread();
 
  private:
+  // DecideNow for a request of one item that leases may decide (Leasable); `out` has one
+  // decision.
+  ABSL_ATTRIBUTE_NOINLINE backend::Outcome DecideLeasable(const Item& item, int64_t now_us,
+                                                          std::span<Decision> out);
   // Gives the unspent units of a fixed_window lease back to the store (a refund in their window).
   void GiveBack(const Item& item, uint64_t units, int64_t granted_at_us, int64_t now_us);
 

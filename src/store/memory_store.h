@@ -125,6 +125,17 @@ class MemoryStore final : public backend::Backend {
   // another): Refund needs it.
   bool DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                  int64_t* decided_at_us = nullptr);
+  // The same, for a caller that has hashed the items already: hashes[i] is StateHash(items[i])
+  // (store/state_generations.h), which is the store's own hash of the state (with 0 read as 1).
+  // The fronts in front of the store (LocalDenials) hash every item anyway: so the keys are not
+  // hashed twice.
+  bool DecideAll(std::span<const Item> items, std::span<const uint64_t> hashes, int64_t now_us,
+                 std::span<Decision> out, int64_t* decided_at_us = nullptr);
+  // The same for a request of one item, the usual one: DecideAll({item}, {hash}, ...).
+  bool DecideOneHashed(const Item& item, uint64_t hash, int64_t now_us, Decision& out,
+                       int64_t* decided_at_us = nullptr) {
+    return DecideSingle(item, CompactTable::NormalizeHash(hash), now_us, out, decided_at_us);
+  }
 
   // Gives back what `items` consumed when DecideAll admitted them at `decided_at_us` (e.g. the
   // upstream failed); see algo::RefundCompact for what each algorithm gives back. Pass only
@@ -171,6 +182,8 @@ class MemoryStore final : public backend::Backend {
   // As a Backend: each call answers inline (DecideAll, Refund, Reset on every item).
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
+  backend::Outcome DecideNow(std::span<const Item> items, int64_t now_us,
+                             std::span<Decision> out) override;
   void Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
               RefundDone done) override;
   void Reset(std::span<const Item> items, ResetDone done) override;
@@ -180,21 +193,41 @@ class MemoryStore final : public backend::Backend {
   struct Shard;
   struct Work;  // a state DecideAll decides
 
+  // DecideAll's work. A request of one item (the usual one) takes DecideSingle: the steps below
+  // for one state, with one lock, no lists, and no Work at all for a compact state that is
+  // stored or finds room (`hash`: normalized, never 0). The others take DecideMany, with item
+  // i's hash given by hash_of(i) (normalized); not inlined, as its lists would cost the single
+  // path a big stack frame.
+  template <typename HashOf>
+  ABSL_ATTRIBUTE_NOINLINE bool DecideMany(std::span<const Item> items, const HashOf& hash_of,
+                                          int64_t now_us, std::span<Decision> out,
+                                          int64_t* decided_at_us);
+  bool DecideSingle(const Item& item, uint64_t hash, int64_t now_us, Decision& d,
+                    int64_t* decided_at_us);
   // DecideAll's steps. Plan: each item's state (hash, shard, the first item with the same
   // state) and the shards to lock, in address order. The others require those shards locked:
   // FindStates looks the states up and places new keys; DecideOne decides item `i` (returns
-  // whether it lets the request through); UndoDenied gives back what a denied request took
-  // (count_denied items aside); KeepNewStates stores the new keys' states that hold something
-  // and counts the decisions that found no room. All but StartNewKey (new keys only) are inlined
-  // into DecideAll, the hot path: as calls they cost it ~90 instructions a decision.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Plan(std::span<const Item> items, std::span<Work> work,
+  // whether it lets the request through); UndoOne gives back what a denied request took of item
+  // `i` (count_denied items aside), UndoDenied of every item; KeepNewStates stores the new keys'
+  // states that hold something and counts the decisions that found no room (CountPlaced, each
+  // item's count). All but StartNewKey (new keys only) are inlined into DecideMany and
+  // DecideSingle, the hot path: as calls they cost it ~90 instructions a decision.
+  template <typename HashOf>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Plan(std::span<const Item> items, const HashOf& hash_of,
+                                         std::span<Work> work,
                                          absl::InlinedVector<Shard*, 8>& locked) const;
   ABSL_ATTRIBUTE_ALWAYS_INLINE void FindStates(std::span<Work> work, int64_t now);
+  // Looks up the stored state of `w` (an owner); false when there is none. Requires its shard.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static bool LookUp(Work& w);
   void StartNewKey(const Item& item, Work& w, int64_t now);
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool DecideOne(const Item& item, size_t i, std::span<Work> work,
                                               int64_t now, Decision& d);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void UndoOne(const Item& item, Work& w, int64_t now,
+                                                   Decision& d);
   ABSL_ATTRIBUTE_ALWAYS_INLINE void UndoDenied(std::span<const Item> items, std::span<Work> work,
                                                int64_t now, std::span<Decision> out);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void CountPlaced(const Work& w, const Work& owner, const Decision& d,
+                                                bool allowed);
   ABSL_ATTRIBUTE_ALWAYS_INLINE void KeepNewStates(std::span<Work> work,
                                                   std::span<const Decision> out, bool allowed,
                                                   int64_t now);

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "store/state_generations.h"
 #include "store/store_testing.h"
 
 namespace sluice::store {
@@ -104,6 +105,55 @@ TEST_P(StoreAlgorithmTest, DecisionsEqualThePureFunction) {
     (got.allowed ? allowed : denied)++;
   }
   // The trace exercised both outcomes.
+  EXPECT_GT(allowed, 1000);
+  EXPECT_GT(denied, 1000);
+}
+
+// A request of one item takes DecideAll's own path for one state (DecideSingle: a stored
+// state, a new key's, a sliding log), whichever way it is asked: with the store hashing the key,
+// with the hash a front made (StateHash: the same state), or as DecideOneHashed. Each decides as
+// the pure function does, on the same state.
+TEST_P(StoreAlgorithmTest, OneItemDecideAllEqualsThePureFunction) {
+  const Limit limit = GetParam();
+  const uint64_t id = LimitId(limit);
+  ManualClock clock(kT0);
+  MemoryStore store({}, &clock);
+  std::map<std::string, ModelState> model;
+  std::mt19937_64 rng(41);
+  KeyName name;
+  int64_t now = kT0;
+  int allowed = 0, denied = 0;
+  for (int step = 0; step < 30000; ++step) {
+    const uint64_t gap = rng() % 100;
+    if (gap >= 40 && gap < 98) {
+      now += static_cast<int64_t>(rng() % (150 * kMs));
+    } else if (gap >= 98) {
+      now += static_cast<int64_t>(rng() % (20 * kSecond));  // states become initial: reclaimed
+    }
+    const std::string_view key = name("user-", rng() % 25);
+    const MemoryStore::Item item{
+        .limit = &limit, .limit_id = id, .key = key, .cost = RandomCost(rng, limit)};
+    const Decision expected = ModelDecide(model[std::string(key)], now, limit, item.cost);
+    Decision got;
+    bool admitted = false;
+    const uint64_t hash = StateHash(item);
+    switch (step % 3) {
+      case 0:
+        admitted = store.DecideAll(std::span(&item, 1), now, std::span(&got, 1));
+        break;
+      case 1:
+        admitted =
+            store.DecideAll(std::span(&item, 1), std::span(&hash, 1), now, std::span(&got, 1));
+        break;
+      default:
+        admitted = store.DecideOneHashed(item, hash, now, got);
+        break;
+    }
+    ASSERT_EQ(got, expected) << "step " << step << " key " << key << " cost " << item.cost << " at "
+                             << now;
+    ASSERT_EQ(admitted, got.allowed) << "step " << step;
+    (got.allowed ? allowed : denied)++;
+  }
   EXPECT_GT(allowed, 1000);
   EXPECT_GT(denied, 1000);
 }

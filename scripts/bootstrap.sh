@@ -13,7 +13,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
   # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
-  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools
+  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools valgrind
   # the soak's and the simulator's plots (bench/soak.sh, scripts/sim_plots.sh); a server that
   # stalls on purpose for openloop_e2e
   gnuplot-nox python3

@@ -17,9 +17,9 @@
 #include <string_view>
 
 #include "algo/algorithms.h"
+#include "backend/memory/memory_store.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
-#include "store/memory_store.h"
 
 namespace sluice {
 namespace {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "benchmark/benchmark.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
@@ -21,7 +22,6 @@
 #include "rules/loader.h"
 #include "rules/matcher.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice {
 namespace {

@@ -19,12 +19,12 @@
 #include <variant>
 
 #include "absl/status/statusor.h"
+#include "backend/memory/memory_store.h"
 #include "engine/engine.h"
 #include "http/check_json.h"
 #include "rls/codec.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace {
 

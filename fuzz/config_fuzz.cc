@@ -14,11 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "engine/engine.h"
 #include "rules/config.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace {
 

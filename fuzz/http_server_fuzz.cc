@@ -39,13 +39,13 @@
 #include <thread>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "cli/rls_json_endpoint.h"
 #include "engine/engine.h"
-#include "http/server.h"
 #include "http/service.h"
+#include "http/transport/server.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace {
 

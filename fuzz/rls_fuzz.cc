@@ -14,10 +14,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/memory/memory_store.h"
 #include "engine/engine.h"
 #include "rls/codec.h"
 #include "rules/loader.h"
-#include "store/memory_store.h"
 
 namespace {
 

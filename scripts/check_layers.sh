@@ -4,7 +4,7 @@
 #
 #   bash scripts/check_layers.sh [ROOT]      (default: this script's repository)
 #
-# A file's module is its folder under src/ (src/http/server.cc: http); include/sluice/ is the
+# A file's module is its folder under src/ (src/http/transport/server.cc: http); include/sluice/ is the
 # module `sluice`, the public API. Includes of third-party code (absl/, fmt/, gtest/, ...) are
 # not checked; any other quoted include must name a module of the table. A module may include
 # itself. Tests (*_test.cc, and *_testing.h helpers) may also include the modules in the table's

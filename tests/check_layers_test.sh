@@ -4,7 +4,7 @@
 #   bash tests/check_layers_test.sh [REPO_ROOT]        (default: this script's parent directory)
 #
 #   - the unchanged copy passes (the control);
-#   - `#include "http/server.h"` planted in an algo file fails, naming that file and the edge;
+#   - `#include "http/transport/server.h"` planted in an algo file fails, naming that file and the edge;
 #   - a test-only allowance does not extend to the module's other files: `store/` planted in
 #     render's non-test code fails;
 #   - an include of a folder that is no module of the table fails.
@@ -59,9 +59,9 @@ fi
 # 2. algo -> http: fails, naming the file and the edge.
 file=src/algo/algorithms.cc
 copy_tree algo
-plant algo "$file" "http/server.h"
+plant algo "$file" "http/transport/server.h"
 run_check algo
-if [[ $status == 1 && $out == *"$file:"*"algo -> http (\"http/server.h\") is not allowed"* ]]; then
+if [[ $status == 1 && $out == *"$file:"*"algo -> http (\"http/transport/server.h\") is not allowed"* ]]; then
   pass "algo -> http fails and names $file"
 else
   fail "algo -> http fails and names $file" "exit $status" "$out"
@@ -73,9 +73,9 @@ else
 fi
 
 # 3. A test's allowance (render's tests may include store) is not the module's.
-file=src/render/rate_limit_headers.cc
+file=src/headers/rate_limit_headers.cc
 copy_tree render
-plant render "$file" "store/memory_store.h"
+plant render "$file" "backend/memory/memory_store.h"
 run_check render
 if [[ $status == 1 && $out == *"$file:"*"render -> store"* ]]; then
   pass "render -> store fails outside render's tests"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of hot-key promotion (`hot_keys: lease`, backend/hot_keys.h): two `sluice serve`
+# End-to-end test of hot-key promotion (`hot_keys: lease`, backend/hybrid/hot_keys.h): two `sluice serve`
 # processes share one real redis-server and an exact domain that promotes keys seen at more than
 # 200 requests per second. One key hammered well above that on both: they never admit more than
 # its limit between them, and exactly the limit once their leases ended; its decisions cost Redis

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of consistency: leased (backend/leases.h) through a real 3-master Redis
+# End-to-end test of consistency: leased (backend/hybrid/leases.h) through a real 3-master Redis
 # Cluster: four `sluice serve` processes hammer one hot key and a zipf-skewed set of 50 keys at
 # once (their states spread over the masters), fixed_window and token_bucket. No key is ever
 # admitted over its limit; once the load has outlasted the leases, a fixed window's key whose

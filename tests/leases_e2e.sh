@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of consistency: leased (backend/leases.h): four `sluice serve` processes share
+# End-to-end test of consistency: leased (backend/hybrid/leases.h): four `sluice serve` processes share
 # one real redis-server. Hammering one key, they admit no more than the limit between them, and
 # exactly the limit once the load has outlasted the leases (under-admission is transient); most
 # decisions cost Redis no call; a zipf-skewed set of 50 keys is never admitted over its limits

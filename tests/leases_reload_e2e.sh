@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of consistency: leased (backend/leases.h) across a reload that changes a leased
+# End-to-end test of consistency: leased (backend/hybrid/leases.h) across a reload that changes a leased
 # limit: the limit's state gets a new id, and the unspent units of the lease this instance held
 # of the old one go back to Redis when that lease ends. Two `sluice serve` processes share one
 # redis-server: A takes a lease of a fixed_window limit of 100 per day and spends part of it; its

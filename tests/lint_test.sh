@@ -53,7 +53,7 @@ expect() {
 fmt="$work/format"
 mkdir -p "$fmt/src"
 cp "$root/.clang-format" "$fmt/"
-cp "$root/src/util/spin_lock.h" "$root/src/core/clock.cc" "$fmt/src/"
+cp "$root/src/util/spin_lock.h" "$root/src/types/clock.cc" "$fmt/src/"
 expect "format: clean copies pass" pass 'files clang-format clean' \
   bash "$root/scripts/check_format.sh" "$fmt"
 # An unformatted line in the middle of a formatted file.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of the over-limit cache (backend/over_limit_cache.h): two `sluice serve`
+# End-to-end test of the over-limit cache (backend/hybrid/over_limit_cache.h): two `sluice serve`
 # processes share one real redis-server. Once Redis has denied a key, an instance denies it again
 # with no Redis call until the denial's retry_after (Redis's own command counts show it), and
 # decides it on Redis again after; an admin reset through the other instance is seen within 1 s;

@@ -101,7 +101,7 @@ check "leased, 1h window: no over-admission" "0" "$(field over_admission_max "$l
 
 # ---------------------------------------------------------- eventual mode: within its bound
 # Bursts (onoff) and one hot key, 4 instances merging every 100 ms: the over-admission of every
-# key in every window stays under the bound of backend/eventual.h measured on the run (what the
+# key in every window stays under the bound of backend/hybrid/eventual.h measured on the run (what the
 # other instances admitted in their busiest span of V + T + D), and a hot key costs Redis a
 # handful of state operations per second, not one per decision. (Most decisions are on the copies:
 # over 60 %, for on a loaded machine a late merge sends a key to Redis until the next one.)

@@ -43,7 +43,7 @@
 #include <string_view>
 #include <thread>
 
-#include "http/server.h"
+#include "http/transport/server.h"
 
 using sluice::http::BodyReader;
 using sluice::http::BodyWriter;

@@ -11,7 +11,7 @@
 //   kDeny            the new key's request is denied (retry after 1 s; nothing is consumed).
 //   kAllowUntracked  the new key's request is admitted and not recorded (lenient for new keys;
 //                    a tracked key is still exact).
-// See src/store/memory_store.h for the argument, docs/configuration.md (`store.on_full`).
+// See src/backend/memory/memory_store.h for the argument, docs/configuration.md (`store.on_full`).
 
 #ifndef SLUICE_ON_FULL_H_
 #define SLUICE_ON_FULL_H_

@@ -38,9 +38,10 @@ enum class FailureMode {
 
 // How a limit held across instances is decided (`consistency:`, docs/hybrid.md).
 enum class Consistency {
-  kExact,     // every decision by the shared backend (Redis)
-  kLeased,    // from units leased from it, never admitting more than exact (backend/leases.h)
-  kEventual,  // on this instance's copy, merged into it every sync interval (backend/eventual.h)
+  kExact,   // every decision by the shared backend (Redis)
+  kLeased,  // from units leased from it, never admitting more than exact (backend/hybrid/leases.h)
+  kEventual,  // on this instance's copy, merged into it every sync interval
+              // (backend/hybrid/eventual.h)
 };
 
 // What a refusal for want of a backend (failure_mode closed, or a failure no policy answered)
@@ -65,8 +66,8 @@ struct Item {
   // For Leases: whether this item may be decided from a lease.
   Consistency consistency = Consistency::kExact;
   // For Leases, kExact items (`hot_keys: lease`): while this instance sees the state at more
-  // than this many requests per second, it is decided as kLeased (backend/hot_keys.h); 0: never.
-  // For Eventual, kEventual items (`cold_keys: lease`): under this rate the state is decided
+  // than this many requests per second, it is decided as kLeased (backend/hybrid/hot_keys.h); 0:
+  // never. For Eventual, kEventual items (`cold_keys: lease`): under this rate the state is decided
   // from leases, over it on a copy; 0: always on a copy.
   uint32_t hot_key_rate = 0;
 };

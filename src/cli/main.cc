@@ -8,14 +8,14 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "cli/bench/bench_redis.h"
+#include "cli/bench/bench_store.h"
 #include "cli/replay.h"
 #include "cli/rules_commands.h"
 #include "cli/serve.h"
 #include "rules/loader.h"
 #include "sim/sim.h"
 #include "sluice/limit.h"
-#include "tools/bench_redis.h"
-#include "tools/bench_store.h"
 
 namespace sluice::cli {
 namespace {

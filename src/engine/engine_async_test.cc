@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "backend/failover.h"
+#include "backend/memory/memory_store.h"
 #include "engine/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::engine {
 namespace {

@@ -18,13 +18,13 @@
 #include <thread>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
-#include "store/memory_store.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

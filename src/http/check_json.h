@@ -49,7 +49,7 @@
 // restrictive applied limit (DescriptorResult::headline):
 //  - name: the limit's `name:` if set, else "<N>-per-<window>" from its definition ("10-per-1m",
 //    FormatDuration spelling; also for a limit sent with the request): the same names as the
-//    IETF RateLimit-Policy items of render/rate_limit_headers.h, which reveal no descriptor value.
+//    IETF RateLimit-Policy items of headers/rate_limit_headers.h, which reveal no descriptor value.
 //    "" when the descriptor has no limit.
 //  - limit: the limit's N (requests per window) as an integer; `null` when the descriptor has no
 //    limit (no rule matched, an `unlimited` rule, no plan).

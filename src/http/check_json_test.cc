@@ -13,13 +13,13 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
-#include "store/memory_store.h"
 
 namespace sluice::http {
 namespace {

@@ -22,7 +22,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
-#include "http/server.h"
+#include "http/transport/server.h"
 #include "rules/config.h"
 
 namespace sluice::http {

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "http/server.h"
+#include "http/transport/server.h"
 
 namespace sluice::http {
 

@@ -10,7 +10,7 @@
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
 #include "envoy/type/v3/ratelimit_unit.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "render/rate_limit_headers.h"
+#include "headers/rate_limit_headers.h"
 #include "rls/proto_json.h"
 #include "rules/loader.h"
 

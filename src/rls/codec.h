@@ -85,7 +85,7 @@ inline constexpr uint32_t kUnlimitedRemaining = 0xFFFFFFFFu;
 absl::StatusOr<engine::Request> FromProto(const RateLimitRequest& request);
 
 // A header field already rendered by the caller (e.g. the IETF RateLimit / RateLimit-Policy
-// fields of src/render), to be carried in response_headers_to_add.
+// fields of src/headers), to be carried in response_headers_to_add.
 struct HeaderField {
   std::string name;
   std::string value;

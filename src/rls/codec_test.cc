@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "envoy/type/v3/ratelimit_unit.pb.h"
@@ -22,7 +23,6 @@
 #include "rls/wire_testing.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::rls {
 namespace {

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/failover.h"
+#include "backend/memory/memory_store.h"
 #include "engine/engine.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -33,7 +34,6 @@
 #include "rls/grpc_testing.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::rls {
 namespace {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rls/grpc_server.h"
@@ -24,7 +25,6 @@
 #include "rls/wire_testing.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::rls {
 namespace {

@@ -183,7 +183,7 @@ struct Settings {
   int local_instances = 1;     // failure_mode local: the limit is divided by this
   uint32_t redis_buckets = 0;  // hashes the states are packed into (0: a key per state)
   // redis.over_limit_cache: deny a key Redis denied until its retry_after, with no Redis call
-  // (backend/over_limit_cache.h); up to this many denials held (0: off).
+  // (backend/hybrid/over_limit_cache.h); up to this many denials held (0: off).
   size_t redis_over_limit_cache = 65536;
   // redis.lease_interval (consistency: leased): the target interval; a token bucket's lease lives
   // this long.
@@ -193,7 +193,7 @@ struct Settings {
   // instance and minute rather than per second) and holds unspent units longer (docs/hybrid.md).
   int64_t redis_window_lease_life_us = 60000000;
   // redis.sync_interval (consistency: eventual): how often an instance merges what it admitted
-  // into Redis and takes the merged states back (backend/eventual.h).
+  // into Redis and takes the merged states back (backend/hybrid/eventual.h).
   int64_t redis_sync_interval_us = 100000;
   std::vector<std::string> headers = {"x_ratelimit", "ietf"};
   // `headers` as flags, set with it by the settings parser: read for every answer.

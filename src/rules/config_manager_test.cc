@@ -16,13 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "backend/memory/memory_store.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/matcher.h"
 #include "sluice/clock.h"
-#include "store/memory_store.h"
 
 namespace sluice::rules {
 namespace {

@@ -79,7 +79,7 @@ Judgement Judge(const Limit& limit, const Trace& trace, std::span<const int64_t>
 // The most cost units of `admissions` (sorted by time) in any span [t, t + span_us).
 uint64_t MostInSpan(std::span<const Admission> admissions, int64_t span_us);
 
-// consistency: eventual's bound (backend/eventual.h, docs/hybrid.md) on a run: a key's
+// consistency: eventual's bound (backend/hybrid/eventual.h, docs/hybrid.md) on a run: a key's
 // over-admission in any window is at most what the other instances admitted in their busiest
 // span of `span_us` (V + T + D). Per key, the bound taken is the sum over instances of each
 // one's most units in such a span, less the smallest (the instance whose admission went over may

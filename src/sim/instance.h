@@ -23,7 +23,7 @@ namespace sluice::sim {
 // How instances share a limit (docs/hybrid.md).
 enum class Mode {
   kExact,     // every decision on Redis (batched), as `serve` decides today
-  kLeased,    // leases of quota taken from Redis, spent locally (backend/leases.h)
+  kLeased,    // leases of quota taken from Redis, spent locally (backend/hybrid/leases.h)
   kEventual,  // decisions on local copies, merged into Redis every sync interval (eventual.h)
 };
 

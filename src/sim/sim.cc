@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/redis/scripts.h"
+#include "cli/bench/redis_stats.h"
 #include "fmt/format.h"
 #include "redis/client.h"
-#include "redis/scripts.h"
 #include "sim/admission.h"
 #include "sim/compare.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "tools/redis_stats.h"
 #include "util/json_string.h"
 #include "util/percentile.h"
 

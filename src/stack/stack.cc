@@ -6,19 +6,19 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "backend/eventual.h"
 #include "backend/failover.h"
-#include "backend/leases.h"
-#include "backend/over_limit_cache.h"
+#include "backend/hybrid/eventual.h"
+#include "backend/hybrid/leases.h"
+#include "backend/hybrid/over_limit_cache.h"
+#include "backend/memory/local_denials.h"
+#include "backend/memory/local_leases.h"
+#include "backend/memory/memory_store.h"
+#include "backend/redis/eviction_policy.h"
+#include "backend/redis/redis_store.h"
 #include "backend/ticker.h"
 #include "fmt/format.h"
 #include "redis/client.h"
-#include "redis/eviction_policy.h"
-#include "redis/redis_store.h"
 #include "spdlog/spdlog.h"
-#include "store/local_denials.h"
-#include "store/local_leases.h"
-#include "store/memory_store.h"
 
 namespace sluice::stack {
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/redis/redis_store.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/client.h"
-#include "redis/redis_store.h"
 #include "tests/support/redis_calls.h"
 #include "tests/support/redis_cluster.h"
 

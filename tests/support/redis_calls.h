@@ -15,9 +15,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "backend/redis/redis_store.h"
 #include "gtest/gtest.h"
 #include "redis/client.h"
-#include "redis/redis_store.h"
 
 namespace sluice::testing {
 

@@ -1,0 +1,305 @@
+// sluice::RateLimiter: the library's limiter over several limits, on one backend::Backend (the
+// memory store, or Failover over the Redis store) as `serve`'s engine is, without rules.
+
+#include "sluice/rate_limiter.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "backend/backend.h"
+#include "backend/failover.h"
+#include "backend/limit_id.h"
+#include "backend/memory/memory_store.h"
+#include "backend/redis/redis_store.h"
+#include "fmt/format.h"
+#include "redis/client.h"
+#include "redis/resp.h"
+
+namespace sluice {
+
+// The parts, in the order they may go: the client last declared, so first destroyed (its
+// destructor fails the calls still in flight, whose callbacks use the Redis store, the failover
+// and the limits, which must still be there).
+struct RateLimiter::Impl {
+  std::vector<Limit> limits;
+  // One per limit: the limit, its state's id and the failure policy; key and cost per call.
+  std::vector<backend::Item> items;
+  const Clock* clock = nullptr;
+  std::string where = "memory";
+  int64_t sync_wait_us = 0;  // Redis: how long a synchronous call waits
+  std::unique_ptr<store::MemoryStore> memory;
+  std::unique_ptr<redis::RedisStore> redis_store;
+  std::unique_ptr<backend::Failover> failover;
+  std::unique_ptr<redis::Client> redis_client;
+  backend::Backend* top = nullptr;
+
+  // Connects to Redis as `options` says, waiting up to connect_wait_us for the connection so
+  // that a refused login is an error here; an unreachable server is not (the failure policy
+  // answers until it is up).
+  absl::Status StartRedis(const RedisOptions& options);
+
+  // One call's items, their key and their decisions, alive until its completion has run.
+  struct Call {
+    std::string key;
+    std::vector<backend::Item> items;
+    std::vector<Decision> out;
+  };
+  std::shared_ptr<Call> NewCall(std::string_view key, uint64_t cost) const {
+    auto call = std::make_shared<Call>();
+    call->key = std::string(key);
+    call->items = items;
+    for (backend::Item& item : call->items) {
+      item.key = call->key;
+      item.cost = cost;
+    }
+    call->out.resize(items.size());
+    return call;
+  }
+};
+
+namespace {
+
+absl::Status Validate(const std::vector<Limit>& limits, const RateLimiter::Options& options) {
+  if (limits.empty()) return absl::InvalidArgumentError("a RateLimiter needs at least one limit");
+  for (size_t i = 0; i < limits.size(); ++i) {
+    if (absl::Status s = ValidateLimit(limits[i]); !s.ok()) {
+      return absl::InvalidArgumentError(fmt::format("limit {}: {}", i, std::string(s.message())));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (limits[j] == limits[i]) {
+        return absl::InvalidArgumentError(
+            fmt::format("limit {} repeats limit {} ({}): they would share one state", i, j,
+                        DescribeLimit(limits[i])));
+      }
+    }
+  }
+  if (options.redis) {
+    if (options.redis->timeout_us < 1000) {
+      return absl::InvalidArgumentError("RedisOptions::timeout_us must be at least 1000 (1 ms)");
+    }
+    if (options.redis->connect_wait_us < 0) {
+      return absl::InvalidArgumentError("RedisOptions::connect_wait_us must not be negative");
+    }
+  } else if (options.clock == nullptr) {
+    return absl::InvalidArgumentError("a RateLimiter on memory needs a clock");
+  }
+  return absl::OkStatus();
+}
+
+// The request's verdict from its limits' decisions.
+Verdict MakeVerdict(const backend::Outcome& outcome, std::vector<Decision> decisions) {
+  Verdict verdict;
+  verdict.allowed = outcome.allowed;
+  verdict.fell_back = outcome.fell_back;
+  verdict.remaining = decisions.empty() ? 0 : decisions[0].remaining;
+  for (const Decision& d : decisions) {
+    verdict.remaining = std::min(verdict.remaining, d.remaining);
+    verdict.delay_us = std::max(verdict.delay_us, d.delay_us);
+    if (outcome.allowed || d.allowed) continue;
+    if (d.retry_after_us == Decision::kNever || verdict.retry_after_us == Decision::kNever) {
+      verdict.retry_after_us = Decision::kNever;
+    } else {
+      verdict.retry_after_us = std::max(verdict.retry_after_us, d.retry_after_us);
+    }
+  }
+  if (!outcome.allowed) verdict.delay_us = 0;
+  verdict.decisions = std::move(decisions);
+  return verdict;
+}
+
+// Blocks until a completion hands over its value, or `wait_us` has passed (nullopt then; a
+// later completion is then `late`'s to handle).
+template <typename T>
+class Waiter {
+ public:
+  void Set(T value) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::function<void(T)> late;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!abandoned_) {
+        value_.emplace(std::move(value));
+        return;
+      }
+      late = std::move(late_);
+    }
+    if (late) late(std::move(value));
+  }
+  std::optional<T> Wait(int64_t wait_us, std::function<void(T)> late) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(this, &Waiter::Answered),
+                              absl::Microseconds(wait_us))) {
+      abandoned_ = true;
+      late_ = std::move(late);
+      return std::nullopt;
+    }
+    return std::move(value_);
+  }
+
+ private:
+  bool Answered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return value_.has_value(); }
+
+  absl::Mutex mu_;
+  std::optional<T> value_ ABSL_GUARDED_BY(mu_);
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(T)> late_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs `start` (which calls its argument exactly once) and returns what it got: inline on a
+// backend that answers inline, else waiting up to `wait_us`.
+template <typename T>
+T RunSync(const backend::Backend& backend, int64_t wait_us,
+          const std::function<void(std::function<void(T)>)>& start,
+          std::function<void(T)> late = nullptr) {
+  if (backend.answers_inline()) {
+    std::optional<T> value;
+    start([&value](T v) { value.emplace(std::move(v)); });
+    return std::move(*value);
+  }
+  auto waiter = std::make_shared<Waiter<T>>();
+  start([waiter](T v) { waiter->Set(std::move(v)); });
+  std::optional<T> value = waiter->Wait(wait_us, std::move(late));
+  if (!value) {
+    return absl::DeadlineExceededError(
+        fmt::format("the backend did not answer within {} us", wait_us));
+  }
+  return std::move(*value);
+}
+
+}  // namespace
+
+// Connects to Redis as `options` says, waiting up to connect_wait_us for the connection so that
+// a refused login is an error here; an unreachable server is not (the failure policy answers
+// until it is up).
+absl::Status RateLimiter::Impl::StartRedis(const RedisOptions& options) {
+  auto endpoint = redis::ParseUrl(options.url);
+  if (!endpoint.ok()) return endpoint.status();
+  redis::Client::Options client_options;
+  client_options.seeds = {*endpoint};
+  client_options.cluster = options.cluster;
+  client_options.connection.timeout = std::chrono::microseconds(options.timeout_us);
+  where = redis::DescribeRedis(options.cluster, *endpoint);
+  auto client = redis::Client::Create(client_options);
+  if (!client.ok()) return client.status();
+  redis_client = *std::move(client);
+  if (auto s = redis::AwaitFirstConnection(
+          *redis_client, std::chrono::microseconds(options.connect_wait_us), where);
+      !s.ok()) {
+    return s;
+  }
+  redis::RedisStore::Options store_options;
+  store_options.key_prefix = options.key_prefix;
+  redis_store = std::make_unique<redis::RedisStore>(redis_client.get(), store_options);
+  // open and closed never decide locally: no local backend.
+  failover = std::make_unique<backend::Failover>(redis_store.get(), nullptr);
+  top = failover.get();
+  sync_wait_us = options.timeout_us + kSyncGraceUs;
+  return absl::OkStatus();
+}
+
+RateLimiter::RateLimiter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RateLimiter::~RateLimiter() = default;
+
+absl::StatusOr<std::unique_ptr<RateLimiter>> RateLimiter::Create(std::vector<Limit> limits,
+                                                                 const Options& options) {
+  if (absl::Status s = Validate(limits, options); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  impl->limits = std::move(limits);
+  impl->clock = options.clock != nullptr ? options.clock : SystemClock::Get();
+  const backend::FailureMode on_failure =
+      options.redis && options.redis->on_failure == FailurePolicy::kClosed
+          ? backend::FailureMode::kClosed
+          : backend::FailureMode::kOpen;
+  for (const Limit& limit : impl->limits) {
+    impl->items.push_back({.limit = &limit,
+                           .limit_id = backend::RuleLimitId(options.name, "", limit),
+                           .key = {},  // and the cost: per call
+                           .cost = 1,
+                           .count_denied = false,
+                           .shadow = false,
+                           .on_failure = on_failure,
+                           .instances = 1});
+  }
+  if (options.redis) {
+    if (absl::Status s = impl->StartRedis(*options.redis); !s.ok()) return s;
+  } else {
+    impl->memory = std::make_unique<store::MemoryStore>(
+        store::MemoryStore::Options{.max_entries = options.memory.max_keys,
+                                    .shards = options.memory.shards,
+                                    .on_full = options.memory.on_full},
+        impl->clock);
+    impl->top = impl->memory.get();
+  }
+  return std::unique_ptr<RateLimiter>(new RateLimiter(std::move(impl)));
+}
+
+void RateLimiter::DecideAsync(std::string_view key, uint64_t cost, VerdictDone done) {
+  std::shared_ptr<Impl::Call> call = impl_->NewCall(key, cost);
+  impl_->top->Decide(call->items, impl_->clock->NowMicros(), call->out,
+                     [this, call, cost, done = std::move(done)](const backend::Outcome& outcome) {
+                       if (!outcome.status.ok()) return done(outcome.status);
+                       Verdict verdict = MakeVerdict(outcome, std::move(call->out));
+                       if (verdict.allowed && cost > 0 && !outcome.fell_back) {
+                         verdict.consumption.owner_ = this;
+                         verdict.consumption.key_ = std::move(call->key);
+                         verdict.consumption.cost_ = cost;
+                         verdict.consumption.decided_at_us_ = outcome.decided_at_us;
+                       }
+                       done(std::move(verdict));
+                     });
+}
+
+absl::StatusOr<Verdict> RateLimiter::Decide(std::string_view key, uint64_t cost) {
+  return RunSync<absl::StatusOr<Verdict>>(
+      *impl_->top, impl_->sync_wait_us,
+      [&](VerdictDone done) { DecideAsync(key, cost, std::move(done)); },
+      // Answered after the caller gave up: what it consumed goes back.
+      [this](absl::StatusOr<Verdict> late) {
+        if (late.ok() && !late->consumption.empty()) RefundAsync(late->consumption, nullptr);
+      });
+}
+
+void RateLimiter::PeekAsync(std::string_view key, VerdictDone done) {
+  DecideAsync(key, 0, std::move(done));
+}
+
+absl::StatusOr<Verdict> RateLimiter::Peek(std::string_view key) { return Decide(key, 0); }
+
+void RateLimiter::RefundAsync(Consumption& consumption, RefundDone done) {
+  if (!done) done = [](absl::Status) {};
+  if (consumption.empty()) return done(absl::OkStatus());
+  if (consumption.owner_ != this) {
+    return done(absl::InvalidArgumentError("the Consumption is another RateLimiter's"));
+  }
+  Consumption taken = std::move(consumption);
+  std::shared_ptr<Impl::Call> call = impl_->NewCall(taken.key_, taken.cost_);
+  impl_->top->Refund(call->items, taken.decided_at_us_, impl_->clock->NowMicros(),
+                     [call, done = std::move(done)](absl::Status status) { done(status); });
+}
+
+absl::Status RateLimiter::Refund(Consumption& consumption) {
+  return RunSync<absl::Status>(*impl_->top, impl_->sync_wait_us,
+                               [&](RefundDone done) { RefundAsync(consumption, std::move(done)); });
+}
+
+void RateLimiter::ResetAsync(std::string_view key, ResetDone done) {
+  std::shared_ptr<Impl::Call> call = impl_->NewCall(key, 0);
+  impl_->top->Reset(call->items, [call, done = std::move(done)](absl::StatusOr<size_t> n) {
+    done(std::move(n));
+  });
+}
+
+absl::StatusOr<size_t> RateLimiter::Reset(std::string_view key) {
+  return RunSync<absl::StatusOr<size_t>>(*impl_->top, impl_->sync_wait_us,
+                                         [&](ResetDone done) { ResetAsync(key, std::move(done)); });
+}
+
+const std::vector<Limit>& RateLimiter::limits() const { return impl_->limits; }
+
+const std::string& RateLimiter::where() const { return impl_->where; }
+
+}  // namespace sluice

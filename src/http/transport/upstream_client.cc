@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "fmt/format.h"
-#include "http/check_json.h"
+#include "util/json_string.h"
 
 namespace sluice::http {
 
@@ -42,9 +42,9 @@ HttpResponse ErrorResponse(beast_http::status status, const UpstreamTarget& targ
   HttpResponse response(status, 11);
   response.set(beast_http::field::content_type, "application/json");
   std::string body = "{\"error\":";
-  AppendJsonString(&body, fmt::format("upstream {}: {}", target.Describe(), what));
+  util::AppendJsonString(&body, fmt::format("upstream {}: {}", target.Describe(), what));
   body += ",\"upstream\":";
-  AppendJsonString(&body, target.Describe());
+  util::AppendJsonString(&body, target.Describe());
   body += "}";
   response.body() = std::move(body);
   return response;

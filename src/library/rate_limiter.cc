@@ -1,5 +1,6 @@
 // sluice::RateLimiter: the library's limiter over several limits, on one backend::Backend (the
-// memory store, or Failover over the Redis store) as `serve`'s engine is, without rules.
+// memory store, or Failover over the Redis store: stack::LibraryStack builds it) as `serve`'s
+// engine is, without rules.
 
 #include "sluice/rate_limiter.h"
 
@@ -11,36 +12,23 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "backend/backend.h"
-#include "backend/failover.h"
 #include "backend/limit_id.h"
-#include "backend/memory/memory_store.h"
-#include "backend/redis/redis_store.h"
 #include "fmt/format.h"
-#include "redis/client.h"
-#include "redis/resp.h"
+#include "stack/library_stack.h"
 
 namespace sluice {
 
-// The parts, in the order they may go: the client last declared, so first destroyed (its
-// destructor fails the calls still in flight, whose callbacks use the Redis store, the failover
-// and the limits, which must still be there).
+// The parts, in the order they may go: the stack last declared, so first destroyed (on Redis,
+// its destructor fails the calls still in flight, whose callbacks use the limits, which must
+// still be there).
 struct RateLimiter::Impl {
   std::vector<Limit> limits;
   // One per limit: the limit, its state's id and the failure policy; key and cost per call.
   std::vector<backend::Item> items;
   const Clock* clock = nullptr;
-  std::string where = "memory";
   int64_t sync_wait_us = 0;  // Redis: how long a synchronous call waits
-  std::unique_ptr<store::MemoryStore> memory;
-  std::unique_ptr<redis::RedisStore> redis_store;
-  std::unique_ptr<backend::Failover> failover;
-  std::unique_ptr<redis::Client> redis_client;
+  std::unique_ptr<stack::LibraryStack> stack;
   backend::Backend* top = nullptr;
-
-  // Connects to Redis as `options` says, waiting up to connect_wait_us for the connection so
-  // that a refused login is an error here; an unreachable server is not (the failure policy
-  // answers until it is up).
-  absl::Status StartRedis(const RedisOptions& options);
 
   // One call's items, their key and their decisions, alive until its completion has run.
   struct Call {
@@ -171,35 +159,6 @@ T RunSync(const backend::Backend& backend, int64_t wait_us,
 
 }  // namespace
 
-// Connects to Redis as `options` says, waiting up to connect_wait_us for the connection so that
-// a refused login is an error here; an unreachable server is not (the failure policy answers
-// until it is up).
-absl::Status RateLimiter::Impl::StartRedis(const RedisOptions& options) {
-  auto endpoint = redis::ParseUrl(options.url);
-  if (!endpoint.ok()) return endpoint.status();
-  redis::Client::Options client_options;
-  client_options.seeds = {*endpoint};
-  client_options.cluster = options.cluster;
-  client_options.connection.timeout = std::chrono::microseconds(options.timeout_us);
-  where = redis::DescribeRedis(options.cluster, *endpoint);
-  auto client = redis::Client::Create(client_options);
-  if (!client.ok()) return client.status();
-  redis_client = *std::move(client);
-  if (auto s = redis::AwaitFirstConnection(
-          *redis_client, std::chrono::microseconds(options.connect_wait_us), where);
-      !s.ok()) {
-    return s;
-  }
-  redis::RedisStore::Options store_options;
-  store_options.key_prefix = options.key_prefix;
-  redis_store = std::make_unique<redis::RedisStore>(redis_client.get(), store_options);
-  // open and closed never decide locally: no local backend.
-  failover = std::make_unique<backend::Failover>(redis_store.get(), nullptr);
-  top = failover.get();
-  sync_wait_us = options.timeout_us + kSyncGraceUs;
-  return absl::OkStatus();
-}
-
 RateLimiter::RateLimiter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 RateLimiter::~RateLimiter() = default;
@@ -224,16 +183,11 @@ absl::StatusOr<std::unique_ptr<RateLimiter>> RateLimiter::Create(std::vector<Lim
                            .on_failure = on_failure,
                            .instances = 1});
   }
-  if (options.redis) {
-    if (absl::Status s = impl->StartRedis(*options.redis); !s.ok()) return s;
-  } else {
-    impl->memory = std::make_unique<store::MemoryStore>(
-        store::MemoryStore::Options{.max_entries = options.memory.max_keys,
-                                    .shards = options.memory.shards,
-                                    .on_full = options.memory.on_full},
-        impl->clock);
-    impl->top = impl->memory.get();
-  }
+  auto built = stack::LibraryStack::Build(options, impl->clock);
+  if (!built.ok()) return built.status();
+  impl->stack = *std::move(built);
+  impl->top = &impl->stack->backend();
+  if (options.redis) impl->sync_wait_us = options.redis->timeout_us + kSyncGraceUs;
   return std::unique_ptr<RateLimiter>(new RateLimiter(std::move(impl)));
 }
 
@@ -300,6 +254,6 @@ absl::StatusOr<size_t> RateLimiter::Reset(std::string_view key) {
 
 const std::vector<Limit>& RateLimiter::limits() const { return impl_->limits; }
 
-const std::string& RateLimiter::where() const { return impl_->where; }
+const std::string& RateLimiter::where() const { return impl_->stack->where(); }
 
 }  // namespace sluice

@@ -19,6 +19,7 @@
 #include "fmt/format.h"
 #include "redis/client.h"
 #include "spdlog/spdlog.h"
+#include "stack/redis_connect.h"
 
 namespace sluice::stack {
 
@@ -75,8 +76,6 @@ std::unique_ptr<store::MemoryStore> MakeMemory(const rules::Settings& settings,
 // domains' failure_mode answers until it comes).
 absl::Status StartRedis(const rules::Settings& settings, const std::optional<std::string>& url_flag,
                         Stack::Parts& backend, std::string& where) {
-  redis::Client::Options options;
-  options.cluster = settings.redis_cluster;
   std::vector<std::string> urls;
   if (url_flag) {
     urls = {*url_flag};
@@ -88,20 +87,11 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
     return absl::InvalidArgumentError(
         "backend: redis needs redis.url (or redis.nodes with cluster: true), or --redis URL");
   }
-  for (const std::string& url : urls) {
-    auto endpoint = redis::ParseUrl(url);
-    if (!endpoint.ok()) return endpoint.status();
-    options.seeds.push_back(*endpoint);
-  }
-  options.connection.timeout = std::chrono::microseconds(settings.redis_timeout_us);
-  where = redis::DescribeRedis(options.cluster, options.seeds[0]);
-  auto client = redis::Client::Create(options);
-  if (!client.ok()) return client.status();
-  backend.client = *std::move(client);
-  if (auto s = redis::AwaitFirstConnection(*backend.client, std::chrono::seconds(2), where);
-      !s.ok()) {
-    return s;
-  }
+  auto connection = ConnectRedis(urls, settings.redis_cluster, settings.redis_timeout_us,
+                                 std::chrono::seconds(2));
+  if (!connection.ok()) return connection.status();
+  backend.client = std::move(connection->client);
+  where = std::move(connection->where);
   if (!backend.client->Ready()) {
     spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", where,
                  backend.client->last_error());

@@ -1,0 +1,32 @@
+// Connecting to Redis the way every stack does (Stack::Build for `serve` and `sluice sim`,
+// LibraryStack for the library): the seeds from URLs, the client, and a wait for its first
+// connection, so that a refused login is an error at once; an unreachable server is not (the
+// failure policy answers until it is up).
+
+#ifndef SLUICE_STACK_REDIS_CONNECT_H_
+#define SLUICE_STACK_REDIS_CONNECT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "redis/client.h"
+
+namespace sluice::stack {
+
+struct RedisConnection {
+  std::unique_ptr<redis::Client> client;
+  std::string where;  // for messages: "redis 127.0.0.1:6379", "redis cluster via ..."
+};
+
+// `urls`: one server's, or seeds of a Redis Cluster (`cluster`); at least one. `timeout_us`:
+// each call's. Waits up to `wait` for the first connection (0: not at all).
+absl::StatusOr<RedisConnection> ConnectRedis(const std::vector<std::string>& urls, bool cluster,
+                                             int64_t timeout_us, std::chrono::microseconds wait);
+
+}  // namespace sluice::stack
+
+#endif  // SLUICE_STACK_REDIS_CONNECT_H_

@@ -4,59 +4,85 @@
 #
 #   bash scripts/check_layers.sh [ROOT]      (default: this script's repository)
 #
-# A file's module is its folder under src/ (src/http/transport/server.cc: http); include/sluice/ is the
-# module `sluice`, the public API. Includes of third-party code (absl/, fmt/, gtest/, ...) are
-# not checked; any other quoted include must name a module of the table. A module may include
-# itself. Tests (*_test.cc, and *_testing.h helpers) may also include the modules in the table's
-# third column. Prints every forbidden edge as `FILE:LINE: FROM -> TO ("INCLUDE")` and exits 1
-# if there is one; exits 0 with a one-line summary otherwise.
+# A file's module is the longest key of the table that is a folder of its path under src/
+# (src/backend/memory/memory_store.cc: backend/memory, not backend; src/http/service.cc: http);
+# include/sluice/ is the module `sluice`, the public API. An include's module is found the same way
+# from its path ("backend/memory/memory_store.h": backend/memory). Includes of third-party code
+# (absl/, fmt/, gtest/, ...) are not checked; any other quoted include must name a module of the
+# table. A module may include itself; a nested module (backend/memory) is a module of its own: it
+# may include its parent (backend) only if its row says so, and the parent may not include it unless
+# its row says so. Tests (*_test.cc, and *_testing.h helpers) may also include the modules in the
+# table's third column. Prints every forbidden edge as `FILE:LINE: FROM -> TO ("INCLUDE")` and exits
+# 1 if there is one; exits 0 with a one-line summary otherwise.
+#
+# The build follows the same table: each src/ folder's CMakeLists.txt builds one library,
+# sluice_<module> (slashes as underscores: sluice_backend_memory), linked only to the libraries of
+# its row, so a forbidden call fails to link as well (tests/layers_build_test.sh).
 set -euo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 
-# module  | may include                                             | its tests may also include
+# module        | may include                                                         | its tests may also include
 TABLE='
-sluice    | sluice                                                  |
-util      |                                                         |
-algo      | sluice                                                  |
-backend   | algo sluice                                             | store
-store     | algo util backend sluice                                |
-rules     | util backend sluice                                     | engine store cli
-engine    | rules algo backend util sluice                          | store
-render    | engine rules util sluice                                | store
-metrics   | util                                                    |
-redis     | backend algo util metrics sluice                        | store tests
-core      | algo store redis backend util sluice                    | tests
-stack     | store redis backend rules metrics util sluice           |
-tools     | store redis backend algo util sluice                    |
-http      | engine rules render metrics backend util sluice         | store
-rls       | engine rules render metrics backend util sluice         | store
-sim       | stack tools store redis backend rules algo util sluice  |
-cli       | http rls stack tools sim engine rules render metrics backend util sluice |
+sluice          | sluice                                                              |
+types           | sluice                                                              |
+util            |                                                                     |
+algo            | sluice                                                              |
+backend         | algo sluice                                                         |
+backend/memory  | backend algo util sluice                                            |
+backend/hybrid  | backend algo sluice                                                 | backend/memory
+redis           | metrics util sluice                                                 | tests
+backend/redis   | redis backend/hybrid backend algo metrics util sluice               | backend/memory tests
+rules           | backend util sluice                                                 | engine backend/memory cli
+engine          | rules backend algo util sluice                                      | backend/memory
+headers         | engine rules util sluice                                            | backend/memory
+metrics         | util                                                                |
+stack           | backend/memory backend/hybrid backend/redis redis backend rules metrics util sluice |
+library         | stack backend/memory backend util sluice                            | tests
+http/transport  | util sluice                                                         |
+http            | http/transport engine rules headers metrics backend util sluice     | backend/memory
+rls             | engine rules headers metrics backend util sluice                    | backend/memory
+cli/bench       | backend/memory backend/redis redis backend algo util sluice         |
+sim             | stack cli/bench backend/memory backend/redis redis backend rules algo util library sluice |
+cli             | http http/transport rls stack cli/bench sim library engine rules headers metrics backend util sluice |
 '
-# What the rows mean:
+# What the rows mean, bottom up (a request flows from a frontend through the engine to the
+# Backend interface, behind which the implementations decide with the algorithms):
+# - sluice: the public headers (include/sluice/). Their definitions are in types (clock.h,
+#   limit.h: the public types every layer uses) and library (limiter.h, rate_limiter.h: the
+#   library's classes). A row naming sluice links sluice_types; library has no headers, and a row
+#   naming it may link sluice_library, for sluice::Limiter (sim, cli).
 # - algo: the algorithms are pure functions of the public types. util: nothing of ours.
-# - backend: the Backend interface and the wrappers that decide through it (Failover, the
-#   over-limit cache, leases), and Eventual, which also decides on copies of states with the
-#   algorithms (algo), as the store does; store: the in-memory backend.
+# - backend: the Backend interface, the Failover wrapper (the failure policy), the ids of limits'
+#   states, reset epochs, the ticker and held denials (rules shared by the over-limit cache and
+#   the memory store's kept denials); never an implementation of itself.
+# - backend/memory: the in-memory backend and its per-thread fronts (kept denials, leases).
+#   backend/hybrid: wrappers that decide through another Backend (the over-limit cache, leases,
+#   hot keys) or on copies of states with the algorithms (Eventual). backend/redis: the Redis
+#   backend (its scripts, its eviction-policy check), on the wire client (redis) and on hybrid's
+#   leases and eventual copies, whose states it merges in algo's form.
+# - redis: the wire client (RESP, connections, cluster client, breaker); knows no Backend.
 # - rules and engine know the Backend interface, never an implementation of it, nor a frontend.
-# - render: rate-limit header fields, below both frontends (HTTP sends them, RLS carries them).
+# - headers: rate-limit header fields, below both frontends (HTTP sends them, RLS carries them).
 # - metrics: the Prometheus registry and sluice's metric set, for every frontend and Redis.
-# - redis: a backend; never the engine nor a frontend. Its merges (consistency: eventual) return
-#   states in algo's form.
-# - core: the public library's implementation, which chooses among the backends.
-# - stack: builds the backend stack (memory, Redis, the failure-policy wrapper) for `serve`.
-# - tools: `sluice bench store|redis`, which measure the backend implementations themselves.
+# - stack: builds the backend stacks (memory, Redis, the hybrid wrappers, the failure policy)
+#   for `serve`, `sluice sim` and the library: the one module above the implementations.
+# - library: the public library's implementation (sluice::Limiter on the memory store,
+#   sluice::RateLimiter on a stack that stack builds).
+# - http/transport: the Beast server, sessions and the reverse proxy's upstream client; knows
+#   nothing of rate limits. http: the rate-limit endpoints on it (check, auth, proxy, admin).
+# - http, rls: the frontends; never a backend implementation, nor each other.
+# - cli/bench: `sluice bench store|redis`, which measure the backend implementations themselves,
+#   and the Redis INFO readings that sim uses too.
 # - sim: `sluice sim`, several instances' stacks (stack) against one Redis, whose work it reads
-#   (tools' INFO readings) and whose admissions it judges against an exact model (sluice).
-# - http, rls: the frontends; never a backend implementation (store, redis), nor each other.
-#   cli is the command line on top of everything but the backend implementations (stack builds
-#   those for it, tools measures them).
-# Tests: a real engine needs a backend, and tests use the in-memory one (store), as do the
-# backend wrappers' tests (the store stands behind them); rules' tests
-# check that ConfigManager reloads keep the engine's state (engine) and that the embedded default
-# config (cli/default_config.h) loads; redis' tests, and core's of the library on Redis, run
-# real Redis servers (tests/support/).
+#   (cli/bench's INFO readings) and whose admissions it judges against an exact model (library).
+# - cli is the command line on top of everything but the backend implementations (stack builds
+#   those for it, cli/bench measures them).
+# Tests: a real engine needs a backend, and tests use the in-memory one (backend/memory), as do
+# the hybrid wrappers' tests (the store stands behind them) and the Redis scripts' (the same
+# decisions on both); rules' tests check that ConfigManager reloads keep the engine's state
+# (engine) and that the embedded default config (cli/default_config.h) loads; the Redis tests,
+# and library's of the library on Redis, run real Redis servers (tests/support/).
 
 # TEMPORARY EXCEPTIONS: edges the table forbids that are still there. Each goes when its edge
 # does; nothing may be added here. One per line: FROM TO reason.
@@ -81,6 +107,16 @@ done <<<"$EXCEPTIONS"
 declare -A third_party
 for t in $THIRD_PARTY $THIRD_PARTY_FILES; do third_party[$t]=1; done
 
+# module_of PATH: the longest key of the table that is a folder of PATH (a/b/c.h: a/b, else a),
+# else PATH's first folder; sets `found`.
+module_of() {
+  local dir=${1%/*}
+  while [[ $dir == */* && -z ${allowed[$dir]+x} ]]; do
+    dir=${dir%/*}
+  done
+  found=$dir
+}
+
 cd "$root"
 [[ -d src ]] || {
   echo "check_layers: no src/ under $root" >&2
@@ -93,8 +129,8 @@ while IFS= read -r -d '' file; do
   if [[ $file == include/sluice/* ]]; then
     module=sluice
   else
-    module=${file#src/}
-    module=${module%%/*}
+    module_of "${file#src/}"
+    module=$found
   fi
   base=${file##*/}
   is_test=0
@@ -110,6 +146,8 @@ while IFS= read -r -d '' file; do
     target=${include%%/*}
     [[ $include != */* ]] && target=$include
     [[ -n ${third_party[$target]+x} ]] && continue
+    module_of "$include"
+    target=$found
     if [[ $include != */* ]]; then
       echo "$file:$line: \"$include\" names no module (write \"module/$include\")"
       violations=$((violations + 1))

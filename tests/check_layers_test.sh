@@ -4,10 +4,13 @@
 #   bash tests/check_layers_test.sh [REPO_ROOT]        (default: this script's parent directory)
 #
 #   - the unchanged copy passes (the control);
-#   - `#include "http/transport/server.h"` planted in an algo file fails, naming that file and the edge;
-#   - a test-only allowance does not extend to the module's other files: `store/` planted in
-#     render's non-test code fails;
-#   - an include of a folder that is no module of the table fails.
+#   - `#include "http/service.h"` planted in an algo file fails, naming that file and the edge;
+#   - a test-only allowance does not extend to the module's other files: `backend/memory/`
+#     planted in headers' non-test code fails;
+#   - an include of a folder that is no module of the table fails;
+#   - nested modules are modules of their own: backend/memory -> http fails as
+#     `backend/memory -> http`, the Backend interface may not include its implementation
+#     (backend -> backend/memory), nor the HTTP transport its endpoints (http/transport -> http).
 #
 # Prints `N passed, M failed`; exits 1 on any failure.
 
@@ -59,9 +62,9 @@ fi
 # 2. algo -> http: fails, naming the file and the edge.
 file=src/algo/algorithms.cc
 copy_tree algo
-plant algo "$file" "http/transport/server.h"
+plant algo "$file" "http/service.h"
 run_check algo
-if [[ $status == 1 && $out == *"$file:"*"algo -> http (\"http/transport/server.h\") is not allowed"* ]]; then
+if [[ $status == 1 && $out == *"$file:"*"algo -> http (\"http/service.h\") is not allowed"* ]]; then
   pass "algo -> http fails and names $file"
 else
   fail "algo -> http fails and names $file" "exit $status" "$out"
@@ -72,15 +75,15 @@ else
   fail "only the planted include is reported" "other lines" "$out"
 fi
 
-# 3. A test's allowance (render's tests may include store) is not the module's.
+# 3. A test's allowance (headers' tests may include backend/memory) is not the module's.
 file=src/headers/rate_limit_headers.cc
-copy_tree render
-plant render "$file" "backend/memory/memory_store.h"
-run_check render
-if [[ $status == 1 && $out == *"$file:"*"render -> store"* ]]; then
-  pass "render -> store fails outside render's tests"
+copy_tree headers
+plant headers "$file" "backend/memory/memory_store.h"
+run_check headers
+if [[ $status == 1 && $out == *"$file:"*"headers -> backend/memory"* ]]; then
+  pass "headers -> backend/memory fails outside headers' tests"
 else
-  fail "render -> store fails outside render's tests" "exit $status" "$out"
+  fail "headers -> backend/memory fails outside headers' tests" "exit $status" "$out"
 fi
 
 # 4. A folder that is no module.
@@ -93,6 +96,27 @@ if [[ $status == 1 && $out == *"$file:"*"'nowhere' is not a module of the table"
 else
   fail "an unknown module fails" "exit $status" "$out"
 fi
+
+# 5. Nested modules: each is found by the longest folder of the table, on both ends of an edge.
+# expect_edge NAME FILE INCLUDE EDGE: planting INCLUDE into FILE fails, naming FILE and EDGE.
+expect_edge() {
+  local name=$1 file=$2 include=$3 edge=$4
+  copy_tree "$name"
+  plant "$name" "$file" "$include"
+  run_check "$name"
+  if [[ $status == 1 && $out == *"$file:"*"$edge (\"$include\") is not allowed"* &&
+    $(grep -c 'is not allowed' <<<"$out") == 1 ]]; then
+    pass "$edge fails and names $file"
+  else
+    fail "$edge fails and names $file" "exit $status" "$out"
+  fi
+}
+expect_edge memory_http src/backend/memory/memory_store.cc "http/service.h" "backend/memory -> http"
+expect_edge backend_memory src/backend/failover.cc "backend/memory/memory_store.h" \
+  "backend -> backend/memory"
+expect_edge transport_http src/http/transport/server.cc "http/check_json.h" \
+  "http/transport -> http"
+expect_edge redis_store src/redis/client.cc "backend/redis/redis_store.h" "redis -> backend/redis"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

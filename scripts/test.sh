@@ -93,7 +93,8 @@ phase lint env JOBS="$jobs" scripts/lint.sh
 phase build build_release
 phase ctest ctest --preset release -j "$jobs"
 phase fuzz fuzz
-# The unit tests of the code that manages memory by hand (store, HTTP server and upstream client,
-# pooled allocator, Redis connection and client), built by fuzz.sh with ASan + UBSan.
+# The unit tests of the code that manages memory by hand (the memory store, the HTTP transport:
+# server, pooled allocator, upstream client; the Redis wire client), built by fuzz.sh with ASan +
+# UBSan (the fuzz preset's backend_memory_test, http_transport_test, redis_test).
 phase sanitized ctest --test-dir build/fuzz -L unit -j "$jobs" --output-on-failure
 summary

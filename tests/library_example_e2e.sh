@@ -23,8 +23,8 @@ check "the CMake package installed" 1 \
 if [[ -n $lib ]]; then
   exported=$(nm -D --defined-only "$lib" | c++filt | cut -d' ' -f3-)
   check "exports sluice::RateLimiter" 1 "$(grep -q '^sluice::RateLimiter::Decide' <<<"$exported" && echo 1)"
-  check "exports nothing internal (store, redis, backend, algo, fmt, spdlog, asio)" "" \
-    "$(grep -E '(sluice::(store|redis|backend|algo|util)::|fmt::|spdlog::|asio::)' <<<"$exported" | head -3)"
+  check "exports nothing internal (store, redis, backend, algo, stack, fmt, spdlog, asio)" "" \
+    "$(grep -E '(sluice::(store|redis|backend|algo|util|stack)::|fmt::|spdlog::|asio::)' <<<"$exported" | head -3)"
 fi
 
 example=$tmp/example

@@ -151,7 +151,7 @@ check "request: Keep-Alive, TE, Upgrade, Proxy-Connection, Connection stripped" 
 check "request: end-to-end field kept" "k" "$(grep -i '^x-kept:' "$tmp/body" | cut -d' ' -f2-)"
 check "response from /hop" 200 "$(req "$url/hop")"
 # (The test upstream runs on sluice's HttpServer, which writes its own Connection field, so a
-# field named by the upstream's Connection cannot be shown here; upstream_client_test covers it.)
+# field named by the upstream's Connection cannot be shown here; http_transport_test covers it.)
 check "response: Keep-Alive stripped" "" "$(header Keep-Alive)"
 check "response: end-to-end field kept" "1" "$(header X-End)"
 

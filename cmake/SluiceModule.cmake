@@ -1,0 +1,48 @@
+# How each folder under src/ builds (src/<module>/CMakeLists.txt):
+#
+#   sluice_library(sluice_<module> [PIC] SOURCES...)
+#     The module's one library, of its non-test sources. Its users include its headers by their
+#     path under src/ ("backend/memory/memory_store.h") and the public ones under include/
+#     ("sluice/limit.h"). The folder then links it to the sluice libraries its row of
+#     scripts/check_layers.sh allows, and nothing else of ours. PIC: the module goes into
+#     libsluice.so too (src/library/), so it is position-independent; -fno-semantic-interposition
+#     keeps the code what it is without -fPIC (calls within the library may still be inlined;
+#     nothing interposes on them).
+#
+#   sluice_test(NAME [NO_DISCOVER] SOURCES... LINK libraries...)
+#     A gtest binary of a module's tests (one per folder: fewer links), linked to the module's
+#     library and to what its row's test column allows (LINK), and GoogleTest. Each test becomes
+#     a ctest test labelled `unit` (NO_DISCOVER: the caller runs gtest_discover_tests itself).
+#
+# SLUICE_LINK_CHECK (tests/layers_build_test.sh): every module library is a shared library linked
+# with -Wl,--no-undefined, so a library that calls into a module it does not link (one its row
+# does not allow) fails to link; a static library never would.
+option(SLUICE_LINK_CHECK "Build each module library shared with --no-undefined (layer check)" OFF)
+
+function(sluice_library name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "PIC" "" "")
+  if(SLUICE_LINK_CHECK)
+    add_library(${name} SHARED ${arg_UNPARSED_ARGUMENTS})
+    target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  else()
+    add_library(${name} STATIC ${arg_UNPARSED_ARGUMENTS})
+  endif()
+  target_include_directories(${name}
+    PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include
+    PRIVATE ${XXHASH_INCLUDE_DIR})
+  if(arg_PIC)
+    set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    target_compile_options(${name} PRIVATE -fno-semantic-interposition)
+  endif()
+endfunction()
+
+function(sluice_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "NO_DISCOVER" "" "SOURCES;LINK")
+  add_executable(${name} ${arg_SOURCES})
+  target_link_libraries(${name} PRIVATE ${arg_LINK} GTest::gtest GTest::gmock GTest::gtest_main)
+  # tests/support/ (real Redis servers and the like) by its path from the repository's root.
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
+  if(NOT arg_NO_DISCOVER)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
+  endif()
+endfunction()

@@ -17,7 +17,9 @@
 #
 # The build follows the same table: each src/ folder's CMakeLists.txt builds one library,
 # sluice_<module> (slashes as underscores: sluice_backend_memory), linked only to the libraries of
-# its row, so a forbidden call fails to link as well (tests/layers_build_test.sh).
+# its row, and its tests' binary, linked to those of the test column too. This script checks those
+# links as it checks includes; a forbidden call then fails to link as well, even one that no
+# include names (tests/layers_build_test.sh).
 set -euo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -169,13 +171,54 @@ while IFS= read -r -d '' file; do
     sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
 done < <(find src include/sluice -type f \( -name '*.h' -o -name '*.cc' -o -name '*.h.in' \) -print0 2>/dev/null | sort -z)
 
+# The build: in each src/<module>/CMakeLists.txt, target_link_libraries may name only the sluice
+# libraries (sluice_<module>, slashes as underscores) of the modules the row allows (sluice: the
+# public types' sluice_types), and a test binary's (sluice_test ... LINK ...) those of the test
+# column too. Prints `FILE: TARGET -> MODULE (LIBRARY) is not allowed`.
+declare -A library_module
+for key in "${!allowed[@]}"; do library_module[sluice_${key//\//_}]=$key; done
+link_files=0
+while IFS= read -r -d '' cmake_file; do
+  link_files=$((link_files + 1))
+  module=${cmake_file#src/}
+  module=${module%/CMakeLists.txt}
+  if [[ -z ${allowed[$module]+x} ]]; then
+    echo "$cmake_file: module '$module' is not in the table of scripts/check_layers.sh"
+    violations=$((violations + 1))
+    continue
+  fi
+  text=$(sed 's/#.*//' "$cmake_file" | tr '\n' ' ')
+  # One line per link: TARGET [test] LIBRARIES...
+  while read -r target kind libraries; do
+    [[ -z $target ]] && continue
+    for library in $libraries; do
+      [[ $library == sluice_* ]] || continue
+      to=${library_module[$library]:-}
+      [[ $library == sluice_types ]] && to=sluice
+      if [[ -z $to ]]; then
+        echo "$cmake_file: $target -> $library: no module of the table builds it"
+        violations=$((violations + 1))
+        continue
+      fi
+      [[ ${allowed[$module]} == *" $to "* ]] && continue
+      [[ $kind == test && ${test_allowed[$module]} == *" $to "* ]] && continue
+      echo "$cmake_file: $target -> $to ($library) is not allowed"
+      violations=$((violations + 1))
+    done
+  done < <(grep -oE 'target_link_libraries\([^)]*\)' <<<"$text" |
+    sed -E 's/^target_link_libraries\( *([^ )]+)(.*)\)$/\1 lib \2/'
+    grep -oE 'sluice_test\([^)]*\)' <<<"$text" |
+    sed -E 's/^sluice_test\( *([^ )]+).* LINK (.*)\)$/\1 test \2/')
+done < <(find src -name CMakeLists.txt -print0 2>/dev/null | sort -z)
+
 for edge in "${!excepted[@]}"; do
   if [[ ${excepted[$edge]} == 0 ]]; then
     echo "check_layers: note: the exception '${edge/ / -> }' is no longer needed: delete it" >&2
   fi
 done
 if ((violations > 0)); then
-  echo "check_layers: $violations forbidden include(s) in $files files (table: scripts/check_layers.sh)"
+  echo "check_layers: $violations forbidden include(s) or link(s) in $files files and" \
+    "$link_files CMakeLists.txt (table: scripts/check_layers.sh)"
   exit 1
 fi
-echo "check_layers: $files files, every include allowed"
+echo "check_layers: $files files and $link_files CMakeLists.txt, every include and link allowed"

@@ -10,7 +10,10 @@
 #   - an include of a folder that is no module of the table fails;
 #   - nested modules are modules of their own: backend/memory -> http fails as
 #     `backend/memory -> http`, the Backend interface may not include its implementation
-#     (backend -> backend/memory), nor the HTTP transport its endpoints (http/transport -> http).
+#     (backend -> backend/memory), nor the HTTP transport its endpoints (http/transport -> http);
+#   - the build's links follow the table too: sluice_algo linked to sluice_http in
+#     src/algo/CMakeLists.txt fails, and so does headers' library linked to the memory store,
+#     which only headers' tests may link.
 #
 # Prints `N passed, M failed`; exits 1 on any failure.
 
@@ -117,6 +120,26 @@ expect_edge backend_memory src/backend/failover.cc "backend/memory/memory_store.
 expect_edge transport_http src/http/transport/server.cc "http/check_json.h" \
   "http/transport -> http"
 expect_edge redis_store src/redis/client.cc "backend/redis/redis_store.h" "redis -> backend/redis"
+
+# 6. Links in the folders' CMakeLists.txt.
+# expect_link NAME CMAKELISTS LINE EDGE: appending LINE to CMAKELISTS fails, naming it and EDGE.
+expect_link() {
+  local name=$1 file=$2 line=$3 edge=$4
+  copy_tree "$name"
+  echo "$line" >>"$work/$name/$file"
+  run_check "$name"
+  if [[ $status == 1 && $out == *"$file: $edge is not allowed"* &&
+    $(grep -c 'is not allowed' <<<"$out") == 1 ]]; then
+    pass "link $edge fails"
+  else
+    fail "link $edge fails" "exit $status" "$out"
+  fi
+}
+expect_link link_algo src/algo/CMakeLists.txt "target_link_libraries(sluice_algo PUBLIC sluice_http)" \
+  "sluice_algo -> http (sluice_http)"
+expect_link link_headers src/headers/CMakeLists.txt \
+  "target_link_libraries(sluice_headers PRIVATE sluice_backend_memory)" \
+  "sluice_headers -> backend/memory (sluice_backend_memory)"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -13,6 +13,7 @@
 #     A gtest binary of a module's tests (one per folder: fewer links), linked to the module's
 #     library and to what its row's test column allows (LINK), and GoogleTest. Each test becomes
 #     a ctest test labelled `unit` (NO_DISCOVER: the caller runs gtest_discover_tests itself).
+#     Compiled at -Og in a release build.
 #
 # SLUICE_LINK_CHECK (tests/layers_build_test.sh): every module library is a shared library linked
 # with -Wl,--no-undefined, so a library that calls into a module it does not link (one its row
@@ -42,6 +43,10 @@ function(sluice_test name)
   target_link_libraries(${name} PRIVATE ${arg_LINK} GTest::gtest GTest::gmock GTest::gtest_main)
   # tests/support/ (real Redis servers and the like) by its path from the repository's root.
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
+  # In a release build the tests' own code is compiled at -Og, not -O3: it is half of what the
+  # build compiles, -O3 doubles its compile time, and no test measures speed (bench/ does). The
+  # code under test is the module's library, at the build's own level.
+  target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-Og>)
   if(NOT arg_NO_DISCOVER)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
   endif()

@@ -4,6 +4,7 @@
 // algorithm admits (no over-admission). Leases asked for at once share script calls (mode 6),
 // each granting what a call of its own (mode 4) would, on one server and on a cluster.
 
+#include <deque>
 #include <future>
 #include <random>
 #include <thread>
@@ -249,7 +250,9 @@ TEST_F(LeaseTest, LeasesAskedAtOnceShareCallsAndGrantWhatCallsOfTheirOwnWould) {
                           MakeLimit(Algorithm::kFixedWindow, 5, kHour),
                           MakeLimit(Algorithm::kLeakyBucket, 10, kHour),
                           MakeLimit(Algorithm::kSlidingLog, 10, kHour)};
-  // Every state's keys, for the batched run and for the reference run.
+  // Every state's keys, for the batched run and for the reference run. An Item's key is a view:
+  // the strings it views live in `keys` (a deque: they never move) for the whole test.
+  std::deque<std::string> keys;
   const auto asks_on = [&](std::string_view prefix) {
     std::vector<Ask> asks;
     for (int i = 0; i < 200; ++i) {
@@ -258,11 +261,12 @@ TEST_F(LeaseTest, LeasesAskedAtOnceShareCallsAndGrantWhatCallsOfTheirOwnWould) {
       // change what the state has (a token per 6 minutes).
       const int64_t life =
           limits[l].algorithm == Algorithm::kTokenBucket ? 10 * kSecond : 100 * kMs;
-      asks.push_back({.item = {.limit = &limits[l],
-                               .limit_id = l + 1,
-                               .key = std::string(prefix) + std::to_string(i % 9)},
-                      .want = static_cast<uint64_t>(1 + (i * 7) % 9),
-                      .life_us = life});
+      asks.push_back(
+          {.item = {.limit = &limits[l],
+                    .limit_id = l + 1,
+                    .key = keys.emplace_back(std::string(prefix) + std::to_string(i % 9))},
+           .want = static_cast<uint64_t>(1 + (i * 7) % 9),
+           .life_us = life});
     }
     return asks;
   };

@@ -1,47 +1,13 @@
-// Rate-limit response headers: an engine::Response rendered as HTTP header fields.
+// Rate-limit response headers: an engine::Response rendered as HTTP header fields
+// (X-RateLimit-*, the IETF RateLimit-Policy / RateLimit fields, Retry-After).
 //
-// Both frontends send them: HTTP on its answers, RLS in response_headers_to_add. So they live
-// below both (src/headers), and neither frontend includes the other.
+// Both frontends send them (HTTP on its answers, RLS in response_headers_to_add), so they live
+// below both, in src/headers, and neither frontend includes the other.
 //
-// Two families, chosen by the `headers:` setting (docs/configuration.md), plus Retry-After:
+// Thread safety: pure functions of their arguments; safe to call from any thread.
+// Units: times are whole seconds, rounded up; integers are clamped to the sf-integer range.
 //
-//   X-RateLimit-Limit: 100          N of the most restrictive limit (Response::Headline())
-//   X-RateLimit-Remaining: 0        Response::remaining, the lowest over every applied limit
-//   X-RateLimit-Reset: 17           the headline limit's `t` (below): delta seconds, never epoch
-//   RateLimit-Policy: "per-ip";q=100;w=1, "100-per-1d";q=100;w=86400
-//   RateLimit: "per-ip";r=0;t=1, "100-per-1d";r=42;t=35000
-//   Retry-After: 1                  on a deny only
-//
-// The IETF fields follow draft-ietf-httpapi-ratelimit-headers-08 … -10 (named policies, RFC 9651
-// Structured Field Lists of sf-string Items with parameters q/w and r/t); this is the profile
-// sluice's HTTP frontends send (docs/http-api.md, "Headers"). Exact rules:
-//
-// * `t` of one limit, in whole seconds rounded up: when its decision denied (enforced or shadow),
-//   the wait until it would admit the request (Decision::retry_after_us); when it allowed, the
-//   time until its state is back to the initial one (Decision::reset_after_us). A "never" denial
-//   (Decision::kNever: cost above the capacity, or N == 0) reports kNeverRetryAfterSeconds.
-//   X-RateLimit-Reset is the headline limit's `t`, so both families always agree.
-// * Retry-After (RFC 9110 §10.2.3 delay-seconds) is sent on every deny (Response::allowed false),
-//   whatever the styles: the largest `t` among the enforced denying limits, at least 1, so it
-//   never points earlier than the `t` of a violated policy. Shadow-mode limits never deny: they
-//   report r=0 as the engine does but do not lengthen Retry-After.
-// * Policy names: the limit's `name`; for an unnamed limit "<N>-per-<window>" from its definition
-//   ("100-per-1s", "10-per-250ms", FormatDuration spelling), which is stable across reloads and
-//   reveals no descriptor value. Bytes outside printable ASCII become '?', `"` and `\` are
-//   escaped (RFC 9651 §3.3.3), so a name can never break the field or inject a header.
-// * Items are ordered most constrained first (the headline first, then enforced denials by
-//   longest wait, then lowest remaining, then latest t). One item per name: a later item with the
-//   same (sanitised) name, i.e. the same policy reached through another descriptor or plan, is
-//   dropped, so the kept one is the most constrained and both fields list the same names.
-// * `q` is the limit's N (requests per window; a token bucket's burst can make r exceed q);
-//   `w` is the window in whole seconds rounded up, at least 1: a 250 ms window reports w=1, a
-//   1.5 s window w=2 (the policy looks stricter than it is, never more permissive). No `qu`
-//   (requests is the default) and no `pk` (privacy).
-// * Integers are clamped to [0, 999999999999999] (the sf-integer range), in both families.
-// * No applied limit (unknown domain, no rule matched, only `unlimited` rules): no header at all,
-//   not even Retry-After.
-//
-// Pure functions of their arguments; safe to call from any thread.
+// Design: docs/http-api.md#header-rules (each field's exact rule, names, order, clamping).
 
 #ifndef SLUICE_HEADERS_RATE_LIMIT_HEADERS_H_
 #define SLUICE_HEADERS_RATE_LIMIT_HEADERS_H_

@@ -1,41 +1,15 @@
-// The Envoy Rate Limit Service (RLS v3) codec: RateLimitRequest -> engine::Request, and
-// engine::Response -> RateLimitResponse, plus envoyproxy/ratelimit's `/json` endpoint as a pure
+// The Envoy Rate Limit Service (RLS v3) codec: RateLimitRequest -> engine::Request,
+// engine::Response -> RateLimitResponse, and envoyproxy/ratelimit's `/json` endpoint as a pure
 // function. Every frontend that speaks RLS (gRPC ShouldRateLimit, HTTP /json) goes through here,
-// so the two answer identically. The contract is Envoy's rls.proto and envoyproxy/ratelimit's
-// answers, restated in docs/rls.md with their public sources; section numbers below refer to it.
+// so the two answer identically. The messages are sluice's own .proto files (src/rls/proto),
+// wire-identical to Envoy's.
 //
-// The messages are sluice's own .proto files (src/rls/proto), wire-identical to Envoy's.
+// Thread safety: every function is a pure function of its arguments, except ShouldRateLimit,
+// which is as thread-safe as the Engine it is given (Engine is safe for concurrent use).
+// Units: durations in whole seconds, rounded up; counts clamped to uint32.
 //
-// What the answer says (§3, copied from envoyproxy/ratelimit):
-//
-//   descriptor i                      statuses[i]
-//   no rule matched, unknown domain,  code OK; no current_limit, limit_remaining 0, no
-//   rule dropped by `replaces`,       duration_until_reset
-//   plan not resolved
-//   `unlimited: true` rule            code OK; no current_limit; limit_remaining 4294967295
-//   limited                           code OK or OVER_LIMIT; current_limit, limit_remaining,
-//                                     duration_until_reset of the descriptor's headline limit
-//
-// * A descriptor with several limits (sluice's `limits:` and plans) reports its headline limit
-//   (DescriptorResult::headline): the denying one with the longest wait, else the one with the
-//   lowest remaining. Envoy's X-RateLimit headers pick the lowest limit_remaining over the
-//   statuses, so they name the most constrained limit of the request.
-// * limit_remaining: Decision::remaining clamped to [0, 4294967295]; 0 on an OVER_LIMIT status
-//   (as upstream, even when a request of cost > 1 was denied with a few units left). A shadow-mode
-//   limit that would deny reports code OK, remaining 0 (§3 shadow_mode row).
-// * duration_until_reset: Decision::reset_after_us in whole seconds rounded up, nanos 0. For
-//   fixed_window (and overrides) this equals upstream's `divider - now % divider`; for the other
-//   algorithms it is the time until the key's state is back to initial (a full bucket), so it can
-//   be 0 ("0s") when there is nothing to reset. Always present for a limited descriptor.
-// * current_limit: see CurrentLimit below (the limit's N per W as requests_per_unit + unit, and
-//   its `name`).
-// * overall_code: OVER_LIMIT iff a status is OVER_LIMIT or the engine denied; never UNKNOWN.
-//   Note the engine is all-or-nothing: when one descriptor is denied, no descriptor consumes, so
-//   the other statuses report their remaining with nothing consumed (upstream consumes them).
-//
-// Thread safety: every function here is a pure function of its arguments, except
-// ShouldRateLimit, which is as thread-safe as the Engine it is given (Engine is safe for
-// concurrent use).
+// Design: docs/rls.md#7-how-sluices-codec-fills-the-answer (how each status is filled); the
+// contract it follows is the rest of docs/rls.md, whose section numbers (§3) are cited below.
 
 #ifndef SLUICE_RLS_CODEC_H_
 #define SLUICE_RLS_CODEC_H_
@@ -91,7 +65,7 @@ struct HeaderField {
   std::string value;
 };
 
-// Renders the engine's answer (§3, see the banner). `response_headers` go, in order, into
+// Renders the engine's answer (§3, filled in as §7 says). `response_headers` go, in order, into
 // response_headers_to_add (key = name, value = value; raw_value never set). Pass none to
 // answer exactly as envoyproxy/ratelimit does by default (LIMIT_RESPONSE_HEADERS_ENABLED off):
 // that is sluice's default, and then the /json body holds only overallCode and statuses.

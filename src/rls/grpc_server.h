@@ -1,24 +1,12 @@
-// The gRPC port of `sluice serve`: Envoy's Rate Limit Service and gRPC health checking.
+// The gRPC port of `sluice serve`: Envoy's Rate Limit Service (ShouldRateLimit, through
+// rls::ShouldRateLimit in codec.h, as /json does) and gRPC health checking.
 //
-//   /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit   (docs/rls.md §1)
-//   /grpc.health.v1.Health/Check                                   (§5)
+// Thread safety: safe for concurrent use. Handlers never block: a decision is made inline
+// (memory store) or finished later from the Redis client's thread. Options::threads picks
+// gRPC's callback API (0) or N completion-queue threads of this server.
 //
-// ShouldRateLimit is rls::ShouldRateLimit (codec.h) on the config snapshot current when the call
-// arrives, at the clock's now: the same function /json calls, so both answer identically. Its
-// errors become the gRPC status of the same code with the same message (FromProto's
-// InvalidArgument -> INVALID_ARGUMENT "rate limit domain must not be empty", ...). Upstream sends
-// every error as UNKNOWN; Envoy treats any non-OK status alike (failure_mode_deny decides).
-//
-// Health: service names "" (the whole server) and "ratelimit" (envoyproxy/ratelimit's name) are
-// SERVING while a config is loaded and the server is not draining, else NOT_SERVING; any other
-// name fails with NOT_FOUND, as the health protocol says. Unlike upstream, "" follows
-// "ratelimit" into NOT_SERVING when draining, so a checker of either name sees the drain.
-//
-// Threads (Options::threads): 0 serves ShouldRateLimit on gRPC's callback API, on gRPC's own
-// threads; N > 0 on gRPC's async API with N completion queues, each drained by one thread of
-// this server. Health is always on the callback API. Either way handlers never block: the
-// decision is made inline (memory store) or finished later from the Redis client's thread.
-// Safe for concurrent use.
+// Design: docs/http-api.md#grpc-server (errors, health names, threads); the protocol:
+// docs/rls.md.
 
 #ifndef SLUICE_RLS_GRPC_SERVER_H_
 #define SLUICE_RLS_GRPC_SERVER_H_

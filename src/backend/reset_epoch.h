@@ -1,19 +1,12 @@
-// ResetEpochWatch: keeps an instance's copies of shared states honest after resets elsewhere.
+// ResetEpochWatch: keeps an instance's copies of shared states (the over-limit cache's denials,
+// leased units) honest after resets elsewhere, by reading the backend's reset epoch: a reset
+// anywhere is seen within kFreshUs plus a round trip, and a keeper stops answering within
+// kFreshUs when the backend cannot be read.
 //
-// What an instance keeps of states that live on a shared backend (the over-limit cache's
-// denials, leased units) holds only until someone resets those states (admin "unblock this
-// customer"), through any instance. The backend's reset epoch (Backend::ReadResetEpoch) changes
-// with every reset. The keeper asks Fresh() before answering from what it keeps, and calls
-// MaybeRead() while it keeps anything: a reading is asked for at most every kReadUs, a keeper
-// answers only while its last good reading is less than kFreshUs old, and when a reading differs
-// from the one before, `on_change` runs (with the monotonic time that reading was asked, so the
-// keeper can also drop what was on its way then) before the reading counts. So a reset anywhere
-// is seen within kFreshUs plus a round trip; a backend that cannot be read stops the keeper
-// answering within kFreshUs.
+// Thread safety: safe for concurrent use.
+// Ownership: `source` is not owned; this must outlive the source's calls. Units: microseconds.
 //
-// Safe for concurrent use. `source` is not owned; a reading in flight calls back into this
-// object, which must outlive the source's calls (as the stack's parts do: the Redis client goes
-// first).
+// Design: docs/hybrid.md#the-reset-epoch (Fresh, MaybeRead, on_change).
 
 #ifndef SLUICE_BACKEND_RESET_EPOCH_H_
 #define SLUICE_BACKEND_RESET_EPOCH_H_

@@ -1,52 +1,14 @@
 // Eventual: a backend that decides `consistency: eventual` items on this instance's copy of each
-// state and merges what it admitted into the shared one (Redis) every sync interval, in one
-// call per node, taking the merged state back: gubernator's GLOBAL behaviour, on the very states
-// the exact path uses. It may admit more than deciding each request there would, by at most a
-// bound that docs/hybrid.md derives and `sluice sim` measures ("Eventual"):
+// state and merges what it admitted into the shared one (Redis) every sync interval, taking the
+// merged state back (gubernator's GLOBAL behaviour). It may over-admit by a bounded amount: at
+// most (instances - 1) x the local admission rate x (V + T + D), with T the sync interval, V the
+// oldest copy decided on (Options::max_age_us) and D the longest sync round trip.
 //
-//   over-admission in any window <= the units the other instances admit in any span of
-//   V + T + D, where T is the sync interval, V the oldest copy decided on (Options::max_age_us,
-//   2 T by default) and D the longest sync round trip
+// Thread safety: safe for concurrent use if `inner`, `exact` and `source` are.
+// Ownership: none of them is owned. Units: microseconds; copies in Redis's clock.
 //
-// that is, at most (instances - 1) x the local admission rate x (V + T + D). It never admits
-// more than its own copy allows, so one instance alone is exact.
-//
-// A request is decided here when every item is eventual, of an algorithm this decides
-// (token_bucket, fixed_window, sliding_window; not shadow, not count_denied, cost > 0) and has a
-// copy younger than max_age_us: all-or-nothing on the copies, denials included (with the
-// retry_after the copy gives). Otherwise it goes to `exact` (Redis itself: what the over-limit
-// cache answers has no time in the source's clock), and the decision gives the items a copy: the
-// state as the decision leaves it, rebuilt from what it says (a fixed window's count exactly; a
-// bucket's debt and a sliding window's estimate rounded up, which can only deny more) and made
-// exact at the next merge.
-//
-// Sync() sends, per state, the units admitted here since the last sync (with when they were
-// admitted, for windows) and, for every state decided on since then, takes the merged state back;
-// units admitted while the call is out are charged again on top of the reply. A call that fails
-// keeps its units for the next one (if it had in fact been applied, they count twice: the
-// instance can only deny more). A state not used for max_age_us and with nothing to send is
-// dropped. Sync() runs every Options::sync_interval_us from a thread of its own when
-// Options::ticker is set (serve), and in any case from Decide once an interval is over.
-//
-// Cold keys from leases (`cold_keys: lease`: items with a hot_key_rate, Options::leases set): a
-// request whose states are all cold here (under hot_key_rate on this instance,
-// backend/hybrid/hot_keys.h), none of them with a copy here, and none fenced (below), goes to
-// `inner`, the Leases, which decide it from leases and never admit more than exact. A hotter state
-// gets a copy as above, but one whose merges fence the state (Delta::fence_us, V + T from each
-// merge): a lease asked of a fenced state takes nothing (LeaseSource::Grant::fenced), and the
-// instance that asked decides the state on a copy too. Such a copy is decided on only from a merge
-// that fenced it (not from an exact decision, not from a merge sent before a reload turned fences
-// on) and for at most max_age_us from that merge's send, inside its fence: every lease it cannot
-// see was taken before that merge ran, and is in the state it read, so the bound above stands (on
-// Redis's clock: a fence ends by its time). A state stays on its copy here while the copy is in
-// use.
-//
-// Times: the copies are kept in the source's clock (Redis's), which this instance estimates
-// from the replies (their time less half the round trip); every time here is read from `clock`.
-// A reset (admin) drops this instance's copies of those states and anything not sent; a reset
-// elsewhere reaches this copy at its next merge.
-//
-// Safe for concurrent use if `inner`, `exact` and `source` are. None is owned.
+// Design: docs/hybrid.md#the-eventual-backend (which requests, Sync, cold keys and fences,
+// resets); the bound: docs/algorithms.md#eventual-consistency-eventual-the-bound-on-over-admission.
 
 #ifndef SLUICE_BACKEND_HYBRID_EVENTUAL_H_
 #define SLUICE_BACKEND_HYBRID_EVENTUAL_H_

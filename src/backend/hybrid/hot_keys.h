@@ -1,23 +1,11 @@
 // HotKeys: which states this instance sees at more than a given rate (`hot_keys: lease`,
-// backend::Item::hot_key_rate), found in bounded memory and at a small fixed cost per request.
+// backend::Item::hot_key_rate), found with the space-saving algorithm in bounded memory (at most
+// `slots` states) at a small fixed cost per request. Only a state's own requests promote it.
 //
-// The space-saving algorithm (Metwally, Agrawal, El Abbadi, "Efficient computation of frequent
-// and top-k elements in data streams", 2005) over whole seconds of the monotonic clock: at most
-// `slots` states are tracked, by a 64-bit hash of their identity (limit_id, key), each with a
-// weight, its requests in this second and the last one (plus what it inherited). A request of an
-// untracked state takes the slot of least weight and inherits that weight plus one, so a state
-// with more than 1/slots of the requests of two seconds is always tracked. Each slot also counts
-// its own requests since it took the slot, per second: exact lower bounds of the state's rate.
-// Only they promote, so a state is never promoted for requests it did not have.
+// Thread safety: safe for concurrent use. Units: requests per second, whole seconds of the
+// monotonic clock.
 //
-// A state is promoted when its rate (this second's own requests plus the last second's, weighed
-// by what is left of this second) passes its hot_key_rate. It is demoted after kDemoteAfterSeconds
-// whole seconds in a row under half of that (hysteresis), or when its slot is taken (it was then
-// the least requested state tracked).
-//
-// Per request: one hash, one lookup in a table of fixed capacity and a sift in a heap of `slots`;
-// nothing is allocated but a promoted state's key text (for the metrics), once per promotion.
-// Safe for concurrent use.
+// Design: docs/hybrid.md#how-hot-keys-are-found (tracking, promotion, demotion, cost).
 
 #ifndef SLUICE_BACKEND_HYBRID_HOT_KEYS_H_
 #define SLUICE_BACKEND_HYBRID_HOT_KEYS_H_

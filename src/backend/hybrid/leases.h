@@ -1,59 +1,16 @@
-// Leases: a backend that decides `consistency: leased` items from units leased from the shared
-// backend (Redis), so that most decisions cost it nothing, and never admits more than deciding
-// each request there would.
+// Leases: a backend that decides `consistency: leased` items (and `hot_keys: lease` items while
+// hot) from units leased from the shared backend (Redis), so that most decisions cost it nothing;
+// it never admits more than deciding each request there would.
 //
-// A lease is L units of one state (limit, key), taken in one call (LeaseSource::Lease) and
-// recorded there so that spending them at any moment until the lease ends cannot over-admit, even
-// with exact callers and other instances' leases on the same state (docs/algorithms.md,
-// "Leases"). This instance then admits requests from its units with no call. A request is decided
-// here only when every item is leased, leasable (token_bucket, fixed_window, sliding_window; not
-// shadow, not count_denied, cost > 0) and its lease has the units; the units are spent
-// all-or-nothing. Otherwise:
-//   - items without enough units get a lease (one call each; a state with a lease call in flight
-//     does not wait for it), and the request is decided from them if they cover it;
-//   - else it is decided by the backend behind (`inner`: the over-limit cache and Redis), exactly,
-//     which also gives a denial its retry_after.
-// So a denial here is always the backend's, and an admission here spends units the backend
-// already counted.
+// A request is decided here only when every item is leasable and its lease covers the cost,
+// all-or-nothing; otherwise its items get leases, or `inner` (the over-limit cache and Redis)
+// decides it exactly. So every denial is `inner`'s.
 //
-// L adapts per state: the first lease is 4 × the request's cost; then about twice the rate the
-// last lease was spent at over a lease's life, at least the request's cost, and never more than
-// half of what the state had left after the last grant divided by the instances (Item::instances),
-// so that near the limit leases shrink to 1 and the instances share what is left. A lease that
-// ended is remembered for one more lease life, no longer than its window (while the table is under
-// half full): the state's next lease, in a new window say, is sized by the rate the ended one was
-// spent at (and, in the same window, still by what the state had left). A state whose lease comes
-// back empty is decided by `inner` (its denials from the over-limit cache) for a while before it is
-// leased again: a lease interval for a bucket or a sliding window, which free units as time passes;
-// ten for a fixed window, then as long as it has been dry, up to an eighth of its window, a window
-// lease's life and the window's end (DryFor).
+// Thread safety: safe for concurrent use if `inner` and `source` are.
+// Ownership: neither `inner` nor `source` is owned. Units: microseconds; leases in cost units.
 //
-// A bucket's lease lives Options::life_us, the target interval (its life is recorded as
-// consumed); a window's lives Options::window_life_us (its units count in their window whenever
-// they are spent), and never past its window. Unspent units: a
-// newer lease of the same window takes them over; otherwise a window's lease returns them (a
-// refund inside its window, while that lasts) when it ends, when a lease of another window
-// replaces it, when its limit changes (a reload gives the state a new id; Stack gives back every
-// lease at a reload) and at shutdown (ReturnAll). A bucket's unspent units are not given back
-// (unsafe: docs/algorithms.md); they drain with the bucket's refill. Both are the price of leasing:
-// units one instance held that another needed (under-admission), counted in Stats.
-//
-// A reset (admin "unblock this customer") here drops this instance's leases of those states; a
-// reset anywhere drops all of them once the reset epoch is read (every ResetEpochWatch::kReadUs
-// while leases are in use), and no lease is used while the last reading is older than
-// ResetEpochWatch::kFreshUs, unless the readings fail. When the backend fails (the epoch cannot
-// be read either), the leases still held are spent until they end (a reset cannot go through a
-// backend that is down; an instance cut off from a backend others still reach spends at most what
-// its leases hold, for at most a lease's life); then requests go to `inner` and the failure policy
-// in front of this answers.
-//
-// Hot keys (`hot_keys: lease`): a kExact item with a hot_key_rate is decided as kLeased while
-// its state is promoted, i.e. this instance sees it at more than hot_key_rate requests per second
-// (backend/hybrid/hot_keys.h: bounded memory, one lookup per such request). Leasing never admits
-// more than exact, so the domain's guarantee holds; when the state is demoted its requests go to
-// `inner` again and its lease ends as any other.
-//
-// Safe for concurrent use if `inner` and `source` are. Neither is owned.
+// Design: docs/hybrid.md#the-leases-backend (lease size and life, unspent units, resets,
+// failure, hot keys); why a lease cannot over-admit: docs/algorithms.md#leases-consistency-leased.
 
 #ifndef SLUICE_BACKEND_HYBRID_LEASES_H_
 #define SLUICE_BACKEND_HYBRID_LEASES_H_

@@ -1,32 +1,13 @@
 // OverLimitCache: a backend that remembers the denials of the one behind it (Redis), so that a
-// key over its limit costs that backend nothing until it could be admitted again.
+// key over its limit costs that backend nothing until it could be admitted again. Each entry
+// lives exactly as long as the denial it copies (retry_after); it only ever answers what the
+// backend would, so it can under-admit (another instance's refund is not seen), never over-admit.
 //
-// When the backend denies an item with retry_after r, nothing can admit the same request on that
-// state before r has passed: not this instance's traffic, nor any other instance's (more traffic
-// only pushes the state further from admitting). So until r a request that has that
-// item, with at least that cost, is denied here, with no call. (r is counted from when the request
-// was sent: the backend decided no earlier.) This is envoyproxy/ratelimit's
-// local over-limit cache, made exact: its entries live as long as the denial they copy, not for
-// a fixed TTL.
+// Thread safety: safe for concurrent use if the backend behind it is.
+// Ownership: `inner` and `clock` are not owned. Bounded: at most Options::max_entries entries.
+// Units: microseconds.
 //
-// What could admit the request sooner, and how each is handled:
-//   - a Reset (admin "unblock this customer") through this or any other instance: the cache
-//     answers only while its ResetEpochWatch is fresh, and drops everything it holds (and the
-//     denials on their way) when the epoch moved: a reset anywhere is seen here within
-//     ResetEpochWatch::kFreshUs plus a round trip;
-//   - a config change: an entry remembers the limit it was decided on, and a changed limit (its
-//     id or its numbers) misses;
-//   - a refund by another instance (its upstream failed): not seen. The entry stays until r, so
-//     the cache can deny what the backend would have admitted (under-admission, never over).
-// A request is answered here only when that answer is the backend's: some non-shadow item of at
-// least the cached cost is cached, and no other item counts denied requests (a count_denied item
-// must reach the backend to be counted). Its cached items report the denial (remaining 0, the
-// retry_after left); its other items report allowed with remaining 0, as their state was not
-// read. Shadow items are never cached (their denial does not decide the request).
-//
-// Bounded: at most Options::max_entries entries (expired ones are swept when full, then any
-// entry makes room); a flood of denied keys costs calls to the backend, never a wrong answer.
-// Safe for concurrent use if the backend behind it is. `inner` and `clock` are not owned.
+// Design: docs/hybrid.md#the-overlimitcache-backend (which requests it answers, resets, reloads).
 
 #ifndef SLUICE_BACKEND_HYBRID_OVER_LIMIT_CACHE_H_
 #define SLUICE_BACKEND_HYBRID_OVER_LIMIT_CACHE_H_

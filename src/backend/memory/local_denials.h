@@ -1,49 +1,13 @@
 // LocalDenials: an over-limit cache per thread in front of the memory store, so that a key over
-// its limit does not serialize the threads on its shard's lock.
+// its limit does not serialize the threads on its shard's lock. A thread keeps the denials the
+// store gave it and answers the same request from them until the denial ends, with no lock: the
+// exact answer the store would give. Reset and Refund must go through this wrapper.
 //
-// Every decision on a key locks that key's shard: under a flood on one key every thread takes
-// the same lock, its cache line bounces between the cores, and more threads add nothing. Here,
-// when the store denies an item with retry_after r (backend/held_denial.h says which denials may
-// be kept), the thread that asked keeps the denial in a small table of its own and answers the
-// same request from it until r: no lock and no shared write, one read of a generation counter
-// (below). It is the in-process cousin of backend::OverLimitCache, which does the same in front
-// of Redis for all of an instance's threads together.
+// Thread safety: safe for concurrent use without external synchronization. Answers inline.
+// Ownership: `store` is not owned and must outlive this. Bounded: kEntries entries per thread.
+// Units: microseconds, in the store's clock.
 //
-// Exact: a request answered here gets the answer the store would give it (other threads'
-// traffic in between only makes the store's answer stricter; this thread's own ends what it
-// kept of the states it touched):
-//   - denied until the store would admit it, no longer: the denial's end counts from the time the
-//     store decided it, in the store's clock;
-//   - the same retry_after, reset_after and remaining: only a request of the same cost is
-//     answered, and only from a denial that left remaining = cost - 1 (for cost 1, every denial),
-//     which stays so until the request is admitted.
-// What gives quota back ends the denials it concerns:
-//   - a Reset or Refund through this wrapper moves the generation of the states it touches (one
-//     of StateGenerations::kCount counters, chosen by the state's hash). A denial is kept with the
-//     generation read before the store decided it and answered only while that has not moved, so a
-//     denial that raced with a reset is never answered. (A Reset or Refund on the store directly is
-//     not seen: go through this.)
-//   - a changed limit: an entry keeps the limit it was decided on, and another one misses;
-//   - room coming back: a denial for want of room (MemoryStore::kNoRoomRetryAfterUs, on_full deny
-//     or no overflow state left) is not kept.
-// Only a request all of whose items are kept denials is answered here, so all-or-nothing stays
-// the store's: a request with a count_denied item (the store must count it), a shadow item, a
-// look, or any item not denied here goes to the store whole.
-//
-// Time: an answer uses max(now_us, the time the store decided the denial), as the store would
-// (it never decides at a time before one the key's shard has used, for any key). A now_us
-// earlier than one the same thread passed already goes to the store, which may have decided
-// another key of the shard at that later time; so one thread alone is answered exactly as the
-// store would, even as its clock steps back. Between threads whose now_us disagree (each read
-// the clock once for a batch of requests), a lagging thread can be denied here until the
-// denial's end by its own time where the store would already use another thread's later time:
-// longer by at most that lag, never past the end the caller is told.
-//
-// Bounded: kEntries entries per thread, for all instances together (a 4-way set-associative
-// table: the entry that ends soonest makes room), keys of at most kMaxKeyBytes (longer ones are
-// not kept); a flood of denied keys costs store decisions, never a wrong answer.
-// Safe for concurrent use without external synchronization. Answers inline. `store` is not owned
-// and must outlive this.
+// Design: docs/hybrid.md#localdenials-each-threads-denials (what is kept, what ends it, time).
 
 #ifndef SLUICE_BACKEND_MEMORY_LOCAL_DENIALS_H_
 #define SLUICE_BACKEND_MEMORY_LOCAL_DENIALS_H_

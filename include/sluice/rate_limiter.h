@@ -1,54 +1,17 @@
-// sluice/rate_limiter.h — a rate limiter over several limits at once, in this process or on Redis.
+// sluice/rate_limiter.h — a rate limiter over several limits at once, in this process or on Redis:
+// a request for a key is admitted only if every limit admits it, and then each consumes its cost.
 //
-// A RateLimiter holds a fixed list of limits (say 10 per second AND 1000 per day) and decides
-// each request for a key against all of them together, all-or-nothing: the request is admitted
-// only if every limit admits it, and then each limit consumes its cost; if any limit denies it,
-// no limit consumes anything. Where the limits' states live is the backend:
-//   memory  this process (sharded, bounded; see sluice/on_full.h). Every call answers before it
-//           returns, and none fails.
-//   Redis   one Redis server or a Redis Cluster (redis://[user:pass@]host:port[/db]), so that
-//           every process deciding with the same limits and name shares one budget per key.
-//           Calls answer from the client's I/O thread; when Redis cannot decide (unreachable,
-//           slower than RedisOptions::timeout_us, failing), the failure policy answers.
-//
-//   sluice::RateLimiter::Options options;  // memory; set options.redis for Redis
 //   auto limiter = sluice::RateLimiter::Create(
-//       {{.algorithm = sluice::Algorithm::kTokenBucket, .requests = 10, .window_us = 1'000'000},
-//        {.algorithm = sluice::Algorithm::kFixedWindow, .requests = 1000,
-//         .window_us = 86'400'000'000}},
-//       options);
-//   if (!limiter.ok()) ...;
+//       {{.algorithm = sluice::Algorithm::kTokenBucket, .requests = 10, .window_us = 1'000'000}},
+//       sluice::RateLimiter::Options{});  // memory; set options.redis for Redis
 //   absl::StatusOr<sluice::Verdict> verdict = (*limiter)->Decide(user_id);
 //   if (verdict.ok() && !verdict->allowed) reply_429(verdict->retry_after_us);
-//   ...  // the work failed: give back what the request consumed
-//   (*limiter)->Refund(verdict->consumption);
 //
-// Thread safety: a RateLimiter is safe for concurrent use without external synchronization. A
-// Verdict and a Consumption are values; a Consumption is handed back (Refund) by one thread.
+// Thread safety: a RateLimiter is safe for concurrent use without external synchronization;
+// Verdict and Consumption are values. Ownership: Options::clock is not owned. Units: integer
+// microseconds (`_us`). Errors: absl::Status, never exceptions.
 //
-// Time: integer microseconds (`_us`) everywhere. The memory backend reads Options::clock;
-// Redis decides in Redis's own clock (so processes with skewed clocks agree), and
-// Options::clock is then unused.
-//
-// Synchronous and asynchronous calls: every operation has both forms.
-//   - The asynchronous form (DecideAsync, ...) takes a callback that runs exactly once. On
-//     memory it runs on the calling thread before the call returns; on Redis it runs on the
-//     client's I/O thread, within about RedisOptions::timeout_us. Callbacks must be short and
-//     must not make a synchronous call on the same limiter (that would wait for the I/O thread
-//     it blocks; it fails with DeadlineExceeded after the wait below).
-//   - The synchronous form (Decide, ...) answers inline on memory. On Redis it blocks the
-//     calling thread until the answer comes, at most timeout_us + kSyncGraceUs; past that it
-//     returns DeadlineExceeded (and a decision Redis still makes later and admits is refunded).
-//
-// Errors are absl::Status values, never exceptions:
-//   Create   InvalidArgument (no limit, a limit that fails ValidateLimit, the same limit twice,
-//            a malformed Redis URL, no clock); PermissionDenied (Redis refused the login).
-//            An unreachable Redis is not an error: the failure policy answers until it is up.
-//   Decide, Peek  never fail on memory. On Redis the failure policy answers for a Redis that
-//            cannot decide (Verdict::fell_back), so only DeadlineExceeded (synchronous form,
-//            see above) remains.
-//   Refund, Reset on Redis: Unavailable, DeadlineExceeded or Internal when Redis cannot do it
-//            (no policy applies: nothing was given back / forgotten).
+// Design: docs/library.md#the-contract (backends, sync and async calls, errors, failure policy).
 
 #ifndef SLUICE_RATE_LIMITER_H_
 #define SLUICE_RATE_LIMITER_H_

@@ -1,17 +1,13 @@
-// Backend: where limiter states live and are decided.
-//
-// The engine decides every request through one Backend. Implementations:
-//   store::MemoryStore   the sharded store in this process; answers inline.
-//   redis::RedisStore    decide.lua on Redis or Redis Cluster; answers from its I/O thread.
-//   backend::Failover    wraps another backend and applies the failure policy (failure_mode
-//                        open / closed / local) when that one fails: the only place it lives.
-// They compose: `serve` builds Failover(RedisStore, MemoryStore) for a Redis config and the
-// memory store alone otherwise, and hands the one engine over it to every frontend.
+// Backend: where limiter states live and are decided. The engine decides every request through
+// one Backend; implementations compose (a wrapper in front of another backend), and which ones
+// exist and how `serve` stacks them is listed in docs/design.md#implementations.
 //
 // Every call is asynchronous: its completion runs exactly once, on any thread, perhaps before
 // the call returns (a backend whose answers_inline() is true always runs it before returning).
 // Nothing here depends on the rules or on a frontend: an Item is a limit, the identity of its
-// state, a key and a cost.
+// state, a key and a cost. Units: microseconds (`_us`).
+//
+// Design: docs/design.md#the-backend-interface.
 
 #ifndef SLUICE_BACKEND_BACKEND_H_
 #define SLUICE_BACKEND_BACKEND_H_

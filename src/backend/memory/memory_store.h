@@ -1,50 +1,14 @@
 // MemoryStore: limiter state in this process, keyed by (limit id, key).
 //
-// Safe for concurrent use without external synchronization. The key space is split over
-// independent shards, each behind its own lock; a decision locks exactly one shard.
+// Thread safety: safe for concurrent use without external synchronization; the key space is
+// split over independent shards, each behind its own lock, and a decision locks exactly one.
+// Bounded: at most Options::max_entries live states. Idle states are reclaimed as the store goes;
+// a live state is never dropped to make room: a new key that finds its shard full is decided as
+// Options::on_full says (sluice/on_full.h), so a flood of new keys cannot lift another key's limit.
+// Units: microseconds; the store never decides at a time earlier than one it already used.
 //
-// Bounded, and never lenient for a key it tracks: at most Options::max_entries live (limit, key)
-// states, split evenly over the shards. Idle states (back to their initial value: a full bucket,
-// a window that is over) are reclaimed as the store goes: a few slots are swept on every new
-// key, and a whole shard is swept before it grows or while it is full (at most once per
-// capacity/8 new keys, so amortised O(1) per request, and a full store finds its idle states
-// again even when no new key can be inserted).
-//
-// A live state is never dropped to make room. Dropping one (the old eviction of "the entry that
-// would become idle soonest") handed a key in active use a fresh quota, so a flood of unique
-// keys lifted any other key's limit. Instead, a key seen for the first time in a shard that is
-// full (nothing idle to reclaim) is not stored, and Options::on_full says how it is decided
-// (see sluice/on_full.h):
-//   shared (default)  against its limit's overflow state in that shard, shared by every new key
-//                     of that limit that found no room there. A key always hashes to the same
-//                     shard, so all its untracked requests went through that one state: it never
-//                     gets more than its limit. Overflow states are outside max_entries, one per
-//                     limit id per shard at most (bounded by kMaxOverflowStates per shard; past
-//                     that, a new key is denied), and reclaimed when idle.
-//   deny              the request is denied if it would consume (retry_after 1 s); peeks and
-//                     requests that would be denied anyway are answered as usual.
-//   allow_untracked   admitted if the limit alone allows it (as a fresh key), not recorded.
-// So that a key decided through the overflow state does not get a fresh full quota when it later
-// finds room (2x in one window), a new key (shared mode) starts from a copy of its limit's
-// overflow state in its shard whenever that state is not idle. Every algorithm's state only
-// grows more restrictive with each admitted request (a later TAT, a higher window count, one more
-// log entry), and the overflow state admitted a superset of that key's untracked requests, so the
-// copy is at least as restrictive as the key's own history. The price: new keys in a shard whose
-// overflow state is busy start with less than a full quota until that state goes idle — one
-// window (or bucket refill) after the store last ran out of room.
-// A key whose state went idle (and was reclaimed) is a new key again: under a lasting flood it
-// is decided by on_full too, which for allow_untracked means not limited at all — that mode is
-// for those who prefer availability to limits. DecideAll places its new keys before deciding, so
-// all-or-nothing holds (a no-room deny denies the request; the other items are undone); Refund
-// gives nothing back to an overflow state, Reset leaves them alone.
-// Every decision that found no room is counted (Stats::no_room_allowed / no_room_denied).
-//
-// Compact: token_bucket, leaky_bucket, fixed_window and sliding_window keep 24 bytes per entry in
-// a table at least 75 % full, so at most 32 bytes per key; see compact_table.h for the
-// fingerprint scheme. sliding_log keeps a log of up to N entries per key (16 bytes each).
-//
-// Time: decisions never use a time earlier than one the store already used (one monotonic clock
-// for the whole store), so a clock stepping back cannot mint quota.
+// Design: docs/algorithms.md#the-memorystore-contract (capacity, on_full modes, overflow states,
+// memory per key, time).
 
 #ifndef SLUICE_BACKEND_MEMORY_MEMORY_STORE_H_
 #define SLUICE_BACKEND_MEMORY_MEMORY_STORE_H_

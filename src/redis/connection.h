@@ -1,25 +1,13 @@
-// One connection to one Redis server, on an Asio io_context: non-blocking and pipelined.
+// One connection to one Redis server, on an Asio io_context: non-blocking and auto-pipelined.
 //
-// Commands may be sent from any thread. Every command sent while a write is in flight joins
-// the next write, so concurrent requests share system calls and round trips (auto-pipelining);
-// replies come back in order and each goes to its command's callback, on the io_context's thread.
+// Thread safety: commands may be sent from any thread; every callback runs on the io_context's
+// thread, in reply order. Bounded: every command has a deadline, at most Options::max_pending
+// wait for replies, and while the connection is down commands fail at once (Unavailable); it
+// reconnects with capped exponential backoff. Time: the injected clock's monotonic reading.
+// Callbacks get an error Status for transport failures only; a Redis error reply is a Reply of
+// type kError.
 //
-// Time is the monotonic reading of an injected clock (Options::clock): deadlines are set and
-// checked in it, and the timer that enforces them waits, in real time, for what is left by it (a
-// clock that jumps ahead is noticed when the timer next fires). The reconnect backoff is timed
-// the same way.
-//
-// Bounded in every way: each command has a deadline (Options::timeout, or an earlier one the
-// caller gives, see Deadline; its callback then gets DeadlineExceeded and the late reply, when it
-// arrives, is dropped or goes to Deadline::late), at most
-// Options::max_pending commands wait for replies (more get ResourceExhausted at once), and while
-// the connection is down commands fail at once with Unavailable — nothing queues for a server
-// that is not there. The connection re-establishes itself with exponential backoff capped at
-// Options::max_backoff, logging in (AUTH), selecting the database and reading Redis's clock
-// (TIME, for deadlines in that clock: see Deadline) each time.
-//
-// Callbacks get an error Status for transport failures only; a Redis error reply (-ERR ...,
-// -NOSCRIPT ...) is a Reply of type kError.
+// Design: docs/redis.md#the-connection-and-rediss-clock.
 
 #ifndef SLUICE_REDIS_CONNECTION_H_
 #define SLUICE_REDIS_CONNECTION_H_

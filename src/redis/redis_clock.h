@@ -1,19 +1,12 @@
 // What a connection knows of its Redis server's clock, so that it can hand the server a deadline
-// in the server's own time (decide.lua changes nothing once TIME is past it).
+// in the server's own time (decide.lua changes nothing once TIME is past it). The estimate is a
+// lower bound of the offset (Redis time - steady time), so a deadline passed through it errs
+// early, never late; samples older than 2 x kPeriod are forgotten (the clock may step back).
 //
-// A reply that carries Redis's time R (TIME, or a script reply that starts with it) and arrives
-// at steady time t proves that Redis's clock read R at some steady time no later than t, so
-// R - t is a lower bound of the offset (Redis time - steady time). The estimate is the greatest
-// lower bound seen (in effect the sample with the shortest round trip). Mapping a steady time
-// through it gives a Redis time no later than the true one: a deadline passed this way errs
-// early, never late.
+// Thread safety: requires external synchronization (one connection's I/O thread uses it).
+// Units: microseconds; steady times are the connection's monotonic times (MonoTime).
 //
-// Redis's clock is the wall clock and may be stepped (NTP). A step forward only makes the
-// estimate err earlier. A step back would make it err late, so samples older than two periods
-// (2 x kPeriod) are forgotten: within about 20 s of a step back, given replies, it is right again.
-//
-// Steady times here are the connection's monotonic times (MonoTime, its injected clock).
-// Requires external synchronization (one connection's I/O thread uses it).
+// Design: docs/redis.md#the-connection-and-rediss-clock.
 
 #ifndef SLUICE_REDIS_REDIS_CLOCK_H_
 #define SLUICE_REDIS_REDIS_CLOCK_H_

@@ -1,47 +1,15 @@
-// The Redis backend's store: decides the limits of one request on Redis (decide.lua), the
-// counterpart of MemoryStore::DecideAll, asynchronously.
+// RedisStore: the Redis backend's store, which decides the limits of one request on Redis
+// (decide.lua), the counterpart of MemoryStore::DecideAll, asynchronously.
 //
-// Keys: `<prefix>{<hash of the descriptor key>}<limit id>`, all limits of one descriptor under
-// one hash tag, so they share a cluster slot and are decided in one script call, all-or-nothing.
-// With Options::buckets > 0 the states are packed instead: those of bounded size (every algorithm
-// but sliding_log) become fields of `<prefix>{<bucket>}`, one of `buckets` hashes chosen by the
-// descriptor's hash, the field named by the descriptor's hash and the limit id (16 bytes); a
-// sliding_log state keeps a key of its own, `<prefix>{<bucket>}<hash>:<limit id>`, in the same
-// slot. A key with a TTL costs Redis about 100 bytes before its value: packed, the states of
-// many descriptors share that cost (see decide.lua's "Packed states" for their expiry). A merge
-// (Sync) may fence a state against leases: a string key next to it, `<key>:f`, or
-// `<prefix>{<bucket>}:f:<field>` for a packed state, in its slot, which expires on its own
-// (decide.lua's "Fences"); it is no state, and nothing here lists or counts keys.
-// Items in different slots (e.g. a per-user and a global descriptor on a cluster) cannot be
-// decided atomically: they are first evaluated without writing (every slot at once), and only if
-// every one would admit are they decided for real. A request that loses a race between the two
-// steps is denied, and the slots that did admit give their share back (decide.lua's refund
-// mode): cross-slot requests can briefly under-admit, never over-admit. On a single server every
-// request is one call.
+// Thread safety: safe for concurrent use; `done` runs on the client's I/O thread. All limits of
+// one descriptor share a hash tag and are decided in one script call, all-or-nothing; items in
+// different cluster slots are evaluated first and then decided, so they can briefly under-admit,
+// never over-admit. Requests waiting for a call are batched (Options::max_batch).
+// Units: microseconds. Each request has one deadline (the client's timeout), carried to Redis in
+// Redis's clock; deadlines, the breaker and health read the client's clock (Client::clock).
 //
-// Requests that arrive while calls are in flight wait and then go together, up to
-// Options::max_batch per call, each still all-or-nothing on its own (the script decides them in
-// turn): under load one script call carries many decisions, and an idle server sees no added
-// wait. On a cluster the single-slot requests headed to one node are batched the same way (the
-// script may take keys of several slots of its node: allow-cross-slot-keys); should the slot map
-// change under a batch, its requests go again one by one, following MOVED and ASK. Leases
-// (Lease) are batched the same way, in queues of their own: a call takes several leases, each on
-// its own (one granting nothing does not change another's).
-//
-// Each request has one deadline, the client's timeout from DecideAll: its wait for a call, both
-// steps across slots, redirections and a NOSCRIPT repeat all count against it, and each script
-// call carries it to Redis in Redis's clock, where decide.lua changes nothing past it (a call
-// that waited in a hung server's socket must not consume for a request answered otherwise).
-//
-// A call whose reply comes after that deadline had run in time after all (Redis's clock said
-// so, but the reply was slow on its way back): what it admitted is given back as soon as the
-// reply comes, so that a request answered by the failure policy is not charged either.
-//
-// The script runs by EVALSHA; after NOSCRIPT (a restarted or flushed server, a failover to a
-// replica without it) the call is repeated once with EVAL, which reloads it. A circuit breaker
-// (breaker.h) refuses calls at once while Redis keeps failing. Deadlines, the breaker and health
-// take their time from the client's clock (Client::clock). Safe for concurrent use; `done` runs
-// on the client's I/O thread.
+// Design: docs/redis.md#the-redisstore-contract (keys, packing, fences, batching, deadlines,
+// late replies, NOSCRIPT).
 
 #ifndef SLUICE_BACKEND_REDIS_REDIS_STORE_H_
 #define SLUICE_BACKEND_REDIS_REDIS_STORE_H_

@@ -1,25 +1,12 @@
-// PooledAllocator: a stateless allocator that keeps freed blocks of a few sizes on free lists of
-// the thread that freed them, for the field set of every request the server parses
-// (HttpRequest's HttpFields).
-//
-// Why: Beast's request parser allocates three blocks per forward-auth request (one per header
-// field, one for the target) and frees them when the request dies. A glibc malloc and free cost
-// about 140 instructions together there; taking a block off a free list and putting it back cost
-// about 20.
-//
-// A request of n bytes is served from the smallest class that holds it (64, 128, 256 or
-// 512 bytes): a block of that class from the thread's list, or a new one from ::operator new.
-// A freed block goes onto the freeing thread's list of its class unless that list already holds
-// kMaxFreeBlocks, in which case it goes back to ::operator delete; so each thread keeps at most
-// kMaxFreeBlocks of each class (about 60 KiB in all). Anything above 512 bytes goes straight to
-// ::operator new and ::operator delete. Blocks are aligned as ::operator new aligns them
-// (__STDCPP_DEFAULT_NEW_ALIGNMENT__).
+// PooledAllocator: a stateless allocator that keeps freed blocks of a few sizes (64 to 512
+// bytes) on free lists of the thread that freed them, for the field set of every request the
+// server parses (HttpRequest's HttpFields): cheaper than glibc malloc and free per request.
 //
 // Thread safety: every PooledAllocator is equal to every other and holds nothing; the lists are
-// per thread and touched only by their thread, so there is no locking. A block may be freed on
-// another thread than the one it came from (a request handed over to another io_context): it
-// joins the freeing thread's list. When a thread ends, its lists' blocks are freed; a block freed
-// on it after that goes straight back to ::operator delete.
+// per thread, so there is no locking, and a block may be freed on another thread than the one it
+// came from. Bounded: kMaxFreeBlocks per class and thread.
+//
+// Design: docs/http-server.md#pooled-field-allocator (size classes, alignment, thread exit).
 
 #ifndef SLUICE_HTTP_TRANSPORT_POOLED_ALLOCATOR_H_
 #define SLUICE_HTTP_TRANSPORT_POOLED_ALLOCATOR_H_

@@ -1,37 +1,13 @@
 // HttpServer: the HTTP/1.1 listeners (data plane and admin) on Boost.Beast / Asio.
 //
-// One io_context per worker thread; accepted connections are spread over them. Each connection
-// is one self-owning Session (see session.h) with every limit in one place: a header block limit
-// (431), a body limit decided from Content-Length before the body is read (413), a header read
-// timeout and an idle keep-alive timeout (slowloris cannot hold a connection), malformed requests
-// and HTTP/1.1 requests without exactly one Host field (400, connection closed). Keep-alive and
-// pipelined requests are served in order.
+// Thread safety: one io_context per worker thread; each connection is a self-owning Session on
+// one of them. Handlers run on the connection's thread and must not block: one that has to wait
+// takes the response (Deferral::Take()) and answers later through the Responder, from any thread.
+// Bounded: header block, body, header and idle timeouts, and a connection cap per listener.
+// Stop() drains gracefully up to ServerOptions::shutdown_timeout; Run() returns once every
+// connection is closed.
 //
-// Timeouts, as nginx's client_header_timeout and keepalive_timeout: a new connection's first
-// request must arrive whole within header_timeout from the accept (one that sends nothing is
-// closed then, or at idle_timeout if that is shorter); after an answer, the connection waits up
-// to idle_timeout for the first byte of the next request, which must then arrive whole within
-// header_timeout.
-//
-// Each listener has its own cap on open connections (so a flood on one cannot lock out another,
-// e.g. admin). A connection arriving at the cap takes the place of the listener's connection
-// that has been idle the longest (waiting for the first byte of a request, a new connection that
-// sent nothing too), which is closed; only when none is idle is the new one closed at once.
-//
-// Handlers run on the connection's thread and must not block. A handler that has to wait (for
-// Redis, for an upstream) takes the response with Deferral::Take() and answers later through the
-// Responder, from any thread; the connection reads nothing more until then (but it may watch for
-// the client's close: Responder::OnClientGone). A deferred answer may also be streamed
-// (Responder::Stream): its status and fields go out first, its body follows piece by piece
-// through a BodyWriter, one piece in flight at a time, so what the server holds for it stays
-// bounded whatever its size. Likewise a listener may hand a request to its handler
-// as soon as its header is in, with the body left to read piece by piece (Listen's
-// `stream_body`, Deferral::body()). Stop() stops accepting, closes idle connections and lets
-// requests in flight (deferred and streamed ones too) finish, and those already received
-// (pipelined, or sent on a keep-alive connection just before) be answered, the last one on a
-// connection with Connection: close, up to ServerOptions::shutdown_timeout; at that deadline
-// the handlers' own waits are ended (OnShutdownDeadline), and what is still open a moment later
-// is closed; Run() returns once every connection is closed and every handler's wait has ended.
+// Design: docs/http-server.md#listeners (limits, timeouts, caps, streaming, shutdown).
 
 #ifndef SLUICE_HTTP_TRANSPORT_SERVER_H_
 #define SLUICE_HTTP_TRANSPORT_SERVER_H_

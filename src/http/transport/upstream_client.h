@@ -1,32 +1,13 @@
-// UpstreamClient: the reverse proxy's HTTP/1.1 client, on Boost.Beast / Asio.
+// UpstreamClient: the reverse proxy's HTTP/1.1 client, on Boost.Beast / Asio. Forward() sends one
+// request and calls back once, when the answer's header has arrived (or with sluice's own 502 or
+// 504); bodies are streamed both ways, and connections are pooled per io_context and target.
 //
-// Forward() sends one request to an upstream (host:port) and calls back once, as soon as the
-// answer's header has arrived: the upstream's status and fields (hop-by-hop ones removed) with an
-// UpstreamBody to read its body from, piece by piece; or sluice's own 502 (cannot connect, broken
-// answer) or 504 (no header within the timeout), each with a JSON body naming the upstream.
-// Connections are kept alive and pooled per io_context and target: a bounded number of idle
-// connections each, dropped when older than max_idle_age. A pooled connection the upstream closed
-// while it sat idle is detected by the exchange failing before any byte of the answer came back;
-// the request is then sent once more on a fresh connection if that is safe: always when writing
-// failed, otherwise only for idempotent methods (RFC 9110 §9.2.2), since the upstream may have
-// acted on it; never once a piece of a streamed body was read from the client. Because such a
-// failure shows only after the body was read, a pooled connection is first looked at (without
-// waiting) for a request with a streamed body: one the upstream closed is left out.
+// Thread safety: safe for concurrent use. The callback runs on the thread of the io_context the
+// request's executor belongs to. Lifetime: each exchange keeps its io_context's run() going until
+// its timeout or CancelAll(); CloseIdle() must be called once no io_context runs any more and
+// before they are destroyed.
 //
-// Bodies are streamed both ways. The request's is either held whole in the request or read piece
-// by piece from a BodyReader (the client's, Deferral::body()) and sent on as it comes, with its
-// Content-Length or chunked; the answer's is read piece by piece: at most one piece
-// (body_piece_bytes) and one read buffer are held per exchange, whatever its size. The answer is
-// read while a streamed body is still being sent: an upstream may answer before it has the whole
-// body (a 413 or a 401 to a large upload, often without reading it), and that answer is handed
-// over as any other; the rest of the body is then not sent. A connection goes back to the pool
-// only once its request was sent whole and its answer's body read to the end; a body dropped
-// before that, or cut short by the upstream, closes it.
-//
-// Safe for concurrent use. The callback runs on the thread of the io_context the request's
-// executor belongs to. Every exchange in flight keeps that io_context's run() going, whatever
-// the upstream does, until its timeout or CancelAll() (a shutdown's deadline); CloseIdle() must
-// be called once no io_context runs any more and before they are destroyed.
+// Design: docs/http-server.md#upstream-client (pooling, retries, streaming).
 
 #ifndef SLUICE_HTTP_TRANSPORT_UPSTREAM_CLIENT_H_
 #define SLUICE_HTTP_TRANSPORT_UPSTREAM_CLIENT_H_
@@ -97,14 +78,14 @@ class UpstreamClient {
   // connecting, sending and receiving the answer's header must finish within `timeout`, and
   // while the body is read, no silence between two pieces may last longer. Calls `done` once.
   // With `request_body`, the request's body is read from it (on the same io_context's thread)
-  // and sent as it comes, until the answer's header arrives (see the banner); the timeout for
+  // and sent as it comes, until the answer's header arrives; the timeout for
   // that header then starts once the body is all sent, and a request whose body was partly read
   // is never retried.
   void Forward(boost::asio::any_io_executor executor, UpstreamTarget target, HttpRequest request,
                std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done,
                std::shared_ptr<BodyReader> request_body = nullptr);
 
-  // Closes every idle connection (see the banner for when).
+  // Closes every idle connection (when: see the top of this file and docs/http-server.md).
   void CloseIdle();
 
   // Ends every exchange in flight, and every later one at once, for a shutdown that cannot wait

@@ -1,37 +1,14 @@
-// Prometheus metrics, written by hand (Debian has no Prometheus C++ client).
-//
-// A Registry owns metric families and renders them in the Prometheus text exposition format
-// 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/), clean under
-// `promtool check metrics` including its lint rules: names are validated at registration against
-// the same conventions (snake_case, counters end in `_total` and nothing else does, base units
-// such as `_seconds`/`_bytes`, no abbreviated units, no type names, help text present).
-//
-// A family has a name, help text and fixed label names; each distinct tuple of label values is
-// one child (one series). Three kinds of children:
-//   Counter    monotonic uint64, Inc(n).
-//   Gauge      double, Set/Add; or a callback family evaluated at scrape time (AddCallback).
-//   Histogram  fixed upper bounds chosen at registration, in the integer unit the caller
-//              observes (e.g. µs); exposed divided by `unit_divisor` (µs -> seconds), with
-//              cumulative `_bucket{le=...}` series including `+Inf`, `_sum` and `_count`.
-//
-// Hot path: a child is a few relaxed atomics, a set of them per stripe of threads (kStripes
-// cache lines: threads of different stripes updating one child, or different children, do not
-// share a line). Callers look a child up once and keep the pointer:
-// pointers stay valid for the registry's lifetime. A lookup of an existing child
-// (Family::WithLabels) takes no lock and allocates nothing, so it is also fine per request;
-// only the first lookup of a label set allocates, under the family's lock.
-//
-// Bounded cardinality: a family holds at most `max_children` label sets. Further label sets —
-// and label values that are not valid UTF-8 or longer than kMaxLabelValueBytes, or a wrong
-// number of values — all share ONE overflow child whose every label value is "other"
-// (kOverflowLabelValue); nothing is dropped, so sums over a family stay exact, and memory never
-// grows past max_children + 1 children however many distinct values arrive. A genuine label
-// set equal to the overflow one is the same series (never a duplicate).
+// Prometheus metrics, written by hand (Debian has no Prometheus C++ client): a Registry owns
+// metric families (counters, gauges, histograms) and renders them in the text exposition format
+// 0.0.4, clean under `promtool check metrics`.
 //
 // Thread safety: Registry, Family, Counter, Gauge and Histogram are safe for concurrent use
-// without external synchronization. Render() may run while other threads update metrics; it
-// reads each atomic once (a histogram's `_count` is always its `+Inf` bucket, though `_sum`
-// may be a few observations ahead or behind).
+// without external synchronization; Render() may run while metrics are updated. Ownership: the
+// registry owns its families and children; a child's pointer stays valid for its lifetime.
+// Bounded: at most `max_children` label sets per family, the rest share one overflow child.
+// Units: base units (seconds, bytes); histograms observe an integer unit over `unit_divisor`.
+//
+// Design: docs/design.md#the-metrics-registry (naming rules, hot path, cardinality, rendering).
 
 #ifndef SLUICE_METRICS_REGISTRY_H_
 #define SLUICE_METRICS_REGISTRY_H_
@@ -59,7 +36,7 @@ namespace sluice::metrics {
 // The Content-Type of Registry::Render()'s output.
 inline constexpr std::string_view kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 
-// The label value of every label of a family's overflow child (see the banner).
+// The label value of every label of a family's overflow child (docs/design.md).
 inline constexpr std::string_view kOverflowLabelValue = "other";
 // Label values longer than this go to the overflow child.
 inline constexpr size_t kMaxLabelValueBytes = 1024;
@@ -194,7 +171,7 @@ class Family final : public internal::FamilyBase {
   ~Family() override;
 
   // The child for `label_values` (one per label name, in order), created the first time.
-  // Never null. See the banner for cost and for when the overflow child is returned instead.
+  // Never null. See docs/design.md for its cost and for when the overflow child comes instead.
   T* WithLabels(std::span<const std::string_view> label_values);
   T* WithLabels(std::initializer_list<std::string_view> label_values) {
     return WithLabels(std::span<const std::string_view>(label_values.begin(), label_values.size()));

@@ -1,21 +1,13 @@
 // How `sluice sim` judges what a set of instances admitted: against the limit, window by window
-// (over-admission), and against an exact single limiter run on the same arrivals
-// (under-admission).
+// (over-admission: `max` and `total`), and against an exact single limiter run on the same
+// arrivals (under-admission). Both are computed exactly, in one pass over each key's admissions
+// in time order.
 //
-// A "window", per algorithm, is a span of time in which an exact single limiter admits at most a
-// known amount (the allowance, in cost units) whatever the traffic:
-//   fixed_window, sliding_window   the epoch-aligned windows [kW, (k+1)W): N each. (Over any
-//                                  other span of length W both admit up to 2N by design.)
-//   sliding_log                    every span [t, t+W): N.
-//   token_bucket, leaky_bucket     every span [t, t+W): C + N − 1, where C is the capacity
-//                                  (token_bucket B, default N; leaky_bucket B + 1). The bucket
-//                                  holds at most C at t and refills strictly less than N before
-//                                  t + W, and costs are whole units.
-// Over-admission of a key in a window is (admitted in it) − allowance when positive. `max` is
-// the largest over every key and window; `total` counts, over every key, the admitted units that
-// brought some window over its allowance (each unit once: for aligned windows, the sum over
-// windows of the excess). Both are computed exactly, in one pass over each key's admissions in
-// time order (two pointers for the spans of length W).
+// Thread safety: no shared state; each function touches only its arguments.
+// Units: times in microseconds (window_us), amounts in cost units.
+//
+// Design: docs/sim.md#windows-what-over-admission-is-measured-against (each algorithm's windows
+// and allowance; the JSON line's over_admission_max and over_admission_total).
 
 #ifndef SLUICE_SIM_ADMISSION_H_
 #define SLUICE_SIM_ADMISSION_H_
@@ -31,7 +23,7 @@
 
 namespace sluice::sim {
 
-// The windows of an algorithm and what an exact limiter admits in each (see above).
+// The windows of an algorithm and what an exact limiter admits in each (docs/sim.md).
 struct WindowRule {
   bool aligned = true;  // epoch-aligned windows; else every span of length window_us
   int64_t window_us = 0;

@@ -19,7 +19,7 @@
 
 namespace sluice::metrics {
 
-// The families `sluice serve` exposes on the admin listener's GET /metrics (issue 5).
+// The families `sluice serve` exposes on the admin listener's GET /metrics.
 //
 //   sluice_decisions_total{domain,limit,decision}   counter    per configured limit that applied
 //       decision: "allowed" | "denied" (a shadow limit that would deny included) |

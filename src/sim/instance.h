@@ -2,7 +2,7 @@
 // from settings of its own (its own Redis client and connections, its own over-limit cache), all
 // sharing one Redis or Redis Cluster and one key prefix, hence the same states.
 //
-// The consistency mode (issue 21) is chosen here, in BuildInstance: the one place a new mode's
+// The consistency mode is chosen here, in BuildInstance: the one place a new mode's
 // backend is put together.
 
 #ifndef SLUICE_SIM_INSTANCE_H_

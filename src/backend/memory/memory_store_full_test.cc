@@ -1,6 +1,6 @@
 // The memory store when it is full: no request for other keys can lift a tracked key's limit
-// (issue 18: a flood of unique keys used to evict the states in use), new keys are decided by
-// `on_full`, memory stays at the bound, and room comes back once states go idle.
+// (a flood of unique keys never evicts a state in use), new keys are decided by `on_full`, memory
+// stays at the bound, and room comes back once states go idle.
 
 #include <algorithm>
 #include <charconv>
@@ -55,10 +55,11 @@ std::string FullStoreTestName(const testing::TestParamInfo<std::tuple<Algorithm,
          std::string(OnFullName(std::get<1>(info.param)));
 }
 
-// The attack of issue 18: a victim limited to 5 per minute, a store of 64 entries and 100000
+// A flood of unique keys: a victim limited to 5 per minute, a store of 64 entries and 100000
 // unique keys decided in between, half under the victim's limit and half under one of 5 per hour
-// (whose states outlast the victim's: the old eviction took the victim's). The victim's every
-// decision is exactly what its limit alone gives, and the store stays at its bound.
+// (whose states outlast the victim's, so evicting whatever goes idle first would take the
+// victim's). The victim's every decision is exactly what its limit alone gives, and the store
+// stays at its bound.
 TEST_P(FullStoreTest, AFloodOfNewKeysNeverLiftsATrackedKeysLimit) {
   const Limit limit = FivePer(algorithm(), kMinute);
   const uint64_t id = LimitId(limit);

@@ -391,7 +391,7 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, StoreAlgorithmTest,
 // Time.
 
 // The time a decision uses (DecideAll's decided_at_us) never goes back for a shard's states and
-// stays in range; it is kept per shard (issue 23: no write every thread shares), so a shard that
+// stays in range; it is kept per shard (no write that every thread shares), so a shard that
 // has not seen a later time is not held to another's.
 TEST(MemoryStoreTest, DecisionTimeNeverGoesBackAndStaysInRange) {
   ManualClock clock(0);
@@ -581,8 +581,8 @@ TEST(MemoryStoreTest, FullStoreKeepsEverySlidingLog) {
 }
 
 TEST(MemoryStoreTest, LongLivedStatesSurviveAFloodOfShortOnes) {
-  // Eight keys whose state lasts an hour among a flood whose state lasts a second: the old
-  // eviction took the entry that became idle first; now nothing live is ever taken.
+  // Eight keys whose state lasts an hour among a flood whose state lasts a second: nothing live
+  // is ever taken, not even the entries that become idle last.
   const Limit hourly = TokenBucket(1, 3600 * kSecond);
   const Limit flood = TokenBucket(1, kSecond);
   ManualClock clock(kT0);

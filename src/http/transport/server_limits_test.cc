@@ -154,9 +154,10 @@ class ConnectionLimitsTest : public ::testing::Test {
   int handled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// A connection that never sends a byte used to live for the idle timeout (60 s by default), so a
-// client could hold every connection of the cap with silent sockets. The timeout is the
-// server's clock's: real time passing does not close it, the clock reaching it does.
+// A connection that never sends a byte is closed at the header timeout, not at the idle timeout
+// (60 s by default), so that no client can hold every connection of the cap with silent sockets.
+// The timeout is the server's clock's: real time passing does not close it, the clock reaching it
+// does.
 TEST_F(ConnectionLimitsTest, SilentConnectionIsClosedAtTheHeaderTimeout) {
   Serve({.threads = 1,
          .header_timeout = milliseconds(50),

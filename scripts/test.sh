@@ -56,15 +56,20 @@ build_release() {
   cmake --preset release && cmake --build --preset release -j "$jobs"
 }
 
-# The fuzz build, in its own process group (setsid) so that a run that stops early stops it too.
+# The fuzz build, in a process group of its own (job control on while it starts) so that a run
+# that stops early stops it too. Not a session of its own (setsid): Linux schedules each session
+# as a group (autogroup) with an equal share of the CPU, whatever its nice value, and the
+# background build then took half of the machine from the lint phase.
 fuzz_build_pid=""
 fuzz_build_status=build/fuzz-build.status
 start_fuzz_build() {
   mkdir -p build
   rm -f "$fuzz_build_status"
-  setsid bash -c 't0=$SECONDS; nice -n 19 env FUZZ_JOBS="$1" scripts/fuzz.sh build >build/fuzz-build.log 2>&1
+  set -m
+  bash -c 't0=$SECONDS; nice -n 19 env FUZZ_JOBS="$1" scripts/fuzz.sh build >build/fuzz-build.log 2>&1
     echo "$? $((SECONDS - t0))" >"$2"' _ "$jobs" "$fuzz_build_status" &
   fuzz_build_pid=$!
+  set +m
 }
 stop_fuzz_build() {
   [[ -n $fuzz_build_pid ]] && kill -- "-$fuzz_build_pid" 2>/dev/null

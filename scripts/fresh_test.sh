@@ -48,11 +48,21 @@ check() { # check NAME CONDITION-STATUS
   else failed=$((failed + 1)); echo "FAIL $1 (log: $log)"; fi
 }
 phase() { echo "fresh_test: $1 ($(( $(date +%s) - start )) s in)"; }
-in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+# A clean environment, but for how this machine reaches the registries: its proxy settings and
+# Node's extra CA file (the root gets this machine's local CAs below), where set.
+carried=()
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY NODE_EXTRA_CA_CERTS; do
+  [ -n "${!v:-}" ] && carried+=("$v=${!v}")
+done
+in_root() {
+  chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+    "${carried[@]}" "$@"
+}
 
 start=$(date +%s)
 phase "debootstrap --variant=minbase bookworm into $root"
 debootstrap --variant=minbase bookworm "$root" "$mirror" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+chmod 755 "$root" # mktemp made it 0700: the tests' nginx workers (user nobody) must reach /tmp
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
 mount --bind /dev "$root/dev"
@@ -63,6 +73,12 @@ cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 phase "apt-get install git make ca-certificates (the README's first step)"
 in_root sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git make ca-certificates' \
   >>"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+# The CAs this machine added to its own store (a TLS-inspecting proxy's, say): without them the
+# root could not reach the npm registry that this machine reaches.
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  in_root update-ca-certificates >>"$log" 2>&1
+fi
 
 phase "clone $ref of $repo"
 git clone -q --no-local "$repo" "$root/root/sluice"
@@ -83,7 +99,7 @@ in_root sh -c "cd /root/sluice && exec make run SLUICE_SERVE_ARGS='--listen 127.
   >"$root.run.log" 2>&1 &
 run_pid=$!
 answered=1
-for _ in $(seq 600); do # at most 60 s: the build is already there, make only checks it
+for _ in $(seq 1800); do # at most 180 s: the build is there, make only checks it (and bootstrap its packages)
   if code=$(in_root sh -c "command -v curl >/dev/null && curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: k1' http://127.0.0.1:$run_port/v1/auth"); then
     [ "$code" = 200 ] && { answered=0; break; }
   fi

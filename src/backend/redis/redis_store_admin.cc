@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <random>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "backend/redis/redis_store.h"
 #include "fmt/format.h"
 
@@ -58,13 +60,20 @@ void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
 std::string RedisStore::EpochKey() const { return options_.key_prefix + "resets"; }
 
 void RedisStore::ReadResetEpoch(EpochDone done) {
+  // A Redis that lost its states (restarted empty, flushed, failed over to a replica that had
+  // not caught up) must read as a new epoch too, or the instances' copies of its states (held
+  // denials, leases) would outlive the states. So a missing key starts at a random value, set
+  // by whichever reader comes first (SET NX GET, Redis 7.0): the next start differs from the
+  // last, and resets count up from it (INCR).
+  std::random_device random;
+  const int64_t start = static_cast<int64_t>(((uint64_t{random()} << 32) | random()) >> 2);
   std::string command;
-  AppendCommand(&command, {"GET", EpochKey()});
+  AppendCommand(&command, {"SET", EpochKey(), absl::StrCat(start), "NX", "GET"});
   client_->Send(
-      EpochKey(), std::move(command), [done = std::move(done)](absl::StatusOr<Reply> reply) {
+      EpochKey(), std::move(command), [start, done = std::move(done)](absl::StatusOr<Reply> reply) {
         if (!reply.ok()) return done(reply.status());
         if (reply->IsError()) return done(absl::InternalError(reply->str));
-        int64_t epoch = 0;  // never reset: no key
+        int64_t epoch = start;  // no key: ours is the start
         if (reply->type == Reply::Type::kString && !absl::SimpleAtoi(reply->str, &epoch)) {
           return done(absl::InternalError("reset epoch is not a number"));
         }

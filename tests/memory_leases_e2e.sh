@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end test of the memory store's per-thread leases and denials (backend/memory/local_leases.h,
-# backend/memory/local_denials.h) in a real `sluice serve --threads 2`: a domain with `consistency: leased`
+# backend/memory/local_over_limit_cache.h) in a real `sluice serve --threads 2`: a domain with `consistency: leased`
 # takes one key far over its limit from 16 connections at once (openloop, 20 000 requests a second
 # for half a second), a fixed window's (1000 a day) and a token bucket's (300 a day, which refills
 # too slowly to be leased: a lease's unspent units would be lost for hours). Neither admits more

@@ -27,7 +27,7 @@
 # and in-process, `sluice bench store --keys 1` under callgrind with --toggle-collect on the
 # decision's entry point (instructions per decision, the store's own cost):
 #   store_decide       MemoryStore as a backend (its DecideAll), a token bucket, one key
-#   store_denials      LocalDenials in front of it: what the memory-only server's stack does for
+#   store_denials      LocalOverLimitCache in front of it: what the memory-only server's stack does for
 #                      an exact limit (LocalLeases only passes such an item on). Leases are not
 #                      measured: when a thread takes one depends on its pace (kHotDecisions per
 #                      millisecond), so their count is not fixed
@@ -144,7 +144,7 @@ fi
 for s in "${selected[@]}"; do
   case "$s" in
     store_decide) through=backend; entry='sluice::store::MemoryStore::Decide(*' ;;
-    store_denials) through=local_denials; entry='sluice::store::LocalDenials::Decide(*' ;;
+    store_denials) through=local_over_limit_cache; entry='sluice::store::LocalOverLimitCache::Decide(*' ;;
     *) continue ;;
   esac
   out="$tmp/callgrind.$s.out"

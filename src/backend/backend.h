@@ -55,17 +55,21 @@ struct Item {
   bool count_denied = false;
   // A shadow item's deny does not deny the request.
   bool shadow = false;
-  // For Failover: what to answer when the backend fails, and for kLocal how many instances
-  // share the limit (each decides on limit / instances).
-  FailureMode on_failure = FailureMode::kOpen;
-  uint32_t instances = 1;
-  // For Leases: whether this item may be decided from a lease.
-  Consistency consistency = Consistency::kExact;
-  // For Leases, kExact items (`hot_keys: lease`): while this instance sees the state at more
-  // than this many requests per second, it is decided as kLeased (backend/hybrid/hot_keys.h); 0:
-  // never. For Eventual, kEventual items (`cold_keys: lease`): under this rate the state is decided
-  // from leases, over it on a copy; 0: always on a copy.
-  uint32_t hot_key_rate = 0;
+  // How the limit is shared with other instances, read only by the wrappers in front of a shared
+  // backend (Failover, Leases, Eventual, HotKeys); a backend that decides alone ignores it.
+  struct Sharing {
+    // Failover: what to answer when the backend fails, and for kLocal how many instances share
+    // the limit (each decides on limit / instances).
+    FailureMode on_failure = FailureMode::kOpen;
+    uint32_t instances = 1;
+    // Leases, Eventual: whether the item may be decided from a lease or a copy.
+    Consistency consistency = Consistency::kExact;
+    // Leases, kExact items (`hot_keys: lease`): while this instance sees the state at more than
+    // this many requests per second, it is decided as kLeased (backend/hybrid/hot_keys.h); 0:
+    // never. Eventual, kEventual items (`cold_keys: lease`): under this rate the state is decided
+    // from leases, over it on a copy; 0: always on a copy.
+    uint32_t hot_key_rate = 0;
+  } sharing = {};
 };
 
 // A state's identity as one string (limit_id's 8 bytes, then the key): for maps of states kept

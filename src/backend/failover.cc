@@ -23,7 +23,7 @@ void Failover::FallBack(std::span<const Item> items, int64_t now_us, std::span<D
                         const Done& done) {
   // Each policy used counts once per call (one call is one request, or several decided as one).
   std::array<bool, 3> used = {};
-  for (const Item& item : items) used[static_cast<size_t>(item.on_failure)] = true;
+  for (const Item& item : items) used[static_cast<size_t>(item.sharing.on_failure)] = true;
   for (size_t mode = 0; mode < used.size(); ++mode) {
     if (used[mode]) fallbacks_[mode].fetch_add(1, std::memory_order_relaxed);
   }
@@ -40,7 +40,7 @@ void Failover::FallBack(std::span<const Item> items, int64_t now_us, std::span<D
   bool allowed = true;
   for (size_t k = 0; k < items.size(); ++k) {
     const Item& item = items[k];
-    switch (item.on_failure) {
+    switch (item.sharing.on_failure) {
       case FailureMode::kClosed:
         allowed = allowed && item.shadow;
         out[k] = {.allowed = false,
@@ -70,7 +70,7 @@ void Failover::FallBack(std::span<const Item> items, int64_t now_us, std::span<D
   local->shares.reserve(local->index.size());  // pointers into it stay valid
   for (const size_t k : local->index) {
     const Item& item = items[k];
-    const uint64_t instances = std::max<uint32_t>(1, item.instances);
+    const uint64_t instances = std::max<uint32_t>(1, item.sharing.instances);
     Limit share = *item.limit;
     share.requests = std::max<uint64_t>(1, share.requests / instances);
     if (share.burst) {

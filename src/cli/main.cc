@@ -210,10 +210,11 @@ struct BenchStoreCommand {
                     "read the clock once per this many decisions (default 1)");
     app->add_option("--prefetch", options.prefetch,
                     "prefetch the state this many decisions ahead (default 0 = off)");
-    app->add_option("--through", options.through,
-                    "store (default), backend (the store as the server's engine asks it) or "
-                    "local_denials (the memory-only server: per-thread kept denials in front) or "
-                    "local_leases (per-thread leases of hot keys in front of that)");
+    app->add_option(
+        "--through", options.through,
+        "store (default), backend (the store as the server's engine asks it) or "
+        "local_over_limit_cache (the memory-only server: per-thread kept denials in front) or "
+        "local_leases (per-thread leases of hot keys in front of that)");
   }
   int Run() {
     auto parsed = limit.ToLimit("bench store");

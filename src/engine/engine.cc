@@ -357,10 +357,10 @@ struct Engine::Batch {
                        .count_denied = p.count_denied,
                        // A quota-mode limit does not deny the request by itself (Conclude).
                        .shadow = limit.shadow || limit.quota,
-                       .on_failure = p.on_failure,
-                       .instances = instances,
-                       .consistency = p.consistency,
-                       .hot_key_rate = p.hot_key_rate});
+                       .sharing = {.on_failure = p.on_failure,
+                                   .instances = instances,
+                                   .consistency = p.consistency,
+                                   .hot_key_rate = p.hot_key_rate}});
     }
   }
 
@@ -394,7 +394,7 @@ BackendState FallbackState(const rules::Config& config, const Request& request) 
 
 // What an admitted batch consumed, for a refund.
 void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
-                    Consumption* consumed, bool denied) {
+                    Refundable* consumed, bool denied) {
   consumed->decided_at_us = decided_at_us;
   for (size_t k = 0; k < batch.items.size(); ++k) {
     const backend::Item& item = batch.items[k];
@@ -410,12 +410,12 @@ void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int
 inline void Engine::SettleDecided(const rules::Config& config, std::span<Response> responses,
                                   Batch& batch, std::span<const Decision> decisions,
                                   const backend::Outcome& outcome, int64_t now_us,
-                                  Consumption* consumed) {
+                                  Refundable* consumed) {
   const float ratio = config.settings.near_limit_ratio;
   for (size_t k = 0; k < batch.items.size(); ++k) batch.Apply(k, decisions[k], ratio);
   if (Conclude(config, responses,
                outcome.allowed)) {  // every quota spent: give back what was taken
-    Consumption taken;
+    Refundable taken;
     Record(batch, decisions, outcome.decided_at_us, &taken, /*denied=*/true);
     Refund(taken, now_us);
   } else if (consumed != nullptr && outcome.allowed) {
@@ -426,7 +426,7 @@ inline void Engine::SettleDecided(const rules::Config& config, std::span<Respons
 void Engine::Settle(const rules::Config& config, std::span<const Request> requests,
                     std::span<Response> responses, Batch& batch,
                     std::span<const Decision> decisions, const backend::Outcome& outcome,
-                    int64_t now_us, Consumption* consumed) {
+                    int64_t now_us, Refundable* consumed) {
   const float ratio = config.settings.near_limit_ratio;
   if (!outcome.status.ok()) {  // failed, and no policy answered: refuse
     for (Response& response : responses) response.backend = BackendState::kFailedClosed;
@@ -463,7 +463,7 @@ struct Engine::AsyncCall {
   absl::InlinedVector<Decision, 8> decisions;
   int64_t now_us = 0;
   Done done;
-  Consumption* consumed = nullptr;
+  Refundable* consumed = nullptr;
 };
 
 void Engine::RequireInline() const {
@@ -476,7 +476,7 @@ void Engine::RequireInline() const {
 
 inline void Engine::DecideInline(const rules::Config& config, std::span<const Request> requests,
                                  std::span<Response> responses, Batch& batch, int64_t now_us,
-                                 Consumption* consumed) {
+                                 Refundable* consumed) {
   RequireInline();
   absl::InlinedVector<Decision, 8> decisions(batch.items.size());
   const backend::Outcome outcome =
@@ -498,23 +498,23 @@ Response Engine::Check(const rules::Config& config, const Request& request, int6
 
 std::vector<Response> Engine::CheckAll(const rules::Config& config,
                                        std::span<const Request> requests, int64_t now_us,
-                                       Consumption* consumed) {
+                                       Refundable* consumed) {
   std::vector<Response> responses(requests.size());
   CheckAll(config, requests, std::span(responses), now_us, consumed);
   return responses;
 }
 
 void Engine::CheckAll(const rules::Config& config, std::span<const Request> requests,
-                      std::span<Response> responses, int64_t now_us, Consumption* consumed) {
+                      std::span<Response> responses, int64_t now_us, Refundable* consumed) {
   Batch batch;
   batch.Build(config, requests, responses);
   DecideInline(config, requests, responses, batch, now_us, consumed);
 }
 
-void Engine::Refund(const Consumption& consumed, int64_t now_us) {
+void Engine::Refund(const Refundable& consumed, int64_t now_us) {
   if (consumed.items.empty()) return;
   absl::InlinedVector<backend::Item, 8> items;
-  for (const Consumption::Item& c : consumed.items) {
+  for (const Refundable::Item& c : consumed.items) {
     items.push_back({.limit = &c.limit, .limit_id = c.limit_id, .key = c.key, .cost = c.cost});
   }
   // Nothing in `items` needs to outlive the call (Backend::Refund).
@@ -531,7 +531,7 @@ size_t Engine::Reset(const rules::Config& config, const Request& request) {
 
 void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
                            std::vector<Request> requests, int64_t now_us, Done done,
-                           Consumption* consumed) {
+                           Refundable* consumed) {
   if (backend_->answers_inline()) return done(CheckAll(*config, requests, now_us, consumed));
   auto call = std::make_shared<AsyncCall>();
   call->config = std::move(config);

@@ -129,7 +129,7 @@ struct Response {
 
 // What an admitted request consumed, kept to give it back later (Engine::Refund). Self-contained
 // (limits and keys are copies), so it may outlive the config snapshot it was decided on.
-struct Consumption {
+struct Refundable {
   struct Item {
     Limit limit;
     uint64_t limit_id = 0;
@@ -156,7 +156,7 @@ class Engine {
   // records there what it consumed (for Refund).
   using Done = std::function<void(std::vector<Response>)>;
   void CheckAllAsync(std::shared_ptr<const rules::Config> config, std::vector<Request> requests,
-                     int64_t now_us, Done done, Consumption* consumed = nullptr);
+                     int64_t now_us, Done done, Refundable* consumed = nullptr);
   // Reset on any backend.
   using ResetDone = backend::Backend::ResetDone;
   void ResetAsync(std::shared_ptr<const rules::Config> config, Request request, ResetDone done);
@@ -170,11 +170,11 @@ class Engine {
   // batch's. One response per request, in order.
   // With `consumed`, an admitted batch also records what it consumed there (for Refund).
   std::vector<Response> CheckAll(const rules::Config& config, std::span<const Request> requests,
-                                 int64_t now_us, Consumption* consumed = nullptr);
+                                 int64_t now_us, Refundable* consumed = nullptr);
   // The same into `responses` (as many as `requests`, freshly made), for a caller that keeps
   // the answers where they will be used.
   void CheckAll(const rules::Config& config, std::span<const Request> requests,
-                std::span<Response> responses, int64_t now_us, Consumption* consumed = nullptr);
+                std::span<Response> responses, int64_t now_us, Refundable* consumed = nullptr);
 
   // Forgets the state of every limit the request's descriptors match ("unblock this customer").
   // Returns how many states there were.
@@ -184,7 +184,7 @@ class Engine {
   // per algorithm): e.g. the upstream it was admitted for failed. On any backend; in the
   // background when it does not answer inline (a refund that fails leaves the quota consumed,
   // which never over-admits).
-  void Refund(const Consumption& consumed, int64_t now_us);
+  void Refund(const Refundable& consumed, int64_t now_us);
 
  private:
   struct Batch;
@@ -196,23 +196,23 @@ class Engine {
   // Decides `batch` (built from `requests` into `responses`) on the backend, inline.
   void DecideInline(const rules::Config& config, std::span<const Request> requests,
                     std::span<Response> responses, Batch& batch, int64_t now_us,
-                    Consumption* consumed);
+                    Refundable* consumed);
   // With the backend's `outcome` and `decisions` for `batch`: the responses' decisions, each
   // request's backend state, the verdict; what was consumed into `consumed`, or given back when
   // every quota of a request was spent.
   void Settle(const rules::Config& config, std::span<const Request> requests,
               std::span<Response> responses, Batch& batch, std::span<const Decision> decisions,
-              const backend::Outcome& outcome, int64_t now_us, Consumption* consumed);
+              const backend::Outcome& outcome, int64_t now_us, Refundable* consumed);
   // Settle when the backend decided (status ok, no fallback), the usual case (DecideInline
   // calls it directly): the decisions applied to the responses, the verdict, what was consumed
   // recorded or given back.
   void SettleDecided(const rules::Config& config, std::span<Response> responses, Batch& batch,
                      std::span<const Decision> decisions, const backend::Outcome& outcome,
-                     int64_t now_us, Consumption* consumed);
+                     int64_t now_us, Refundable* consumed);
   // What the batch consumed, into `consumed`; of a request `denied` after all (its quotas spent),
   // what is to be given back: not what count_denied keeps counted.
   static void Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
-                     Consumption* consumed, bool denied = false);
+                     Refundable* consumed, bool denied = false);
 
   backend::Backend* backend_;
 };

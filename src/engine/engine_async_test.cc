@@ -36,7 +36,7 @@ class FakeRemote final : public backend::Backend {
               Done done) override {
     ++calls;
     hot_key_rates.clear();
-    for (const backend::Item& item : items) hot_key_rates.push_back(item.hot_key_rate);
+    for (const backend::Item& item : items) hot_key_rates.push_back(item.sharing.hot_key_rate);
     backend::Outcome outcome;
     if (down) {
       outcome.status = absl::UnavailableError("down");
@@ -204,7 +204,7 @@ TEST_F(EngineAsyncTest, WhatTheRemoteConsumedIsRefundedThere) {
   request.descriptors.push_back(
       {.entries = {{"user", "zoe"}}, .limit = std::nullopt, .hits_addend = std::nullopt});
   for (int i = 0; i < 8; ++i) {
-    Consumption consumed;
+    Refundable consumed;
     std::promise<bool> allowed;
     engine_.CheckAllAsync(
         config_, {request}, clock_.NowMicros(),

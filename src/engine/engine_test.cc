@@ -969,7 +969,7 @@ TEST_F(EngineTest, StateKeysAreLengthPrefixedEntries) {
   long_path.insert(0, "/downloads/");
   Descriptor override = Desc({{"api_key", "k1"}, {"path", "/o"}});
   override.limit = LimitOverride{.requests_per_unit = 5, .window_us = kSecondUs, .unit = "second"};
-  Consumption consumed;
+  Refundable consumed;
   const std::vector<Response> responses = engine_.CheckAll(
       *config_,
       std::vector<Request>{Req("files", {Desc({{"bucket", "reports-2025"}}),
@@ -979,7 +979,7 @@ TEST_F(EngineTest, StateKeysAreLengthPrefixedEntries) {
   ASSERT_THAT(responses, SizeIs(2));
   ASSERT_TRUE(responses[0].allowed);
   std::vector<std::string> keys;
-  for (const Consumption::Item& item : consumed.items) keys.push_back(item.key);
+  for (const Refundable::Item& item : consumed.items) keys.push_back(item.key);
   EXPECT_THAT(keys, ::testing::ElementsAre("6:bucket9:reports-*", "4:path16:/downloads/x.zip",
                                            "7:api_key2:k14:path2:/o", "4:path311:" + long_path,
                                            "7:api_key2:k1"));

@@ -113,10 +113,10 @@ class Service {
   // decides; `done` runs once, perhaps on the backend's thread. With `consumed` (which must
   // live until `done`), what an admitted request consumed is recorded there for a refund.
   void DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
-                    engine::Consumption* consumed, std::function<void(RouteDecision)> done);
+                    engine::Refundable* consumed, std::function<void(RouteDecision)> done);
   // The same, on the in-memory engine only (no remote store), answered before it returns.
   RouteDecision DecideRoutesNow(const rules::Config& config, RouteChecks& checks,
-                                engine::Consumption* consumed);
+                                engine::Refundable* consumed);
   // Forward-auth's answer to a route decision.
   void SetAuthAnswer(const rules::Config& config, const RouteDecision& decision,
                      HttpResponse& response);

@@ -72,7 +72,7 @@ void Service::SetAuthAnswer(const rules::Config& config, const RouteDecision& de
 }
 
 Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, RouteChecks& checks,
-                                                engine::Consumption* consumed) {
+                                                engine::Refundable* consumed) {
   const int64_t now_us = clock_->NowMicros();
   const int64_t start_us = clock_->MonotonicMicros();
   absl::InlinedVector<std::string_view, 2> domains;
@@ -87,7 +87,7 @@ Service::RouteDecision Service::DecideRoutesNow(const rules::Config& config, Rou
 }
 
 void Service::DecideRoutes(std::shared_ptr<const rules::Config> config, RouteChecks checks,
-                           engine::Consumption* consumed, std::function<void(RouteDecision)> done) {
+                           engine::Refundable* consumed, std::function<void(RouteDecision)> done) {
   if (engine_.answers_inline()) return done(DecideRoutesNow(*config, checks, consumed));
   const int64_t now_us = clock_->NowMicros();
   const int64_t start_us = clock_->MonotonicMicros();

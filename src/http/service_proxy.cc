@@ -30,7 +30,7 @@ struct Service::ProxyCall {
   std::shared_ptr<BodyReader> body;  // the request's body, still with the client (streamed)
   std::shared_ptr<const rules::Config> config;  // the snapshot it was decided on
   engine::Response decision;
-  engine::Consumption consumed;
+  engine::Refundable consumed;
   const rules::HttpSection* section = nullptr;  // the upstream's (in `config`)
   UpstreamTarget target;
   boost::asio::any_io_executor executor;

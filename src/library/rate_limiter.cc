@@ -180,8 +180,7 @@ absl::StatusOr<std::unique_ptr<RateLimiter>> RateLimiter::Create(std::vector<Lim
                            .cost = 1,
                            .count_denied = false,
                            .shadow = false,
-                           .on_failure = on_failure,
-                           .instances = 1});
+                           .sharing = {.on_failure = on_failure, .instances = 1}});
   }
   auto built = stack::LibraryStack::Build(options, impl->clock);
   if (!built.ok()) return built.status();

@@ -649,10 +649,10 @@ int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
          .limit_id = limit_id,
          .key = trace->keys[a.key],
          .cost = a.cost,
-         .on_failure = backend::FailureMode::kClosed,
-         .instances = static_cast<uint32_t>(o.instances),
-         .consistency = ConsistencyOf(o.instance.mode),
-         .hot_key_rate = o.instance.mode == Mode::kEventual ? o.cold_keys_rate : 0});
+         .sharing = {.on_failure = backend::FailureMode::kClosed,
+                     .instances = static_cast<uint32_t>(o.instances),
+                     .consistency = ConsistencyOf(o.instance.mode),
+                     .hot_key_rate = o.instance.mode == Mode::kEventual ? o.cold_keys_rate : 0}});
   }
   play.answers.resize(n);
   play.records.resize(n);

@@ -10,8 +10,8 @@
 #include "backend/hybrid/eventual.h"
 #include "backend/hybrid/leases.h"
 #include "backend/hybrid/over_limit_cache.h"
-#include "backend/memory/local_denials.h"
 #include "backend/memory/local_leases.h"
+#include "backend/memory/local_over_limit_cache.h"
 #include "backend/memory/memory_store.h"
 #include "backend/redis/eviction_policy.h"
 #include "backend/redis/redis_store.h"
@@ -31,7 +31,7 @@ struct Stack::Parts {
   // In front of the memory store when it is the top (no Redis): a key over its limit is denied
   // from each thread's kept denials, and a hot state of a domain that chose leases (`consistency:
   // leased`, `hot_keys: lease`) is admitted from each thread's leases, without the store's lock.
-  std::unique_ptr<store::LocalDenials> local_denials;
+  std::unique_ptr<store::LocalOverLimitCache> local_over_limit_cache;
   std::unique_ptr<store::LocalLeases> local_leases;
   std::unique_ptr<redis::RedisStore> redis;
   std::unique_ptr<backend::OverLimitCache> over_limit_cache;  // in front of redis; may be null
@@ -337,9 +337,10 @@ Stack::Stack(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
   if (parts_->failover) {
     top_ = parts_->failover.get();
   } else {
-    parts_->local_denials = std::make_unique<store::LocalDenials>(parts_->memory.get());
+    parts_->local_over_limit_cache =
+        std::make_unique<store::LocalOverLimitCache>(parts_->memory.get());
     parts_->local_leases = std::make_unique<store::LocalLeases>(
-        parts_->local_denials.get(), parts_->memory.get(), store::LocalLeases::Options{});
+        parts_->local_over_limit_cache.get(), parts_->memory.get(), store::LocalLeases::Options{});
     top_ = parts_->local_leases.get();
   }
 }

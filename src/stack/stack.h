@@ -1,6 +1,6 @@
 // The backend stack a process decides on, built from the settings: the memory store alone
-// (behind store::LocalLeases and store::LocalDenials: each thread's leases of hot states, for the
-// domains that chose leases, and its kept denials), or
+// (behind store::LocalLeases and store::LocalOverLimitCache: each thread's leases of hot states,
+// for the domains that chose leases, and its kept denials), or
 // Failover(Eventual(Leases(OverLimitCache(RedisStore))), memory store) for `backend: redis` (the
 // cache only when redis.over_limit_cache > 0). The one place that knows the concrete backends:
 // frontends see a backend::Backend (through the engine) and this class.

@@ -86,7 +86,7 @@ void Eventual::StopTicker() {
 }
 
 bool Eventual::Decidable(const Item& item) {
-  if (item.consistency != Consistency::kEventual || item.cost == 0 || item.shadow ||
+  if (item.sharing.consistency != Consistency::kEventual || item.cost == 0 || item.shadow ||
       item.count_denied) {
     return false;
   }
@@ -136,7 +136,7 @@ void Eventual::Decide(std::span<const Item> items, int64_t now_us, std::span<Dec
 }
 
 bool Eventual::Fences(const Item& item) const {
-  return item.hot_key_rate > 0 && options_.leases != nullptr;
+  return item.sharing.hot_key_rate > 0 && options_.leases != nullptr;
 }
 
 bool Eventual::ToLeases(std::span<const Item> items, int64_t mono) {
@@ -303,7 +303,7 @@ void Eventual::Sync(std::function<void()> done) {
     batch->deltas[i].item = {.limit = &batch->limits[i],
                              .limit_id = limit_id,
                              .key = std::string_view(key).substr(sizeof limit_id),
-                             .consistency = Consistency::kEventual};
+                             .sharing = {.consistency = Consistency::kEventual}};
   }
   const auto finish = [this, batch] {
     {

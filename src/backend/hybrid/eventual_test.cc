@@ -126,7 +126,10 @@ class EventualTest : public ::testing::Test {
                                       Eventual::Options{.sync_interval_us = 100 * kMs});
   }
   Item ItemOf(const Limit& limit, std::string_view key = "k") const {
-    return {.limit = &limit, .limit_id = 7, .key = key, .consistency = Consistency::kEventual};
+    return {.limit = &limit,
+            .limit_id = 7,
+            .key = key,
+            .sharing = {.consistency = Consistency::kEventual}};
   }
   // Decides one item; whether admitted.
   static bool Admit(Eventual& e, const Item& item, Decision* out = nullptr) {
@@ -174,7 +177,7 @@ TEST_F(EventualTest, AColdKeyIsDecidedFromLeasesAndAHotOneOnAFencedCopy) {
   const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
   ColdKeysInstance a(&shared_, &clock_);
   Item cold = ItemOf(limit, "cold");
-  cold.hot_key_rate = 50;
+  cold.sharing.hot_key_rate = 50;
   for (int i = 0; i < 20; ++i) {  // 10 a second
     ASSERT_TRUE(Admit(a.eventual, cold));
     clock_.Advance(100 * kMs);
@@ -186,7 +189,7 @@ TEST_F(EventualTest, AColdKeyIsDecidedFromLeasesAndAHotOneOnAFencedCopy) {
   EXPECT_FALSE(shared_.fenced_until.contains(StateKey(cold)));
 
   Item hot = ItemOf(limit, "hot");
-  hot.hot_key_rate = 50;
+  hot.sharing.hot_key_rate = 50;
   int requests = 0;
   while (a.eventual.GetStats().exact == 0 && requests < 1000) {  // 1000 a second until promoted
     ASSERT_TRUE(Admit(a.eventual, hot));
@@ -213,7 +216,7 @@ TEST_F(EventualTest, AFencedLeaseSendsTheColdInstanceToACopy) {
   ColdKeysInstance a(&shared_, &clock_);
   ColdKeysInstance b(&shared_, &clock_);
   Item item = ItemOf(limit, "shared");
-  item.hot_key_rate = 50;
+  item.sharing.hot_key_rate = 50;
   while (a.eventual.GetStats().exact == 0) {  // hot on a
     ASSERT_TRUE(Admit(a.eventual, item));
     clock_.Advance(kMs);
@@ -248,8 +251,8 @@ TEST_F(EventualTest, ACopyIsDecidedOnAfterTurningFencesOnOnlyOnceAMergeFenced) {
   ASSERT_EQ(a.eventual.GetStats().local, 1u);
   EXPECT_FALSE(shared_.fenced_until.contains(StateKey(item)));
   shared_.hold = true;
-  a.eventual.Sync();       // a merge with no fence, out while the reload comes
-  item.hot_key_rate = 50;  // the reload
+  a.eventual.Sync();               // a merge with no fence, out while the reload comes
+  item.sharing.hot_key_rate = 50;  // the reload
   ASSERT_TRUE(Admit(a.eventual, item));
   EXPECT_EQ(a.eventual.GetStats().local, 1u) << "an unfenced copy was decided on";
   shared_.hold = false;
@@ -271,7 +274,7 @@ TEST_F(EventualTest, AnExactReplyAfterAFencingMergeWaitsForTheNextMerge) {
   const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
   ColdKeysInstance a(&shared_, &clock_);
   Item hot = ItemOf(limit, "hot");
-  hot.hot_key_rate = 50;
+  hot.sharing.hot_key_rate = 50;
   while (a.eventual.GetStats().exact == 0) {
     ASSERT_TRUE(Admit(a.eventual, hot));
     clock_.Advance(kMs);
@@ -405,8 +408,10 @@ TEST_P(EventualBoundTest, OverAdmissionStaysUnderTheBound) {
   ManualClock clock(kT0);
   Shared shared(&clock);
   const Limit limit = Make(GetParam(), 200, kSecond);
-  const Item item = {
-      .limit = &limit, .limit_id = 1, .key = "hot", .consistency = Consistency::kEventual};
+  const Item item = {.limit = &limit,
+                     .limit_id = 1,
+                     .key = "hot",
+                     .sharing = {.consistency = Consistency::kEventual}};
   std::vector<std::unique_ptr<Eventual>> fleet;
   for (int i = 0; i < kInstances; ++i) {
     fleet.push_back(std::make_unique<Eventual>(&shared, &shared, &shared, &clock,

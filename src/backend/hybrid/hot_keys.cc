@@ -27,9 +27,9 @@ bool HotKeys::Record(const Item& item, int64_t mono) {
   absl::MutexLock lock(&mu_);
   Roll(mono / kSecondUs);
   Slot& slot = Find(hash);
-  slot.hot_key_rate = item.hot_key_rate;
-  if (!slot.promoted && item.hot_key_rate > 0 &&
-      Rate(slot, mono) > static_cast<double>(item.hot_key_rate)) {
+  slot.hot_key_rate = item.sharing.hot_key_rate;
+  if (!slot.promoted && item.sharing.hot_key_rate > 0 &&
+      Rate(slot, mono) > static_cast<double>(item.sharing.hot_key_rate)) {
     slot.promoted = true;
     slot.quiet_seconds = 0;
     slot.key.assign(item.key);

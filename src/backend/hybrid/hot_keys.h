@@ -43,7 +43,7 @@ class HotKeys {
   explicit HotKeys(size_t slots = 256);
 
   // Counts one request of `item`'s state at `mono` (µs, monotonic; never going back) and says
-  // whether the state is promoted now (item.hot_key_rate > 0).
+  // whether the state is promoted now (item.sharing.hot_key_rate > 0).
   bool Record(const Item& item, int64_t mono);
   // The promoted states of highest rate at `mono`, at most `k`, highest first.
   std::vector<Hot> Top(size_t k, int64_t mono);

@@ -26,7 +26,8 @@ constexpr int64_t kT0 = int64_t{86400} * kSecond;
 class HotKeysTest : public ::testing::Test {
  protected:
   Item MakeItem(std::string_view key, uint32_t rate = 100) const {
-    return {.limit = &limit_, .limit_id = 7, .key = key, .cost = 1, .hot_key_rate = rate};
+    return {
+        .limit = &limit_, .limit_id = 7, .key = key, .cost = 1, .sharing = {.hot_key_rate = rate}};
   }
   // `per_second` requests of `key`, evenly spread over the next second; whether the last one
   // found the state promoted.

@@ -60,7 +60,7 @@ Leases::Leases(Backend* inner, LeaseSource* source, const Clock* clock, Options 
       source_(source),
       clock_(clock),
       options_(options),
-      epoch_(inner, [this](int64_t) { DropAll(/*give_back=*/false); }),
+      epoch_(inner, [this](int64_t) { DropAll(); }),
       hot_keys_(options.hot_key_slots) {}
 
 Leases::~Leases() = default;
@@ -75,14 +75,16 @@ bool Leases::Leasable(const Item& item) {
 bool Leases::LeasedNow(std::span<const Item> items, std::optional<int64_t>& mono) {
   bool all = true;
   for (const Item& item : items) {
-    if (item.consistency == Consistency::kExact && item.hot_key_rate > 0 && Leasable(item)) {
+    if (item.sharing.consistency == Consistency::kExact && item.sharing.hot_key_rate > 0 &&
+        Leasable(item)) {
       if (!mono) mono = clock_->MonotonicMicros();
       all = hot_keys_.Record(item, *mono) && all;  // (every such item is counted)
     } else {
       // (An eventual item of a cold_keys: lease domain comes here from Eventual when its state
       // is cold on this instance.)
-      const bool leased = item.consistency == Consistency::kLeased ||
-                          (item.consistency == Consistency::kEventual && item.hot_key_rate > 0);
+      const bool leased =
+          item.sharing.consistency == Consistency::kLeased ||
+          (item.sharing.consistency == Consistency::kEventual && item.sharing.hot_key_rate > 0);
       all = all && leased && Leasable(item);
     }
   }
@@ -299,7 +301,7 @@ int64_t Leases::LifeOf(const Limit& limit) const {
 
 uint64_t Leases::NextWant(const Entry* entry, const Item& item, int64_t life_us, int64_t mono) {
   const uint64_t cost = item.cost;
-  const uint64_t instances = std::max<uint32_t>(1, item.instances);
+  const uint64_t instances = std::max<uint32_t>(1, item.sharing.instances);
   uint64_t demand = 4 * cost;  // a first lease, until the rate is known
   uint64_t share = std::max<uint64_t>(1, item.limit->Capacity() / (2 * instances));
   const bool held = entry != nullptr && entry->granted > 0;
@@ -397,16 +399,11 @@ void Leases::Sweep(int64_t mono) {
   next_sweep_.store(std::max(mono + kSweepEveryUs, next_due), std::memory_order_relaxed);
 }
 
-void Leases::DropAll(bool give_back) {
+void Leases::DropAll() {
   absl::MutexLock lock(&mu_);
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    Entry& entry = it->second;
-    if (entry.units == 0) continue;
-    if (!give_back) {
-      units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
-      entry.units = 0;
-      continue;
-    }
+  for (auto& [key, entry] : entries_) {
+    units_lost_.fetch_add(entry.units, std::memory_order_relaxed);
+    entry.units = 0;
   }
   // Entries with a lease call in flight stay (the call's callback needs them); their units are 0,
   // and their quota may be back: not dry (an empty answer to a call sent before the reset starts

@@ -158,7 +158,9 @@ class Leases final : public Wrapper {
   int64_t RememberedFor(const Limit& limit) const;
   // Brings the next sweep forward to `due` (no sooner than kSweepEveryUs after the last one).
   void SweepBy(int64_t due) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropAll(bool give_back);
+  // Drops every lease's units without giving them back (a reset elsewhere emptied the states
+  // they came from) and forgets the entries no lease call waits on.
+  void DropAll();
 
   LeaseSource* const source_;
   const Clock* const clock_;

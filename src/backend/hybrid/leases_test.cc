@@ -87,8 +87,7 @@ class LeasesTest : public ::testing::Test {
             .limit_id = 1,
             .key = key,
             .cost = cost,
-            .instances = 1,
-            .consistency = Consistency::kLeased};
+            .sharing = {.instances = 1, .consistency = Consistency::kLeased}};
   }
   Outcome Decide(Leases& leases, const Item& item, Decision* out = nullptr) {
     Decision d;
@@ -128,7 +127,7 @@ TEST_F(LeasesTest, RequestsAreDecidedFromALeaseWithNoCall) {
   EXPECT_EQ(leases_.GetStats().local, 8u);  // (the first ones too, once their lease came)
   // Requests that are not leased go to the backend as they are.
   Item exact = item;
-  exact.consistency = Consistency::kExact;
+  exact.sharing.consistency = Consistency::kExact;
   const int decides = shared_.decides;
   Decide(leases_, exact);
   EXPECT_EQ(shared_.decides, decides + 1);
@@ -223,7 +222,7 @@ TEST_F(LeasesTest, SeveralInstancesNeverAdmitMoreThanTheLimit) {
   for (int step = 0; step < 20000; ++step) {
     clock_.Advance(static_cast<int64_t>(random() % 2000));  // ~1000 requests a second
     Item item = MakeItem("hot", 1 + random() % 2);
-    item.instances = 4;
+    item.sharing.instances = 4;
     if (Decide(*instances[random() % 4], item).allowed) {
       admitted[clock_.NowMicros() / limit_.window_us] += static_cast<int>(item.cost);
     }
@@ -247,7 +246,7 @@ TEST_F(LeasesTest, AnExhaustedWindowIsDecidedByTheBackendAndNotLeasedForTenLease
   Leases leases(&shared_, &shared_, &clock_,
                 {.life_us = kInterval, .window_life_us = 60 * kSecond});
   Item all = MakeItem("bob", 100);
-  all.consistency = Consistency::kExact;
+  all.sharing.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, all).allowed);  // nothing left on the backend now
   const Item item = MakeItem("bob", 1);
   Decision d;
@@ -275,7 +274,7 @@ TEST_F(LeasesTest, AWindowThatStaysDryIsAskedLessOftenUpToAnEighthOfItsWindow) {
   Leases leases(&shared_, &shared_, &clock_,
                 {.life_us = kInterval, .window_life_us = 60 * kSecond});
   Item all = MakeItem("carol", 100);
-  all.consistency = Consistency::kExact;
+  all.sharing.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, all).allowed);
   const Item item = MakeItem("carol", 1);
   std::vector<int64_t> asked;  // the lease intervals since it ran dry at which a lease was asked
@@ -313,7 +312,7 @@ TEST_F(LeasesTest, AnEndedLeaseGivesItsUnitsBackDuringADrySpell) {
   ASSERT_TRUE(Decide(leases, MakeItem("dave", 1)).allowed);  // a lease of 4 to 1 s: 3 held
   clock_.Advance(5 * kInterval);
   Item rest = MakeItem("dave", 96);
-  rest.consistency = Consistency::kExact;
+  rest.sharing.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, rest).allowed);  // nothing left in the window but the 3 held
   EXPECT_FALSE(Decide(leases, MakeItem("dave", 5)).allowed);  // an empty lease: dry to 1.5 s
   EXPECT_EQ(leases.GetStats().empty, 1u);
@@ -334,7 +333,7 @@ TEST_F(LeasesTest, AnExhaustedSlidingWindowIsLeasedAgainAfterALeaseInterval) {
                       .burst = {}};
   Item all = MakeItem("slide", 100);
   all.limit = &sliding;
-  all.consistency = Consistency::kExact;
+  all.sharing.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, all).allowed);
   Item item = MakeItem("slide", 1);
   item.limit = &sliding;
@@ -358,7 +357,7 @@ TEST_F(LeasesTest, ARememberedLeaseInTheSameWindowIsBoundByWhatWasLeft) {
   Leases leases(&shared_, &shared_, &clock_, {.life_us = 100000, .window_life_us = kSecond});
   Item all = MakeItem("near", 990);
   all.limit = &limit;
-  all.consistency = Consistency::kExact;
+  all.sharing.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, all).allowed);
   Item item = MakeItem("near");
   item.limit = &limit;
@@ -495,7 +494,7 @@ TEST_F(LeasesTest, AResetElsewhereEndsTheDrySpellOfALeaseInFlight) {
   LaterSource later(&shared_);
   Leases leases(&shared_, &later, &clock_, {.life_us = kInterval, .window_life_us = 60 * kSecond});
   Item all = MakeItem("erin", 100);
-  all.consistency = Consistency::kExact;
+  all.sharing.consistency = Consistency::kExact;
   ASSERT_TRUE(Decide(leases, all).allowed);
   // Decides `item`, its lease call (if it makes one) answered unless `hold` (`item` must then
   // outlive the answer, as the decisions do).
@@ -579,8 +578,8 @@ class HotKeyLeasesTest : public LeasesTest {
  protected:
   Item MakeHot(std::string_view key, uint32_t hot_key_rate) const {
     Item item = MakeItem(key);
-    item.consistency = Consistency::kExact;
-    item.hot_key_rate = hot_key_rate;
+    item.sharing.consistency = Consistency::kExact;
+    item.sharing.hot_key_rate = hot_key_rate;
     return item;
   }
   // `per_second` requests of `item` a second for `seconds`, and as many of `also` (if any) at
@@ -647,7 +646,7 @@ TEST_F(HotKeyLeasesTest, HotExactKeysOnFourInstancesNeverAdmitMoreThanTheLimit) 
     clock_.Advance(static_cast<int64_t>(random() % 2000));  // ~250 requests a second each
     Item item = MakeHot("hot", 100);
     item.cost = 1 + random() % 2;
-    item.instances = 4;
+    item.sharing.instances = 4;
     if (Decide(*instances[random() % 4], item).allowed) {
       admitted[clock_.NowMicros() / limit_.window_us] += static_cast<int>(item.cost);
     }

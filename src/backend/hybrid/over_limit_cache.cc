@@ -50,7 +50,7 @@ void OverLimitCache::Decide(std::span<const Item> items, int64_t now_us, std::sp
 bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us, int64_t mono,
                                      std::span<Decision> out, const Done& done) {
   if (!epoch_.Fresh(mono)) return false;
-  absl::InlinedVector<HeldDenial, 4> hits(items.size(), HeldDenial{.until_us = kNeverUs});
+  absl::InlinedVector<CachedDenial, 4> hits(items.size(), CachedDenial{.until_us = kNeverUs});
   bool any = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
@@ -95,9 +95,9 @@ void OverLimitCache::Remember(std::span<const Item> items, std::span<const Decis
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     const Decision& d = out[i];
-    if (!MayHoldDenial(item, d)) continue;  // (held_denial.h says which)
+    if (!MayCacheDenial(item, d)) continue;  // (cached_denial.h says which)
     Insert(StateKey(item),
-           {.denial = HoldDenial(d, asked_at), .cost = item.cost, .limit = *item.limit}, arrived);
+           {.denial = CacheDenial(d, asked_at), .cost = item.cost, .limit = *item.limit}, arrived);
   }
 }
 

@@ -21,7 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/backend.h"
-#include "backend/held_denial.h"
+#include "backend/cached_denial.h"
 #include "backend/reset_epoch.h"
 #include "sluice/clock.h"
 
@@ -52,9 +52,9 @@ class OverLimitCache final : public Wrapper {
 
  private:
   struct Entry {
-    HeldDenial denial;  // monotonic
-    uint64_t cost = 0;  // the denied cost; a smaller one may be admitted sooner
-    Limit limit;        // what it was decided on
+    CachedDenial denial;  // monotonic
+    uint64_t cost = 0;    // the denied cost; a smaller one may be admitted sooner
+    Limit limit;          // what it was decided on
   };
   static constexpr size_t kShards = 16;
   struct Shard {

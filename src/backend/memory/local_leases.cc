@@ -94,7 +94,8 @@ bool Leasable(const backend::Item& item) {
   const Algorithm algorithm = item.limit->algorithm;
   // Leasing is the domain's choice: `consistency: leased` (or eventual, which leases satisfy) or
   // `hot_keys: lease`; an exact item is decided by the store.
-  const bool chosen = item.consistency != backend::Consistency::kExact || item.hot_key_rate > 0;
+  const bool chosen =
+      item.sharing.consistency != backend::Consistency::kExact || item.sharing.hot_key_rate > 0;
   return chosen && !item.shadow && !item.count_denied && item.cost > 0 &&
          item.cost <= LocalLeases::kMaxUnits && item.key.size() <= LocalLeases::kMaxKeyBytes &&
          (algorithm == Algorithm::kFixedWindow || algorithm == Algorithm::kTokenBucket);

@@ -1,6 +1,6 @@
-// store::LocalLeases over LocalDenials over a memory store, as the memory-only stack builds them:
-// a hot state is leased to the thread that asks it often, a lease never lets the admissions go
-// past what the exact algorithm admits (checked against the algorithm replayed on every
+// store::LocalLeases over LocalOverLimitCache over a memory store, as the memory-only stack builds
+// them: a hot state is leased to the thread that asks it often, a lease never lets the admissions
+// go past what the exact algorithm admits (checked against the algorithm replayed on every
 // admission), unspent units of a window go back, a reset ends every thread's leases, and under
 // many threads exactly the limit is admitted.
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "algo/algorithms.h"
-#include "backend/memory/local_denials.h"
+#include "backend/memory/local_over_limit_cache.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 
@@ -65,7 +65,7 @@ struct Front {
         denials(&store),
         leases(&denials, &store, {.life_us = life_us}) {}
   MemoryStore store;
-  LocalDenials denials;
+  LocalOverLimitCache denials;
   LocalLeases leases;
 };
 
@@ -73,7 +73,7 @@ TEST(MemoryStoreLeaseTest, TakesAtMostHalfOfWhatIsLeftUntilTheWindowEnds) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 64, .shards = 1}, &clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 10, kHour);
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .sharing = {.consistency = kLeased}};
   const MemoryStore::LeaseGrant none = store.Lease(item, 64, kT0, 1000);  // not stored yet
   EXPECT_EQ(none.granted, 0u);
   EXPECT_FALSE(none.exhausted);
@@ -99,7 +99,7 @@ TEST(MemoryStoreLeaseTest, ABucketLeaseCountsItsLifeAsConsumed) {
   // 1000/1s: a token every ms. Full (a stored state that refilled): a lease of 2 ms life takes
   // the 2 ms first, so 998 tokens are left to take and half of them are granted.
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 1000, kSecond);
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .sharing = {.consistency = kLeased}};
   std::vector<Decision> d(1);
   ASSERT_TRUE(store.DecideAll(std::span(&item, 1), kT0, d));
   const MemoryStore::LeaseGrant grant = store.Lease(item, 10000, kT0 + kSecond, 2000);
@@ -115,7 +115,7 @@ TEST(LocalLeasesTest, ABucketLeaseSpentAfterTheRefillIsNotTakenTwice) {
   ManualClock clock(kT0);
   Front front(&clock, 4, /*life_us=*/200000);
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 100, kSecond);  // a token every 10 ms
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .sharing = {.consistency = kLeased}};
   std::vector<int64_t> admitted_at;  // cost 1 each
   const auto note = [&](const Answer& a) {
     if (a.allowed) admitted_at.push_back(a.decided_at_us);
@@ -149,7 +149,7 @@ TEST(LocalLeasesTest, OnlyAHotStateIsLeased) {
   ManualClock clock(kT0);
   Front front(&clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
-  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
+  const Item item{.limit = &limit, .limit_id = 1, .key = "k", .sharing = {.consistency = kLeased}};
   const LocalLeases::ThreadStats before = LocalLeases::StatsOnThisThread();
   for (uint32_t i = 0; i + 1 < LocalLeases::kHotDecisions; ++i) {
     ASSERT_TRUE(Ask(front.leases, item, kT0).allowed);
@@ -180,12 +180,13 @@ TEST(LocalLeasesTest, OnlyItemsWhoseDomainChoseLeasesAreLeased) {
     return LocalLeases::StatsOnThisThread().leases - before;
   };
   EXPECT_EQ(leases_after_many({.limit = &limit, .limit_id = 1, .key = "exact"}), 0u);
-  EXPECT_GT(leases_after_many({.limit = &limit, .limit_id = 1, .key = "hot", .hot_key_rate = 1}),
+  EXPECT_GT(leases_after_many(
+                {.limit = &limit, .limit_id = 1, .key = "hot", .sharing = {.hot_key_rate = 1}}),
             0u);
   EXPECT_GT(leases_after_many({.limit = &limit,
                                .limit_id = 1,
                                .key = "eventual",
-                               .consistency = backend::Consistency::kEventual}),
+                               .sharing = {.consistency = backend::Consistency::kEventual}}),
             0u);
 }
 
@@ -195,7 +196,8 @@ TEST(LocalLeasesTest, ABucketIsLeasedNoMoreThanItRefillsInALeasesLife) {
   ManualClock clock(kT0);
   Front front(&clock);  // leases of 1 ms
   const Limit slow = MakeLimit(Algorithm::kTokenBucket, 1000, 24 * kHour);
-  const Item item{.limit = &slow, .limit_id = 1, .key = "slow", .consistency = kLeased};
+  const Item item{
+      .limit = &slow, .limit_id = 1, .key = "slow", .sharing = {.consistency = kLeased}};
   const uint64_t leases_before = LocalLeases::StatsOnThisThread().leases;
   uint64_t admitted = 0;
   for (int i = 0; i < 3000; ++i) {  // ten a ms, for 0.3 s: far over the burst
@@ -206,7 +208,7 @@ TEST(LocalLeasesTest, ABucketIsLeasedNoMoreThanItRefillsInALeasesLife) {
   EXPECT_EQ(LocalLeases::StatsOnThisThread().leases, leases_before);
   // One that refills 32 units in a lease's life is leased, up to that.
   const Limit fast = MakeLimit(Algorithm::kTokenBucket, 32000, kSecond);
-  const Item hot{.limit = &fast, .limit_id = 2, .key = "fast", .consistency = kLeased};
+  const Item hot{.limit = &fast, .limit_id = 2, .key = "fast", .sharing = {.consistency = kLeased}};
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(Ask(front.leases, hot, kT0 + kSecond).allowed);
   EXPECT_GT(LocalLeases::StatsOnThisThread().leases, leases_before);
 }
@@ -218,7 +220,8 @@ TEST(LocalLeasesTest, RequestsOfSeveralUnitsAreAdmittedAsTheStoreAloneWould) {
   ManualClock clock(kT0);
   Front front(&clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100, kHour);
-  Item item{.limit = &limit, .limit_id = 1, .key = "k", .cost = 3, .consistency = kLeased};
+  Item item{
+      .limit = &limit, .limit_id = 1, .key = "k", .cost = 3, .sharing = {.consistency = kLeased}};
   const uint64_t leases_before = LocalLeases::StatsOnThisThread().leases;
   uint64_t admitted = 0;
   for (int i = 0; i < 60; ++i) admitted += Ask(front.leases, item, kT0).allowed ? 1 : 0;
@@ -233,7 +236,7 @@ TEST(LocalLeasesTest, UnspentWindowUnitsGoBackWhenTheyCannotCoverARequest) {
   ManualClock clock(kT0);
   Front front(&clock);
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kHour);
-  Item item{.limit = &limit, .limit_id = 1, .key = "k", .consistency = kLeased};
+  Item item{.limit = &limit, .limit_id = 1, .key = "k", .sharing = {.consistency = kLeased}};
   uint64_t admitted = 0;
   for (int i = 0; i < 20; ++i) admitted += Ask(front.leases, item, kT0).allowed ? 1 : 0;
   ASSERT_GT(LocalLeases::StatsOnThisThread().leases, 0u);
@@ -280,7 +283,7 @@ TEST(LocalLeasesTest, TheAdmissionsAreOnesTheExactAlgorithmAdmits) {
     for (int burst = 0; burst < 3000; ++burst) {
       now += static_cast<int64_t>(rng() % 20000);
       const std::string& key = keys[rng() % std::size(keys)];
-      Item item{.limit = &limit, .limit_id = 1, .key = key, .consistency = kLeased};
+      Item item{.limit = &limit, .limit_id = 1, .key = key, .sharing = {.consistency = kLeased}};
       if (rng() % 100 == 0) {
         ResetThrough(front.leases, item);
         events[key].push_back({.reset = true});
@@ -334,7 +337,8 @@ TEST(LocalLeasesTest, UnderThreadsAndAMovingClockTheAdmissionsAreOnesTheExactAlg
     SCOPED_TRACE(DescribeLimit(limit));
     ManualClock clock(kT0);
     Front front(&clock, 1, /*life_us=*/100);
-    const Item hot{.limit = &limit, .limit_id = 1, .key = "hot", .consistency = kLeased};
+    const Item hot{
+        .limit = &limit, .limit_id = 1, .key = "hot", .sharing = {.consistency = kLeased}};
     struct Admission {
       int64_t at_us;
       uint64_t cost;
@@ -395,7 +399,7 @@ TEST(LocalLeasesTest, UnderThreadsAndAMovingClockTheAdmissionsAreOnesTheExactAlg
 void HammerUntilDenied(const Limit& limit, uint64_t life_refill = 0) {
   ManualClock clock(kT0);
   Front front(&clock, 64);
-  const Item hot{.limit = &limit, .limit_id = 1, .key = "hot", .consistency = kLeased};
+  const Item hot{.limit = &limit, .limit_id = 1, .key = "hot", .sharing = {.consistency = kLeased}};
   const Item other{.limit = &limit, .limit_id = 1, .key = "other"};
   constexpr int kThreads = 4;
   std::atomic<uint64_t> admitted{0}, leased{0};

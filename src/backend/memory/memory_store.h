@@ -91,8 +91,8 @@ class MemoryStore final : public backend::Backend {
                  int64_t* decided_at_us = nullptr);
   // The same, for a caller that has hashed the items already: hashes[i] is StateHash(items[i])
   // (store/state_generations.h), which is the store's own hash of the state (with 0 read as 1).
-  // The fronts in front of the store (LocalDenials) hash every item anyway: so the keys are not
-  // hashed twice.
+  // The fronts in front of the store (LocalOverLimitCache) hash every item anyway: so the keys are
+  // not hashed twice.
   bool DecideAll(std::span<const Item> items, std::span<const uint64_t> hashes, int64_t now_us,
                  std::span<Decision> out, int64_t* decided_at_us = nullptr);
   // The same for a request of one item, the usual one: DecideAll({item}, {hash}, ...).

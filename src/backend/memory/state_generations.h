@@ -1,6 +1,6 @@
-// What store::LocalDenials and store::LocalLeases, the memory store's per-thread fronts, share:
-// a state's hash, the generations that tell a thread its kept copy of a state is stale, and the
-// ids that name a front in the threads' tables.
+// What store::LocalOverLimitCache and store::LocalLeases, the memory store's per-thread fronts,
+// share: a state's hash, the generations that tell a thread its kept copy of a state is stale, and
+// the ids that name a front in the threads' tables.
 
 #ifndef SLUICE_BACKEND_MEMORY_STATE_GENERATIONS_H_
 #define SLUICE_BACKEND_MEMORY_STATE_GENERATIONS_H_

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/memory/local_denials.h"
 #include "backend/memory/local_leases.h"
+#include "backend/memory/local_over_limit_cache.h"
 #include "backend/memory/memory_store.h"
 #include "fmt/format.h"
 #include "sluice/clock.h"
@@ -118,8 +118,9 @@ bool ValidOptions(const BenchStoreOptions& options, std::ostream& err) {
     return false;
   }
   if (options.through != "store" && options.through != "backend" &&
-      options.through != "local_denials" && options.through != "local_leases") {
-    err << "bench store: --through must be store, backend, local_denials or local_leases\n";
+      options.through != "local_over_limit_cache" && options.through != "local_leases") {
+    err << "bench store: --through must be store, backend, local_over_limit_cache or "
+           "local_leases\n";
     return false;
   }
   if (options.distribution != "uniform" && options.distribution != "zipf") {
@@ -157,14 +158,14 @@ int64_t ThreadCpuNanos() {
 struct Timed {
   uint64_t decisions = 0, allowed = 0;
   int64_t cpu_ns = 0;         // the deciding threads' CPU time, all together
-  uint64_t local_hits = 0;    // answered from LocalDenials' kept denials
+  uint64_t local_hits = 0;    // answered from LocalOverLimitCache' kept denials
   uint64_t lease_hits = 0;    // admitted from LocalLeases' leases
   uint64_t leases_taken = 0;  // leases LocalLeases took
   double seconds = 0;
 };
 
 // One decision, as --through says: on the store itself, or through `backend` (the store, or
-// LocalDenials over it, or LocalLeases over that) as the server's engine asks it.
+// LocalOverLimitCache over it, or LocalLeases over that) as the server's engine asks it.
 struct Decider {
   store::MemoryStore& store;
   backend::Backend* backend;  // null: the store's DecideAt
@@ -178,7 +179,7 @@ struct Decider {
                              .limit_id = limit_id,
                              .key = key,
                              .cost = 1,
-                             .consistency = backend::Consistency::kLeased};
+                             .sharing = {.consistency = backend::Consistency::kLeased}};
     Decision decision;
     bool allowed = false;
     backend->Decide(std::span(&item, 1), now, std::span(&decision, 1),
@@ -213,7 +214,7 @@ Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
       };
       for (int i = 0; i < ahead; ++i) pending[i] = draw(ring[i]);
       const int64_t cpu_before = ThreadCpuNanos();
-      const uint64_t hits_before = store::LocalDenials::HitsOnThisThread();
+      const uint64_t hits_before = store::LocalOverLimitCache::HitsOnThisThread();
       const store::LocalLeases::ThreadStats leases_before = store::LocalLeases::StatsOnThisThread();
       uint64_t local = 0, local_allowed = 0;
       int64_t now = clock->NowMicros();
@@ -238,7 +239,7 @@ Timed TimedDecisions(const BenchStoreOptions& options, const Decider& decider,
       decisions.fetch_add(local);
       allowed.fetch_add(local_allowed);
       cpu_ns.fetch_add(ThreadCpuNanos() - cpu_before);
-      local_hits.fetch_add(store::LocalDenials::HitsOnThisThread() - hits_before);
+      local_hits.fetch_add(store::LocalOverLimitCache::HitsOnThisThread() - hits_before);
       const store::LocalLeases::ThreadStats leases_after = store::LocalLeases::StatsOnThisThread();
       lease_hits.fetch_add(leases_after.admitted - leases_before.admitted);
       leases_taken.fetch_add(leases_after.leases - leases_before.leases);
@@ -277,11 +278,11 @@ int RunBenchStore(const BenchStoreOptions& options, std::ostream& out, std::ostr
   const int64_t rss_after = ResidentBytes();
   const double warmup_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
-  store::LocalDenials local_denials(&store);
-  store::LocalLeases local_leases(&local_denials, &store, {});
+  store::LocalOverLimitCache local_over_limit_cache(&store);
+  store::LocalLeases local_leases(&local_over_limit_cache, &store, {});
   backend::Backend* backend = nullptr;
   if (options.through == "backend") backend = &store;
-  if (options.through == "local_denials") backend = &local_denials;
+  if (options.through == "local_over_limit_cache") backend = &local_over_limit_cache;
   if (options.through == "local_leases") backend = &local_leases;
   const Timed timed =
       TimedDecisions(options, Decider{store, backend, limit, limit_id}, store, limit_id, clock);

@@ -24,9 +24,9 @@ struct BenchStoreOptions {
   // decisions at hand can (MemoryStore::Prefetch).
   int prefetch = 0;
   // What decides: "store" (MemoryStore::DecideAt), "backend" (the store as a backend::Backend,
-  // one item a request: the memory-only server before issue 23), "local_denials" (the store
-  // behind store::LocalDenials: the memory-only server now) or "local_leases" (store::LocalLeases
-  // in front of that: leases of hot states per thread, not in the server yet).
+  // one item a request: the memory-only server before issue 23), "local_over_limit_cache" (the
+  // store behind store::LocalOverLimitCache: the memory-only server now) or "local_leases"
+  // (store::LocalLeases in front of that: leases of hot states per thread, not in the server yet).
   std::string through = "store";
 };
 

@@ -1,9 +1,9 @@
-// store::LocalDenials over a memory store, against a second store fed the same requests: what a
-// thread answers from its kept denials is exactly what the store answers, it never denies what
-// the store would admit (after a refund, a reset, a changed limit, room coming back), it stays
+// store::LocalOverLimitCache over a memory store, against a second store fed the same requests:
+// what a thread answers from its kept denials is exactly what the store answers, it never denies
+// what the store would admit (after a refund, a reset, a changed limit, room coming back), it stays
 // bounded, and under many threads the admitted counts are exactly the limits.
 
-#include "backend/memory/local_denials.h"
+#include "backend/memory/local_over_limit_cache.h"
 
 #include <atomic>
 #include <random>
@@ -71,10 +71,10 @@ Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us,
 
 // A random walk of requests (one or two items, costs 1 to 3 and now and then one above the
 // capacity, shadow and count_denied items), refunds and resets, in time that moves forward by
-// small and large steps. The reference store decides everything; the one behind LocalDenials
+// small and large steps. The reference store decides everything; the one behind LocalOverLimitCache
 // only what the thread's kept denials do not answer. A denial consumes nothing, so both stores
 // hold the same states throughout and every answer must be the same, field for field.
-TEST(LocalDenialsTest, AnswersExactlyWhatTheStoreWould) {
+TEST(LocalOverLimitCacheTest, AnswersExactlyWhatTheStoreWould) {
   const Limit limits[] = {
       MakeLimit(Algorithm::kTokenBucket, 5, kSecond),
       MakeLimit(Algorithm::kTokenBucket, 3, kSecond, 6),
@@ -90,8 +90,8 @@ TEST(LocalDenialsTest, AnswersExactlyWhatTheStoreWould) {
     ManualClock clock(kT0);
     MemoryStore store({.max_entries = 4096, .shards = 4}, &clock);
     MemoryStore reference({.max_entries = 4096, .shards = 4}, &clock);
-    LocalDenials local(&store);
-    const uint64_t hits_before = LocalDenials::HitsOnThisThread();
+    LocalOverLimitCache local(&store);
+    const uint64_t hits_before = LocalOverLimitCache::HitsOnThisThread();
     const uint64_t id = LimitId(limit);
     std::vector<std::pair<std::vector<Item>, int64_t>> admitted;  // what a refund may give back
     int64_t now = kT0;
@@ -140,26 +140,27 @@ TEST(LocalDenialsTest, AnswersExactlyWhatTheStoreWould) {
       }
     }
     // A good share of the walk was answered from kept denials (~1000 of 20 000 with this seed).
-    EXPECT_GT(LocalDenials::HitsOnThisThread() - hits_before, 500u);
+    EXPECT_GT(LocalOverLimitCache::HitsOnThisThread() - hits_before, 500u);
   }
 }
 
-class LocalDenialsSingleTest : public ::testing::Test {
+class LocalOverLimitCacheSingleTest : public ::testing::Test {
  protected:
-  LocalDenialsSingleTest() : store_({.max_entries = 4096, .shards = 4}, &clock_), local_(&store_) {}
+  LocalOverLimitCacheSingleTest()
+      : store_({.max_entries = 4096, .shards = 4}, &clock_), local_(&store_) {}
 
   std::vector<Item> One(std::string_view key, const Limit* limit = nullptr) const {
     return {{.limit = limit != nullptr ? limit : &limit_, .limit_id = 42, .key = key}};
   }
-  uint64_t Hits() const { return LocalDenials::HitsOnThisThread(); }
+  uint64_t Hits() const { return LocalOverLimitCache::HitsOnThisThread(); }
 
   ManualClock clock_{kT0};
   MemoryStore store_;
-  LocalDenials local_;
+  LocalOverLimitCache local_;
   Limit limit_ = MakeLimit(Algorithm::kTokenBucket, 2, kHour);
 };
 
-TEST_F(LocalDenialsSingleTest, AnswersAKeptDenialWithoutTheStore) {
+TEST_F(LocalOverLimitCacheSingleTest, AnswersAKeptDenialWithoutTheStore) {
   Ask(local_, One("k"), kT0);
   Ask(local_, One("k"), kT0);
   const Answer denied = Ask(local_, One("k"), kT0);
@@ -174,7 +175,7 @@ TEST_F(LocalDenialsSingleTest, AnswersAKeptDenialWithoutTheStore) {
   EXPECT_EQ(kept.out[0].retry_after_us, denied.out[0].retry_after_us - 10);
 }
 
-TEST_F(LocalDenialsSingleTest, ARefundEndsTheKeptDenial) {
+TEST_F(LocalOverLimitCacheSingleTest, ARefundEndsTheKeptDenial) {
   Ask(local_, One("k"), kT0);
   const Answer first = Ask(local_, One("k"), kT0 + 1);
   ASSERT_FALSE(Ask(local_, One("k"), kT0 + 2).allowed);
@@ -185,7 +186,7 @@ TEST_F(LocalDenialsSingleTest, ARefundEndsTheKeptDenial) {
   EXPECT_EQ(Hits(), hits);
 }
 
-TEST_F(LocalDenialsSingleTest, AResetOnAnotherThreadEndsThisThreadsKeptDenial) {
+TEST_F(LocalOverLimitCacheSingleTest, AResetOnAnotherThreadEndsThisThreadsKeptDenial) {
   Ask(local_, One("k"), kT0);
   Ask(local_, One("k"), kT0);
   ASSERT_FALSE(Ask(local_, One("k"), kT0).allowed);
@@ -194,7 +195,7 @@ TEST_F(LocalDenialsSingleTest, AResetOnAnotherThreadEndsThisThreadsKeptDenial) {
   EXPECT_TRUE(Ask(local_, One("k"), kT0 + 1).allowed);
 }
 
-TEST_F(LocalDenialsSingleTest, AChangedLimitIsAskedOfTheStore) {
+TEST_F(LocalOverLimitCacheSingleTest, AChangedLimitIsAskedOfTheStore) {
   Ask(local_, One("k"), kT0);
   Ask(local_, One("k"), kT0);
   ASSERT_FALSE(Ask(local_, One("k"), kT0).allowed);
@@ -204,7 +205,7 @@ TEST_F(LocalDenialsSingleTest, AChangedLimitIsAskedOfTheStore) {
   EXPECT_EQ(Hits(), hits);
 }
 
-TEST_F(LocalDenialsSingleTest, WhatThisThreadConsumesEndsItsKeptDenial) {
+TEST_F(LocalOverLimitCacheSingleTest, WhatThisThreadConsumesEndsItsKeptDenial) {
   // Cost 2 denied with one token left (remaining 1 = cost - 1: kept); a cost-1 request takes
   // that token, so the kept denial's remaining would be a token too many.
   std::vector<Item> two = One("k");
@@ -219,7 +220,7 @@ TEST_F(LocalDenialsSingleTest, WhatThisThreadConsumesEndsItsKeptDenial) {
   EXPECT_EQ(got.out[0].remaining, 0);
 }
 
-TEST_F(LocalDenialsSingleTest, ATimeGoingBackIsAskedOfTheStore) {
+TEST_F(LocalOverLimitCacheSingleTest, ATimeGoingBackIsAskedOfTheStore) {
   Ask(local_, One("k"), kT0);
   Ask(local_, One("k"), kT0);
   ASSERT_FALSE(Ask(local_, One("k"), kT0 + kSecond).allowed);
@@ -231,12 +232,12 @@ TEST_F(LocalDenialsSingleTest, ATimeGoingBackIsAskedOfTheStore) {
   EXPECT_EQ(Hits(), hits + 1);
 }
 
-TEST(LocalDenialsTest, AnswersAtTheDenialsTimeWhenTheStoreDecidedLater) {
+TEST(LocalOverLimitCacheTest, AnswersAtTheDenialsTimeWhenTheStoreDecidedLater) {
   // Another thread moved the shard's clock past this thread's time: the store decided the denial
   // at that later time, and would decide this request at it too.
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 4096, .shards = 1}, &clock);
-  LocalDenials local(&store);
+  LocalOverLimitCache local(&store);
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 2, kHour);
   const auto one = [&](std::string_view key) {
     return std::vector<Item>{{.limit = &limit, .limit_id = 1, .key = key}};
@@ -247,9 +248,9 @@ TEST(LocalDenialsTest, AnswersAtTheDenialsTimeWhenTheStoreDecidedLater) {
   const Answer denied = Ask(local, one("k"), kT0 + 10);
   ASSERT_FALSE(denied.allowed);
   ASSERT_EQ(denied.decided_at_us, kT0 + kSecond);
-  const uint64_t hits = LocalDenials::HitsOnThisThread();
+  const uint64_t hits = LocalOverLimitCache::HitsOnThisThread();
   const Answer got = Ask(local, one("k"), kT0 + 20);
-  EXPECT_EQ(LocalDenials::HitsOnThisThread(), hits + 1);
+  EXPECT_EQ(LocalOverLimitCache::HitsOnThisThread(), hits + 1);
   std::vector<Decision> want(1);
   int64_t want_at = 0;
   store.DecideAll(one("k"), kT0 + 20, want, &want_at);
@@ -257,7 +258,7 @@ TEST(LocalDenialsTest, AnswersAtTheDenialsTimeWhenTheStoreDecidedLater) {
   EXPECT_EQ(got.decided_at_us, want_at);
 }
 
-TEST_F(LocalDenialsSingleTest, ALookOrAShadowItemIsAskedOfTheStore) {
+TEST_F(LocalOverLimitCacheSingleTest, ALookOrAShadowItemIsAskedOfTheStore) {
   Ask(local_, One("k"), kT0);
   Ask(local_, One("k"), kT0);
   ASSERT_FALSE(Ask(local_, One("k"), kT0).allowed);
@@ -271,10 +272,10 @@ TEST_F(LocalDenialsSingleTest, ALookOrAShadowItemIsAskedOfTheStore) {
   EXPECT_EQ(Hits(), hits);
 }
 
-TEST(LocalDenialsTest, ADenialForWantOfRoomIsNotKept) {
+TEST(LocalOverLimitCacheTest, ADenialForWantOfRoomIsNotKept) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 2, .shards = 1, .on_full = OnFull::kDeny}, &clock);
-  LocalDenials local(&store);
+  LocalOverLimitCache local(&store);
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 1, kHour);
   const auto one = [&](std::string_view key) {
     return std::vector<Item>{{.limit = &limit, .limit_id = 1, .key = key}};
@@ -288,12 +289,12 @@ TEST(LocalDenialsTest, ADenialForWantOfRoomIsNotKept) {
   EXPECT_TRUE(Ask(local, one("c"), kT0 + 1).allowed);
 }
 
-TEST(LocalDenialsTest, KeepsAtMostItsEntriesPerThread) {
+TEST(LocalOverLimitCacheTest, KeepsAtMostItsEntriesPerThread) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 1 << 16, .shards = 4}, &clock);
-  LocalDenials local(&store);
+  LocalOverLimitCache local(&store);
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 1, kHour);
-  constexpr size_t kKeys = 4 * LocalDenials::kEntries;
+  constexpr size_t kKeys = 4 * LocalOverLimitCache::kEntries;
   std::vector<std::string> keys;
   for (size_t i = 0; i < kKeys; ++i) keys.push_back(fmt::format("key:{}", i));
   const auto one = [&](const std::string& key) {
@@ -303,20 +304,20 @@ TEST(LocalDenialsTest, KeepsAtMostItsEntriesPerThread) {
     ASSERT_TRUE(Ask(local, one(key), kT0).allowed);
     ASSERT_FALSE(Ask(local, one(key), kT0).allowed);
   }
-  const uint64_t hits = LocalDenials::HitsOnThisThread();
+  const uint64_t hits = LocalOverLimitCache::HitsOnThisThread();
   for (const std::string& key : keys) EXPECT_FALSE(Ask(local, one(key), kT0 + 1).allowed);
-  const uint64_t answered = LocalDenials::HitsOnThisThread() - hits;
+  const uint64_t answered = LocalOverLimitCache::HitsOnThisThread() - hits;
   EXPECT_GT(answered, 0u);
-  EXPECT_LE(answered, LocalDenials::kEntries);
+  EXPECT_LE(answered, LocalOverLimitCache::kEntries);
 }
 
 // Many threads on one denied and one allowed key (with a thread resetting another key all along,
 // which moves generations the hot keys may share), the clock still: exactly the limits are
 // admitted, then again after a reset and after the window, whatever each thread kept.
-TEST(LocalDenialsTest, ManyThreadsAdmitExactlyTheLimits) {
+TEST(LocalOverLimitCacheTest, ManyThreadsAdmitExactlyTheLimits) {
   ManualClock clock(kT0);
   MemoryStore store({.max_entries = 4096, .shards = 64}, &clock);
-  LocalDenials local(&store);
+  LocalOverLimitCache local(&store);
   const Limit denied_limit = MakeLimit(Algorithm::kFixedWindow, 100, kHour);
   const Limit allowed_limit = MakeLimit(Algorithm::kTokenBucket, 20000, kHour);
   const std::vector<Item> denied = {{.limit = &denied_limit, .limit_id = 1, .key = "hot-denied"}};
@@ -330,7 +331,7 @@ TEST(LocalDenialsTest, ManyThreadsAdmitExactlyTheLimits) {
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, rounds, both] {
-        const uint64_t hits_before = LocalDenials::HitsOnThisThread();
+        const uint64_t hits_before = LocalOverLimitCache::HitsOnThisThread();
         uint64_t d = 0, a = 0;
         for (int i = 0; i < rounds; ++i) {
           d += Ask(local, denied, clock.NowMicros()).allowed ? 1 : 0;
@@ -338,7 +339,7 @@ TEST(LocalDenialsTest, ManyThreadsAdmitExactlyTheLimits) {
         }
         denied_admitted += d;
         allowed_admitted += a;
-        hits += LocalDenials::HitsOnThisThread() - hits_before;
+        hits += LocalOverLimitCache::HitsOnThisThread() - hits_before;
       });
     }
     return threads;

@@ -1,16 +1,17 @@
-// HeldDenial: a denial kept to answer later requests without asking the backend again.
+// CachedDenial: a denial kept in an over-limit cache, to answer later requests without asking
+// the backend again.
 //
 // A backend that denies an item with retry_after r says that nothing admits the same request on
 // that state before r has passed, unless something gives quota back (a Reset, a Refund, a
 // changed limit): more traffic only pushes the state further from admitting. So until r the
-// denial can be answered again, from memory, by whoever keeps it. Two keep them:
-// backend::OverLimitCache (in front of Redis, one map per instance) and store::LocalDenials (in
-// front of the memory store, one table per thread); each says how it hears of what gives quota
-// back. These are the rules they share: which decisions may be kept, and what a kept denial
-// answers later.
+// denial can be answered again, from memory. Two over-limit caches keep them:
+// backend::OverLimitCache (in front of Redis, one map per instance) and
+// store::LocalOverLimitCache (in front of the memory store, one table per thread); each says how
+// it hears of what gives quota back. These are the rules they share: which decisions may be
+// cached, and what a cached denial answers later.
 
-#ifndef SLUICE_BACKEND_HELD_DENIAL_H_
-#define SLUICE_BACKEND_HELD_DENIAL_H_
+#ifndef SLUICE_BACKEND_CACHED_DENIAL_H_
+#define SLUICE_BACKEND_CACHED_DENIAL_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -20,7 +21,7 @@
 
 namespace sluice::backend {
 
-struct HeldDenial {
+struct CachedDenial {
   int64_t until_us = 0;        // denied until then
   int64_t reset_until_us = 0;  // the state is back to a new key's then (with no other traffic)
 };
@@ -29,14 +30,14 @@ struct HeldDenial {
 // deny does not decide the request), nor a look (cost 0), nor a denial with no end (kNever: a
 // cost above the capacity, which the backend answers at once anyway, and which a config change
 // could make admissible).
-inline bool MayHoldDenial(const Item& item, const Decision& decision) {
+inline bool MayCacheDenial(const Item& item, const Decision& decision) {
   return !item.shadow && item.cost > 0 && !decision.allowed && decision.retry_after_us > 0;
 }
 
 // The denial `decision` holds when the backend decided it at `decided_at_us` (in the clock the
 // keeper will answer in; if that is not the backend's, a time no earlier than the backend's
 // decision, so that the denial ends no later than the one it copies).
-inline HeldDenial HoldDenial(const Decision& decision, int64_t decided_at_us) {
+inline CachedDenial CacheDenial(const Decision& decision, int64_t decided_at_us) {
   return {
       .until_us = decided_at_us + decision.retry_after_us,
       .reset_until_us = decided_at_us + std::max(decision.reset_after_us, decision.retry_after_us)};
@@ -44,7 +45,7 @@ inline HeldDenial HoldDenial(const Decision& decision, int64_t decided_at_us) {
 
 // What `held` answers at `now_us` (before until_us): denied, the retry_after and reset_after left,
 // and `remaining` (a keeper that cannot know it says 0).
-inline Decision DenialAt(const HeldDenial& held, int64_t now_us, int64_t remaining) {
+inline Decision DenialAt(const CachedDenial& held, int64_t now_us, int64_t remaining) {
   const int64_t retry = held.until_us - now_us;
   return {.allowed = false,
           .remaining = remaining,
@@ -55,4 +56,4 @@ inline Decision DenialAt(const HeldDenial& held, int64_t now_us, int64_t remaini
 
 }  // namespace sluice::backend
 
-#endif  // SLUICE_BACKEND_HELD_DENIAL_H_
+#endif  // SLUICE_BACKEND_CACHED_DENIAL_H_

@@ -1,5 +1,5 @@
-// LocalDenials: an over-limit cache per thread in front of the memory store, so that a key over
-// its limit does not serialize the threads on its shard's lock. A thread keeps the denials the
+// LocalOverLimitCache: an over-limit cache per thread in front of the memory store, so that a key
+// over its limit does not serialize the threads on its shard's lock. A thread keeps the denials the
 // store gave it and answers the same request from them until the denial ends, with no lock: the
 // exact answer the store would give. Reset and Refund must go through this wrapper.
 //
@@ -7,10 +7,11 @@
 // Ownership: `store` is not owned and must outlive this. Bounded: kEntries entries per thread.
 // Units: microseconds, in the store's clock.
 //
-// Design: docs/hybrid.md#localdenials-each-threads-denials (what is kept, what ends it, time).
+// Design: docs/hybrid.md#localoverlimitcache-each-threads-over-limit-cache (what is kept, what ends
+// it, time).
 
-#ifndef SLUICE_BACKEND_MEMORY_LOCAL_DENIALS_H_
-#define SLUICE_BACKEND_MEMORY_LOCAL_DENIALS_H_
+#ifndef SLUICE_BACKEND_MEMORY_LOCAL_OVER_LIMIT_CACHE_H_
+#define SLUICE_BACKEND_MEMORY_LOCAL_OVER_LIMIT_CACHE_H_
 
 #include <array>
 #include <atomic>
@@ -25,17 +26,17 @@
 
 namespace sluice::store {
 
-class LocalDenials final : public backend::Backend {
+class LocalOverLimitCache final : public backend::Backend {
  public:
   using Item = backend::Item;
 
   static constexpr size_t kEntries = 256;      // per thread
   static constexpr size_t kMaxKeyBytes = 256;  // longer keys are not kept
 
-  explicit LocalDenials(MemoryStore* store);
-  ~LocalDenials() override;
-  LocalDenials(const LocalDenials&) = delete;
-  LocalDenials& operator=(const LocalDenials&) = delete;
+  explicit LocalOverLimitCache(MemoryStore* store);
+  ~LocalOverLimitCache() override;
+  LocalOverLimitCache(const LocalOverLimitCache&) = delete;
+  LocalOverLimitCache& operator=(const LocalOverLimitCache&) = delete;
 
   void Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
               Done done) override;
@@ -82,4 +83,4 @@ class LocalDenials final : public backend::Backend {
 
 }  // namespace sluice::store
 
-#endif  // SLUICE_BACKEND_MEMORY_LOCAL_DENIALS_H_
+#endif  // SLUICE_BACKEND_MEMORY_LOCAL_OVER_LIMIT_CACHE_H_

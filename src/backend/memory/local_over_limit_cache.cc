@@ -1,11 +1,11 @@
-#include "backend/memory/local_denials.h"
+#include "backend/memory/local_over_limit_cache.h"
 
 #include <algorithm>
 #include <string>
 #include <string_view>
 
 #include "absl/container/inlined_vector.h"
-#include "backend/held_denial.h"
+#include "backend/cached_denial.h"
 
 namespace sluice::store {
 namespace {
@@ -18,7 +18,7 @@ struct Entry {
   uint64_t limit_id = 0;
   uint64_t cost = 0;
   int64_t decided_at_us = 0;  // the store's time of the decision
-  backend::HeldDenial denial;
+  backend::CachedDenial denial;
   Limit limit;
   std::string key;
 
@@ -27,8 +27,8 @@ struct Entry {
   }
 };
 
-// A thread's kept denials, all of one LocalDenials (the one it used last): kSets sets of kWays
-// entries, a state's set chosen by its hash.
+// A thread's kept denials, all of one LocalOverLimitCache (the one it used last): kSets sets of
+// kWays entries, a state's set chosen by its hash.
 class Table {
  public:
   uint64_t hits = 0;  // requests answered from it
@@ -84,12 +84,12 @@ class Table {
 
  private:
   static constexpr size_t kWays = 4;
-  static constexpr size_t kSets = LocalDenials::kEntries / kWays;
+  static constexpr size_t kSets = LocalOverLimitCache::kEntries / kWays;
   static_assert((kSets & (kSets - 1)) == 0);
 
   static size_t SetOf(uint64_t hash) { return (hash & (kSets - 1)) * kWays; }
 
-  std::array<Entry, LocalDenials::kEntries> entries_;
+  std::array<Entry, LocalOverLimitCache::kEntries> entries_;
   size_t filled_ = 0;
   uint64_t owner_ = 0;
   int64_t latest_us_ = 0;  // the latest time this thread passed to owner_
@@ -120,18 +120,18 @@ bool SharesState(std::span<const backend::Item> items, size_t i) {
 
 }  // namespace
 
-struct LocalDenials::Probe {
+struct LocalOverLimitCache::Probe {
   bool keepable = false;  // its denial may be kept (the store has yet to say whether it denies)
   uint64_t generation = 0;
   Entry* kept = nullptr;  // this thread's entry for the item's state, if any
 };
 
-LocalDenials::LocalDenials(MemoryStore* store) : store_(store), id_(NewFrontId()) {}
+LocalOverLimitCache::LocalOverLimitCache(MemoryStore* store) : store_(store), id_(NewFrontId()) {}
 
-LocalDenials::~LocalDenials() = default;
+LocalOverLimitCache::~LocalOverLimitCache() = default;
 
-inline bool LocalDenials::ProbeItem(const Item& item, Probe& p, uint64_t& hash,
-                                    int64_t& now) const {
+inline bool LocalOverLimitCache::ProbeItem(const Item& item, Probe& p, uint64_t& hash,
+                                           int64_t& now) const {
   hash = StateHash(item);  // for the store too
   // Nothing is kept of a look or of a long key, nor will be.
   if (item.cost == 0 || item.key.size() > kMaxKeyBytes) return false;
@@ -149,19 +149,19 @@ inline bool LocalDenials::ProbeItem(const Item& item, Probe& p, uint64_t& hash,
   return true;
 }
 
-void LocalDenials::Decide(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
-                          Done done) {
+void LocalOverLimitCache::Decide(std::span<const Item> items, int64_t now_us,
+                                 std::span<Decision> out, Done done) {
   done(DecideNow(items, now_us, out));
 }
 
-backend::Outcome LocalDenials::DecideNow(std::span<const Item> items, int64_t now_us,
-                                         std::span<Decision> out) {
+backend::Outcome LocalOverLimitCache::DecideNow(std::span<const Item> items, int64_t now_us,
+                                                std::span<Decision> out) {
   if (items.size() == 1) return DecideSingle(items[0], now_us, out[0]);
   return DecideMany(items, now_us, out);
 }
 
-backend::Outcome LocalDenials::DecideMany(std::span<const Item> items, int64_t now_us,
-                                          std::span<Decision> out) {
+backend::Outcome LocalOverLimitCache::DecideMany(std::span<const Item> items, int64_t now_us,
+                                                 std::span<Decision> out) {
   absl::InlinedVector<Probe, 4> probes(items.size());
   absl::InlinedVector<uint64_t, 4> hashes(items.size());
   const std::span<Probe> probed(probes.data(), probes.size());
@@ -180,7 +180,7 @@ backend::Outcome LocalDenials::DecideMany(std::span<const Item> items, int64_t n
   return outcome;
 }
 
-backend::Outcome LocalDenials::DecideSingle(const Item& item, int64_t now_us, Decision& d) {
+backend::Outcome LocalOverLimitCache::DecideSingle(const Item& item, int64_t now_us, Decision& d) {
   // As DecideNow and Answer, for one item.
   Table& table = ThisThreadsTable();
   int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
@@ -202,9 +202,9 @@ backend::Outcome LocalDenials::DecideSingle(const Item& item, int64_t now_us, De
   return outcome;
 }
 
-bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span<Probe> probes,
-                          std::span<uint64_t> hashes, std::span<Decision> out,
-                          backend::Outcome& outcome) {
+bool LocalOverLimitCache::Answer(std::span<const Item> items, int64_t now_us,
+                                 std::span<Probe> probes, std::span<uint64_t> hashes,
+                                 std::span<Decision> out, backend::Outcome& outcome) {
   Table& table = ThisThreadsTable();
   // One time for the whole request, as the store uses: not before any denial's decision. A time
   // before one this thread passed already is left to the store: it may have decided another key
@@ -227,15 +227,15 @@ bool LocalDenials::Answer(std::span<const Item> items, int64_t now_us, std::span
   return true;
 }
 
-void LocalDenials::Remember(std::span<const Item> items, std::span<const Decision> out,
-                            std::span<const Probe> probes, std::span<const uint64_t> hashes,
-                            int64_t decided_at_us) const {
+void LocalOverLimitCache::Remember(std::span<const Item> items, std::span<const Decision> out,
+                                   std::span<const Probe> probes, std::span<const uint64_t> hashes,
+                                   int64_t decided_at_us) const {
   Table& table = ThisThreadsTable();
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     const Decision& d = out[i];
     // remaining = cost - 1: what this denial's answers say until the end (see the header).
-    if (!probes[i].keepable || !backend::MayHoldDenial(item, d) || d.remaining < 0 ||
+    if (!probes[i].keepable || !backend::MayCacheDenial(item, d) || d.remaining < 0 ||
         static_cast<uint64_t>(d.remaining) != item.cost - 1 || ForWantOfRoom(d) ||
         SharesState(items, i)) {
       continue;
@@ -246,16 +246,16 @@ void LocalDenials::Remember(std::span<const Item> items, std::span<const Decisio
     e.limit_id = item.limit_id;
     e.cost = item.cost;
     e.decided_at_us = decided_at_us;
-    e.denial = backend::HoldDenial(d, decided_at_us);
+    e.denial = backend::CacheDenial(d, decided_at_us);
     e.limit = *item.limit;
     e.key.assign(item.key);
   }
 }
 
-uint64_t LocalDenials::HitsOnThisThread() { return ThisThreadsTable().hits; }
+uint64_t LocalOverLimitCache::HitsOnThisThread() { return ThisThreadsTable().hits; }
 
-void LocalDenials::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
-                          RefundDone done) {
+void LocalOverLimitCache::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
+                                 RefundDone done) {
   store_->Refund(items, decided_at_us, now_us);
   // The store used max(now_us, decided_at_us).
   ThisThreadsTable().Enter(id_,
@@ -267,7 +267,7 @@ void LocalDenials::Refund(std::span<const Item> items, int64_t decided_at_us, in
   done(absl::OkStatus());
 }
 
-void LocalDenials::Reset(std::span<const Item> items, ResetDone done) {
+void LocalOverLimitCache::Reset(std::span<const Item> items, ResetDone done) {
   size_t forgotten = 0;
   for (const Item& item : items) {
     forgotten += store_->Reset(item.limit_id, item.key) ? 1 : 0;

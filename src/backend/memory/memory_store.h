@@ -1,7 +1,8 @@
 // MemoryStore: limiter state in this process, keyed by (limit id, key).
 //
 // Thread safety: safe for concurrent use without external synchronization; the key space is
-// split over independent shards, each behind its own lock, and a decision locks exactly one.
+// split over independent shards, each behind its own lock. A decision of one state locks its
+// shard; a request of several items (DecideAll) locks the shards of its items, in address order.
 // Bounded: at most Options::max_entries live states. Idle states are reclaimed as the store goes;
 // a live state is never dropped to make room: a new key that finds its shard full is decided as
 // Options::on_full says (sluice/on_full.h), so a flood of new keys cannot lift another key's limit.

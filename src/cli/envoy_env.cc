@@ -1,3 +1,6 @@
+// `serve --envoy-env`: upstream's variables mapped onto sluice's settings (listeners, logs, the
+// rules' source, Redis, decisions, stats), and what cannot be said there. The reading of values
+// is envoy_env_reader.cc; the variables sluice does not map, envoy_env_names.cc.
 #include "cli/envoy_env.h"
 
 #include <algorithm>
@@ -8,181 +11,17 @@
 #include <set>
 #include <string_view>
 
+#include "cli/envoy_env_reader.h"
 #include "fmt/format.h"
 
 namespace sluice::cli {
 namespace {
-
-using Level = EnvoyEnvMessage::Level;
-
-// Accepted and without effect in sluice, with the reason (an info message when set).
-struct Note {
-  const char* name;
-  const char* why;
-};
-
-constexpr Note kIrrelevant[] = {
-    {"REDIS_POOL_SIZE", "sluice pipelines every call over its own connections; no pool to size"},
-    {"REDIS_PIPELINE_WINDOW", "sluice sends each batch as soon as it is ready"},
-    {"REDIS_PIPELINE_LIMIT", "unused upstream too"},
-    {"REDIS_CLUSTER_PIPELINE_PARALLELISM", "sluice sends to every cluster master at once"},
-    {"REDIS_POOL_ON_EMPTY_BEHAVIOR", "sluice has no connection pool to run empty"},
-    {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
-     "sluice reports Redis health on /readyz and sluice_backend_up on its own"},
-    {"REDIS_STARTUP_INITIAL_INTERVAL",
-     "sluice starts without Redis and answers by failure_mode (open) until it connects"},
-    {"REDIS_STARTUP_MAX_INTERVAL",
-     "sluice starts without Redis and answers by failure_mode (open) until it connects"},
-    {"REDIS_STARTUP_MAX_ELAPSED_TIME",
-     "sluice starts without Redis and answers by failure_mode (open) until it connects"},
-    {"REDIS_SENTINEL_AUTH", "only for REDIS_TYPE=sentinel"},
-    {"REDIS_TLS_CLIENT_CERT", "only with REDIS_TLS=true"},
-    {"REDIS_TLS_CLIENT_KEY", "only with REDIS_TLS=true"},
-    {"REDIS_TLS_CACERT", "only with REDIS_TLS=true"},
-    {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "only with REDIS_TLS=true"},
-    {"LOCAL_CACHE_SIZE_IN_BYTES",
-     "sluice's own over-limit cache is on by default (redis.over_limit_cache) and exact: a "
-     "denial is held until its retry_after, not for a fixed time"},
-    {"EXPIRATION_JITTER_MAX_SECONDS", "sluice sets its keys' expiry from each limit's window"},
-    {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-     "sluice never serves without a loaded configuration"},
-    {"FORCE_START_WITHOUT_INITIAL_CONFIG", "only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-    {"GRPC_SERVER_TLS_CERT", "only with GRPC_SERVER_USE_TLS=true"},
-    {"GRPC_SERVER_TLS_KEY", "only with GRPC_SERVER_USE_TLS=true"},
-    {"GRPC_CLIENT_TLS_SAN", "only with GRPC_CLIENT_TLS_CACERT"},
-    {"DISABLE_STATS", "sluice has no statsd sink to disable; /metrics is read on demand"},
-    {"STATS_FLUSH_INTERVAL", "sluice's /metrics is read on demand, nothing is flushed"},
-};
-
-// Unsupported, but ignoring them changes no decision (a warning when set).
-constexpr Note kWithoutDecisions[] = {
-    {"STATSD_HOST", "sluice sends no statsd; its metrics are on the admin port's /metrics"},
-    {"STATSD_PORT", "sluice sends no statsd; its metrics are on the admin port's /metrics"},
-    {"USE_DOG_STATSD_MOGRIFIERS", "sluice sends no statsd"},
-    {"EXTRA_TAGS", "sluice sends no statsd; add labels when scraping /metrics"},
-    {"PROMETHEUS_ADDR", "sluice's Prometheus metrics are on the admin port (DEBUG_PORT) /metrics"},
-    {"PROMETHEUS_PATH", "sluice's Prometheus metrics are on the admin port (DEBUG_PORT) /metrics"},
-    {"PROMETHEUS_MAPPER_YAML", "sluice's metric names are its own (docs/operations.md)"},
-    {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "sluice's histograms are in seconds"},
-    {"TRACING_SERVICE_NAME", "sluice does no tracing"},
-    {"TRACING_SERVICE_NAMESPACE", "sluice does no tracing"},
-    {"TRACING_SERVICE_INSTANCE_ID", "sluice does no tracing"},
-    {"TRACING_EXPORTER_PROTOCOL", "sluice does no tracing"},
-    {"TRACING_SAMPLING_RATE", "sluice does no tracing"},
-    {"GRPC_MAX_CONNECTION_AGE", "sluice keeps a gRPC connection until the client closes it"},
-    {"GRPC_MAX_CONNECTION_AGE_GRACE", "sluice keeps a gRPC connection until the client closes it"},
-};
-
-// Upstream's whole list (src/settings/settings.go), in its order, a family per line.
-// clang-format off
-const std::vector<std::string> kAllNames = {
-    "HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT", "GRPC_UDS",
-    "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
-    "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
-    "GRPC_CLIENT_TLS_SAN",
-    "LOG_LEVEL", "LOG_FORMAT",
-    "CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG",
-    "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
-    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-    "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
-    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-    "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS",
-    "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
-    "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML",
-    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-    "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
-    "RUNTIME_WATCH_ROOT",
-    "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO",
-    "CACHE_KEY_PREFIX", "BACKEND_TYPE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-    "LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER",
-    "LIMIT_RESET_HEADER",
-    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-    "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
-    "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
-    "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_SENTINEL_AUTH",
-    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR",
-    "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
-    "REDIS_STARTUP_MAX_ELAPSED_TIME",
-    "REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE",
-    "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH",
-    "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW",
-    "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
-    "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
-    "MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH",
-    "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT",
-    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
-    "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
-    "TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
-    "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"};
-// clang-format on
 
 std::string Lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
-}
-
-// Go's strconv.ParseBool, as envconfig reads a bool.
-std::optional<bool> ParseGoBool(std::string_view s) {
-  if (s == "1" || s == "t" || s == "T" || s == "true" || s == "TRUE" || s == "True") return true;
-  if (s == "0" || s == "f" || s == "F" || s == "false" || s == "FALSE" || s == "False") {
-    return false;
-  }
-  return std::nullopt;
-}
-
-// Go's time.ParseDuration ("10s", "1.5s", "1m30s", "250ms", "0"), in microseconds; negative
-// and sub-microsecond durations are refused (a timeout needs to be positive).
-std::optional<int64_t> ParseGoDuration(std::string_view s) {
-  if (s == "0") return 0;
-  if (s.empty()) return std::nullopt;
-  double total_us = 0;
-  while (!s.empty()) {
-    size_t digits = 0;
-    while (digits < s.size() &&
-           (std::isdigit(static_cast<unsigned char>(s[digits])) || s[digits] == '.')) {
-      ++digits;
-    }
-    if (digits == 0) return std::nullopt;
-    const std::string number(s.substr(0, digits));
-    char* end = nullptr;
-    const double value = std::strtod(number.c_str(), &end);
-    if (end != number.c_str() + number.size()) return std::nullopt;
-    s.remove_prefix(digits);
-    size_t unit_len = 0;
-    while (unit_len < s.size() && !std::isdigit(static_cast<unsigned char>(s[unit_len])) &&
-           s[unit_len] != '.') {
-      ++unit_len;
-    }
-    const std::string_view unit = s.substr(0, unit_len);
-    s.remove_prefix(unit_len);
-    double scale_us;
-    if (unit == "ns") {
-      scale_us = 1e-3;
-    } else if (unit == "us" || unit == "\u00b5s" || unit == "\u03bcs") {
-      scale_us = 1;
-    } else if (unit == "ms") {
-      scale_us = 1e3;
-    } else if (unit == "s") {
-      scale_us = 1e6;
-    } else if (unit == "m") {
-      scale_us = 60e6;
-    } else if (unit == "h") {
-      scale_us = 3600e6;
-    } else {
-      return std::nullopt;
-    }
-    total_us += value * scale_us;
-  }
-  // 2^53 µs is 285 years: past any sensible timeout, and still exact in a double.
-  if (!(total_us >= 1) || total_us > 9007199254740992.0) return std::nullopt;
-  return static_cast<int64_t>(total_us);
 }
 
 bool IsLoopbackHost(std::string_view host) {
@@ -207,90 +46,6 @@ bool IsHostPort(std::string_view s) {
   return ec == std::errc() && end == port.data() + port.size() && value >= 1 && value <= 65535;
 }
 
-class EnvReader {
- public:
-  EnvReader(const std::map<std::string, std::string>& env, EnvoyEnv& out) : env_(env), out_(out) {}
-
-  // The value when set (and not empty); the name counts as handled either way.
-  std::optional<std::string> Get(const std::string& name) {
-    handled_.insert(name);
-    auto it = env_.find(name);
-    if (it == env_.end() || it->second.empty()) return std::nullopt;
-    return it->second;
-  }
-
-  std::string GetOr(const std::string& name, const std::string& def) {
-    return Get(name).value_or(def);
-  }
-
-  bool Bool(const std::string& name, bool def) {
-    const auto value = Get(name);
-    if (!value) return def;
-    if (auto b = ParseGoBool(*value)) return *b;
-    Say(Level::kError, name, fmt::format("'{}' is not a boolean (true or false)", *value));
-    return def;
-  }
-
-  int Port(const std::string& name, int def) {
-    const auto value = Get(name);
-    if (!value) return def;
-    int port = -1;
-    const auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), port);
-    if (ec != std::errc() || end != value->data() + value->size() || port < 0 || port > 65535) {
-      Say(Level::kError, name, fmt::format("'{}' is not a port (0 to 65535)", *value));
-      return def;
-    }
-    return port;
-  }
-
-  void Say(Level level, const std::string& name, std::string text) {
-    out_.messages.push_back({level, name, std::move(text)});
-  }
-
-  // A feature switch that sluice does not have: `level` when it is set and on (a switch on by
-  // default, USE_STATSD, is named only when set).
-  void Unsupported(const std::string& name, bool def, Level level, const std::string& why) {
-    if (Bool(name, def) && Get(name)) Say(level, name, why);
-  }
-
-  // Every other variable upstream reads, set here: named, as the tables above say, or as read
-  // by upstream and not by sluice.
-  void NameTheRest() {
-    for (const Note& note : kIrrelevant) {
-      if (Get(note.name)) Say(Level::kInfo, note.name, fmt::format("no effect: {}", note.why));
-    }
-    for (const Note& note : kWithoutDecisions) {
-      if (Get(note.name))
-        Say(Level::kWarning, note.name, fmt::format("not supported: {}", note.why));
-    }
-    for (const std::string& name : kAllNames) {
-      if (handled_.contains(name) || !env_.contains(name) || env_.at(name).empty()) continue;
-      if (name.starts_with("REDIS_PERSECOND_")) {
-        Say(Level::kInfo, name, "no effect: only with REDIS_PERSECOND=true");
-      } else if (name.starts_with("MEMCACHE_")) {
-        Say(Level::kInfo, name, "no effect: only with BACKEND_TYPE=memcache");
-      } else if (name.starts_with("CONFIG_GRPC_XDS_") || name.starts_with("XDS_CLIENT_")) {
-        Say(Level::kInfo, name, "no effect: only with CONFIG_TYPE=GRPC_XDS_SOTW");
-      } else {
-        Say(Level::kWarning, name, "read by envoyproxy/ratelimit, not by sluice");
-      }
-    }
-    for (const auto& [name, value] : env_) {
-      if (value.empty()) continue;
-      if (name.starts_with("DOG_STATSD_MOGRIFIER_")) {
-        Say(Level::kWarning, name, "not supported: sluice sends no statsd");
-      } else if (name.starts_with("OTEL_EXPORTER_OTLP_")) {
-        Say(Level::kWarning, name, "not supported: sluice does no tracing");
-      }
-    }
-  }
-
- private:
-  const std::map<std::string, std::string>& env_;
-  EnvoyEnv& out_;
-  std::set<std::string> handled_;
-};
-
 }  // namespace
 
 std::string EnvoyEnvMessage::ToString() const {
@@ -305,8 +60,6 @@ bool EnvoyEnv::ok() const {
   return std::none_of(messages.begin(), messages.end(),
                       [](const EnvoyEnvMessage& m) { return m.level == Level::kError; });
 }
-
-const std::vector<std::string>& EnvoyEnvVariableNames() { return kAllNames; }
 
 namespace {
 

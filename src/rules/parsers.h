@@ -26,6 +26,10 @@ const RuleNode* AddChild(RuleNode& parent, std::unique_ptr<RuleNode>& child);
 // "key_value", or "key" for a node without a value, as upstream names a node in messages.
 std::string CompositeKey(const RuleNode& node);
 
+// A domain's `http:` section (http_settings_parser.cc). Errors go to the reader; nullopt when
+// `http` is not a map of its keys.
+std::optional<HttpSection> ParseHttpSection(YamlReader& reader, const YAML::Node& http);
+
 // The settings file. Errors go to the reader.
 Settings ParseSettings(YamlReader& reader, const YAML::Node& doc);
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "backend/redis/decide_lua.h"  // generated from scripts/decide.lua: kDecideLua
+#include "backend/redis/decide_lua.h"  // generated from scripts/decide/: kDecideLua
 #include "fmt/format.h"
 
 namespace sluice::redis {

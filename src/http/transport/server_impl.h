@@ -1,5 +1,6 @@
 // HttpServer's insides, shared by the accept loop and the server's lifecycle (server.cc) and the
-// connection (session.h, session.cc). Not part of HttpServer's interface: only those include it.
+// connection (session.h; session.cc, session_request.cc, session_answer.cc). Not part of
+// HttpServer's interface: only those include it.
 
 #ifndef SLUICE_HTTP_TRANSPORT_SERVER_IMPL_H_
 #define SLUICE_HTTP_TRANSPORT_SERVER_IMPL_H_

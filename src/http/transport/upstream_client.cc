@@ -1,6 +1,8 @@
-// The reverse proxy's client (upstream_client.h). One idea, one file, past 600 lines: an
-// exchange's phases (pool, connect, send, streamed bodies both ways, the deadline) share one
-// state machine and split would only scatter it.
+// The reverse proxy's client (upstream_client.h): an exchange, from the pool or a new connection
+// to the answer's body, and the exchanges' tracking. Near 500 lines as one idea: an exchange's
+// phases (connect, send, streamed bodies both ways, the deadline) share one state machine, and
+// splitting it would only scatter it. The pool is upstream_pool.cc; the request's fields,
+// upstream_request.cc.
 
 #include "http/transport/upstream_client.h"
 
@@ -11,6 +13,7 @@
 #include <optional>
 
 #include "fmt/format.h"
+#include "http/transport/upstream_connection.h"
 #include "util/json_string.h"
 
 namespace sluice::http {
@@ -20,8 +23,6 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
 
 bool Idempotent(beast_http::verb method) {
   switch (method) {
@@ -65,60 +66,6 @@ bool StillOpen(tcp::socket& socket) {
 }
 
 }  // namespace
-
-std::string UpstreamTarget::Describe() const {
-  return host.find(':') != std::string::npos ? fmt::format("http://[{}]:{}", host, port)
-                                             : fmt::format("http://{}:{}", host, port);
-}
-
-template <class Allocator>
-void StripHopByHop(beast_http::basic_fields<Allocator>& fields) {
-  // Fields named by Connection are this hop's too (RFC 9110 §7.6.1).
-  std::vector<std::string> named;
-  auto range = fields.equal_range(beast_http::field::connection);
-  for (auto it = range.first; it != range.second; ++it) {
-    for (auto token : beast_http::token_list(it->value())) named.emplace_back(View(token));
-  }
-  for (const std::string& name : named) fields.erase(name);
-  for (const char* name : {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer",
-                           "Transfer-Encoding", "Upgrade"}) {
-    fields.erase(name);
-  }
-}
-
-template void StripHopByHop(HttpFields& fields);
-template void StripHopByHop(beast_http::fields& fields);
-
-void PrepareUpstreamRequest(HttpRequest& request, std::string_view peer) {
-  StripHopByHop(request.base());
-  request.erase(beast_http::field::expect);
-  request.erase(beast_http::field::content_length);  // set again from the body when sent
-  // X-Forwarded-For: the hops so far, then the one this request came from.
-  std::string forwarded;
-  auto range = request.equal_range("X-Forwarded-For");
-  for (auto it = range.first; it != range.second; ++it) {
-    const std::string_view value = View(it->value());
-    if (value.empty()) continue;
-    if (!forwarded.empty()) forwarded += ", ";
-    forwarded += value;
-  }
-  if (!forwarded.empty()) forwarded += ", ";
-  forwarded += peer;
-  request.set("X-Forwarded-For", forwarded);
-  if (request.find("X-Forwarded-Proto") == request.end()) request.set("X-Forwarded-Proto", "http");
-  if (request.find("X-Forwarded-Host") == request.end()) {
-    if (auto host = request.find(beast_http::field::host); host != request.end()) {
-      request.set("X-Forwarded-Host", host->value());
-    }
-  }
-}
-
-struct UpstreamClient::Connection {
-  explicit Connection(const asio::any_io_executor& executor) : stream(executor) {}
-  beast::tcp_stream stream;  // without Beast's timeouts: the exchange bounds its operations
-  beast::flat_buffer buffer;
-  MonoTime idle_since;
-};
 
 // One request: connect (or reuse), send, read the answer's header, call back; then, as the
 // UpstreamBody handed over, read the body piece by piece. Owns itself while an operation is
@@ -570,79 +517,6 @@ void UpstreamClient::CancelAll() {
     const asio::any_io_executor executor = exchange->executor();
     asio::post(executor, [exchange = std::move(exchange)] { exchange->Cancel(); });
   }
-}
-
-std::unique_ptr<UpstreamClient::Connection> UpstreamClient::TakeIdle(const PoolKey& key) {
-  std::unique_ptr<Connection> connection;
-  std::vector<std::unique_ptr<Connection>> expired;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = idle_.find(key);
-    if (it == idle_.end()) return nullptr;
-    const MonoTime oldest = MonotonicNow(*options_.clock) - options_.max_idle_age;
-    auto& list = it->second;
-    // Newest last: the most recently used connection is the least likely to be stale.
-    while (!list.empty() && connection == nullptr) {
-      std::unique_ptr<Connection> c = std::move(list.back());
-      list.pop_back();
-      if (c->idle_since >= oldest) {
-        connection = std::move(c);
-      } else {
-        expired.push_back(std::move(c));
-      }
-    }
-    if (list.empty()) idle_.erase(it);
-  }
-  for (auto& c : expired) {
-    beast::error_code ignored;
-    c->stream.socket().close(ignored);
-  }
-  return connection;
-}
-
-void UpstreamClient::ReturnIdle(const PoolKey& key, std::unique_ptr<Connection> connection) {
-  connection->idle_since = MonotonicNow(*options_.clock);
-  connection->buffer.shrink_to_fit();  // empty while idle
-  std::unique_ptr<Connection> dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    auto& list = idle_[key];
-    if (list.size() >= options_.max_idle_per_target) {
-      dropped = std::move(list.front());  // the oldest goes
-      list.erase(list.begin());
-    }
-    list.push_back(std::move(connection));
-  }
-  if (dropped != nullptr) {
-    beast::error_code ignored;
-    dropped->stream.socket().close(ignored);
-  }
-}
-
-void UpstreamClient::CloseIdle() {
-  std::map<PoolKey, std::vector<std::unique_ptr<Connection>>> idle;
-  {
-    absl::MutexLock lock(&mu_);
-    idle.swap(idle_);
-  }
-  for (auto& [key, list] : idle) {
-    for (auto& c : list) {
-      beast::error_code ignored;
-      c->stream.socket().close(ignored);
-    }
-  }
-}
-
-uint64_t UpstreamClient::connections_opened() const {
-  absl::MutexLock lock(&mu_);
-  return opened_;
-}
-
-size_t UpstreamClient::idle_connections() const {
-  absl::MutexLock lock(&mu_);
-  size_t n = 0;
-  for (const auto& [key, list] : idle_) n += list.size();
-  return n;
 }
 
 }  // namespace sluice::http

@@ -1,7 +1,7 @@
 // The HTTP/1.1 wire format of the server's side of a connection (RFC 9112): what Beast's request
 // parser leaves to the server to check, and the answer's status line and header fields, which
 // the server serializes itself so that an answer goes out as one gather write with its body
-// (session.cc). Pure functions; safe from any thread.
+// (session_answer.cc). Pure functions; safe from any thread.
 
 #ifndef SLUICE_HTTP_TRANSPORT_WIRE_H_
 #define SLUICE_HTTP_TRANSPORT_WIRE_H_

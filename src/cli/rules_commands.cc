@@ -3,6 +3,7 @@
 #include "cli/replay.h"
 #include "engine/descriptor_text.h"
 #include "fmt/format.h"
+#include "rules/admin_access.h"
 #include "rules/loader.h"
 #include "rules/matcher.h"
 #include "sluice/clock.h"
@@ -28,6 +29,12 @@ int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
   const rules::LoadResult result = rules::LoadConfig(paths);
   if (!result.errors.empty()) {
     for (const auto& e : result.errors) out << e.ToString() << "\n";
+    return 1;
+  }
+  // What serve refuses at start beyond the files' own checks.
+  const std::vector<rules::ConfigError> refused = rules::CheckAdminAccess(result.config->settings);
+  if (!refused.empty()) {
+    for (const auto& e : refused) out << e.ToString() << "\n";
     return 1;
   }
   out << fmt::format("ok: {} domains, {} limits\n", result.config->domains.size(),

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -25,6 +24,7 @@
 #include "metrics/registry.h"
 #include "metrics/server_metrics.h"
 #include "rls/grpc_server.h"
+#include "rules/admin_access.h"
 #include "rules/config_manager.h"
 #include "spdlog/spdlog.h"
 #include "stack/stack.h"
@@ -53,22 +53,6 @@ void PrintTryIt(const std::string& data_host, int data_port, const std::string& 
             << "  curl -si " << data << "/v1/auth -H 'X-Api-Key: k1'\n"
             << "  curl -s " << admin << "/metrics | grep sluice_decisions_total\n"
             << std::flush;
-}
-
-bool IsLoopback(const std::string& address) {
-  return address.rfind("127.", 0) == 0 || address.rfind("[::1]", 0) == 0 ||
-         address.rfind("localhost:", 0) == 0;
-}
-
-// The admin token from `admin.token_file`: its first line, without surrounding white space.
-std::optional<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  std::string token;
-  if (!in || !std::getline(in, token)) return std::nullopt;
-  while (!token.empty() && isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  while (!token.empty() && isspace(static_cast<unsigned char>(token.front()))) token.erase(0, 1);
-  if (token.empty()) return std::nullopt;
-  return token;
 }
 
 // The process environment as a map, for ReadEnvoyEnv.
@@ -108,26 +92,6 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   source.name = env.rules_path;
   source.load_options = env.load;
   return true;
-}
-
-// The admin API's token (empty: none); an error when it cannot be read, or when there is none
-// and the admin API would listen beyond loopback.
-absl::StatusOr<std::string> AdminToken(const rules::Settings& settings, const std::string& admin) {
-  std::string token;
-  if (!settings.admin_token_file.empty()) {
-    auto read = ReadToken(settings.admin_token_file);
-    if (!read) {
-      return absl::InvalidArgumentError("cannot read an admin token from " +
-                                        settings.admin_token_file);
-    }
-    token = *read;
-  }
-  if (token.empty() && !IsLoopback(admin)) {
-    return absl::InvalidArgumentError(
-        "refusing to serve the admin API on " + admin +
-        " without a token: set admin.token_file in the settings file, or bind it to 127.0.0.1");
-  }
-  return token;
 }
 
 // With Redis: /readyz and gRPC health follow it (not the connection alone: a hung Redis keeps
@@ -301,7 +265,7 @@ int RunServe(const ServeFlags& flags) {
   const std::string grpc = flags.grpc.value_or(settings.grpc_listen);
   int threads = flags.threads.value_or(settings.threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const absl::StatusOr<std::string> token = AdminToken(settings, admin);
+  const absl::StatusOr<std::string> token = rules::AdminToken(settings, admin);
   if (!token.ok()) return fail("", token.status());
 
   // SIGTERM and SIGINT are taken by one thread with sigwait: blocked here, before any other

@@ -169,6 +169,7 @@ struct Settings {
   std::string listen = "127.0.0.1:8080";
   std::string admin_listen = "127.0.0.1:9091";
   std::string admin_token_file;
+  Position admin_listen_at, admin_token_file_at;  // where the settings file says them, if it does
   std::string grpc_listen = "127.0.0.1:8081";
   // `grpc: {threads: N}`: N > 0 serves ShouldRateLimit on gRPC's async API with N completion
   // queues, each drained by its own thread; 0 = gRPC's callback API on gRPC's own threads.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
 #include "rules/parsers.h"
 #include "rules/yaml_reader.h"
@@ -247,6 +248,11 @@ class Loader {
   }
 
   void AddFile(const std::string& path, bool named_directly) {
+    // One file under two spellings (a settings file's `rules:` directory named again beside it,
+    // "rules/" and "./rules") is read once, not reported as its own duplicate.
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(path, ec);
+    if (!ec && !added_.insert(canonical.string()).second) return;
     std::string text;
     if (!ReadFile(path, &text)) {
       Fail(path, 0, 0, "cannot read file");
@@ -311,6 +317,7 @@ class Loader {
 
   const LoadOptions options_;
   std::vector<ConfigError> errors_;
+  absl::flat_hash_set<std::string> added_;  // the files read, by canonical path
   std::vector<std::unique_ptr<Domain>> domains_;
   std::optional<Settings> settings_;
   XXH3_state_t hash_state_;

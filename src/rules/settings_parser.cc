@@ -46,6 +46,10 @@ void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
       s.admin_token_file = r.String(admin, "token_file").value_or("");
+      if (admin["listen"].IsDefined()) s.admin_listen_at = r.FieldPosition(admin, "listen");
+      if (admin["token_file"].IsDefined()) {
+        s.admin_token_file_at = r.FieldPosition(admin, "token_file");
+      }
     }
   }
 }

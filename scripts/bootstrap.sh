@@ -15,8 +15,8 @@ packages=(
   # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools valgrind
   # the soak's and the simulator's plots (bench/soak.sh, scripts/sim_plots.sh); a server that
-  # stalls on purpose for openloop_e2e
-  gnuplot-nox python3
+  # stalls on purpose for openloop_e2e; the docs' YAML examples checked (tests/doc_examples.py)
+  gnuplot-nox python3 python3-yaml
   # fuzzing (scripts/fuzz.sh, run by `make test`): clang and its libFuzzer/sanitizer runtimes
   clang-14 libclang-rt-14-dev
   # make lint (scripts/lint.sh): the format check and clang-tidy

@@ -59,7 +59,10 @@ class DomainParser {
     }
     if (auto consistency = ParseConsistency(doc)) domain_.consistency = *consistency;
     ParseHotKeys(doc);
-    if (auto clients = r_.String(doc, "clients")) domain_.clients_path = *clients;
+    if (auto clients = r_.String(doc, "clients")) {
+      domain_.clients_path = *clients;
+      domain_.clients_at = r_.FieldPosition(doc, "clients");
+    }
     ParsePlans(doc);
     if (const YAML::Node list = doc["descriptors"]; list.IsDefined() && !list.IsNull()) {
       ParseDescriptors(list, domain_.root);

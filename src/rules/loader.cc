@@ -228,6 +228,7 @@ class Loader {
       into.plans = std::move(later.plans);
       into.default_plan = std::move(later.default_plan);
       into.clients_path = std::move(later.clients_path);
+      into.clients_at = later.clients_at;
       into.clients = std::move(later.clients);
     }
   }
@@ -270,7 +271,8 @@ class Loader {
     domain.clients_path = path.string();  // resolved: the watcher watches it
     auto clients = std::make_shared<ClientPlans>();
     if (!ReadFile(path.string(), &clients->text)) {
-      Fail(path.string(), 0, 0, "cannot read clients file");
+      const Position& at = domain.clients_at;
+      Fail(at.file, at.line, at.column, "cannot read clients file " + path.string());
       return;
     }
     const std::string& text = clients->text;

@@ -1,6 +1,7 @@
 // The settings file (sluice.yaml): server-wide settings, see docs/configuration.md.
 
 #include <algorithm>
+#include <filesystem>
 
 #include "fmt/format.h"
 #include "rules/parsers.h"
@@ -46,6 +47,12 @@ void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
       s.admin_token_file = r.String(admin, "token_file").value_or("");
+      // Relative to the settings file, as `rules:` is (not to where sluice happens to run).
+      if (!s.admin_token_file.empty() && !r.file().empty() &&
+          std::filesystem::path(s.admin_token_file).is_relative()) {
+        s.admin_token_file =
+            (std::filesystem::path(r.file()).parent_path() / s.admin_token_file).string();
+      }
       if (admin["listen"].IsDefined()) s.admin_listen_at = r.FieldPosition(admin, "listen");
       if (admin["token_file"].IsDefined()) {
         s.admin_token_file_at = r.FieldPosition(admin, "token_file");
@@ -164,17 +171,22 @@ void ParseStore(YamlReader& r, const YAML::Node& doc, Settings& s) {
 
 // headers: the rate-limit header styles of HTTP answers.
 void ParseHeaders(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  if (auto headers = r.Strings(doc, "headers")) {
+  // A list of styles, or one style alone (`headers: none`).
+  const YAML::Node node = doc["headers"];
+  const bool one = node.IsDefined() && node.IsScalar();
+  std::optional<std::vector<std::string>> headers =
+      one ? std::vector<std::string>{node.Scalar()} : r.Strings(doc, "headers");
+  if (headers) {
     for (size_t i = 0; i < headers->size(); ++i) {
       const std::string& h = (*headers)[i];
       if (h != "x_ratelimit" && h != "ietf" && h != "none") {
-        r.Error(doc["headers"][i],
+        r.Error(one ? node : node[i],
                 fmt::format("unknown header style '{}' (x_ratelimit, ietf, none)", h));
       }
     }
     if (headers->size() > 1 &&
         std::find(headers->begin(), headers->end(), "none") != headers->end()) {
-      r.Error(doc["headers"], "headers: 'none' cannot be combined with other styles");
+      r.Error(node, "headers: 'none' cannot be combined with other styles");
     }
     s.headers = *headers;
     const auto named = [&](std::string_view style) {

@@ -49,7 +49,7 @@ struct Limit {
   int64_t window_us = 0;
   // B. token_bucket: capacity (default N, must be >= 1). leaky_bucket: queue depth (default 0).
   // The window algorithms ignore it.
-  std::optional<uint64_t> burst;
+  std::optional<uint64_t> burst = std::nullopt;
 
   // token_bucket: the bucket size. leaky_bucket: B + 1, the most admitted at one instant.
   // fixed/sliding windows and sliding_log: N. (Inline: every decision's answer asks it.)

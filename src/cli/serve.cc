@@ -28,6 +28,7 @@
 #include "rules/config_manager.h"
 #include "spdlog/spdlog.h"
 #include "stack/stack.h"
+#include "util/log.h"
 
 namespace sluice::cli {
 namespace {
@@ -295,7 +296,7 @@ int RunServe(const ServeFlags& flags) {
     grpc_server = *std::move(started);
   }
   if (auto s = manager.StartWatching(); !s.ok()) {
-    spdlog::warn("config: not watching for changes: {}", std::string(s.message()));
+    util::Log().warn("config: not watching for changes: {}", std::string(s.message()));
   }
   manager.ReloadOnSighup();
 
@@ -308,7 +309,7 @@ int RunServe(const ServeFlags& flags) {
   std::thread signal_waiter([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
-    spdlog::info("sluice: signal {}, shutting down", signal);
+    util::Log().info("sluice: signal {}, shutting down", signal);
     shutdown_deadline_us.store(clock->MonotonicMicros() + settings.shutdown_timeout_us);
     if (grpc_server) grpc_server->StartDraining();
     server.Stop();
@@ -337,7 +338,7 @@ int RunServe(const ServeFlags& flags) {
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));
   manager.StopWatching();
-  spdlog::info("sluice: stopped");
+  util::Log().info("sluice: stopped");
   return 0;
 }
 

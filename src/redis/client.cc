@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace sluice::redis {
 
@@ -363,7 +364,7 @@ class ClientImpl : public Client {
         }
       }
       if (covered == kSlots) {
-        if (!map_loaded_.exchange(true)) spdlog::info("redis: cluster slot map loaded");
+        if (!map_loaded_.exchange(true)) util::Log().info("redis: cluster slot map loaded");
         SetMapError("");
       } else {
         SetMapError(fmt::format("the cluster covers {} of {} slots", covered, kSlots));

@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "redis/redis_clock.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace sluice::redis {
 namespace {
@@ -154,7 +155,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
           self->timer_.cancel();
           self->deadline_armed_ = false;
           self->SetState(State::kReady, "");
-          spdlog::info("redis: connected to {}", self->options_.endpoint.Address());
+          util::Log().info("redis: connected to {}", self->options_.endpoint.Address());
         },
         /*internal=*/true);
   }
@@ -163,7 +164,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   void Fail(std::string why) {
     if (closed_) return;
     const bool was_ready = state() == State::kReady;
-    if (was_ready || last_error() != why) spdlog::warn("redis: {}", why);
+    if (was_ready || last_error() != why) util::Log().warn("redis: {}", why);
     Drop(why);
     SetState(State::kDown, why);
     retry_at_ = Now() + std::chrono::duration_cast<MonoTime::duration>(backoff_);

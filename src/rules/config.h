@@ -147,7 +147,7 @@ struct Domain {
   std::map<std::string, Plan> plans;
   std::string default_plan;
   std::string clients_path;  // CSV `key,plan`; once loaded, resolved against the domain file
-  Position clients_at;  // where the domain file names it
+  Position clients_at;       // where the domain file names it
   // Loaded from clients_path.
   std::shared_ptr<const ClientPlans> clients;
   size_t limit_count = 0;

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace sluice::rules {
 namespace fs = std::filesystem;
@@ -51,9 +52,9 @@ ConfigManager::ReloadOutcome ConfigManager::Reload() {
   std::shared_ptr<const Config> active = Current();
   if (!result.errors.empty()) {
     failures_.fetch_add(1);
-    for (const ConfigError& e : result.errors) spdlog::error("config: {}", e.ToString());
-    spdlog::error("config: {} error(s); keeping version {}", result.errors.size(),
-                  active ? active->version : "none");
+    for (const ConfigError& e : result.errors) util::Log().error("config: {}", e.ToString());
+    util::Log().error("config: {} error(s); keeping version {}", result.errors.size(),
+                      active ? active->version : "none");
     outcome.errors = std::move(result.errors);
     outcome.version = active ? active->version : "";
     return outcome;
@@ -71,7 +72,7 @@ ConfigManager::ReloadOutcome ConfigManager::Reload() {
   result.config.reset();  // the old config goes outside the lock
   successes_.fetch_add(1);
   outcome.applied = true;
-  spdlog::info("config: loaded version {}", outcome.version);
+  util::Log().info("config: loaded version {}", outcome.version);
   return outcome;
 }
 

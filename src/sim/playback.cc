@@ -8,6 +8,7 @@
 
 #include "sim/sim_internal.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace sluice::sim {
 namespace {
@@ -105,7 +106,7 @@ Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, P
     ReadWhenWarmUpEnds(fleet, play.start + std::chrono::microseconds(warmup_us), warm_end);
   }
   if (const auto late = SteadyClock::now() - play.start; late > 0ms) {
-    spdlog::warn(
+    util::Log().warn(
         "the trace starts {} ms late (building it took longer): the first decisions' "
         "latencies include that",
         std::chrono::duration_cast<std::chrono::milliseconds>(late).count());

@@ -11,7 +11,6 @@
 #include "fmt/format.h"
 #include "sim/compare.h"
 #include "sim/sim_internal.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::sim {
@@ -68,9 +67,8 @@ int RunAccuracy(const SimOptions& o, std::ostream& out, std::ostream& err) {
 int RunSim(const SimOptions& o, std::ostream& out, std::ostream& err) {
   if (o.accuracy) return RunAccuracy(o, out, err);
   if (int status = CheckSimOptions(o, err); status != 0) return status;
-  // Logs (e.g. Redis's eviction policy warning) go to stderr: stdout is the JSON line.
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "sim", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  // Warnings only (e.g. Redis's eviction policy), on stderr as all logs are: stdout is the JSON
+  // line.
   spdlog::set_level(spdlog::level::warn);
 
   InstanceConfig config = o.instance;

@@ -20,6 +20,7 @@
 #include "redis/client.h"
 #include "spdlog/spdlog.h"
 #include "stack/redis_connect.h"
+#include "util/log.h"
 
 namespace sluice::stack {
 
@@ -93,19 +94,19 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
   backend.client = std::move(connection->client);
   where = std::move(connection->where);
   if (!backend.client->Ready()) {
-    spdlog::warn("{} not reachable yet ({}); failure_mode answers until it is", where,
-                 backend.client->last_error());
+    util::Log().warn("{} not reachable yet ({}); failure_mode answers until it is", where,
+                     backend.client->last_error());
   }
   // Redis's own eviction would drop live states (each a reset limit): warn unless noeviction.
   redis::ReadMaxmemoryPolicy(
       *backend.client, settings.redis_key_prefix, [where](absl::StatusOr<std::string> policy) {
         if (!policy.ok()) {
-          spdlog::warn(
+          util::Log().warn(
               "{}: could not read maxmemory-policy ({}); exact limits need noeviction "
               "(docs/redis.md)",
               where, std::string(policy.status().message()));
         } else if (auto warning = redis::EvictionPolicyWarning(*policy)) {
-          spdlog::warn("{}: {}", where, *warning);
+          util::Log().warn("{}: {}", where, *warning);
         }
       });
   redis::RedisStore::Options store_options;
@@ -386,10 +387,10 @@ void Stack::ReturnLeases(absl::Duration wait) {
   auto merged = std::make_shared<absl::Notification>();
   parts_->eventual->Sync([merged] { merged->Notify(); });
   if (!returned->WaitForNotificationWithTimeout(wait)) {
-    spdlog::warn("{}: leases not all given back in time", where_);
+    util::Log().warn("{}: leases not all given back in time", where_);
   }
   if (!merged->WaitForNotificationWithTimeout(wait)) {
-    spdlog::warn("{}: what eventual admitted not merged in time", where_);
+    util::Log().warn("{}: what eventual admitted not merged in time", where_);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "http/transport/server_impl.h"
 #include "http/transport/session.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 
 namespace sluice::http {
 namespace {
@@ -72,7 +73,7 @@ void HttpServer::Impl::Accept(Listener& listener) {
                                                                   Socket socket) {
     if (ec) {
       if (!stopping.load() && ec != asio::error::operation_aborted) {
-        spdlog::warn("accept: {}", ec.message());
+        util::Log().warn("accept: {}", ec.message());
         Accept(listener);
       }
       return;
@@ -293,8 +294,8 @@ void HttpServer::Stop() {
       }
     }
     if (!left.empty()) {
-      spdlog::warn("shutdown: {} connection(s) still busy after {} ms, closing them", left.size(),
-                   impl->options.shutdown_timeout.count());
+      util::Log().warn("shutdown: {} connection(s) still busy after {} ms, closing them",
+                       left.size(), impl->options.shutdown_timeout.count());
     }
     for (auto& s : left) s->ForceClose();
   });

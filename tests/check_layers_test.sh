@@ -21,20 +21,8 @@ set -uo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 check="$root/scripts/check_layers.sh"
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-layers.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "ok   $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1: $2"
-  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
-}
+source "$(dirname "$0")/lib.sh"  # pass, fail, finish; $tmp, removed on exit
+work=$tmp
 
 # A fresh copy of src/ and include/ under $work/$1.
 copy_tree() {
@@ -141,5 +129,4 @@ expect_link link_headers src/headers/CMakeLists.txt \
   "target_link_libraries(sluice_headers PRIVATE sluice_backend_memory)" \
   "sluice_headers -> backend/memory (sluice_backend_memory)"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

@@ -19,6 +19,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice {
 
@@ -42,11 +43,8 @@ constexpr int64_t kNever = Decision::kNever;
 
 __extension__ using Int128 = __int128;
 
-Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us,
-                std::optional<uint64_t> burst = std::nullopt) {
-  return Limit{
-      .algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = burst};
-}
+using testing::MakeLimit;
+using testing::WithCapacity;
 
 Decision Allow(int64_t remaining, int64_t reset_after_us, int64_t delay_us = 0) {
   return Decision{.allowed = true,
@@ -464,18 +462,6 @@ TEST(SlidingWindow, RemainingIsTheFloorOfNMinusTheEstimate) {
 constexpr Algorithm kAllAlgorithms[] = {Algorithm::kTokenBucket, Algorithm::kLeakyBucket,
                                         Algorithm::kFixedWindow, Algorithm::kSlidingLog,
                                         Algorithm::kSlidingWindow};
-
-// A limit of the given algorithm whose capacity is `capacity` (N for the window algorithms).
-Limit WithCapacity(Algorithm algorithm, uint64_t requests, int64_t window_us, uint64_t capacity) {
-  switch (algorithm) {
-    case Algorithm::kTokenBucket:
-      return MakeLimit(algorithm, requests, window_us, capacity);
-    case Algorithm::kLeakyBucket:
-      return MakeLimit(algorithm, requests, window_us, capacity - 1);
-    default:
-      return MakeLimit(algorithm, capacity, window_us);
-  }
-}
 
 class EveryAlgorithm : public ::testing::TestWithParam<Algorithm> {
  protected:

@@ -5,12 +5,8 @@
 
 #include "engine/engine.h"
 
-#include <stdlib.h>
-
 #include <atomic>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,6 +21,7 @@
 #include "rules/loader.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "tests/support/temp_dir.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -32,12 +29,11 @@
 namespace sluice::engine {
 namespace {
 
-namespace fs = std::filesystem;
-
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using Code = DescriptorResult::Code;
+using testing::TempDir;
 
 constexpr int64_t kSecondUs = 1000000;
 constexpr int64_t kMinuteUs = 60 * kSecondUs;
@@ -113,29 +109,6 @@ class EngineTest : public ::testing::Test {
                             &clock_};
   Engine engine_{&store_};
   std::shared_ptr<const rules::Config> config_;
-};
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "sluice_engine_test_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string Write(std::string_view name, std::string_view text) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-    return p.string();
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -669,7 +642,7 @@ TEST_F(EngineTest, CountDeniedFromTheSettingsFileAndPerDomainOverride) {
   dir.Write("local.yaml",
             "domain: local\ncount_denied: false\ndescriptors:\n  - key: ip\n"
             "    rate_limit: {unit: second, requests_per_unit: 1}\n");
-  LoadPaths({dir.path()});
+  LoadPaths({dir.path().string()});
   ASSERT_NE(config_, nullptr);
   // global: the settings' count_denied applies; cost 2 against 1 left is counted -> remaining 0.
   Response r = Check1("global", {{"ip", "1"}}, 2);
@@ -691,7 +664,7 @@ TEST_F(EngineTest, CheckAllIsAllOrNothingAcrossDomains) {
   dir.Write("b.yaml",
             "domain: b\ndescriptors:\n  - key: user\n"
             "    rate_limit: {unit: minute, requests_per_unit: 2}\n");
-  LoadPaths({dir.path()});
+  LoadPaths({dir.path().string()});
   ASSERT_NE(config_, nullptr);
   const std::vector<Request> both = {Req("a", {Desc({{"ip", "1"}})}),
                                      Req("b", {Desc({{"user", "x"}})})};
@@ -773,7 +746,7 @@ TEST_F(EngineTest, ClientsCsvLookupByApiKey) {
   TempDir dir;
   dir.Write("plans.yaml", std::string(kPlans) + "clients: clients.csv\n");
   dir.Write("clients.csv", "key,plan\nk-pro,pro\nk-free,free\n");
-  LoadPaths({dir.path()});
+  LoadPaths({dir.path().string()});
   ASSERT_NE(config_, nullptr);
   Response r = Check1("plans", {{"api_key", "k-pro"}});
   EXPECT_EQ(r.descriptors[0].plan, "pro");

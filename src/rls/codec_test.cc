@@ -23,6 +23,7 @@
 #include "rls/wire_testing.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
+#include "tests/support/limits.h"
 
 namespace sluice::rls {
 namespace {
@@ -238,12 +239,7 @@ TEST(FromProtoTest, OverrideWithUndefinedUnitNumberIsRejected) {
 // ---------------------------------------------------------------------------------------------
 // CurrentLimit: N per W as requests_per_unit + unit.
 
-Limit FixedWindow(uint64_t n, int64_t window_us) {
-  return Limit{.algorithm = Algorithm::kFixedWindow,
-               .requests = n,
-               .window_us = window_us,
-               .burst = std::nullopt};
-}
+using testing::FixedWindow;
 
 std::pair<uint32_t, RateLimit::Unit> Current(uint64_t n, int64_t window_us) {
   const RateLimit r = CurrentLimit(FixedWindow(n, window_us));

@@ -7,12 +7,9 @@
 
 #include "rules/loader.h"
 
-#include <stdlib.h>
-
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -24,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/config.h"
+#include "tests/support/temp_dir.h"
 
 namespace sluice::rules {
 namespace {
@@ -59,36 +57,7 @@ std::shared_ptr<const Config> MustLoad(std::string_view text) {
   return result.config;
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "sluice_loader_test_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const fs::path& path() const { return path_; }
-  std::string Path(std::string_view relative) const { return (path_ / relative).string(); }
-
-  // Writes `text` to `relative`, creating directories.
-  std::string Write(std::string_view relative, std::string_view text) const {
-    const fs::path p = path_ / relative;
-    fs::create_directories(p.parent_path());
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    return p.string();
-  }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 const RuleNode* Child(const RuleNode& node, size_t i) {
   return i < node.children.size() ? node.children[i].get() : nullptr;

@@ -11,9 +11,10 @@
 #
 #   sluice_test(NAME [NO_DISCOVER] SOURCES... LINK libraries...)
 #     A gtest binary of a module's tests (one per folder: fewer links), linked to the module's
-#     library and to what its row's test column allows (LINK), and GoogleTest. Each test becomes
-#     a ctest test labelled `unit` (NO_DISCOVER: the caller runs gtest_discover_tests itself).
-#     Compiled at -Og in a release build.
+#     library and to what its row's test column allows (LINK), the unit tests' kit
+#     (sluice_testing, tests/support/: it needs nothing but the public types) and GoogleTest.
+#     Each test becomes a ctest test labelled `unit` (NO_DISCOVER: the caller runs
+#     gtest_discover_tests itself). Compiled at -Og in a release build.
 #
 # SLUICE_LINK_CHECK (tests/layers_build_test.sh): every module library is a shared library linked
 # with -Wl,--no-undefined, so a library that calls into a module it does not link (one its row
@@ -40,8 +41,9 @@ endfunction()
 function(sluice_test name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "NO_DISCOVER" "" "SOURCES;LINK")
   add_executable(${name} ${arg_SOURCES})
-  target_link_libraries(${name} PRIVATE ${arg_LINK} GTest::gtest GTest::gmock GTest::gtest_main)
-  # tests/support/ (real Redis servers and the like) by its path from the repository's root.
+  target_link_libraries(${name} PRIVATE ${arg_LINK} sluice_testing GTest::gtest GTest::gmock
+    GTest::gtest_main)
+  # The kit (tests/support/, "tests/support/temp_dir.h") by its path from the repository's root.
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
   # In a release build the tests' own code is compiled at -Og, not -O3: it is half of what the
   # build compiles, -O3 doubles its compile time, and no test measures speed (bench/ does). The

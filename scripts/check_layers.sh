@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Checks sluice's layering: every `#include "dir/..."` in src/ and include/sluice/ must follow
-# the table below, which is the one place the allowed include graph is written down.
+# Checks sluice's layering: every `#include "dir/..."` in src/, include/sluice/ and the unit tests'
+# kit (tests/support/) must follow the table below, which is the one place the allowed include
+# graph is written down.
 #
 #   bash scripts/check_layers.sh [ROOT]      (default: this script's repository)
 #
 # A file's module is the longest key of the table that is a folder of its path under src/
 # (src/backend/memory/memory_store.cc: backend/memory, not backend; src/http/service.cc: http);
-# include/sluice/ is the module `sluice`, the public API. An include's module is found the same way
-# from its path ("backend/memory/memory_store.h": backend/memory). Includes of third-party code
+# include/sluice/ is the module `sluice`, the public API; the kit's files are modules by their path
+# from the repository's root (tests/support/temp_dir.cc: tests/support). An include's module is
+# found the same way from its path ("backend/memory/memory_store.h": backend/memory,
+# "tests/support/limits.h": tests/support). Includes of third-party code
 # (absl/, fmt/, gtest/, ...) are not checked; any other quoted include must name a module of the
 # table. A module may include itself; a nested module (backend/memory) is a module of its own: it
 # may include its parent (backend) only if its row says so, and the parent may not include it unless
-# its row says so. Tests (*_test.cc, and *_testing.h helpers) may also include the modules in the
-# table's third column. Prints every forbidden edge as `FILE:LINE: FROM -> TO ("INCLUDE")` and exits
-# 1 if there is one; exits 0 with a one-line summary otherwise.
+# its row says so. Tests (*_test.cc, and *_testing.h helpers) may also include the kit's core
+# (tests/support: it knows the public types only) and the modules in the table's third column.
+# Prints every forbidden edge as `FILE:LINE: FROM -> TO ("INCLUDE")` and exits 1 if there is one;
+# exits 0 with a one-line summary otherwise.
 #
 # The build follows the same table: each src/ folder's CMakeLists.txt builds one library,
 # sluice_<module> (slashes as underscores: sluice_backend_memory), linked only to the libraries of
-# its row, and its tests' binary, linked to those of the test column too. This script checks those
-# links as it checks includes; a forbidden call then fails to link as well, even one that no
-# include names (tests/layers_build_test.sh).
+# its row, and its tests' binary, linked to those of the test column too and to the kit's core,
+# sluice_testing (tests/support/CMakeLists.txt, linked by sluice_test() into every test binary).
+# This script checks those links as it checks includes; a forbidden call then fails to link as
+# well, even one that no include names (tests/layers_build_test.sh).
 set -euo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -33,20 +38,22 @@ algo            | sluice                                                        
 backend         | algo sluice                                                         |
 backend/memory  | backend algo util sluice                                            |
 backend/hybrid  | backend algo sluice                                                 | backend/memory
-redis           | metrics util sluice                                                 | tests
-backend/redis   | redis backend/hybrid backend algo metrics util sluice               | backend/memory tests
+redis           | metrics util sluice                                                 |
+backend/redis   | redis backend/hybrid backend algo metrics util sluice               | backend/memory tests/support/redis_store
 rules           | backend util sluice                                                 | engine backend/memory cli
 engine          | rules backend algo util sluice                                      | backend/memory
 headers         | engine rules util sluice                                            | backend/memory
 metrics         | util                                                                |
 stack           | backend/memory backend/hybrid backend/redis redis backend rules metrics util sluice |
-library         | stack backend/memory backend util sluice                            | tests
+library         | stack backend/memory backend util sluice                            |
 http/transport  | util sluice                                                         |
 http            | http/transport engine rules headers metrics backend util sluice     | backend/memory
 rls             | engine rules headers metrics backend util sluice                    | backend/memory
 cli/bench       | backend/memory backend/redis redis backend algo util sluice         |
 sim             | stack cli/bench backend/memory backend/redis redis backend rules algo util library sluice |
 cli             | http http/transport rls stack cli/bench sim library engine rules headers metrics backend util sluice |
+tests/support   | sluice                                                              |
+tests/support/redis_store | tests/support backend/redis redis sluice                  |
 '
 # What the rows mean, bottom up (a request flows from a frontend through the engine to the
 # Backend interface, behind which the implementations decide with the algorithms):
@@ -80,16 +87,24 @@ cli             | http http/transport rls stack cli/bench sim library engine rul
 #   (cli/bench's INFO readings) and whose admissions it judges against an exact model (library).
 # - cli is the command line on top of everything but the backend implementations (stack builds
 #   those for it, cli/bench measures them).
+# - tests/support: the unit tests' kit (sluice_testing, namespace sluice::testing): TempDir, the
+#   limit builders, real Redis servers and clusters, a slow relay, a clock that jumps. On the
+#   public types only, so that every module's tests may use it. tests/support/redis_store: its
+#   calls through redis::Client and redis::RedisStore (header-only), for backend/redis's tests.
 # Tests: a real engine needs a backend, and tests use the in-memory one (backend/memory), as do
 # the hybrid wrappers' tests (the store stands behind them) and the Redis scripts' (the same
 # decisions on both); rules' tests check that ConfigManager reloads keep the engine's state
 # (engine) and that the embedded default config (cli/default_config.h) loads; the Redis tests,
-# and library's of the library on Redis, run real Redis servers (tests/support/).
+# and library's of the library on Redis, run real Redis servers (the kit's RedisServer and
+# RedisCluster), and backend/redis's call its store through the kit's redis_store/.
 
 # TEMPORARY EXCEPTIONS: edges the table forbids that are still there. Each goes when its edge
 # does; nothing may be added here. One per line: FROM TO reason.
 EXCEPTIONS='
 '
+
+# The kit's core: every module's tests may include it and link it (sluice_testing).
+KIT=tests/support
 
 # First path components of third-party headers (not checked), and whole names without one.
 THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy grpc CLI boost simdjson yaml-cpp'
@@ -100,7 +115,7 @@ while IFS='|' read -r module deps test_deps; do
   module=$(echo "$module" | xargs)
   [[ -z $module ]] && continue
   allowed[$module]=" $module $(echo "$deps" | xargs) "
-  test_allowed[$module]=" $(echo "$test_deps" | xargs) "
+  test_allowed[$module]=" $KIT $(echo "$test_deps" | xargs) "
 done <<<"$TABLE"
 while read -r from to _; do
   [[ -z $from ]] && continue
@@ -130,6 +145,9 @@ while IFS= read -r -d '' file; do
   files=$((files + 1))
   if [[ $file == include/sluice/* ]]; then
     module=sluice
+  elif [[ $file == tests/* ]]; then
+    module_of "$file"
+    module=$found
   else
     module_of "${file#src/}"
     module=$found
@@ -169,14 +187,18 @@ while IFS= read -r -d '' file; do
     violations=$((violations + 1))
   done < <(grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "$file" |
     sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
-done < <(find src include/sluice -type f \( -name '*.h' -o -name '*.cc' -o -name '*.h.in' \) -print0 2>/dev/null | sort -z)
+done < <(find src include/sluice "$KIT" -type f \( -name '*.h' -o -name '*.cc' -o -name '*.h.in' \) -print0 2>/dev/null | sort -z)
 
-# The build: in each src/<module>/CMakeLists.txt, target_link_libraries may name only the sluice
-# libraries (sluice_<module>, slashes as underscores) of the modules the row allows (sluice: the
-# public types' sluice_types), and a test binary's (sluice_test ... LINK ...) those of the test
-# column too. Prints `FILE: TARGET -> MODULE (LIBRARY) is not allowed`.
+# The build: in each src/<module>/CMakeLists.txt (and the kit's, tests/support/CMakeLists.txt),
+# target_link_libraries may name only the sluice libraries (sluice_<module>, slashes as
+# underscores) of the modules the row allows (sluice: the public types' sluice_types; the kit:
+# sluice_testing), and a test binary's (sluice_test ... LINK ...) those of the test column too.
+# Prints `FILE: TARGET -> MODULE (LIBRARY) is not allowed`.
 declare -A library_module
-for key in "${!allowed[@]}"; do library_module[sluice_${key//\//_}]=$key; done
+for key in "${!allowed[@]}"; do
+  [[ $key == tests/* ]] || library_module[sluice_${key//\//_}]=$key
+done
+library_module[sluice_testing]=$KIT
 link_files=0
 while IFS= read -r -d '' cmake_file; do
   link_files=$((link_files + 1))
@@ -209,7 +231,7 @@ while IFS= read -r -d '' cmake_file; do
     sed -E 's/^target_link_libraries\( *([^ )]+)(.*)\)$/\1 lib \2/'
     grep -oE 'sluice_test\([^)]*\)' <<<"$text" |
     sed -E 's/^sluice_test\( *([^ )]+).* LINK (.*)\)$/\1 test \2/')
-done < <(find src -name CMakeLists.txt -print0 2>/dev/null | sort -z)
+done < <(find src "$KIT" -name CMakeLists.txt -print0 2>/dev/null | sort -z)
 
 for edge in "${!excepted[@]}"; do
   if [[ ${excepted[$edge]} == 0 ]]; then

@@ -19,41 +19,23 @@
 set -uo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+source "$(dirname "$0")/lib.sh"  # pass, fail, finish
 cd "$root" || exit 1
 rules=deploy/prometheus/sluice.rules.yml
 tests=deploy/prometheus/sluice.rules.test.yml
-
-passed=0
-failed=0
-failed_names=()
-pass() {
-  passed=$((passed + 1))
-  echo "ok   $1"
-}
-fail() {
-  failed=$((failed + 1))
-  failed_names+=("$1")
-  echo "FAIL $1: $2"
-}
-finish() {
-  if ((failed > 0)); then
-    echo "failed: ${failed_names[*]}"
-  fi
-  echo "$passed passed, $failed failed"
-  ((failed == 0))
-  exit
-}
 
 promtool=${PROMTOOL:-$(command -v promtool || true)}
 if [[ -z $promtool || ! -x $promtool ]]; then
   fail promtool "promtool not found; scripts/bootstrap.sh should have installed Debian's" \
     "'prometheus' package (apt-get install prometheus)"
   finish
+  exit
 fi
 for f in "$rules" "$tests"; do
   if [[ ! -s $f ]]; then
     fail files "$f is missing or empty"
     finish
+    exit
   fi
 done
 

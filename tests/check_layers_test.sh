@@ -13,7 +13,12 @@
 #     (backend -> backend/memory), nor the HTTP transport its endpoints (http/transport -> http);
 #   - the build's links follow the table too: sluice_algo linked to sluice_http in
 #     src/algo/CMakeLists.txt fails, and so does headers' library linked to the memory store,
-#     which only headers' tests may link.
+#     which only headers' tests may link;
+#   - the unit tests' kit (tests/support/) is for tests only, and its core knows the public types
+#     only: algo's library code including it fails, and so does linking sluice_algo to
+#     sluice_testing; the kit's core including backend/memory fails; its Redis store calls
+#     (tests/support/redis_store/) are for backend/redis's tests only: algo's tests including them
+#     fail.
 #
 # Prints `N passed, M failed`; exits 1 on any failure.
 
@@ -21,25 +26,14 @@ set -uo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 check="$root/scripts/check_layers.sh"
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-layers.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"  # pass, fail, finish; $tmp, removed on exit
+work=$tmp
 
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "ok   $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1: $2"
-  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
-}
-
-# A fresh copy of src/ and include/ under $work/$1.
+# A fresh copy of src/, include/ and the kit (tests/support/) under $work/$1.
 copy_tree() {
-  mkdir -p "$work/$1"
+  mkdir -p "$work/$1/tests"
   cp -r "$root/src" "$root/include" "$work/$1/"
+  cp -r "$root/tests/support" "$work/$1/tests/"
 }
 
 # Inserts `#include "$3"` into $work/$1/$2 after its first include line.
@@ -120,6 +114,13 @@ expect_edge backend_memory src/backend/failover.cc "backend/memory/memory_store.
 expect_edge transport_http src/http/transport/server.cc "http/check_json.h" \
   "http/transport -> http"
 expect_edge redis_store src/redis/client.cc "backend/redis/redis_store.h" "redis -> backend/redis"
+# The kit: for tests only; its core on the public types only; its Redis store calls for the tests
+# of backend/redis only.
+expect_edge kit_in_library src/algo/algorithms.cc "tests/support/limits.h" "algo -> tests/support"
+expect_edge kit_core_backend tests/support/temp_dir.cc "backend/memory/memory_store.h" \
+  "tests/support -> backend/memory"
+expect_edge kit_redis_store src/algo/refund_test.cc "tests/support/redis_store/redis_calls.h" \
+  "algo -> tests/support/redis_store"
 
 # 6. Links in the folders' CMakeLists.txt.
 # expect_link NAME CMAKELISTS LINE EDGE: appending LINE to CMAKELISTS fails, naming it and EDGE.
@@ -140,6 +141,7 @@ expect_link link_algo src/algo/CMakeLists.txt "target_link_libraries(sluice_algo
 expect_link link_headers src/headers/CMakeLists.txt \
   "target_link_libraries(sluice_headers PRIVATE sluice_backend_memory)" \
   "sluice_headers -> backend/memory (sluice_backend_memory)"
+expect_link link_kit src/algo/CMakeLists.txt "target_link_libraries(sluice_algo PUBLIC sluice_testing)" \
+  "sluice_algo -> tests/support (sluice_testing)"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

@@ -16,23 +16,11 @@ set -uo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 check="$root/scripts/check_standalone.sh"
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-standalone.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"  # pass, fail, finish; $tmp, removed on exit
+work=$tmp
 # Built from pieces, so that this file is no reference itself.
 relative=".."/"shared"
 absolute="/work"/"shared"
-
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "ok   $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1: $2"
-  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
-}
 
 # A copy of the repository's tracked files (as they are in the work tree) under $work/$1, made a
 # git repository of its own with every file in its index.
@@ -54,7 +42,7 @@ run_check() {
 
 if ! git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   fail "setup" "$root is not a git work tree"
-  echo "$passed passed, $failed failed"
+  finish
   exit 1
 fi
 
@@ -106,5 +94,4 @@ else
   fail "a tracked link into the folder fails and names the link" "exit $status" "$out"
 fi
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

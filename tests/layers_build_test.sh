@@ -19,20 +19,8 @@
 set -uo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-layers-build.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "ok   $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1: $2"
-  [[ -n ${3:-} ]] && printf '%s\n' "$3" | tail -20 | sed 's/^/  | /'
-}
+source "$(dirname "$0")/lib.sh"  # pass, fail, finish; $tmp, removed on exit
+work=$tmp
 
 # The tree without its build directories and history.
 tree=$work/tree
@@ -42,7 +30,7 @@ build=$work/build
 if ! out=$(cmake -S "$tree" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DSLUICE_LINK_CHECK=ON 2>&1); then
   fail "configure with SLUICE_LINK_CHECK" "cmake failed" "$out"
-  echo "$passed passed, $failed failed"
+  finish
   exit 1
 fi
 
@@ -95,5 +83,4 @@ plant_call src/backend/failover.cc 'namespace sluice::store { uint64_t NewFrontI
   'store::NewFrontId()'
 expect_link_failure "backend -> backend/memory" sluice_backend "sluice::store::NewFrontId"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # (the variables set here are read by the scripts that source it)
-# The one shell library of the end-to-end tests and the benchmarks (bench/lib.sh sources it and
-# adds CPU-time readings): a temp dir and cleanup, checks and their tally, starting and stopping
-# `sluice serve`, the test upstream and redis-server, free loopback ports, and reading /metrics
-# and JSON lines. Source it after setting `sluice` (the binary). It works in scripts with
-# `set -u` and in those with `set -euo pipefail`.
+# The one shell library of the end-to-end tests, the checks of the tree (tests/*_test.sh) and the
+# benchmarks (bench/lib.sh sources it and adds CPU-time readings): a temp dir and cleanup, checks
+# and their tally (pass, fail, check), starting and stopping `sluice serve`, the test upstream and
+# redis-server, free loopback ports, and reading /metrics and JSON lines. Source it after setting
+# `sluice` (the binary) if the script starts one. It works in scripts with `set -u` and in those
+# with `set -euo pipefail`.
 #
 # Every process a script starts goes into `pids` and is killed by pid on exit, after the
 # functions in `cleanup_hooks` ran (a script adds its own there rather than trapping EXIT). An
@@ -25,6 +26,19 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 passed=0 failed=0
+pass() {  # pass NAME: one check passed
+  passed=$((passed + 1)); echo "ok   $1"
+}
+# fail NAME WHY [DETAIL]: one check failed, and why; then DETAIL (a command's output, say), each
+# line indented with "  | ", its last 40 lines.
+fail() {
+  local lines
+  failed=$((failed + 1)); echo "FAIL $1: $2"
+  [[ -n ${3:-} ]] || return 0
+  lines=$(printf '%s\n' "$3" | wc -l)
+  ((lines <= 40)) || echo "  | ($((lines - 40)) lines left out)"
+  printf '%s\n' "$3" | tail -40 | sed 's/^/  | /'
+}
 need_tools() {  # need_tools TOOL...: fail the whole script (one failed check) if one is missing
   local tool
   for tool in "$@"; do
@@ -36,16 +50,16 @@ need_tools() {  # need_tools TOOL...: fail the whole script (one failed check) i
 }
 check() {  # check NAME EXPECTED ACTUAL
   if [[ $2 == "$3" ]]; then
-    passed=$((passed + 1)); echo "ok   $1"
+    pass "$1"
   else
-    failed=$((failed + 1)); echo "FAIL $1: expected [$2], got [$3]"
+    fail "$1" "expected [$2], got [$3]"
   fi
 }
 check_contains() {  # check_contains NAME NEEDLE HAYSTACK
   if [[ $3 == *"$2"* ]]; then
-    passed=$((passed + 1)); echo "ok   $1"
+    pass "$1"
   else
-    failed=$((failed + 1)); echo "FAIL $1: [$2] not in [$3]"; return 1
+    fail "$1" "[$2] not in [$3]"; return 1
   fi
 }
 finish() {  # prints the tally; the script's exit status

@@ -17,20 +17,8 @@
 set -uo pipefail
 
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-lint.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "ok   $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1: $2"
-  [[ -n ${3:-} ]] && printf '%s\n' "$3" | sed 's/^/  | /'
-}
+source "$(dirname "$0")/lib.sh"  # pass, fail, finish; $tmp, removed on exit
+work=$tmp
 
 # expect NAME pass|fail PATTERN COMMAND...: runs COMMAND; checks its exit status and, when
 # PATTERN is not empty, that its output matches PATTERN (grep -E).
@@ -194,5 +182,4 @@ EOF
 )
 expect "clang-tidy: a long function marked as a dispatch table passes" pass '' lint "$f"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+finish

@@ -9,6 +9,7 @@
 #include "algo/algorithms.h"
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice::algo {
 namespace {
@@ -18,23 +19,20 @@ constexpr int64_t kSecond = 1000 * kMs;
 constexpr int64_t kMinute = 60 * kSecond;
 constexpr int64_t kT0 = int64_t{1700000040} * kSecond;  // a whole minute
 
-Limit Make(Algorithm algorithm, uint64_t requests, int64_t window_us) {
-  return {
-      .algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = std::nullopt};
-}
+using testing::MakeLimit;
 
 // The compact algorithms, each with 5 per minute (leaky_bucket: a queue of 4, so 5 at once).
-class CompactRefundTest : public testing::TestWithParam<Algorithm> {
+class CompactRefundTest : public ::testing::TestWithParam<Algorithm> {
  protected:
   void SetUp() override {
     if (GetParam() == Algorithm::kLeakyBucket) limit_.burst = 4;
   }
-  Limit limit_ = Make(GetParam(), 5, kMinute);
+  Limit limit_ = MakeLimit(GetParam(), 5, kMinute);
 };
 
 INSTANTIATE_TEST_SUITE_P(All, CompactRefundTest,
-                         testing::Values(Algorithm::kTokenBucket, Algorithm::kLeakyBucket,
-                                         Algorithm::kFixedWindow, Algorithm::kSlidingWindow),
+                         ::testing::Values(Algorithm::kTokenBucket, Algorithm::kLeakyBucket,
+                                           Algorithm::kFixedWindow, Algorithm::kSlidingWindow),
                          [](const auto& info) { return std::string(AlgorithmName(info.param)); });
 
 TEST_P(CompactRefundTest, ConsumeThenRefundIsAsIfNeverConsumed) {
@@ -87,7 +85,7 @@ TEST_P(CompactRefundTest, CostZeroRefundsNothing) {
 }
 
 TEST(FixedWindowRefundTest, AfterTheWindowRolledIsANoOp) {
-  const Limit limit = Make(Algorithm::kFixedWindow, 5, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 5, kMinute);
   CompactState state;
   ASSERT_TRUE(DecideCompact(state, kT0 + 59 * kSecond, limit, 3).allowed);
   // A request of the next window; then the refund of the old one arrives.
@@ -104,7 +102,7 @@ TEST(FixedWindowRefundTest, AfterTheWindowRolledIsANoOp) {
 }
 
 TEST(SlidingWindowRefundTest, AfterTheWindowRolledIsANoOp) {
-  const Limit limit = Make(Algorithm::kSlidingWindow, 5, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kSlidingWindow, 5, kMinute);
   CompactState state;
   ASSERT_TRUE(DecideCompact(state, kT0 + 59 * kSecond, limit, 3).allowed);
   const CompactState before = state;
@@ -114,7 +112,7 @@ TEST(SlidingWindowRefundTest, AfterTheWindowRolledIsANoOp) {
 }
 
 TEST(SlidingWindowRefundTest, KeepsThePreviousWindowsWeight) {
-  const Limit limit = Make(Algorithm::kSlidingWindow, 5, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kSlidingWindow, 5, kMinute);
   CompactState state;
   ASSERT_TRUE(DecideCompact(state, kT0 + 30 * kSecond, limit, 3).allowed);  // previous window
   const int64_t t = kT0 + kMinute + kSecond;
@@ -133,7 +131,7 @@ TEST(SlidingWindowRefundTest, KeepsThePreviousWindowsWeight) {
 TEST(BucketRefundTest, PartlyRefilledBucketFillsUpToFullOnly) {
   // 5 per minute: one token every 12 s. Take 2, wait 18 s (1.5 back), refund 2: full, not more.
   for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kLeakyBucket}) {
-    Limit limit = Make(a, 5, kMinute);
+    Limit limit = MakeLimit(a, 5, kMinute);
     if (a == Algorithm::kLeakyBucket) limit.burst = 4;
     CompactState state;
     ASSERT_TRUE(DecideCompact(state, kT0, limit, 2).allowed);
@@ -144,7 +142,7 @@ TEST(BucketRefundTest, PartlyRefilledBucketFillsUpToFullOnly) {
 
 TEST(BucketRefundTest, ExactInFractionsOfAnEmissionInterval) {
   // 7 per minute: the emission interval is 8571428.57 µs, kept exact in 1/N µs.
-  const Limit limit = Make(Algorithm::kTokenBucket, 7, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 7, kMinute);
   CompactState state;
   ASSERT_TRUE(DecideCompact(state, kT0, limit, 3).allowed);
   const CompactState after_three = state;
@@ -155,7 +153,7 @@ TEST(BucketRefundTest, ExactInFractionsOfAnEmissionInterval) {
 
 TEST(LeakyBucketRefundTest, RefundShortensTheNextDelay) {
   // 1 per 100 ms, queue of 4: each admitted request waits behind the previous ones.
-  Limit limit = Make(Algorithm::kLeakyBucket, 1, 100 * kMs);
+  Limit limit = MakeLimit(Algorithm::kLeakyBucket, 1, 100 * kMs);
   limit.burst = 4;
   CompactState state;
   ASSERT_EQ(DecideCompact(state, kT0, limit, 1).delay_us, 0);
@@ -166,7 +164,7 @@ TEST(LeakyBucketRefundTest, RefundShortensTheNextDelay) {
 }
 
 TEST(SlidingLogRefundTest, ConsumeThenRefundIsAsIfNeverConsumed) {
-  const Limit limit = Make(Algorithm::kSlidingLog, 3, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kSlidingLog, 3, kMinute);
   LogState state;
   ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);
   ASSERT_TRUE(DecideSlidingLog(state, kT0 + kSecond, limit, 1).allowed);
@@ -181,7 +179,7 @@ TEST(SlidingLogRefundTest, ConsumeThenRefundIsAsIfNeverConsumed) {
 }
 
 TEST(SlidingLogRefundTest, SharedMicrosecondGivesBackOnlyTheCost) {
-  const Limit limit = Make(Algorithm::kSlidingLog, 5, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kMinute);
   LogState state;
   ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 2).allowed);
   ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);  // same entry
@@ -197,7 +195,7 @@ TEST(SlidingLogRefundTest, SharedMicrosecondGivesBackOnlyTheCost) {
 }
 
 TEST(SlidingLogRefundTest, ExpiredEntryIsANoOp) {
-  const Limit limit = Make(Algorithm::kSlidingLog, 3, kMinute);
+  const Limit limit = MakeLimit(Algorithm::kSlidingLog, 3, kMinute);
   LogState state;
   ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);
   ASSERT_TRUE(DecideSlidingLog(state, kT0 + 30 * kSecond, limit, 1).allowed);

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice::cli {
 namespace {
@@ -47,26 +48,9 @@ ReplayResult Replay(const Limit& limit, std::string_view trace) {
   return result;
 }
 
-Limit TokenBucket(uint64_t requests, int64_t window_us, std::optional<uint64_t> burst = {}) {
-  return Limit{.algorithm = Algorithm::kTokenBucket,
-               .requests = requests,
-               .window_us = window_us,
-               .burst = burst};
-}
-
-Limit LeakyBucket(uint64_t requests, int64_t window_us, std::optional<uint64_t> burst = {}) {
-  return Limit{.algorithm = Algorithm::kLeakyBucket,
-               .requests = requests,
-               .window_us = window_us,
-               .burst = burst};
-}
-
-Limit FixedWindow(uint64_t requests, int64_t window_us) {
-  return Limit{.algorithm = Algorithm::kFixedWindow,
-               .requests = requests,
-               .window_us = window_us,
-               .burst = std::nullopt};
-}
+using testing::FixedWindow;
+using testing::LeakyBucket;
+using testing::TokenBucket;
 
 std::vector<std::string> SplitTabs(const std::string& line) {
   std::vector<std::string> fields;
@@ -234,7 +218,7 @@ struct MalformedCase {
   std::string reason;
 };
 
-class ReplayMalformedLineTest : public testing::TestWithParam<MalformedCase> {};
+class ReplayMalformedLineTest : public ::testing::TestWithParam<MalformedCase> {};
 
 TEST_P(ReplayMalformedLineTest, StopsWithLineNumberAndReasonAndExitStatus2) {
   const MalformedCase& c = GetParam();
@@ -250,7 +234,7 @@ TEST_P(ReplayMalformedLineTest, StopsWithLineNumberAndReasonAndExitStatus2) {
 
 INSTANTIATE_TEST_SUITE_P(
     Reasons, ReplayMalformedLineTest,
-    testing::Values(
+    ::testing::Values(
         MalformedCase{"TimeNotInteger", "1.5 a", "time is not an integer"},
         MalformedCase{"TimeWord", "now a", "time is not an integer"},
         MalformedCase{"TimeWithSuffix", "10ms a", "time is not an integer"},
@@ -267,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
         MalformedCase{"CostWord", "100 a two", "cost is not an integer"},
         MalformedCase{"CostTooLarge", "100 a 99999999999999999999", "cost too large"},
         MalformedCase{"TooManyFields", "100 a 1 x", "too many fields (expected: T_MS KEY [COST])"}),
-    [](const testing::TestParamInfo<MalformedCase>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<MalformedCase>& info) { return info.param.name; });
 
 TEST(ReplayMalformedTest, ErrorOnTheFirstLinePrintsNothing) {
   const ReplayResult r = Replay(FixedWindow(5, kSecondUs), "x a\n0 a\n");

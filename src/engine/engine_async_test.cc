@@ -2,10 +2,6 @@
 // backend::Failover: when it fails each domain's failure_mode answers (open admits, closed
 // refuses, local decides in memory at limit / instances).
 
-#include <stdlib.h>
-
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -18,11 +14,10 @@
 #include "gtest/gtest.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
+#include "tests/support/temp_dir.h"
 
 namespace sluice::engine {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
 
@@ -69,37 +64,26 @@ class FakeRemote final : public backend::Backend {
 class EngineAsyncTest : public ::testing::Test {
  protected:
   EngineAsyncTest() {
-    std::string templ = (fs::temp_directory_path() / "sluice_async_test_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    dir_ = templ;
-    Write("sluice.yaml", "redis:\n  instances: 4\n");
+    dir_.Write("sluice.yaml", "redis:\n  instances: 4\n");
     for (const char* mode : {"open", "closed", "local"}) {
-      Write(std::string(mode) + ".yaml", "domain: " + std::string(mode) +
-                                             "\nfailure_mode: " + mode +
-                                             "\ndescriptors:\n  - key: user\n    rate_limit: "
-                                             "{unit: minute, requests_per_unit: 8}\n");
+      dir_.Write(std::string(mode) + ".yaml", "domain: " + std::string(mode) +
+                                                  "\nfailure_mode: " + mode +
+                                                  "\ndescriptors:\n  - key: user\n    rate_limit: "
+                                                  "{unit: minute, requests_per_unit: 8}\n");
     }
-    Write("hot.yaml",
-          "domain: hot\nhot_keys: lease\nhot_key_rate: 300\ndescriptors:\n  - key: user\n"
-          "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
-          "consistency: leased}]\n");
-    Write("cold.yaml",
-          "domain: cold\nconsistency: eventual\ncold_keys: lease\nhot_key_rate: 400\n"
-          "descriptors:\n  - key: user\n"
-          "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
-          "consistency: exact}]\n");
-    rules::LoadResult loaded = rules::LoadConfig({dir_.string()});
+    dir_.Write("hot.yaml",
+               "domain: hot\nhot_keys: lease\nhot_key_rate: 300\ndescriptors:\n  - key: user\n"
+               "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
+               "consistency: leased}]\n");
+    dir_.Write("cold.yaml",
+               "domain: cold\nconsistency: eventual\ncold_keys: lease\nhot_key_rate: 400\n"
+               "descriptors:\n  - key: user\n"
+               "    limits: [{requests: 8, window: 1m}, {requests: 9, window: 1m, "
+               "consistency: exact}]\n");
+    rules::LoadResult loaded = rules::LoadConfig({dir_.path().string()});
     for (const auto& e : loaded.errors) ADD_FAILURE() << e.ToString();
     config_ = loaded.config;
   }
-  ~EngineAsyncTest() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  void Write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-  }
-
   // One request of one descriptor user=`user` in `domain`; waits for the answer.
   Response Decide(const std::string& domain, const std::string& user = "alice") {
     Request request;
@@ -114,7 +98,7 @@ class EngineAsyncTest : public ::testing::Test {
     return answer.get_future().get().front();
   }
 
-  fs::path dir_;
+  testing::TempDir dir_;
   std::shared_ptr<const rules::Config> config_;
   ManualClock clock_{kT0};
   store::MemoryStore local_{{.max_entries = 1024, .shards = 4}, &clock_};

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice {
 namespace {
@@ -21,10 +22,7 @@ constexpr int64_t kSecond = 1000000;
 constexpr int64_t kMs = 1000;
 constexpr int64_t kT0 = 1700000000 * kSecond + 250 * kMs;
 
-Limit MakeLimit(Algorithm algorithm, uint64_t n, int64_t window_us,
-                std::optional<uint64_t> burst = std::nullopt) {
-  return {.algorithm = algorithm, .requests = n, .window_us = window_us, .burst = burst};
-}
+using testing::MakeLimit;
 
 // The worked example: 10 per second, bursts of 20.
 Limit TenPerSecondBurst20() { return MakeLimit(Algorithm::kTokenBucket, 10, kSecond, 20); }

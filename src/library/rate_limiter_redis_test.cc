@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
 #include "sluice/rate_limiter.h"
+#include "tests/support/limits.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 
@@ -21,9 +22,7 @@ namespace sluice {
 namespace {
 
 constexpr int64_t kHour = int64_t{3600} * 1000000;
-Limit TokenBucket(uint64_t n, int64_t window_us) {
-  return {.algorithm = Algorithm::kTokenBucket, .requests = n, .window_us = window_us, .burst = {}};
-}
+using testing::TokenBucket;
 const Limit kTwoPerHour = TokenBucket(2, kHour);
 const Limit kFivePerDay = TokenBucket(5, 24 * kHour);
 

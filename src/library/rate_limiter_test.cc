@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice {
 namespace {
@@ -21,9 +22,7 @@ constexpr int64_t kDay = int64_t{86400} * kSecond;
 // Mid-day and mid-second, so that no window ends during a test unless it advances the clock.
 constexpr int64_t kT0 = int64_t{1700000000} / 86400 * kDay + kDay / 2 + 250000;
 
-Limit FixedWindow(uint64_t n, int64_t window_us) {
-  return {.algorithm = Algorithm::kFixedWindow, .requests = n, .window_us = window_us, .burst = {}};
-}
+using testing::FixedWindow;
 
 // 2 per second and 5 per day, both fixed windows: the second limit binds first.
 const Limit kPerSecond = FixedWindow(2, kSecond);

@@ -1,7 +1,6 @@
 #include "rules/config_manager.h"
 
 #include <signal.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,14 +22,15 @@
 #include "gtest/gtest.h"
 #include "rules/matcher.h"
 #include "sluice/clock.h"
+#include "tests/support/temp_dir.h"
 
 namespace sluice::rules {
 namespace {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
-using testing::HasSubstr;
-using testing::MatchesRegex;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 constexpr int64_t kSecond = 1000000;
 // A realistic unix time, 1 s into a minute, so that a fixed window of a minute does not roll over
@@ -43,36 +43,22 @@ constexpr int kDebounceMs = 50;
 // The longest any test waits for the watcher (a reload normally lands within ~kDebounceMs).
 constexpr milliseconds kMaxWait{5000};
 
-// A fresh directory under /tmp (mkdtemp), removed with everything in it at the end of the test.
-// Tests keep their config in its subdirectory `config` (path()): the manager also watches the
-// parent of a watched directory, and that parent should be this test's own quiet directory
-// (root()), not all of /tmp.
-class TempDir {
+// A test's config directory: `config` (path()) in a TempDir of its own (root()). The manager also
+// watches the parent of a watched directory, and that parent should be this test's own quiet
+// directory, not all of the system's temp dir.
+class ConfigDir {
  public:
-  TempDir() {
-    std::string tmpl = "/tmp/sluice_reload_XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed";
-      return;
-    }
-    root_ = tmpl;
-    path_ = root_ / "config";
-    fs::create_directory(path_);
+  ConfigDir() {
+    if (!root_.path().empty()) fs::create_directory(path_);
   }
-  ~TempDir() {
-    std::error_code ec;
-    if (!root_.empty()) fs::remove_all(root_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
 
-  const fs::path& root() const { return root_; }
+  const fs::path& root() const { return root_.path(); }
   const fs::path& path() const { return path_; }
   std::string operator/(const std::string& name) const { return (path_ / name).string(); }
 
  private:
-  fs::path root_;
-  fs::path path_;
+  testing::TempDir root_;
+  fs::path path_ = root_.path() / "config";
 };
 
 // Writes `text` in place (truncate + write), as an editor saving over the file does.
@@ -144,7 +130,7 @@ engine::Request ApiKeyRequest(const std::string& domain, const std::string& api_
 }
 
 TEST(ConfigManagerTest, InitialReloadAppliesTheDirectory) {
-  TempDir dir;
+  ConfigDir dir;
   WriteFile(dir / "api.yaml", ApiDomain("api", 10));
   WriteFile(dir / "web.yml", ApiDomain("web", 20));
   WriteFile(dir / "README.txt", "not yaml: ignored");
@@ -167,7 +153,7 @@ TEST(ConfigManagerTest, InitialReloadAppliesTheDirectory) {
 }
 
 TEST(ConfigManagerTest, InvalidEditKeepsTheOldConfigAndReportsFileLineColumn) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -237,7 +223,7 @@ TEST(ConfigManagerTest, InvalidEditKeepsTheOldConfigAndReportsFileLineColumn) {
 // An empty or comment-only file renamed over a domain's file (a truncated write, a bad deploy)
 // must not remove the domain: it is an error, the old config stays, the failure is counted.
 TEST(ConfigManagerTest, EmptyFileOverADomainKeepsTheDomain) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -259,7 +245,7 @@ TEST(ConfigManagerTest, EmptyFileOverADomainKeepsTheDomain) {
 }
 
 TEST(ConfigManagerTest, UnchangedReloadReportsUnchangedAndKeepsTheSnapshot) {
-  TempDir dir;
+  ConfigDir dir;
   WriteFile(dir / "api.yaml", ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
   ASSERT_TRUE(manager.Reload().applied);
@@ -279,7 +265,7 @@ TEST(ConfigManagerTest, UnchangedReloadReportsUnchangedAndKeepsTheSnapshot) {
 }
 
 TEST(ConfigManagerTest, DuplicateDomainAcrossFilesIsRejectedAndTheOldConfigKept) {
-  TempDir dir;
+  ConfigDir dir;
   WriteFile(dir / "a.yaml", ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
   ASSERT_TRUE(manager.Reload().applied);
@@ -301,7 +287,7 @@ TEST(ConfigManagerTest, DuplicateDomainAcrossFilesIsRejectedAndTheOldConfigKept)
 }
 
 TEST(ConfigManagerTest, WatcherPicksUpAValidEdit) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -327,7 +313,7 @@ TEST(ConfigManagerTest, WatcherPicksUpAValidEdit) {
 // `--config sluice.yaml` whose `rules:` names a directory: the rules there are watched as if the
 // directory had been given itself (an edit, a new file, a removed file).
 TEST(ConfigManagerTest, WatcherFollowsTheRulesDirectoryASettingsFileNames) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string settings = (dir.root() / "sluice.yaml").string();
   WriteFile(settings, "rules: config\n");  // relative to the settings file: dir.path()
   WriteFile(dir / "api.yaml", ApiDomain("api", 10));
@@ -347,7 +333,7 @@ TEST(ConfigManagerTest, WatcherFollowsTheRulesDirectoryASettingsFileNames) {
 
 // The plan mapping file may live outside the rules directory; editing it reloads too.
 TEST(ConfigManagerTest, WatcherPicksUpAnEditedClientsFileOutsideTheRulesDirectory) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string csv = (dir.root() / "clients.csv").string();
   WriteFile(csv, "key,plan\nk1,free\n");
   WriteFile(dir / "plans.yaml",
@@ -378,7 +364,7 @@ TEST(ConfigManagerTest, WatcherPicksUpAnEditedClientsFileOutsideTheRulesDirector
 }
 
 TEST(ConfigManagerTest, WatcherPicksUpAtomicRenameOverAFileInTheDirectory) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -394,7 +380,7 @@ TEST(ConfigManagerTest, WatcherPicksUpAtomicRenameOverAFileInTheDirectory) {
 }
 
 TEST(ConfigManagerTest, WatcherPicksUpAtomicRenameOverANamedFile) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({file}, "");
@@ -438,7 +424,7 @@ class ConfigMapVolume {
 };
 
 TEST(ConfigManagerTest, WatcherPicksUpAConfigMapSymlinkSwap) {
-  TempDir dir;
+  ConfigDir dir;
   ConfigMapVolume volume(dir.path());
   volume.Publish({{"rules.yaml", ApiDomain("api", 10)}});
   ConfigManager manager({dir.path().string()}, "");
@@ -459,7 +445,7 @@ TEST(ConfigManagerTest, WatcherPicksUpAConfigMapSymlinkSwap) {
 // renames `..data`, not `rules.yaml`, so the parent watch must count events about the first
 // component of the symlink's target (rules.yaml -> ..data/rules.yaml) as well as the file's name.
 TEST(ConfigManagerTest, WatcherPicksUpAConfigMapSymlinkSwapOfANamedFile) {
-  TempDir dir;
+  ConfigDir dir;
   ConfigMapVolume volume(dir.path());
   volume.Publish({{"rules.yaml", ApiDomain("api", 10)}});
   ConfigManager manager({dir / "rules.yaml"}, "");
@@ -476,7 +462,7 @@ TEST(ConfigManagerTest, WatcherPicksUpAConfigMapSymlinkSwapOfANamedFile) {
 // envoyproxy/ratelimit's runtime layout: the watched directory is below a symlink (RUNTIME_ROOT,
 // `current` -> `v1`) that a deployment swaps to a new version; nothing below it changes.
 TEST(ConfigManagerTest, WatcherPicksUpASwapOfASymlinkAboveTheDirectory) {
-  TempDir dir;
+  ConfigDir dir;
   for (const char* version : {"v1", "v2"}) {
     fs::create_directories(dir.path() / version / "ratelimit" / "config");
   }
@@ -510,7 +496,7 @@ constexpr int64_t kDebounceUs = int64_t{kDebounceMs} * 1000;
 // it lasts in real time; once the clock has passed the debounce, the last content is, in one
 // reload.
 TEST(ConfigManagerTest, RapidSuccessiveWritesEndWithTheLastContentInOneReload) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 1));
   ManualClock clock;
@@ -533,7 +519,7 @@ TEST(ConfigManagerTest, RapidSuccessiveWritesEndWithTheLastContentInOneReload) {
 
 // The reload comes debounce_ms after the last change, by the manager's clock.
 TEST(ConfigManagerTest, ReloadWaitsTheDebounceOnTheManagersClock) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ManualClock clock;
@@ -552,7 +538,7 @@ TEST(ConfigManagerTest, ReloadWaitsTheDebounceOnTheManagersClock) {
 
 // Changes that keep coming hold the reload back for at most five debounces after the first.
 TEST(ConfigManagerTest, ChangesThatKeepComingAreReloadedAfterFiveDebounces) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ManualClock clock;
@@ -581,7 +567,7 @@ TEST(ConfigManagerTest, ChangesThatKeepComingAreReloadedAfterFiveDebounces) {
 // written more often than debounce_ms (a log file, a busy /tmp) would otherwise restart the
 // debounce for as long as it keeps writing, holding back the reload of a real edit.
 TEST(ConfigManagerTest, WritesNextToTheConfigDirectoryDoNotHoldBackAReload) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -612,7 +598,7 @@ TEST(ConfigManagerTest, WritesNextToTheConfigDirectoryDoNotHoldBackAReload) {
 }
 
 TEST(ConfigManagerTest, TriggerReloadReloads) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -630,7 +616,7 @@ TEST(ConfigManagerTest, TriggerReloadReloads) {
 }
 
 TEST(ConfigManagerTest, SighupReloads) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 10));
   ConfigManager manager({dir.path().string()}, "");
@@ -649,7 +635,7 @@ TEST(ConfigManagerTest, SighupReloads) {
 // Limiter state is keyed by where a limit sits and by its definition (engine::RuleLimitId), so a
 // reload keeps the counters of every unchanged limit and starts a changed one afresh.
 TEST(ConfigManagerTest, LimiterStateSurvivesAReloadOnlyForUnchangedLimits) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   const auto api_file = [](uint64_t api_key_requests, uint64_t user_requests) {
     return fmt::format(
@@ -703,7 +689,7 @@ TEST(ConfigManagerTest, LimiterStateSurvivesAReloadOnlyForUnchangedLimits) {
 //
 // Run it under the tsan preset too: the snapshot pointer must be published race-free.
 TEST(ConfigManagerTest, ReloadDuringConcurrentDecisions) {
-  TempDir dir;
+  ConfigDir dir;
   // Generation g: both domain files limit api_key to kBase * (g + 1) per minute.
   constexpr uint64_t kBase = 1000;
   const auto publish = [&](int generation) {
@@ -774,7 +760,7 @@ TEST(ConfigManagerTest, ReloadDuringConcurrentDecisions) {
 // The same with the watcher doing the reloads (its own thread) while decisions run, and the
 // manager stopped while they still run.
 TEST(ConfigManagerTest, WatcherReloadsDuringConcurrentDecisions) {
-  TempDir dir;
+  ConfigDir dir;
   const std::string file = dir / "api.yaml";
   WriteFile(file, ApiDomain("api", 1000));
   ConfigManager manager({dir.path().string()}, "");

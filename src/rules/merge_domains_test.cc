@@ -3,10 +3,6 @@
 // TestDuplicateDomain, TestDuplicateKeyDomainMerge) plus what sluice adds: both positions of a
 // duplicate, and domain-wide keys that must not disagree between the files.
 
-#include <stdlib.h>
-
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,43 +10,16 @@
 #include "gtest/gtest.h"
 #include "rules/loader.h"
 #include "rules/matcher.h"
+#include "tests/support/temp_dir.h"
 
 namespace sluice::rules {
 namespace {
-
-namespace fs = std::filesystem;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "sluice_merge_test_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string Path(const std::string& relative) const { return (path_ / relative).string(); }
-
-  std::string Write(const std::string& relative, const std::string& text) const {
-    const fs::path p = path_ / relative;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
-  }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // upstream's test/config/merge_domain_key1.yaml and merge_domain_key2.yaml.
 constexpr char kKey1[] = R"yaml(domain: test-domain

@@ -3,15 +3,14 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/support/limits.h"
 
 namespace sluice::sim {
 namespace {
 
 constexpr int64_t kW = 1000;  // µs
 
-Limit MakeLimit(Algorithm algorithm, uint64_t n) {
-  return {.algorithm = algorithm, .requests = n, .window_us = kW, .burst = std::nullopt};
-}
+using testing::MakeLimit;
 
 std::vector<Admission> At(std::initializer_list<int64_t> times) {
   std::vector<Admission> out;
@@ -20,20 +19,20 @@ std::vector<Admission> At(std::initializer_list<int64_t> times) {
 }
 
 TEST(SimAdmission, WindowsPerAlgorithm) {
-  const WindowRule fixed = WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 5));
+  const WindowRule fixed = WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 5, kW));
   EXPECT_TRUE(fixed.aligned);
   EXPECT_EQ(fixed.allowance, 5u);
-  EXPECT_TRUE(WindowRuleFor(MakeLimit(Algorithm::kSlidingWindow, 5)).aligned);
-  const WindowRule log = WindowRuleFor(MakeLimit(Algorithm::kSlidingLog, 5));
+  EXPECT_TRUE(WindowRuleFor(MakeLimit(Algorithm::kSlidingWindow, 5, kW)).aligned);
+  const WindowRule log = WindowRuleFor(MakeLimit(Algorithm::kSlidingLog, 5, kW));
   EXPECT_FALSE(log.aligned);
   EXPECT_EQ(log.allowance, 5u);
-  Limit bucket = MakeLimit(Algorithm::kTokenBucket, 5);
+  Limit bucket = MakeLimit(Algorithm::kTokenBucket, 5, kW);
   bucket.burst = 8;
   EXPECT_EQ(WindowRuleFor(bucket).allowance, 12u);  // C + N - 1
-  Limit leaky = MakeLimit(Algorithm::kLeakyBucket, 5);
+  Limit leaky = MakeLimit(Algorithm::kLeakyBucket, 5, kW);
   leaky.burst = 2;
   EXPECT_EQ(WindowRuleFor(leaky).allowance, 7u);  // (B + 1) + N - 1
-  EXPECT_EQ(WindowRuleFor(MakeLimit(Algorithm::kTokenBucket, 0)).allowance, 0u);
+  EXPECT_EQ(WindowRuleFor(MakeLimit(Algorithm::kTokenBucket, 0, kW)).allowance, 0u);
 }
 
 // By hand, N = 2, W = 1000 µs, admissions at 0, 500, 999, 1000, 1500:
@@ -44,11 +43,11 @@ TEST(SimAdmission, WindowsPerAlgorithm) {
 TEST(SimAdmission, HandComputedOverAdmission) {
   const auto admissions = At({0, 500, 999, 1000, 1500});
   const OverAdmission aligned =
-      MeasureOverAdmission(admissions, WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 2)));
+      MeasureOverAdmission(admissions, WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 2, kW)));
   EXPECT_EQ(aligned.max, 1u);
   EXPECT_EQ(aligned.total, 1u);
   const OverAdmission spans =
-      MeasureOverAdmission(admissions, WindowRuleFor(MakeLimit(Algorithm::kSlidingLog, 2)));
+      MeasureOverAdmission(admissions, WindowRuleFor(MakeLimit(Algorithm::kSlidingLog, 2, kW)));
   EXPECT_EQ(spans.max, 1u);
   EXPECT_EQ(spans.total, 3u);
 }
@@ -57,11 +56,11 @@ TEST(SimAdmission, HandComputedOverAdmission) {
 // after an admission no longer holds it.
 TEST(SimAdmission, MaxAndTotalWithinOneWindowAndAtTheSpanEdge) {
   const OverAdmission burst = MeasureOverAdmission(
-      At({10, 10, 10, 20, 30}), WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 2)));
+      At({10, 10, 10, 20, 30}), WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 2, kW)));
   EXPECT_EQ(burst.max, 3u);
   EXPECT_EQ(burst.total, 3u);
   const OverAdmission edge = MeasureOverAdmission(
-      At({0, 0, 1000, 1000}), WindowRuleFor(MakeLimit(Algorithm::kSlidingLog, 2)));
+      At({0, 0, 1000, 1000}), WindowRuleFor(MakeLimit(Algorithm::kSlidingLog, 2, kW)));
   EXPECT_EQ(edge.max, 0u);
   EXPECT_EQ(edge.total, 0u);
 }
@@ -69,7 +68,7 @@ TEST(SimAdmission, MaxAndTotalWithinOneWindowAndAtTheSpanEdge) {
 TEST(SimAdmission, CostCountsInUnits) {
   const std::vector<Admission> admissions = {{.t_us = 0, .cost = 3}, {.t_us = 5, .cost = 4}};
   const OverAdmission over =
-      MeasureOverAdmission(admissions, WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 5)));
+      MeasureOverAdmission(admissions, WindowRuleFor(MakeLimit(Algorithm::kFixedWindow, 5, kW)));
   EXPECT_EQ(over.max, 2u);    // 7 in a window of 5
   EXPECT_EQ(over.total, 2u);  // of the second's 4 units, 2 over
 }
@@ -80,7 +79,7 @@ TEST(SimAdmission, CostCountsInUnits) {
 // (at 1010): 3 admitted, none over, none under. Had they admitted only the first two, 1 under
 // (33.3 %).
 TEST(SimAdmission, JudgeAgainstTheExactModelByHand) {
-  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 2);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 2, kW);
   Trace trace{.keys = {"a"},
               .arrivals = {{.t_us = 0}, {.t_us = 100}, {.t_us = 200}, {.t_us = 1000}}};
   const int64_t start = 50 * kW;
@@ -115,7 +114,7 @@ TEST(SimAdmission, JudgeAgainstTheExactModelByHand) {
 // admitting 2 more at 510, 520 (3 in a span), 7 in the window is 5 over, and the bound is 6.
 // Squeezed to spans of 1 µs the bound is 1 + 1 + 0 - 0 = 2: 5 over is not within.
 TEST(SimAdmission, EventualBoundByHand) {
-  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 2);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 2, kW);
   Trace trace{.keys = {"a"},
               .arrivals = {{.t_us = 0, .instance = 0},
                            {.t_us = 50, .instance = 1},

@@ -1,6 +1,7 @@
 #include "sim/compare.h"
 
 #include "gtest/gtest.h"
+#include "tests/support/limits.h"
 
 namespace sluice::sim {
 namespace {
@@ -8,9 +9,7 @@ namespace {
 constexpr int64_t kW = 1000;  // µs
 constexpr int64_t kStart = 50 * kW;
 
-Limit MakeLimit(Algorithm algorithm, uint64_t n) {
-  return {.algorithm = algorithm, .requests = n, .window_us = kW, .burst = std::nullopt};
-}
+using testing::MakeLimit;
 
 Trace OneKey(std::initializer_list<int64_t> times) {
   Trace trace{.keys = {"a"}, .arrivals = {}};
@@ -22,7 +21,7 @@ Trace OneKey(std::initializer_list<int64_t> times) {
 // the next: the window admits all four, the exact log (at most 2 in any 1000 µs) only the first
 // two; the next window's third request is refused by both.
 TEST(SimAccuracy, FixedWindowAcrossABoundaryByHand) {
-  const auto a = MeasureAccuracy(MakeLimit(Algorithm::kFixedWindow, 2),
+  const auto a = MeasureAccuracy(MakeLimit(Algorithm::kFixedWindow, 2, kW),
                                  OneKey({900, 950, 1000, 1050, 1100}), kStart);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->decisions, 5u);
@@ -34,7 +33,7 @@ TEST(SimAccuracy, FixedWindowAcrossABoundaryByHand) {
 
 // The exact log itself is never wrong, and never holds more than N in a span of W.
 TEST(SimAccuracy, TheExactLogIsNeverWrong) {
-  const auto a = MeasureAccuracy(MakeLimit(Algorithm::kSlidingLog, 2),
+  const auto a = MeasureAccuracy(MakeLimit(Algorithm::kSlidingLog, 2, kW),
                                  OneKey({900, 950, 1000, 1050, 1900, 1950, 2000}), kStart);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->false_allows + a->false_denies, 0u);
@@ -48,13 +47,13 @@ TEST(SimAccuracy, TheExactLogIsNeverWrong) {
 // at the very start of a window: 100 µs into the next the estimate is 2 x 9/10 + 1 > 2, so a
 // request is refused, although the log has forgotten both (a false deny).
 TEST(SimAccuracy, SlidingWindowAgainstTheLogByHand) {
-  auto a = MeasureAccuracy(MakeLimit(Algorithm::kSlidingWindow, 2), OneKey({980, 990, 1000, 1500}),
-                           kStart);
+  auto a = MeasureAccuracy(MakeLimit(Algorithm::kSlidingWindow, 2, kW),
+                           OneKey({980, 990, 1000, 1500}), kStart);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->admitted, 3u);  // 980, 990, 1500
   EXPECT_EQ(a->false_allows, 1u);
   EXPECT_EQ(a->false_denies, 0u);
-  a = MeasureAccuracy(MakeLimit(Algorithm::kSlidingWindow, 2), OneKey({1010, 1020, 2100, 2600}),
+  a = MeasureAccuracy(MakeLimit(Algorithm::kSlidingWindow, 2, kW), OneKey({1010, 1020, 2100, 2600}),
                       kStart);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->admitted, 3u);  // 1010, 1020, 2600

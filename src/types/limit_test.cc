@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/limits.h"
 
 namespace sluice {
 namespace {
@@ -159,11 +160,7 @@ TEST(ParseAlgorithm, UnknownNameIsAnErrorListingTheKnownNames) {
 
 // --- ValidateLimit ---------------------------------------------------------------------------
 
-Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us,
-                std::optional<uint64_t> burst = std::nullopt) {
-  return Limit{
-      .algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = burst};
-}
+using testing::MakeLimit;
 
 constexpr Algorithm kAllAlgorithms[] = {Algorithm::kTokenBucket, Algorithm::kLeakyBucket,
                                         Algorithm::kFixedWindow, Algorithm::kSlidingLog,

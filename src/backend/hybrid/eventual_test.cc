@@ -17,6 +17,7 @@
 #include "backend/hybrid/leases.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
+#include "tests/support/limits.h"
 
 namespace sluice::backend {
 namespace {
@@ -114,10 +115,7 @@ class Shared final : public Backend, public SyncSource, public LeaseSource {
   const Clock* clock_;
 };
 
-Limit Make(Algorithm algorithm, uint64_t requests, int64_t window_us) {
-  return {
-      .algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = std::nullopt};
-}
+using testing::MakeLimit;
 
 class EventualTest : public ::testing::Test {
  protected:
@@ -146,7 +144,7 @@ class EventualTest : public ::testing::Test {
 };
 
 TEST_F(EventualTest, OneInstanceAloneIsExact) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100, kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100, kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   int admitted = 0;
@@ -174,7 +172,7 @@ struct ColdKeysInstance {
 // it gets a copy, decided on only once a merge has fenced it (a lease taken before that merge is
 // in the state it reads back), and then with no call.
 TEST_F(EventualTest, AColdKeyIsDecidedFromLeasesAndAHotOneOnAFencedCopy) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100000, 60 * kSecond);
   ColdKeysInstance a(&shared_, &clock_);
   Item cold = ItemOf(limit, "cold");
   cold.sharing.hot_key_rate = 50;
@@ -212,7 +210,7 @@ TEST_F(EventualTest, AColdKeyIsDecidedFromLeasesAndAHotOneOnAFencedCopy) {
 // A lease refused because another instance decides the state on a copy sends this instance to a
 // copy too: no lease is taken while the copy's fence lasts, so none is hidden from it.
 TEST_F(EventualTest, AFencedLeaseSendsTheColdInstanceToACopy) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100000, 60 * kSecond);
   ColdKeysInstance a(&shared_, &clock_);
   ColdKeysInstance b(&shared_, &clock_);
   Item item = ItemOf(limit, "shared");
@@ -242,7 +240,7 @@ TEST_F(EventualTest, AFencedLeaseSendsTheColdInstanceToACopy) {
 // one that fences: it is not decided on until a merge has fenced its state, and a merge sent
 // before the switch (with no fence) does not make it fresh.
 TEST_F(EventualTest, ACopyIsDecidedOnAfterTurningFencesOnOnlyOnceAMergeFenced) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100000, 60 * kSecond);
   ColdKeysInstance a(&shared_, &clock_);
   Item item = ItemOf(limit, "k");  // cold_keys: copy
   ASSERT_TRUE(Admit(a.eventual, item));
@@ -271,7 +269,7 @@ TEST_F(EventualTest, ACopyIsDecidedOnAfterTurningFencesOnOnlyOnceAMergeFenced) {
 // each other) leaves a fencing copy unfresh until the next merge: its state may be older than the
 // merge, and a lease taken between the two would be in neither.
 TEST_F(EventualTest, AnExactReplyAfterAFencingMergeWaitsForTheNextMerge) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 100000, 60 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100000, 60 * kSecond);
   ColdKeysInstance a(&shared_, &clock_);
   Item hot = ItemOf(limit, "hot");
   hot.sharing.hot_key_rate = 50;
@@ -297,7 +295,7 @@ TEST_F(EventualTest, AnExactReplyAfterAFencingMergeWaitsForTheNextMerge) {
 }
 
 TEST_F(EventualTest, ADenialOnTheCopyCostsNoCallAndSaysWhenToRetry) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 5, kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 5, kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Admit(*e, item));
@@ -311,7 +309,7 @@ TEST_F(EventualTest, ADenialOnTheCopyCostsNoCallAndSaysWhenToRetry) {
 }
 
 TEST_F(EventualTest, ACopyTooOldIsNotDecidedOn) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kTokenBucket, 10, kSecond);
+  const Limit limit = MakeLimit(Algorithm::kTokenBucket, 10, kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   ASSERT_TRUE(Admit(*e, item));
@@ -326,7 +324,7 @@ TEST_F(EventualTest, ACopyTooOldIsNotDecidedOn) {
 }
 
 TEST_F(EventualTest, UnitsAdmittedWhileAMergeIsOutAreMergedNext) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 1000, 10 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, 10 * kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   ASSERT_TRUE(Admit(*e, item));  // exact: the copy
@@ -347,7 +345,7 @@ TEST_F(EventualTest, UnitsAdmittedWhileAMergeIsOutAreMergedNext) {
 }
 
 TEST_F(EventualTest, AFailedMergeSendsItsUnitsAgain) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 1000, 10 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, 10 * kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(Admit(*e, item));
@@ -362,7 +360,7 @@ TEST_F(EventualTest, AFailedMergeSendsItsUnitsAgain) {
 }
 
 TEST_F(EventualTest, FailedMergesAcrossAWindowEndLoseNoUnitsOfTheNewWindow) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 1000, kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 1000, kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   clock_.Set(kT0 - kT0 % kSecond + kSecond - 50 * kMs);      // 50 ms before a window ends
@@ -383,7 +381,7 @@ TEST_F(EventualTest, FailedMergesAcrossAWindowEndLoseNoUnitsOfTheNewWindow) {
 }
 
 TEST_F(EventualTest, AResetDropsTheCopy) {
-  const Limit limit = ::sluice::backend::Make(Algorithm::kFixedWindow, 3, 10 * kSecond);
+  const Limit limit = MakeLimit(Algorithm::kFixedWindow, 3, 10 * kSecond);
   const Item item = ItemOf(limit);
   auto e = Make();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Admit(*e, item));
@@ -398,8 +396,8 @@ TEST_F(EventualTest, AResetDropsTheCopy) {
 class EventualBoundTest : public ::testing::TestWithParam<Algorithm> {};
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, EventualBoundTest,
-                         testing::Values(Algorithm::kFixedWindow, Algorithm::kTokenBucket,
-                                         Algorithm::kSlidingWindow),
+                         ::testing::Values(Algorithm::kFixedWindow, Algorithm::kTokenBucket,
+                                           Algorithm::kSlidingWindow),
                          [](const auto& info) { return std::string(AlgorithmName(info.param)); });
 
 TEST_P(EventualBoundTest, OverAdmissionStaysUnderTheBound) {
@@ -407,7 +405,7 @@ TEST_P(EventualBoundTest, OverAdmissionStaysUnderTheBound) {
   constexpr int64_t kT = 100 * kMs;
   ManualClock clock(kT0);
   Shared shared(&clock);
-  const Limit limit = Make(GetParam(), 200, kSecond);
+  const Limit limit = MakeLimit(GetParam(), 200, kSecond);
   const Item item = {.limit = &limit,
                      .limit_id = 1,
                      .key = "hot",

@@ -19,6 +19,7 @@
 #include "backend/memory/local_over_limit_cache.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
+#include "tests/support/limits.h"
 
 namespace sluice::store {
 namespace {
@@ -31,9 +32,7 @@ constexpr int64_t kSecond = 1000 * kMs;
 constexpr int64_t kHour = 3600 * kSecond;
 constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
 
-Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us) {
-  return {.algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = {}};
-}
+using testing::MakeLimit;
 
 struct Answer {
   bool allowed = false;

@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
+#include "tests/support/limits.h"
 
 namespace sluice::store {
 namespace {
@@ -64,10 +65,7 @@ void RefundThrough(backend::Backend& backend, const std::vector<Item>& items, in
   backend.Refund(items, decided_at, now_us, [](absl::Status) {});
 }
 
-Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us,
-                std::optional<uint64_t> burst = std::nullopt) {
-  return {.algorithm = algorithm, .requests = requests, .window_us = window_us, .burst = burst};
-}
+using testing::MakeLimit;
 
 // A random walk of requests (one or two items, costs 1 to 3 and now and then one above the
 // capacity, shadow and count_denied items), refunds and resets, in time that moves forward by

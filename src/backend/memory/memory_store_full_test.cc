@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice::store {
 namespace {
@@ -34,7 +35,7 @@ constexpr int64_t kT0 = 1700000000 / 60 * kMinute + kSecond + 123457;
 
 // 5 requests per `window_us` (at most 5 at one instant), for each algorithm.
 Limit FivePer(Algorithm algorithm, int64_t window_us) {
-  Limit limit{.algorithm = algorithm, .requests = 5, .window_us = window_us, .burst = {}};
+  Limit limit = testing::MakeLimit(algorithm, 5, window_us);
   if (algorithm == Algorithm::kLeakyBucket) limit.burst = 4;  // C = B + 1 = 5
   return limit;
 }
@@ -44,13 +45,13 @@ const Algorithm kAlgorithms[] = {Algorithm::kTokenBucket, Algorithm::kLeakyBucke
                                  Algorithm::kSlidingLog};
 const OnFull kModes[] = {OnFull::kShared, OnFull::kDeny, OnFull::kAllowUntracked};
 
-class FullStoreTest : public testing::TestWithParam<std::tuple<Algorithm, OnFull>> {
+class FullStoreTest : public ::testing::TestWithParam<std::tuple<Algorithm, OnFull>> {
  protected:
   Algorithm algorithm() const { return std::get<0>(GetParam()); }
   OnFull on_full() const { return std::get<1>(GetParam()); }
 };
 
-std::string FullStoreTestName(const testing::TestParamInfo<std::tuple<Algorithm, OnFull>>& info) {
+std::string FullStoreTestName(const ::testing::TestParamInfo<std::tuple<Algorithm, OnFull>>& info) {
   return std::string(AlgorithmName(std::get<0>(info.param))) + "_" +
          std::string(OnFullName(std::get<1>(info.param)));
 }
@@ -138,7 +139,7 @@ TEST_P(FullStoreTest, AFloodThroughDecideAllNeverLiftsATrackedKeysLimit) {
 
 // A key decided through its limit's overflow state (on_full shared) and later given a slot
 // starts from that state: it never gets more than its limit in one window.
-class OverflowTransitionTest : public testing::TestWithParam<Algorithm> {};
+class OverflowTransitionTest : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(OverflowTransitionTest, AnUntrackedKeyNeverExceedsItsLimitOnceItIsTracked) {
   const Limit limit = FivePer(GetParam(), kMinute);
@@ -180,8 +181,8 @@ TEST_P(OverflowTransitionTest, AnUntrackedKeyNeverExceedsItsLimitOnceItIsTracked
   EXPECT_TRUE(store.Reset(1, "late")) << "late holds a slot now";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllAlgorithms, OverflowTransitionTest, testing::ValuesIn(kAlgorithms),
-                         [](const testing::TestParamInfo<Algorithm>& info) {
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, OverflowTransitionTest, ::testing::ValuesIn(kAlgorithms),
+                         [](const ::testing::TestParamInfo<Algorithm>& info) {
                            return std::string(AlgorithmName(info.param));
                          });
 
@@ -232,8 +233,8 @@ TEST_P(FullStoreTest, AFullStoreRecoversRoomOnceStatesGoIdle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithmsAllModes, FullStoreTest,
-                         testing::Combine(testing::ValuesIn(kAlgorithms),
-                                          testing::ValuesIn(kModes)),
+                         ::testing::Combine(::testing::ValuesIn(kAlgorithms),
+                                            ::testing::ValuesIn(kModes)),
                          FullStoreTestName);
 
 // ---------------------------------------------------------------------------------------------

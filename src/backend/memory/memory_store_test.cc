@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "sluice/limit.h"
+#include "tests/support/limits.h"
 
 namespace sluice::store {
 namespace {
@@ -34,14 +35,8 @@ constexpr int64_t kMs = 1000;
 // A realistic unix time, deliberately not aligned to any window.
 constexpr int64_t kT0 = 1700000000 * kSecond + 123457;
 
-Limit MakeLimit(Algorithm algorithm, uint64_t n, int64_t window_us,
-                std::optional<uint64_t> burst = std::nullopt) {
-  return {.algorithm = algorithm, .requests = n, .window_us = window_us, .burst = burst};
-}
-
-Limit TokenBucket(uint64_t n, int64_t window_us, std::optional<uint64_t> burst = std::nullopt) {
-  return MakeLimit(Algorithm::kTokenBucket, n, window_us, burst);
-}
+using testing::MakeLimit;
+using testing::TokenBucket;
 
 // A worked limit per algorithm, capacity 10 or more so that costs above 1 matter.
 std::vector<Limit> OneLimitPerAlgorithm() {
@@ -54,7 +49,7 @@ std::vector<Limit> OneLimitPerAlgorithm() {
   };
 }
 
-std::string LimitTestName(const testing::TestParamInfo<Limit>& info) {
+std::string LimitTestName(const ::testing::TestParamInfo<Limit>& info) {
   return std::string(AlgorithmName(info.param.algorithm));
 }
 
@@ -69,7 +64,7 @@ uint64_t RandomCost(std::mt19937_64& rng, const Limit& limit) {
 // ---------------------------------------------------------------------------------------------
 // Per-algorithm behaviour through the store.
 
-class StoreAlgorithmTest : public testing::TestWithParam<Limit> {};
+class StoreAlgorithmTest : public ::testing::TestWithParam<Limit> {};
 
 TEST_P(StoreAlgorithmTest, DecisionsEqualThePureFunction) {
   const Limit limit = GetParam();
@@ -385,7 +380,7 @@ TEST_P(StoreAlgorithmTest, ConcurrentDecisionsWithAMovingClockStayWithinTheRate)
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, StoreAlgorithmTest,
-                         testing::ValuesIn(OneLimitPerAlgorithm()), LimitTestName);
+                         ::testing::ValuesIn(OneLimitPerAlgorithm()), LimitTestName);
 
 // ---------------------------------------------------------------------------------------------
 // Time.

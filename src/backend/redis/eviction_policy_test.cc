@@ -7,8 +7,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/redis_calls.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/redis_store/redis_calls.h"
 
 namespace sluice::redis {
 namespace {

@@ -15,10 +15,11 @@
 #include "algo/algorithms.h"
 #include "backend/redis/redis_store.h"
 #include "gtest/gtest.h"
-#include "tests/support/cluster_batch.h"
 #include "tests/support/delay_relay.h"
-#include "tests/support/redis_calls.h"
+#include "tests/support/limits.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/redis_store/cluster_batch.h"
+#include "tests/support/redis_store/redis_calls.h"
 
 namespace sluice::redis {
 namespace {

@@ -17,8 +17,8 @@
 #include "backend/redis/redis_store.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
-#include "tests/support/redis_calls.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/redis_store/redis_calls.h"
 
 namespace sluice::redis {
 namespace {

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "redis/connection.h"
 #include "sluice/clock.h"
+#include "tests/support/limits.h"
 #include "tests/support/redis_server.h"
 
 namespace sluice::redis {
@@ -26,14 +27,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Limit MakeLimit(Algorithm a, uint64_t n, int64_t w, std::optional<uint64_t> burst = std::nullopt) {
-  Limit l;
-  l.algorithm = a;
-  l.requests = n;
-  l.window_us = w;
-  l.burst = burst;
-  return l;
-}
+using testing::MakeLimit;
 
 // One limit of each algorithm, small enough to run out and refill while a test runs.
 std::vector<Limit> MixedLimits() {

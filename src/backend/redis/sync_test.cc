@@ -18,9 +18,10 @@
 #include "algo/algorithms.h"
 #include "backend/redis/redis_store.h"
 #include "gtest/gtest.h"
-#include "tests/support/redis_calls.h"
+#include "tests/support/limits.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/redis_store/redis_calls.h"
 
 namespace sluice::redis {
 namespace {

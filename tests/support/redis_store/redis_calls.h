@@ -2,8 +2,8 @@
 // its answer; without one it returns Internal ("no answer in 10 s"), which tests may count as a
 // hang. The callbacks own their promise, so a late answer after such a return is harmless.
 
-#ifndef SLUICE_TESTS_SUPPORT_REDIS_CALLS_H_
-#define SLUICE_TESTS_SUPPORT_REDIS_CALLS_H_
+#ifndef SLUICE_TESTS_SUPPORT_REDIS_STORE_REDIS_CALLS_H_
+#define SLUICE_TESTS_SUPPORT_REDIS_STORE_REDIS_CALLS_H_
 
 #include <chrono>
 #include <future>
@@ -20,14 +20,6 @@
 #include "redis/client.h"
 
 namespace sluice::testing {
-
-inline Limit MakeLimit(Algorithm algorithm, uint64_t requests, int64_t window_us) {
-  Limit l;
-  l.algorithm = algorithm;
-  l.requests = requests;
-  l.window_us = window_us;
-  return l;
-}
 
 // A client of `urls` (one server, or a cluster's seeds), waited for until ready (up to 5 s).
 inline std::unique_ptr<redis::Client> OpenRedis(
@@ -105,4 +97,4 @@ std::vector<absl::StatusOr<T>> AllAtOnce(size_t count, Start start) {
 
 }  // namespace sluice::testing
 
-#endif  // SLUICE_TESTS_SUPPORT_REDIS_CALLS_H_
+#endif  // SLUICE_TESTS_SUPPORT_REDIS_STORE_REDIS_CALLS_H_

@@ -2,8 +2,8 @@
 // their own, and moving a slot to another node behind a client's back (so that a batch sent to
 // the old node is refused and split).
 
-#ifndef SLUICE_TESTS_SUPPORT_CLUSTER_BATCH_H_
-#define SLUICE_TESTS_SUPPORT_CLUSTER_BATCH_H_
+#ifndef SLUICE_TESTS_SUPPORT_REDIS_STORE_CLUSTER_BATCH_H_
+#define SLUICE_TESTS_SUPPORT_REDIS_STORE_CLUSTER_BATCH_H_
 
 #include <set>
 #include <string>
@@ -13,8 +13,8 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "redis/client.h"
-#include "tests/support/redis_calls.h"
 #include "tests/support/redis_cluster.h"
+#include "tests/support/redis_store/redis_calls.h"
 
 namespace sluice::testing {
 
@@ -58,4 +58,4 @@ inline void MoveSlot(RedisCluster& cluster, const std::string& redis_key, const 
 
 }  // namespace sluice::testing
 
-#endif  // SLUICE_TESTS_SUPPORT_CLUSTER_BATCH_H_
+#endif  // SLUICE_TESTS_SUPPORT_REDIS_STORE_CLUSTER_BATCH_H_

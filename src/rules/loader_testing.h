@@ -1,0 +1,144 @@
+// Helpers shared by the loader's tests (loader_*_test.cc): loading YAML text as the file "t.yaml"
+// (its error lines, or the config it must load), a rule node's children, and the configurations
+// that several of them load: envoyproxy/ratelimit's examples A-D, unchanged (as in
+// tests/rules/examples/), and a domain of plans. Plain functions and constants; no state.
+
+#ifndef SLUICE_RULES_LOADER_TESTING_H_
+#define SLUICE_RULES_LOADER_TESTING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rules/config.h"
+#include "rules/loader.h"
+
+namespace sluice::rules::test {
+
+inline constexpr int64_t kSecondUs = 1000000;
+
+// The error lines of loading `text` as the file "t.yaml" (empty when it loads).
+inline std::vector<std::string> Errors(std::string_view text) {
+  const LoadResult result = LoadConfigText("t.yaml", text);
+  std::vector<std::string> lines;
+  for (const ConfigError& e : result.errors) lines.push_back(e.ToString());
+  EXPECT_EQ(result.config == nullptr, !lines.empty()) << "config must be null iff there are errors";
+  return lines;
+}
+
+inline std::string Joined(const std::vector<ConfigError>& errors) {
+  std::string s;
+  for (const ConfigError& e : errors) s += e.ToString() + "\n";
+  return s;
+}
+
+// Loads `text`, failing the test (with every error) if it does not load.
+inline std::shared_ptr<const Config> MustLoad(std::string_view text) {
+  LoadResult result = LoadConfigText("t.yaml", text);
+  EXPECT_THAT(result.errors, ::testing::IsEmpty()) << Joined(result.errors);
+  EXPECT_NE(result.config, nullptr);
+  return result.config;
+}
+
+// The i-th child of `node`, or null.
+inline const RuleNode* Child(const RuleNode& node, size_t i) {
+  return i < node.children.size() ? node.children[i].get() : nullptr;
+}
+
+// envoyproxy/ratelimit's examples A-D, unchanged (as in tests/rules/examples/).
+
+inline constexpr std::string_view kExampleA = R"yaml(domain: edge
+descriptors:
+  - key: remote_address          # every IP: 10 req/s, counted per IP
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: remote_address          # blocked IP
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: remote_address          # monitoring host, never limited
+    value: 10.1.1.1
+)yaml";
+
+inline constexpr std::string_view kExampleB = R"yaml(domain: api
+descriptors:
+  - key: tenant                      # any tenant
+    descriptors:
+      - key: method
+        value: POST
+        rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: method                  # any other method
+        rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: method
+        rate_limit: {unit: minute, requests_per_unit: 5000}
+  - key: generic_key
+    value: global
+    rate_limit: {unit: second, requests_per_unit: 2000}
+)yaml";
+
+inline constexpr std::string_view kExampleC = R"yaml(domain: files
+descriptors:
+  - key: path
+    value: /downloads/free/*         # listed first: first matching wildcard wins
+    rate_limit: {unlimited: true}
+  - key: path
+    value: /downloads/*
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: path
+    value: /downloads/big.iso        # exact match beats any wildcard
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: api_key
+    detailed_metric: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: bucket
+    value: reports-*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)yaml";
+
+inline constexpr std::string_view kExampleD = R"yaml(domain: checkout
+descriptors:
+  - key: user
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 20}
+  - key: plan
+    value: premium
+    descriptors:
+      - key: user
+        rate_limit:
+          unit: minute
+          requests_per_unit: 100
+          replaces: [{name: per_user}]
+  - key: route
+    value: /pay
+    rate_limit: {unit: second, requests_per_unit: 5}
+)yaml";
+
+// Plans (a default and a plan read from the request, plan_from) in a domain of their own.
+inline constexpr std::string_view kPlans = R"yaml(domain: plans
+plans:
+  free:
+    limits:
+      - {requests: 10, window: 1s, algorithm: token_bucket, burst: 20}
+      - {requests: 1000, window: 1d}
+  pro:
+    limits:
+      - {requests: 100, window: 1s, algorithm: token_bucket, burst: 200}
+  enterprise: {limits: [{requests: 1000, window: 1s}]}
+default_plan: free
+descriptors:
+  - key: plan
+    descriptors:
+      - key: api_key
+        plan_from: plan
+)yaml";
+
+}  // namespace sluice::rules::test
+
+#endif  // SLUICE_RULES_LOADER_TESTING_H_

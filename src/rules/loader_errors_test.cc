@@ -306,7 +306,9 @@ TEST(LoaderErrorsTest, MissingClientsFile) {
   dir.Write("d.yaml", std::string(kPlans) + "clients: nowhere.csv\n");
   const LoadResult result = LoadConfig({dir.Path("d.yaml")});
   ASSERT_THAT(result.errors, SizeIs(1));
-  EXPECT_EQ(result.errors[0].ToString(), dir.Path("nowhere.csv") + ": cannot read clients file");
+  // At the `clients:` line (after kPlans' 16), naming the file as resolved.
+  EXPECT_EQ(result.errors[0].ToString(),
+            dir.Path("d.yaml") + ":17:10: cannot read clients file " + dir.Path("nowhere.csv"));
 }
 
 TEST(LoaderErrorsTest, PlanFromWithoutPlans) {

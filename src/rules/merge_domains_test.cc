@@ -18,6 +18,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::SizeIs;
 
 using testing::TempDir;
 
@@ -96,14 +97,18 @@ TEST(LoaderMergeTest, WithoutMergingASecondFileOfADomainIsADuplicateDomain) {
       ElementsAre(b + ":1:1: duplicate domain 'test-domain' in config file (also in " + a + ")"));
 }
 
-TEST(LoaderMergeTest, TheSameFileTwiceIsADuplicateDescriptorNamingBothPositions) {
+TEST(LoaderMergeTest, TheSameFileNamedTwiceIsReadOnceUnderAnySpelling) {
+  // Not a second file of its domain: a settings file's rules directory named again beside it,
+  // or one path written two ways, is one file.
   TempDir dir;
-  const std::string a = dir.Write("merge_domain_key1.yaml", kKey1);
-  EXPECT_THAT(Lines(LoadConfig({a, a}, Merging())),
-              ElementsAre(a +
-                          ":3:5: duplicate descriptor composite key 'test-domain.key1_value1' "
-                          "(also at " +
-                          a + ":3:5)"));
+  const std::string a = dir.Write("rules/merge_domain_key1.yaml", kKey1);
+  const std::string other_spelling = dir.Path("rules/./../rules/merge_domain_key1.yaml");
+  for (const LoadOptions& options : {LoadOptions{}, Merging()}) {
+    const LoadResult result = LoadConfig({a, other_spelling, dir.Path("rules")}, options);
+    ASSERT_THAT(result.errors, IsEmpty());
+    ASSERT_THAT(result.config->domains, SizeIs(1));
+    EXPECT_EQ(result.config->limit_count, 1u);
+  }
 }
 
 TEST(LoaderMergeTest, ADuplicateTopLevelDescriptorIsAnErrorEvenWhenItsChildrenDiffer) {

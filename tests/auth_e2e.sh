@@ -3,7 +3,7 @@
 # Traefik ForwardAuth and Envoy ext_authz call it, and through real nginx servers started here on
 # loopback ports, running the site that docs/integration/forward-auth.md shows
 # (docs/integration/nginx-forward-auth.conf): its answers while sluice runs, stalls and is down,
-# as it is and with its fail-open line.
+# as it is and with its fail-open line. (Caddy: tests/caddy_e2e.sh.)
 # Usage: SLUICE=path/to/sluice tests/auth_e2e.sh tests/auth
 set -u
 fixtures=$1

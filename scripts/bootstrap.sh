@@ -11,9 +11,10 @@ packages=(
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libyaml-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler libhiredis-dev
   libgrpc++-dev protobuf-compiler-grpc
-  # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx for
-  # forward-auth (auth_request), wrk for bench/compare.sh, Redis for the Redis backend
-  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light wrk redis-server redis-tools valgrind
+  # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx and
+  # Caddy for forward-auth (auth_request, forward_auth), wrk for bench/compare.sh, Redis for the
+  # Redis backend
+  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light caddy wrk redis-server redis-tools valgrind
   # the soak's and the simulator's plots (bench/soak.sh, scripts/sim_plots.sh); a server that
   # stalls on purpose for openloop_e2e; the docs' YAML examples checked (tests/doc_examples.py)
   gnuplot-nox python3 python3-yaml
@@ -46,10 +47,10 @@ if [ ${#missing[@]} -ne 0 ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   # Some of these packages come with a system service that their post-install script starts and
-  # enables: nginx (port 80, and the install fails if that port is taken), redis-server (6379),
-  # prometheus (9090). The tests start their own on free ports, so none may start here: a
-  # policy-rc.d that refuses every start while apt runs (removed after, unless one was there),
-  # then the units apt enabled are disabled again.
+  # enables: nginx (port 80, and the install fails if that port is taken), caddy (port 80 and
+  # its admin endpoint on 2019), redis-server (6379), prometheus (9090). The tests start their
+  # own on free ports, so none may start here: a policy-rc.d that refuses every start while apt
+  # runs (removed after, unless one was there), then the units apt enabled are disabled again.
   policy=/usr/sbin/policy-rc.d
   own_policy=0
   if [ ! -e "$policy" ]; then
@@ -65,10 +66,12 @@ if [ ${#missing[@]} -ne 0 ]; then
     trap - EXIT
   fi
   services=()
-  for p in nginx-light:nginx redis-server:redis-server prometheus:prometheus; do
+  for p in nginx-light:nginx caddy:caddy redis-server:redis-server prometheus:prometheus; do
     case " ${missing[*]} " in *" ${p%%:*} "*) services+=("${p#*:}") ;; esac
   done
-  if [ ${#services[@]} -ne 0 ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+  # (systemctl disables a unit without a running systemd too: it removes the links apt made,
+  # which a later boot with systemd would otherwise follow.)
+  if [ ${#services[@]} -ne 0 ] && command -v systemctl >/dev/null; then
     systemctl disable --quiet "${services[@]}" 2>/dev/null || true
   fi
   echo "bootstrap: installed ${missing[*]}"

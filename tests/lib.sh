@@ -3,9 +3,9 @@
 # The one shell library of the end-to-end tests, the checks of the tree (tests/*_test.sh) and the
 # benchmarks (bench/lib.sh sources it and adds CPU-time readings): a temp dir and cleanup, checks
 # and their tally (pass, fail, check), starting and stopping `sluice serve`, the test upstream and
-# redis-server, free loopback ports, and reading /metrics and JSON lines. Source it after setting
-# `sluice` (the binary) if the script starts one. It works in scripts with `set -u` and in those
-# with `set -euo pipefail`.
+# redis-server, free loopback ports and waiting for a server on one, the proxy configs the docs
+# show, and reading /metrics and JSON lines. Source it after setting `sluice` (the binary) if the
+# script starts one. It works in scripts with `set -u` and in those with `set -euo pipefail`.
 #
 # Every process a script starts goes into `pids` and is killed by pid on exit, after the
 # functions in `cleanup_hooks` ran (a script adds its own there rather than trapping EXIT). An
@@ -268,6 +268,60 @@ start_redis_cluster() {
   done
   cat "$tmp/cluster.log"; for p in "${cluster_ports[@]}"; do tail -5 "${redis_dir:-$tmp}/redis-$p/redis.log"; done
   return 1
+}
+
+# wait_listening PORT PID [SECONDS]: waits (at most SECONDS, 5) until 127.0.0.1:PORT accepts a
+# connection while the process PID lives: a server that must be told its port (nginx, Caddy)
+# is up. Returns 1 if PID exited or the time ran out.
+wait_listening() {
+  local _
+  for _ in $(seq $((${3:-5} * 20))); do
+    kill -0 "$2" 2>/dev/null || return 1
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# ------------------------------------------------------------------ configs from the docs
+# A page that shows a whole file of the repository (a proxy's config) shows it verbatim: the
+# line `<!-- file: PATH -->` (PATH from the repository root), then the file in a fenced block.
+# The test that runs the file checks the two are the same (doc_block), then adapts a copy to
+# its ports (replace_in).
+
+# doc_block PAGE PATH: the lines of the fenced block that follows `<!-- file: PATH -->` in PAGE.
+doc_block() {
+  awk -v marker="<!-- file: $2 -->" '
+    $0 == marker { state = 1; next }
+    state == 1 && /^```/ { state = 2; next }
+    state == 2 && /^```[ \t]*$/ { exit }
+    state == 2 { print }' "$1"
+}
+
+# check_doc_block NAME PAGE ROOT PATH: a check that PAGE shows ROOT/PATH verbatim (doc_block);
+# prints the difference if not.
+check_doc_block() {
+  if diff -u "$3/$4" <(doc_block "$2" "$4") >"$tmp/doc_block.diff"; then
+    check "$1" same same
+  else
+    check "$1" same different
+    cat "$tmp/doc_block.diff"
+  fi
+}
+
+# replace_in FILE OLD NEW COUNT: replaces every OLD (a literal string) in FILE by NEW; returns 1
+# and says so, changing nothing, unless there were exactly COUNT of them (the file must still
+# say what the test means to replace).
+replace_in() {
+  local text rest n
+  text=$(<"$1")
+  rest=${text//"$2"/}
+  n=$(((${#text} - ${#rest}) / ${#2}))
+  if ((n != $4)); then
+    echo "$1: [$2] found $n times, not $4"
+    return 1
+  fi
+  printf '%s\n' "${text//"$2"/"$3"}" >"$1"
 }
 
 # ------------------------------------------------------------------ reading answers

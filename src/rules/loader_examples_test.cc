@@ -5,6 +5,11 @@
 // engine/engine_*_test.cc, the binary in tests/rules_golden.sh.
 
 #include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,6 +33,20 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using testing::TempDir;
+
+TEST(LoaderExamplesTest, TheKitsExamplesAreTheFixturesOfTheGoldenTests) {
+  // tests/rules/examples/ (rules_golden.sh) holds the same documents, after a comment line.
+  const std::pair<std::string_view, const char*> examples[] = {
+      {kExampleA, "edge"}, {kExampleB, "api"}, {kExampleC, "files"}, {kExampleD, "checkout"}};
+  for (const auto& [text, name] : examples) {
+    std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/rules/examples/" + name + ".yaml");
+    std::string comment;
+    ASSERT_TRUE(std::getline(in, comment)) << name;
+    EXPECT_TRUE(comment.starts_with("# Example ")) << name;
+    const std::string rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(rest, text) << name;
+  }
+}
 
 TEST(LoaderExamplesTest, ExampleALoadsUnchanged) {
   auto config = MustLoad(kExampleA);

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"
+#include "tests/support/upstream_examples.h"
 
 namespace sluice::rules {
 namespace {
@@ -299,24 +300,7 @@ TEST_F(MatcherTest, MatchLevelReportsHowItMatched) {
 }
 
 TEST_F(MatcherTest, ExampleBFromTheReference) {
-  Load(R"yaml(domain: api
-descriptors:
-  - key: tenant
-    descriptors:
-      - key: method
-        value: POST
-        rate_limit: {unit: minute, requests_per_unit: 100}
-      - key: method
-        rate_limit: {unit: minute, requests_per_unit: 1000}
-  - key: tenant
-    value: acme
-    descriptors:
-      - key: method
-        rate_limit: {unit: minute, requests_per_unit: 5000}
-  - key: generic_key
-    value: global
-    rate_limit: {unit: second, requests_per_unit: 2000}
-)yaml");
+  Load(testing::kExampleB);
   EXPECT_EQ(MatchedRequests({{"tenant", "foo"}, {"method", "POST"}}), 100);
   EXPECT_EQ(MatchedRequests({{"tenant", "foo"}, {"method", "GET"}}), 1000);
   EXPECT_EQ(MatchedRequests({{"tenant", "acme"}, {"method", "POST"}}), 5000);

@@ -22,13 +22,20 @@
 # see the same machine. With ROUNDS > 1 every figure is the median over the rounds (each column
 # on its own).
 #
+# With SLUICE_BASELINE (another build of sluice, e.g. of an earlier commit) a third peer,
+# `baseline`, serves the same config on BASELINE_PORT and runs in turn with the others; a second
+# table then gives, per scenario, sluice's and the baseline's requests per CPU-second and their
+# ratio: the median and the lowest and highest of the rounds' ratios (each round's pair ran
+# back to back on the same machine).
+#
 # stdout: the table (aligned columns). stderr: progress and WARN lines (unexpected status codes,
 # socket errors). Raw wrk output stays in a fresh /tmp/sluice-compare.XXXXXX/.
 #
 # Env: DURATION (5s), CONNECTIONS (64), ROUNDS (1), WARMUP (1s, 0 = none), NKEYS (100000),
 #   SCENARIOS ("allow_1key allow_100k deny_1key plain"), SLUICE (build/release/sluice),
 #   ANCHORS (bench/anchors), NGINX_PORT (18080), SLUICE_PORT (18090),
-#   SLUICE_ADMIN_PORT (18091).
+#   SLUICE_ADMIN_PORT (18091), SLUICE_BASELINE (none), BASELINE_PORT (18092),
+#   BASELINE_ADMIN_PORT (18093).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -45,7 +52,11 @@ ANCHORS="${ANCHORS:-$root/bench/anchors}"
 NGINX_PORT="${NGINX_PORT:-18080}"
 SLUICE_PORT="${SLUICE_PORT:-18090}"
 SLUICE_ADMIN_PORT="${SLUICE_ADMIN_PORT:-18091}"
+SLUICE_BASELINE="${SLUICE_BASELINE:-}"
+BASELINE_PORT="${BASELINE_PORT:-18092}"
+BASELINE_ADMIN_PORT="${BASELINE_ADMIN_PORT:-18093}"
 PEERS="nginx sluice"
+[ -z "$SLUICE_BASELINE" ] || PEERS="nginx sluice baseline"
 
 log() { echo "compare: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -53,6 +64,8 @@ die() { log "$*"; exit 1; }
 [ -x "$SLUICE" ] || die "no sluice binary at $SLUICE; build it with
   cmake --preset release && cmake --build --preset release -j2     (from $root)
 or point SLUICE at one"
+[ -z "$SLUICE_BASELINE" ] || [ -x "$SLUICE_BASELINE" ] ||
+    die "SLUICE_BASELINE=$SLUICE_BASELINE is not an executable"
 [ -x "$ANCHORS/nginx/run.sh" ] || die "no nginx anchor in $ANCHORS (set ANCHORS)"
 command -v wrk >/dev/null || die "wrk is missing (scripts/bootstrap.sh installs it)"
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
@@ -78,14 +91,33 @@ nginx_workers="$(ps -o pid= --ppid "$nginx_master" | tr -s ' \n' ' ')"
 start "$run_dir/sluice" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
     --listen "127.0.0.1:$SLUICE_PORT" --admin "127.0.0.1:$SLUICE_ADMIN_PORT" ||
     { cat "$run_dir/sluice.err" >&2; die "sluice did not start (output in $run_dir)"; }
-log "nginx pids $nginx_master $nginx_workers on :$NGINX_PORT; sluice pid $PID on :$SLUICE_PORT"
+sluice_pid=$PID
+log "nginx pids $nginx_master $nginx_workers on :$NGINX_PORT; sluice pid $sluice_pid on :$SLUICE_PORT"
+if [ -n "$SLUICE_BASELINE" ]; then
+    sluice="$SLUICE_BASELINE"
+    start "$run_dir/baseline" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
+        --listen "127.0.0.1:$BASELINE_PORT" --admin "127.0.0.1:$BASELINE_ADMIN_PORT" ||
+        { cat "$run_dir/baseline.err" >&2; die "the baseline did not start (output in $run_dir)"; }
+    baseline_pid=$PID
+    sluice="$SLUICE"
+    log "baseline ($SLUICE_BASELINE) pid $baseline_pid on :$BASELINE_PORT"
+fi
 
-server_pids() { if [ "$1" = nginx ]; then echo "$nginx_master $nginx_workers"; else echo "$PID"; fi; }
+server_pids() {
+    case "$1" in
+        nginx) echo "$nginx_master $nginx_workers" ;;
+        baseline) echo "$baseline_pid" ;;
+        *) echo "$sluice_pid" ;;
+    esac
+}
 
 url() {
     local path="${2%%_*}"   # allow_1key -> allow
-    if [ "$1" = nginx ]; then echo "http://127.0.0.1:$NGINX_PORT/$path"
-    else echo "http://127.0.0.1:$SLUICE_PORT/v1/auth/$path"; fi
+    case "$1" in
+        nginx) echo "http://127.0.0.1:$NGINX_PORT/$path" ;;
+        baseline) echo "http://127.0.0.1:$BASELINE_PORT/v1/auth/$path" ;;
+        *) echo "http://127.0.0.1:$SLUICE_PORT/v1/auth/$path" ;;
+    esac
 }
 
 clk_tck="$(getconf CLK_TCK)"
@@ -174,4 +206,33 @@ done
 } >"$run_dir/table.tsv"
 column -t -s $'\t' "$run_dir/table.tsv"
 log "ratios are sluice/nginx: want rps >= 1, p99 <= 1, req_per_cpu >= 1.3"
+if [ -n "$SLUICE_BASELINE" ]; then
+    # sluice against the baseline, round by round: each round's pair ran back to back.
+    echo
+    {
+        printf 'scenario\tsluice_req_per_cpu\tbaseline_req_per_cpu\tratio_median\tratio_min\tratio_max\n'
+        awk -F'\t' -v scenarios="$SCENARIOS" '
+            function median(list,   a, n, i, j, t) {
+                n = split(list, a, " ")
+                for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
+                return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+            }
+            { eff[$1, $2, $3] = $7; rounds[$1] = 1; all[$2, $3] = all[$2, $3] " " $7 }
+            END {
+                ns = split(scenarios, sc, " ")
+                for (s = 1; s <= ns; s++) {
+                    list = ""; lo = ""; hi = ""
+                    for (r in rounds) {
+                        b = eff[r, "baseline", sc[s]]; if (b + 0 <= 0) continue
+                        q = eff[r, "sluice", sc[s]] / b; list = list " " q
+                        if (lo == "" || q < lo) lo = q; if (hi == "" || q > hi) hi = q
+                    }
+                    printf "%s\t%.0f\t%.0f\t%.3f\t%.3f\t%.3f\n", sc[s], median(all["sluice", sc[s]]),
+                           median(all["baseline", sc[s]]), median(list), lo, hi
+                }
+            }' "$results"
+    } >"$run_dir/baseline.tsv"
+    column -t -s $'\t' "$run_dir/baseline.tsv"
+    log "ratio: sluice / baseline requests per CPU-second; >= 1: sluice costs no more CPU per request"
+fi
 log "rounds: $ROUNDS, wrk -t1 -c$CONNECTIONS -d$DURATION; raw output and table.tsv in $run_dir"

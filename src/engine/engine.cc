@@ -1,6 +1,7 @@
 // Engine (engine.h): a batch of requests matched against the rules (Collect), decided through
 // the backend in one call, settled into responses (Finish, Conclude), recorded for refunds. The
-// state keys it writes are in state_key.h.
+// state keys it writes are in state_key.h. A little over 500 lines in one file: the steps share
+// the batch's private types (Pending, Batch) and are one request's way through.
 
 #include "engine/engine.h"
 

@@ -18,7 +18,18 @@ need_tools curl
 auth() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@"; }
 
 mkdir -p "$tmp/rules"
-cp "$fixtures/web.yaml" "$fixtures/site.yaml" "$tmp/rules/"
+# web.yaml is the page's rules file (forward-auth.md shows it), with counts a test can reach:
+# 3 a day per client address, 2 a day per API key.
+root=$(cd "$(dirname "$0")/.." && pwd)
+page=$root/docs/integration/forward-auth.md
+rules=docs/integration/forward-auth-nginx.yaml
+check_doc_block "forward-auth.md shows $rules as it is" "$page" "$root" "$rules"
+cp "$root/$rules" "$tmp/rules/web.yaml"
+cp "$fixtures/site.yaml" "$tmp/rules/"
+replace_in "$tmp/rules/web.yaml" 'requests: 100, window: 1m' 'requests: 3, window: 1d' 1 &&
+  replace_in "$tmp/rules/web.yaml" 'requests: 1000, window: 1h' 'requests: 2, window: 1d' 1 &&
+  replace_in "$tmp/rules/web.yaml" '[127.0.0.1]' '[127.0.0.1, "::1"]' 1 ||
+  { finish; exit 1; }
 start main --config "$tmp/rules"
 url="http://$DATA/v1/auth"
 
@@ -84,8 +95,6 @@ check "unicode header values work" 200 "$(api 198.51.100.10 -H 'X-Api-Key: кл�
 # --- through a real nginx running the page's site, docs/integration/nginx-forward-auth.conf:
 # auth_request to sluice, 403 mapped to 429 by error_page, sluice's headers copied onto the
 # answers; a second nginx with the page's fail-open line in force.
-root=$(cd "$(dirname "$0")/.." && pwd)
-page=$root/docs/integration/forward-auth.md
 site=docs/integration/nginx-forward-auth.conf
 check_doc_block "forward-auth.md shows $site as it is" "$page" "$root" "$site"
 

@@ -6,9 +6,8 @@
 # no route matches reaching the app with nothing added; and what Caddy answers while sluice
 # stalls and once it is down, with the file as it is (502, 504) and with its fail-open import
 # (the app answers).
-# Usage: SLUICE=path/to/sluice tests/caddy_e2e.sh tests/caddy
+# Usage: SLUICE=path/to/sluice tests/caddy_e2e.sh
 set -u
-fixtures=$1
 sluice=${SLUICE:?set SLUICE to the sluice binary}
 
 source "$(dirname "$0")/lib.sh"
@@ -22,8 +21,16 @@ caddy fmt "$root/$file" >"$tmp/fmt.Caddyfile" 2>"$tmp/fmt.err"
 check "caddy fmt leaves $file as it is" same \
   "$(cmp -s "$root/$file" "$tmp/fmt.Caddyfile" && echo same || echo "changed ($(head -c 300 "$tmp/fmt.err"))")"
 
+# web.yaml is the page's rules file for Caddy (forward-auth.md shows it), with counts a test
+# can reach: 3 a day per client address, 2 a day per API key.
+rules=docs/integration/forward-auth-caddy.yaml
+check_doc_block "forward-auth.md shows $rules as it is" "$page" "$root" "$rules"
 mkdir -p "$tmp/rules"
-cp "$fixtures/web.yaml" "$tmp/rules/"
+cp "$root/$rules" "$tmp/rules/web.yaml"
+replace_in "$tmp/rules/web.yaml" 'requests: 100, window: 1m' 'requests: 3, window: 1d' 1 &&
+  replace_in "$tmp/rules/web.yaml" 'requests: 1000, window: 1h' 'requests: 2, window: 1d' 1 &&
+  replace_in "$tmp/rules/web.yaml" '[127.0.0.1]' '[127.0.0.1, "::1"]' 1 ||
+  { finish; exit 1; }
 start main --config "$tmp/rules"
 check "sluice started" 1 "$([[ -n $DATA ]] && echo 1 || echo 0)"
 

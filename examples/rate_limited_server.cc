@@ -23,7 +23,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 
@@ -132,15 +131,10 @@ int main(int argc, char** argv) {
     options.redis.emplace();
     options.redis->url = redis_url;
   }
-  // (Designated initializers name every field: GCC's -Wextra asks for it.)
-  const sluice::Limit per_minute = {.algorithm = sluice::Algorithm::kTokenBucket,
-                                    .requests = 5,
-                                    .window_us = 60 * kSecond,
-                                    .burst = std::nullopt};
-  const sluice::Limit per_day = {.algorithm = sluice::Algorithm::kFixedWindow,
-                                 .requests = 20,
-                                 .window_us = 86400 * kSecond,
-                                 .burst = std::nullopt};
+  const sluice::Limit per_minute = {
+      .algorithm = sluice::Algorithm::kTokenBucket, .requests = 5, .window_us = 60 * kSecond};
+  const sluice::Limit per_day = {
+      .algorithm = sluice::Algorithm::kFixedWindow, .requests = 20, .window_us = 86400 * kSecond};
   auto limiter = sluice::RateLimiter::Create({per_minute, per_day}, options);
   if (!limiter.ok()) {
     std::fprintf(stderr, "rate limiter: %s\n", limiter.status().ToString().c_str());

@@ -298,6 +298,20 @@ doc_block() {
     state == 2 { print }' "$1"
 }
 
+# contains_in_order TEXT PATTERN: TEXT contains PATTERN's `…`-separated pieces, in order (the
+# `# → TEXT` expectations of the commands that the docs show: readme_quickstart_e2e,
+# library_example_e2e).
+contains_in_order() {
+  local rest=$1 pattern=$2 piece
+  while :; do
+    piece=${pattern%%…*}
+    [[ $rest == *"$piece"* ]] || return 1
+    rest=${rest#*"$piece"}
+    [[ $pattern == *…* ]] || return 0
+    pattern=${pattern#*…}
+  done
+}
+
 # check_doc_block NAME PAGE ROOT PATH: a check that PAGE shows ROOT/PATH verbatim (doc_block);
 # prints the difference if not.
 check_doc_block() {

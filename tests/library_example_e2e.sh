@@ -69,18 +69,6 @@ adapt() {
   printf '%s' "${text//8080/$port}"
 }
 
-# contains_in_order TEXT PATTERN: TEXT contains PATTERN's `…`-separated pieces, in order.
-contains_in_order() {
-  local rest=$1 pattern=$2 piece
-  while :; do
-    piece=${pattern%%…*}
-    [[ $rest == *"$piece"* ]] || return 1
-    rest=${rest#*"$piece"}
-    [[ $pattern == *…* ]] || return 0
-    pattern=${pattern#*…}
-  done
-}
-
 # parse_commands FILE: commands[i] and expects[i] (newline-separated) of one sh fence.
 parse_commands() {
   local line pending="" n

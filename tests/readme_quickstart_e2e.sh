@@ -58,18 +58,6 @@ check "sluice serve started on the embedded default" 1 \
   "$(grep -q '^sluice: config <embedded default>' "$tmp/quickstart.out" && echo 1)"
 [[ -n $DATA && -n $ADMIN ]] || { cat "$tmp/quickstart.err"; finish; exit; }
 
-# contains_in_order TEXT PATTERN: TEXT contains PATTERN's `…`-separated pieces, in order.
-contains_in_order() {
-  local rest=$1 pattern=$2 piece
-  while :; do
-    piece=${pattern%%…*}
-    [[ $rest == *"$piece"* ]] || return 1
-    rest=${rest#*"$piece"}
-    [[ $pattern == *…* ]] || return 0
-    pattern=${pattern#*…}
-  done
-}
-
 for i in "${!commands[@]}"; do
   cmd=${commands[i]}
   name="quick start $((i + 1)): $(head -1 <<<"$cmd" | cut -c1-70)"

@@ -23,6 +23,32 @@ std::string DescribeRule(const rules::LimitRule& rule) {
   return s;
 }
 
+// Why ChoosePlan chose `choice` for a descriptor: named by the request, found in the clients
+// file, or the default_plan (and why none of the others).
+std::string WhyPlan(const rules::Domain& domain, const rules::RuleNode& node,
+                    std::span<const rules::Entry> entries, const rules::PlanChoice& choice) {
+  switch (choice.source) {
+    case rules::PlanSource::kNamed:
+      return fmt::format("named by the request's {}={}", choice.named->key, choice.named->value);
+    case rules::PlanSource::kClients:
+      return fmt::format("found in the clients file {} for {}", domain.clients_path,
+                         entries.back().value);
+    case rules::PlanSource::kDefault:
+      break;
+  }
+  std::string why = "the default_plan: ";
+  if (choice.named != nullptr) {
+    why += fmt::format("the request names {}={}, which is no plan of this domain",
+                       choice.named->key, choice.named->value);
+  } else if (domain.clients != nullptr) {
+    why += fmt::format("the request has no {} entry, and the clients file {} has no row for {}",
+                       node.plan_from, domain.clients_path, entries.back().value);
+  } else {
+    why += fmt::format("the request has no {} entry", node.plan_from);
+  }
+  return why;
+}
+
 }  // namespace
 
 int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
@@ -142,14 +168,16 @@ int RunExplain(const rules::Config& config, const std::string& domain_name,
     } else if (node->unlimited) {
       out << fmt::format("rule {} is unlimited\n", node->path);
     } else if (!node->plan_from.empty()) {
-      out << fmt::format("rule {} takes its limits from the plan named by '{}'", node->path,
-                         node->plan_from);
-      out << fmt::format(" (default {}{})\n", domain->default_plan,
-                         domain->clients ? ", or the clients file by value" : "");
-      for (const auto& [name, plan] : domain->plans) {
-        for (const auto& rule : plan.limits) {
-          out << fmt::format("  plan {}: {}\n", name, DescribeRule(rule));
-        }
+      const rules::PlanChoice choice = rules::ChoosePlan(*domain, *node, (*list)[i].entries);
+      const std::string why = WhyPlan(*domain, *node, (*list)[i].entries, choice);
+      if (choice.plan == nullptr) {
+        out << fmt::format("rule {}: no plan applies ({}): no limit\n", node->path, why);
+        continue;
+      }
+      out << fmt::format("rule {}, plan {} ({}), {} limit(s)\n", node->path, choice.plan->name, why,
+                         choice.plan->limits.size());
+      for (const auto& rule : choice.plan->limits) {
+        out << fmt::format("  {} at {}\n", DescribeRule(rule), Where(rule.position));
       }
     } else {
       out << fmt::format("rule {}, {} limit(s)\n", node->path, node->limits.size());

@@ -27,23 +27,6 @@ using rules::Domain;
 using rules::LimitRule;
 using rules::RuleNode;
 
-const rules::Plan* ResolvePlan(const Domain& domain, const RuleNode& node,
-                               std::span<const Entry> entries) {
-  const Entry* named = nullptr;
-  for (const Entry& e : entries) {
-    if (e.key == node.plan_from) named = &e;
-  }
-  if (named != nullptr) {
-    auto it = domain.plans.find(named->value);
-    if (it != domain.plans.end()) return &it->second;
-  } else if (domain.clients != nullptr && !entries.empty()) {
-    // No plan in the request: look the client up by the value this rule matched.
-    if (const rules::Plan* plan = domain.clients->Find(entries.back().value)) return plan;
-  }
-  auto it = domain.plans.find(domain.default_plan);
-  return it == domain.plans.end() ? nullptr : &it->second;
-}
-
 }  // namespace
 
 std::string LimitName(const AppliedLimit& limit) {
@@ -178,7 +161,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
     const std::vector<LimitRule>* limits = &node->limits;
     std::string_view plan_name;
     if (!node->plan_from.empty()) {
-      const rules::Plan* plan = ResolvePlan(*domain, *node, d.entries);
+      const rules::Plan* plan = rules::ChoosePlan(*domain, *node, d.entries).plan;
       if (plan == nullptr) continue;
       limits = &plan->limits;
       plan_name = plan->name;

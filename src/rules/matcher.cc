@@ -88,4 +88,30 @@ const RuleNode* MatchDescriptor(const Domain& domain, std::span<const Entry> ent
   return result;
 }
 
+PlanChoice ChoosePlan(const Domain& domain, const RuleNode& node, std::span<const Entry> entries) {
+  PlanChoice choice;
+  for (const Entry& e : entries) {
+    if (e.key == node.plan_from) choice.named = &e;
+  }
+  if (choice.named != nullptr) {
+    auto it = domain.plans.find(choice.named->value);
+    if (it != domain.plans.end()) {
+      choice.plan = &it->second;
+      choice.source = PlanSource::kNamed;
+      return choice;
+    }
+  } else if (domain.clients != nullptr && !entries.empty()) {
+    // No plan in the request: look the client up by the value this rule matched.
+    if (const Plan* plan = domain.clients->Find(entries.back().value)) {
+      choice.plan = plan;
+      choice.source = PlanSource::kClients;
+      return choice;
+    }
+  }
+  auto it = domain.plans.find(domain.default_plan);
+  if (it != domain.plans.end()) choice.plan = &it->second;
+  choice.source = PlanSource::kDefault;
+  return choice;
+}
+
 }  // namespace sluice::rules

@@ -40,6 +40,27 @@ enum class MatchKind { kExact, kWildcard, kKeyOnly };
 // matches, else the key-only child), or nullptr; *kind says which.
 const RuleNode* MatchLevel(const RuleNode& node, const Entry& entry, MatchKind* kind);
 
+// Where a `plan_from` rule's limits come from, for one descriptor (configuration.md, "Plans"):
+// the plan its entry `plan_from` names, else (no such entry) the clients file's plan for the
+// value the rule matched (the descriptor's last entry), else the domain's default_plan; a named
+// plan the domain does not have falls back to the default_plan too.
+enum class PlanSource {
+  kNamed,    // the request's entry `plan_from` names it
+  kClients,  // the clients file has the matched value on it
+  kDefault,  // default_plan: no plan named (nor found in the clients file), or an unknown one
+};
+
+struct PlanChoice {
+  const Plan* plan = nullptr;  // nullptr: no plan applies (the default_plan is none either)
+  PlanSource source = PlanSource::kDefault;
+  // The value of the request's entry `plan_from` (with kDefault: a plan the domain does not
+  // have), or nullptr when the request has no such entry.
+  const Entry* named = nullptr;
+};
+
+// The plan whose limits `node` (a rule with plan_from) applies to the descriptor `entries`.
+PlanChoice ChoosePlan(const Domain& domain, const RuleNode& node, std::span<const Entry> entries);
+
 // Glob match where '*' matches any run of characters (including none).
 bool WildcardMatch(std::string_view pattern, std::string_view text);
 

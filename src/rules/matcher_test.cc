@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/upstream_examples.h"
 
 namespace sluice::rules {
@@ -320,6 +321,59 @@ descriptors:
 )yaml");
   EXPECT_EQ(MatchedRequests({{"user", "alice"}}), 1);
   EXPECT_EQ(MatchedRequests({{"user", ""}}), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ChoosePlan: the plan a plan_from rule applies, and why (configuration.md, "Plans").
+
+constexpr std::string_view kPlans = R"yaml(domain: p
+plans:
+  free: {limits: [{requests: 2, window: 1m}]}
+  pro:  {limits: [{requests: 5, window: 1m}]}
+default_plan: free
+descriptors:
+  - key: plan
+    descriptors:
+      - key: api_key
+        plan_from: plan
+  - key: api_key
+    plan_from: plan
+)yaml";
+
+// "PLAN by SOURCE" (named, clients, default), or "none by SOURCE".
+std::string Chosen(const Domain& domain, const std::vector<Entry>& entries) {
+  const RuleNode* node = MatchDescriptor(domain, entries);
+  if (node == nullptr || node->plan_from.empty()) return "no plan_from rule";
+  const PlanChoice choice = ChoosePlan(domain, *node, entries);
+  const char* source = choice.source == PlanSource::kNamed     ? "named"
+                       : choice.source == PlanSource::kClients ? "clients"
+                                                               : "default";
+  return (choice.plan == nullptr ? std::string("none") : choice.plan->name) + " by " + source;
+}
+
+TEST_F(MatcherTest, ChoosePlanTakesTheNamedPlanElseTheDefault) {
+  Load(kPlans);
+  EXPECT_EQ(Chosen(*domain_, {{"plan", "pro"}, {"api_key", "k"}}), "pro by named");
+  EXPECT_EQ(Chosen(*domain_, {{"plan", "free"}, {"api_key", "k"}}), "free by named");
+  EXPECT_EQ(Chosen(*domain_, {{"api_key", "k"}}), "free by default");
+  // An unknown plan falls back to the default_plan; the choice still points at what was named.
+  const std::vector<Entry> gold = {{"plan", "gold"}, {"api_key", "k"}};
+  EXPECT_EQ(Chosen(*domain_, gold), "free by default");
+  const PlanChoice choice = ChoosePlan(*domain_, *MatchDescriptor(*domain_, gold), gold);
+  ASSERT_NE(choice.named, nullptr);
+  EXPECT_EQ(choice.named->value, "gold");
+}
+
+TEST(ChoosePlanTest, ClientsFileByTheMatchedValueUnlessTheRequestNamesAPlan) {
+  testing::TempDir dir;
+  dir.Write("p.yaml", std::string(kPlans) + "clients: clients.csv\n");
+  dir.Write("clients.csv", "key,plan\nk-pro,pro\n");
+  const LoadResult result = LoadConfig({dir.Path("p.yaml")});
+  ASSERT_TRUE(result.errors.empty()) << result.errors[0].ToString();
+  const Domain& domain = *result.config->domains[0];
+  EXPECT_EQ(Chosen(domain, {{"api_key", "k-pro"}}), "pro by clients");
+  EXPECT_EQ(Chosen(domain, {{"api_key", "k-other"}}), "free by default");
+  EXPECT_EQ(Chosen(domain, {{"plan", "free"}, {"api_key", "k-pro"}}), "free by named");
 }
 
 }  // namespace

@@ -195,12 +195,19 @@ TEST_F(LeaseTest, LeasedAndExactCallersTogetherNeverOverAdmit) {
       absl::MutexLock lock(&mu);
       admitted.push_back(at);
     };
-    const int64_t stop = SystemClock::Get()->NowMicros() + 600 * kMs;
+    // Until the limit was reached often (150 admissions: 200/s for 0.75 s on a quiet machine),
+    // within 10 s on a loaded one.
+    const auto enough = [&] {
+      absl::MutexLock lock(&mu);
+      return admitted.size() >= 150;
+    };
+    const int64_t deadline = SystemClock::Get()->NowMicros() + 10 * kSecond;
+    const auto go_on = [&] { return SystemClock::Get()->NowMicros() < deadline && !enough(); };
     std::vector<std::thread> threads;
     for (int t = 0; t < 2; ++t) {
       threads.emplace_back([&, t] {  // leasing: spend each unit at a random moment of the lease
         std::mt19937_64 random(t);
-        while (SystemClock::Get()->NowMicros() < stop) {
+        while (go_on()) {
           auto lease = TakeLease(store_, item, 3, 30 * kMs);
           if (!lease.ok() || lease->granted == 0) {
             std::this_thread::sleep_for(2ms);
@@ -218,7 +225,7 @@ TEST_F(LeaseTest, LeasedAndExactCallersTogetherNeverOverAdmit) {
         }
       });
       threads.emplace_back([&] {  // exact
-        while (SystemClock::Get()->NowMicros() < stop) {
+        while (go_on()) {
           auto result = testing::DecideNow(store_, {item});
           if (result.ok() && result->allowed) record(result->now_us);
           std::this_thread::sleep_for(1ms);
@@ -228,7 +235,7 @@ TEST_F(LeaseTest, LeasedAndExactCallersTogetherNeverOverAdmit) {
     for (auto& thread : threads) thread.join();
     absl::MutexLock lock(&mu);
     std::sort(admitted.begin(), admitted.end());
-    ASSERT_GT(admitted.size(), 100u);  // the limit was reached often: 200/s for 0.6 s
+    ASSERT_GE(admitted.size(), 150u);  // the limit was reached often
     algo::CompactState state{};
     for (size_t i = 0; i < admitted.size(); ++i) {
       const Decision d = algo::DecideCompact(state, admitted[i], limit, 1);
@@ -319,7 +326,12 @@ TEST(LeaseDeadlineTest, LeasesPastTheirDeadlineTakeNothing) {
   RedisStore store(client.get(), {.breaker = {.failures_to_open = 1000}, .max_in_flight = 64});
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 100, kHour);
   const Item item{.limit = &limit, .limit_id = 30, .key = "slept"};
-  ASSERT_EQ(TakeLease(store, item, 1, 100 * kMs)->granted, 1u);
+  // The first lease (which also loads the script), tried again if a loaded machine made it miss
+  // its 100 ms: that is not what this test is about.
+  absl::StatusOr<backend::LeaseSource::Grant> first = absl::DeadlineExceededError("not tried");
+  for (int i = 0; i < 20 && !first.ok(); ++i) first = TakeLease(store, item, 1, 100 * kMs);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->granted, 1u);
   std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
   auto sleeping = std::async(std::launch::async, [&] {
     return testing::RedisCommand(*admin, {"DEBUG", "SLEEP", "0.6"});

@@ -10,11 +10,12 @@ packages=(
   # libraries (docs/design.md, "Dependencies", says why each)
   libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libyaml-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler libhiredis-dev
-  libgrpc++-dev protobuf-compiler-grpc
+  libgrpc++-dev protobuf-compiler-grpc libssl-dev
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx and
   # Caddy for forward-auth (auth_request, forward_auth), wrk for bench/compare.sh, Redis for the
-  # Redis backend
+  # Redis backend, openssl for the certificates of the Redis TLS tests
   libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light caddy wrk redis-server redis-tools valgrind
+  openssl
   # the soak's and the simulator's plots (bench/soak.sh, scripts/sim_plots.sh); a server that
   # stalls on purpose for openloop_e2e; the docs' YAML examples checked (tests/doc_examples.py)
   gnuplot-nox python3 python3-yaml

@@ -193,24 +193,74 @@ redis_script_calls() {
     awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ {n += $3} END {print n + 0}'
 }
 
+# make_tls_certs DIR: certificates for TLS tests, made by openssl in DIR (EC P-256 keys,
+# unencrypted PEM): ca.pem (and ca.key), and signed by it server.pem for localhost and 127.0.0.1,
+# client.pem (mutual TLS), expired.pem (for localhost and 127.0.0.1, expired from the start) and
+# elsewhere.pem (for elsewhere.test only), each with its .key; other-ca.pem, a CA that signed none
+# of them. Returns 1 and says why if openssl failed.
+make_tls_certs() {
+  local dir=$1 ca name key=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+  mkdir -p "$dir"
+  (
+    set -e
+    cd "$dir"
+    for ca in ca other-ca; do
+      openssl req -x509 "${key[@]}" -keyout "$ca.key" -out "$ca.pem" -days 30 \
+        -subj "/CN=sluice-test-$ca" -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign
+    done
+    leaf() {  # leaf NAME CN SAN DAYS
+      if [[ -n $3 ]]; then echo "subjectAltName=$3"; else echo; fi >"$1.ext"
+      openssl req "${key[@]}" -keyout "$1.key" -out "$1.csr" -subj "/CN=$2"
+      openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days "$4" \
+        -extfile "$1.ext" -out "$1.pem"
+    }
+    leaf server localhost DNS:localhost,IP:127.0.0.1 30
+    leaf client sluice-test-client "" 30
+    leaf expired localhost DNS:localhost,IP:127.0.0.1 -1  # its validity ended before it began
+    leaf elsewhere elsewhere.test DNS:elsewhere.test 30
+    ! openssl x509 -in expired.pem -noout -checkend 0 >/dev/null
+  ) >"$dir/make.log" 2>&1 || { echo "openssl could not make the certificates:"; tail -5 "$dir/make.log"; return 1; }
+}
+
+# redis_cli PORT ARGS...: redis-cli to the Redis on 127.0.0.1:PORT; over TLS with redis_tls's
+# client certificate when redis_tls is set (start_redis).
+redis_cli() {
+  local port=$1; shift
+  if [[ -n ${redis_tls:-} ]]; then
+    redis-cli --tls --cacert "$redis_tls/ca.pem" --cert "$redis_tls/client.pem" \
+      --key "$redis_tls/client.key" -p "$port" "$@"
+  else
+    redis-cli -p "$port" "$@"
+  fi
+}
+
 # start_redis PORT [ARGS...]: a throwaway redis-server on 127.0.0.1:PORT (no persistence; ARGS
 # may override that), its files and redis.log in redis_dir/redis-PORT (redis_dir: $tmp unless
 # set; a restart on the same port keeps them); waits (10 s) until it is ready: it logged so
 # since this start (so it bound the port: not another server answering there) and answers.
-# Sets RPID; returns 1 and says so if it did not start.
+# Sets RPID; returns 1 and says so if it did not start. With redis_tls set (a make_tls_certs
+# directory), it serves TLS alone on PORT, with mutual TLS (its clients need client.pem), and
+# the certificate redis_tls_cert names (server unless set: expired, elsewhere).
 start_redis() {
   local port=$1; shift
-  local dir=${redis_dir:-$tmp}/redis-$port _ size=0
+  local dir=${redis_dir:-$tmp}/redis-$port _ size=0 listen=(--port "$port")
   mkdir -p "$dir"
   [[ -f $dir/redis.log ]] && size=$(stat -c %s "$dir/redis.log")
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+  if [[ -n ${redis_tls:-} ]]; then
+    listen=(--port 0 --tls-port "$port" --tls-cert-file "$redis_tls/${redis_tls_cert:-server}.pem"
+      --tls-key-file "$redis_tls/${redis_tls_cert:-server}.key" --tls-ca-cert-file "$redis_tls/ca.pem"
+      --tls-auth-clients yes)
+  fi
+  redis-server "${listen[@]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
     --enable-debug-command local "$@" >>"$dir/redis.log" 2>&1 &
   RPID=$!
   pids+=("$RPID")
   for _ in $(seq 200); do
     # (grep without -q: one that stops reading early could fail the pipe under pipefail)
+    # (--insecure: a server with the expired or another name's certificate answers too.)
     if tail -c +$((size + 1)) "$dir/redis.log" | grep 'Ready to accept connections' >/dev/null &&
-      redis-cli -p "$port" ping 2>&1 | grep -E 'PONG|NOAUTH' >/dev/null; then
+      redis_cli "$port" ${redis_tls:+--insecure} ping 2>&1 | grep -E 'PONG|NOAUTH' >/dev/null; then
       return 0
     fi
     kill -0 "$RPID" 2>/dev/null || break

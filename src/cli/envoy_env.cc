@@ -152,6 +152,32 @@ void ReadRulesSource(EnvReader& r, const std::map<std::string, std::string>& /*e
                                : " or a file below it changes"));
 }
 
+// REDIS_TLS=true: upstream's TLS variables as redis.tls (the files as given, relative to where
+// sluice runs, as upstream reads them).
+void ReadRedisTls(EnvReader& r, rules::Settings& s) {
+  rules::RedisTlsSettings& t = s.redis_tls.emplace();
+  t.ca_file = r.GetOr("REDIS_TLS_CACERT", "");
+  t.cert_file = r.GetOr("REDIS_TLS_CLIENT_CERT", "");
+  t.key_file = r.GetOr("REDIS_TLS_CLIENT_KEY", "");
+  t.skip_hostname_verification = r.Bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false);
+  // Upstream sends no client certificate unless it has both; a Redis that wants one refuses it
+  // then, so half a pair is a mistake to name now.
+  if (t.cert_file.empty() != t.key_file.empty()) {
+    const bool no_key = t.key_file.empty();
+    r.Say(Level::kError, no_key ? "REDIS_TLS_CLIENT_CERT" : "REDIS_TLS_CLIENT_KEY",
+          no_key ? "needs REDIS_TLS_CLIENT_KEY, the certificate's key (upstream would send no "
+                   "client certificate)"
+                 : "needs REDIS_TLS_CLIENT_CERT, the key's certificate (upstream would send no "
+                   "client certificate)");
+  }
+  if (!t.ca_file.empty()) {
+    r.Say(Level::kInfo, "REDIS_TLS_CACERT",
+          fmt::format("sluice trusts the CAs of {} alone; upstream trusts them besides the "
+                      "system's",
+                      t.ca_file));
+  }
+}
+
 void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, EnvoyEnv& out) {
   rules::Settings& s = *out.load.settings;
   // The backend: always Redis, as upstream's default.
@@ -174,6 +200,10 @@ void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, Envo
     r.Say(Level::kError, "REDIS_TYPE",
           fmt::format("'{}' is not supported (single or cluster)", type));
   }
+  // REDIS_TLS: rediss:// URLs, with upstream's TLS variables as redis.tls.
+  const bool tls = r.Bool("REDIS_TLS", false);
+  const std::string scheme = tls ? "rediss://" : "redis://";
+  if (tls) ReadRedisTls(r, s);
   std::string credentials;
   if (auto auth = r.Get("REDIS_AUTH")) {
     // "pass" or "user:pass", which is also how redis:// URLs write them (redis/resp.h).
@@ -198,9 +228,9 @@ void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, Envo
   }
   if (type == "cluster") {
     s.redis_cluster = true;
-    for (const std::string& h : hosts) s.redis_nodes.push_back("redis://" + credentials + h);
+    for (const std::string& h : hosts) s.redis_nodes.push_back(scheme + credentials + h);
   } else {
-    s.redis_url = "redis://" + credentials + hosts.front();
+    s.redis_url = scheme + credentials + hosts.front();
   }
   if (auto timeout = r.Get("REDIS_TIMEOUT")) {
     if (auto us = ParseGoDuration(*timeout); us && *us > 0) {
@@ -210,8 +240,6 @@ void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, Envo
             fmt::format("'{}' is not a positive duration (10s, 250ms)", *timeout));
     }
   }
-  r.Unsupported("REDIS_TLS", false, Level::kError,
-                "TLS to Redis is not supported; sluice would connect in plain text");
   r.Unsupported("REDIS_PERSECOND", false, Level::kError,
                 "a second Redis for per-second limits is not supported; sluice keeps every "
                 "limit on REDIS_URL");

@@ -29,10 +29,6 @@ constexpr Note kIrrelevant[] = {
     {"REDIS_STARTUP_MAX_ELAPSED_TIME",
      "sluice starts without Redis and answers by failure_mode (open) until it connects"},
     {"REDIS_SENTINEL_AUTH", "only for REDIS_TYPE=sentinel"},
-    {"REDIS_TLS_CLIENT_CERT", "only with REDIS_TLS=true"},
-    {"REDIS_TLS_CLIENT_KEY", "only with REDIS_TLS=true"},
-    {"REDIS_TLS_CACERT", "only with REDIS_TLS=true"},
-    {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "only with REDIS_TLS=true"},
     {"LOCAL_CACHE_SIZE_IN_BYTES",
      "sluice's own over-limit cache is on by default (redis.over_limit_cache) and exact: a "
      "denial is held until its retry_after, not for a fixed time"},
@@ -129,6 +125,8 @@ void EnvReader::NameTheRest() {
     if (handled_.contains(name) || !env_.contains(name) || env_.at(name).empty()) continue;
     if (name.starts_with("REDIS_PERSECOND_")) {
       Say(Level::kInfo, name, "no effect: only with REDIS_PERSECOND=true");
+    } else if (name.starts_with("REDIS_TLS_")) {  // (read with REDIS_TLS=true)
+      Say(Level::kInfo, name, "no effect: only with REDIS_TLS=true");
     } else if (name.starts_with("MEMCACHE_")) {
       Say(Level::kInfo, name, "no effect: only with BACKEND_TYPE=memcache");
     } else if (name.starts_with("CONFIG_GRPC_XDS_") || name.starts_with("XDS_CLIENT_")) {

@@ -139,8 +139,9 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"},
       {"REDIS_TYPE", "sentinel"},
       {"REDIS_SOCKET_TYPE", "unix"},
-      {"REDIS_TLS", "true"},
-      {"QUOTA_MODE", "yes"},  // not a Go boolean
+      {"REDIS_TLS", "yes"},                               // not a Go boolean
+      {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "maybe"},  // (read with REDIS_TLS=true below)
+      {"QUOTA_MODE", "yes"},                              // not a Go boolean
       {"NEAR_LIMIT_RATIO", "1.5"},
       {"LIMIT_RESPONSE_HEADERS_ENABLED", "on"},  // not a Go boolean
       {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
@@ -153,10 +154,93 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"LOG_LEVEL", "verbose"},
   };
   for (const auto& [name, value] : refused) {
-    const EnvoyEnv result = ReadEnvoyEnv(With(Deployment(), name, value));
+    Env env = With(Deployment(), name, value);
+    if (name.starts_with("REDIS_TLS_")) env["REDIS_TLS"] = "true";
+    const EnvoyEnv result = ReadEnvoyEnv(env);
     EXPECT_FALSE(result.ok()) << name << "=" << value;
     EXPECT_THAT(Said(result, name, Level::kError), testing::SizeIs(1)) << name << "\n"
                                                                        << All(result);
+  }
+}
+
+// REDIS_TLS=true: rediss:// URLs, the system's CAs and each host's name checked, as upstream
+// (a tls.Config with no RootCAs).
+TEST(EnvoyEnvTest, RedisTlsMakesTheUrlsRediss) {
+  const EnvoyEnv result = ReadEnvoyEnv(With(Deployment(), "REDIS_TLS", "true"));
+  ASSERT_TRUE(result.ok()) << All(result);
+  const rules::Settings& s = *result.load.settings;
+  EXPECT_EQ(s.redis_url, "rediss://redis:6379");
+  ASSERT_TRUE(s.redis_tls.has_value());
+  EXPECT_EQ(s.redis_tls->ca_file, "");
+  EXPECT_EQ(s.redis_tls->cert_file, "");
+  EXPECT_FALSE(s.redis_tls->skip_hostname_verification);
+  // A cluster's seeds too, with REDIS_AUTH.
+  Env cluster = With(Deployment(), "REDIS_TLS", "1");
+  cluster["REDIS_TYPE"] = "cluster";
+  cluster["REDIS_URL"] = "10.0.0.1:7000,10.0.0.2:7000";
+  cluster["REDIS_AUTH"] = "pw";
+  EXPECT_THAT(ReadEnvoyEnv(cluster).load.settings->redis_nodes,
+              ElementsAre("rediss://pw@10.0.0.1:7000", "rediss://pw@10.0.0.2:7000"));
+  // Off (the default): plain redis://, no TLS settings.
+  EXPECT_FALSE(ReadEnvoyEnv(Deployment()).load.settings->redis_tls.has_value());
+  EXPECT_EQ(ReadEnvoyEnv(With(Deployment(), "REDIS_TLS", "false")).load.settings->redis_url,
+            "redis://redis:6379");
+}
+
+// REDIS_TLS_CACERT: the CAs trusted (sluice: those alone; said as info, upstream adds them to
+// the system's).
+TEST(EnvoyEnvTest, RedisTlsCacertIsTheCaFile) {
+  Env env = With(Deployment(), "REDIS_TLS", "true");
+  env["REDIS_TLS_CACERT"] = "/etc/redis-tls/ca.pem";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.load.settings->redis_tls->ca_file, "/etc/redis-tls/ca.pem");
+  EXPECT_THAT(Said(result, "REDIS_TLS_CACERT", Level::kInfo),
+              ElementsAre(HasSubstr("trusts the CAs of /etc/redis-tls/ca.pem alone")));
+}
+
+// REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY: mutual TLS, both or neither (upstream quietly
+// sends no certificate with one alone; sluice refuses to start).
+TEST(EnvoyEnvTest, RedisTlsClientCertAndKeyAreMutualTls) {
+  Env env = With(Deployment(), "REDIS_TLS", "true");
+  env["REDIS_TLS_CLIENT_CERT"] = "client.pem";
+  env["REDIS_TLS_CLIENT_KEY"] = "client.key";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.load.settings->redis_tls->cert_file, "client.pem");  // as given (upstream too)
+  EXPECT_EQ(result.load.settings->redis_tls->key_file, "client.key");
+  const EnvoyEnv no_key = ReadEnvoyEnv(With(env, "REDIS_TLS_CLIENT_KEY", ""));
+  EXPECT_FALSE(no_key.ok());
+  EXPECT_THAT(Said(no_key, "REDIS_TLS_CLIENT_CERT", Level::kError),
+              ElementsAre(HasSubstr("needs REDIS_TLS_CLIENT_KEY")));
+  const EnvoyEnv no_cert = ReadEnvoyEnv(With(env, "REDIS_TLS_CLIENT_CERT", ""));
+  EXPECT_FALSE(no_cert.ok());
+  EXPECT_THAT(Said(no_cert, "REDIS_TLS_CLIENT_KEY", Level::kError),
+              ElementsAre(HasSubstr("needs REDIS_TLS_CLIENT_CERT")));
+}
+
+// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: the chain is still verified, the name is not.
+TEST(EnvoyEnvTest, RedisTlsSkipHostnameVerification) {
+  Env env = With(Deployment(), "REDIS_TLS", "true");
+  env["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"] = "true";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_TRUE(result.load.settings->redis_tls->skip_hostname_verification);
+}
+
+// Without REDIS_TLS=true the TLS variables do nothing, upstream as here: info.
+TEST(EnvoyEnvTest, RedisTlsVariablesWithoutRedisTlsAreInfo) {
+  Env env = Deployment();
+  env["REDIS_TLS_CACERT"] = "/ca.pem";
+  env["REDIS_TLS_CLIENT_CERT"] = "/c.pem";
+  env["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"] = "true";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_FALSE(result.load.settings->redis_tls.has_value());
+  for (const char* name :
+       {"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}) {
+    EXPECT_THAT(Said(result, name, Level::kInfo), ElementsAre(HasSubstr("only with REDIS_TLS")))
+        << name;
   }
 }
 

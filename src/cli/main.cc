@@ -110,7 +110,8 @@ struct ServeCommand {
     app->add_option("--threads", threads, "worker threads");
     auto* redis_option =
         app->add_option("--redis", redis_url,
-                        "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis)");
+                        "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis); "
+                        "rediss:// for TLS (redis.tls in the settings file)");
     app->add_flag("--envoy-env", envoy_env,
                   "settings and rules from envoyproxy/ratelimit's environment variables "
                   "(docs/integration/envoy.md)")

@@ -7,6 +7,7 @@
 #include "rules/loader.h"
 #include "rules/matcher.h"
 #include "sluice/clock.h"
+#include "stack/redis_tls.h"
 #include "stack/stack.h"
 
 namespace sluice::cli {
@@ -57,8 +58,12 @@ int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
     for (const auto& e : result.errors) out << e.ToString() << "\n";
     return 1;
   }
-  // What serve refuses at start beyond the files' own checks.
-  const std::vector<rules::ConfigError> refused = rules::CheckAdminAccess(result.config->settings);
+  // What serve refuses at start beyond the files' own checks: the admin API's access, and TLS
+  // files for Redis that cannot be used.
+  std::vector<rules::ConfigError> refused = rules::CheckAdminAccess(result.config->settings);
+  for (rules::ConfigError& e : stack::CheckRedisTls(result.config->settings)) {
+    refused.push_back(std::move(e));
+  }
   if (!refused.empty()) {
     for (const auto& e : refused) out << e.ToString() << "\n";
     return 1;

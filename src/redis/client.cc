@@ -407,12 +407,30 @@ class ClientImpl : public Client {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
   if (options.seeds.empty()) return absl::InvalidArgumentError("redis: no server given");
+  const bool tls = options.seeds.front().tls;
+  for (const Endpoint& seed : options.seeds) {
+    if (seed.tls != tls) {
+      return absl::InvalidArgumentError(
+          "redis: rediss:// (TLS) and redis:// servers mixed; a cluster's nodes are all one or "
+          "the other");
+    }
+  }
+  if (!tls && options.tls) {
+    return absl::InvalidArgumentError(
+        fmt::format("redis: TLS options for redis://{}, which is plain TCP (rediss:// is TLS)",
+                    options.seeds.front().Address()));
+  }
+  if (tls && !options.connection.tls) {
+    auto context = MakeTlsContext(options.tls.value_or(TlsOptions{}));
+    if (!context.ok()) return context.status();
+    options.connection.tls = *std::move(context);
+  }
   return std::unique_ptr<Client>(std::make_unique<ClientImpl>(std::move(options)));
 }
 
 std::string DescribeRedis(bool cluster, const Endpoint& seed) {
-  return cluster ? fmt::format("redis cluster via {}", seed.Address())
-                 : fmt::format("redis {}", seed.Address());
+  return fmt::format("redis {}{}{}", cluster ? "cluster via " : "", seed.Address(),
+                     seed.tls ? " (TLS)" : "");
 }
 
 absl::Status AwaitFirstConnection(const Client& client, std::chrono::microseconds wait,

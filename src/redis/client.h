@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "redis/connection.h"
 #include "redis/resp.h"
+#include "redis/tls.h"
 
 namespace sluice::redis {
 
@@ -34,13 +36,20 @@ class Client {
   struct Options {
     std::vector<Endpoint> seeds;  // one server, or a cluster's seed nodes
     bool cluster = false;
-    Connection::Options connection;  // timeouts, backoff, bounds, clock; endpoint set per node
+    // How to talk TLS to seeds that are rediss:// (all or none of them); the defaults (the
+    // system's CAs, the host name verified) when not given. A cluster's other nodes are reached
+    // over TLS too, by the names or addresses the cluster announces.
+    std::optional<TlsOptions> tls;
+    // Timeouts, backoff, bounds, clock; the endpoint is set per node, and the TLS context made
+    // from `tls` (when not set here already).
+    Connection::Options connection;
     int connections_per_node = 2;
     int max_redirects = 5;
   };
 
   // Starts connecting (and, for a cluster, loading the slot map) in the background.
-  // InvalidArgument without a seed.
+  // InvalidArgument without a seed, with rediss:// and redis:// seeds mixed, with `tls` for
+  // redis:// seeds, or when a TLS file cannot be used (MakeTlsContext).
   static absl::StatusOr<std::unique_ptr<Client>> Create(Options options);
   virtual ~Client() = default;
 
@@ -67,7 +76,8 @@ class Client {
   virtual uint64_t map_refreshes() const = 0;
 };
 
-// For messages: "redis HOST:PORT", or "redis cluster via HOST:PORT" (the seed).
+// For messages: "redis HOST:PORT", or "redis cluster via HOST:PORT" (the seed); " (TLS)" after
+// it for rediss://.
 std::string DescribeRedis(bool cluster, const Endpoint& seed);
 
 // Waits up to `wait` for the client's first connection, so that a refused login is the

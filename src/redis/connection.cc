@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "redis/redis_clock.h"
+#include "redis/tls_stream.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
 
@@ -91,7 +92,9 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
           self->timer_.expires_after(self->options_.connect_timeout);
           self->timer_.async_wait([self, gen](boost::system::error_code ec) {
             if (!ec && gen == self->generation_ && self->state() == State::kConnecting) {
-              self->Fail("connect timed out");
+              self->Fail(self->handshaking_ ? fmt::format("TLS handshake with {} timed out",
+                                                          self->options_.endpoint.Address())
+                                            : std::string("connect timed out"));
             }
           });
           asio::async_connect(
@@ -101,14 +104,37 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
                 if (ec)
                   return self->Fail(fmt::format("cannot connect to {}: {}",
                                                 self->options_.endpoint.Address(), ec.message()));
+                if (self->options_.tls) return self->Handshake();
                 self->OnConnected();
               });
         });
   }
 
-  void OnConnected() {
+  // TLS: a fresh stream over the connected socket, handshaken within what is left of the connect
+  // timeout (the timer still runs), then the login as over TCP.
+  void Handshake() {
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
+    tls_ = std::make_shared<TlsStream>(std::move(socket_), options_.tls->native());
+    PrepareTlsStream(*tls_, *options_.tls, options_.endpoint.host);
+    handshaking_ = true;
+    tls_->async_handshake(TlsStream::client, [self = shared_from_this(), stream = tls_,
+                                              gen = generation_](boost::system::error_code ec) {
+      if (gen != self->generation_ || self->closed_) return;
+      self->handshaking_ = false;
+      if (ec)
+        return self->Fail(fmt::format("TLS handshake with {} failed: {}",
+                                      self->options_.endpoint.Address(),
+                                      TlsHandshakeError(ec, *stream)));
+      self->OnConnected();
+    });
+  }
+
+  void OnConnected() {
+    if (!tls_) {
+      boost::system::error_code ignored;
+      socket_.set_option(tcp::no_delay(true), ignored);
+    }
     timer_.cancel();
     ReadMore();
     // Log in and pick the database before anything else is written; commands sent meanwhile
@@ -188,6 +214,13 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     ++generation_;
     boost::system::error_code ignored;
     socket_.close(ignored);
+    if (tls_) {
+      // Its handlers still pending hold it (and quit: stale generation); the next connection
+      // makes a new one.
+      tls_->next_layer().close(ignored);
+      tls_.reset();
+    }
+    handshaking_ = false;
     timer_.cancel();
     deadline_armed_ = false;
     resolver_.cancel();
@@ -270,16 +303,22 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     writing_ = true;
     in_flight_.swap(out_);
     out_.clear();
-    asio::async_write(
-        socket_, asio::buffer(in_flight_),
-        [self = shared_from_this(), gen = generation_](boost::system::error_code ec, size_t) {
-          if (gen != self->generation_) return;
-          self->writing_ = false;
-          if (ec)
-            return self->Fail(
-                fmt::format("write to {}: {}", self->options_.endpoint.Address(), ec.message()));
-          self->WriteMore();
-        });
+    auto written = [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
+                                                                  size_t) {
+      if (gen != self->generation_) return;
+      self->writing_ = false;
+      if (ec)
+        return self->Fail(fmt::format("write to {}: {}", self->options_.endpoint.Address(),
+                                      self->tls_ ? TlsIoError(ec) : ec.message()));
+      self->WriteMore();
+    };
+    if (tls_) {
+      asio::async_write(*tls_, asio::buffer(in_flight_),
+                        [stream = tls_, written = std::move(written)](
+                            boost::system::error_code ec, size_t n) { written(ec, n); });
+    } else {
+      asio::async_write(socket_, asio::buffer(in_flight_), std::move(written));
+    }
   }
 
   // --- deadlines: one timer, set to the earliest deadline of a live command. (A caller's
@@ -329,15 +368,23 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   // --- reading
 
   void ReadMore() {
-    socket_.async_read_some(asio::buffer(buffer_), [self = shared_from_this(), gen = generation_](
-                                                       boost::system::error_code ec, size_t n) {
+    auto read = [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
+                                                               size_t n) {
       if (gen != self->generation_) return;
       if (ec)
-        return self->Fail(
-            fmt::format("read from {}: {}", self->options_.endpoint.Address(),
-                        ec == asio::error::eof ? "closed by the server" : ec.message()));
+        return self->Fail(fmt::format("read from {}: {}", self->options_.endpoint.Address(),
+                                      self->tls_               ? TlsIoError(ec)
+                                      : ec == asio::error::eof ? "closed by the server"
+                                                               : ec.message()));
       self->OnBytes(n);
-    });
+    };
+    if (tls_) {
+      tls_->async_read_some(asio::buffer(buffer_),
+                            [stream = tls_, read = std::move(read)](boost::system::error_code ec,
+                                                                    size_t n) { read(ec, n); });
+    } else {
+      socket_.async_read_some(asio::buffer(buffer_), std::move(read));
+    }
   }
 
   void OnBytes(size_t n) {
@@ -373,7 +420,8 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
 
   asio::io_context& io_;
   const Options options_;
-  tcp::socket socket_;
+  tcp::socket socket_;              // connects; over TLS, moved into tls_ once connected
+  std::shared_ptr<TlsStream> tls_;  // this connection's TLS stream, if TLS and connected
   tcp::resolver resolver_;
   asio::steady_timer timer_;        // connect timeout, then command deadlines
   asio::steady_timer retry_timer_;  // reconnect backoff
@@ -381,6 +429,7 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   uint64_t generation_ = 0;  // bumped on every (re)connect and drop: stale handlers quit
   bool closed_ = false;
   bool writing_ = false;
+  bool handshaking_ = false;  // TLS handshake in progress
   bool deadline_armed_ = false;
   MonoTime armed_at_{};     // when the deadline timer fires, while armed
   MonoTime retry_at_{};     // when the next connection attempt may start (backoff)

@@ -7,6 +7,8 @@
 // Callbacks get an error Status for transport failures only; a Redis error reply is a Reply of
 // type kError.
 //
+// Over TLS (Options::tls) the same, on a TLS stream made afresh for each connection.
+//
 // Design: docs/redis.md#the-connection-and-rediss-clock.
 
 #ifndef SLUICE_REDIS_CONNECTION_H_
@@ -21,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "redis/resp.h"
+#include "redis/tls.h"
 #include "sluice/clock.h"
 
 namespace sluice::redis {
@@ -64,6 +67,9 @@ class Connection {
     size_t max_pending = 100000;
     // Where deadlines take the time from; not owned, must outlive the connection.
     const Clock* clock = SystemClock::Get();
+    // Set: TLS (rediss://). Every (re)connection handshakes within connect_timeout, then logs in
+    // as over TCP; everything else is the same.
+    std::shared_ptr<const TlsContext> tls;
   };
 
   // What the connection is doing now.
@@ -84,8 +90,9 @@ class Connection {
   virtual void Close() = 0;
 
   virtual State state() const = 0;
-  // Why the connection is not ready ("connection refused", "AUTH failed: WRONGPASS ..."), or
-  // empty.
+  // Why the connection is not ready ("connection refused", "login to ... failed: WRONGPASS
+  // ...", "TLS handshake with ... failed: certificate verify failed: certificate has expired"),
+  // or empty.
   virtual std::string last_error() const = 0;
 };
 

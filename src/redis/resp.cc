@@ -81,12 +81,18 @@ std::string Endpoint::Address() const {
 absl::StatusOr<Endpoint> ParseUrl(std::string_view url) {
   const auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(
-        fmt::format("bad Redis URL '{}': {} (redis://[user:pass@]host:port[/db])", url, why));
+        fmt::format("bad Redis URL '{}': {} (redis[s]://[user:pass@]host:port[/db])", url, why));
   };
-  constexpr std::string_view kScheme = "redis://";
-  if (!url.starts_with(kScheme)) return bad("it must start with redis://");
-  std::string_view rest = url.substr(kScheme.size());
   Endpoint e;
+  std::string_view rest = url;
+  if (rest.starts_with("redis://")) {
+    rest.remove_prefix(8);
+  } else if (rest.starts_with("rediss://")) {
+    rest.remove_prefix(9);
+    e.tls = true;
+  } else {
+    return bad("it must start with redis:// (or rediss:// for TLS)");
+  }
   if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
     const std::string_view credentials = rest.substr(0, at);
     rest.remove_prefix(at + 1);

@@ -20,15 +20,16 @@ struct redisReader;
 
 namespace sluice::redis {
 
-// Where a Redis server is and how to log in: redis://[user:pass@]host:port[/db]. The user may
-// be empty (`redis://:pass@host:port`, password-only AUTH); the port defaults to 6379 and the
-// database to 0. IPv6 hosts are written in brackets.
+// Where a Redis server is and how to log in: redis://[user:pass@]host:port[/db], or rediss://
+// for TLS (tls.h). The user may be empty (`redis://:pass@host:port`, password-only AUTH); the
+// port defaults to 6379 and the database to 0. IPv6 hosts are written in brackets.
 struct Endpoint {
   std::string host;
   int port = 6379;
   std::string user;
   std::string password;
   int db = 0;
+  bool tls = false;  // rediss://
 
   std::string Address() const;  // "host:port", for messages
 };

@@ -160,6 +160,19 @@ struct Domain {
   uint32_t hot_key_rate = 1000;
 };
 
+// redis.tls: how to talk TLS to rediss:// servers (stack makes redis::TlsOptions of it; what
+// each does: docs/redis.md, "TLS"). The parser makes relative file names relative to the settings
+// file's directory.
+struct RedisTlsSettings {
+  std::string ca_file;    // empty: the system's CA store
+  std::string cert_file;  // mutual TLS, with key_file
+  std::string key_file;
+  std::string server_name;  // empty: each node's host
+  bool skip_hostname_verification = false;
+  // Where the settings file says them (for the errors of files that cannot be used).
+  Position at, ca_file_at, cert_file_at, key_file_at;
+};
+
 // Server-wide settings (the settings file, conventionally sluice.yaml; flags override).
 struct Settings {
   std::string file;        // where they came from; empty = defaults
@@ -180,6 +193,9 @@ struct Settings {
   std::string redis_url;
   bool redis_cluster = false;
   std::vector<std::string> redis_nodes;
+  // Set by a redis.tls block, which only rediss:// URLs may have (a rediss:// URL without one
+  // trusts the system's CAs and checks each node's host name).
+  std::optional<RedisTlsSettings> redis_tls;
   std::string redis_key_prefix = "sluice:";
   int64_t redis_timeout_us = 10000;
   int local_instances = 1;     // failure_mode local: the limit is divided by this

@@ -489,7 +489,7 @@ grpc: {threads: -2}
                   "t.yaml:2:10: threads must be an integer, got 'many'",
                   "t.yaml:3:17: unknown_domain must be allow or deny",
                   "t.yaml:4:24: unknown header style 'draft' (x_ratelimit, ietf, none)",
-                  "t.yaml:5:14: bad Redis URL 'http://x' (redis://[user:pass@]host:port[/db])",
+                  "t.yaml:5:14: bad Redis URL 'http://x' (redis[s]://[user:pass@]host:port[/db])",
                   "t.yaml:5:35: instances must be at least 1",
                   "t.yaml:6:23: rls.unknown_domain must be ok or error",
                   "t.yaml:7:17: threads must not be negative, got -2"));

@@ -41,18 +41,19 @@ void ParseTopLevel(YamlReader& r, const YAML::Node& doc, Settings& s) {
   }
 }
 
+// `path` relative to the settings file's directory, as `rules:` is (not to where sluice happens
+// to run); absolute ones and those of settings without a file as they are.
+std::string NextToSettings(const YamlReader& r, std::string path) {
+  if (path.empty() || r.file().empty() || !std::filesystem::path(path).is_relative()) return path;
+  return (std::filesystem::path(r.file()).parent_path() / path).string();
+}
+
 // admin: {listen, token_file}
 void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node admin = doc["admin"]; admin.IsDefined() && !admin.IsNull()) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
-      s.admin_token_file = r.String(admin, "token_file").value_or("");
-      // Relative to the settings file, as `rules:` is (not to where sluice happens to run).
-      if (!s.admin_token_file.empty() && !r.file().empty() &&
-          std::filesystem::path(s.admin_token_file).is_relative()) {
-        s.admin_token_file =
-            (std::filesystem::path(r.file()).parent_path() / s.admin_token_file).string();
-      }
+      s.admin_token_file = NextToSettings(r, r.String(admin, "token_file").value_or(""));
       if (admin["listen"].IsDefined()) s.admin_listen_at = r.FieldPosition(admin, "listen");
       if (admin["token_file"].IsDefined()) {
         s.admin_token_file_at = r.FieldPosition(admin, "token_file");
@@ -101,6 +102,32 @@ void ParseGrpc(YamlReader& r, const YAML::Node& doc, Settings& s) {
   }
 }
 
+// redis.tls: {ca_file, cert_file, key_file, server_name, skip_hostname_verification}
+void ParseRedisTls(YamlReader& r, const YAML::Node& redis, Settings& s) {
+  const YAML::Node tls = redis["tls"];
+  if (!tls.IsDefined() || tls.IsNull()) return;
+  if (!r.CheckMap(
+          tls, "redis.tls",
+          {"ca_file", "cert_file", "key_file", "server_name", "skip_hostname_verification"})) {
+    return;
+  }
+  RedisTlsSettings& t = s.redis_tls.emplace();
+  t.at = r.FieldPosition(redis, "tls");
+  const auto file = [&](const char* key, std::string& value, Position& at) {
+    value = NextToSettings(r, r.String(tls, key).value_or(""));
+    if (tls[key].IsDefined()) at = r.FieldPosition(tls, key);
+  };
+  file("ca_file", t.ca_file, t.ca_file_at);
+  file("cert_file", t.cert_file, t.cert_file_at);
+  file("key_file", t.key_file, t.key_file_at);
+  t.server_name = r.String(tls, "server_name").value_or("");
+  t.skip_hostname_verification = r.Bool(tls, "skip_hostname_verification").value_or(false);
+  if (t.cert_file.empty() != t.key_file.empty()) {
+    r.Error(tls, t.cert_file.empty() ? "redis.tls: key_file needs cert_file (mutual TLS)"
+                                     : "redis.tls: cert_file needs key_file (mutual TLS)");
+  }
+}
+
 // backend: memory | redis, and redis: its connection and keys.
 void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (auto backend = r.String(doc, "backend")) {
@@ -110,9 +137,10 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
     s.backend = *backend;
   }
   if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
-    if (r.CheckMap(redis, "redis",
-                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
-                    "over_limit_cache", "lease_interval", "window_lease_life", "sync_interval"})) {
+    if (r.CheckMap(
+            redis, "redis",
+            {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
+             "over_limit_cache", "lease_interval", "window_lease_life", "sync_interval", "tls"})) {
       s.redis_url = r.String(redis, "url").value_or("");
       s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
       s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
@@ -136,10 +164,21 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
       if (s.redis_sync_interval_us < 1000) {
         r.Error(redis["sync_interval"], "sync_interval must be at least 1ms");
       }
+      ParseRedisTls(r, redis, s);
+      // TLS is the URLs' scheme: all rediss:// or none, and redis.tls for rediss:// only.
+      std::optional<bool> tls;
       const auto check_url = [&](const std::string& url, const YAML::Node& at) {
-        if (url.rfind("redis://", 0) != 0) {
-          r.Error(at, fmt::format("bad Redis URL '{}' (redis://[user:pass@]host:port[/db])", url));
+        const bool rediss = url.starts_with("rediss://");
+        if (!rediss && !url.starts_with("redis://")) {
+          r.Error(at,
+                  fmt::format("bad Redis URL '{}' (redis[s]://[user:pass@]host:port[/db])", url));
+        } else if (tls && *tls != rediss) {
+          r.Error(at, fmt::format("'{}': the nodes are all rediss:// (TLS) or all redis://", url));
+        } else if (!rediss && s.redis_tls) {
+          r.Error(at,
+                  fmt::format("'{}' is plain TCP, and redis.tls is set: TLS needs rediss://", url));
         }
+        tls = rediss;
       };
       if (!s.redis_url.empty()) check_url(s.redis_url, redis["url"]);
       for (size_t i = 0; i < s.redis_nodes.size(); ++i)

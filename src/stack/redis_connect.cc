@@ -3,11 +3,13 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "fmt/format.h"
 
 namespace sluice::stack {
 
 absl::StatusOr<RedisConnection> ConnectRedis(const std::vector<std::string>& urls, bool cluster,
-                                             int64_t timeout_us, std::chrono::microseconds wait) {
+                                             int64_t timeout_us, std::chrono::microseconds wait,
+                                             std::shared_ptr<const redis::TlsContext> tls) {
   if (urls.empty()) return absl::InvalidArgumentError("no Redis URL");
   redis::Client::Options options;
   options.cluster = cluster;
@@ -16,7 +18,12 @@ absl::StatusOr<RedisConnection> ConnectRedis(const std::vector<std::string>& url
     if (!endpoint.ok()) return endpoint.status();
     options.seeds.push_back(*endpoint);
   }
+  if (tls != nullptr && !options.seeds.front().tls) {
+    return absl::InvalidArgumentError(
+        fmt::format("redis.tls is set, and {} is plain TCP: TLS needs rediss://", urls.front()));
+  }
   options.connection.timeout = std::chrono::microseconds(timeout_us);
+  options.connection.tls = std::move(tls);
   RedisConnection out;
   out.where = redis::DescribeRedis(options.cluster, options.seeds[0]);
   auto client = redis::Client::Create(options);

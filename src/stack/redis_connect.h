@@ -1,7 +1,10 @@
 // Connecting to Redis the way every stack does (Stack::Build for `serve` and `sluice sim`,
-// LibraryStack for the library): the seeds from URLs, the client, and a wait for its first
-// connection, so that a refused login is an error at once; an unreachable server is not (the
-// failure policy answers until it is up).
+// LibraryStack for the library): the seeds from URLs, TLS for rediss:// ones, the client, and a
+// wait for its first connection, so that a refused login is an error at once; an unreachable
+// server is not (the failure policy answers until it is up), nor is one whose TLS handshake
+// fails (a certificate refused: the error says why, and the client keeps trying).
+// (Without the settings, rules': the library's stack uses it too. The settings' TLS files are
+// redis_tls.h's.)
 
 #ifndef SLUICE_STACK_REDIS_CONNECT_H_
 #define SLUICE_STACK_REDIS_CONNECT_H_
@@ -14,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "redis/client.h"
+#include "redis/tls.h"
 
 namespace sluice::stack {
 
@@ -23,9 +27,11 @@ struct RedisConnection {
 };
 
 // `urls`: one server's, or seeds of a Redis Cluster (`cluster`); at least one. `timeout_us`:
-// each call's. Waits up to `wait` for the first connection (0: not at all).
-absl::StatusOr<RedisConnection> ConnectRedis(const std::vector<std::string>& urls, bool cluster,
-                                             int64_t timeout_us, std::chrono::microseconds wait);
+// each call's. Waits up to `wait` for the first connection (0: not at all). `tls`: the context
+// of rediss:// URLs (null: the system's CAs, each host's name checked); only with them.
+absl::StatusOr<RedisConnection> ConnectRedis(
+    const std::vector<std::string>& urls, bool cluster, int64_t timeout_us,
+    std::chrono::microseconds wait, std::shared_ptr<const redis::TlsContext> tls = nullptr);
 
 }  // namespace sluice::stack
 

@@ -20,6 +20,7 @@
 #include "redis/client.h"
 #include "spdlog/spdlog.h"
 #include "stack/redis_connect.h"
+#include "stack/redis_tls.h"
 #include "util/log.h"
 
 namespace sluice::stack {
@@ -88,8 +89,12 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
     return absl::InvalidArgumentError(
         "backend: redis needs redis.url (or redis.nodes with cluster: true), or --redis URL");
   }
+  // TLS files that cannot be used are an error here, before any connection (as check-config
+  // says); certificates the server refuses are not (see ConnectRedis).
+  auto tls = RedisTlsContext(settings);
+  if (!tls.ok()) return tls.status();
   auto connection = ConnectRedis(urls, settings.redis_cluster, settings.redis_timeout_us,
-                                 std::chrono::seconds(2));
+                                 std::chrono::seconds(2), *std::move(tls));
   if (!connection.ok()) return connection.status();
   backend.client = std::move(connection->client);
   where = std::move(connection->where);

@@ -1,6 +1,7 @@
 // A throwaway Redis Cluster for tests: N masters, each with R replicas (none by default), on free
 // loopback ports, each node in its own temp directory, joined with `redis-cli --cluster create
-// --cluster-replicas R`; stopped by pid.
+// --cluster-replicas R`; stopped by pid. With TlsCerts, every node serves TLS alone (mutual, its
+// cluster bus and replication too: TlsCerts::RedisArgs), and redis-cli joins them over TLS.
 
 #ifndef SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_
 #define SLUICE_TESTS_SUPPORT_REDIS_CLUSTER_H_
@@ -13,25 +14,36 @@
 #include <vector>
 
 #include "tests/support/redis_server.h"
+#include "tests/support/tls_certs.h"
 
 namespace sluice::testing {
 
 class RedisCluster {
  public:
-  explicit RedisCluster(int masters = 3, int replicas_per_master = 0) {
+  explicit RedisCluster(int masters = 3, int replicas_per_master = 0, const TlsCerts* tls = nullptr)
+      : tls_(tls != nullptr) {
     char dir_template[] = "/tmp/sluice-cluster-XXXXXX";
     if (mkdtemp(dir_template) == nullptr) return;
     dir_ = dir_template;
-    std::string create = "redis-cli --cluster create";
+    const std::string cli = tls != nullptr ? "redis-cli " + tls->RedisCliArgs() : "redis-cli";
+    std::string create = cli + " --cluster create";
     for (int i = 0; i < masters * (1 + replicas_per_master); ++i) {
       const int port = RedisServer::FreeClusterPort();
       const std::string node_dir = dir_ + "/" + std::to_string(port);
       std::filesystem::create_directories(node_dir);
-      nodes_.push_back(std::make_unique<RedisServer>(
-          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                   "nodes.conf", "--cluster-node-timeout", "2000", "--dir",
-                                   node_dir},
-          port));
+      std::vector<std::string> args = {"--cluster-enabled",
+                                       "yes",
+                                       "--cluster-config-file",
+                                       "nodes.conf",
+                                       "--cluster-node-timeout",
+                                       "2000",
+                                       "--dir",
+                                       node_dir};
+      if (tls != nullptr) {
+        const std::vector<std::string> more = tls->RedisArgs(port, "server", true, true);
+        args.insert(args.end(), more.begin(), more.end());
+      }
+      nodes_.push_back(std::make_unique<RedisServer>(args, port));
       create += " 127.0.0.1:" + std::to_string(port);
     }
     create += " --cluster-replicas " + std::to_string(replicas_per_master) + " --cluster-yes >" +
@@ -41,10 +53,10 @@ class RedisCluster {
     for (size_t i = 0; created_ && i < nodes_.size(); ++i) {
       // With replicas, also until each replica has finished its first sync with its master.
       const std::string port = std::to_string(nodes_[i]->port());
-      const std::string check =
-          "redis-cli -p " + port + " cluster info 2>/dev/null | grep -q cluster_state:ok && " +
-          "! redis-cli -p " + port + " info replication 2>/dev/null | grep -q " +
-          "'master_link_status:down\\|master_sync_in_progress:1'";
+      const std::string check = cli + " -p " + port +
+                                " cluster info 2>/dev/null | grep -q cluster_state:ok && " + "! " +
+                                cli + " -p " + port + " info replication 2>/dev/null | grep -q " +
+                                "'master_link_status:down\\|master_sync_in_progress:1'";
       bool ok = false;
       for (int attempt = 0; attempt < 200 && !ok; ++attempt) {
         ok = std::system(check.c_str()) == 0;
@@ -63,10 +75,13 @@ class RedisCluster {
   int port(size_t i) const { return nodes_[i]->port(); }
   // Every node, masters and replicas (which is which changes with failovers: ask the nodes).
   size_t size() const { return nodes_.size(); }
-  std::string url(size_t i) const { return nodes_[i]->url(); }
+  std::string url(size_t i) const {
+    return tls_ ? "rediss://127.0.0.1:" + std::to_string(nodes_[i]->port()) : nodes_[i]->url();
+  }
   RedisServer& node(size_t i) { return *nodes_[i]; }
 
  private:
+  bool tls_;
   std::string dir_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   bool created_ = false;

@@ -71,6 +71,7 @@ std::vector<std::unique_ptr<redis::Client>> RedisStatsClients(redis::Client& cli
       if (!endpoint.ok()) continue;
       endpoint->user = options.seeds.front().user;
       endpoint->password = options.seeds.front().password;
+      endpoint->tls = options.seeds.front().tls;  // a cluster over TLS: every node is
       servers.push_back(*endpoint);
     }
     options.cluster = false;

@@ -171,11 +171,16 @@ if [[ -n $lib ]]; then
   check "exports sluice::RateLimiter" 1 "$(grep -q '^sluice::RateLimiter::Decide' <<<"$exported" && echo 1)"
   check "exports nothing internal (store, redis, backend, algo, stack, fmt, spdlog, asio)" "" \
     "$(grep -E '(sluice::(store|redis|backend|algo|util|stack)::|fmt::|spdlog::|asio::)' <<<"$exported" | head -3)"
-  # The run-time dependencies the page lists are the ones it is linked with.
-  needed=$(objdump -p "$lib" 2>/dev/null | awk '$1 == "NEEDED" {print $2}')
-  for so in libabsl_ libfmt.so libspdlog.so libhiredis.so libstdc++.so; do
-    check_contains "libsluice.so needs $so (library.md lists its package)" "$so" "$needed"
-  done
+  # The run-time dependencies the page lists are the ones it is linked with: each shared library
+  # libsluice.so needs (but the dynamic loader) comes from a package the page names.
+  runtime=$(sed -n '/^- \*\*at run time\*\*/,/^- \*\*to build\*\*/p' "$page")
+  while read -r so path; do
+    pkg=$({ dpkg -S "$path" || dpkg -S "$(readlink -f "$path")"; } 2>/dev/null | head -1 | cut -d: -f1)
+    check_contains "library.md lists the package of $so" "\`${pkg:-(no package for $path)}\`" \
+      "$runtime"
+  done < <(ldd "$lib" | awk -v needed="$(objdump -p "$lib" | awk '$1 == "NEEDED" {print $2}')" '
+    BEGIN { n = split(needed, list, "\n"); for (i = 1; i <= n; i++) direct[list[i]] = 1 }
+    $2 == "=>" && $3 ~ /^\// && ($1 in direct) {print $1, $3}')
 fi
 
 # ------------------------------------------------------------------ its CMake and C++ snippets

@@ -348,6 +348,31 @@ doc_block() {
     state == 2 { print }' "$1"
 }
 
+# check_one DATA DOMAIN KEY VALUE: one POST /v1/check to DATA (HOST:PORT), one descriptor of one
+# entry KEY=VALUE; prints the status, keeps headers and body (header, $tmp/body).
+check_one() {
+  curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
+    -d "{\"domain\":\"$2\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$4\"}]}]}" \
+    "http://$1/v1/check"
+}
+
+# fire DOMAIN KEY VALUE N: N such checks on each instance of the array `datas` (HOST:PORT each),
+# 8 at a time per instance, all at once; prints how many were allowed (200).
+fire() {
+  local body="{\"domain\":\"$1\",\"descriptors\":[{\"entries\":[{\"key\":\"$2\",\"value\":\"$3\"}]}]}"
+  local workers=() i
+  # shellcheck disable=SC2154  # (datas: the caller's instances)
+  for i in "${!datas[@]}"; do
+    (for _ in $(seq "$4"); do echo "${datas[$i]}"; done |
+       xargs -P 8 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
+         -d "$body" "http://{}/v1/check") >"$tmp/fire.$i" &
+    workers+=($!)
+  done
+  wait "${workers[@]}"
+  cat "$tmp"/fire.* | grep -c '^200$'
+  rm -f "$tmp"/fire.*
+}
+
 # contains_in_order TEXT PATTERN: TEXT contains PATTERN's `…`-separated pieces, in order (the
 # `# → TEXT` expectations of the commands that the docs show: readme_quickstart_e2e,
 # library_example_e2e).

@@ -29,29 +29,6 @@ start_four() {
   done
 }
 
-# check_one DATA DOMAIN KEY VALUE: one /v1/check; prints the status, keeps headers and body.
-check_one() {
-  curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
-    -d "{\"domain\":\"$2\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$4\"}]}]}" \
-    "http://$1/v1/check"
-}
-
-# fire DOMAIN KEY VALUE N: N checks on each instance, 8 at a time per instance, all at once;
-# prints how many were allowed (200).
-fire() {
-  local body="{\"domain\":\"$1\",\"descriptors\":[{\"entries\":[{\"key\":\"$2\",\"value\":\"$3\"}]}]}"
-  local workers=() i
-  for i in "${!datas[@]}"; do
-    (for _ in $(seq "$4"); do echo "${datas[$i]}"; done |
-       xargs -P 8 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
-         -d "$body" "http://{}/v1/check") >"$tmp/fire.$i" &
-    workers+=($!)
-  done
-  wait "${workers[@]}"
-  cat "$tmp"/fire.* | grep -c '^200$'
-  rm -f "$tmp"/fire.*
-}
-
 # settings DIR URL TLS_BLOCK: the rules of tests/redis in DIR, with a sluice.yaml on URL whose
 # redis.tls is TLS_BLOCK (YAML lines indented by four), and the certificates beside it.
 settings() {

@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "redis/connection_testing.h"
 #include "redis/redis_clock.h"
 #include "redis/resp.h"
 #include "sluice/clock.h"
@@ -20,6 +21,8 @@
 
 namespace sluice::redis {
 namespace {
+
+using test::WaitState;
 
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
@@ -175,16 +178,6 @@ class ConnectionTest : public ::testing::Test {
     auto c = Connection::Create(io_, o);
     connections_.push_back(c);
     return c;
-  }
-
-  static bool WaitState(const Connection& c, Connection::State want,
-                        std::chrono::milliseconds limit = 5s) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      if (c.state() == want) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return c.state() == want;
   }
 
   static absl::StatusOr<Reply> Call(Connection& c, std::initializer_list<std::string_view> args) {

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "redis/client.h"
 #include "redis/connection.h"
+#include "redis/connection_testing.h"
 #include "redis/resp.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
@@ -26,6 +27,8 @@
 
 namespace sluice::redis {
 namespace {
+
+using test::WaitState;
 
 using ::sluice::testing::RedisServer;
 using ::sluice::testing::TlsCerts;
@@ -81,16 +84,6 @@ class TlsTest : public ::testing::Test {
     auto c = Connection::Create(io_, o);
     connections_.push_back(c);
     return c;
-  }
-
-  static bool WaitState(const Connection& c, Connection::State want,
-                        std::chrono::milliseconds limit = 5s) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      if (c.state() == want) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return c.state() == want;
   }
 
   // Waits (5 s) until the connection has given up on an attempt, and says why.

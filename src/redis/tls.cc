@@ -77,9 +77,9 @@ absl::StatusOr<std::shared_ptr<const TlsContext>> MakeTlsContext(const TlsOption
                                                                  std::string* field) {
   std::string unused;
   std::string& at = field != nullptr ? *field : unused;
-  const auto refuse = [&](const char* option, std::string message) {
+  const auto refuse = [&](const char* option, const std::string& message) {
     at = option;
-    return absl::InvalidArgumentError(std::move(message));
+    return absl::InvalidArgumentError(message);
   };
   if (options.cert_file.empty() != options.key_file.empty()) {
     return options.key_file.empty()
@@ -167,7 +167,7 @@ std::string TlsIoError(const boost::system::error_code& ec) {
   if (ec == asio::error::eof || ec == ssl::error::stream_truncated) return "closed by the server";
   if (ec.category() == asio::error::get_ssl_category()) {
     const auto code = static_cast<unsigned long>(ec.value());
-    const std::string reason = Reason(ec);
+    std::string reason = Reason(ec);
     if (ERR_GET_LIB(code) == ERR_LIB_SSL && IsClientCertificateAlert(ERR_GET_REASON(code))) {
       return fmt::format("the server refused the client's certificate (mutual TLS): {}", reason);
     }

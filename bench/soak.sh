@@ -405,4 +405,9 @@ for d in "${dirs[@]}"; do
     log "gnuplot failed for $name: $(head -3 "$d/gnuplot.err")"
 done
 log "report: $out/report.md ($( ((verdict == 0)) && echo PASS || echo FAIL))"
+if ((verdict != 0)); then
+  # What failed, with its windows and times, where a run's log is all that is kept (ctest, CI).
+  grep -E '^- (over the limit|denied under the limit|crash|unanswered)' "$out/report.md" | head -20 || true
+  sed -n '/^Faults/,/^$/p' "$out/report.md" | head -20
+fi
 exit "$verdict"

@@ -64,16 +64,6 @@ deployment=(
   REDIS_POOL_SIZE=5 STATSD_HOST=statsd.example
 )
 
-# start_env NAME VAR=VALUE...: `sluice serve --envoy-env` with only these variables (and PATH);
-# waits (bounded) until it serves or exits. Sets PID.
-start_env() {
-  local name=$1; shift
-  env -i PATH="$PATH" "$@" "$sluice" serve --envoy-env >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  PID=$!
-  pids+=("$PID")
-  wait_started "$name"
-}
-
 json() {  # json USER: one /json request for domain api; prints the status code, keeps the body
   curl -s -o "$tmp/body" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
     -d "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"$1\"}]}]}" \

@@ -348,6 +348,27 @@ doc_block() {
     state == 2 { print }' "$1"
 }
 
+# start_env NAME VAR=VALUE...: `sluice serve --envoy-env` with only these variables (and PATH);
+# waits (bounded) until it serves or exits. Sets PID.
+start_env() {
+  local name=$1; shift
+  env -i PATH="$PATH" "$@" "$sluice" serve --envoy-env >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  PID=$!
+  pids+=("$PID")
+  wait_started "$name"
+}
+
+# start_four PREFIX ARGS...: four `sluice serve ARGS --threads 1` (PREFIX0..3); sets datas,
+# admins and spids.
+start_four() {
+  local prefix=$1 i; shift
+  datas=() admins=() spids=()
+  for i in 0 1 2 3; do
+    start "$prefix$i" "$@" --threads 1
+    datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
+  done
+}
+
 # check_one DATA DOMAIN KEY VALUE: one POST /v1/check to DATA (HOST:PORT), one descriptor of one
 # entry KEY=VALUE; prints the status, keeps headers and body (header, $tmp/body).
 check_one() {

@@ -16,17 +16,6 @@ sluice=${SLUICE:?set SLUICE to the sluice binary}
 source "$(dirname "$0")/lib.sh"
 need_tools curl redis-server redis-cli node
 
-# start_four PREFIX ARGS...: four `sluice serve ARGS --threads 1` (PREFIX0..3); sets datas,
-# admins and spids.
-start_four() {
-  local prefix=$1 i; shift
-  datas=() admins=() spids=()
-  for i in 0 1 2 3; do
-    start "$prefix$i" "$@" --threads 1
-    datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
-  done
-}
-
 # tenths_until_decided DATA USER: polls a closed-domain check (up to 6 s) until Redis decides it
 # again (200); prints after how many tenths of a second, 0 if it never did.
 tenths_until_decided() {

@@ -18,17 +18,6 @@ sluice=${SLUICE:?set SLUICE to the sluice binary}
 source "$(dirname "$0")/lib.sh"
 need_tools curl redis-server redis-cli openssl
 
-# start_four PREFIX ARGS...: four `sluice serve ARGS --threads 1` (PREFIX0..3); sets datas,
-# admins and spids.
-start_four() {
-  local prefix=$1 i; shift
-  datas=() admins=() spids=()
-  for i in 0 1 2 3; do
-    start "$prefix$i" "$@" --threads 1
-    datas+=("$DATA") admins+=("$ADMIN") spids+=("$PID")
-  done
-}
-
 # settings DIR URL TLS_BLOCK: the rules of tests/redis in DIR, with a sluice.yaml on URL whose
 # redis.tls is TLS_BLOCK (YAML lines indented by four), and the certificates beside it.
 settings() {
@@ -164,13 +153,6 @@ deployment=(
   REDIS_TLS=true REDIS_TLS_CACERT="$certs/ca.pem"
   REDIS_TLS_CLIENT_CERT="$certs/client.pem" REDIS_TLS_CLIENT_KEY="$certs/client.key"
 )
-start_env() {  # start_env NAME VAR=VALUE...: serve --envoy-env with only these variables
-  local name=$1; shift
-  env -i PATH="$PATH" "$@" "$sluice" serve --envoy-env >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  PID=$!
-  pids+=("$PID")
-  wait_started "$name"
-}
 json() {  # json USER: one /json request for domain api; prints the status code
   curl -s -o "$tmp/body" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
     -d "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"$1\"}]}]}" \

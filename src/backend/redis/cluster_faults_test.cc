@@ -3,7 +3,8 @@
 // busy key's slot (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE). Every call ends, ok or
 // with a clean error, in bounded time; the client follows the slot to its new owner (MOVED, ASK,
 // map refresh); the script is reloaded where it is missing (NOSCRIPT); and no acknowledged
-// decision is lost, so the limits still hold exactly.
+// decision is lost, so the limits still hold exactly. Each test runs on a plaintext cluster and
+// on one that speaks mutual TLS alone (clients, bus and replication: TlsCerts::RedisArgs).
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "tests/support/limits.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_store/redis_calls.h"
+#include "tests/support/tls_certs.h"
 
 namespace sluice::redis {
 namespace {
@@ -36,8 +39,9 @@ constexpr int64_t kDay = int64_t{86400} * 1000000;
 using testing::MakeLimit;
 
 std::unique_ptr<Client> Open(const std::string& url, bool cluster,
-                             std::chrono::microseconds timeout) {
-  return testing::OpenRedis({url}, cluster, timeout);
+                             std::chrono::microseconds timeout,
+                             std::optional<TlsOptions> tls = std::nullopt) {
+  return testing::OpenRedis({url}, cluster, timeout, SystemClock::Get(), std::move(tls));
 }
 
 // A call that does not answer within 10 s counts as a hang (the client's call timeout is 2 s).
@@ -149,21 +153,40 @@ class LoadLoop {
   std::vector<std::string> distinct_errors_ ABSL_GUARDED_BY(mu_);  // the first few kinds
 };
 
-// One cluster for both tests: 3 masters and 3 replicas.
-class ClusterFaultsTest : public ::testing::Test {
+// One cluster for both tests, 3 masters and 3 replicas: plaintext (GetParam() false), or mutual
+// TLS alone with certificates made for the run (true). Each is made when its first test starts.
+class ClusterFaultsTest : public ::testing::TestWithParam<bool> {
  protected:
-  static void SetUpTestSuite() { cluster_ = new testing::RedisCluster(3, 1); }
   static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
+    for (testing::RedisCluster*& cluster : clusters_) {
+      delete cluster;
+      cluster = nullptr;
+    }
+    delete certs_;
+    certs_ = nullptr;
   }
 
   void SetUp() override {
+    const bool tls = GetParam();
+    if (tls && certs_ == nullptr) certs_ = new testing::TlsCerts();
+    if (tls) {
+      ASSERT_TRUE(certs_->ok()) << "openssl failed: see " << certs_->make_log();
+    }
+    testing::RedisCluster*& cluster = clusters_[tls ? 1 : 0];
+    if (cluster == nullptr) cluster = new testing::RedisCluster(3, 1, tls ? certs_ : nullptr);
+    cluster_ = cluster;
     ASSERT_TRUE(cluster_->created()) << "redis-cli --cluster create --cluster-replicas 1 failed";
     ASSERT_EQ(cluster_->size(), 6u);
+    std::optional<TlsOptions> client_tls;
+    if (tls) {
+      client_tls.emplace();
+      client_tls->ca_file = certs_->ca();
+      client_tls->cert_file = certs_->Cert("client");
+      client_tls->key_file = certs_->Key("client");
+    }
     for (size_t i = 0; i < cluster_->size(); ++i)
-      admin_.push_back(Open(cluster_->url(i), false, 5s));
-    client_ = Open(cluster_->url(0), true, 2s);
+      admin_.push_back(Open(cluster_->url(i), false, 5s, client_tls));
+    client_ = Open(cluster_->url(0), true, 2s, client_tls);
     ASSERT_TRUE(client_->Ready()) << client_->last_error();
     store_ = std::make_unique<RedisStore>(client_.get(), RedisStore::Options{});
     for (int i = 0; i < 256; ++i) {
@@ -239,7 +262,9 @@ class ClusterFaultsTest : public ::testing::Test {
     return r.ok() ? r->decisions[0].remaining : -1;
   }
 
-  static testing::RedisCluster* cluster_;
+  static testing::RedisCluster* clusters_[2];  // plaintext, TLS
+  static testing::TlsCerts* certs_;
+  testing::RedisCluster* cluster_ = nullptr;  // this test's
   std::vector<std::unique_ptr<Client>> admin_;
   std::unique_ptr<RedisStore> store_;
   std::unique_ptr<Client> client_;  // goes before store_ (it fails the calls still in flight)
@@ -249,7 +274,8 @@ class ClusterFaultsTest : public ::testing::Test {
   int fresh_ = 0;
 };
 
-testing::RedisCluster* ClusterFaultsTest::cluster_ = nullptr;
+testing::RedisCluster* ClusterFaultsTest::clusters_[2] = {};
+testing::TlsCerts* ClusterFaultsTest::certs_ = nullptr;
 
 // The busy keys count in fixed windows of a day (aligned to midnight UTC), so that the counts
 // below are exact: the window of `item`, already started, must not end while the test runs.
@@ -260,7 +286,7 @@ bool WindowOutlastsTheTest(RedisStore& store, const Item& item) {
   return r.ok() && r->decisions[0].reset_after_us > int64_t{60} * 1000000;
 }
 
-TEST_F(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
+TEST_P(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
   const Limit counter = MakeLimit(Algorithm::kFixedWindow, 1000000000, kDay);
   const Limit small = MakeLimit(Algorithm::kFixedWindow, 300, kDay);
   const Item busy[] = {{.limit = &counter, .limit_id = 1, .key = "busy:failover", .cost = 1},
@@ -334,7 +360,7 @@ TEST_F(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
   EXPECT_EQ(AdmittedOfFreshLimit(replica, Algorithm::kFixedWindow, 20, 30), 20);
 }
 
-TEST_F(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
+TEST_P(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   const Limit counter = MakeLimit(Algorithm::kFixedWindow, 1000000000, kDay);
   const Limit small = MakeLimit(Algorithm::kFixedWindow, 300, kDay);
   const Item busy[] = {{.limit = &counter, .limit_id = 1, .key = "busy:reshard", .cost = 1},
@@ -402,6 +428,9 @@ TEST_F(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   EXPECT_EQ(Command(Admin(to), {"EXISTS", key})->integer, 1);
   EXPECT_EQ(load.busy_allowed(1), 300);
 }
+
+INSTANTIATE_TEST_SUITE_P(Plain, ClusterFaultsTest, ::testing::Values(false));
+INSTANTIATE_TEST_SUITE_P(Tls, ClusterFaultsTest, ::testing::Values(true));
 
 }  // namespace
 }  // namespace sluice::redis

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -18,17 +19,20 @@
 #include "backend/redis/redis_store.h"
 #include "gtest/gtest.h"
 #include "redis/client.h"
+#include "redis/tls.h"
 
 namespace sluice::testing {
 
 // A client of `urls` (one server, or a cluster's seeds), waited for until ready (up to 5 s).
+// `tls`: for rediss:// URLs.
 inline std::unique_ptr<redis::Client> OpenRedis(
     const std::vector<std::string>& urls, bool cluster,
     std::chrono::microseconds timeout = std::chrono::seconds(2),
-    const Clock* clock = SystemClock::Get()) {
+    const Clock* clock = SystemClock::Get(), std::optional<redis::TlsOptions> tls = std::nullopt) {
   redis::Client::Options o;
   for (const auto& u : urls) o.seeds.push_back(*redis::ParseUrl(u));
   o.cluster = cluster;
+  o.tls = std::move(tls);
   o.connection.timeout = timeout;
   o.connection.clock = clock;
   o.connection.max_backoff = std::chrono::milliseconds(100);

@@ -235,8 +235,14 @@ struct BenchRedisCommand {
     app = bench.add_subcommand(
         "redis", "decisions/s, latency and Redis commands per decision against a Redis server");
     limit.Add(app, /*required=*/false);
-    app->add_option("--redis", options.redis, "redis://host:port")->required();
+    app->add_option("--redis", options.redis, "redis://host:port, or rediss:// for TLS")
+        ->required();
     app->add_flag("--cluster", options.cluster, "the URL is a Redis Cluster seed node");
+    app->add_option("--tls-ca", options.tls_ca_file,
+                    "rediss://: the CA file (default: the system's CAs)");
+    app->add_option("--tls-cert", options.tls_cert_file,
+                    "rediss://: the client certificate, for mutual TLS");
+    app->add_option("--tls-key", options.tls_key_file, "rediss://: the client certificate's key");
     app->add_option("--keys", options.keys, "distinct keys K (default 100000)");
     app->add_option("--connections", options.connections, "connections per Redis node (default 2)");
     app->add_option("--inflight", options.inflight, "requests in flight at once (default 64)");

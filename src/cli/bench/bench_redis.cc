@@ -18,6 +18,7 @@
 #include "fmt/compile.h"
 #include "fmt/format.h"
 #include "redis/client.h"
+#include "redis/tls.h"
 #include "spdlog/spdlog.h"
 #include "util/percentile.h"
 
@@ -230,6 +231,12 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   client_options.connections_per_node = std::max(1, o.connections);
   client_options.connection.timeout = 1s;
   client_options.connection.max_pending = 1000000;
+  if (!o.tls_ca_file.empty() || !o.tls_cert_file.empty() || !o.tls_key_file.empty()) {
+    client_options.tls = redis::TlsOptions{};
+    client_options.tls->ca_file = o.tls_ca_file;
+    client_options.tls->cert_file = o.tls_cert_file;
+    client_options.tls->key_file = o.tls_key_file;
+  }
   auto client = redis::Client::Create(client_options);
   if (!client.ok()) {
     err << "bench redis: " << client.status().message() << "\n";

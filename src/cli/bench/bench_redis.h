@@ -14,7 +14,10 @@
 namespace sluice::tools {
 
 struct BenchRedisOptions {
-  std::string redis;  // redis://host:port
+  std::string redis;  // redis://host:port, or rediss:// (TLS, with the files below)
+  // rediss://: the CA file (empty: the system's store) and, for mutual TLS, the client's
+  // certificate and key.
+  std::string tls_ca_file, tls_cert_file, tls_key_file;
   bool cluster = false;
   Limit limit;
   uint64_t keys = 100000;

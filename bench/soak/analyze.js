@@ -111,6 +111,17 @@ for (const dir of phaseDirs) {
     .map((f) => ({start: f.start, end: f.end + GRACE_MS, what: f.what}));
   const kills = faults.filter((f) => f.what === 'redis_kill').map((f) => ({start: f.start, end: f.end + GRACE_MS}));
   const overlaps = (a0, a1, list) => list.some((o) => a0 < o.end && a1 > o.start);
+  // The failure policies' answers, by frontend: an admission they made counts apart only when
+  // its answer says so, so each frontend that sends open/local domains must be seen saying it
+  // (a frontend whose flag the driver cannot read would make those admissions look exact).
+  if (outages.length) {
+    const flagged = {};
+    for (const r of requests) if (r.flag === 'degraded' || r.flag === 'local') flagged[r.fe] = (flagged[r.fe] || 0) + 1;
+    const policyFes = [...new Set(requests.filter((r) => r.domain === 'openx' || r.domain === 'localx').map((r) => r.fe))].sort();
+    p(`Failure-policy answers by frontend: ${policyFes.map((fe) => `${fe} ${fmt(flagged[fe] || 0)}`).join(', ')}.`);
+    p();
+    for (const fe of policyFes) if (!flagged[fe]) fail(`no failure-policy answer seen on ${fe} during the Redis outages`);
+  }
 
   // ------------------------------------------------------------ exactness
   const excusedBy = {};  // group -> [{start,end}] of degraded/local answers and resets

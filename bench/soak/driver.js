@@ -81,9 +81,21 @@ function httpCall(inst, method, target, headers, body, done) {
   req.end(body);
 }
 
+// The x-ratelimit-status of a /json answer's responseHeadersToAdd ('' if none, or not JSON).
+function jsonFlag(body) {
+  try {
+    const h = (JSON.parse(body).responseHeadersToAdd || []).find((x) => x.key === 'x-ratelimit-status');
+    return h ? h.value : '';
+  } catch (e) {
+    return '';
+  }
+}
+
 function classifyHttp(r, status, headers, body) {
   if (status === 0) return logRequest(r, 'noanswer', 0, body.replace(/\s+/g, '_').slice(0, 60));
-  const flag = headers['x-ratelimit-status'] || '';
+  // A failure policy's answer says so in X-RateLimit-Status; /json, as envoyproxy/ratelimit's,
+  // carries it in the body's responseHeadersToAdd instead.
+  const flag = headers['x-ratelimit-status'] || (r.fe === 'json' ? jsonFlag(body) : '');
   if (status === 200) return logRequest(r, 'allow', status, flag);
   if (status === 429) return logRequest(r, 'deny', status, flag);
   if (status === 503 && /unavailable/i.test(body)) return logRequest(r, 'unavail', status, flag);

@@ -27,6 +27,10 @@ HttpServer::Impl::Session::Session(Socket socket, Impl* server, Listener* listen
                 ? asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string()
                 : a.to_string();
   }
+  if (listener->tls) {
+    tls_context_ = listener->tls->context();
+    tls_ = std::make_unique<TlsStream>(socket_, *tls_context_);
+  }
 }
 
 HttpServer::Impl::Session::~Session() {
@@ -42,7 +46,14 @@ void HttpServer::Impl::Session::Start() {
   first_request_deadline_ = now + server_->options.header_timeout;
   deadline_ = std::min(first_request_deadline_, now + server_->options.idle_timeout);
   ArmTimer(now);
-  WaitForRequest();
+  if (!tls_) return WaitForRequest();
+  // The handshake counts as part of the first request: a client that never finishes it is
+  // closed by the same deadline (the handshake then fails, and the connection closes).
+  tls_->async_handshake(asio::ssl::stream_base::server,
+                        [self = shared_from_this()](boost::system::error_code ec) {
+                          if (ec || !self->socket_.is_open()) return self->Close();
+                          self->WaitForRequest();
+                        });
 }
 
 bool HttpServer::Impl::Session::CloseOldestIdle(IdleList& idle) {
@@ -143,6 +154,8 @@ void HttpServer::Impl::Session::Linger() {
 
 void HttpServer::Impl::Session::Drain() {
   buffer_.clear();
+  // (With TLS too, from the socket: what still comes is dropped unread, so it need not be
+  // decrypted.)
   socket_.async_read_some(buffer_.prepare(kReadSize),
                           [self = shared_from_this()](boost::system::error_code ec, size_t) {
                             if (ec) return self->Close();  // closed, or the time is up
@@ -150,6 +163,9 @@ void HttpServer::Impl::Session::Drain() {
                           });
 }
 
+// A TLS connection is closed without TLS's close_notify: an answer's end is in HTTP's framing (a
+// length or the last chunk), except a streamed answer of unknown length to an HTTP/1.0 client,
+// which ends with the connection and so cannot be told from one cut short.
 void HttpServer::Impl::Session::Close() {
   LeaveIdle();
   boost::system::error_code ec;

@@ -17,6 +17,7 @@
 #include "cli/default_config.h"
 #include "cli/envoy_env.h"
 #include "cli/rls_json_endpoint.h"
+#include "cli/serve_tls.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/service.h"
@@ -152,33 +153,31 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   return absl::OkStatus();
 }
 
-// The data plane and the admin listeners; their bound ports.
+// The data plane and the admin listeners (with their TLS, if any); their bound ports.
 absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::Service& service,
-                                               const std::string& listen,
-                                               const std::string& admin) {
+                                               const std::string& listen, const std::string& admin,
+                                               const ServeTls& tls) {
   auto data_port = server.Listen(
       listen,
       [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
                  http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
       0, [&service](const http::HttpRequest& header) { return service.StreamsBody(header); },
-      [&service](unsigned status) { service.CountStatus(status); });
+      [&service](unsigned status) { service.CountStatus(status); }, tls.data());
   if (!data_port.ok()) return data_port.status();
   auto admin_port = server.Listen(
       admin,
       [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
                  http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
-      kAdminMaxConnections);
+      kAdminMaxConnections, nullptr, nullptr, tls.admin());
   if (!admin_port.ok()) return admin_port.status();
   return std::make_pair(*data_port, *admin_port);
 }
 
 // The gRPC (Envoy RLS) port on the same engine; its decisions counted with HTTP's.
-absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(const std::string& address,
-                                                           const rules::Settings& settings,
-                                                           std::function<bool()> backend_serving,
-                                                           rules::ConfigManager& manager,
-                                                           engine::Engine& engine,
-                                                           http::Service& service) {
+absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(
+    const std::string& address, const rules::Settings& settings,
+    std::function<bool()> backend_serving, rules::ConfigManager& manager, engine::Engine& engine,
+    http::Service& service, const ServeTls& tls) {
   return rls::GrpcServer::Start(
       {.address = address,
        .max_message_bytes = static_cast<int>(std::min<size_t>(
@@ -186,8 +185,27 @@ absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(const std::string& ad
        .backend_serving = std::move(backend_serving),
        .on_decision = [&service](std::string_view domain, const engine::Response& decision,
                                  int64_t us) { service.RecordDecision(domain, decision, us); },
-       .threads = settings.grpc_threads},
+       .threads = settings.grpc_threads,
+       .tls = tls.grpc_files()},
       &manager, &engine, SystemClock::Get());
+}
+
+// SIGHUP: the rules and the listeners' certificates are read again. (Both only wake a thread:
+// async-signal-safe.)
+std::atomic<rules::ConfigManager*> g_sighup_rules{nullptr};
+std::atomic<ServeTls*> g_sighup_tls{nullptr};
+void OnSighup(int) {
+  if (rules::ConfigManager* m = g_sighup_rules.load()) m->TriggerReload();
+  if (ServeTls* t = g_sighup_tls.load()) t->TriggerReload();
+}
+void ReloadOnSighup(rules::ConfigManager& manager, ServeTls& tls) {
+  g_sighup_rules.store(&manager);
+  g_sighup_tls.store(&tls);
+  struct sigaction sa {};
+  sa.sa_handler = OnSighup;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 // "HOST:PORT" -> "HOST".
@@ -282,23 +300,30 @@ int RunServe(const ServeFlags& flags) {
   http::Service service(&manager, &engine, clock, *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
+  const bool grpc_on = !grpc.empty() && grpc != "0";
+  auto tls = ServeTls::Load(settings, grpc_on);
+  if (!tls.ok()) return fail("", tls.status());
   http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
   Observability observability;
   if (auto s = StartMetrics(observability, **backends, manager, server, service); !s.ok()) {
     return fail("metrics: ", s);
   }
-  const auto ports = ListenHttp(server, service, listen, admin);
+  if (auto s = (*tls)->RegisterMetrics(observability.registry); !s.ok()) {
+    return fail("metrics: ", s);
+  }
+  const auto ports = ListenHttp(server, service, listen, admin, **tls);
   if (!ports.ok()) return fail("", ports.status());
   std::unique_ptr<rls::GrpcServer> grpc_server;
-  if (!grpc.empty() && grpc != "0") {
-    auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service);
+  if (grpc_on) {
+    auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls);
     if (!started.ok()) return fail("", started.status());
     grpc_server = *std::move(started);
   }
   if (auto s = manager.StartWatching(); !s.ok()) {
     util::Log().warn("config: not watching for changes: {}", std::string(s.message()));
   }
-  manager.ReloadOnSighup();
+  (*tls)->StartWatching();
+  ReloadOnSighup(manager, **tls);
 
   // Shutdown is bounded by one deadline, http.shutdown_timeout after the signal: requests in
   // flight get until then, the reverse proxy's upstream exchanges still pending are then
@@ -338,6 +363,8 @@ int RunServe(const ServeFlags& flags) {
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));
   manager.StopWatching();
+  g_sighup_tls.store(nullptr);
+  g_sighup_rules.store(nullptr);
   util::Log().info("sluice: stopped");
   return 0;
 }

@@ -1,7 +1,8 @@
 // TLS on a listener: the files refused with the one at fault named; a reload that takes settled
 // changes only and keeps the context in use when the new files cannot be used; and HttpServer
 // over TLS: keep-alive requests answered to a client with a certificate, refused without one,
-// and a new connection after a reload served the new certificate while an open one goes on.
+// and a new connection after a reload served the new certificate while an open one goes on; a
+// silent TLS connection is idle (the first closed for room at the cap).
 
 #include "http/transport/listener_tls.h"
 
@@ -12,6 +13,7 @@
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -198,6 +200,33 @@ TEST_F(ListenerTlsTest, TheServerSpeaksTlsToClientsWithACertificateAndReloadsFor
   Client fresh(*port, certs_.ca(), certs_, "client");
   EXPECT_EQ(fresh.Get(), "HTTP/1.1 200 OK");
   EXPECT_EQ(fresh.ServerName(), "elsewhere.test");
+
+  server.Stop();
+  thread.join();
+}
+
+// A TLS connection that sent nothing yet is idle, as a plaintext one is: at the listener's cap,
+// a client that does handshake takes its place.
+TEST_F(ListenerTlsTest, ASilentTlsConnectionMakesRoomAtTheCap) {
+  auto tls = ListenerTls::Load(Files(true));
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  HttpServer server(ServerOptions{.threads = 1});
+  auto port = server.Listen(
+      "127.0.0.1:0",
+      [](HttpRequest&, const std::string&, HttpResponse& response, Deferral&) {
+        response.body() = "ok";
+      },
+      /*max_connections=*/1, nullptr, nullptr, *tls);
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::thread thread([&server] { server.Run(); });
+
+  asio::io_context io;
+  tcp::socket silent(io);
+  silent.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted, waiting
+  Client client(*port, certs_.ca(), certs_, "client");
+  EXPECT_EQ(client.Get(), "HTTP/1.1 200 OK");
+  EXPECT_EQ(server.stats().connections_rejected.load(), 0u);
 
   server.Stop();
   thread.join();

@@ -1,6 +1,6 @@
 // Session's lifecycle (session.h): start, the deadline and its timer, the listener's idle list,
 // and the end of a connection (lingering after a last answer, closing). Reading requests is
-// session_request.cc; writing answers, session_answer.cc.
+// session_request.cc; writing answers, session_answer.cc; TLS, session_tls.cc.
 #include "http/transport/session.h"
 
 #include <algorithm>
@@ -27,10 +27,7 @@ HttpServer::Impl::Session::Session(Socket socket, Impl* server, Listener* listen
                 ? asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string()
                 : a.to_string();
   }
-  if (listener->tls) {
-    tls_context_ = listener->tls->context();
-    tls_ = std::make_unique<TlsStream>(socket_, *tls_context_);
-  }
+  if (listener->tls) MakeTlsStream();
 }
 
 HttpServer::Impl::Session::~Session() {
@@ -47,13 +44,7 @@ void HttpServer::Impl::Session::Start() {
   deadline_ = std::min(first_request_deadline_, now + server_->options.idle_timeout);
   ArmTimer(now);
   if (!tls_) return WaitForRequest();
-  // The handshake counts as part of the first request: a client that never finishes it is
-  // closed by the same deadline (the handshake then fails, and the connection closes).
-  tls_->async_handshake(asio::ssl::stream_base::server,
-                        [self = shared_from_this()](boost::system::error_code ec) {
-                          if (ec || !self->socket_.is_open()) return self->Close();
-                          self->WaitForRequest();
-                        });
+  WaitForHandshake();
 }
 
 bool HttpServer::Impl::Session::CloseOldestIdle(IdleList& idle) {

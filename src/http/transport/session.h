@@ -4,6 +4,7 @@
 #ifndef SLUICE_HTTP_TRANSPORT_SESSION_H_
 #define SLUICE_HTTP_TRANSPORT_SESSION_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -78,17 +79,41 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   void ArmTimer(MonoTime now);
   void OnTimer();
 
-  // The stream's reads and writes: the TLS stream's on a TLS listener, else the socket's.
-  template <class Buffers, class Done>
-  void AsyncReadSome(const Buffers& buffers, Done&& done) {
-    if (tls_) return tls_->async_read_some(buffers, std::forward<Done>(done));
-    socket_.async_read_some(buffers, std::forward<Done>(done));
+  // A TLS connection, before its handshake: waits (idle) for the client's first byte, then
+  // does the server's handshake.
+  void WaitForHandshake();
+
+  // The stream's reads and writes: the TLS stream's on a TLS listener, else the socket's. The
+  // TLS side is session_tls.cc's, behind a std::function: the SSL stream's templates stay out
+  // of the translation units of the plaintext path, whose code they would otherwise change.
+  using IoDone = std::function<void(boost::system::error_code, size_t)>;
+  template <class Done>
+  void AsyncReadSome(asio::mutable_buffer buffer, Done&& done) {
+    if (tls_) return TlsReadSome(buffer, IoDone(std::forward<Done>(done)));
+    socket_.async_read_some(buffer, std::forward<Done>(done));
   }
   template <class Buffers, class Done>
   void AsyncWrite(const Buffers& buffers, Done&& done) {
-    if (tls_) return asio::async_write(*tls_, buffers, std::forward<Done>(done));
+    if (tls_) return TlsWrite(Gather(buffers), IoDone(std::forward<Done>(done)));
     asio::async_write(socket_, buffers, std::forward<Done>(done));
   }
+  static std::array<asio::const_buffer, 3> Gather(asio::const_buffer buffer) {
+    return {buffer, asio::const_buffer(), asio::const_buffer()};
+  }
+  template <size_t N>
+  static std::array<asio::const_buffer, 3> Gather(const std::array<asio::const_buffer, N>& in) {
+    static_assert(N <= 3);
+    std::array<asio::const_buffer, 3> out{};
+    for (size_t i = 0; i < N; ++i) out[i] = in[i];
+    return out;
+  }
+  // session_tls.cc: the TLS stream made (in the constructor), its handshake, reads and writes,
+  // and whether it holds bytes taken from the socket and not read yet.
+  void MakeTlsStream();
+  void Handshake();
+  void TlsReadSome(asio::mutable_buffer buffer, IoDone done);
+  void TlsWrite(std::array<asio::const_buffer, 3> buffers, IoDone done);
+  bool TlsBytesPending();
 
   // Between requests: wait up to the idle timeout for the first byte of the next one (the first
   // request's wait is bounded in Start). Idle meanwhile: closed if room is needed. Once

@@ -123,11 +123,7 @@ bool HttpServer::Impl::Session::BytesWaiting() {
   boost::system::error_code ec;
   const size_t n = socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, ec);
   if (!ec && n > 0) return true;
-  // With TLS, what the stream has taken from the socket and not given out yet: decrypted
-  // (SSL_pending) or still in its input BIO.
-  if (!tls_) return false;
-  SSL* ssl = tls_->native_handle();
-  return SSL_pending(ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0;
+  return tls_ && TlsBytesPending();
 }
 
 void HttpServer::Impl::Session::Read(std::function<void(Status, std::string_view)> got) {

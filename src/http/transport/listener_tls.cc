@@ -26,7 +26,7 @@ namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
 
 // A PEM file larger than this is not a certificate chain or a key.
-constexpr std::streamoff kMaxPemBytes = 1 << 20;
+constexpr off_t kMaxPemBytes = 1 << 20;
 
 // OpenSSL's reason alone, without the library's name that Asio's message adds.
 std::string Reason(const boost::system::error_code& ec) {
@@ -49,6 +49,10 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, std::string_view wh
     return absl::InvalidArgumentError(
         fmt::format("TLS {} {}: is a directory, not a PEM file", what, path));
   }
+  if (st.st_size > kMaxPemBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("TLS {} {}: larger than 1 MiB, not a PEM file", what, path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(
@@ -56,12 +60,7 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, std::string_view wh
   }
   std::ostringstream bytes;
   bytes << in.rdbuf();
-  std::string text = std::move(bytes).str();
-  if (static_cast<std::streamoff>(text.size()) > kMaxPemBytes) {
-    return absl::InvalidArgumentError(
-        fmt::format("TLS {} {}: larger than 1 MiB, not a PEM file", what, path));
-  }
-  return text;
+  return std::move(bytes).str();
 }
 
 // The first certificate's notAfter (seconds since the epoch), or 0.

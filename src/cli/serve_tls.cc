@@ -93,9 +93,12 @@ absl::StatusOr<std::unique_ptr<GrpcTlsCopies>> GrpcTlsCopies::Create(bool mutual
   return std::unique_ptr<GrpcTlsCopies>(new GrpcTlsCopies(std::move(pattern), mutual));
 }
 
+// The key and the certificate chain share one file (OpenSSL's PEM readers pass over the blocks
+// of the other kind), so that one rename replaces both: gRPC, which reads the two paths one after
+// the other, can never see a new key with an old certificate.
 GrpcTlsCopies::GrpcTlsCopies(std::string dir, bool mutual) : dir_(std::move(dir)) {
-  files_.cert_file = dir_ + "/cert.pem";
-  files_.key_file = dir_ + "/key.pem";
+  files_.cert_file = dir_ + "/identity.pem";
+  files_.key_file = files_.cert_file;
   if (mutual) files_.client_ca_file = dir_ + "/client-ca.pem";
 }
 
@@ -105,8 +108,10 @@ GrpcTlsCopies::~GrpcTlsCopies() {
 }
 
 absl::Status GrpcTlsCopies::Write(const http::ListenerTls::Pem& pem) {
-  if (auto s = WriteFile(files_.key_file, pem.key); !s.ok()) return s;
-  if (auto s = WriteFile(files_.cert_file, pem.cert); !s.ok()) return s;
+  std::string identity = pem.key;
+  if (!identity.empty() && identity.back() != '\n') identity += '\n';
+  identity += pem.cert;
+  if (auto s = WriteFile(files_.cert_file, identity); !s.ok()) return s;
   if (!files_.client_ca_file.empty()) return WriteFile(files_.client_ca_file, pem.client_ca);
   return absl::OkStatus();
 }

@@ -32,7 +32,8 @@ class GrpcTlsCopies {
  public:
   static absl::StatusOr<std::unique_ptr<GrpcTlsCopies>> Create(bool mutual);
   ~GrpcTlsCopies();
-  // Replaces the copies with `pem` (each file by an atomic rename; the key first).
+  // Replaces the copies with `pem`, each file by an atomic rename (the key and the certificate
+  // together, in one file).
   absl::Status Write(const http::ListenerTls::Pem& pem);
   const rls::GrpcServer::Options::Tls& files() const { return files_; }
 

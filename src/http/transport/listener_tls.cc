@@ -96,9 +96,9 @@ absl::StatusOr<ListenerTls::Loaded> ListenerTls::Make(const ListenerTlsFiles& fi
                                                       std::string* field) {
   std::string unused;
   std::string& at = field != nullptr ? *field : unused;
-  const auto refuse = [&](const char* option, std::string message) {
+  const auto refuse = [&](const char* option, const std::string& message) {
     at = option;
-    return absl::InvalidArgumentError(std::move(message));
+    return absl::InvalidArgumentError(message);
   };
   Loaded loaded;
   auto cert = ReadPem(files.cert_file, "certificate");

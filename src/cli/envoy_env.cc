@@ -63,6 +63,40 @@ bool EnvoyEnv::ok() const {
 
 namespace {
 
+// GRPC_SERVER_USE_TLS=true: the gRPC port's TLS (grpc.tls) from upstream's variables, the files
+// as given (relative to where sluice runs, as upstream reads them). As upstream: the server's
+// certificate and key, and with GRPC_CLIENT_TLS_CACERT a client certificate signed by one of its
+// CAs required of every client; the TLS variables do nothing without GRPC_SERVER_USE_TLS.
+void ReadGrpcTls(EnvReader& r, rules::Settings& s) {
+  const bool use_tls = r.Bool("GRPC_SERVER_USE_TLS", false);
+  const auto cert = r.Get("GRPC_SERVER_TLS_CERT");
+  const auto key = r.Get("GRPC_SERVER_TLS_KEY");
+  const auto client_ca = r.Get("GRPC_CLIENT_TLS_CACERT");
+  const auto san = r.Get("GRPC_CLIENT_TLS_SAN");
+  if (!use_tls) {
+    for (const char* name : {"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY",
+                             "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}) {
+      if (r.Get(name)) r.Say(Level::kInfo, name, "no effect: only with GRPC_SERVER_USE_TLS=true");
+    }
+    return;
+  }
+  // Upstream would serve TLS without a certificate, and every handshake would fail.
+  if (!cert) r.Say(Level::kError, "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_USE_TLS=true needs it");
+  if (!key) r.Say(Level::kError, "GRPC_SERVER_TLS_KEY", "GRPC_SERVER_USE_TLS=true needs it");
+  if (san && client_ca) {
+    r.Say(Level::kError, "GRPC_CLIENT_TLS_SAN",
+          fmt::format("checking the client certificate's name ({}) is not supported; sluice would "
+                      "accept every certificate that GRPC_CLIENT_TLS_CACERT signed",
+                      *san));
+  } else if (san) {
+    r.Say(Level::kInfo, "GRPC_CLIENT_TLS_SAN", "no effect: only with GRPC_CLIENT_TLS_CACERT");
+  }
+  rules::ListenerTlsSettings& t = s.grpc_tls.emplace();
+  t.cert_file = cert.value_or("");
+  t.key_file = key.value_or("");
+  t.client_ca_file = client_ca.value_or("");
+}
+
 void ReadListeners(EnvReader& r, const std::map<std::string, std::string>& env, EnvoyEnv& out) {
   rules::Settings& s = *out.load.settings;
   // Listeners. Upstream's debug port serves pprof and its config read-only; sluice's admin API
@@ -88,13 +122,7 @@ void ReadListeners(EnvReader& r, const std::map<std::string, std::string>& env, 
                       "GRPC_HOST:GRPC_PORT",
                       *uds));
   }
-  r.Unsupported("GRPC_SERVER_USE_TLS", false, Level::kError,
-                "TLS on the gRPC port is not supported (terminate it in front of sluice)");
-  if (r.Get("GRPC_CLIENT_TLS_CACERT")) {
-    r.Say(Level::kError, "GRPC_CLIENT_TLS_CACERT",
-          "client certificates on the gRPC port are not supported; sluice would accept every "
-          "client");
-  }
+  ReadGrpcTls(r, s);
 }
 
 void ReadLogs(EnvReader& r, const std::map<std::string, std::string>& /*env*/, EnvoyEnv& out) {

@@ -36,9 +36,6 @@ constexpr Note kIrrelevant[] = {
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
      "sluice never serves without a loaded configuration"},
     {"FORCE_START_WITHOUT_INITIAL_CONFIG", "only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-    {"GRPC_SERVER_TLS_CERT", "only with GRPC_SERVER_USE_TLS=true"},
-    {"GRPC_SERVER_TLS_KEY", "only with GRPC_SERVER_USE_TLS=true"},
-    {"GRPC_CLIENT_TLS_SAN", "only with GRPC_CLIENT_TLS_CACERT"},
     {"DISABLE_STATS", "sluice has no statsd sink to disable; /metrics is read on demand"},
     {"STATS_FLUSH_INTERVAL", "sluice's /metrics is read on demand, nothing is flushed"},
 };

@@ -146,9 +146,8 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"LIMIT_RESPONSE_HEADERS_ENABLED", "on"},  // not a Go boolean
       {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
       {"GRPC_UDS", "/run/rl.sock"},
-      {"GRPC_SERVER_USE_TLS", "true"},
-      {"GRPC_CLIENT_TLS_CACERT", "/ca.pem"},
-      {"SHADOW_MODE", "yes"},  // not a Go boolean
+      {"GRPC_SERVER_USE_TLS", "yes"},  // not a Go boolean
+      {"SHADOW_MODE", "yes"},          // not a Go boolean
       {"PORT", "http"},
       {"REDIS_TIMEOUT", "10"},  // Go durations need a unit
       {"LOG_LEVEL", "verbose"},
@@ -161,6 +160,94 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
     EXPECT_THAT(Said(result, name, Level::kError), testing::SizeIs(1)) << name << "\n"
                                                                        << All(result);
   }
+}
+
+// GRPC_SERVER_USE_TLS=true: TLS on the gRPC port with the server's certificate and key, the
+// files as given; no client certificate asked for without GRPC_CLIENT_TLS_CACERT (upstream's
+// tls.NoClientCert).
+TEST(EnvoyEnvTest, GrpcServerUseTlsServesTheCertificateAndKey) {
+  Env env = Deployment();
+  env["GRPC_SERVER_USE_TLS"] = "true";
+  env["GRPC_SERVER_TLS_CERT"] = "/tls/server.pem";
+  env["GRPC_SERVER_TLS_KEY"] = "/tls/server.key";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  const rules::Settings& s = *result.load.settings;
+  ASSERT_TRUE(s.grpc_tls.has_value());
+  EXPECT_EQ(s.grpc_tls->cert_file, "/tls/server.pem");
+  EXPECT_EQ(s.grpc_tls->key_file, "/tls/server.key");
+  EXPECT_EQ(s.grpc_tls->client_ca_file, "");
+  EXPECT_FALSE(s.http_tls.has_value());
+  EXPECT_FALSE(s.admin_tls.has_value());
+}
+
+// GRPC_CLIENT_TLS_CACERT: mutual TLS, a client certificate signed by its CAs required
+// (upstream's tls.RequireAndVerifyClientCert).
+TEST(EnvoyEnvTest, GrpcClientTlsCacertRequiresClientCertificates) {
+  Env env = Deployment();
+  env["GRPC_SERVER_USE_TLS"] = "true";
+  env["GRPC_SERVER_TLS_CERT"] = "server.pem";
+  env["GRPC_SERVER_TLS_KEY"] = "server.key";
+  env["GRPC_CLIENT_TLS_CACERT"] = "clients-ca.pem";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  const rules::Settings& s = *result.load.settings;
+  ASSERT_TRUE(s.grpc_tls.has_value());
+  EXPECT_EQ(s.grpc_tls->cert_file, "server.pem");
+  EXPECT_EQ(s.grpc_tls->key_file, "server.key");
+  EXPECT_EQ(s.grpc_tls->client_ca_file, "clients-ca.pem");
+}
+
+// Upstream would listen with TLS and no certificate: every handshake would fail.
+TEST(EnvoyEnvTest, GrpcServerUseTlsNeedsTheCertificateAndTheKey) {
+  const EnvoyEnv no_key = ReadEnvoyEnv(With(With(Deployment(), "GRPC_SERVER_USE_TLS", "true"),
+                                            "GRPC_SERVER_TLS_CERT", "server.pem"));
+  EXPECT_FALSE(no_key.ok());
+  EXPECT_THAT(Said(no_key, "GRPC_SERVER_TLS_KEY", Level::kError), testing::SizeIs(1))
+      << All(no_key);
+  const EnvoyEnv no_cert = ReadEnvoyEnv(
+      With(With(Deployment(), "GRPC_SERVER_USE_TLS", "true"), "GRPC_SERVER_TLS_KEY", "server.key"));
+  EXPECT_FALSE(no_cert.ok());
+  EXPECT_THAT(Said(no_cert, "GRPC_SERVER_TLS_CERT", Level::kError), testing::SizeIs(1))
+      << All(no_cert);
+}
+
+// Without GRPC_SERVER_USE_TLS the files are not read, as upstream: plaintext, and each says so.
+TEST(EnvoyEnvTest, GrpcTlsFilesWithoutUseTlsHaveNoEffect) {
+  Env env = Deployment();
+  env["GRPC_SERVER_TLS_CERT"] = "server.pem";
+  env["GRPC_SERVER_TLS_KEY"] = "server.key";
+  env["GRPC_CLIENT_TLS_CACERT"] = "clients-ca.pem";
+  env["GRPC_CLIENT_TLS_SAN"] = "envoy.example";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_FALSE(result.load.settings->grpc_tls.has_value());
+  for (const char* name : {"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
+                           "GRPC_CLIENT_TLS_SAN"}) {
+    EXPECT_THAT(Said(result, name, Level::kInfo),
+                ElementsAre("no effect: only with GRPC_SERVER_USE_TLS=true"))
+        << name << "\n"
+        << All(result);
+  }
+}
+
+// Upstream checks that the client's certificate names GRPC_CLIENT_TLS_SAN; sluice does not, so
+// it would let in clients upstream refuses: an error. Without a client CA it does nothing.
+TEST(EnvoyEnvTest, GrpcClientTlsSanIsAnErrorWithAClientCa) {
+  Env env = Deployment();
+  env["GRPC_SERVER_USE_TLS"] = "true";
+  env["GRPC_SERVER_TLS_CERT"] = "server.pem";
+  env["GRPC_SERVER_TLS_KEY"] = "server.key";
+  env["GRPC_CLIENT_TLS_SAN"] = "envoy.example";
+  const EnvoyEnv without_ca = ReadEnvoyEnv(env);
+  EXPECT_TRUE(without_ca.ok()) << All(without_ca);
+  EXPECT_THAT(Said(without_ca, "GRPC_CLIENT_TLS_SAN", Level::kInfo),
+              ElementsAre("no effect: only with GRPC_CLIENT_TLS_CACERT"));
+  env["GRPC_CLIENT_TLS_CACERT"] = "clients-ca.pem";
+  const EnvoyEnv with_ca = ReadEnvoyEnv(env);
+  EXPECT_FALSE(with_ca.ok());
+  EXPECT_THAT(Said(with_ca, "GRPC_CLIENT_TLS_SAN", Level::kError), testing::SizeIs(1))
+      << All(with_ca);
 }
 
 // REDIS_TLS=true: rediss:// URLs, the system's CAs and each host's name checked, as upstream

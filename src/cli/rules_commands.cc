@@ -1,6 +1,7 @@
 #include "cli/rules_commands.h"
 
 #include "cli/replay.h"
+#include "cli/serve_tls.h"
 #include "engine/descriptor_text.h"
 #include "fmt/format.h"
 #include "rules/admin_access.h"
@@ -59,9 +60,12 @@ int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
     return 1;
   }
   // What serve refuses at start beyond the files' own checks: the admin API's access, and TLS
-  // files for Redis that cannot be used.
+  // files for Redis or the listeners that cannot be used.
   std::vector<rules::ConfigError> refused = rules::CheckAdminAccess(result.config->settings);
   for (rules::ConfigError& e : stack::CheckRedisTls(result.config->settings)) {
+    refused.push_back(std::move(e));
+  }
+  for (rules::ConfigError& e : CheckListenerTls(result.config->settings)) {
     refused.push_back(std::move(e));
   }
   if (!refused.empty()) {

@@ -17,6 +17,7 @@
 #include "cli/default_config.h"
 #include "cli/envoy_env.h"
 #include "cli/rls_json_endpoint.h"
+#include "cli/serve_tls.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/service.h"
@@ -112,8 +113,8 @@ std::function<bool()> FollowBackendHealth(const stack::Stack& backends, http::Se
   };
 }
 
-// /metrics: the registry with sluice's families and the backend's, brought up to date with the
-// server's connection counts on each scrape.
+// /metrics: the registry with sluice's families, the backend's and the listeners' TLS, brought up
+// to date with the server's connection counts on each scrape.
 struct Observability {
   metrics::Registry registry;
   std::optional<metrics::ServerMetrics> server_metrics;
@@ -121,7 +122,7 @@ struct Observability {
 };
 absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                           rules::ConfigManager& manager, http::HttpServer& server,
-                          http::Service& service) {
+                          http::Service& service, ServeTls& tls) {
   auto registered = metrics::ServerMetrics::Register(
       &o.registry, {.store = [&backends] { return backends.StoreStats(); },
                     .config =
@@ -138,6 +139,7 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   if (!registered.ok()) return registered.status();
   o.server_metrics = *std::move(registered);
   if (auto s = backends.RegisterBackendMetrics(o.registry); !s.ok()) return s;
+  if (auto s = tls.RegisterMetrics(o.registry); !s.ok()) return s;
   metrics::ServerMetrics* m = &*o.server_metrics;
   service.SetMetrics(&o.registry, m, [&o, m, &server] {
     const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
@@ -152,33 +154,36 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   return absl::OkStatus();
 }
 
-// The data plane and the admin listeners; their bound ports.
+// The data plane and the admin listeners (with their TLS, if any); their bound ports.
 absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::Service& service,
-                                               const std::string& listen,
-                                               const std::string& admin) {
+                                               const std::string& listen, const std::string& admin,
+                                               const ServeTls& tls) {
   auto data_port = server.Listen(
       listen,
       [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
                  http::Deferral& deferral) { service.HandleData(req, peer, res, deferral); },
       0, [&service](const http::HttpRequest& header) { return service.StreamsBody(header); },
-      [&service](unsigned status) { service.CountStatus(status); });
+      [&service](unsigned status) { service.CountStatus(status); }, tls.data());
   if (!data_port.ok()) return data_port.status();
   auto admin_port = server.Listen(
       admin,
       [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
                  http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
-      kAdminMaxConnections);
+      kAdminMaxConnections, nullptr, nullptr, tls.admin());
   if (!admin_port.ok()) return admin_port.status();
   return std::make_pair(*data_port, *admin_port);
 }
 
-// The gRPC (Envoy RLS) port on the same engine; its decisions counted with HTTP's.
-absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(const std::string& address,
-                                                           const rules::Settings& settings,
-                                                           std::function<bool()> backend_serving,
-                                                           rules::ConfigManager& manager,
-                                                           engine::Engine& engine,
-                                                           http::Service& service) {
+// Whether the gRPC port is on (its address neither empty nor "0").
+bool GrpcOn(const std::string& address) { return !address.empty() && address != "0"; }
+
+// The gRPC (Envoy RLS) port on the same engine, its decisions counted with HTTP's; null when
+// the port is off.
+absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(
+    const std::string& address, const rules::Settings& settings,
+    std::function<bool()> backend_serving, rules::ConfigManager& manager, engine::Engine& engine,
+    http::Service& service, const ServeTls& tls) {
+  if (!GrpcOn(address)) return nullptr;
   return rls::GrpcServer::Start(
       {.address = address,
        .max_message_bytes = static_cast<int>(std::min<size_t>(
@@ -186,9 +191,38 @@ absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(const std::string& ad
        .backend_serving = std::move(backend_serving),
        .on_decision = [&service](std::string_view domain, const engine::Response& decision,
                                  int64_t us) { service.RecordDecision(domain, decision, us); },
-       .threads = settings.grpc_threads},
+       .threads = settings.grpc_threads,
+       .tls = tls.grpc_files()},
       &manager, &engine, SystemClock::Get());
 }
+
+// SIGHUP: the rules and the listeners' certificates are read again. (Both only wake a thread:
+// async-signal-safe.)
+std::atomic<rules::ConfigManager*> g_sighup_rules{nullptr};
+std::atomic<ServeTls*> g_sighup_tls{nullptr};
+void OnSighup(int) {
+  if (rules::ConfigManager* m = g_sighup_rules.load()) m->TriggerReload();
+  if (ServeTls* t = g_sighup_tls.load()) t->TriggerReload();
+}
+// While it lives, SIGHUP reloads the rules of `manager` and the certificates of `tls`.
+class ReloadOnSighup {
+ public:
+  ReloadOnSighup(rules::ConfigManager& manager, ServeTls& tls) {
+    g_sighup_rules.store(&manager);
+    g_sighup_tls.store(&tls);
+    struct sigaction sa {};
+    sa.sa_handler = OnSighup;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGHUP, &sa, nullptr);
+  }
+  ~ReloadOnSighup() {
+    g_sighup_tls.store(nullptr);
+    g_sighup_rules.store(nullptr);
+  }
+  ReloadOnSighup(const ReloadOnSighup&) = delete;
+  ReloadOnSighup& operator=(const ReloadOnSighup&) = delete;
+};
 
 // "HOST:PORT" -> "HOST".
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
@@ -282,23 +316,23 @@ int RunServe(const ServeFlags& flags) {
   http::Service service(&manager, &engine, clock, *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
+  auto tls = ServeTls::Load(settings, GrpcOn(grpc));
+  if (!tls.ok()) return fail("", tls.status());
   http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
   Observability observability;
-  if (auto s = StartMetrics(observability, **backends, manager, server, service); !s.ok()) {
+  if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls); !s.ok()) {
     return fail("metrics: ", s);
   }
-  const auto ports = ListenHttp(server, service, listen, admin);
+  const auto ports = ListenHttp(server, service, listen, admin, **tls);
   if (!ports.ok()) return fail("", ports.status());
-  std::unique_ptr<rls::GrpcServer> grpc_server;
-  if (!grpc.empty() && grpc != "0") {
-    auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service);
-    if (!started.ok()) return fail("", started.status());
-    grpc_server = *std::move(started);
-  }
+  auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls);
+  if (!started.ok()) return fail("", started.status());
+  const std::unique_ptr<rls::GrpcServer> grpc_server = *std::move(started);
   if (auto s = manager.StartWatching(); !s.ok()) {
     util::Log().warn("config: not watching for changes: {}", std::string(s.message()));
   }
-  manager.ReloadOnSighup();
+  (*tls)->StartWatching();
+  const ReloadOnSighup sighup(manager, **tls);
 
   // Shutdown is bounded by one deadline, http.shutdown_timeout after the signal: requests in
   // flight get until then, the reverse proxy's upstream exchanges still pending are then

@@ -2,6 +2,8 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_context.h>
@@ -205,6 +207,27 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
   std::atomic<bool> draining_{false};
 };
 
+// The port's credentials: insecure, or TLS from files gRPC re-reads every second.
+std::shared_ptr<::grpc::ServerCredentials> Credentials(const GrpcServer::Options& options) {
+  if (!options.tls) return ::grpc::InsecureServerCredentials();
+  const GrpcServer::Options::Tls& tls = *options.tls;
+  constexpr unsigned kRefreshSeconds = 1;
+  const bool mutual = !tls.client_ca_file.empty();
+  auto provider = mutual ? std::make_shared<::grpc::experimental::FileWatcherCertificateProvider>(
+                               tls.key_file, tls.cert_file, tls.client_ca_file, kRefreshSeconds)
+                         : std::make_shared<::grpc::experimental::FileWatcherCertificateProvider>(
+                               tls.key_file, tls.cert_file, kRefreshSeconds);
+  ::grpc::experimental::TlsServerCredentialsOptions tls_options(provider);
+  tls_options.watch_identity_key_cert_pairs();
+  if (mutual) {
+    tls_options.watch_root_certs();
+    tls_options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    tls_options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return ::grpc::experimental::TlsServerCredentials(tls_options);
+}
+
 }  // namespace
 
 struct GrpcServer::Impl {
@@ -233,7 +256,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& opt
   auto impl = std::make_unique<Impl>(options, config, engine, clock);
   int port = 0;
   ::grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, ::grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.address, Credentials(options), &port);
   // gRPC sets SO_REUSEPORT by default: a second sluice on the same port would then share it
   // silently instead of failing to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -1,6 +1,8 @@
 // The gRPC port of `sluice serve`: Envoy's Rate Limit Service (ShouldRateLimit, through
 // rls::ShouldRateLimit in codec.h, as /json does) and gRPC health checking.
 //
+// Plaintext, or TLS and mutual TLS (Options::tls) with the certificates re-read from their files.
+//
 // Thread safety: safe for concurrent use. Handlers never block: a decision is made inline
 // (memory store) or finished later from the Redis client's thread. Options::threads picks
 // gRPC's callback API (0) or N completion-queue threads of this server.
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +43,14 @@ class GrpcServer {
     // 0: ShouldRateLimit on the callback API (gRPC's threads). N > 0: on the async API, N
     // completion queues with one thread each (settings `grpc: {threads: N}`).
     int threads = 0;
+    // TLS: the certificate chain, its key and (mutual TLS; empty: none asked for) the clients'
+    // CAs, PEM files that gRPC reads at start and again every second, so that new connections
+    // get what they hold then. With a client CA, a client must show a certificate it signed.
+    // Unset: plaintext.
+    struct Tls {
+      std::string cert_file, key_file, client_ca_file;
+    };
+    std::optional<Tls> tls = {};
   };
 
   // Binds and starts serving. Nothing is owned; `config`, `engine` (the process's one engine,

@@ -173,6 +173,18 @@ struct RedisTlsSettings {
   Position at, ca_file_at, cert_file_at, key_file_at;
 };
 
+// `tls:` of a listener (http.tls for the data plane, admin.tls, grpc.tls): the server's
+// certificate chain and key (PEM) and, for mutual TLS, the CAs that must have signed each client's
+// certificate (then a client without one is refused). What each does: docs/configuration.md. The
+// parser makes relative file names relative to the settings file's directory.
+struct ListenerTlsSettings {
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;  // empty: no client certificate asked for
+  // Where the settings file says them (for the errors of files that cannot be used).
+  Position at, cert_file_at, key_file_at, client_ca_file_at;
+};
+
 // Server-wide settings (the settings file, conventionally sluice.yaml; flags override).
 struct Settings {
   std::string file;        // where they came from; empty = defaults
@@ -188,6 +200,9 @@ struct Settings {
   // `grpc: {threads: N}`: N > 0 serves ShouldRateLimit on gRPC's async API with N completion
   // queues, each drained by its own thread; 0 = gRPC's callback API on gRPC's own threads.
   int grpc_threads = 0;
+  // TLS on the listeners (each optional): http.tls (the data plane, `listen`), admin.tls and
+  // grpc.tls.
+  std::optional<ListenerTlsSettings> http_tls, admin_tls, grpc_tls;
   int threads = 0;                 // 0 = hardware concurrency
   std::string backend = "memory";  // memory | redis
   std::string redis_url;

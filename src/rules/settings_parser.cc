@@ -48,10 +48,34 @@ std::string NextToSettings(const YamlReader& r, std::string path) {
   return (std::filesystem::path(r.file()).parent_path() / path).string();
 }
 
-// admin: {listen, token_file}
+// SECTION.tls: {cert_file, key_file, client_ca_file}, into `out` when the section has one.
+void ParseListenerTls(YamlReader& r, const YAML::Node& section, const std::string& name,
+                      std::optional<ListenerTlsSettings>& out) {
+  const YAML::Node tls = section["tls"];
+  if (!tls.IsDefined() || tls.IsNull()) return;
+  const std::string where = name + ".tls";
+  if (!r.CheckMap(tls, where, {"cert_file", "key_file", "client_ca_file"})) return;
+  ListenerTlsSettings& t = out.emplace();
+  t.at = r.FieldPosition(section, "tls");
+  const auto file = [&](const char* key, std::string& value, Position& at) {
+    value = NextToSettings(r, r.String(tls, key).value_or(""));
+    if (tls[key].IsDefined()) at = r.FieldPosition(tls, key);
+  };
+  file("cert_file", t.cert_file, t.cert_file_at);
+  file("key_file", t.key_file, t.key_file_at);
+  file("client_ca_file", t.client_ca_file, t.client_ca_file_at);
+  if (t.cert_file.empty() || t.key_file.empty()) {
+    r.Error(tls, fmt::format("{}: a listener's TLS needs cert_file and key_file (the server's "
+                             "certificate and its key)",
+                             where));
+  }
+}
+
+// admin: {listen, token_file, tls}
 void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node admin = doc["admin"]; admin.IsDefined() && !admin.IsNull()) {
-    if (r.CheckMap(admin, "admin", {"listen", "token_file"})) {
+    if (r.CheckMap(admin, "admin", {"listen", "token_file", "tls"})) {
+      ParseListenerTls(r, admin, "admin", s.admin_tls);
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
       s.admin_token_file = NextToSettings(r, r.String(admin, "token_file").value_or(""));
       if (admin["listen"].IsDefined()) s.admin_listen_at = r.FieldPosition(admin, "listen");
@@ -92,12 +116,13 @@ void ParseRls(YamlReader& r, const YAML::Node& doc, Settings& s) {
   }
 }
 
-// grpc: {listen, threads}
+// grpc: {listen, threads, tls}
 void ParseGrpc(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {
-    if (r.CheckMap(grpc, "grpc", {"listen", "threads"})) {
+    if (r.CheckMap(grpc, "grpc", {"listen", "threads", "tls"})) {
       s.grpc_listen = r.String(grpc, "listen").value_or(s.grpc_listen);
       s.grpc_threads = static_cast<int>(r.Unsigned(grpc, "threads", 256).value_or(0));
+      ParseListenerTls(r, grpc, "grpc", s.grpc_tls);
     }
   }
 }
@@ -236,13 +261,14 @@ void ParseHeaders(YamlReader& r, const YAML::Node& doc, Settings& s) {
   }
 }
 
-// http: the server's bounds and timeouts.
+// http: the server's bounds and timeouts, and the data plane's TLS.
 void ParseHttp(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
     if (r.CheckMap(http, "http",
                    {"max_header_bytes", "max_body_bytes", "max_key_bytes", "header_timeout",
                     "idle_timeout", "max_connections", "upstream_timeout", "max_delayed",
-                    "shutdown_timeout"})) {
+                    "shutdown_timeout", "tls"})) {
+      ParseListenerTls(r, http, "http", s.http_tls);
       s.upstream_timeout_us = r.Duration(http, "upstream_timeout").value_or(s.upstream_timeout_us);
       s.max_delayed = r.Unsigned(http, "max_delayed", 1000000).value_or(s.max_delayed);
       s.header_timeout_us = r.Duration(http, "header_timeout").value_or(s.header_timeout_us);

@@ -1,10 +1,16 @@
 // One RLS v3 ShouldRateLimit call: prints the overall code and each descriptor's limit
-// (OK 2/DAY), or the error's gRPC status name. Used by tests/envoy_env_e2e.sh.
+// (OK 2/DAY), or the error's gRPC status name. Used by tests/envoy_env_e2e.sh and
+// tests/listener_tls_e2e.sh.
 //
 // Usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE (answers within 5 s)
+// Env: TLS_CA (PEM file): TLS, the server verified against it, with TLS_CERT and TLS_KEY (PEM
+//   files) as the client's certificate when set. AGAIN_WHEN (a path): after the first answer,
+//   waits (up to 20 s) until that file exists, then calls again on the same channel (the same
+//   connection) and prints the second answer too.
 
 'use strict';
 
+const fs = require('fs');
 const {grpc, loadProtos} = require('./testing');
 
 const [target, domain, key, value] = process.argv.slice(2);
@@ -12,18 +18,35 @@ if (!value) {
   console.error('usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE');
   process.exit(2);
 }
+const read = (name) => (process.env[name] ? fs.readFileSync(process.env[name]) : null);
+const credentials = process.env.TLS_CA
+  ? grpc.credentials.createSsl(read('TLS_CA'), read('TLS_KEY'), read('TLS_CERT'))
+  : grpc.credentials.createInsecure();
 const loaded = loadProtos(['envoy/service/ratelimit/v3/rls.proto'],
                           {keepCase: true, longs: String, enums: String, defaults: true, oneofs: true});
-const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(
-    target, grpc.credentials.createInsecure());
+const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(target, credentials);
 const request = {domain, descriptors: [{entries: [{key, value}]}], hits_addend: 1};
-rls.ShouldRateLimit(request, {deadline: Date.now() + 5000}, (error, response) => {
-  if (error) {
-    console.log(grpc.status[error.code]);
-  } else {
-    const limits = response.statuses.map(
-        (s) => s.current_limit ? `${s.current_limit.requests_per_unit}/${s.current_limit.unit}` : '-');
-    console.log(`${response.overall_code} ${limits.join(' ')}`);
-  }
-  rls.close();
+
+function call(then) {
+  rls.ShouldRateLimit(request, {deadline: Date.now() + 5000}, (error, response) => {
+    if (error) {
+      console.log(grpc.status[error.code]);
+    } else {
+      const limits = response.statuses.map(
+          (s) => s.current_limit ? `${s.current_limit.requests_per_unit}/${s.current_limit.unit}` : '-');
+      console.log(`${response.overall_code} ${limits.join(' ')}`);
+    }
+    then();
+  });
+}
+
+function waitFor(path, deadline, then) {
+  if (fs.existsSync(path) || Date.now() > deadline) return then();
+  setTimeout(() => waitFor(path, deadline, then), 50);
+}
+
+call(() => {
+  const again = process.env.AGAIN_WHEN;
+  if (!again) return rls.close();
+  waitFor(again, Date.now() + 20000, () => call(() => rls.close()));
 });

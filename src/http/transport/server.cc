@@ -217,7 +217,8 @@ HttpServer::~HttpServer() { impl_->Finish(); }
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handler,
                                        size_t max_connections, StreamBodyIf stream_body,
-                                       ServerAnswered server_answered) {
+                                       ServerAnswered server_answered,
+                                       std::shared_ptr<ListenerTls> tls) {
   auto endpoint = ParseAddress(address);
   if (!endpoint.ok()) return endpoint.status();
   auto acceptor = std::make_unique<tcp::acceptor>(*impl_->contexts[0]);
@@ -238,6 +239,7 @@ absl::StatusOr<int> HttpServer::Listen(const std::string& address, Handler handl
   listener.idle = std::make_unique<Impl::IdleList[]>(impl_->contexts.size());
   listener.max_connections = max_connections > 0 ? max_connections : impl_->options.max_connections;
   listener.protocol = endpoint->protocol();
+  listener.tls = std::move(tls);
   impl_->Accept(impl_->listeners.back());
   return port;
 }

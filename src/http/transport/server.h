@@ -4,6 +4,8 @@
 // one of them. Handlers run on the connection's thread and must not block: one that has to wait
 // takes the response (Deferral::Take()) and answers later through the Responder, from any thread.
 // Bounded: header block, body, header and idle timeouts, and a connection cap per listener.
+// A listener may speak TLS (Listen's `tls`); its connections then read and write through an
+// Asio SSL stream, the others through the bare socket.
 // Stop() drains gracefully up to ServerOptions::shutdown_timeout; Run() returns once every
 // connection is closed.
 //
@@ -33,6 +35,8 @@
 namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
+
+class ListenerTls;  // listener_tls.h
 
 // A time in the HTTP module (the server's and the upstream client's deadlines): a clock's
 // monotonic reading (Clock::MonotonicMicros) as a std::chrono time point. With the system's clock
@@ -261,10 +265,14 @@ class HttpServer {
   // Returns the bound port. At most `max_connections` connections of this listener are open at
   // once (0: ServerOptions::max_connections). With `stream_body`, the requests it picks get
   // their body streamed (max_body_bytes still bounds it: a larger Content-Length is a 413).
-  // `server_answered` is told of the answers that never reach `handler` (to count them).
+  // `server_answered` is told of the answers that never reach `handler` (to count them). With
+  // `tls`, connections speak TLS (listener_tls.h): each begins with the handshake, which must be
+  // done within the header timeout together with the first request, on the context that `tls`
+  // has when the connection arrives.
   absl::StatusOr<int> Listen(const std::string& address, Handler handler,
                              size_t max_connections = 0, StreamBodyIf stream_body = nullptr,
-                             ServerAnswered server_answered = nullptr);
+                             ServerAnswered server_answered = nullptr,
+                             std::shared_ptr<ListenerTls> tls = nullptr);
 
   // Called once, from a thread of the server's own, when the shutdown deadline passes with
   // Run() not done: for what the handlers wait on (an upstream) to give up and answer now. The

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/beast/core.hpp>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "http/transport/listener_tls.h"
 #include "http/transport/server.h"
 
 namespace sluice::http {
@@ -29,6 +31,8 @@ using tcp = asio::ip::tcp;
 // Sessions and their timers are bound to one io_context (one thread): no type-erased executor.
 using Executor = asio::io_context::executor_type;
 using Socket = asio::basic_stream_socket<tcp, Executor>;
+// A TLS connection's stream, over the session's own socket.
+using TlsStream = asio::ssl::stream<Socket&>;
 using Timer = asio::basic_waitable_timer<std::chrono::steady_clock,
                                          asio::wait_traits<std::chrono::steady_clock>, Executor>;
 
@@ -57,6 +61,7 @@ struct HttpServer::Impl {
     std::atomic<size_t> open{0};       // this listener's connections
     tcp protocol = tcp::v4();          // of the address it listens on
     std::unique_ptr<IdleList[]> idle;  // one per context, by the context's index
+    std::shared_ptr<ListenerTls> tls;  // null: plain TCP
   };
 
   Impl(const ServerOptions& o, ServerStats* s)

@@ -1,6 +1,6 @@
 // Session's lifecycle (session.h): start, the deadline and its timer, the listener's idle list,
 // and the end of a connection (lingering after a last answer, closing). Reading requests is
-// session_request.cc; writing answers, session_answer.cc.
+// session_request.cc; writing answers, session_answer.cc; TLS, session_tls.cc.
 #include "http/transport/session.h"
 
 #include <algorithm>
@@ -27,6 +27,7 @@ HttpServer::Impl::Session::Session(Socket socket, Impl* server, Listener* listen
                 ? asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string()
                 : a.to_string();
   }
+  if (listener->tls) MakeTlsStream();
 }
 
 HttpServer::Impl::Session::~Session() {
@@ -42,7 +43,8 @@ void HttpServer::Impl::Session::Start() {
   first_request_deadline_ = now + server_->options.header_timeout;
   deadline_ = std::min(first_request_deadline_, now + server_->options.idle_timeout);
   ArmTimer(now);
-  WaitForRequest();
+  if (!tls_) return WaitForRequest();
+  WaitForHandshake();
 }
 
 bool HttpServer::Impl::Session::CloseOldestIdle(IdleList& idle) {
@@ -143,6 +145,8 @@ void HttpServer::Impl::Session::Linger() {
 
 void HttpServer::Impl::Session::Drain() {
   buffer_.clear();
+  // (With TLS too, from the socket: what still comes is dropped unread, so it need not be
+  // decrypted.)
   socket_.async_read_some(buffer_.prepare(kReadSize),
                           [self = shared_from_this()](boost::system::error_code ec, size_t) {
                             if (ec) return self->Close();  // closed, or the time is up
@@ -150,6 +154,9 @@ void HttpServer::Impl::Session::Drain() {
                           });
 }
 
+// A TLS connection is closed without TLS's close_notify: an answer's end is in HTTP's framing (a
+// length or the last chunk), except a streamed answer of unknown length to an HTTP/1.0 client,
+// which ends with the connection and so cannot be told from one cut short.
 void HttpServer::Impl::Session::Close() {
   LeaveIdle();
   boost::system::error_code ec;

@@ -4,6 +4,7 @@
 #ifndef SLUICE_HTTP_TRANSPORT_SESSION_H_
 #define SLUICE_HTTP_TRANSPORT_SESSION_H_
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "http/transport/server.h"
 #include "http/transport/server_impl.h"
@@ -24,6 +26,9 @@ namespace sluice::http {
 // phase with one deadline checked by one timer (see SetDeadline; deadlines are in the server's
 // clock, ServerOptions::clock, see MonoTime), and writes each answer as
 // one gather write: the status line and header fields it serializes itself, then the body.
+// On a TLS listener it first does the server's handshake (within the first request's deadline)
+// and then reads and writes through its TlsStream; every read and write goes through
+// AsyncReadSome and AsyncWrite, which pick the stream.
 // A connection runs on one io_context with one thread, so it needs no strand; the only
 // cross-thread entries (Start, Deliver, DeliverStream, CloseIfIdle, ForceClose) post to it. Its
 // socket must never be used from another thread: the contexts run without Asio's per-socket
@@ -74,6 +79,42 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   void ArmTimer(MonoTime now);
   void OnTimer();
 
+  // A TLS connection, before its handshake: waits (idle) for the client's first byte, then
+  // does the server's handshake.
+  void WaitForHandshake();
+
+  // The stream's reads and writes: the TLS stream's on a TLS listener, else the socket's. The
+  // TLS side is session_tls.cc's, behind a std::function: the SSL stream's templates stay out
+  // of the translation units of the plaintext path, whose code they would otherwise change.
+  using IoDone = std::function<void(boost::system::error_code, size_t)>;
+  template <class Done>
+  void AsyncReadSome(asio::mutable_buffer buffer, Done&& done) {
+    if (tls_) return TlsReadSome(buffer, IoDone(std::forward<Done>(done)));
+    socket_.async_read_some(buffer, std::forward<Done>(done));
+  }
+  template <class Buffers, class Done>
+  void AsyncWrite(const Buffers& buffers, Done&& done) {
+    if (tls_) return TlsWrite(Gather(buffers), IoDone(std::forward<Done>(done)));
+    asio::async_write(socket_, buffers, std::forward<Done>(done));
+  }
+  static std::array<asio::const_buffer, 3> Gather(asio::const_buffer buffer) {
+    return {buffer, asio::const_buffer(), asio::const_buffer()};
+  }
+  template <size_t N>
+  static std::array<asio::const_buffer, 3> Gather(const std::array<asio::const_buffer, N>& in) {
+    static_assert(N <= 3);
+    std::array<asio::const_buffer, 3> out{};
+    for (size_t i = 0; i < N; ++i) out[i] = in[i];
+    return out;
+  }
+  // session_tls.cc: the TLS stream made (in the constructor), its handshake, reads and writes,
+  // and whether it holds bytes taken from the socket and not read yet.
+  void MakeTlsStream();
+  void Handshake();
+  void TlsReadSome(asio::mutable_buffer buffer, IoDone done);
+  void TlsWrite(std::array<asio::const_buffer, 3> buffers, IoDone done);
+  bool TlsBytesPending();
+
   // Between requests: wait up to the idle timeout for the first byte of the next one (the first
   // request's wait is bounded in Start). Idle meanwhile: closed if room is needed. Once
   // stopping, only a request already received (in the buffer or the socket) is still read.
@@ -105,7 +146,8 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   // right after the last answer.
   bool NextRequestArrived() { return buffer_.size() > 0 || BytesWaiting(); }
 
-  // Whether the socket holds bytes not read yet. Looks without waiting or consuming.
+  // Whether the socket holds bytes not read yet (or, with TLS, the TLS stream has taken some in
+  // that were not read). Looks without waiting or consuming.
   bool BytesWaiting();
 
   // Once stopping, the connection ends after this answer, unless the client's next request has
@@ -155,6 +197,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session>,
   static constexpr std::chrono::milliseconds kStopLingerTime{1000};  // (once stopping)
 
   Socket socket_;
+  // TLS only: the context the connection started with (kept while the stream lives), and the
+  // stream over socket_.
+  std::shared_ptr<asio::ssl::context> tls_context_;
+  std::unique_ptr<TlsStream> tls_;
   Timer timer_;                          // in real time; see ArmTimer
   MonoTime deadline_;                    // of the current phase; max() while a handler defers
   MonoTime armed_at_ = MonoTime::max();  // the deadline the timer is set for (max: none)

@@ -49,7 +49,13 @@ void HttpServer::Impl::Session::WriteAnswer() {
   // Whatever the socket does not take now is written asynchronously, under the idle timeout. (An
   // answer sent at once needs no deadline of its own: Answered sets the next one, or closes,
   // before anything waits; so the clock is not read for it.)
-  if (buffer_.size() == 0) {
+  if (tls_) {
+    // One TLS record (and one write) for a short answer rather than one for each buffer.
+    if (buffers[1].size() <= kReadSize) {
+      header_.append(static_cast<const char*>(buffers[1].data()), buffers[1].size());
+      buffers = {asio::buffer(header_), asio::const_buffer()};
+    }
+  } else if (buffer_.size() == 0) {
     boost::system::error_code ec;
     const size_t sent = socket_.send(buffers, 0, ec);
     if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return Close();
@@ -61,11 +67,10 @@ void HttpServer::Impl::Session::WriteAnswer() {
     }
   }
   SetDeadline(server_->options.idle_timeout);
-  asio::async_write(socket_, buffers,
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                      if (ec) return self->Close();
-                      self->Answered();
-                    });
+  AsyncWrite(buffers, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+    if (ec) return self->Close();
+    self->Answered();
+  });
 }
 
 void HttpServer::Impl::Session::Answered() {
@@ -127,16 +132,15 @@ void HttpServer::Impl::Session::WriteStreamHead(std::optional<uint64_t> content_
                   &header_);
   response_.body().clear();
   SetDeadline(server_->options.idle_timeout);
-  asio::async_write(socket_, asio::buffer(header_),
-                    [self = shared_from_this(), started = std::move(started)](
-                        boost::system::error_code ec, size_t) {
-                      self->deadline_ = MonoTime::max();  // the source's pace
-                      if (ec) {
-                        self->Close();
-                        return started(nullptr);
-                      }
-                      started(self);
-                    });
+  AsyncWrite(asio::buffer(header_), [self = shared_from_this(), started = std::move(started)](
+                                        boost::system::error_code ec, size_t) {
+    self->deadline_ = MonoTime::max();  // the source's pace
+    if (ec) {
+      self->Close();
+      return started(nullptr);
+    }
+    started(self);
+  });
 }
 
 void HttpServer::Impl::Session::Write(asio::const_buffer piece, std::function<void(bool)> done) {
@@ -156,13 +160,12 @@ void HttpServer::Impl::Session::Write(asio::const_buffer piece, std::function<vo
     buffers[2] = asio::buffer("\r\n", 2);
   }
   SetDeadline(server_->options.idle_timeout);
-  asio::async_write(
-      socket_, buffers,
-      [self = shared_from_this(), done = std::move(done)](boost::system::error_code ec, size_t) {
-        self->deadline_ = MonoTime::max();
-        if (ec) self->Close();
-        done(!ec);
-      });
+  AsyncWrite(buffers, [self = shared_from_this(), done = std::move(done)](
+                          boost::system::error_code ec, size_t) {
+    self->deadline_ = MonoTime::max();
+    if (ec) self->Close();
+    done(!ec);
+  });
 }
 
 void HttpServer::Impl::Session::End() {
@@ -175,12 +178,12 @@ void HttpServer::Impl::Session::End() {
     return Answered();
   }
   SetDeadline(server_->options.idle_timeout);
-  asio::async_write(socket_, asio::buffer("0\r\n\r\n", 5),
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                      self->stream_.reset();
-                      if (ec) return self->Close();
-                      self->Answered();
-                    });
+  AsyncWrite(asio::buffer("0\r\n\r\n", 5),
+             [self = shared_from_this()](boost::system::error_code ec, size_t) {
+               self->stream_.reset();
+               if (ec) return self->Close();
+               self->Answered();
+             });
 }
 
 void HttpServer::Impl::Session::Abort() {

@@ -16,18 +16,18 @@ void HttpServer::Impl::Session::WaitForRequest() {
   if (!first_request_) SetDeadlineAt(now + server_->options.idle_timeout, now);
   EnterIdle(now);
   waiting_ = true;
-  socket_.async_read_some(buffer_.prepare(kReadSize),
-                          [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-                            self->LeaveIdle();
-                            self->waiting_ = false;
-                            // Cancelled by Stop() (CloseIfIdle): look again.
-                            if (ec == asio::error::operation_aborted && self->socket_.is_open()) {
-                              return self->WaitForRequest();
-                            }
-                            if (ec) return self->Close();
-                            self->buffer_.commit(n);
-                            self->ReadRequest();
-                          });
+  AsyncReadSome(buffer_.prepare(kReadSize),
+                [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                  self->LeaveIdle();
+                  self->waiting_ = false;
+                  // Cancelled by Stop() (CloseIfIdle): look again.
+                  if (ec == asio::error::operation_aborted && self->socket_.is_open()) {
+                    return self->WaitForRequest();
+                  }
+                  if (ec) return self->Close();
+                  self->buffer_.commit(n);
+                  self->ReadRequest();
+                });
 }
 
 void HttpServer::Impl::Session::ReadRequest() {
@@ -57,16 +57,16 @@ void HttpServer::Impl::Session::Parse() {
     }
     if (!ec && used > 0 && buffer_.size() > 0) return Parse();
   }
-  socket_.async_read_some(buffer_.prepare(kReadSize), [self = shared_from_this()](
-                                                          boost::system::error_code ec, size_t n) {
-    if (ec == asio::error::eof && self->parser_->got_some()) {
-      self->parser_->put_eof(ec);  // a request cut short: partial_message (400)
-      return self->OnRead(ec ? ec : beast_http::error::partial_message);
-    }
-    if (ec) return self->Close();  // closed before a byte, reset, timed out, stopped
-    self->buffer_.commit(n);
-    self->Parse();
-  });
+  AsyncReadSome(buffer_.prepare(kReadSize),
+                [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                  if (ec == asio::error::eof && self->parser_->got_some()) {
+                    self->parser_->put_eof(ec);  // a request cut short: partial_message (400)
+                    return self->OnRead(ec ? ec : beast_http::error::partial_message);
+                  }
+                  if (ec) return self->Close();  // closed before a byte, reset, timed out, stopped
+                  self->buffer_.commit(n);
+                  self->Parse();
+                });
 }
 
 void HttpServer::Impl::Session::OnRead(beast::error_code ec) {
@@ -122,7 +122,8 @@ bool HttpServer::Impl::Session::BytesWaiting() {
   char byte;
   boost::system::error_code ec;
   const size_t n = socket_.receive(asio::buffer(&byte, 1), Socket::message_peek, ec);
-  return !ec && n > 0;
+  if (!ec && n > 0) return true;
+  return tls_ && TlsBytesPending();
 }
 
 void HttpServer::Impl::Session::Read(std::function<void(Status, std::string_view)> got) {
@@ -133,16 +134,16 @@ void HttpServer::Impl::Session::Read(std::function<void(Status, std::string_view
     expect_continue_ = false;
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     SetDeadline(server_->options.idle_timeout);
-    return asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
-                             [self = shared_from_this(), got = std::move(got)](
-                                 boost::system::error_code ec, size_t) mutable {
-                               self->deadline_ = MonoTime::max();
-                               if (ec) {
-                                 self->Close();
-                                 return got(Status::kError, {});
-                               }
-                               self->Read(std::move(got));
-                             });
+    return AsyncWrite(asio::buffer(kContinue.data(), kContinue.size()),
+                      [self = shared_from_this(), got = std::move(got)](
+                          boost::system::error_code ec, size_t) mutable {
+                        self->deadline_ = MonoTime::max();
+                        if (ec) {
+                          self->Close();
+                          return got(Status::kError, {});
+                        }
+                        self->Read(std::move(got));
+                      });
   }
   body_piece_.resize(kPieceBytes);
   auto& body = body_parser_->get().body();
@@ -173,19 +174,18 @@ void HttpServer::Impl::Session::ParseBody(std::function<void(Status, std::string
   }
   SetDeadline(server_->options.idle_timeout);  // the longest silence while the body streams
   body_read_pending_ = true;
-  socket_.async_read_some(
-      buffer_.prepare(kPieceBytes), [self = shared_from_this(), got = std::move(got)](
-                                        boost::system::error_code ec, size_t n) mutable {
-        self->body_read_pending_ = false;
-        if (self->lingering_) {  // answered meanwhile: the body is dropped from now on
-          got(Status::kError, {});
-          return ec ? self->Close() : self->Drain();
-        }
-        self->deadline_ = MonoTime::max();
-        if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
-        self->buffer_.commit(n);
-        self->ParseBody(std::move(got));
-      });
+  AsyncReadSome(buffer_.prepare(kPieceBytes), [self = shared_from_this(), got = std::move(got)](
+                                                  boost::system::error_code ec, size_t n) mutable {
+    self->body_read_pending_ = false;
+    if (self->lingering_) {  // answered meanwhile: the body is dropped from now on
+      got(Status::kError, {});
+      return ec ? self->Close() : self->Drain();
+    }
+    self->deadline_ = MonoTime::max();
+    if (ec) return self->BodyFailed(std::move(got));  // cut short, reset, timed out
+    self->buffer_.commit(n);
+    self->ParseBody(std::move(got));
+  });
 }
 
 void HttpServer::Impl::Session::BodyFailed(std::function<void(Status, std::string_view)> got) {

@@ -155,33 +155,47 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
       ++replies;
     }
     AppendCommand(&hello, {"PING"});
+    ++replies;
     // Redis's clock, before any command that carries a deadline in it (RedisClock).
-    AppendCommand(&hello, {"TIME"});
-    replies += 2;
+    if (options_.read_server_time) {
+      AppendCommand(&hello, {"TIME"});
+      ++replies;
+    }
+    login_is_single_ = replies == 1;
     Push(
         std::move(hello), replies,
         [self = shared_from_this(), gen = generation_](absl::StatusOr<Reply> reply) {
           if (gen != self->generation_) return;
           if (!reply.ok()) return self->Fail(std::string(reply.status().message()));
-          for (const Reply& r : reply->elements) {
+          // One reply is not collected into an array (a Sentinel without a password: PING).
+          std::vector<Reply> replies;
+          if (reply->type == Reply::Type::kArray && !self->login_is_single_) {
+            replies = std::move(reply->elements);
+          } else {
+            replies.push_back(*std::move(reply));
+          }
+          for (const Reply& r : replies) {
             if (r.IsError())
               return self->Fail(
                   fmt::format("login to {} failed: {}", self->options_.endpoint.Address(), r.str));
           }
-          if (reply->elements.empty() || reply->elements.back().elements.size() != 2) {
-            return self->Fail(fmt::format("login to {} failed: a malformed reply to TIME",
-                                          self->options_.endpoint.Address()));
+          if (self->options_.read_server_time) {
+            if (replies.empty() || replies.back().elements.size() != 2) {
+              return self->Fail(fmt::format("login to {} failed: a malformed reply to TIME",
+                                            self->options_.endpoint.Address()));
+            }
+            const Reply& time = replies.back();
+            self->clock_.Sample(std::atoll(time.elements[0].str.c_str()) * 1000000 +
+                                    std::atoll(time.elements[1].str.c_str()),
+                                self->Now());
           }
-          const Reply& time = reply->elements.back();
-          self->clock_.Sample(std::atoll(time.elements[0].str.c_str()) * 1000000 +
-                                  std::atoll(time.elements[1].str.c_str()),
-                              self->Now());
           self->backoff_ = self->options_.min_backoff;
           // The login's deadline was the connect timeout; commands' deadlines are shorter.
           self->timer_.cancel();
           self->deadline_armed_ = false;
           self->SetState(State::kReady, "");
           util::Log().info("redis: connected to {}", self->options_.endpoint.Address());
+          if (self->options_.on_ready) self->options_.on_ready();
         },
         /*internal=*/true);
   }
@@ -387,6 +401,14 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
     }
   }
 
+  // A subscriber's message: ["message", channel, payload] or ["pmessage", pattern, channel,
+  // payload].
+  static bool IsPushMessage(const Reply& reply) {
+    return reply.type == Reply::Type::kArray && !reply.elements.empty() &&
+           reply.elements[0].type == Reply::Type::kString &&
+           (reply.elements[0].str == "message" || reply.elements[0].str == "pmessage");
+  }
+
   void OnBytes(size_t n) {
     reader_->Feed(buffer_.data(), n);
     const uint64_t gen = generation_;
@@ -394,6 +416,10 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
       auto next = reader_->Next();
       if (!next.ok()) return Fail(std::string(next.status().message()));
       if (!next->has_value()) break;
+      if (options_.on_push && (pending_.empty() || IsPushMessage(**next))) {
+        options_.on_push(std::move(**next));
+        continue;
+      }
       if (pending_.empty()) return Fail("a reply nobody asked for");
       Pending& front = pending_.front();
       Reply reply = std::move(**next);
@@ -429,7 +455,8 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
   uint64_t generation_ = 0;  // bumped on every (re)connect and drop: stale handlers quit
   bool closed_ = false;
   bool writing_ = false;
-  bool handshaking_ = false;  // TLS handshake in progress
+  bool handshaking_ = false;      // TLS handshake in progress
+  bool login_is_single_ = false;  // the login is one command (its reply is not an array)
   bool deadline_armed_ = false;
   MonoTime armed_at_{};     // when the deadline timer fires, while armed
   MonoTime retry_at_{};     // when the next connection attempt may start (backoff)

@@ -70,6 +70,16 @@ class Connection {
     // Set: TLS (rediss://). Every (re)connection handshakes within connect_timeout, then logs in
     // as over TCP; everything else is the same.
     std::shared_ptr<const TlsContext> tls;
+    // False: the login does not read the server's clock (TIME), which a Sentinel does not serve;
+    // such a connection cannot carry Deadline::redis_time_at.
+    bool read_server_time = true;
+    // For a subscriber (SUBSCRIBE): gets, on the io_context's thread, each reply that arrives
+    // with no command waiting for one, and every "message"/"pmessage" array; without it such a
+    // reply fails the connection. Subscriptions do not survive a reconnection: see on_ready.
+    std::function<void(Reply)> on_push;
+    // Called on the io_context's thread each time the connection is (re)established and logged
+    // in, before any other command is sent on it (a subscriber subscribes here).
+    std::function<void()> on_ready;
   };
 
   // What the connection is doing now.

@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -226,6 +227,61 @@ TEST_F(ConnectionTest, CommandsAndReplies) {
   ASSERT_EQ(r->elements.size(), 3u);
   EXPECT_EQ(r->elements[1].integer, 2);
   EXPECT_EQ(r->elements[2].str, "2");
+}
+
+// A subscriber: on_ready subscribes on every (re)connection, on_push gets the messages, and a
+// login without TIME (read_server_time false) still makes the connection ready.
+TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
+  testing::RedisServer server;
+  std::mutex mu;
+  std::vector<std::string> messages;
+  std::atomic<int> subscribed{0};
+  std::shared_ptr<Connection> subscriber;
+  Connection::Options o;
+  o.endpoint = *ParseUrl(server.url());
+  o.timeout = 1s;
+  o.max_backoff = 50ms;
+  o.read_server_time = false;
+  o.on_ready = [&] {
+    std::string command;
+    AppendCommand(&command, {"SUBSCRIBE", "news"});
+    subscriber->Send(std::move(command), [&](absl::StatusOr<Reply> r) {
+      if (r.ok() && r->elements.size() == 3 && r->elements[0].str == "subscribe") ++subscribed;
+    });
+  };
+  o.on_push = [&](Reply message) {
+    std::lock_guard lock(mu);
+    messages.push_back(message.elements.size() == 3 ? message.elements[2].str : "?");
+  };
+  subscriber = Connection::Create(io_, o);
+  connections_.push_back(subscriber);
+  auto publisher = Open(server.url());
+  const auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(5ms);
+    return done();
+  };
+  ASSERT_TRUE(wait_for([&] { return subscribed.load() == 1; })) << subscriber->last_error();
+  ASSERT_TRUE(WaitState(*publisher, Connection::State::kReady));
+  EXPECT_EQ(Call(*publisher, {"PUBLISH", "news", "one"})->integer, 1);
+  EXPECT_EQ(Call(*publisher, {"PUBLISH", "news", "two"})->integer, 1);
+  ASSERT_TRUE(wait_for([&] {
+    std::lock_guard lock(mu);
+    return messages.size() == 2;
+  }));
+  EXPECT_EQ(subscriber->state(), Connection::State::kReady);  // no "reply nobody asked for"
+
+  // The server restarts: the subscriber reconnects and subscribes again.
+  server.Kill();
+  ASSERT_TRUE(server.Start());
+  ASSERT_TRUE(wait_for([&] { return subscribed.load() == 2; })) << subscriber->last_error();
+  ASSERT_TRUE(WaitState(*publisher, Connection::State::kReady));
+  EXPECT_EQ(Call(*publisher, {"PUBLISH", "news", "three"})->integer, 1);
+  ASSERT_TRUE(wait_for([&] {
+    std::lock_guard lock(mu);
+    return messages.size() == 3;
+  }));
+  std::lock_guard lock(mu);
+  EXPECT_THAT(messages, ::testing::ElementsAre("one", "two", "three"));
 }
 
 TEST_F(ConnectionTest, ManyThreadsShareOneConnectionInOrder) {

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "redis/sentinel.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
 
@@ -405,8 +406,49 @@ class ClientImpl : public Client {
 
 }  // namespace
 
+namespace {
+
+// Client::Create with Sentinel: the master's login (one seed) and the sentinels.
+absl::StatusOr<std::unique_ptr<Client>> CreateSentinelClient(Client::Options options) {
+  const SentinelOptions& sentinel = *options.sentinel;
+  if (options.cluster) {
+    return absl::InvalidArgumentError("redis: Sentinel and Cluster are two ways; pick one");
+  }
+  if (options.seeds.size() != 1) {
+    return absl::InvalidArgumentError("redis sentinel: one master login, not several");
+  }
+  if (sentinel.master.empty()) {
+    return absl::InvalidArgumentError("redis sentinel: no master name given");
+  }
+  if (sentinel.sentinels.empty()) {
+    return absl::InvalidArgumentError("redis sentinel: no sentinel address given");
+  }
+  const bool sentinels_tls = sentinel.sentinels.front().tls;
+  for (const Endpoint& e : sentinel.sentinels) {
+    if (e.tls != sentinels_tls) {
+      return absl::InvalidArgumentError(
+          "redis sentinel: the sentinels are all reached over TLS or none of them");
+    }
+  }
+  const bool any_tls = sentinels_tls || options.seeds.front().tls;
+  if (!any_tls && options.tls) {
+    return absl::InvalidArgumentError(
+        "redis sentinel: TLS options, and neither the master (redis://) nor the sentinels use "
+        "TLS");
+  }
+  if (any_tls && !options.connection.tls) {
+    auto context = MakeTlsContext(options.tls.value_or(TlsOptions{}));
+    if (!context.ok()) return context.status();
+    options.connection.tls = *std::move(context);
+  }
+  return MakeSentinelClient(std::move(options));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
   if (options.seeds.empty()) return absl::InvalidArgumentError("redis: no server given");
+  if (options.sentinel) return CreateSentinelClient(std::move(options));
   const bool tls = options.seeds.front().tls;
   for (const Endpoint& seed : options.seeds) {
     if (seed.tls != tls) {
@@ -431,6 +473,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(Options options) {
 std::string DescribeRedis(bool cluster, const Endpoint& seed) {
   return fmt::format("redis {}{}{}", cluster ? "cluster via " : "", seed.Address(),
                      seed.tls ? " (TLS)" : "");
+}
+
+std::string DescribeRedis(const SentinelOptions& sentinel, const Endpoint& master) {
+  return fmt::format("redis sentinel master '{}' via {}{}", sentinel.master,
+                     sentinel.sentinels.empty() ? "?" : sentinel.sentinels.front().Address(),
+                     master.tls ? " (TLS)" : "");
 }
 
 absl::Status AwaitFirstConnection(const Client& client, std::chrono::microseconds wait,

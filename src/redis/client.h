@@ -1,4 +1,5 @@
-// The Redis client sluice decides with: one server, or a Redis Cluster.
+// The Redis client sluice decides with: one server, a Redis Cluster, or the master that Redis
+// Sentinel names (sentinel.h).
 //
 // Commands are routed by key: every key of a command must hash to the same slot (sluice tags
 // the keys of one request with the limiter key, `{...}`, so they do). A standalone server takes
@@ -31,11 +32,21 @@ namespace sluice::redis {
 // modulo 16384.
 uint16_t KeySlot(std::string_view key);
 
+// Redis Sentinel: where to ask for the master (sentinel.h).
+struct SentinelOptions {
+  std::string master;               // the name the sentinels monitor it by
+  std::vector<Endpoint> sentinels;  // each with the sentinels' own login; tls: over TLS
+  std::chrono::milliseconds check_interval{1000};  // how often the master is asked for anyway
+};
+
 class Client {
  public:
   struct Options {
-    std::vector<Endpoint> seeds;  // one server, or a cluster's seed nodes
+    // One server, or a cluster's seed nodes; with `sentinel`, one: the master's login, database
+    // and TLS (its host and port are the sentinels' answer, not this).
+    std::vector<Endpoint> seeds;
     bool cluster = false;
+    std::optional<SentinelOptions> sentinel;
     // How to talk TLS to seeds that are rediss:// (all or none of them); the defaults (the
     // system's CAs, the host name verified) when not given. A cluster's other nodes are reached
     // over TLS too, by the names or addresses the cluster announces.
@@ -47,9 +58,10 @@ class Client {
     int max_redirects = 5;
   };
 
-  // Starts connecting (and, for a cluster, loading the slot map) in the background.
-  // InvalidArgument without a seed, with rediss:// and redis:// seeds mixed, with `tls` for
-  // redis:// seeds, or when a TLS file cannot be used (MakeTlsContext).
+  // Starts connecting (and, for a cluster, loading the slot map; with Sentinel, asking for the
+  // master) in the background. InvalidArgument without a seed, with rediss:// and redis:// seeds
+  // mixed, with `tls` for redis:// seeds and sentinels, without a sentinel or master name, or
+  // when a TLS file cannot be used (MakeTlsContext).
   static absl::StatusOr<std::unique_ptr<Client>> Create(Options options);
   virtual ~Client() = default;
 
@@ -63,8 +75,8 @@ class Client {
   // Options::connection.clock: the time deadlines (Deadline::at) are in.
   virtual const Clock& clock() const = 0;
 
-  // True when commands can be sent: the server is connected, or the cluster's slot map is
-  // loaded, covers every slot, and every node serving a slot is connected.
+  // True when commands can be sent: the server (with Sentinel, the master) is connected, or the
+  // cluster's slot map is loaded, covers every slot, and every node serving a slot is connected.
   virtual bool Ready() const = 0;
   // Why not, when not.
   virtual std::string last_error() const = 0;
@@ -79,6 +91,8 @@ class Client {
 // For messages: "redis HOST:PORT", or "redis cluster via HOST:PORT" (the seed); " (TLS)" after
 // it for rediss://.
 std::string DescribeRedis(bool cluster, const Endpoint& seed);
+// "redis sentinel master NAME via HOST:PORT" (the first sentinel), " (TLS)" for a TLS master.
+std::string DescribeRedis(const SentinelOptions& sentinel, const Endpoint& master);
 
 // Waits up to `wait` for the client's first connection, so that a refused login is the
 // caller's error: PermissionDenied (prefixed with `where`) when Redis refused it. Otherwise OK,

@@ -23,8 +23,12 @@ namespace sluice::testing {
 class RedisServer {
  public:
   // `extra`: more redis-server arguments, e.g. {"--requirepass", "pw"}. port 0: a free one.
-  explicit RedisServer(std::vector<std::string> extra = {}, int port = 0)
-      : extra_(std::move(extra)), port_(port == 0 ? FreePort() : port) {
+  // `config_file`: read first (a Sentinel's, with "--sentinel" in `extra`).
+  explicit RedisServer(std::vector<std::string> extra = {}, int port = 0,
+                       std::string config_file = "")
+      : extra_(std::move(extra)),
+        port_(port == 0 ? FreePort() : port),
+        config_file_(std::move(config_file)) {
     Start();
   }
   ~RedisServer() { Stop(); }
@@ -53,6 +57,7 @@ class RedisServer {
                                      "warning",
                                      "--logfile",
                                      ""};
+    if (!config_file_.empty()) args.insert(args.begin() + 1, config_file_);
     args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -170,6 +175,7 @@ class RedisServer {
 
   std::vector<std::string> extra_;
   int port_;
+  std::string config_file_;
   pid_t pid_ = 0;
 };
 

@@ -185,6 +185,17 @@ struct ListenerTlsSettings {
   Position at, cert_file_at, key_file_at, client_ca_file_at;
 };
 
+// redis.sentinel: the master found through Redis Sentinel (docs/redis.md, "Sentinel"). The
+// master's own login, database and TLS stay redis.url's (`redis[s]://[user:pass@]MASTER[/db]`).
+struct RedisSentinelSettings {
+  std::string master;                  // the name the sentinels monitor the master by
+  std::vector<std::string> addresses;  // the sentinels, "host:port" (port 26379 if left out)
+  std::string username;                // the sentinels' own login (AUTH), not the master's
+  std::string password;
+  std::optional<bool> tls;  // the sentinels over TLS (redis.tls's files); unset: as the master
+  Position at;
+};
+
 // Server-wide settings (the settings file, conventionally sluice.yaml; flags override).
 struct Settings {
   std::string file;        // where they came from; empty = defaults
@@ -211,6 +222,8 @@ struct Settings {
   // Set by a redis.tls block, which only rediss:// URLs may have (a rediss:// URL without one
   // trusts the system's CAs and checks each node's host name).
   std::optional<RedisTlsSettings> redis_tls;
+  // Set by a redis.sentinel block: the master is the one its sentinels name.
+  std::optional<RedisSentinelSettings> redis_sentinel;
   std::string redis_key_prefix = "sluice:";
   int64_t redis_timeout_us = 10000;
   int local_instances = 1;     // failure_mode local: the limit is divided by this

@@ -501,8 +501,9 @@ grpc: {threads: -2}
               ElementsAre("t.yaml:1:42: sync_interval must be at least 1ms"));
   EXPECT_THAT(Errors("redis: {url: redis://h:1, buckets: 16777217}\n"),
               ElementsAre("t.yaml:1:36: buckets must be at most 16777216, got 16777217"));
-  EXPECT_THAT(Errors("backend: redis\n"),
-              ElementsAre("t.yaml:1:10: backend redis needs redis.url or redis.nodes"));
+  EXPECT_THAT(
+      Errors("backend: redis\n"),
+      ElementsAre("t.yaml:1:10: backend redis needs redis.url, redis.nodes or redis.sentinel"));
   EXPECT_THAT(Errors("store: {on_full: evict}\n"),
               ElementsAre("t.yaml:1:18: unknown store.on_full 'evict' (shared, deny or "
                           "allow_untracked)"));

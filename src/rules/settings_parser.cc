@@ -1,7 +1,9 @@
 // The settings file (sluice.yaml): server-wide settings, see docs/configuration.md.
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
+#include <string_view>
 
 #include "fmt/format.h"
 #include "rules/parsers.h"
@@ -153,6 +155,71 @@ void ParseRedisTls(YamlReader& r, const YAML::Node& redis, Settings& s) {
   }
 }
 
+// A sentinel's "host:port" ("[v6]:port", or a host alone: port 26379), as the client reads it.
+bool IsSentinelAddress(std::string_view address) {
+  std::string_view host = address, port;
+  if (address.starts_with('[')) {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos) return false;
+    host = address.substr(1, close - 1);
+    const std::string_view rest = address.substr(close + 1);
+    if (!rest.empty() && !rest.starts_with(':')) return false;
+    if (!rest.empty()) port = rest.substr(1);
+    if (rest == ":") return false;
+  } else if (const size_t colon = address.rfind(':'); colon != std::string_view::npos) {
+    if (address.find(':') != colon) return false;
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (port.empty()) return false;
+  }
+  if (host.empty() || host.find_first_of("/@ ") != std::string_view::npos) return false;
+  if (port.empty()) return true;
+  int value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  return ec == std::errc() && end == port.data() + port.size() && value >= 1 && value <= 65535;
+}
+
+// The host of a redis[s]:// URL ("" when it has none).
+std::string_view UrlHost(std::string_view url) {
+  url.remove_prefix(url.starts_with("rediss://") ? 9 : url.starts_with("redis://") ? 8 : 0);
+  if (const size_t at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  if (url.starts_with('[')) return url.substr(1, url.find(']') - 1);
+  return url.substr(0, std::min(url.find(':'), url.find('/')));
+}
+
+// redis.sentinel: {master, addresses, username, password, tls}
+void ParseRedisSentinel(YamlReader& r, const YAML::Node& redis, Settings& s) {
+  const YAML::Node node = redis["sentinel"];
+  if (!node.IsDefined() || node.IsNull()) return;
+  if (!r.CheckMap(node, "redis.sentinel", {"master", "addresses", "username", "password", "tls"})) {
+    return;
+  }
+  RedisSentinelSettings& t = s.redis_sentinel.emplace();
+  t.at = r.FieldPosition(redis, "sentinel");
+  t.master = r.String(node, "master").value_or("");
+  if (t.master.empty()) {
+    r.Error(node, "redis.sentinel needs master: the name the sentinels monitor the master by");
+  } else if (t.master.find_first_of(" /@:") != std::string::npos) {
+    r.Error(node["master"], fmt::format("'{}' is not a Sentinel master name", t.master));
+  }
+  t.addresses = r.Strings(node, "addresses").value_or(std::vector<std::string>{});
+  if (t.addresses.empty()) {
+    r.Error(node, "redis.sentinel needs addresses: the sentinels' host:port");
+  }
+  for (size_t i = 0; i < t.addresses.size(); ++i) {
+    if (!IsSentinelAddress(t.addresses[i])) {
+      r.Error(node["addresses"][i],
+              fmt::format("bad sentinel address '{}' (host:port)", t.addresses[i]));
+    }
+  }
+  t.username = r.String(node, "username").value_or("");
+  t.password = r.String(node, "password").value_or("");
+  if (!t.username.empty() && t.password.empty()) {
+    r.Error(node["username"], "redis.sentinel: username needs password");
+  }
+  t.tls = r.Bool(node, "tls");
+}
+
 // backend: memory | redis, and redis: its connection and keys.
 void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (auto backend = r.String(doc, "backend")) {
@@ -162,10 +229,10 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
     s.backend = *backend;
   }
   if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
-    if (r.CheckMap(
-            redis, "redis",
-            {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
-             "over_limit_cache", "lease_interval", "window_lease_life", "sync_interval", "tls"})) {
+    if (r.CheckMap(redis, "redis",
+                   {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
+                    "over_limit_cache", "lease_interval", "window_lease_life", "sync_interval",
+                    "tls", "sentinel"})) {
       s.redis_url = r.String(redis, "url").value_or("");
       s.redis_cluster = r.Bool(redis, "cluster").value_or(false);
       s.redis_nodes = r.Strings(redis, "nodes").value_or(std::vector<std::string>{});
@@ -190,6 +257,9 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
         r.Error(redis["sync_interval"], "sync_interval must be at least 1ms");
       }
       ParseRedisTls(r, redis, s);
+      ParseRedisSentinel(r, redis, s);
+      // Sentinels over TLS take redis.tls too, whatever the master's scheme.
+      const bool sentinels_tls = s.redis_sentinel && s.redis_sentinel->tls.value_or(false);
       // TLS is the URLs' scheme: all rediss:// or none, and redis.tls for rediss:// only.
       std::optional<bool> tls;
       const auto check_url = [&](const std::string& url, const YAML::Node& at) {
@@ -199,7 +269,7 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
                   fmt::format("bad Redis URL '{}' (redis[s]://[user:pass@]host:port[/db])", url));
         } else if (tls && *tls != rediss) {
           r.Error(at, fmt::format("'{}': the nodes are all rediss:// (TLS) or all redis://", url));
-        } else if (!rediss && s.redis_tls) {
+        } else if (!rediss && s.redis_tls && !sentinels_tls) {
           r.Error(at,
                   fmt::format("'{}' is plain TCP, and redis.tls is set: TLS needs rediss://", url));
         }
@@ -210,6 +280,27 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
         check_url(s.redis_nodes[i], redis["nodes"][i]);
       if (s.redis_cluster && s.redis_nodes.empty() && s.redis_url.empty()) {
         r.Error(redis, "a Redis cluster needs seed nodes");
+      }
+      if (s.redis_sentinel) {
+        if (s.redis_cluster || !s.redis_nodes.empty()) {
+          r.Error(redis["sentinel"],
+                  "redis.sentinel names one master: not with cluster or nodes (Sentinel and "
+                  "Cluster are two ways to run Redis)");
+        }
+        const std::string_view host = UrlHost(s.redis_url);
+        if (!s.redis_url.empty() && !s.redis_sentinel->master.empty() &&
+            host != s.redis_sentinel->master) {
+          r.Error(redis["url"],
+                  fmt::format("with redis.sentinel, url is the master's login "
+                              "(redis[s]://[user:pass@]{}[/db]): its host must be the master's "
+                              "name, not '{}'",
+                              s.redis_sentinel->master, host));
+        }
+        if (s.redis_tls && s.redis_url.empty() && !sentinels_tls) {
+          r.Error(redis["tls"],
+                  "redis.tls is set, and neither the master (no rediss:// url) nor the "
+                  "sentinels (sentinel.tls) use TLS");
+        }
       }
     }
   }
@@ -306,8 +397,8 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   ParseStore(r, doc, s);
   ParseHeaders(r, doc, s);
   ParseHttp(r, doc, s);
-  if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty()) {
-    r.Error(doc["backend"], "backend redis needs redis.url or redis.nodes");
+  if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty() && !s.redis_sentinel) {
+    r.Error(doc["backend"], "backend redis needs redis.url, redis.nodes or redis.sentinel");
   }
   return s;
 }

@@ -7,9 +7,10 @@
 
 namespace sluice::stack {
 
-absl::StatusOr<RedisConnection> ConnectRedis(const std::vector<std::string>& urls, bool cluster,
-                                             int64_t timeout_us, std::chrono::microseconds wait,
-                                             std::shared_ptr<const redis::TlsContext> tls) {
+absl::StatusOr<RedisConnection> ConnectRedis(
+    const std::vector<std::string>& urls, bool cluster, int64_t timeout_us,
+    std::chrono::microseconds wait, std::shared_ptr<const redis::TlsContext> tls,
+    const std::optional<redis::SentinelOptions>& sentinel) {
   if (urls.empty()) return absl::InvalidArgumentError("no Redis URL");
   redis::Client::Options options;
   options.cluster = cluster;
@@ -18,14 +19,18 @@ absl::StatusOr<RedisConnection> ConnectRedis(const std::vector<std::string>& url
     if (!endpoint.ok()) return endpoint.status();
     options.seeds.push_back(*endpoint);
   }
-  if (tls != nullptr && !options.seeds.front().tls) {
+  const bool sentinels_tls =
+      sentinel && !sentinel->sentinels.empty() && sentinel->sentinels.front().tls;
+  if (tls != nullptr && !options.seeds.front().tls && !sentinels_tls) {
     return absl::InvalidArgumentError(
         fmt::format("redis.tls is set, and {} is plain TCP: TLS needs rediss://", urls.front()));
   }
   options.connection.timeout = std::chrono::microseconds(timeout_us);
   options.connection.tls = std::move(tls);
+  options.sentinel = sentinel;
   RedisConnection out;
-  out.where = redis::DescribeRedis(options.cluster, options.seeds[0]);
+  out.where = sentinel ? redis::DescribeRedis(*sentinel, options.seeds[0])
+                       : redis::DescribeRedis(options.cluster, options.seeds[0]);
   auto client = redis::Client::Create(options);
   if (!client.ok()) return client.status();
   out.client = *std::move(client);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,13 @@ struct RedisConnection {
 
 // `urls`: one server's, or seeds of a Redis Cluster (`cluster`); at least one. `timeout_us`:
 // each call's. Waits up to `wait` for the first connection (0: not at all). `tls`: the context
-// of rediss:// URLs (null: the system's CAs, each host's name checked); only with them.
+// of rediss:// URLs (null: the system's CAs, each host's name checked); only with them, or with
+// sentinels over TLS. `sentinel`: the master is the one these sentinels name, and `urls` is its
+// login alone (one URL; its host is not used).
 absl::StatusOr<RedisConnection> ConnectRedis(
     const std::vector<std::string>& urls, bool cluster, int64_t timeout_us,
-    std::chrono::microseconds wait, std::shared_ptr<const redis::TlsContext> tls = nullptr);
+    std::chrono::microseconds wait, std::shared_ptr<const redis::TlsContext> tls = nullptr,
+    const std::optional<redis::SentinelOptions>& sentinel = std::nullopt);
 
 }  // namespace sluice::stack
 

@@ -18,6 +18,7 @@
 #include "backend/ticker.h"
 #include "fmt/format.h"
 #include "redis/client.h"
+#include "redis/sentinel.h"
 #include "spdlog/spdlog.h"
 #include "stack/redis_connect.h"
 #include "stack/redis_tls.h"
@@ -73,14 +74,39 @@ std::unique_ptr<store::MemoryStore> MakeMemory(const rules::Settings& settings,
       clock);
 }
 
+// redis.sentinel as the client's options: each sentinel with the sentinels' login, over TLS as
+// `tls` says (unset: as the master, redis.url's scheme).
+absl::StatusOr<redis::SentinelOptions> SentinelOptionsOf(const rules::Settings& settings) {
+  const rules::RedisSentinelSettings& s = *settings.redis_sentinel;
+  redis::SentinelOptions out;
+  out.master = s.master;
+  const bool tls = s.tls.value_or(settings.redis_url.starts_with("rediss://"));
+  for (const std::string& address : s.addresses) {
+    auto endpoint = redis::ParseSentinelAddress(address);
+    if (!endpoint.ok()) return endpoint.status();
+    endpoint->user = s.username;
+    endpoint->password = s.password;
+    endpoint->tls = tls;
+    out.sentinels.push_back(*std::move(endpoint));
+  }
+  return out;
+}
+
 // Connects to Redis as the settings say (`url`, or a cluster's `nodes`), waiting a moment for
 // the connection so that a wrong password is a start-up error; an unreachable Redis is not (its
 // domains' failure_mode answers until it comes).
 absl::Status StartRedis(const rules::Settings& settings, const std::optional<std::string>& url_flag,
                         Stack::Parts& backend, std::string& where) {
   std::vector<std::string> urls;
+  std::optional<redis::SentinelOptions> sentinel;
   if (url_flag) {
     urls = {*url_flag};
+  } else if (settings.redis_sentinel) {
+    auto options = SentinelOptionsOf(settings);
+    if (!options.ok()) return options.status();
+    sentinel = *std::move(options);
+    // The master's login, database and TLS; its address is the sentinels' to say.
+    urls = {settings.redis_url.empty() ? "redis://" + sentinel->master : settings.redis_url};
   } else if (!settings.redis_nodes.empty()) {
     urls = settings.redis_nodes;
   } else if (!settings.redis_url.empty()) {
@@ -94,7 +120,7 @@ absl::Status StartRedis(const rules::Settings& settings, const std::optional<std
   auto tls = RedisTlsContext(settings);
   if (!tls.ok()) return tls.status();
   auto connection = ConnectRedis(urls, settings.redis_cluster, settings.redis_timeout_us,
-                                 std::chrono::seconds(2), *std::move(tls));
+                                 std::chrono::seconds(2), *std::move(tls), sentinel);
   if (!connection.ok()) return connection.status();
   backend.client = std::move(connection->client);
   where = std::move(connection->where);

@@ -224,9 +224,9 @@ void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, Envo
                       socket_type, env.contains("REDIS_SOCKET_TYPE") ? "" : " (the default)"));
   }
   const std::string type = Lower(r.GetOr("REDIS_TYPE", "single"));
-  if (type != "single" && type != "cluster") {
+  if (type != "single" && type != "cluster" && type != "sentinel") {
     r.Say(Level::kError, "REDIS_TYPE",
-          fmt::format("'{}' is not supported (single or cluster)", type));
+          fmt::format("'{}' is not supported (single, cluster or sentinel)", type));
   }
   // REDIS_TLS: rediss:// URLs, with upstream's TLS variables as redis.tls.
   const bool tls = r.Bool("REDIS_TLS", false);
@@ -244,17 +244,45 @@ void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, Envo
     hosts.push_back(url.substr(start, comma - start));
     start = comma + 1;
   }
+  // Sentinel: "MASTER_NAME,host:port[,host:port...]", the sentinels after the master's name.
+  const bool sentinel = type == "sentinel";
+  if (sentinel && hosts.size() < 2) {
+    r.Say(Level::kError, "REDIS_URL",
+          "REDIS_TYPE=sentinel needs the master's name and the sentinels: "
+          "MASTER_NAME,host:port[,host:port...]");
+  }
   if (socket_type == "tcp") {
-    for (const std::string& h : hosts) {
-      if (!IsHostPort(h)) {
-        r.Say(Level::kError, "REDIS_URL", fmt::format("'{}' is not host:port", h));
+    for (size_t i = sentinel ? 1 : 0; i < hosts.size(); ++i) {
+      if (!IsHostPort(hosts[i])) {
+        r.Say(Level::kError, "REDIS_URL", fmt::format("'{}' is not host:port", hosts[i]));
       }
     }
     if (type == "single" && hosts.size() > 1) {
       r.Say(Level::kError, "REDIS_URL", "several addresses need REDIS_TYPE=cluster");
     }
   }
-  if (type == "cluster") {
+  if (auto auth = r.Get("REDIS_SENTINEL_AUTH"); auth && !sentinel) {
+    r.Say(Level::kInfo, "REDIS_SENTINEL_AUTH", "no effect: only with REDIS_TYPE=sentinel");
+  } else if (sentinel && hosts.size() >= 2) {
+    // The sentinels' own login: "pass" or "user:pass" (upstream cuts at the first colon). With
+    // REDIS_TLS, upstream dials the sentinels over TLS too.
+    rules::RedisSentinelSettings& t = s.redis_sentinel.emplace();
+    t.master = hosts.front();
+    t.addresses.assign(hosts.begin() + 1, hosts.end());
+    t.tls = tls;
+    if (auth) {
+      if (const size_t colon = auth->find(':'); colon != std::string::npos) {
+        t.username = auth->substr(0, colon);
+        t.password = auth->substr(colon + 1);
+      } else {
+        t.password = *auth;
+      }
+    }
+  }
+  if (sentinel) {
+    // The master's login (REDIS_AUTH), TLS and name; its address is the sentinels' answer.
+    s.redis_url = scheme + credentials + hosts.front();
+  } else if (type == "cluster") {
     s.redis_cluster = true;
     for (const std::string& h : hosts) s.redis_nodes.push_back(scheme + credentials + h);
   } else {

@@ -28,7 +28,6 @@ constexpr Note kIrrelevant[] = {
      "sluice starts without Redis and answers by failure_mode (open) until it connects"},
     {"REDIS_STARTUP_MAX_ELAPSED_TIME",
      "sluice starts without Redis and answers by failure_mode (open) until it connects"},
-    {"REDIS_SENTINEL_AUTH", "only for REDIS_TYPE=sentinel"},
     {"LOCAL_CACHE_SIZE_IN_BYTES",
      "sluice's own over-limit cache is on by default (redis.over_limit_cache) and exact: a "
      "denial is held until its retry_after, not for a fixed time"},

@@ -122,6 +122,86 @@ TEST(EnvoyEnvTest, RedisAuthAndClusterBecomeRedisUrls) {
               ElementsAre("redis://pw@10.0.0.1:7000", "redis://pw@10.0.0.2:7000"));
 }
 
+// REDIS_TYPE=sentinel: REDIS_URL is "MASTER_NAME,host:port,...", the master's name first.
+TEST(EnvoyEnvTest, SentinelUrlNamesTheMasterAndTheSentinels) {
+  Env env = With(Deployment(), "REDIS_TYPE", "SENTINEL");  // any case, as upstream
+  env["REDIS_URL"] = "mymaster,10.0.0.1:26379,sentinel-2:26380";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  const rules::Settings& s = *result.load.settings;
+  ASSERT_TRUE(s.redis_sentinel.has_value());
+  EXPECT_EQ(s.redis_sentinel->master, "mymaster");
+  EXPECT_THAT(s.redis_sentinel->addresses, ElementsAre("10.0.0.1:26379", "sentinel-2:26380"));
+  EXPECT_EQ(s.redis_sentinel->username, "");
+  EXPECT_EQ(s.redis_sentinel->password, "");
+  EXPECT_EQ(s.redis_sentinel->tls, false);
+  EXPECT_FALSE(s.redis_cluster);
+  EXPECT_EQ(s.redis_url, "redis://mymaster");  // the master's login: none
+}
+
+TEST(EnvoyEnvTest, SentinelUrlNeedsAMasterAndASentinel) {
+  Env env = With(Deployment(), "REDIS_TYPE", "sentinel");
+  env["REDIS_URL"] = "10.0.0.1:26379";
+  EXPECT_THAT(Said(ReadEnvoyEnv(env), "REDIS_URL", Level::kError),
+              ElementsAre(HasSubstr("MASTER_NAME,host:port")));
+  env["REDIS_URL"] = "mymaster,10.0.0.1";
+  EXPECT_THAT(Said(ReadEnvoyEnv(env), "REDIS_URL", Level::kError),
+              ElementsAre("'10.0.0.1' is not host:port"));
+}
+
+// REDIS_SENTINEL_AUTH: the sentinels' login, "pass" or "user:pass"; not the master's.
+TEST(EnvoyEnvTest, SentinelAuthIsTheSentinelsLogin) {
+  Env env = With(Deployment(), "REDIS_TYPE", "sentinel");
+  env["REDIS_URL"] = "mymaster,10.0.0.1:26379";
+  env["REDIS_SENTINEL_AUTH"] = "s3cret";
+  EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.load.settings->redis_sentinel->username, "");
+  EXPECT_EQ(result.load.settings->redis_sentinel->password, "s3cret");
+  EXPECT_EQ(result.load.settings->redis_url, "redis://mymaster");
+  env["REDIS_SENTINEL_AUTH"] = "watcher:pa:ss";  // cut at the first colon
+  result = ReadEnvoyEnv(env);
+  EXPECT_EQ(result.load.settings->redis_sentinel->username, "watcher");
+  EXPECT_EQ(result.load.settings->redis_sentinel->password, "pa:ss");
+  EXPECT_TRUE(Said(result, "REDIS_SENTINEL_AUTH", Level::kInfo).empty()) << All(result);
+  // Without REDIS_TYPE=sentinel it does nothing, and says so.
+  result = ReadEnvoyEnv(With(Deployment(), "REDIS_SENTINEL_AUTH", "s3cret"));
+  EXPECT_TRUE(result.ok()) << All(result);
+  EXPECT_FALSE(result.load.settings->redis_sentinel.has_value());
+  EXPECT_THAT(Said(result, "REDIS_SENTINEL_AUTH", Level::kInfo),
+              ElementsAre(HasSubstr("only with REDIS_TYPE=sentinel")));
+}
+
+// REDIS_AUTH with Sentinel: the master's login, in both of its forms.
+TEST(EnvoyEnvTest, SentinelRedisAuthIsTheMastersLogin) {
+  Env env = With(Deployment(), "REDIS_TYPE", "sentinel");
+  env["REDIS_URL"] = "mymaster,10.0.0.1:26379";
+  env["REDIS_AUTH"] = "masterpw";
+  EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.load.settings->redis_url, "redis://masterpw@mymaster");
+  EXPECT_EQ(result.load.settings->redis_sentinel->password, "");
+  env["REDIS_AUTH"] = "app:masterpw";
+  result = ReadEnvoyEnv(env);
+  EXPECT_EQ(result.load.settings->redis_url, "redis://app:masterpw@mymaster");
+}
+
+// REDIS_TLS with Sentinel: upstream dials the master and the sentinels over TLS alike.
+TEST(EnvoyEnvTest, SentinelWithRedisTlsUsesTlsEverywhere) {
+  Env env = With(Deployment(), "REDIS_TYPE", "sentinel");
+  env["REDIS_URL"] = "mymaster,10.0.0.1:26379";
+  env["REDIS_TLS"] = "true";
+  env["REDIS_TLS_CACERT"] = "/etc/redis-tls/ca.pem";
+  env["REDIS_AUTH"] = "pw";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  const rules::Settings& s = *result.load.settings;
+  EXPECT_EQ(s.redis_url, "rediss://pw@mymaster");
+  EXPECT_EQ(s.redis_sentinel->tls, true);
+  ASSERT_TRUE(s.redis_tls.has_value());
+  EXPECT_EQ(s.redis_tls->ca_file, "/etc/redis-tls/ca.pem");
+}
+
 TEST(EnvoyEnvTest, BadRedisAddressesAreErrors) {
   EXPECT_THAT(
       Said(ReadEnvoyEnv(With(Deployment(), "REDIS_URL", "redis")), "REDIS_URL", Level::kError),
@@ -137,7 +217,7 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"BACKEND_TYPE", "memcache"},
       {"REDIS_PERSECOND", "true"},
       {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"},
-      {"REDIS_TYPE", "sentinel"},
+      {"REDIS_TYPE", "twemproxy"},
       {"REDIS_SOCKET_TYPE", "unix"},
       {"REDIS_TLS", "yes"},                               // not a Go boolean
       {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "maybe"},  // (read with REDIS_TLS=true below)

@@ -13,8 +13,10 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libssl-dev
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx and
   # Caddy for forward-auth (auth_request, forward_auth), wrk for bench/compare.sh, Redis for the
-  # Redis backend, openssl for the certificates of the Redis TLS tests
-  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light caddy wrk redis-server redis-tools valgrind
+  # Redis backend (redis-sentinel for its Sentinel tests), openssl for the certificates of the
+  # Redis TLS tests
+  libgtest-dev libgmock-dev libbenchmark-dev curl prometheus nginx-light caddy wrk redis-server
+  redis-sentinel redis-tools valgrind
   openssl
   # the soak's and the simulator's plots (bench/soak.sh, scripts/sim_plots.sh); a server that
   # stalls on purpose for openloop_e2e; the docs' YAML examples checked (tests/doc_examples.py)
@@ -49,9 +51,10 @@ if [ ${#missing[@]} -ne 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   # Some of these packages come with a system service that their post-install script starts and
   # enables: nginx (port 80, and the install fails if that port is taken), caddy (port 80 and
-  # its admin endpoint on 2019), redis-server (6379), prometheus (9090). The tests start their
-  # own on free ports, so none may start here: a policy-rc.d that refuses every start while apt
-  # runs (removed after, unless one was there), then the units apt enabled are disabled again.
+  # its admin endpoint on 2019), redis-server (6379), redis-sentinel (26379), prometheus (9090).
+  # The tests start their own on free ports, so none may start here: a policy-rc.d that refuses
+  # every start while apt runs (removed after, unless one was there), then the units apt enabled
+  # are disabled again.
   policy=/usr/sbin/policy-rc.d
   own_policy=0
   if [ ! -e "$policy" ]; then
@@ -67,7 +70,8 @@ if [ ${#missing[@]} -ne 0 ]; then
     trap - EXIT
   fi
   services=()
-  for p in nginx-light:nginx caddy:caddy redis-server:redis-server prometheus:prometheus; do
+  for p in nginx-light:nginx caddy:caddy redis-server:redis-server redis-sentinel:redis-sentinel \
+    prometheus:prometheus; do
     case " ${missing[*]} " in *" ${p%%:*} "*) services+=("${p#*:}") ;; esac
   done
   # (systemctl disables a unit without a running systemd too: it removes the links apt made,

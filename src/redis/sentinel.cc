@@ -127,19 +127,17 @@ class SentinelClient : public Client {
   }
 
   ~SentinelClient() override {
+    // On the I/O thread, so that no master is made after this (UseMaster checks stopping_).
     asio::post(io_, [this] {
       stopping_ = true;
       tick_timer_.cancel();
       discover_timer_.cancel();
       if (subscriber_) subscriber_->Close();
+      if (std::shared_ptr<Master> master = CurrentMaster()) {
+        for (auto& c : master->connections) c->Close();
+      }
     });
     for (auto& c : queries_) c->Close();
-    {
-      absl::MutexLock lock(&mu_);
-      if (master_) {
-        for (auto& c : master_->connections) c->Close();
-      }
-    }
     guard_.reset();
     asio::post(io_, [this] { io_.stop(); });
     thread_.join();

@@ -1,7 +1,7 @@
 // Redis Sentinel: the wire forms the client reads (get-master-addr-by-name, +switch-master,
 // -READONLY, sentinel addresses), and the client against a real redis-sentinel watching a real
 // master and replica: it finds the master (past a sentinel that is down), follows a failover,
-// and turns a demoted master's -READONLY into Unavailable.
+// and turns a demoted master's -READONLY into Unavailable; over mutual TLS too.
 
 #include "redis/sentinel.h"
 
@@ -16,6 +16,7 @@
 #include "redis/connection_testing.h"
 #include "tests/support/redis_sentinel.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/tls_certs.h"
 
 namespace sluice::redis {
 namespace {
@@ -229,8 +230,9 @@ TEST_F(SentinelClientTest, ADemotedMastersReadOnlyIsUnavailable) {
 TEST_F(SentinelClientTest, NoMasterFailsFastAndSaysWhy) {
   Client::Options o;
   o.seeds.push_back(*ParseUrl("redis://nosuchmaster"));
-  o.sentinel = SentinelOptions{.master = "nosuchmaster",
-                               .sentinels = {*ParseSentinelAddress(sentinel_.address())}};
+  o.sentinel.emplace();
+  o.sentinel->master = "nosuchmaster";
+  o.sentinel->sentinels.push_back(*ParseSentinelAddress(sentinel_.address()));
   auto client = Client::Create(o);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE(Eventually(
@@ -243,10 +245,54 @@ TEST_F(SentinelClientTest, NoMasterFailsFastAndSaysWhy) {
   EXPECT_THAT(std::string(set.status().message()), HasSubstr("no master for 'nosuchmaster'"));
 }
 
+// The master and the sentinel both over mutual TLS (rediss:// and sentinels with tls).
+TEST(SentinelTlsTest, MasterAndSentinelOverMutualTls) {
+  testing::TlsCerts certs;
+  ASSERT_TRUE(certs.ok()) << "openssl failed: see " << certs.make_log();
+  const int master_port = testing::RedisServer::FreePort();
+  std::vector<std::string> master_args = certs.RedisArgs(master_port);
+  testing::RedisServer master(master_args, master_port);
+  const int sentinel_port = testing::RedisServer::FreePort();
+  std::vector<std::string> sentinel_args = certs.RedisArgs(sentinel_port);
+  sentinel_args.insert(sentinel_args.end(), {"--tls-replication", "yes"});
+  testing::RedisSentinel sentinel("mymaster", master_port, 1, 1000, sentinel_args, sentinel_port);
+
+  Client::Options o;
+  o.seeds.push_back(*ParseUrl("rediss://mymaster"));
+  SentinelOptions s;
+  s.master = "mymaster";
+  s.sentinels.push_back(*ParseSentinelAddress(sentinel.address()));
+  s.sentinels[0].tls = true;
+  o.sentinel = s;
+  TlsOptions tls;
+  tls.ca_file = certs.ca();
+  tls.cert_file = certs.Cert("client");
+  tls.key_file = certs.Key("client");
+  o.tls = tls;
+  o.connection.timeout = 1s;
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (!(*client)->Ready() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE((*client)->Ready()) << (*client)->last_error();
+  EXPECT_EQ((*client)->NodeFor("k"), "127.0.0.1:" + std::to_string(master_port));
+  std::string command;
+  AppendCommand(&command, {"SET", "k", "v"});
+  std::promise<absl::StatusOr<Reply>> promise;
+  (*client)->Send("k", std::move(command),
+                  [&promise](absl::StatusOr<Reply> r) { promise.set_value(std::move(r)); });
+  auto reply = promise.get_future().get();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->str, "OK");
+}
+
 TEST(SentinelCreateTest, RefusesBadOptions) {
   Client::Options o;
   o.seeds.push_back(*ParseUrl("redis://m"));
-  o.sentinel = SentinelOptions{.master = "m", .sentinels = {}};
+  o.sentinel.emplace();
+  o.sentinel->master = "m";
   EXPECT_FALSE(Client::Create(o).ok());
   o.sentinel->sentinels.push_back(*ParseSentinelAddress("h:1"));
   o.sentinel->master = "";

@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
@@ -16,16 +18,18 @@ namespace sluice::testing {
 class RedisSentinel {
  public:
   // Watches the master at 127.0.0.1:`master_port` as `name`; `quorum` sentinels agree it is
-  // down after `down_after_ms` without an answer.
-  RedisSentinel(const std::string& name, int master_port, int quorum = 1,
-                int down_after_ms = 1000) {
+  // down after `down_after_ms` without an answer. `extra` and `port` as RedisServer's (TLS:
+  // TlsCerts::RedisArgs with --tls-replication yes, to reach a TLS master).
+  RedisSentinel(const std::string& name, int master_port, int quorum = 1, int down_after_ms = 1000,
+                std::vector<std::string> extra = {}, int port = 0) {
     const std::string conf =
         dir_.Write("sentinel.conf",
                    "sentinel monitor " + name + " 127.0.0.1 " + std::to_string(master_port) + " " +
                        std::to_string(quorum) + "\nsentinel down-after-milliseconds " + name + " " +
                        std::to_string(down_after_ms) + "\nsentinel failover-timeout " + name +
                        " 5000\nsentinel resolve-hostnames no\n");
-    server_ = std::make_unique<RedisServer>(std::vector<std::string>{"--sentinel"}, 0, conf);
+    extra.insert(extra.begin(), "--sentinel");
+    server_ = std::make_unique<RedisServer>(std::move(extra), port, conf);
   }
 
   int port() const { return server_->port(); }

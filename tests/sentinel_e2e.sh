@@ -5,7 +5,8 @@
 # domain that fails open and one that fails closed, the master is SIGKILLed: every request is
 # answered by its domain's policy meanwhile (open: 200, closed: 200 or 503, none unanswered),
 # /readyz says not ready (naming why) and then ready, each instance decides on the promoted
-# replica within 2 s of the sentinels' switch, and an exact limit holds there afterwards.
+# replica within 2 s of the sentinels' switch, and an exact limit holds there afterwards (and a
+# leased one admits no more than it).
 # `serve --envoy-env` with REDIS_TYPE=sentinel decides on the new master too.
 # Usage: SLUICE=path/to/sluice tests/sentinel_e2e.sh
 set -u
@@ -111,6 +112,14 @@ failure_mode: closed
 descriptors:
   - key: user
     rate_limit: {requests: 40, window: 1h}
+EOF
+cat >"$tmp/rules/leased.yaml" <<'EOF'
+domain: leased
+consistency: leased
+failure_mode: closed
+descriptors:
+  - key: user
+    rate_limit: {algorithm: fixed_window, requests: 40, window: 1h}
 EOF
 clear_of_hour_end 120
 start_four s --config "$tmp/rules"
@@ -221,23 +230,33 @@ check "closed: decided (200) after the failover" 1 \
   "$(($(awk -v t="$t_switch" '$2 == "closed" && $3 == 200 && $1 > t' <<<"$answers" | wc -l) > 0))"
 
 # ---------------------------------------------------------------- exact on the new master
+# The sentinels agree on one master (a failover that timed out may have been followed by
+# another, to the other replica: the instances follow that too).
+agreed() {
+  local p a first=
+  for p in "${sports[@]}"; do
+    a=$(redis-cli -p "$p" sentinel get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p)
+    [[ -n $a && $a != "$mport" && (-z $first || $a == "$first") ]] || return 1
+    first=$a
+  done
+  echo "$first" >"$tmp/agreed"
+}
+until_true 15 agreed
+check "the sentinels agree on the new master" 0 "$?" ||
+  for p in "${sports[@]}"; do redis-cli -p "$p" sentinel get-master-addr-by-name mymaster | paste -sd:; done
+nport=$(cat "$tmp/agreed" 2>/dev/null)
 keys_before=$(redis-cli -p "$nport" dbsize)
 check "exact after the failover: 40 of 4 x 15 admitted for a new key" 40 "$(fire exact user after 15)"
 check "its state is on the new master" 1 "$(($(redis-cli -p "$nport" dbsize) > keys_before))"
-check_contains "the instances said where the master went" "moved from 127.0.0.1:$mport to 127.0.0.1:$nport" \
+# Leases on the new master never admit beyond the limit (they may hold some units back).
+leased=$(fire leased user after 15)
+check "leased after the failover: no more than 40 of 4 x 15, at least 20" yes \
+  "$([[ $leased -le 40 && $leased -ge 20 ]] && echo yes || echo "no: $leased")"
+check_contains "the instances said where the master went" "moved from 127.0.0.1:$mport to 127.0.0.1:" \
   "$(cat "$tmp"/s*.out "$tmp"/s*.err)"
 for i in 0 1 2 3; do stop "${spids[$i]}"; done
 
 # ---------------------------------------------------------------- serve --envoy-env
-# (Once every sentinel names the new master: one that has not heard yet would name the dead one.)
-all_name_new() {
-  local p
-  for p in "${sports[@]}"; do
-    [[ $(redis-cli -p "$p" sentinel get-master-addr-by-name mymaster | sed -n 2p) == "$nport" ]] || return 1
-  done
-}
-until_true 10 all_name_new
-check "every sentinel names the new master" 0 "$?"
 runtime=$tmp/runtime
 mkdir -p "$runtime/v1/ratelimit/config"
 cat >"$runtime/v1/ratelimit/config/api.yaml" <<'EOF'

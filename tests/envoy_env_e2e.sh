@@ -132,7 +132,9 @@ refuse() {  # refuse NAME VAR=VALUE...: must exit non-zero, naming the variable
 refuse memcache BACKEND_TYPE=memcache
 refuse persecond REDIS_PERSECOND=true
 refuse stop_increment STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true
-refuse sentinel REDIS_TYPE=sentinel
+refuse redis_type REDIS_TYPE=twemproxy
+# Sentinel's REDIS_URL is MASTER_NAME,host:port,...: one address alone is refused.
+refuse sentinel_url REDIS_URL=127.0.0.1:6379 REDIS_TYPE=sentinel
 refuse unix REDIS_SOCKET_TYPE=unix
 
 # --- --envoy-env reads nothing else: --config is refused with it.

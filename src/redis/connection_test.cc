@@ -253,7 +253,13 @@ TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
     std::lock_guard lock(mu);
     messages.push_back(message.elements.size() == 3 ? message.elements[2].str : "?");
   };
-  subscriber = Connection::Create(io_, o);
+  // Made on the I/O thread, where on_ready runs: it cannot run before `subscriber` is set.
+  std::promise<void> made;
+  boost::asio::post(io_, [&] {
+    subscriber = Connection::Create(io_, o);
+    made.set_value();
+  });
+  made.get_future().wait();
   connections_.push_back(subscriber);
   auto publisher = Open(server.url());
   const auto wait_for = [](const std::function<bool()>& done) {

@@ -9,9 +9,9 @@
 #include <boost/asio.hpp>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "redis/connection_testing.h"
@@ -233,7 +233,7 @@ TEST_F(ConnectionTest, CommandsAndReplies) {
 // login without TIME (read_server_time false) still makes the connection ready.
 TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
   testing::RedisServer server;
-  std::mutex mu;
+  absl::Mutex mu;
   std::vector<std::string> messages;
   std::atomic<int> subscribed{0};
   std::shared_ptr<Connection> subscriber;
@@ -250,7 +250,7 @@ TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
     });
   };
   o.on_push = [&](Reply message) {
-    std::lock_guard lock(mu);
+    absl::MutexLock lock(&mu);
     messages.push_back(message.elements.size() == 3 ? message.elements[2].str : "?");
   };
   // Made on the I/O thread, where on_ready runs: it cannot run before `subscriber` is set.
@@ -271,7 +271,7 @@ TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
   EXPECT_EQ(Call(*publisher, {"PUBLISH", "news", "one"})->integer, 1);
   EXPECT_EQ(Call(*publisher, {"PUBLISH", "news", "two"})->integer, 1);
   ASSERT_TRUE(wait_for([&] {
-    std::lock_guard lock(mu);
+    absl::MutexLock lock(&mu);
     return messages.size() == 2;
   }));
   EXPECT_EQ(subscriber->state(), Connection::State::kReady);  // no "reply nobody asked for"
@@ -283,10 +283,10 @@ TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
   ASSERT_TRUE(WaitState(*publisher, Connection::State::kReady));
   EXPECT_EQ(Call(*publisher, {"PUBLISH", "news", "three"})->integer, 1);
   ASSERT_TRUE(wait_for([&] {
-    std::lock_guard lock(mu);
+    absl::MutexLock lock(&mu);
     return messages.size() == 3;
   }));
-  std::lock_guard lock(mu);
+  absl::MutexLock lock(&mu);
   EXPECT_THAT(messages, ::testing::ElementsAre("one", "two", "three"));
 }
 

@@ -1,7 +1,8 @@
 // Redis Sentinel: the wire forms the client reads (get-master-addr-by-name, +switch-master,
 // -READONLY, sentinel addresses), and the client against a real redis-sentinel watching a real
-// master and replica: it finds the master (past a sentinel that is down), follows a failover,
-// and turns a demoted master's -READONLY into Unavailable; over mutual TLS too.
+// master and replica: it finds the master (past a sentinel that is down), follows a failover (by
+// asking, and by +switch-master alone), and turns a demoted master's -READONLY into Unavailable;
+// over mutual TLS too.
 
 #include "redis/sentinel.h"
 
@@ -118,16 +119,20 @@ class SentinelClientTest : public ::testing::Test {
     thread_.join();
   }
 
-  std::unique_ptr<Client> MakeClient() {
+  // `one_down`: a sentinel that is down comes first (the client asks the next). `check_interval`:
+  // how often it asks anyway.
+  std::unique_ptr<Client> MakeClient(bool one_down = true,
+                                     std::chrono::milliseconds check_interval = 200ms) {
     Client::Options o;
     o.seeds.push_back(*ParseUrl("redis://mymaster"));
     SentinelOptions s;
     s.master = "mymaster";
-    // The first sentinel is down: the client asks the next.
-    s.sentinels.push_back(
-        *ParseSentinelAddress("127.0.0.1:" + std::to_string(testing::RedisServer::FreePort())));
+    if (one_down) {
+      s.sentinels.push_back(
+          *ParseSentinelAddress("127.0.0.1:" + std::to_string(testing::RedisServer::FreePort())));
+    }
     s.sentinels.push_back(*ParseSentinelAddress(sentinel_.address()));
-    s.check_interval = 200ms;
+    s.check_interval = check_interval;
     o.sentinel = s;
     o.connection.timeout = 1s;
     o.connection.max_backoff = 100ms;
@@ -173,6 +178,21 @@ class SentinelClientTest : public ::testing::Test {
 
   static std::string At(int port) { return "127.0.0.1:" + std::to_string(port); }
 
+  // SENTINEL FAILOVER, once the sentinel finds the replica fit to promote (it must have heard
+  // from it first: NOGOODSLAVE until then). True once it started one.
+  bool Failover() {
+    Connection& sentinel = Open(sentinel_.port());
+    const auto until = std::chrono::steady_clock::now() + 15s;
+    while (std::chrono::steady_clock::now() < until) {
+      auto r = Call(sentinel, {"SENTINEL", "FAILOVER", "mymaster"});
+      last_failover_answer_ = r.ok() ? r->str : std::string(r.status().message());
+      if (r.ok() && !r->IsError()) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  std::string last_failover_answer_;
+
   testing::RedisServer master_;
   testing::RedisServer replica_;
   testing::RedisSentinel sentinel_;
@@ -191,16 +211,8 @@ TEST_F(SentinelClientTest, FindsTheMasterAndFollowsAFailover) {
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->str, "OK");
 
-  // The sentinel knows the replica (from the master's INFO), then fails over to it.
-  Connection& sentinel = Open(sentinel_.port());
-  ASSERT_TRUE(Eventually(
-      [&] {
-        auto r = Call(sentinel, {"SENTINEL", "replicas", "mymaster"});
-        return r.ok() && !r->elements.empty();
-      },
-      10s));
-  auto failover = Call(sentinel, {"SENTINEL", "FAILOVER", "mymaster"});
-  ASSERT_TRUE(failover.ok() && !failover->IsError()) << (failover.ok() ? failover->str : "");
+  // The sentinel fails over to the replica.
+  ASSERT_TRUE(Failover()) << last_failover_answer_;
   ASSERT_TRUE(Eventually(
       [&] { return client->NodeFor("k") == At(replica_.port()) && client->Ready(); }, 10s))
       << client->NodeFor("k") << " " << client->last_error();
@@ -212,6 +224,16 @@ TEST_F(SentinelClientTest, FindsTheMasterAndFollowsAFailover) {
         return r.ok() && r->str == "OK";
       },
       5s));
+}
+
+// With no periodic question and no calls, only the +switch-master subscription can move it.
+TEST_F(SentinelClientTest, FollowsSwitchMasterMessages) {
+  auto client = MakeClient(/*one_down=*/false, /*check_interval=*/std::chrono::hours(1));
+  ASSERT_TRUE(Eventually([&] { return client->Ready(); }, 5s)) << client->last_error();
+  EXPECT_EQ(client->NodeFor("k"), At(master_.port()));
+  ASSERT_TRUE(Failover()) << last_failover_answer_;
+  EXPECT_TRUE(Eventually([&] { return client->NodeFor("k") == At(replica_.port()); }, 10s))
+      << client->NodeFor("k") << " " << client->last_error();
 }
 
 TEST_F(SentinelClientTest, ADemotedMastersReadOnlyIsUnavailable) {

@@ -310,6 +310,33 @@ TEST(SentinelTlsTest, MasterAndSentinelOverMutualTls) {
   EXPECT_EQ(reply->str, "OK");
 }
 
+// A sentinel with a password: the client logs in with the sentinels' own password; a wrong one
+// is a refused login (a start-up error in serve: AwaitFirstConnection), naming the sentinel.
+TEST(SentinelAuthTest, TheSentinelsOwnLogin) {
+  testing::RedisServer master;
+  testing::RedisSentinel sentinel("mymaster", master.port(), 1, 1000, {"--requirepass", "spw"});
+  const auto make = [&](const std::string& password) {
+    Client::Options o;
+    o.seeds.push_back(*ParseUrl("redis://mymaster"));
+    o.sentinel.emplace();
+    o.sentinel->master = "mymaster";
+    o.sentinel->sentinels.push_back(*ParseSentinelAddress(sentinel.address()));
+    o.sentinel->sentinels[0].password = password;
+    auto client = Client::Create(o);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  };
+  auto right = make("spw");
+  EXPECT_TRUE(AwaitFirstConnection(*right, 5s, "where").ok());
+  EXPECT_TRUE(right->Ready()) << right->last_error();
+  EXPECT_EQ(right->NodeFor("k"), "127.0.0.1:" + std::to_string(master.port()));
+  auto wrong = make("nope");
+  const absl::Status refused = AwaitFirstConnection(*wrong, 1s, "where");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("login to " + sentinel.address()));
+  EXPECT_FALSE(wrong->Ready());
+}
+
 TEST(SentinelCreateTest, RefusesBadOptions) {
   Client::Options o;
   o.seeds.push_back(*ParseUrl("redis://m"));

@@ -17,6 +17,10 @@
 # instance with unique keys and samples RSS and /readyz every second. This script meanwhile
 # kills Redis (-9, restarted from its AOF), stops it (SIGSTOP/SIGCONT), and in the cluster phase
 # fails a master over to its replica (CLUSTER FAILOVER), on a schedule scaled to the duration.
+# The sentinel phase runs on a master and two replicas that speak mutual TLS alone, found
+# through three redis-sentinels over TLS (redis.sentinel, rediss://): its faults are two
+# failovers, the master SIGKILLed (the sentinels promote a replica; the old master comes back as
+# a replica) and SENTINEL FAILOVER.
 # Then bench/soak/analyze.js reads every request's record and writes the report
 # (SOAK_OUT/report.md, PNG plots by gnuplot): requests by frontend and answer, unanswered ones,
 # admissions beyond an exact limit in any window (certain ones only: a request counts in a
@@ -24,12 +28,13 @@
 # open/local domains that overlap a Redis outage are counted apart), denials under the limit,
 # crashes, RSS, p99, readiness during outages, reloads.
 #
-# Phases: SOAK_CLUSTER=0 one Redis only, 1 the cluster only, auto (default) both when the run
-# is 10 minutes or longer (two thirds / one third), else one Redis only.
+# Phases: SOAK_CLUSTER=0 one Redis only, 1 the cluster only, auto (default) all three when the
+# run is 10 minutes or longer (one Redis half of it, the cluster and Sentinel a quarter each),
+# else one Redis only; SOAK_SENTINEL=1: the Sentinel phase only.
 # Exit status: 0 when every check passed, 1 otherwise (the report says which), 2 on a setup
 # failure. Every process started here is stopped by its pid on exit.
 #
-# Env: SOAK_MINUTES (30, fractional allowed) or SOAK_SECONDS (wins), SOAK_CLUSTER (auto),
+# Env: SOAK_MINUTES (30, fractional allowed) or SOAK_SECONDS (wins), SOAK_CLUSTER (auto), SOAK_SENTINEL,
 #   SOAK_OUT (build/soak-<UTC timestamp>), SOAK_RPS (120 requests/s of mixed load),
 #   SOAK_FLOOD_RPS (150 unique keys/s during floods), SLUICE (build/release/sluice),
 #   UPSTREAM (build/release/upstream_server).
@@ -52,7 +57,7 @@ rps=${SOAK_RPS:-120}
 flood_rps=${SOAK_FLOOD_RPS:-150}
 cluster_mode=${SOAK_CLUSTER:-auto}
 
-for tool in node redis-server redis-cli curl gnuplot; do
+for tool in node redis-server redis-cli curl gnuplot redis-sentinel openssl; do
   command -v $tool >/dev/null || { echo "soak: $tool is missing (scripts/bootstrap.sh installs it)" >&2; exit 2; }
 done
 for f in "$sluice" "$upstream"; do [[ -x $f ]] || { echo "soak: $f is not built" >&2; exit 2; }; done
@@ -218,6 +223,113 @@ replica_of() {  # replica_of MASTER_PORT: the port of one of its replicas
   redis-cli -p "$1" cluster nodes | awk -v id="$id" '$4 == id {split($2, a, "[:@]"); print a[2]; exit}'
 }
 
+# ---------------------------------------------------------------- Redis Sentinel over mutual TLS
+# A master and two replicas that speak mutual TLS alone (replication too), and three
+# redis-sentinels over TLS (quorum 2, a master down after 1 s). Setting redis_tls makes
+# tests/lib.sh's start_redis and redis_cli speak TLS, until the phase ends.
+sentinel_ports=() sentinel_pids=()
+start_sentinel_set() {
+  local i p conf info
+  redis_tls=$work/$phase/certs
+  make_tls_certs "$redis_tls" >"$phase_dir/certs.log" 2>&1 ||
+    { log "openssl failed: $(tail -3 "$phase_dir/certs.log")"; return 1; }
+  redis_ports=() redis_pids=()
+  for i in 0 1 2; do
+    for _ in 1 2 3; do
+      free_port || continue
+      p=$FREE_PORT
+      soak_redis "$p" --tls-replication yes ${redis_ports[0]:+--replicaof 127.0.0.1 "${redis_ports[0]}"} &&
+        { redis_ports+=("$p"); redis_pids+=("$RPID"); break; }
+    done
+  done
+  ((${#redis_ports[@]} == 3)) || return 1
+  for _ in $(seq 100); do
+    redis_cli "${redis_ports[0]}" info replication 2>/dev/null | grep '^connected_slaves:2' >/dev/null && break
+    sleep 0.1
+  done
+  sentinel_ports=() sentinel_pids=()
+  for i in 0 1 2; do
+    for _ in 1 2 3; do
+      free_port || continue
+      p=$FREE_PORT
+      conf=$work/$phase/sentinel-$p.conf
+      cat >"$conf" <<EOF
+port 0
+tls-port $p
+tls-cert-file $redis_tls/server.pem
+tls-key-file $redis_tls/server.key
+tls-ca-cert-file $redis_tls/ca.pem
+tls-auth-clients yes
+tls-replication yes
+bind 127.0.0.1
+dir $work/$phase
+sentinel resolve-hostnames no
+sentinel monitor mymaster 127.0.0.1 ${redis_ports[0]} 2
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 4000
+EOF
+      redis-sentinel "$conf" >"$phase_dir/sentinel-$p.log" 2>&1 &
+      local spid=$! up=0
+      pids+=("$spid")
+      for _ in $(seq 100); do
+        redis_cli "$p" ping 2>/dev/null | grep PONG >/dev/null && { up=1; break; }
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.05
+      done
+      ((up)) && { sentinel_ports+=("$p"); sentinel_pids+=("$spid"); break; }
+      kill "$spid" 2>/dev/null
+    done
+  done
+  ((${#sentinel_ports[@]} == 3)) || { log "the sentinels did not start"; return 1; }
+  # Every sentinel knows both replicas and the other two (hello messages, every 2 s).
+  for _ in $(seq 200); do
+    local agree=1
+    for p in "${sentinel_ports[@]}"; do
+      info=$(redis_cli "$p" sentinel master mymaster 2>/dev/null | paste -sd' ')
+      [[ $info == *"num-slaves 2 "* && $info == *"num-other-sentinels 2 "* ]] || agree=0
+    done
+    ((agree)) && return 0
+    sleep 0.1
+  done
+  log "the sentinels did not agree on the set-up"
+  return 1
+}
+# sentinel_master: the master's port as every sentinel names it (empty while they disagree).
+sentinel_master() {
+  local p names=()
+  for p in "${sentinel_ports[@]}"; do
+    names+=("$(redis_cli "$p" sentinel get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p)")
+  done
+  [[ -n ${names[0]} && ${names[0]} == "${names[1]}" && ${names[0]} == "${names[2]}" ]] && echo "${names[0]}"
+}
+# sentinel_fault kill|failover: SIGKILL of the master (restarted from its AOF 3 s later: the
+# sentinels make it a replica), or SENTINEL FAILOVER. The fault ends once every sentinel names
+# the new master (20 s at most).
+sentinel_fault() {
+  local old new start pid
+  old=$(sentinel_master)
+  [[ -n $old ]] || { log "the sentinels disagree on the master: no $1"; return; }
+  start=$(now_ms)
+  if [[ $1 == kill ]]; then
+    pid=${port_pid[$old]}
+    kill -9 "$pid"; wait "$pid" 2>/dev/null
+  else
+    redis_cli "${sentinel_ports[0]}" sentinel failover mymaster >/dev/null
+  fi
+  for _ in $(seq 200); do
+    new=$(sentinel_master)
+    [[ -n $new && $new != "$old" ]] && break
+    sleep 0.1
+  done
+  local how="SENTINEL FAILOVER from master $old"
+  [[ $1 == kill ]] && how="kill -9 of master $old"
+  fault "$start" "sentinel_$1" "$how: the sentinels named ${new:-no new master}"
+  if [[ $1 == kill ]]; then
+    while (($(now_ms) - start < 3000)); do sleep 0.1; done
+    if soak_redis "$old" --tls-replication yes; then port_pid[$old]=$RPID; else log "restart of $old FAILED"; fi
+  fi
+}
+
 kill_restart() {  # kill_restart PORT DOWN_S: kill -9, wait, restart from the AOF
   local port=$1 down=$2 start pid
   pid=${port_pid[$port]}
@@ -264,7 +376,11 @@ run_phase() {
   mkdir -p "$phase_dir" "$work/$phase"
   : >"$phase_dir/faults.tsv"
   log "phase $phase: $seconds s"
-  if [[ $phase == cluster ]]; then start_cluster || return 2; else start_single || return 2; fi
+  case $phase in
+    cluster) start_cluster || return 2 ;;
+    sentinel) start_sentinel_set || return 2 ;;
+    *) start_single || return 2 ;;
+  esac
   for i in "${!redis_ports[@]}"; do port_pid[${redis_ports[$i]}]=${redis_pids[$i]}; done
 
   start_upstream "$phase_dir/upstream" >&2 || return 2
@@ -276,6 +392,15 @@ run_phase() {
   local redis_yaml
   if [[ $phase == cluster ]]; then
     redis_yaml="redis: {cluster: true, nodes: [redis://127.0.0.1:${redis_ports[0]}, redis://127.0.0.1:${redis_ports[1]}], timeout: 250ms, instances: 2}"
+  elif [[ $phase == sentinel ]]; then
+    local addresses
+    addresses=$(printf '127.0.0.1:%s, ' "${sentinel_ports[@]}")
+    redis_yaml="redis:
+  url: rediss://mymaster
+  timeout: 250ms
+  instances: 2
+  tls: {ca_file: $redis_tls/ca.pem, cert_file: $redis_tls/client.pem, key_file: $redis_tls/client.key}
+  sentinel: {master: mymaster, addresses: [${addresses%, }]}"
   else
     redis_yaml="redis: {url: redis://127.0.0.1:${redis_ports[0]}, timeout: 250ms, instances: 2}"
   fi
@@ -324,11 +449,19 @@ EOF
   # and every 5 minutes a SIGSTOP of 4 s; in the cluster at 20 % (and every 5 minutes) a manual
   # failover. In the cluster the kill and the stop hit a master, for less than the node timeout
   # (8 s), so that they are not failovers themselves.
+  # In the Sentinel phase, instead: a failover by SIGKILL of the master at 25 % and SENTINEL
+  # FAILOVER at 60 % (and every 5 minutes after each).
   local schedule
-  schedule=$(awk -v d="$seconds" -v c="$([[ $phase == cluster ]] && echo 1 || echo 0)" 'BEGIN {
-    for (t = 0.3 * d; t < d - 10; t += 300) printf "%d kill\n", t;
-    for (t = 0.6 * d; t < d - 10; t += 300) printf "%d stop\n", t;
-    if (c) for (t = 0.2 * d; t < d - 10; t += 300) printf "%d failover\n", t; }' | sort -n)
+  if [[ $phase == sentinel ]]; then
+    schedule=$(awk -v d="$seconds" 'BEGIN {
+      for (t = 0.25 * d; t < d - 10; t += 300) printf "%d sentinel_kill\n", t;
+      for (t = 0.6 * d; t < d - 10; t += 300) printf "%d sentinel_failover\n", t; }' | sort -n)
+  else
+    schedule=$(awk -v d="$seconds" -v c="$([[ $phase == cluster ]] && echo 1 || echo 0)" 'BEGIN {
+      for (t = 0.3 * d; t < d - 10; t += 300) printf "%d kill\n", t;
+      for (t = 0.6 * d; t < d - 10; t += 300) printf "%d stop\n", t;
+      if (c) for (t = 0.2 * d; t < d - 10; t += 300) printf "%d failover\n", t; }' | sort -n)
+  fi
   log "schedule: $(echo $schedule)"
   local at what target
   while read -r at what; do
@@ -337,12 +470,18 @@ EOF
       kill -0 "$dpid" 2>/dev/null || break 2
       sleep 0.2
     done
-    if [[ $phase == cluster ]]; then target=$(masters | head -1); else target=${redis_ports[0]}; fi
+    case $phase in
+      cluster) target=$(masters | head -1) ;;
+      sentinel) target=$(sentinel_master) ;;
+      *) target=${redis_ports[0]} ;;
+    esac
     log "$what on redis $target"
     case $what in
       kill) kill_restart "$target" 3 ;;
       stop) stop_cont "$target" 4 ;;
       failover) failover ;;
+      sentinel_kill) sentinel_fault kill ;;
+      sentinel_failover) sentinel_fault failover ;;
     esac
   done <<<"$schedule"
   # The driver ends by itself (its load stops at SECONDS, its last requests time out 10 s later).
@@ -378,6 +517,9 @@ EOF
   done
   stop "$upid" 10
   for i in "${!redis_ports[@]}"; do stop "${port_pid[${redis_ports[$i]}]}" 10; done
+  for i in "${!sentinel_pids[@]}"; do stop "${sentinel_pids[$i]}" 10; done
+  sentinel_ports=() sentinel_pids=()
+  unset redis_tls
   log "phase $phase done"
   return 0
 }
@@ -387,9 +529,11 @@ phases=()
 case $cluster_mode in
   0) phases=("single $total") ;;
   1) phases=("cluster $total") ;;
-  *) if ((total >= 600)); then phases=("single $((total * 2 / 3))" "cluster $((total - total * 2 / 3))");
+  *) if ((total >= 600)); then
+       phases=("single $((total / 2))" "cluster $((total / 4))" "sentinel $((total - total / 2 - total / 4))")
      else phases=("single $total"); fi ;;
 esac
+[[ ${SOAK_SENTINEL:-0} == 1 ]] && phases=("sentinel $total")
 log "$total s in all, phases: ${phases[*]}, report in $out"
 dirs=()
 for ph in "${phases[@]}"; do

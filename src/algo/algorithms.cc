@@ -89,22 +89,6 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
   return d;
 }
 
-Decision DecideFixedWindowCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
-                                         uint64_t cost) {
-  const uint64_t n = limit.requests;
-  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
-  if (cost > 0) {
-    count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;  // saturate
-    state = {end_us, count};
-  }
-  Decision d;
-  d.allowed = count <= n;
-  d.remaining = d.allowed ? static_cast<int64_t>(n - count) : 0;
-  d.reset_after_us = end_us - now_us;
-  if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
-  return d;
-}
-
 Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& limit,
                              uint64_t cost) {
   const uint64_t n = limit.requests;
@@ -330,7 +314,10 @@ void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, c
 
 namespace {
 
-void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+// A bucket's debt grows by cost * W from now on; `max_debt` (> 0) caps what it grows to (a debt
+// already above it stays).
+void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost,
+                  i128 max_debt = 0) {
   const uint64_t n = limit.requests;
   if (n == 0) return;
   i128 debt = 0;
@@ -338,7 +325,8 @@ void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint6
     const int64_t tat_floor = state.idle_at_us - (state.aux != 0 ? 1 : 0);
     debt = Max(0, static_cast<i128>(tat_floor) * n + state.aux - static_cast<i128>(now_us) * n);
   }
-  debt += static_cast<i128>(cost) * limit.window_us;
+  const i128 grown = debt + static_cast<i128>(cost) * limit.window_us;
+  debt = max_debt > 0 && grown > max_debt ? Max(debt, max_debt) : grown;
   const int64_t whole = ToInt64(FloorDiv(debt, n));
   const uint64_t frac = static_cast<uint64_t>(debt - static_cast<i128>(whole) * n);
   state.idle_at_us = now_us + whole + (frac != 0 ? 1 : 0);
@@ -391,15 +379,111 @@ void ChargeCompact(CompactState& state, int64_t counted_at_us, int64_t now_us, c
   if (cost == 0) return;
   switch (limit.algorithm) {
     case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
       return ChargeBucket(state, now_us, limit, cost);
     case Algorithm::kFixedWindow:
       return ChargeFixedWindow(state, counted_at_us, now_us, limit, cost);
     case Algorithm::kSlidingWindow:
       return ChargeSlidingWindow(state, counted_at_us, now_us, limit, cost);
-    case Algorithm::kLeakyBucket:
     case Algorithm::kSlidingLog:
       return;
   }
+}
+
+// --- count_denied: recorded overdrafts (docs/algorithms.md, "Recorded overdrafts").
+
+u128 MaxDebt(const Limit& limit) {
+  const u128 full = static_cast<u128>(limit.Capacity()) * static_cast<u128>(limit.window_us);
+  return full <= kMaxRecorded ? u128{kMaxRecorded} : 2 * full;
+}
+
+uint64_t MaxWindowCount(const Limit& limit) {
+  constexpr uint64_t kMaxField = 0xFFFFFFFFu;
+  const u128 w = static_cast<u128>(limit.window_us);
+  const u128 twice = 2 * static_cast<u128>(limit.requests) * w;  // 2NW
+  if (twice > kMaxRecorded) return kMaxField;
+  const u128 exact = (kMaxRecorded - twice) / (2 * w);
+  return static_cast<uint64_t>(std::min<u128>(kMaxField, std::max<u128>(limit.requests, exact)));
+}
+
+void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  if (cost == 0) return;
+  switch (limit.algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
+      return ChargeBucket(state, now_us, limit, cost, static_cast<i128>(MaxDebt(limit)));
+    case Algorithm::kFixedWindow: {
+      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+      if (count < kMaxRecorded) count += std::min(cost, kMaxRecorded - count);
+      state = {end_us, count};
+      return;
+    }
+    case Algorithm::kSlidingWindow: {
+      // As a decision's: the state rolled to now's window, its count grown.
+      const uint64_t most = MaxWindowCount(limit);
+      const int64_t w = limit.window_us;
+      const int64_t current_start = WindowStart(now_us, w);
+      uint64_t prev = 0, cur = 0;
+      if (!state.IsIdle(now_us)) {
+        prev = state.aux >> 32;
+        cur = state.aux & 0xFFFFFFFFu;
+        const int64_t start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
+        if (current_start >= start_us + 2 * w) {
+          prev = cur = 0;
+        } else if (current_start == start_us + w) {
+          prev = cur;
+          cur = 0;
+        }
+      }
+      if (cur < most) cur += std::min(cost, most - cur);
+      if (cur == 0) return;  // (a count already at its cap: nothing changes)
+      state.idle_at_us = current_start + 2 * w;
+      state.aux = prev << 32 | cur;
+      return;
+    }
+    case Algorithm::kSlidingLog:
+      return;
+  }
+}
+
+Decision DecideCompactCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
+                                     uint64_t cost) {
+  Decision d = DecideCompact(state, now_us, limit, cost);
+  if (d.allowed || cost == 0) return d;
+  RecordOverdraft(state, now_us, limit, cost);
+  CompactState look = state;  // what the same request would be told now: denied
+  return DecideCompact(look, now_us, limit, cost);
+}
+
+void RecordSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  auto& e = state.entries;
+  if (state.sum >= kMaxRecorded) return;
+  cost = std::min(cost, kMaxRecorded - state.sum);
+  if (cost == 0) return;
+  const bool live = state.head < e.size();
+  if (live) now_us = std::max(now_us, e.back().at_us);
+  if (live && (e.back().at_us == now_us || state.sum > limit.requests)) {
+    // Over the limit already: the newest entry takes the cost and counts from now (it counts
+    // longer than it would have: never less).
+    e.back().at_us = now_us;
+    e.back().cost += cost;
+  } else {
+    e.push_back({now_us, cost});
+  }
+  state.sum += cost;
+  state.idle_at_us = now_us + limit.window_us;
+}
+
+Decision DecideSlidingLogCountingDenied(LogState& state, int64_t now_us, const Limit& limit,
+                                        uint64_t cost) {
+  Decision d = EvaluateSlidingLog(state, now_us, limit, cost);
+  if (d.allowed) {
+    CommitSlidingLog(state, now_us, limit, cost, d);
+    return d;
+  }
+  if (cost == 0) return d;
+  RecordSlidingLog(state, now_us, limit, cost);
+  return EvaluateSlidingLog(state, now_us, limit, cost);
 }
 
 }  // namespace sluice::algo

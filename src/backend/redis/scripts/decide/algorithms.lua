@@ -43,7 +43,7 @@ local function bucket(st, now, n, w, cap, cost, leaky)
   return allowed, (remaining > 0) and remaining or 0, retry, reset, delay
 end
 
-local function fixed(st, now, n, w, cost, count_denied)
+local function fixed(st, now, n, w, cost)
   local ends, count
   if now >= st[1] then
     ends = now - now % w + w
@@ -52,24 +52,13 @@ local function fixed(st, now, n, w, cost, count_denied)
     ends = st[1]
     count = st[2]
   end
-  local allowed, remaining
-  if count_denied then
-    if cost > 0 then
-      count = count + cost
-      st[1] = ends
-      st[2] = count
-    end
-    allowed = count <= n
-    remaining = allowed and (n - count) or 0
-  else
-    allowed = cost <= n and count + cost <= n
-    if allowed and cost > 0 then
-      count = count + cost
-      st[1] = ends
-      st[2] = count
-    end
-    remaining = (count < n) and (n - count) or 0
+  local allowed = cost <= n and count + cost <= n
+  if allowed and cost > 0 then
+    count = count + cost
+    st[1] = ends
+    st[2] = count
   end
+  local remaining = (count < n) and (n - count) or 0
   local retry = 0
   if not allowed then retry = (cost > n) and -1 or (ends - now) end
   return allowed, remaining, retry, ends - now, 0
@@ -238,12 +227,86 @@ local function refund(alg, st, at, now, n, w, cost)
   return refund_sliding_log(st, at, now, w, cost)
 end
 
-local function decide(alg, st, now, n, w, cap, cost, count_denied)
+-- --- recorded overdrafts (count_denied; algo::RecordOverdraft, algo::RecordSlidingLog): `cost`
+-- recorded at `now` after a decision denied it, whatever the limit says. Capped where doubles
+-- stop being exact (max_recorded = 2^53 - 1): a bucket's debt, a window's count, a log's sum; a
+-- sliding_window count at the most that keeps the estimate exact (at least N).
+local max_recorded = 9007199254740991
+
+local function record(alg, st, now, n, w, cost)
+  if alg == 0 or alg == 1 then
+    if n == 0 then return end
+    local debt = 0
+    local idle, frac = st[1], st[2]
+    if now < idle then
+      if frac ~= 0 then idle = idle - 1 end
+      debt = (idle - now) * n + frac
+      if debt < 0 then debt = 0 end
+    end
+    local grown = debt + cost * w
+    if grown > max_recorded then grown = max(debt, max_recorded) end
+    local rest = grown % n
+    st[1] = now + (grown - rest) / n + ((rest ~= 0) and 1 or 0)
+    st[2] = rest
+  elseif alg == 2 then
+    if now >= st[1] then st[1], st[2] = now - now % w + w, 0 end
+    if st[2] < max_recorded then st[2] = st[2] + min(cost, max_recorded - st[2]) end
+  elseif alg == 4 then
+    local room = max_recorded - 2 * n * w  -- >= 0: redis::CheckExactRange
+    local most = (room - room % (2 * w)) / (2 * w)
+    if most < n then most = n end
+    if most > 4294967295 then most = 4294967295 end
+    local current = now - now % w
+    local prev, cur = 0, 0
+    if now < st[1] then
+      prev, cur = st[2], st[3]
+      local start = ((cur > 0) and (st[1] - w) or st[1]) - w
+      if current >= start + 2 * w then
+        prev, cur = 0, 0
+      elseif current == start + w then
+        prev, cur = cur, 0
+      end
+    end
+    if cur < most then cur = cur + min(cost, most - cur) end
+    if cur == 0 then return end
+    st[1] = current + 2 * w
+    st[2], st[3] = prev, cur
+  else
+    -- sliding_log (its log already trimmed by the decision): while over the limit the newest
+    -- entry takes the cost and moves to now, so a log keeps at most N + 1 entries.
+    local log = st.log
+    local sum = 0
+    for i = 2, #log, 2 do sum = sum + log[i] end
+    if sum >= max_recorded then return end
+    cost = min(cost, max_recorded - sum)
+    local last = #log - 1
+    if #log > 0 and log[last] > now then now = log[last] end
+    if #log > 0 and (log[last] == now or sum > n) then
+      log[last] = now
+      log[last + 1] = log[last + 1] + cost
+    else
+      log[#log + 1] = now
+      log[#log + 1] = cost
+    end
+    st[1] = now + w
+  end
+end
+
+local function decide_plain(alg, st, now, n, w, cap, cost)
   if alg == 0 then return bucket(st, now, n, w, cap, cost, false) end
   if alg == 1 then return bucket(st, now, n, w, cap, cost, true) end
-  if alg == 2 then return fixed(st, now, n, w, cost, count_denied) end
+  if alg == 2 then return fixed(st, now, n, w, cost) end
   if alg == 4 then return sliding_window(st, now, n, w, cost) end
   return sliding_log(st, now, n, w, cost)
+end
+
+-- A decision; with count_denied, a denied cost > 0 is recorded, and the answer is what the same
+-- request would be told then (algo::DecideCompactCountingDenied).
+local function decide(alg, st, now, n, w, cap, cost, count_denied)
+  local ok, remaining, retry, reset, delay = decide_plain(alg, st, now, n, w, cap, cost)
+  if ok or not count_denied or cost == 0 then return ok, remaining, retry, reset, delay end
+  record(alg, st, now, n, w, cost)
+  return decide_plain(alg, st, now, n, w, cap, cost)
 end
 
 -- --- leases (consistency: leased): take up to `want` units now, to be spent by the caller at any

@@ -65,18 +65,31 @@ Decision DecideLeakyBucket(CompactState& state, int64_t now_us, const Limit& lim
 
 namespace {
 
-// The current window of a fixed_window state: its end and its count so far.
-std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
-                                           int64_t window_us) {
+// The current window of a fixed_window state as stored: its end and its count so far (the
+// state's own window, which a carried overdraft's is not: see CurrentWindow).
+std::pair<int64_t, uint64_t> StoredWindow(const CompactState& state, int64_t now_us,
+                                          int64_t window_us) {
   if (state.IsIdle(now_us)) return {WindowStart(now_us, window_us) + window_us, 0};
   return {state.idle_at_us, state.aux};
+}
+
+// The current window of a fixed_window state: its end and its count. A recorded overdraft
+// carried into later windows (RecordOverdraft) is stored as the last window it reaches, which
+// ends at idle_at, with the count left there; each window before holds N more.
+std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
+                                           int64_t window_us, uint64_t n) {
+  const int64_t end_us = WindowStart(now_us, window_us) + window_us;
+  if (state.IsIdle(now_us)) return {end_us, 0};
+  const uint64_t before_last = static_cast<uint64_t>((state.idle_at_us - end_us) / window_us);
+  return {end_us, state.aux + before_last * n};  // (before_last is 0 but for an overdraft)
 }
 
 }  // namespace
 
 Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
   const uint64_t n = limit.requests;
-  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+  const int64_t w = limit.window_us;
+  auto [end_us, count] = CurrentWindow(state, now_us, w, n);
   Decision d;
   d.allowed = cost <= n && count + cost <= n;
   if (d.allowed && cost > 0) {
@@ -84,31 +97,84 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
     state = {end_us, count};
   }
   d.remaining = static_cast<int64_t>(n - std::min(n, count));
-  d.reset_after_us = end_us - now_us;
-  if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
+  // Back to a new key's at the window's end, or an overdraft's.
+  d.reset_after_us = (state.IsIdle(now_us) ? end_us : std::max(end_us, state.idle_at_us)) - now_us;
+  if (!d.allowed) {
+    if (cost > n) {
+      d.retry_after_us = Decision::kNever;
+    } else {
+      // Each window holds N fewer than the one before (an overdraft is repaid at N per window):
+      // the k-th window from this one admits once count + cost - k * N <= N.
+      const i128 windows = n == 0 ? 1 : CeilDiv(static_cast<i128>(count) + cost - n, n);
+      d.retry_after_us = end_us - now_us + ToInt64((windows - 1) * w);
+    }
+  }
   return d;
 }
+
+namespace {
+
+// A sliding_window state rolled to now's window: the window's start, the previous window's count
+// and the current one's. A recorded overdraft carried into later windows (RecordOverdraft) is
+// stored as the last window it reaches (its start later than now's), with N in the window before
+// it and what is left of the overdraft in it; each window before holds N more (`carried`: how
+// many windows before that last one now's is).
+struct SlidingNow {
+  int64_t start_us = 0;
+  uint64_t prev = 0;
+  uint64_t cur = 0;
+  int64_t carried = 0;
+};
+
+SlidingNow RollSliding(const CompactState& state, int64_t now_us, const Limit& limit) {
+  const int64_t w = limit.window_us;
+  const int64_t current_start = WindowStart(now_us, w);
+  SlidingNow r{.start_us = current_start};
+  if (state.IsIdle(now_us)) return r;
+  uint64_t prev = state.aux >> 32;
+  uint64_t cur = state.aux & 0xFFFFFFFFu;
+  const int64_t start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
+  if (start_us > current_start) {
+    r.carried = (start_us - current_start) / w;
+    r.prev = limit.requests;
+    r.cur = cur + static_cast<uint64_t>(r.carried) * limit.requests;
+    return r;
+  }
+  if (current_start >= start_us + 2 * w) {
+    prev = cur = 0;
+  } else if (current_start == start_us + w) {
+    prev = cur;
+    cur = 0;
+  }
+  r.prev = prev;
+  r.cur = cur;
+  return r;
+}
+
+}  // namespace
 
 Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& limit,
                              uint64_t cost) {
   const uint64_t n = limit.requests;
   const int64_t w = limit.window_us;
-  const int64_t current_start = WindowStart(now_us, w);
-  int64_t start_us = current_start;
-  uint64_t prev = 0, cur = 0;
-  if (!state.IsIdle(now_us)) {
-    prev = state.aux >> 32;
-    cur = state.aux & 0xFFFFFFFFu;
-    start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
-    if (current_start >= start_us + 2 * w) {
-      prev = cur = 0;
-      start_us = current_start;
-    } else if (current_start == start_us + w) {
-      prev = cur;
-      cur = 0;
-      start_us = current_start;
+  const SlidingNow rolled = RollSliding(state, now_us, limit);
+  if (rolled.carried > 0) {
+    // Over the limit until the overdraft's last window: everything is denied (a look too), and a
+    // cost that fits is admitted when it would be on the state as stored, from that window on.
+    Decision d{.allowed = false,
+               .remaining = 0,
+               .retry_after_us = Decision::kNever,
+               .reset_after_us = state.idle_at_us - now_us};
+    if (cost <= n) {
+      const int64_t last_start = rolled.start_us + rolled.carried * w;
+      CompactState then = state;
+      d.retry_after_us =
+          last_start - now_us + DecideSlidingWindow(then, last_start, limit, cost).retry_after_us;
     }
+    return d;
   }
+  const int64_t start_us = rolled.start_us;
+  uint64_t prev = rolled.prev, cur = rolled.cur;
   const int64_t elapsed = std::clamp<int64_t>(now_us - start_us, 0, w - 1);  // e
   const i128 prev_weight = static_cast<i128>(prev) * (w - elapsed);          // p * (W - e)
   const i128 limit_scaled = static_cast<i128>(n) * w;                        // N * W
@@ -337,7 +403,7 @@ void ChargeFixedWindow(CompactState& state, int64_t counted_at_us, int64_t now_u
                        const Limit& limit, uint64_t cost) {
   const int64_t w = limit.window_us;
   if (WindowStart(counted_at_us, w) != WindowStart(now_us, w)) return;  // its window is over
-  auto [end_us, count] = CurrentWindow(state, now_us, w);
+  auto [end_us, count] = StoredWindow(state, now_us, w);
   count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;
   state = {end_us, count};
 }
@@ -398,48 +464,59 @@ u128 MaxDebt(const Limit& limit) {
 }
 
 uint64_t MaxWindowCount(const Limit& limit) {
-  constexpr uint64_t kMaxField = 0xFFFFFFFFu;
-  const u128 w = static_cast<u128>(limit.window_us);
-  const u128 twice = 2 * static_cast<u128>(limit.requests) * w;  // 2NW
-  if (twice > kMaxRecorded) return kMaxField;
-  const u128 exact = (kMaxRecorded - twice) / (2 * w);
-  return static_cast<uint64_t>(std::min<u128>(kMaxField, std::max<u128>(limit.requests, exact)));
+  const uint64_t n = limit.requests;
+  if (n == 0) return limit.algorithm == Algorithm::kFixedWindow ? kMaxRecorded : 0;
+  const u128 windows = 1 + (u128{1} << 52) / static_cast<u128>(limit.window_us);
+  return static_cast<uint64_t>(std::min<u128>(kMaxRecorded, windows * n));
 }
+
+namespace {
+
+// A window's count `x` of now's window (which starts at `start_us`), stored so that what passes
+// N is carried: x <= N as it is; else as the last window x reaches, m = ceil(x / N) - 1 windows
+// on, holding x - m * N, each window before it N more.
+void StoreFixedCount(CompactState& state, int64_t end_us, uint64_t x, const Limit& limit) {
+  const uint64_t n = limit.requests;
+  if (n == 0 || x <= n) {
+    state = {end_us, x};
+    return;
+  }
+  const uint64_t m = (x + n - 1) / n - 1;
+  state = {end_us + static_cast<int64_t>(m) * limit.window_us, x - m * n};
+}
+
+void StoreSlidingCount(CompactState& state, int64_t start_us, uint64_t prev, uint64_t x,
+                       const Limit& limit) {
+  const uint64_t n = limit.requests;
+  const int64_t w = limit.window_us;
+  if (x <= n) {
+    state = {start_us + 2 * w, prev << 32 | x};
+    return;
+  }
+  const uint64_t m = (x + n - 1) / n - 1;
+  state = {start_us + (static_cast<int64_t>(m) + 2) * w, uint64_t{n} << 32 | (x - m * n)};
+}
+
+}  // namespace
 
 void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
   if (cost == 0) return;
+  const uint64_t most = MaxWindowCount(limit);
   switch (limit.algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kLeakyBucket:
       return ChargeBucket(state, now_us, limit, cost, static_cast<i128>(MaxDebt(limit)));
     case Algorithm::kFixedWindow: {
-      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
-      if (count < kMaxRecorded) count += std::min(cost, kMaxRecorded - count);
-      state = {end_us, count};
-      return;
+      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us, limit.requests);
+      if (count >= most) return;
+      return StoreFixedCount(state, end_us, count + std::min(cost, most - count), limit);
     }
     case Algorithm::kSlidingWindow: {
-      // As a decision's: the state rolled to now's window, its count grown.
-      const uint64_t most = MaxWindowCount(limit);
-      const int64_t w = limit.window_us;
-      const int64_t current_start = WindowStart(now_us, w);
-      uint64_t prev = 0, cur = 0;
-      if (!state.IsIdle(now_us)) {
-        prev = state.aux >> 32;
-        cur = state.aux & 0xFFFFFFFFu;
-        const int64_t start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
-        if (current_start >= start_us + 2 * w) {
-          prev = cur = 0;
-        } else if (current_start == start_us + w) {
-          prev = cur;
-          cur = 0;
-        }
-      }
-      if (cur < most) cur += std::min(cost, most - cur);
-      if (cur == 0) return;  // (a count already at its cap: nothing changes)
-      state.idle_at_us = current_start + 2 * w;
-      state.aux = prev << 32 | cur;
-      return;
+      if (limit.requests == 0) return;  // a zero limit repays nothing
+      const SlidingNow r = RollSliding(state, now_us, limit);
+      if (r.cur >= most) return;
+      return StoreSlidingCount(state, r.start_us, r.prev, r.cur + std::min(cost, most - r.cur),
+                               limit);
     }
     case Algorithm::kSlidingLog:
       return;

@@ -27,8 +27,12 @@ namespace sluice::algo {
 // now_us >= idle_at_us, whatever the algorithm, so a store can reclaim it without knowing the
 // limit. `aux` is algorithm-specific:
 //   token/leaky bucket: idle_at_us = ceil(TAT), aux = (TAT * N) mod N, i.e. TAT is exact in 1/N µs
-//   fixed_window:       idle_at_us = end of the window, aux = count in it
-//   sliding_window:     idle_at_us = when the estimate reaches 0, aux = prev << 32 | current
+//   fixed_window:       idle_at_us = end of the window, aux = count in it; an overdraft carried
+//                       into later windows (RecordOverdraft): idle_at_us = the end of the last
+//                       window it reaches, aux = the count there (N more in each window before)
+//   sliding_window:     idle_at_us = when the estimate reaches 0, aux = prev << 32 | current; an
+//                       overdraft carried: the state of the last window it reaches, whose
+//                       start is then later than now's (N more in each window before)
 struct CompactState {
   int64_t idle_at_us = 0;
   uint64_t aux = 0;
@@ -53,11 +57,16 @@ Decision DecideCompactCountingDenied(CompactState& state, int64_t now_us, const 
                                      uint64_t cost);
 
 // Records `cost` at now_us whatever the limit says (docs/algorithms.md, "Recorded overdrafts"):
+// what passes the limit is a debt, repaid at the limit's rate before anything is admitted again.
 //   token/leaky bucket: TAT = max(TAT, now) + cost * W/N (the debt D = (TAT - now) * N grows by
 //                       cost * W), D at most MaxDebt(limit);
-//   fixed_window:       the current window's count grows by cost;
-//   sliding_window:     the current window's count grows by cost, at most MaxWindowCount(limit).
-// Counts are at most kMaxRecorded.
+//   fixed_window:       the current window's count grows by cost; what passes N is carried into
+//                       the next windows, N a window (the k-th window on counts x - k * N);
+//   sliding_window:     the current window's count grows by cost; what passes N is carried into
+//                       the next windows as for fixed_window (each counting N in the estimate
+//                       of the window after it), so a window's count never passes N for long;
+//   (a zero sliding_window or bucket records nothing: nothing would ever repay it).
+// A window's count is at most MaxWindowCount(limit).
 void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost);
 
 // The caps of recorded overdrafts: where Redis's doubles stop being exact (2^53), so that the
@@ -66,8 +75,9 @@ void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, ui
 inline constexpr uint64_t kMaxRecorded = (uint64_t{1} << 53) - 1;
 // A bucket's debt, in 1/N µs: kMaxRecorded when capacity * W < 2^53, else 2 * capacity * W.
 __extension__ unsigned __int128 MaxDebt(const Limit& limit);
-// A sliding window's count: when 2 * N * W < 2^53, the most that keeps the script's estimate
-// exact, (2^53 - 1 - 2NW) / 2W, but at least N; at most 2^32 - 1 (the state's field).
+// A window's count with what it carries: N * (1 + 2^52 / W), the overdraft carried at most
+// 2^52 µs (142 years), and at most kMaxRecorded; a zero limit's fixed window kMaxRecorded (in
+// its own window: nothing is carried), a zero sliding window 0.
 uint64_t MaxWindowCount(const Limit& limit);
 
 // Dispatches on limit.algorithm; limit.algorithm must not be kSlidingLog.

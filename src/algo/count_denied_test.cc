@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <random>
 #include <string>
 
@@ -36,24 +35,37 @@ Decision Look(KeyState& state, int64_t now_us, const Limit& limit) {
 }
 
 // What the state holds recorded at now_us, in units: a bucket's debt (rounded up), a window's
-// count (sliding_window: the current window's), a log's sum.
+// count in now's window (with what an overdraft carries into it: N for each window before the
+// last one it reaches, as algorithms.h describes the states), a log's sum.
 uint64_t Held(const KeyState& s, int64_t now_us, const Limit& limit) {
+  const int64_t w = limit.window_us;
+  const uint64_t n = limit.requests;
+  const CompactState& c = s.compact;
   switch (limit.algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kLeakyBucket: {
-      if (s.compact.IsIdle(now_us)) return 0;
-      const int64_t floor_tat = s.compact.idle_at_us - (s.compact.aux != 0 ? 1 : 0);
-      const __int128 debt = static_cast<__int128>(floor_tat - now_us) * limit.requests +
-                            static_cast<__int128>(s.compact.aux);
-      return static_cast<uint64_t>((debt + limit.window_us - 1) / limit.window_us);
+      if (c.IsIdle(now_us)) return 0;
+      const int64_t floor_tat = c.idle_at_us - (c.aux != 0 ? 1 : 0);
+      const __int128 debt =
+          static_cast<__int128>(floor_tat - now_us) * n + static_cast<__int128>(c.aux);
+      return static_cast<uint64_t>((debt + w - 1) / w);
     }
-    case Algorithm::kFixedWindow:
-      return s.compact.IsIdle(now_us) ? 0 : s.compact.aux;
-    case Algorithm::kSlidingWindow:
-      return s.compact.IsIdle(now_us) ? 0 : (s.compact.aux & 0xFFFFFFFFu);
+    case Algorithm::kFixedWindow: {
+      if (c.IsIdle(now_us)) return 0;
+      const int64_t end = AlignDown(now_us, w) + w;
+      return c.aux + static_cast<uint64_t>((c.idle_at_us - end) / w) * n;
+    }
+    case Algorithm::kSlidingWindow: {
+      if (c.IsIdle(now_us)) return 0;
+      const uint64_t cur = c.aux & 0xFFFFFFFFu;
+      const int64_t start = (cur > 0 ? c.idle_at_us - w : c.idle_at_us) - w;
+      const int64_t current = AlignDown(now_us, w);
+      if (start > current) return cur + static_cast<uint64_t>((start - current) / w) * n;
+      return start == current ? cur : 0;
+    }
     case Algorithm::kSlidingLog: {
       uint64_t sum = 0;
-      for (const auto& [at, cost] : CountingEntries(s.log, now_us, limit.window_us)) sum += cost;
+      for (const auto& [at, cost] : CountingEntries(s.log, now_us, w)) sum += cost;
       return sum;
     }
   }
@@ -77,11 +89,14 @@ TEST_P(CountDeniedTest, AnOverdraftIsRecordedAndTheAnswerIsStillADenial) {
   EXPECT_FALSE(SameState(full, s, limit, kT0)) << "nothing was recorded";
   EXPECT_EQ(Held(s, kT0, limit), 10u);
   // When a request of the same cost would fit again: a bucket once its 10 units of debt are
-  // repaid (2 s), a fixed window or the log when the t0 entries stop counting (1 s), a sliding
-  // window once 10 in the previous window weigh 0 (the end of the next one, 2 s).
-  const bool counts_a_window =
-      algorithm() == Algorithm::kFixedWindow || algorithm() == Algorithm::kSlidingLog;
-  EXPECT_EQ(d.retry_after_us, counts_a_window ? kSecond : 2 * kSecond);
+  // repaid (2 s); the log when the t0 entry stops counting (1 s); a fixed window in the window
+  // after next (the 5 past the limit are carried into the next one: 2 s); a sliding window once
+  // nothing weighs in its estimate: 5 carried into the next window, and counting in the
+  // estimate of the one after (3 s).
+  int64_t retry = 2 * kSecond;
+  if (algorithm() == Algorithm::kSlidingLog) retry = kSecond;
+  if (algorithm() == Algorithm::kSlidingWindow) retry = 3 * kSecond;
+  EXPECT_EQ(d.retry_after_us, retry);
   EXPECT_GT(d.reset_after_us, 0);
   // The request it tells to retry is indeed admitted then, not a microsecond before.
   KeyState early = s, on_time = s;
@@ -95,19 +110,23 @@ TEST_P(CountDeniedTest, LaterRequestsWaitUntilTheOverdraftIsRepaid) {
   ASSERT_TRUE(DecideCounting(s, kT0, limit, 5).allowed);
   ASSERT_FALSE(DecideCounting(s, kT0, limit, 5).allowed);
   // One unit fits again: a bucket when 6 of its 10 units are repaid (1.2 s; 0.2 s without the
-  // overdraft); the windows as above, a sliding window once 10 * (W - e) / W + 1 <= 5 (e = 0.6 W).
+  // overdraft); the log when the t0 entry stops counting (1 s); a fixed window in the window
+  // after the carried one (2 s); a sliding window in that window too, once the 5 carried weigh
+  // 5 * (W - e) / W + 1 <= 5 (e = 0.2 W: 2.2 s, 1 s later than 5 without an overdraft would).
   int64_t open_at = 0;
   switch (algorithm()) {
     case Algorithm::kTokenBucket:
     case Algorithm::kLeakyBucket:
       open_at = kT0 + 1200 * kMs;
       break;
-    case Algorithm::kFixedWindow:
     case Algorithm::kSlidingLog:
       open_at = kT0 + kSecond;
       break;
+    case Algorithm::kFixedWindow:
+      open_at = kT0 + 2 * kSecond;
+      break;
     case Algorithm::kSlidingWindow:
-      open_at = kT0 + 1600 * kMs;
+      open_at = kT0 + 2200 * kMs;
       break;
   }
   for (int64_t t = kT0 + 100 * kMs; t < open_at; t += 100 * kMs) {
@@ -130,10 +149,11 @@ TEST_P(CountDeniedTest, ALookDeniesWhileTheOverdraftLastsAndAllowsAfter) {
   EXPECT_FALSE(DecideCounting(s, kT0 + 2, limit, 0).allowed);  // a look records nothing
   EXPECT_EQ(Held(s, kT0 + 2, limit), 10u);
   // The overdraft is over when the state is back at the limit: a bucket (TAT t0 + 2 s) once 5
-  // units are repaid, a window or the log when the t0 units stop counting, a sliding window when
-  // 10 * (W - e) / W <= 5 (e = W / 2).
+  // units are repaid, the log when the t0 units stop counting, a fixed window in the next window
+  // (which counts the 5 carried), a sliding window once the 5 carried into the next window
+  // weigh no more (its estimate is 5 * (W - e) / W + 5 there).
   const int64_t over_at =
-      algorithm() == Algorithm::kSlidingWindow ? kT0 + 1500 * kMs : kT0 + kSecond;
+      algorithm() == Algorithm::kSlidingWindow ? kT0 + 2 * kSecond : kT0 + kSecond;
   EXPECT_FALSE(Look(s, over_at - 1, limit).allowed);
   EXPECT_TRUE(Look(s, over_at, limit).allowed);
 }
@@ -190,18 +210,25 @@ TEST(CountDeniedCapsTest, HugeCostsSaturateAtTheCaps) {
       case Algorithm::kLeakyBucket:
         EXPECT_EQ(held, static_cast<uint64_t>(MaxDebt(limit) / kMinute) + 1);
         break;
+      case Algorithm::kFixedWindow:
       case Algorithm::kSlidingWindow:
         EXPECT_EQ(held, MaxWindowCount(limit));
         break;
-      default:
+      case Algorithm::kSlidingLog:
         EXPECT_EQ(held, kMaxRecorded);
+        break;
     }
+    // Carried at most 2^52 µs: free again then.
+    EXPECT_TRUE(Look(s, kT0 + (int64_t{1} << 52) + 2 * kMinute, limit).allowed);
   }
-  // The sliding_window cap: the most the script's estimate holds exactly, at least N.
+  // A window's cap: N * (1 + 2^52 / W), at most 2^53 - 1; a zero limit's.
   EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kSlidingWindow, 100, kMinute)),
-            (kMaxRecorded - 2 * 100 * kMinute) / (2 * kMinute));
-  EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kSlidingWindow, 1u << 31, 1)),
-            0xFFFFFFFFu);
+            100 * (1 + (uint64_t{1} << 52) / kMinute));
+  EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kFixedWindow, 1u << 31, 1)),
+            kMaxRecorded);
+  EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kSlidingWindow, 0, kMinute)), 0u);
+  EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kFixedWindow, 0, kMinute)),
+            kMaxRecorded);
 }
 
 // --- The long run of an AI-Gateway-shaped exchange.
@@ -210,11 +237,11 @@ TEST(CountDeniedCapsTest, HugeCostsSaturateAtTheCaps) {
 // -> the request is not sent. Allowed -> a report of R tokens after the response (R random,
 // sometimes far above the limit), with count_denied, whose answer is ignored. Every report must
 // be recorded in full (a heavy user is never under-counted), and what is recorded keeps the
-// limit's long-run rate:
-//   buckets: over any run of T, recorded <= N * T / W + capacity + the largest report;
-//   windows (fixed_window, sliding_window, sliding_log): an overdraft lasts as long as the window
-//     counts it, so any window of W (fixed_window: each of its windows; sliding_window: each
-//     fixed window of its counts) records at most N + the largest report.
+// limit's long-run rate (docs/algorithms.md, "Recorded overdrafts"):
+//   buckets, fixed_window, sliding_window: over a run of T, recorded <= N * T / W + capacity
+//     (windows: N) + the largest report (an overdraft is a debt, repaid at the rate);
+//   sliding_log: an overdraft lasts as long as its entries count (W), so any span of W records
+//     at most N + the largest report.
 class LongRunTest : public EveryAlgorithm {};
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, LongRunTest, ::testing::ValuesIn(kAllAlgorithms),
@@ -223,8 +250,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, LongRunTest, ::testing::ValuesIn(kAllAlgori
 TEST_P(LongRunTest, TheAIGatewayExchangeKeepsTheLongRunRate) {
   // 1000 tokens per minute (capacity 1000), reports of 1..300 tokens, one in 20 of 2000..5000.
   const Limit limit = sluice::testing::WithCapacity(algorithm(), 1000, kMinute, 1000);
-  const bool bucket =
-      algorithm() == Algorithm::kTokenBucket || algorithm() == Algorithm::kLeakyBucket;
+  const bool log = algorithm() == Algorithm::kSlidingLog;
   std::mt19937_64 rng(20260036 + static_cast<int>(algorithm()));
   KeyState s;
   int64_t now = kT0;
@@ -245,50 +271,32 @@ TEST_P(LongRunTest, TheAIGatewayExchangeKeepsTheLongRunRate) {
     DecideCounting(s, now, limit, r);
     // Recorded in full: what the state holds grew by R (a window that rolled starts from 0).
     const uint64_t after = Held(s, now, limit);
-    if (algorithm() == Algorithm::kSlidingLog || bucket) {
-      ASSERT_EQ(after, before + r) << "a report was under-counted at " << (now - kT0) << " µs";
-    } else {
-      ASSERT_GE(after, r);
-      ASSERT_TRUE(after == before + r || after == r) << "under-counted at " << (now - kT0);
-    }
+    ASSERT_EQ(after, before + r) << "a report was under-counted at " << (now - kT0) << " µs";
     recorded += r;
     largest = std::max(largest, r);
     reports.emplace_back(now, r);
   }
   EXPECT_GT(sent, 100u);
   EXPECT_GT(refused, 1000u) << "the heavy user was never held back";
-  if (bucket) {
+  if (!log) {
     const uint64_t allowance =
         static_cast<uint64_t>(limit.requests * (end - kT0) / limit.window_us) + limit.Capacity();
     EXPECT_LE(recorded, allowance + largest);
-    // And it is not far below: the user wanted far more, and got about the rate.
+    // And not far below: the user wanted far more, and got about the rate.
     EXPECT_GE(recorded, allowance * 3 / 4);
     return;
   }
-  // Windows: any span of W (the log, sliding_window) or each fixed window records at most
-  // N + the largest report.
+  // The log: any span of W records at most N + the largest report.
   uint64_t in_span = 0;
   size_t first = 0;
   for (size_t i = 0; i < reports.size(); ++i) {
-    const bool fixed = algorithm() == Algorithm::kFixedWindow;
     in_span += reports[i].second;
-    while (fixed ? AlignDown(reports[first].first, limit.window_us) !=
-                       AlignDown(reports[i].first, limit.window_us)
-                 : reports[first].first + limit.window_us <= reports[i].first) {
+    while (reports[first].first + limit.window_us <= reports[i].first) {
       in_span -= reports[first].second;
       ++first;
     }
-    if (algorithm() == Algorithm::kSlidingWindow) continue;  // checked per fixed window below
     ASSERT_LE(in_span, limit.requests + largest) << "at " << (reports[i].first - kT0) << " µs";
   }
-  if (algorithm() == Algorithm::kSlidingWindow) {
-    // The estimate admits a look only while prev * (W - e) / W + cur <= N: each window's count is
-    // at most N + the largest report.
-    std::map<int64_t, uint64_t> per_window;
-    for (const auto& [at, r] : reports) per_window[AlignDown(at, limit.window_us)] += r;
-    for (const auto& [start, count] : per_window) EXPECT_LE(count, limit.requests + largest);
-  }
-  // Over the whole run: at most (windows + 1) * (N + largest); and at least the rate's worth.
   const uint64_t windows = static_cast<uint64_t>((end - kT0) / limit.window_us);
   EXPECT_LE(recorded, (windows + 1) * (limit.requests + largest));
   EXPECT_GE(recorded, windows * limit.requests / 2);

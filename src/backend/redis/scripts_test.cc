@@ -246,6 +246,18 @@ TEST_P(ScriptsTest, CountDeniedOverdraftsAgreeOverTime) {
   }
   EXPECT_EQ(agreed, total);
   EXPECT_GT(denied, total / 4);
+  // Reports far past every cap (a day's limits, costs of 10^12): the caps agree too.
+  const int64_t day = int64_t{86400} * 1000000;
+  for (const Algorithm a :
+       {Algorithm::kTokenBucket, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
+        Algorithm::kSlidingLog, Algorithm::kSlidingWindow}) {
+    const Limit limit = MakeLimit(a, 1000, day, a == Algorithm::kLeakyBucket ? 999 : 1000);
+    for (const uint64_t cost : {uint64_t{1000000000000}, uint64_t{1000000000000}, uint64_t{0},
+                                uint64_t{1}, uint64_t{0}}) {
+      const Item item{&limit, 300 + static_cast<uint64_t>(a), "huge", cost, true, false};
+      EXPECT_TRUE(Agree({item}, fmt::format("{} cost {}", DescribeLimit(limit), cost)));
+    }
+  }
 }
 
 // Refunds: an admitted request's consumption given back on Redis (EncodeRefund) and in C++

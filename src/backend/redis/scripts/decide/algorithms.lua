@@ -43,25 +43,34 @@ local function bucket(st, now, n, w, cap, cost, leaky)
   return allowed, (remaining > 0) and remaining or 0, retry, reset, delay
 end
 
+-- (A recorded overdraft carried into later windows is stored as the last window it reaches,
+-- ending at st[1], with the count left there; each window before holds N more: see record.)
 local function fixed(st, now, n, w, cost)
-  local ends, count
-  if now >= st[1] then
-    ends = now - now % w + w
-    count = 0
-  else
-    ends = st[1]
-    count = st[2]
+  local ends = now - now % w + w
+  local count, fresh = 0, ends
+  if now < st[1] then
+    count = st[2] + (st[1] - ends) / w * n
+    fresh = st[1]
   end
   local allowed = cost <= n and count + cost <= n
   if allowed and cost > 0 then
     count = count + cost
     st[1] = ends
     st[2] = count
+    fresh = ends
   end
   local remaining = (count < n) and (n - count) or 0
   local retry = 0
-  if not allowed then retry = (cost > n) and -1 or (ends - now) end
-  return allowed, remaining, retry, ends - now, 0
+  if not allowed then
+    if cost > n then
+      retry = -1
+    else
+      local windows = 1
+      if n > 0 then windows = ceildiv(count + cost - n, n) end
+      retry = ends - now + (windows - 1) * w
+    end
+  end
+  return allowed, remaining, retry, fresh - now, 0
 end
 
 local function sliding_window(st, now, n, w, cost)
@@ -72,6 +81,16 @@ local function sliding_window(st, now, n, w, cost)
     prev = st[2]
     cur = st[3]
     start = ((cur > 0) and (st[1] - w) or st[1]) - w
+    if start > current then
+      -- A recorded overdraft carried into later windows, stored as the last one it reaches
+      -- (see record): denied until then; a cost that fits is admitted when it would be there.
+      local retry = -1
+      if cost <= n then
+        local _, _, then_retry = sliding_window(st, start, n, w, cost)
+        retry = start - now + then_retry
+      end
+      return false, 0, retry, st[1] - now, 0
+    end
     if current >= start + 2 * w then
       prev, cur, start = 0, 0, current
     elseif current == start + w then
@@ -229,9 +248,18 @@ end
 
 -- --- recorded overdrafts (count_denied; algo::RecordOverdraft, algo::RecordSlidingLog): `cost`
 -- recorded at `now` after a decision denied it, whatever the limit says. Capped where doubles
--- stop being exact (max_recorded = 2^53 - 1): a bucket's debt, a window's count, a log's sum; a
--- sliding_window count at the most that keeps the estimate exact (at least N).
+-- stop being exact (max_recorded = 2^53 - 1): a bucket's debt, a log's sum; a window's count at
+-- N * (1 + 2^52 / W) (carried at most 2^52 µs). What passes N in a window is carried into the
+-- next ones, N a window: stored as the last window it reaches (m = ceil(x / N) - 1 windows on)
+-- with what is left there; a sliding window with N as that window's previous count.
 local max_recorded = 9007199254740991
+
+local function max_window_count(alg, n, w)
+  if n == 0 then return (alg == 2) and max_recorded or 0 end
+  local two52 = 4503599627370496
+  local most = n * (1 + (two52 - two52 % w) / w)
+  return (most < max_recorded) and most or max_recorded
+end
 
 local function record(alg, st, now, n, w, cost)
   if alg == 0 or alg == 1 then
@@ -249,28 +277,44 @@ local function record(alg, st, now, n, w, cost)
     st[1] = now + (grown - rest) / n + ((rest ~= 0) and 1 or 0)
     st[2] = rest
   elseif alg == 2 then
-    if now >= st[1] then st[1], st[2] = now - now % w + w, 0 end
-    if st[2] < max_recorded then st[2] = st[2] + min(cost, max_recorded - st[2]) end
+    local ends = now - now % w + w
+    local count = 0
+    if now < st[1] then count = st[2] + (st[1] - ends) / w * n end
+    local most = max_window_count(alg, n, w)
+    if count >= most then return end
+    count = count + min(cost, most - count)
+    if n == 0 or count <= n then
+      st[1], st[2] = ends, count
+    else
+      local m = ceildiv(count, n) - 1
+      st[1], st[2] = ends + m * w, count - m * n
+    end
   elseif alg == 4 then
-    local room = max_recorded - 2 * n * w  -- >= 0: redis::CheckExactRange
-    local most = (room - room % (2 * w)) / (2 * w)
-    if most < n then most = n end
-    if most > 4294967295 then most = 4294967295 end
+    if n == 0 then return end
     local current = now - now % w
     local prev, cur = 0, 0
     if now < st[1] then
       prev, cur = st[2], st[3]
       local start = ((cur > 0) and (st[1] - w) or st[1]) - w
-      if current >= start + 2 * w then
+      if start > current then
+        prev, cur = n, cur + (start - current) / w * n
+      elseif current >= start + 2 * w then
         prev, cur = 0, 0
       elseif current == start + w then
         prev, cur = cur, 0
       end
     end
-    if cur < most then cur = cur + min(cost, most - cur) end
-    if cur == 0 then return end
-    st[1] = current + 2 * w
-    st[2], st[3] = prev, cur
+    local most = max_window_count(alg, n, w)
+    if cur >= most then return end
+    cur = cur + min(cost, most - cur)
+    if cur <= n then
+      st[1] = current + 2 * w
+      st[2], st[3] = prev, cur
+    else
+      local m = ceildiv(cur, n) - 1
+      st[1] = current + (m + 2) * w
+      st[2], st[3] = n, cur - m * n
+    end
   else
     -- sliding_log (its log already trimmed by the decision): while over the limit the newest
     -- entry takes the cost and moves to now, so a log keeps at most N + 1 entries.

@@ -78,10 +78,14 @@ std::pair<int64_t, uint64_t> StoredWindow(const CompactState& state, int64_t now
 // ends at idle_at, with the count left there; each window before holds N more.
 std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
                                            int64_t window_us, uint64_t n) {
+  // The usual case first, with no division: a state of now's window ends within W.
+  if (!state.IsIdle(now_us) && state.idle_at_us - now_us <= window_us) {
+    return {state.idle_at_us, state.aux};
+  }
   const int64_t end_us = WindowStart(now_us, window_us) + window_us;
   if (state.IsIdle(now_us)) return {end_us, 0};
   const uint64_t before_last = static_cast<uint64_t>((state.idle_at_us - end_us) / window_us);
-  return {end_us, state.aux + before_last * n};  // (before_last is 0 but for an overdraft)
+  return {end_us, state.aux + before_last * n};
 }
 
 }  // namespace

@@ -73,19 +73,25 @@ std::pair<int64_t, uint64_t> StoredWindow(const CompactState& state, int64_t now
   return {state.idle_at_us, state.aux};
 }
 
-// The current window of a fixed_window state: its end and its count. A recorded overdraft
-// carried into later windows (RecordOverdraft) is stored as the last window it reaches, which
-// ends at idle_at, with the count left there; each window before holds N more.
-std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
-                                           int64_t window_us, uint64_t n) {
+// The current window of a fixed_window state: its end, its count, and how many windows before the
+// last one an overdraft reaches it is. A recorded overdraft carried into later windows
+// (RecordOverdraft) is stored as the last window it reaches, which ends at idle_at, with the
+// count left there; each window before holds N more.
+struct FixedNow {
+  int64_t end_us;
+  uint64_t count;
+  uint64_t carried;  // 0: now's window is the state's own (or the state is idle)
+};
+
+FixedNow CurrentWindow(const CompactState& state, int64_t now_us, int64_t window_us, uint64_t n) {
   // The usual case first, with no division: a state of now's window ends within W.
   if (!state.IsIdle(now_us) && state.idle_at_us - now_us <= window_us) {
-    return {state.idle_at_us, state.aux};
+    return {state.idle_at_us, state.aux, 0};
   }
   const int64_t end_us = WindowStart(now_us, window_us) + window_us;
-  if (state.IsIdle(now_us)) return {end_us, 0};
-  const uint64_t before_last = static_cast<uint64_t>((state.idle_at_us - end_us) / window_us);
-  return {end_us, state.aux + before_last * n};
+  if (state.IsIdle(now_us)) return {end_us, 0, 0};
+  const uint64_t carried = static_cast<uint64_t>((state.idle_at_us - end_us) / window_us);
+  return {end_us, state.aux + carried * n, carried};
 }
 
 }  // namespace
@@ -93,7 +99,7 @@ std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t no
 Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
   const uint64_t n = limit.requests;
   const int64_t w = limit.window_us;
-  auto [end_us, count] = CurrentWindow(state, now_us, w, n);
+  auto [end_us, count, carried] = CurrentWindow(state, now_us, w, n);
   Decision d;
   d.allowed = cost <= n && count + cost <= n;
   if (d.allowed && cost > 0) {
@@ -107,9 +113,10 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
     if (cost > n) {
       d.retry_after_us = Decision::kNever;
     } else {
-      // Each window holds N fewer than the one before (an overdraft is repaid at N per window):
-      // the k-th window from this one admits once count + cost - k * N <= N.
-      const i128 windows = n == 0 ? 1 : CeilDiv(static_cast<i128>(count) + cost - n, n);
+      // The next window, or with an overdraft carried, the first of the windows after this one,
+      // each N below the one before, where count + cost - k * N <= N (k: how many windows on).
+      const i128 windows =
+          carried == 0 ? 1 : Max(1, CeilDiv(static_cast<i128>(count) + cost - n, n));
       d.retry_after_us = end_us - now_us + ToInt64((windows - 1) * w);
     }
   }
@@ -511,9 +518,10 @@ void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, ui
     case Algorithm::kLeakyBucket:
       return ChargeBucket(state, now_us, limit, cost, static_cast<i128>(MaxDebt(limit)));
     case Algorithm::kFixedWindow: {
-      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us, limit.requests);
-      if (count >= most) return;
-      return StoreFixedCount(state, end_us, count + std::min(cost, most - count), limit);
+      const FixedNow window = CurrentWindow(state, now_us, limit.window_us, limit.requests);
+      if (window.count >= most) return;
+      return StoreFixedCount(state, window.end_us,
+                             window.count + std::min(cost, most - window.count), limit);
     }
     case Algorithm::kSlidingWindow: {
       if (limit.requests == 0) return;  // a zero limit repays nothing

@@ -47,9 +47,10 @@ end
 -- ending at st[1], with the count left there; each window before holds N more: see record.)
 local function fixed(st, now, n, w, cost)
   local ends = now - now % w + w
-  local count, fresh = 0, ends
+  local count, fresh, carried = 0, ends, 0
   if now < st[1] then
-    count = st[2] + (st[1] - ends) / w * n
+    carried = (st[1] - ends) / w
+    count = st[2] + carried * n
     fresh = st[1]
   end
   local allowed = cost <= n and count + cost <= n
@@ -66,7 +67,7 @@ local function fixed(st, now, n, w, cost)
       retry = -1
     else
       local windows = 1
-      if n > 0 then windows = ceildiv(count + cost - n, n) end
+      if carried > 0 then windows = max(1, ceildiv(count + cost - n, n)) end
       retry = ends - now + (windows - 1) * w
     end
   end

@@ -5,8 +5,9 @@
 # Envoy AI Gateway sends for an LLM token limit: a check with hits_addend 0 at request time, and
 # after the response a report of the tokens used, past the limit or not. Each report is recorded
 # in full (the next check is denied for as long as the overdraft takes to pay back at the limit's
-# rate: days, at 1000 tokens a day), repeated denied reports all reach the store, and a domain
-# without count_denied records nothing that does not fit.
+# rate: days, at 1000 tokens a day; a fixed window until it ends, as upstream's counter), repeated
+# denied reports all reach the store, and a domain without count_denied records nothing that does
+# not fit.
 # Usage: SLUICE=path/to/sluice tests/count_denied_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
@@ -53,9 +54,11 @@ exchange() {
     got=$(ask "$domain" "$a" "$user" 5000)
     check "$where $domain $a: a report of 5000 is denied (OVER_LIMIT)" "429" "${got%% *}"
     read -r code remaining retry <<<"$(ask "$domain" "$a" "$user" 0)"
-    # 4900 past 1000 a day: four days and more to pay back (the log forgets it after a day).
+    # 4900 past 1000 a day: four days and more to pay back (the log forgets it after a day, a
+    # fixed window when its day ends, as upstream's counter).
     want_retry=$((4 * day_ms))
     [[ $a == sliding_log ]] && want_retry=$((day_ms - 600000))
+    [[ $a == fixed_window ]] && want_retry=1
     if [[ $code == 429 && $remaining == 0 && $retry -ge $want_retry ]]; then
       pass "$where $domain $a: it was recorded: the next check is denied, retry_after ${retry} ms"
     else

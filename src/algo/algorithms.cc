@@ -65,41 +65,19 @@ Decision DecideLeakyBucket(CompactState& state, int64_t now_us, const Limit& lim
 
 namespace {
 
-// The current window of a fixed_window state as stored: its end and its count so far (the
-// state's own window, which a carried overdraft's is not: see CurrentWindow).
-std::pair<int64_t, uint64_t> StoredWindow(const CompactState& state, int64_t now_us,
-                                          int64_t window_us) {
+// The current window of a fixed_window state: its end and its count so far. (A count that
+// count_denied took past N ends with its window too, as upstream's counter does.)
+std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
+                                           int64_t window_us) {
   if (state.IsIdle(now_us)) return {WindowStart(now_us, window_us) + window_us, 0};
   return {state.idle_at_us, state.aux};
-}
-
-// The current window of a fixed_window state: its end, its count, and how many windows before the
-// last one an overdraft reaches it is. A recorded overdraft carried into later windows
-// (RecordOverdraft) is stored as the last window it reaches, which ends at idle_at, with the
-// count left there; each window before holds N more.
-struct FixedNow {
-  int64_t end_us;
-  uint64_t count;
-  uint64_t carried;  // 0: now's window is the state's own (or the state is idle)
-};
-
-FixedNow CurrentWindow(const CompactState& state, int64_t now_us, int64_t window_us, uint64_t n) {
-  // The usual case first, with no division: a state of now's window ends within W.
-  if (!state.IsIdle(now_us) && state.idle_at_us - now_us <= window_us) {
-    return {state.idle_at_us, state.aux, 0};
-  }
-  const int64_t end_us = WindowStart(now_us, window_us) + window_us;
-  if (state.IsIdle(now_us)) return {end_us, 0, 0};
-  const uint64_t carried = static_cast<uint64_t>((state.idle_at_us - end_us) / window_us);
-  return {end_us, state.aux + carried * n, carried};
 }
 
 }  // namespace
 
 Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
   const uint64_t n = limit.requests;
-  const int64_t w = limit.window_us;
-  auto [end_us, count, carried] = CurrentWindow(state, now_us, w, n);
+  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
   Decision d;
   d.allowed = cost <= n && count + cost <= n;
   if (d.allowed && cost > 0) {
@@ -107,19 +85,8 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
     state = {end_us, count};
   }
   d.remaining = static_cast<int64_t>(n - std::min(n, count));
-  // Back to a new key's at the window's end, or an overdraft's.
-  d.reset_after_us = (state.IsIdle(now_us) ? end_us : std::max(end_us, state.idle_at_us)) - now_us;
-  if (!d.allowed) {
-    if (cost > n) {
-      d.retry_after_us = Decision::kNever;
-    } else {
-      // The next window, or with an overdraft carried, the first of the windows after this one,
-      // each N below the one before, where count + cost - k * N <= N (k: how many windows on).
-      const i128 windows =
-          carried == 0 ? 1 : Max(1, CeilDiv(static_cast<i128>(count) + cost - n, n));
-      d.retry_after_us = end_us - now_us + ToInt64((windows - 1) * w);
-    }
-  }
+  d.reset_after_us = end_us - now_us;
+  if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
   return d;
 }
 
@@ -414,7 +381,7 @@ void ChargeFixedWindow(CompactState& state, int64_t counted_at_us, int64_t now_u
                        const Limit& limit, uint64_t cost) {
   const int64_t w = limit.window_us;
   if (WindowStart(counted_at_us, w) != WindowStart(now_us, w)) return;  // its window is over
-  auto [end_us, count] = StoredWindow(state, now_us, w);
+  auto [end_us, count] = CurrentWindow(state, now_us, w);
   count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;
   state = {end_us, count};
 }
@@ -476,26 +443,18 @@ u128 MaxDebt(const Limit& limit) {
 
 uint64_t MaxWindowCount(const Limit& limit) {
   const uint64_t n = limit.requests;
-  if (n == 0) return limit.algorithm == Algorithm::kFixedWindow ? kMaxRecorded : 0;
+  if (limit.algorithm != Algorithm::kSlidingWindow) return kMaxRecorded;  // nothing carried
+  if (n == 0) return 0;
   const u128 windows = 1 + (u128{1} << 52) / static_cast<u128>(limit.window_us);
   return static_cast<uint64_t>(std::min<u128>(kMaxRecorded, windows * n));
 }
 
 namespace {
 
-// A window's count `x` of now's window (which starts at `start_us`), stored so that what passes
-// N is carried: x <= N as it is; else as the last window x reaches, m = ceil(x / N) - 1 windows
-// on, holding x - m * N, each window before it N more.
-void StoreFixedCount(CompactState& state, int64_t end_us, uint64_t x, const Limit& limit) {
-  const uint64_t n = limit.requests;
-  if (n == 0 || x <= n) {
-    state = {end_us, x};
-    return;
-  }
-  const uint64_t m = (x + n - 1) / n - 1;
-  state = {end_us + static_cast<int64_t>(m) * limit.window_us, x - m * n};
-}
-
+// A sliding window's count `x` of now's window (which starts at `start_us`), stored so that what
+// passes N is carried: x <= N as it is; else as the last window x reaches, m = ceil(x / N) - 1
+// windows on, holding x - m * N, with N as its previous window's count (each window before it
+// N more).
 void StoreSlidingCount(CompactState& state, int64_t start_us, uint64_t prev, uint64_t x,
                        const Limit& limit) {
   const uint64_t n = limit.requests;
@@ -518,10 +477,11 @@ void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, ui
     case Algorithm::kLeakyBucket:
       return ChargeBucket(state, now_us, limit, cost, static_cast<i128>(MaxDebt(limit)));
     case Algorithm::kFixedWindow: {
-      const FixedNow window = CurrentWindow(state, now_us, limit.window_us, limit.requests);
-      if (window.count >= most) return;
-      return StoreFixedCount(state, window.end_us,
-                             window.count + std::min(cost, most - window.count), limit);
+      // Upstream's counter: the count passes N, and ends with its window.
+      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+      if (count >= most) return;
+      state = {end_us, count + std::min(cost, most - count)};
+      return;
     }
     case Algorithm::kSlidingWindow: {
       if (limit.requests == 0) return;  // a zero limit repays nothing

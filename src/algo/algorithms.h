@@ -27,9 +27,7 @@ namespace sluice::algo {
 // now_us >= idle_at_us, whatever the algorithm, so a store can reclaim it without knowing the
 // limit. `aux` is algorithm-specific:
 //   token/leaky bucket: idle_at_us = ceil(TAT), aux = (TAT * N) mod N, i.e. TAT is exact in 1/N µs
-//   fixed_window:       idle_at_us = end of the window, aux = count in it; an overdraft carried
-//                       into later windows (RecordOverdraft): idle_at_us = the end of the last
-//                       window it reaches, aux = the count there (N more in each window before)
+//   fixed_window:       idle_at_us = end of the window, aux = count in it
 //   sliding_window:     idle_at_us = when the estimate reaches 0, aux = prev << 32 | current; an
 //                       overdraft carried: the state of the last window it reaches, whose
 //                       start is then later than now's (N more in each window before)
@@ -60,11 +58,12 @@ Decision DecideCompactCountingDenied(CompactState& state, int64_t now_us, const 
 // what passes the limit is a debt, repaid at the limit's rate before anything is admitted again.
 //   token/leaky bucket: TAT = max(TAT, now) + cost * W/N (the debt D = (TAT - now) * N grows by
 //                       cost * W), D at most MaxDebt(limit);
-//   fixed_window:       the current window's count grows by cost; what passes N is carried into
-//                       the next windows, N a window (the k-th window on counts x - k * N);
+//   fixed_window:       the current window's count grows by cost, and ends with its window
+//                       (envoyproxy/ratelimit's counter, exactly);
 //   sliding_window:     the current window's count grows by cost; what passes N is carried into
-//                       the next windows as for fixed_window (each counting N in the estimate
-//                       of the window after it), so a window's count never passes N for long;
+//                       the next windows, N a window (the k-th window on counts x - k * N, each
+//                       weighing in the estimate of the one after it), so that the overdraft is
+//                       paid back at the rate;
 //   (a zero sliding_window or bucket records nothing: nothing would ever repay it).
 // A window's count is at most MaxWindowCount(limit).
 void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost);
@@ -75,9 +74,8 @@ void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, ui
 inline constexpr uint64_t kMaxRecorded = (uint64_t{1} << 53) - 1;
 // A bucket's debt, in 1/N µs: kMaxRecorded when capacity * W < 2^53, else 2 * capacity * W.
 __extension__ unsigned __int128 MaxDebt(const Limit& limit);
-// A window's count with what it carries: N * (1 + 2^52 / W), the overdraft carried at most
-// 2^52 µs (142 years), and at most kMaxRecorded; a zero limit's fixed window kMaxRecorded (in
-// its own window: nothing is carried), a zero sliding window 0.
+// A window's count: kMaxRecorded; a sliding window's with what it carries N * (1 + 2^52 / W)
+// (the overdraft carried at most 2^52 µs, 142 years), at most kMaxRecorded, and 0 for N = 0.
 uint64_t MaxWindowCount(const Limit& limit);
 
 // Dispatches on limit.algorithm; limit.algorithm must not be kSlidingLog.

@@ -89,12 +89,13 @@ TEST_P(CountDeniedTest, AnOverdraftIsRecordedAndTheAnswerIsStillADenial) {
   EXPECT_FALSE(SameState(full, s, limit, kT0)) << "nothing was recorded";
   EXPECT_EQ(Held(s, kT0, limit), 10u);
   // When a request of the same cost would fit again: a bucket once its 10 units of debt are
-  // repaid (2 s); the log when the t0 entry stops counting (1 s); a fixed window in the window
-  // after next (the 5 past the limit are carried into the next one: 2 s); a sliding window once
-  // nothing weighs in its estimate: 5 carried into the next window, and counting in the
-  // estimate of the one after (3 s).
+  // repaid (2 s); a fixed window (upstream's counter) or the log when the t0 units stop counting
+  // (1 s); a sliding window once nothing weighs in its estimate: the 5 past the limit carried
+  // into the next window, and counting in the estimate of the one after (3 s).
   int64_t retry = 2 * kSecond;
-  if (algorithm() == Algorithm::kSlidingLog) retry = kSecond;
+  if (algorithm() == Algorithm::kSlidingLog || algorithm() == Algorithm::kFixedWindow) {
+    retry = kSecond;
+  }
   if (algorithm() == Algorithm::kSlidingWindow) retry = 3 * kSecond;
   EXPECT_EQ(d.retry_after_us, retry);
   EXPECT_GT(d.reset_after_us, 0);
@@ -110,9 +111,9 @@ TEST_P(CountDeniedTest, LaterRequestsWaitUntilTheOverdraftIsRepaid) {
   ASSERT_TRUE(DecideCounting(s, kT0, limit, 5).allowed);
   ASSERT_FALSE(DecideCounting(s, kT0, limit, 5).allowed);
   // One unit fits again: a bucket when 6 of its 10 units are repaid (1.2 s; 0.2 s without the
-  // overdraft); the log when the t0 entry stops counting (1 s); a fixed window in the window
-  // after the carried one (2 s); a sliding window in that window too, once the 5 carried weigh
-  // 5 * (W - e) / W + 1 <= 5 (e = 0.2 W: 2.2 s, 1 s later than 5 without an overdraft would).
+  // overdraft); a fixed window or the log when the t0 units stop counting (1 s); a sliding
+  // window in the window after the carried one, once the 5 carried weigh 5 * (W - e) / W + 1 <= 5
+  // (e = 0.2 W: 2.2 s, 1 s later than 5 without an overdraft would).
   int64_t open_at = 0;
   switch (algorithm()) {
     case Algorithm::kTokenBucket:
@@ -120,10 +121,8 @@ TEST_P(CountDeniedTest, LaterRequestsWaitUntilTheOverdraftIsRepaid) {
       open_at = kT0 + 1200 * kMs;
       break;
     case Algorithm::kSlidingLog:
-      open_at = kT0 + kSecond;
-      break;
     case Algorithm::kFixedWindow:
-      open_at = kT0 + 2 * kSecond;
+      open_at = kT0 + kSecond;
       break;
     case Algorithm::kSlidingWindow:
       open_at = kT0 + 2200 * kMs;
@@ -149,9 +148,9 @@ TEST_P(CountDeniedTest, ALookDeniesWhileTheOverdraftLastsAndAllowsAfter) {
   EXPECT_FALSE(DecideCounting(s, kT0 + 2, limit, 0).allowed);  // a look records nothing
   EXPECT_EQ(Held(s, kT0 + 2, limit), 10u);
   // The overdraft is over when the state is back at the limit: a bucket (TAT t0 + 2 s) once 5
-  // units are repaid, the log when the t0 units stop counting, a fixed window in the next window
-  // (which counts the 5 carried), a sliding window once the 5 carried into the next window
-  // weigh no more (its estimate is 5 * (W - e) / W + 5 there).
+  // units are repaid, a fixed window or the log when the t0 units stop counting, a sliding window
+  // once the 5 carried into the next window weigh no more (its estimate is 5 * (W - e) / W + 5
+  // there).
   const int64_t over_at =
       algorithm() == Algorithm::kSlidingWindow ? kT0 + 2 * kSecond : kT0 + kSecond;
   EXPECT_FALSE(Look(s, over_at - 1, limit).allowed);
@@ -210,10 +209,10 @@ TEST(CountDeniedCapsTest, HugeCostsSaturateAtTheCaps) {
       case Algorithm::kLeakyBucket:
         EXPECT_EQ(held, static_cast<uint64_t>(MaxDebt(limit) / kMinute) + 1);
         break;
-      case Algorithm::kFixedWindow:
       case Algorithm::kSlidingWindow:
         EXPECT_EQ(held, MaxWindowCount(limit));
         break;
+      case Algorithm::kFixedWindow:
       case Algorithm::kSlidingLog:
         EXPECT_EQ(held, kMaxRecorded);
         break;
@@ -221,10 +220,11 @@ TEST(CountDeniedCapsTest, HugeCostsSaturateAtTheCaps) {
     // Carried at most 2^52 µs: free again then.
     EXPECT_TRUE(Look(s, kT0 + (int64_t{1} << 52) + 2 * kMinute, limit).allowed);
   }
-  // A window's cap: N * (1 + 2^52 / W), at most 2^53 - 1; a zero limit's.
+  // A sliding window's cap: N * (1 + 2^52 / W), at most 2^53 - 1; a zero limit's; a fixed
+  // window's (nothing carried).
   EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kSlidingWindow, 100, kMinute)),
             100 * (1 + (uint64_t{1} << 52) / kMinute));
-  EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kFixedWindow, 1u << 31, 1)),
+  EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kSlidingWindow, 1u << 31, 1)),
             kMaxRecorded);
   EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kSlidingWindow, 0, kMinute)), 0u);
   EXPECT_EQ(MaxWindowCount(sluice::testing::MakeLimit(Algorithm::kFixedWindow, 0, kMinute)),
@@ -238,10 +238,10 @@ TEST(CountDeniedCapsTest, HugeCostsSaturateAtTheCaps) {
 // sometimes far above the limit), with count_denied, whose answer is ignored. Every report must
 // be recorded in full (a heavy user is never under-counted), and what is recorded keeps the
 // limit's long-run rate (docs/algorithms.md, "Recorded overdrafts"):
-//   buckets, fixed_window, sliding_window: over a run of T, recorded <= N * T / W + capacity
-//     (windows: N) + the largest report (an overdraft is a debt, repaid at the rate);
-//   sliding_log: an overdraft lasts as long as its entries count (W), so any span of W records
-//     at most N + the largest report.
+//   buckets, sliding_window: over a run of T, recorded <= N * T / W + capacity (sliding_window:
+//     N) + the largest report (an overdraft is a debt, repaid at the rate);
+//   fixed_window (upstream's counter, which ends with its window): each window records at most
+//     N + the largest report; sliding_log (whose entries count one window): any span of W.
 class LongRunTest : public EveryAlgorithm {};
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, LongRunTest, ::testing::ValuesIn(kAllAlgorithms),
@@ -250,7 +250,8 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, LongRunTest, ::testing::ValuesIn(kAllAlgori
 TEST_P(LongRunTest, TheAIGatewayExchangeKeepsTheLongRunRate) {
   // 1000 tokens per minute (capacity 1000), reports of 1..300 tokens, one in 20 of 2000..5000.
   const Limit limit = sluice::testing::WithCapacity(algorithm(), 1000, kMinute, 1000);
-  const bool log = algorithm() == Algorithm::kSlidingLog;
+  const bool per_window =
+      algorithm() == Algorithm::kSlidingLog || algorithm() == Algorithm::kFixedWindow;
   std::mt19937_64 rng(20260036 + static_cast<int>(algorithm()));
   KeyState s;
   int64_t now = kT0;
@@ -278,7 +279,7 @@ TEST_P(LongRunTest, TheAIGatewayExchangeKeepsTheLongRunRate) {
   }
   EXPECT_GT(sent, 100u);
   EXPECT_GT(refused, 1000u) << "the heavy user was never held back";
-  if (!log) {
+  if (!per_window) {
     const uint64_t allowance =
         static_cast<uint64_t>(limit.requests * (end - kT0) / limit.window_us) + limit.Capacity();
     EXPECT_LE(recorded, allowance + largest);
@@ -286,19 +287,22 @@ TEST_P(LongRunTest, TheAIGatewayExchangeKeepsTheLongRunRate) {
     EXPECT_GE(recorded, allowance * 3 / 4);
     return;
   }
-  // The log: any span of W records at most N + the largest report.
+  // Each fixed window, or any span of W of the log, records at most N + the largest report.
+  const bool fixed = algorithm() == Algorithm::kFixedWindow;
   uint64_t in_span = 0;
   size_t first = 0;
   for (size_t i = 0; i < reports.size(); ++i) {
     in_span += reports[i].second;
-    while (reports[first].first + limit.window_us <= reports[i].first) {
+    while (fixed ? AlignDown(reports[first].first, limit.window_us) !=
+                       AlignDown(reports[i].first, limit.window_us)
+                 : reports[first].first + limit.window_us <= reports[i].first) {
       in_span -= reports[first].second;
       ++first;
     }
     ASSERT_LE(in_span, limit.requests + largest) << "at " << (reports[i].first - kT0) << " µs";
   }
   const uint64_t windows = static_cast<uint64_t>((end - kT0) / limit.window_us);
-  EXPECT_LE(recorded, (windows + 1) * (limit.requests + largest));
+  EXPECT_LE(recorded, (windows + 2) * (limit.requests + largest));
   EXPECT_GE(recorded, windows * limit.requests / 2);
 }
 

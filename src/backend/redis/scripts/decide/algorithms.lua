@@ -43,35 +43,25 @@ local function bucket(st, now, n, w, cap, cost, leaky)
   return allowed, (remaining > 0) and remaining or 0, retry, reset, delay
 end
 
--- (A recorded overdraft carried into later windows is stored as the last window it reaches,
--- ending at st[1], with the count left there; each window before holds N more: see record.)
 local function fixed(st, now, n, w, cost)
-  local ends = now - now % w + w
-  local count, fresh, carried = 0, ends, 0
-  if now < st[1] then
-    carried = (st[1] - ends) / w
-    count = st[2] + carried * n
-    fresh = st[1]
+  local ends, count
+  if now >= st[1] then
+    ends = now - now % w + w
+    count = 0
+  else
+    ends = st[1]
+    count = st[2]
   end
   local allowed = cost <= n and count + cost <= n
   if allowed and cost > 0 then
     count = count + cost
     st[1] = ends
     st[2] = count
-    fresh = ends
   end
   local remaining = (count < n) and (n - count) or 0
   local retry = 0
-  if not allowed then
-    if cost > n then
-      retry = -1
-    else
-      local windows = 1
-      if carried > 0 then windows = max(1, ceildiv(count + cost - n, n)) end
-      retry = ends - now + (windows - 1) * w
-    end
-  end
-  return allowed, remaining, retry, fresh - now, 0
+  if not allowed then retry = (cost > n) and -1 or (ends - now) end
+  return allowed, remaining, retry, ends - now, 0
 end
 
 local function sliding_window(st, now, n, w, cost)
@@ -249,14 +239,15 @@ end
 
 -- --- recorded overdrafts (count_denied; algo::RecordOverdraft, algo::RecordSlidingLog): `cost`
 -- recorded at `now` after a decision denied it, whatever the limit says. Capped where doubles
--- stop being exact (max_recorded = 2^53 - 1): a bucket's debt, a log's sum; a window's count at
--- N * (1 + 2^52 / W) (carried at most 2^52 µs). What passes N in a window is carried into the
--- next ones, N a window: stored as the last window it reaches (m = ceil(x / N) - 1 windows on)
--- with what is left there; a sliding window with N as that window's previous count.
+-- stop being exact (max_recorded = 2^53 - 1): a bucket's debt, a count, a log's sum; a sliding
+-- window's count at N * (1 + 2^52 / W) (carried at most 2^52 µs): what passes N there is
+-- carried into the next windows, N a window, stored as the last window it reaches
+-- (m = ceil(x / N) - 1 windows on) with what is left there and N as its previous count.
 local max_recorded = 9007199254740991
 
 local function max_window_count(alg, n, w)
-  if n == 0 then return (alg == 2) and max_recorded or 0 end
+  if alg ~= 4 then return max_recorded end  -- nothing carried
+  if n == 0 then return 0 end
   local two52 = 4503599627370496
   local most = n * (1 + (two52 - two52 % w) / w)
   return (most < max_recorded) and most or max_recorded
@@ -278,18 +269,9 @@ local function record(alg, st, now, n, w, cost)
     st[1] = now + (grown - rest) / n + ((rest ~= 0) and 1 or 0)
     st[2] = rest
   elseif alg == 2 then
-    local ends = now - now % w + w
-    local count = 0
-    if now < st[1] then count = st[2] + (st[1] - ends) / w * n end
-    local most = max_window_count(alg, n, w)
-    if count >= most then return end
-    count = count + min(cost, most - count)
-    if n == 0 or count <= n then
-      st[1], st[2] = ends, count
-    else
-      local m = ceildiv(count, n) - 1
-      st[1], st[2] = ends + m * w, count - m * n
-    end
+    -- upstream's counter: the count passes N, and ends with its window
+    if now >= st[1] then st[1], st[2] = now - now % w + w, 0 end
+    if st[2] < max_recorded then st[2] = st[2] + min(cost, max_recorded - st[2]) end
   elseif alg == 4 then
     if n == 0 then return end
     local current = now - now % w

@@ -65,7 +65,8 @@ Decision DecideLeakyBucket(CompactState& state, int64_t now_us, const Limit& lim
 
 namespace {
 
-// The current window of a fixed_window state: its end and its count so far.
+// The current window of a fixed_window state: its end and its count so far. (A count that
+// count_denied took past N ends with its window too, as upstream's counter does.)
 std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
                                            int64_t window_us) {
   if (state.IsIdle(now_us)) return {WindowStart(now_us, window_us) + window_us, 0};
@@ -89,42 +90,69 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
   return d;
 }
 
-Decision DecideFixedWindowCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
-                                         uint64_t cost) {
-  const uint64_t n = limit.requests;
-  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
-  if (cost > 0) {
-    count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;  // saturate
-    state = {end_us, count};
+namespace {
+
+// A sliding_window state rolled to now's window: the window's start, the previous window's count
+// and the current one's. A recorded overdraft carried into later windows (RecordOverdraft) is
+// stored as the last window it reaches (its start later than now's), with N in the window before
+// it and what is left of the overdraft in it; each window before holds N more (`carried`: how
+// many windows before that last one now's is).
+struct SlidingNow {
+  int64_t start_us = 0;
+  uint64_t prev = 0;
+  uint64_t cur = 0;
+  int64_t carried = 0;
+};
+
+SlidingNow RollSliding(const CompactState& state, int64_t now_us, const Limit& limit) {
+  const int64_t w = limit.window_us;
+  const int64_t current_start = WindowStart(now_us, w);
+  SlidingNow r{.start_us = current_start};
+  if (state.IsIdle(now_us)) return r;
+  uint64_t prev = state.aux >> 32;
+  uint64_t cur = state.aux & 0xFFFFFFFFu;
+  const int64_t start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
+  if (start_us > current_start) {
+    r.carried = (start_us - current_start) / w;
+    r.prev = limit.requests;
+    r.cur = cur + static_cast<uint64_t>(r.carried) * limit.requests;
+    return r;
   }
-  Decision d;
-  d.allowed = count <= n;
-  d.remaining = d.allowed ? static_cast<int64_t>(n - count) : 0;
-  d.reset_after_us = end_us - now_us;
-  if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
-  return d;
+  if (current_start >= start_us + 2 * w) {
+    prev = cur = 0;
+  } else if (current_start == start_us + w) {
+    prev = cur;
+    cur = 0;
+  }
+  r.prev = prev;
+  r.cur = cur;
+  return r;
 }
+
+}  // namespace
 
 Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& limit,
                              uint64_t cost) {
   const uint64_t n = limit.requests;
   const int64_t w = limit.window_us;
-  const int64_t current_start = WindowStart(now_us, w);
-  int64_t start_us = current_start;
-  uint64_t prev = 0, cur = 0;
-  if (!state.IsIdle(now_us)) {
-    prev = state.aux >> 32;
-    cur = state.aux & 0xFFFFFFFFu;
-    start_us = (cur > 0 ? state.idle_at_us - w : state.idle_at_us) - w;
-    if (current_start >= start_us + 2 * w) {
-      prev = cur = 0;
-      start_us = current_start;
-    } else if (current_start == start_us + w) {
-      prev = cur;
-      cur = 0;
-      start_us = current_start;
+  const SlidingNow rolled = RollSliding(state, now_us, limit);
+  if (rolled.carried > 0) {
+    // Over the limit until the overdraft's last window: everything is denied (a look too), and a
+    // cost that fits is admitted when it would be on the state as stored, from that window on.
+    Decision d{.allowed = false,
+               .remaining = 0,
+               .retry_after_us = Decision::kNever,
+               .reset_after_us = state.idle_at_us - now_us};
+    if (cost <= n) {
+      const int64_t last_start = rolled.start_us + rolled.carried * w;
+      CompactState then = state;
+      d.retry_after_us =
+          last_start - now_us + DecideSlidingWindow(then, last_start, limit, cost).retry_after_us;
     }
+    return d;
   }
+  const int64_t start_us = rolled.start_us;
+  uint64_t prev = rolled.prev, cur = rolled.cur;
   const int64_t elapsed = std::clamp<int64_t>(now_us - start_us, 0, w - 1);  // e
   const i128 prev_weight = static_cast<i128>(prev) * (w - elapsed);          // p * (W - e)
   const i128 limit_scaled = static_cast<i128>(n) * w;                        // N * W
@@ -330,7 +358,10 @@ void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, c
 
 namespace {
 
-void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+// A bucket's debt grows by cost * W from now on; `max_debt` (> 0) caps what it grows to (a debt
+// already above it stays).
+void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost,
+                  i128 max_debt = 0) {
   const uint64_t n = limit.requests;
   if (n == 0) return;
   i128 debt = 0;
@@ -338,7 +369,8 @@ void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint6
     const int64_t tat_floor = state.idle_at_us - (state.aux != 0 ? 1 : 0);
     debt = Max(0, static_cast<i128>(tat_floor) * n + state.aux - static_cast<i128>(now_us) * n);
   }
-  debt += static_cast<i128>(cost) * limit.window_us;
+  const i128 grown = debt + static_cast<i128>(cost) * limit.window_us;
+  debt = max_debt > 0 && grown > max_debt ? Max(debt, max_debt) : grown;
   const int64_t whole = ToInt64(FloorDiv(debt, n));
   const uint64_t frac = static_cast<uint64_t>(debt - static_cast<i128>(whole) * n);
   state.idle_at_us = now_us + whole + (frac != 0 ? 1 : 0);
@@ -391,15 +423,116 @@ void ChargeCompact(CompactState& state, int64_t counted_at_us, int64_t now_us, c
   if (cost == 0) return;
   switch (limit.algorithm) {
     case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
       return ChargeBucket(state, now_us, limit, cost);
     case Algorithm::kFixedWindow:
       return ChargeFixedWindow(state, counted_at_us, now_us, limit, cost);
     case Algorithm::kSlidingWindow:
       return ChargeSlidingWindow(state, counted_at_us, now_us, limit, cost);
-    case Algorithm::kLeakyBucket:
     case Algorithm::kSlidingLog:
       return;
   }
+}
+
+// --- count_denied: recorded overdrafts (docs/algorithms.md, "Recorded overdrafts").
+
+u128 MaxDebt(const Limit& limit) {
+  const u128 full = static_cast<u128>(limit.Capacity()) * static_cast<u128>(limit.window_us);
+  return full <= kMaxRecorded ? u128{kMaxRecorded} : 2 * full;
+}
+
+uint64_t MaxWindowCount(const Limit& limit) {
+  const uint64_t n = limit.requests;
+  if (limit.algorithm != Algorithm::kSlidingWindow) return kMaxRecorded;  // nothing carried
+  if (n == 0) return 0;
+  const u128 windows = 1 + (u128{1} << 52) / static_cast<u128>(limit.window_us);
+  return static_cast<uint64_t>(std::min<u128>(kMaxRecorded, windows * n));
+}
+
+namespace {
+
+// A sliding window's count `x` of now's window (which starts at `start_us`), stored so that what
+// passes N is carried: x <= N as it is; else as the last window x reaches, m = ceil(x / N) - 1
+// windows on, holding x - m * N, with N as its previous window's count (each window before it
+// N more).
+void StoreSlidingCount(CompactState& state, int64_t start_us, uint64_t prev, uint64_t x,
+                       const Limit& limit) {
+  const uint64_t n = limit.requests;
+  const int64_t w = limit.window_us;
+  if (x <= n) {
+    state = {start_us + 2 * w, prev << 32 | x};
+    return;
+  }
+  const uint64_t m = (x + n - 1) / n - 1;
+  state = {start_us + (static_cast<int64_t>(m) + 2) * w, uint64_t{n} << 32 | (x - m * n)};
+}
+
+}  // namespace
+
+void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  if (cost == 0) return;
+  const uint64_t most = MaxWindowCount(limit);
+  switch (limit.algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kLeakyBucket:
+      return ChargeBucket(state, now_us, limit, cost, static_cast<i128>(MaxDebt(limit)));
+    case Algorithm::kFixedWindow: {
+      // Upstream's counter: the count passes N, and ends with its window.
+      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+      if (count >= most) return;
+      state = {end_us, count + std::min(cost, most - count)};
+      return;
+    }
+    case Algorithm::kSlidingWindow: {
+      if (limit.requests == 0) return;  // a zero limit repays nothing
+      const SlidingNow r = RollSliding(state, now_us, limit);
+      if (r.cur >= most) return;
+      return StoreSlidingCount(state, r.start_us, r.prev, r.cur + std::min(cost, most - r.cur),
+                               limit);
+    }
+    case Algorithm::kSlidingLog:
+      return;
+  }
+}
+
+Decision DecideCompactCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
+                                     uint64_t cost) {
+  Decision d = DecideCompact(state, now_us, limit, cost);
+  if (d.allowed || cost == 0) return d;
+  RecordOverdraft(state, now_us, limit, cost);
+  CompactState look = state;  // what the same request would be told now: denied
+  return DecideCompact(look, now_us, limit, cost);
+}
+
+void RecordSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  auto& e = state.entries;
+  if (state.sum >= kMaxRecorded) return;
+  cost = std::min(cost, kMaxRecorded - state.sum);
+  if (cost == 0) return;
+  const bool live = state.head < e.size();
+  if (live) now_us = std::max(now_us, e.back().at_us);
+  if (live && (e.back().at_us == now_us || state.sum > limit.requests)) {
+    // Over the limit already: the newest entry takes the cost and counts from now (it counts
+    // longer than it would have: never less).
+    e.back().at_us = now_us;
+    e.back().cost += cost;
+  } else {
+    e.push_back({now_us, cost});
+  }
+  state.sum += cost;
+  state.idle_at_us = now_us + limit.window_us;
+}
+
+Decision DecideSlidingLogCountingDenied(LogState& state, int64_t now_us, const Limit& limit,
+                                        uint64_t cost) {
+  Decision d = EvaluateSlidingLog(state, now_us, limit, cost);
+  if (d.allowed) {
+    CommitSlidingLog(state, now_us, limit, cost, d);
+    return d;
+  }
+  if (cost == 0) return d;
+  RecordSlidingLog(state, now_us, limit, cost);
+  return EvaluateSlidingLog(state, now_us, limit, cost);
 }
 
 }  // namespace sluice::algo

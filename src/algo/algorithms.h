@@ -4,10 +4,10 @@
 //
 // No clock reads, no allocation (but for sliding_log's log), no locks: callers own the state and
 // serialise access to it. `state` is changed only when the request is allowed with cost > 0;
-// denied requests consume nothing, and cost 0 is a peek. A default-constructed state is a key
-// never seen before. `now_us` must lie in [0, kMaxTimeUs] and must not be earlier than any time
-// already used with the same state (the store clamps it). `limit` must pass ValidateLimit and be
-// the same for every call on one state.
+// denied requests consume nothing (but with count_denied, *CountingDenied), and cost 0 is a peek. A
+// default-constructed state is a key never seen before. `now_us` must lie in [0, kMaxTimeUs] and
+// must not be earlier than any time already used with the same state (the store clamps it). `limit`
+// must pass ValidateLimit and be the same for every call on one state.
 //
 // The exact semantics, with worked examples, are in docs/algorithms.md. The Redis scripts are
 // transcriptions of these functions and are tested against them on the same vectors.
@@ -28,7 +28,9 @@ namespace sluice::algo {
 // limit. `aux` is algorithm-specific:
 //   token/leaky bucket: idle_at_us = ceil(TAT), aux = (TAT * N) mod N, i.e. TAT is exact in 1/N µs
 //   fixed_window:       idle_at_us = end of the window, aux = count in it
-//   sliding_window:     idle_at_us = when the estimate reaches 0, aux = prev << 32 | current
+//   sliding_window:     idle_at_us = when the estimate reaches 0, aux = prev << 32 | current; an
+//                       overdraft carried: the state of the last window it reaches, whose
+//                       start is then later than now's (N more in each window before)
 struct CompactState {
   int64_t idle_at_us = 0;
   uint64_t aux = 0;
@@ -43,11 +45,38 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
 Decision DecideSlidingWindow(CompactState& state, int64_t now_us, const Limit& limit,
                              uint64_t cost);
 
-// fixed_window as envoyproxy/ratelimit counts: every request is added to the window's count,
-// admitted or not (`count_denied: true`). Admitted iff the count after adding is <= N;
-// remaining is 0 once over.
-Decision DecideFixedWindowCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
-                                         uint64_t cost);
+// count_denied (envoyproxy/ratelimit's counting, `count_denied: true`): a request's cost is
+// recorded even when it does not fit, and the answer is still a denial. Decides as DecideCompact;
+// when that denies a cost > 0, records the cost as an overdraft (RecordOverdraft) and answers
+// what a request of the same cost would be told now: denied, remaining and reset of the state
+// with the overdraft, retry_after when such a request would fit again (kNever above the
+// capacity). Cost 0 stays a look, which denies while an overdraft lasts.
+Decision DecideCompactCountingDenied(CompactState& state, int64_t now_us, const Limit& limit,
+                                     uint64_t cost);
+
+// Records `cost` at now_us whatever the limit says (docs/algorithms.md, "Recorded overdrafts"):
+// what passes the limit is a debt, repaid at the limit's rate before anything is admitted again.
+//   token/leaky bucket: TAT = max(TAT, now) + cost * W/N (the debt D = (TAT - now) * N grows by
+//                       cost * W), D at most MaxDebt(limit);
+//   fixed_window:       the current window's count grows by cost, and ends with its window
+//                       (envoyproxy/ratelimit's counter, exactly);
+//   sliding_window:     the current window's count grows by cost; what passes N is carried into
+//                       the next windows, N a window (the k-th window on counts x - k * N, each
+//                       weighing in the estimate of the one after it), so that the overdraft is
+//                       paid back at the rate;
+//   (a zero sliding_window or bucket records nothing: nothing would ever repay it).
+// A window's count is at most MaxWindowCount(limit).
+void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost);
+
+// The caps of recorded overdrafts: where Redis's doubles stop being exact (2^53), so that the
+// script records what the memory store records; for limits too large for Redis (which it
+// refuses), caps of the memory store alone.
+inline constexpr uint64_t kMaxRecorded = (uint64_t{1} << 53) - 1;
+// A bucket's debt, in 1/N µs: kMaxRecorded when capacity * W < 2^53, else 2 * capacity * W.
+__extension__ unsigned __int128 MaxDebt(const Limit& limit);
+// A window's count: kMaxRecorded; a sliding window's with what it carries N * (1 + 2^52 / W)
+// (the overdraft carried at most 2^52 µs, 142 years), at most kMaxRecorded, and 0 for N = 0.
+uint64_t MaxWindowCount(const Limit& limit);
 
 // Dispatches on limit.algorithm; limit.algorithm must not be kSlidingLog.
 Decision DecideCompact(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost);
@@ -75,6 +104,15 @@ void CommitSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint6
                       Decision& decision);
 // Evaluate, then commit when allowed.
 Decision DecideSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost);
+// Records a denied request of `cost` (count_denied) after EvaluateSlidingLog denied it. While the
+// log is over the limit (sum > N) the cost joins the newest entry, which moves to now_us: so a log
+// holds at most N + 1 entries, as without overdrafts (each entry but the newest was appended
+// with the sum at most N, and holds at least 1). The sum is at most kMaxRecorded.
+void RecordSlidingLog(LogState& state, int64_t now_us, const Limit& limit, uint64_t cost);
+// sliding_log's DecideCompactCountingDenied: evaluate; when denied with cost > 0, record, and
+// answer as a request of that cost would be answered now.
+Decision DecideSlidingLogCountingDenied(LogState& state, int64_t now_us, const Limit& limit,
+                                        uint64_t cost);
 
 // Refunds: give back what an admitted request of `cost` consumed at `consumed_at_us` (the time
 // the store decided it), at `now_us` >= consumed_at_us — e.g. because the upstream failed.
@@ -102,7 +140,8 @@ void RefundSlidingLog(LogState& state, int64_t consumed_at_us, int64_t now_us, c
 //   fixed_window:   the count of counted_at's window grows by cost, if that window is now's.
 //   sliding_window: the count of counted_at's window grows by cost, if that window is now's or
 //                   the one before (it still weighs in the estimate); counts saturate at 2^32 - 1.
-// leaky_bucket and sliding_log are not charged (eventual does not decide them).
+//   leaky_bucket:   as token_bucket.
+// sliding_log is not charged (eventual does not decide it).
 void ChargeCompact(CompactState& state, int64_t counted_at_us, int64_t now_us, const Limit& limit,
                    uint64_t cost);
 

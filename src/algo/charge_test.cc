@@ -51,6 +51,9 @@ TEST_P(ChargeTest, ChargeGoesPastTheLimitAndIsPaidBack) {
   CompactState before = state;
   EXPECT_FALSE(DecideCompact(before, open_at - 101 * kMs, limit_, 1).allowed);
   EXPECT_TRUE(DecideCompact(state, open_at, limit_, 1).allowed);
+  // The denial before says so (a charge is not carried into later windows as count_denied's
+  // recorded overdrafts are: a fixed window's count ends with its window).
+  EXPECT_EQ(DecideCompact(before, open_at - 101 * kMs, limit_, 1).retry_after_us, 101 * kMs);
 }
 
 TEST_P(ChargeTest, ChargeOfAnEndedWindowChangesNothing) {

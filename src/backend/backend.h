@@ -50,8 +50,10 @@ struct Item {
   uint64_t limit_id = 0;         // names the limit's state (backend::RuleLimitId)
   std::string_view key;          // the descriptor's key; with limit_id, the state's identity
   uint64_t cost = 1;             // 0: look without consuming
-  // fixed_window only: count the request even when denied (envoyproxy/ratelimit's counting);
-  // such items are consumed whatever the other items decide.
+  // Record the cost even when denied, on every algorithm (envoyproxy/ratelimit's counting;
+  // algo::DecideCompactCountingDenied); such items keep what they consumed or recorded whatever
+  // the other items decide, and must reach the store (never leased, decided on an eventual copy
+  // or answered from an over-limit cache).
   bool count_denied = false;
   // A shadow item's deny does not deny the request.
   bool shadow = false;

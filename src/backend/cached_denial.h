@@ -27,11 +27,13 @@ struct CachedDenial {
 };
 
 // Whether `decision`, `item`'s answer in a denied request, may be kept. Not a shadow item's (its
-// deny does not decide the request), nor a look (cost 0), nor a denial with no end (kNever: a
-// cost above the capacity, which the backend answers at once anyway, and which a config change
-// could make admissible).
+// deny does not decide the request), nor a look (cost 0), nor a count_denied item's (the backend
+// must record each of its costs, denied or not), nor a denial with no end (kNever: a cost above
+// the capacity, which the backend answers at once anyway, and which a config change could make
+// admissible).
 inline bool MayCacheDenial(const Item& item, const Decision& decision) {
-  return !item.shadow && item.cost > 0 && !decision.allowed && decision.retry_after_us > 0;
+  return !item.shadow && !item.count_denied && item.cost > 0 && !decision.allowed &&
+         decision.retry_after_us > 0;
 }
 
 // The denial `decision` holds when the backend decided it at `decided_at_us` (in the clock the

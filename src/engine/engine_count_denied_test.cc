@@ -2,7 +2,9 @@
 // counting (every hit, denied or not), set per domain or in the settings file; and without it,
 // sluice's default (a denied request counts nothing). Time is a ManualClock; t0 = 1700000000 s.
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/engine_testing.h"
@@ -15,6 +17,8 @@ namespace {
 using Code = DescriptorResult::Code;
 using test::Desc;
 using test::EngineTest;
+using test::kMinuteUs;
+using test::kSecondUs;
 using test::Req;
 using testing::TempDir;
 
@@ -89,6 +93,55 @@ TEST_F(EngineTest, CountDeniedFromTheSettingsFileAndPerDomainOverride) {
   EXPECT_FALSE(r.allowed);
   EXPECT_EQ(Remaining(r), 1);
   EXPECT_TRUE(Check1("local", {{"ip", "1"}}).allowed);
+}
+
+// An LLM token limit as Envoy AI Gateway drives it, on every algorithm: a check with
+// hits_addend 0 at request time, then a report of the tokens used (here 5000 against 1000 a
+// minute, after 900 that fit). The report is denied and recorded in full: the next checks are
+// denied until the overdraft is paid back at the limit's rate (a fixed window: until it ends, as
+// upstream's; the log: until its entries stop counting), then allowed again.
+TEST_F(EngineTest, CountDeniedRecordsTokenReportsOnEveryAlgorithm) {
+  Load(R"yaml(domain: ai
+count_denied: true
+descriptors:
+  - key: token_bucket
+    rate_limit: {algorithm: token_bucket, requests: 1000, window: 1m}
+  - key: leaky_bucket
+    rate_limit: {algorithm: leaky_bucket, requests: 1000, window: 1m, burst: 999}
+  - key: fixed_window
+    rate_limit: {algorithm: fixed_window, requests: 1000, window: 1m}
+  - key: sliding_window
+    rate_limit: {algorithm: sliding_window, requests: 1000, window: 1m}
+  - key: sliding_log
+    rate_limit: {algorithm: sliding_log, requests: 1000, window: 1m}
+)yaml");
+  const std::vector<std::string> keys = {"token_bucket", "leaky_bucket", "fixed_window",
+                                         "sliding_window", "sliding_log"};
+  // (The descriptor's hits_addend, as Envoy sends it: a request's 0 means the default, 1.)
+  auto look = [&](const std::string& key) {
+    return Check(Req("ai", {test::Peek({{key, "alice"}})}));
+  };
+  for (const std::string& key : keys) {
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(look(key).allowed);
+    EXPECT_TRUE(Check1("ai", {{key, "alice"}}, 900).allowed);
+    EXPECT_EQ(Remaining(look(key)), 100);
+    const Response report = Check1("ai", {{key, "alice"}}, 5000);
+    EXPECT_FALSE(report.allowed);
+    EXPECT_EQ(report.descriptors[0].code, Code::kOverLimit);
+    const Response after = look(key);
+    EXPECT_FALSE(after.allowed) << "the report was not recorded";
+    EXPECT_EQ(after.descriptors[0].code, Code::kOverLimit);
+  }
+  // A minute later 4900 are still past the limit, but for the fixed window (upstream's counter
+  // ends with its window) and the log (whose entries stopped counting).
+  clock_.Advance(61 * kSecondUs);
+  for (const std::string& key : keys) {
+    EXPECT_EQ(look(key).allowed, key == "sliding_log" || key == "fixed_window") << key;
+  }
+  // Paid back after 5 minutes (4900 at 1000 a minute), 6 for the sliding window's estimate.
+  clock_.Advance(6 * kMinuteUs);
+  for (const std::string& key : keys) EXPECT_TRUE(look(key).allowed) << key;
 }
 
 }  // namespace

@@ -68,9 +68,10 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
     any = true;
   }
   if (!any) return false;
-  // A count_denied item must reach the backend: it counts even a denied request.
+  // A count_denied item must reach the backend: it records even a denied request's cost (a
+  // denial kept for its state before its domain said count_denied, too).
   for (size_t i = 0; i < items.size(); ++i) {
-    if (hits[i].until_us == kNeverUs && items[i].count_denied) return false;
+    if (items[i].count_denied && items[i].cost > 0) return false;
   }
   for (size_t i = 0; i < items.size(); ++i) {
     if (hits[i].until_us == kNeverUs) {

@@ -214,6 +214,44 @@ TEST_F(OverLimitCacheTest, CountDeniedAndShadowItemsReachTheBackend) {
   EXPECT_EQ(backend_.calls, before + 1);
 }
 
+// A count_denied item's own denial is never kept nor answered here, whatever the algorithm: each
+// of its costs must reach the backend, which records it past the limit.
+TEST_F(OverLimitCacheTest, ACountDeniedItemsDenialsAllReachTheBackend) {
+  const Algorithm all[] = {Algorithm::kTokenBucket, Algorithm::kLeakyBucket,
+                           Algorithm::kFixedWindow, Algorithm::kSlidingLog,
+                           Algorithm::kSlidingWindow};
+  uint64_t id = 500;
+  for (const Algorithm a : all) {
+    SCOPED_TRACE(AlgorithmName(a));
+    const Limit limit{.algorithm = a,
+                      .requests = 5,
+                      .window_us = 60 * kSecond,
+                      .burst = a == Algorithm::kLeakyBucket ? std::optional<uint64_t>(4)
+                                                            : std::nullopt};  // capacity 5
+    Item report = MakeItem(&limit, "tokens", 4);
+    report.limit_id = ++id;
+    report.count_denied = true;
+    Item plain = report;
+    plain.count_denied = false;
+    plain.cost = 1;
+    const size_t kept = cache_.GetStats().entries;  // (the plain items' of the algorithms before)
+    EXPECT_TRUE(Decide({report}).allowed);
+    const int calls = backend_.calls;
+    for (int i = 0; i < 5; ++i) EXPECT_FALSE(Decide({report}).allowed);
+    EXPECT_EQ(backend_.calls, calls + 5);
+    EXPECT_EQ(cache_.GetStats().entries, kept) << "a count_denied denial was kept";
+    // All 24 were recorded, 19 past the limit: a look denies.
+    const Decision look = backend_.store.Decide(limit, report.limit_id, "tokens", 0);
+    EXPECT_FALSE(look.allowed);
+    // A denial kept for the state before (a plain item's) does not answer a count_denied one.
+    EXPECT_FALSE(Decide({plain}).allowed);
+    EXPECT_FALSE(Decide({plain}).allowed);
+    const int before = backend_.calls;
+    EXPECT_FALSE(Decide({report}).allowed);
+    EXPECT_EQ(backend_.calls, before + 1);
+  }
+}
+
 TEST_F(OverLimitCacheTest, BoundedUnderAFloodOfDeniedKeys) {
   OverLimitCache small(&backend_, &clock_, {.max_entries = 64});
   const Limit none{

@@ -12,23 +12,24 @@
 namespace sluice::store {
 namespace {
 
-// Takes back the last CommitSlidingLog of `cost` (DecideAll's undo).
-void UndoLogCommit(algo::LogState& log, uint64_t cost, int64_t saved_idle_at_us) {
+// Takes back the last CommitSlidingLog of `cost` (DecideAll's undo). What a later count_denied
+// item of the request recorded in the same entry stays, and keeps the log from going idle.
+void UndoLogCommit(algo::LogState& log, uint64_t cost, int64_t saved_idle_at_us,
+                   int64_t window_us) {
   log.entries.back().cost -= cost;
   if (log.entries.back().cost == 0) log.entries.pop_back();
   log.sum -= cost;
-  log.idle_at_us = saved_idle_at_us;
+  log.idle_at_us =
+      log.head < log.entries.size() ? log.entries.back().at_us + window_us : saved_idle_at_us;
 }
 
-// count_denied applies to fixed_window only: such an item is counted even when denied.
-bool CountsDenied(const backend::Item& item) {
-  return item.count_denied && item.limit->algorithm == Algorithm::kFixedWindow;
-}
+// count_denied: such an item's cost is recorded even when it is denied (every algorithm).
+bool CountsDenied(const backend::Item& item) { return item.count_denied; }
 
 // Decides `item` on a compact state (DecideAll's decision of one item, before any undo).
 Decision DecideCompactItem(const backend::Item& item, algo::CompactState& state, int64_t now) {
   if (CountsDenied(item)) {
-    return algo::DecideFixedWindowCountingDenied(state, now, *item.limit, item.cost);
+    return algo::DecideCompactCountingDenied(state, now, *item.limit, item.cost);
   }
   return algo::DecideCompact(state, now, *item.limit, item.cost);
 }
@@ -295,9 +296,17 @@ inline bool MemoryStore::DecideOne(const Item& item, size_t i, std::span<Work> w
   if (w.is_log) {
     w.saved_idle_at = w.log->idle_at_us;
     d = algo::EvaluateSlidingLog(*w.log, now, *item.limit, item.cost);
-    if (d.allowed && item.cost > 0) {
-      algo::CommitSlidingLog(*w.log, now, *item.limit, item.cost, d);
-      w.consumed = true;
+    if (item.cost > 0) {
+      if (d.allowed) {
+        algo::CommitSlidingLog(*w.log, now, *item.limit, item.cost, d);
+        w.consumed = true;
+      } else if (CountsDenied(item)) {
+        // (A new key's log, the only one the undo below may take back from, was empty: the
+        // record is its one entry.)
+        algo::RecordSlidingLog(*w.log, now, *item.limit, item.cost);
+        d = algo::EvaluateSlidingLog(*w.log, now, *item.limit, item.cost);
+        w.consumed = true;
+      }
     }
   } else {
     w.saved = *w.state;
@@ -307,7 +316,7 @@ inline bool MemoryStore::DecideOne(const Item& item, size_t i, std::span<Work> w
   if (w.consumed && work[w.owner].placement == Placement::kDenied) {
     // A new key with no room (on_full deny): what it would have consumed cannot be kept.
     if (w.is_log) {
-      UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
+      UndoLogCommit(*w.log, item.cost, w.saved_idle_at, item.limit->window_us);
     } else {
       *w.state = w.saved;
     }
@@ -325,7 +334,7 @@ inline void MemoryStore::UndoOne(const Item& item, Work& w, int64_t now,
   if (!w.consumed || CountsDenied(item)) return;
   Decision peek;
   if (w.is_log) {
-    UndoLogCommit(*w.log, item.cost, w.saved_idle_at);
+    UndoLogCommit(*w.log, item.cost, w.saved_idle_at, item.limit->window_us);
     peek = algo::EvaluateSlidingLog(*w.log, now, *item.limit, 0);
   } else {
     *w.state = w.saved;

@@ -642,34 +642,49 @@ TEST(MemoryStoreTest, AMillionTokenBucketKeysTakeAtMost32BytesEach) {
 namespace sluice::store {
 namespace {
 
-// count_denied keeps a fixed_window item's count when the request is denied; on any other
-// algorithm it means nothing, so those items are undone like the rest.
-TEST(MemoryStoreDecideAllTest, CountDeniedOnlyKeepsFixedWindowCounts) {
-  ManualClock clock(1000000);
-  MemoryStore store({}, &clock);
-  Limit bucket{.algorithm = Algorithm::kTokenBucket,
-               .requests = 5,
-               .window_us = 1000000,
-               .burst = std::nullopt};
-  Limit window{.algorithm = Algorithm::kFixedWindow,
-               .requests = 5,
-               .window_us = 1000000,
-               .burst = std::nullopt};
-  Limit tight{.algorithm = Algorithm::kFixedWindow,
-              .requests = 0,
-              .window_us = 1000000,
-              .burst = std::nullopt};
-  const MemoryStore::Item items[] = {
-      {.limit = &bucket, .limit_id = 1, .key = "k", .cost = 1, .count_denied = true},
-      {.limit = &window, .limit_id = 2, .key = "k", .cost = 1, .count_denied = true},
-      {.limit = &tight, .limit_id = 3, .key = "k", .cost = 1, .count_denied = false},
-  };
-  Decision out[3];
-  EXPECT_FALSE(store.DecideAll(items, clock.NowMicros(), out));
-  EXPECT_EQ(out[0].remaining, 5);  // undone: the bucket is full again
-  EXPECT_EQ(out[1].remaining, 4);  // counted although denied
-  EXPECT_EQ(store.Decide(bucket, 1, "k", 0).remaining, 5);
-  EXPECT_EQ(store.Decide(window, 2, "k", 0).remaining, 4);
+// count_denied keeps what an item consumed when the request is denied, on every algorithm; a
+// denied count_denied item's cost is recorded as an overdraft (algo::DecideCompactCountingDenied,
+// algo::DecideSlidingLogCountingDenied), which a look then sees as a denial.
+TEST(MemoryStoreDecideAllTest, CountDeniedKeepsAndRecordsOnEveryAlgorithm) {
+  const Algorithm all[] = {Algorithm::kTokenBucket, Algorithm::kLeakyBucket,
+                           Algorithm::kFixedWindow, Algorithm::kSlidingLog,
+                           Algorithm::kSlidingWindow};
+  for (const Algorithm a : all) {
+    SCOPED_TRACE(AlgorithmName(a));
+    ManualClock clock(1000000);
+    MemoryStore store({}, &clock);
+    const Limit limit = sluice::testing::WithCapacity(a, 5, 1000000, 5);
+    const Limit tight{.algorithm = Algorithm::kFixedWindow,
+                      .requests = 0,
+                      .window_us = 1000000,
+                      .burst = std::nullopt};
+    const MemoryStore::Item items[] = {
+        {.limit = &limit, .limit_id = 1, .key = "k", .cost = 1, .count_denied = true},
+        {.limit = &limit, .limit_id = 1, .key = "plain", .cost = 1, .count_denied = false},
+        {.limit = &tight, .limit_id = 3, .key = "k", .cost = 1, .count_denied = false},
+    };
+    Decision out[3];
+    EXPECT_FALSE(store.DecideAll(items, clock.NowMicros(), out));
+    EXPECT_EQ(out[0].remaining, 4);  // kept although the request was denied
+    EXPECT_EQ(out[1].remaining, 5);  // undone
+    EXPECT_EQ(store.Decide(limit, 1, "k", 0).remaining, 4);
+    EXPECT_EQ(store.Decide(limit, 1, "plain", 0).remaining, 5);
+    // 4 left; a count_denied cost of 9 does not fit: denied, and recorded (10 in all).
+    const MemoryStore::Item big[] = {
+        {.limit = &limit, .limit_id = 1, .key = "k", .cost = 9, .count_denied = true}};
+    EXPECT_FALSE(store.DecideAll(big, clock.NowMicros(), out));
+    EXPECT_FALSE(out[0].allowed);
+    EXPECT_EQ(out[0].remaining, 0);
+    const Decision look = store.Decide(limit, 1, "k", 0);
+    EXPECT_FALSE(look.allowed) << "a look during the overdraft";
+    // Still over half a window later (10 recorded against 5 per window), free once the 5 past
+    // the limit are repaid: 2 windows after (the sliding window's estimate weighs the window
+    // they were carried into for one more).
+    clock.Advance(500000);
+    EXPECT_FALSE(store.Decide(limit, 1, "k", 0).allowed);
+    clock.Advance(a == Algorithm::kSlidingWindow ? 2500000 : 1500000);
+    EXPECT_TRUE(store.Decide(limit, 1, "k", 1).allowed);
+  }
 }
 
 }  // namespace

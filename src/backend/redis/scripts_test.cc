@@ -217,6 +217,49 @@ TEST_P(ScriptsTest, EveryAlgorithmAgreesOverTime) {
   EXPECT_EQ(agreed, total);
 }
 
+// count_denied on every algorithm, alone, over time: an AI-Gateway-shaped exchange (a look of
+// cost 0, then a report of up to 8 times the capacity, recorded even past the limit) and plain
+// requests; the overdrafts, their waits and the looks that deny during them agree with C++.
+TEST_P(ScriptsTest, CountDeniedOverdraftsAgreeOverTime) {
+  ASSERT_FALSE(sha_.empty());
+  std::vector<Limit> limits = ShortWindowLimits();
+  limits.push_back(MakeLimit(Algorithm::kTokenBucket, 0, 1000));
+  limits.push_back(MakeLimit(Algorithm::kSlidingWindow, 2, 3000));
+  std::mt19937_64 rng(20260036);
+  int agreed = 0, total = 0, denied = 0;
+  for (size_t l = 0; l < limits.size(); ++l) {
+    const Limit& limit = limits[l];
+    for (int i = 0; i < 60; ++i) {
+      const uint64_t cost = i % 2 == 0       ? 0
+                            : rng() % 3 == 0 ? rng() % (8 * limit.Capacity() + 2)
+                                             : 1 + rng() % 2;
+      const Item item{&limit, l + 200, "cd", cost, true, false};
+      DecideResult redis;
+      agreed +=
+          Agree({item}, fmt::format("{} call {} cost {}", DescribeLimit(limit), i, cost), &redis)
+              ? 1
+              : 0;
+      denied += redis.allowed ? 0 : 1;
+      ++total;
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    }
+  }
+  EXPECT_EQ(agreed, total);
+  EXPECT_GT(denied, total / 4);
+  // Reports far past every cap (a day's limits, costs of 10^12): the caps agree too.
+  const int64_t day = int64_t{86400} * 1000000;
+  for (const Algorithm a :
+       {Algorithm::kTokenBucket, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
+        Algorithm::kSlidingLog, Algorithm::kSlidingWindow}) {
+    const Limit limit = MakeLimit(a, 1000, day, a == Algorithm::kLeakyBucket ? 999 : 1000);
+    for (const uint64_t cost : {uint64_t{1000000000000}, uint64_t{1000000000000}, uint64_t{0},
+                                uint64_t{1}, uint64_t{0}}) {
+      const Item item{&limit, 300 + static_cast<uint64_t>(a), "huge", cost, true, false};
+      EXPECT_TRUE(Agree({item}, fmt::format("{} cost {}", DescribeLimit(limit), cost)));
+    }
+  }
+}
+
 // Refunds: an admitted request's consumption given back on Redis (EncodeRefund) and in C++
 // (MemoryStore::Refund) at the same instants, for every algorithm; the decisions that follow
 // must still agree.
@@ -273,8 +316,8 @@ TEST_P(ScriptsTest, AFullRefundDeletesTheKey) {
   EXPECT_EQ(Call({"EXISTS", refund.key})->integer, 0);  // packed: the hash went with its last field
 }
 
-// Several limits per request: all-or-nothing, shadow items, count_denied on fixed windows (and
-// ignored elsewhere), the same key twice in one request.
+// Several limits per request: all-or-nothing, shadow items, count_denied (on every algorithm),
+// the same key twice in one request (with and without count_denied).
 TEST_P(ScriptsTest, MultiLimitRequestsAgree) {
   ASSERT_FALSE(sha_.empty());
   const std::vector<Limit> limits = MixedLimits();

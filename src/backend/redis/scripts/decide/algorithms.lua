@@ -43,7 +43,7 @@ local function bucket(st, now, n, w, cap, cost, leaky)
   return allowed, (remaining > 0) and remaining or 0, retry, reset, delay
 end
 
-local function fixed(st, now, n, w, cost, count_denied)
+local function fixed(st, now, n, w, cost)
   local ends, count
   if now >= st[1] then
     ends = now - now % w + w
@@ -52,24 +52,13 @@ local function fixed(st, now, n, w, cost, count_denied)
     ends = st[1]
     count = st[2]
   end
-  local allowed, remaining
-  if count_denied then
-    if cost > 0 then
-      count = count + cost
-      st[1] = ends
-      st[2] = count
-    end
-    allowed = count <= n
-    remaining = allowed and (n - count) or 0
-  else
-    allowed = cost <= n and count + cost <= n
-    if allowed and cost > 0 then
-      count = count + cost
-      st[1] = ends
-      st[2] = count
-    end
-    remaining = (count < n) and (n - count) or 0
+  local allowed = cost <= n and count + cost <= n
+  if allowed and cost > 0 then
+    count = count + cost
+    st[1] = ends
+    st[2] = count
   end
+  local remaining = (count < n) and (n - count) or 0
   local retry = 0
   if not allowed then retry = (cost > n) and -1 or (ends - now) end
   return allowed, remaining, retry, ends - now, 0
@@ -83,6 +72,16 @@ local function sliding_window(st, now, n, w, cost)
     prev = st[2]
     cur = st[3]
     start = ((cur > 0) and (st[1] - w) or st[1]) - w
+    if start > current then
+      -- A recorded overdraft carried into later windows, stored as the last one it reaches
+      -- (see record): denied until then; a cost that fits is admitted when it would be there.
+      local retry = -1
+      if cost <= n then
+        local _, _, then_retry = sliding_window(st, start, n, w, cost)
+        retry = start - now + then_retry
+      end
+      return false, 0, retry, st[1] - now, 0
+    end
     if current >= start + 2 * w then
       prev, cur, start = 0, 0, current
     elseif current == start + w then
@@ -238,12 +237,103 @@ local function refund(alg, st, at, now, n, w, cost)
   return refund_sliding_log(st, at, now, w, cost)
 end
 
-local function decide(alg, st, now, n, w, cap, cost, count_denied)
+-- --- recorded overdrafts (count_denied; algo::RecordOverdraft, algo::RecordSlidingLog): `cost`
+-- recorded at `now` after a decision denied it, whatever the limit says. Capped where doubles
+-- stop being exact (max_recorded = 2^53 - 1): a bucket's debt, a count, a log's sum; a sliding
+-- window's count at N * (1 + 2^52 / W) (carried at most 2^52 µs): what passes N there is
+-- carried into the next windows, N a window, stored as the last window it reaches
+-- (m = ceil(x / N) - 1 windows on) with what is left there and N as its previous count.
+local max_recorded = 9007199254740991
+
+local function max_window_count(alg, n, w)
+  if alg ~= 4 then return max_recorded end  -- nothing carried
+  if n == 0 then return 0 end
+  local two52 = 4503599627370496
+  local most = n * (1 + (two52 - two52 % w) / w)
+  return (most < max_recorded) and most or max_recorded
+end
+
+local function record(alg, st, now, n, w, cost)
+  if alg == 0 or alg == 1 then
+    if n == 0 then return end
+    local debt = 0
+    local idle, frac = st[1], st[2]
+    if now < idle then
+      if frac ~= 0 then idle = idle - 1 end
+      debt = (idle - now) * n + frac
+      if debt < 0 then debt = 0 end
+    end
+    local grown = debt + cost * w
+    if grown > max_recorded then grown = max(debt, max_recorded) end
+    local rest = grown % n
+    st[1] = now + (grown - rest) / n + ((rest ~= 0) and 1 or 0)
+    st[2] = rest
+  elseif alg == 2 then
+    -- upstream's counter: the count passes N, and ends with its window
+    if now >= st[1] then st[1], st[2] = now - now % w + w, 0 end
+    if st[2] < max_recorded then st[2] = st[2] + min(cost, max_recorded - st[2]) end
+  elseif alg == 4 then
+    if n == 0 then return end
+    local current = now - now % w
+    local prev, cur = 0, 0
+    if now < st[1] then
+      prev, cur = st[2], st[3]
+      local start = ((cur > 0) and (st[1] - w) or st[1]) - w
+      if start > current then
+        prev, cur = n, cur + (start - current) / w * n
+      elseif current >= start + 2 * w then
+        prev, cur = 0, 0
+      elseif current == start + w then
+        prev, cur = cur, 0
+      end
+    end
+    local most = max_window_count(alg, n, w)
+    if cur >= most then return end
+    cur = cur + min(cost, most - cur)
+    if cur <= n then
+      st[1] = current + 2 * w
+      st[2], st[3] = prev, cur
+    else
+      local m = ceildiv(cur, n) - 1
+      st[1] = current + (m + 2) * w
+      st[2], st[3] = n, cur - m * n
+    end
+  else
+    -- sliding_log (its log already trimmed by the decision): while over the limit the newest
+    -- entry takes the cost and moves to now, so a log keeps at most N + 1 entries.
+    local log = st.log
+    local sum = 0
+    for i = 2, #log, 2 do sum = sum + log[i] end
+    if sum >= max_recorded then return end
+    cost = min(cost, max_recorded - sum)
+    local last = #log - 1
+    if #log > 0 and log[last] > now then now = log[last] end
+    if #log > 0 and (log[last] == now or sum > n) then
+      log[last] = now
+      log[last + 1] = log[last + 1] + cost
+    else
+      log[#log + 1] = now
+      log[#log + 1] = cost
+    end
+    st[1] = now + w
+  end
+end
+
+local function decide_plain(alg, st, now, n, w, cap, cost)
   if alg == 0 then return bucket(st, now, n, w, cap, cost, false) end
   if alg == 1 then return bucket(st, now, n, w, cap, cost, true) end
-  if alg == 2 then return fixed(st, now, n, w, cost, count_denied) end
+  if alg == 2 then return fixed(st, now, n, w, cost) end
   if alg == 4 then return sliding_window(st, now, n, w, cost) end
   return sliding_log(st, now, n, w, cost)
+end
+
+-- A decision; with count_denied, a denied cost > 0 is recorded, and the answer is what the same
+-- request would be told then (algo::DecideCompactCountingDenied).
+local function decide(alg, st, now, n, w, cap, cost, count_denied)
+  local ok, remaining, retry, reset, delay = decide_plain(alg, st, now, n, w, cap, cost)
+  if ok or not count_denied or cost == 0 then return ok, remaining, retry, reset, delay end
+  record(alg, st, now, n, w, cost)
+  return decide_plain(alg, st, now, n, w, cap, cost)
 end
 
 -- --- leases (consistency: leased): take up to `want` units now, to be spent by the caller at any

@@ -31,7 +31,7 @@
 --   algorithm, N, W (µs), capacity, cost, flags
 --   algorithm: 0 token_bucket, 1 leaky_bucket, 2 fixed_window, 3 sliding_log, 4 sliding_window
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
---   flags:     1 = count_denied (fixed_window: count even denied requests), 2 = shadow,
+--   flags:     1 = count_denied (record a denied request's cost: algo::RecordOverdraft), 2 = shadow,
 --              4 = the state is a field of a hash (see "Packed states" below)
 -- then the plan, one string of counts, each a byte below 255, else 255 and three bytes
 -- (little-endian): per request its item count M, then per item the number of its kind (1..L) and
@@ -168,17 +168,6 @@ end
 local function restore(st, saved)
   st[1], st[2], st[3] = saved[1], saved[2], saved[3]
   if saved.log then st.log = copy(saved).log end
-end
-
-local function same(x, y)
-  if x[1] ~= y[1] or x[2] ~= y[2] or x[3] ~= y[3] then return false end
-  local a, b = x.log, y.log
-  if a == nil then return true end
-  if #a ~= #b then return false end
-  for i = 1, #a do
-    if a[i] ~= b[i] then return false end
-  end
-  return true
 end
 
 -- Where a state keeps its key's expiry (ms), by algorithm: the buckets and sliding_log, whose

@@ -27,7 +27,7 @@ end
 local kinds = {}
 for i = 1, tonumber(ARGV[arg]) do
   local alg, n, w, cap, cost, flags = unpack('<dddddd', ARGV[arg + i])
-  kinds[i] = {alg, n, w, cap, cost, alg == 2 and flags % 2 == 1, flags % 4 < 2, flags % 8 >= 4}
+  kinds[i] = {alg, n, w, cap, cost, flags % 2 == 1, flags % 4 < 2, flags % 8 >= 4}
 end
 arg = arg + #kinds + 1
 -- The plan's bytes as numbers (string.byte returns them all at once, a few thousand at most).
@@ -125,11 +125,15 @@ for _ = 1, tonumber(ARGV[3]) do
     elseif alg == 4 then  -- decide(), written out
       ok, remaining, retry, reset, delay = sliding_window(st, now, p[2], p[3], cost)
     elseif alg == 2 then
-      ok, remaining, retry, reset, delay = fixed(st, now, p[2], p[3], cost, p[6])
+      ok, remaining, retry, reset, delay = fixed(st, now, p[2], p[3], cost)
     elseif alg == 3 then
       ok, remaining, retry, reset, delay = sliding_log(st, now, p[2], p[3], cost)
     else
       ok, remaining, retry, reset, delay = bucket(st, now, p[2], p[3], p[4], cost, alg == 1)
+    end
+    if not ok and p[6] and cost > 0 and not new then  -- count_denied: record it (see decide)
+      record(alg, st, now, p[2], p[3], cost)
+      ok, remaining, retry, reset, delay = decide_plain(alg, st, now, p[2], p[3], p[4], cost)
     end
     local at = replied + 1
     if not ok then
@@ -147,16 +151,33 @@ for _ = 1, tonumber(ARGV[3]) do
       end
       if cost > 0 then st[7] = true end  -- an item changes its state only when it consumes
     end
-    if saved then items[i] = {st, p, saved, at} end
+    -- (Whether this item consumed: only then is it undone. A later item of the same state may
+    -- have changed the state since, a count_denied one for good.)
+    if saved then items[i] = {st, p, saved, at, ok and cost > 0} end
   end
   if not allowed and items then
     -- Undo, newest first, all but count_denied items; report what is left with nothing consumed.
     for i = m, 1, -1 do
       local it = items[i]
-      if not it[2][6] and not same(it[1], it[3]) then
-        restore(it[1], it[3])
-        local p, at = it[2], it[4]
-        local _, remaining, _, reset = decide(p[1], copy(it[3]), now, p[2], p[3], p[4], 0, false)
+      if not it[2][6] and it[5] then
+        local st, p, at = it[1], it[2], it[4]
+        local look
+        if p[1] == 3 then
+          -- A log gives back its newest entry's `cost` (as MemoryStore::UndoOne): what a later
+          -- count_denied item of the request recorded there stays.
+          local log = st.log
+          log[#log] = log[#log] - p[5]
+          if log[#log] == 0 then
+            log[#log] = nil
+            log[#log] = nil
+          end
+          st[1] = (#log > 0) and (log[#log - 1] + p[3]) or it[3][1]
+          look = copy(st)
+        else
+          restore(st, it[3])
+          look = copy(it[3])
+        end
+        local _, remaining, _, reset = decide(p[1], look, now, p[2], p[3], p[4], 0, false)
         -- Its own reply keeps whether it was allowed (the sign) and its retry; no delay.
         if reply[at] < 0 then
           reply[at] = -1 - remaining

@@ -5,25 +5,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/loader.h"
+#include "rules/loader_testing.h"
 #include "tests/support/temp_dir.h"
 
 namespace sluice::rules {
 namespace {
 
+using test::SettingsErrors;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using testing::TempDir;
-
-std::vector<std::string> Errors(TempDir& dir, const std::string& yaml) {
-  const LoadResult result = LoadConfig({dir.Write("etc/sluice.yaml", yaml)});
-  std::vector<std::string> lines;
-  for (const ConfigError& e : result.errors) {
-    std::string line = e.ToString();
-    line.erase(0, dir.Path("etc/").size());  // "sluice.yaml:L:C: ..."
-    lines.push_back(line);
-  }
-  return lines;
-}
 
 TEST(ListenerTlsSettingsTest, EachListenerHasItsOwnBlockBesideTheSettings) {
   TempDir dir;
@@ -70,16 +61,16 @@ TEST(ListenerTlsSettingsTest, NoBlockIsPlaintext) {
 
 TEST(ListenerTlsSettingsTest, ACertificateNeedsItsKeyAndUnknownKeysAreNamed) {
   TempDir dir;
-  EXPECT_THAT(Errors(dir, "grpc: {tls: {cert_file: c.pem}}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "grpc: {tls: {cert_file: c.pem}}\n"),
               ElementsAre("sluice.yaml:1:13: grpc.tls: a listener's TLS needs cert_file and "
                           "key_file (the server's certificate and its key)"));
-  EXPECT_THAT(Errors(dir, "admin:\n  tls: {client_ca_file: ca.pem}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "admin:\n  tls: {client_ca_file: ca.pem}\n"),
               ElementsAre("sluice.yaml:2:8: admin.tls: a listener's TLS needs cert_file and "
                           "key_file (the server's certificate and its key)"));
-  EXPECT_THAT(
-      Errors(dir, "http: {tls: {cert_file: c.pem, key_file: k.pem, cliet_ca_file: ca.pem}}\n"),
-      ElementsAre("sluice.yaml:1:49: unknown key 'cliet_ca_file' in http.tls (did you mean "
-                  "'client_ca_file'?)"));
+  EXPECT_THAT(SettingsErrors(
+                  dir, "http: {tls: {cert_file: c.pem, key_file: k.pem, cliet_ca_file: ca.pem}}\n"),
+              ElementsAre("sluice.yaml:1:49: unknown key 'cliet_ca_file' in http.tls (did you mean "
+                          "'client_ca_file'?)"));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Helpers shared by the loader's tests (loader_*_test.cc): loading YAML text as the file "t.yaml"
 // (its error lines, or the config it must load), a rule node's children, and the configurations
 // that several of them load: envoyproxy/ratelimit's examples A-D, unchanged (as in
-// tests/rules/examples/), and a domain of plans. Plain functions and constants; no state.
+// tests/rules/examples/), and a domain of plans; and the settings tests' error lines of a
+// settings file in a directory (SettingsErrors). Plain functions and constants; no state.
 
 #ifndef SLUICE_RULES_LOADER_TESTING_H_
 #define SLUICE_RULES_LOADER_TESTING_H_
@@ -17,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/upstream_examples.h"
 
 namespace sluice::rules::test {
@@ -29,6 +31,20 @@ inline std::vector<std::string> Errors(std::string_view text) {
   std::vector<std::string> lines;
   for (const ConfigError& e : result.errors) lines.push_back(e.ToString());
   EXPECT_EQ(result.config == nullptr, !lines.empty()) << "config must be null iff there are errors";
+  return lines;
+}
+
+// The error lines of loading `yaml` as the settings file `dir`/etc/sluice.yaml, each as
+// "sluice.yaml:L:C: ..." (the settings' relative file names are relative to etc/).
+inline std::vector<std::string> SettingsErrors(sluice::testing::TempDir& dir,
+                                               const std::string& yaml) {
+  const LoadResult result = LoadConfig({dir.Write("etc/sluice.yaml", yaml)});
+  std::vector<std::string> lines;
+  for (const ConfigError& e : result.errors) {
+    std::string line = e.ToString();
+    line.erase(0, dir.Path("etc/").size());
+    lines.push_back(line);
+  }
   return lines;
 }
 

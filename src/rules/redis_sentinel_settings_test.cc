@@ -4,25 +4,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/loader.h"
+#include "rules/loader_testing.h"
 #include "tests/support/temp_dir.h"
 
 namespace sluice::rules {
 namespace {
 
+using test::SettingsErrors;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using testing::TempDir;
-
-std::vector<std::string> Errors(TempDir& dir, const std::string& yaml) {
-  const LoadResult result = LoadConfig({dir.Write("etc/sluice.yaml", yaml)});
-  std::vector<std::string> lines;
-  for (const ConfigError& e : result.errors) {
-    std::string line = e.ToString();
-    line.erase(0, dir.Path("etc/").size());  // "sluice.yaml:L:C: ..."
-    lines.push_back(line);
-  }
-  return lines;
-}
 
 TEST(RedisSentinelSettingsTest, TheBlock) {
   TempDir dir;
@@ -62,39 +53,44 @@ TEST(RedisSentinelSettingsTest, NoUrlIsNoLogin) {
 
 TEST(RedisSentinelSettingsTest, Errors) {
   TempDir dir;
-  EXPECT_THAT(Errors(dir, "redis:\n  sentinel: {addresses: ['h:1']}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "redis:\n  sentinel: {addresses: ['h:1']}\n"),
               ElementsAre("sluice.yaml:2:13: redis.sentinel needs master: the name the sentinels "
                           "monitor the master by"));
-  EXPECT_THAT(Errors(dir, "redis:\n  sentinel: {master: m}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "redis:\n  sentinel: {master: m}\n"),
               ElementsAre("sluice.yaml:2:13: redis.sentinel needs addresses: the sentinels' "
                           "host:port"));
-  EXPECT_THAT(Errors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1', 'h:0', 'a:b:1']}\n"),
-              ElementsAre("sluice.yaml:2:44: bad sentinel address 'h:0' (host:port)",
-                          "sluice.yaml:2:51: bad sentinel address 'a:b:1' (host:port)"));
-  EXPECT_THAT(Errors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1'], pasword: x}\n"),
-              ElementsAre("sluice.yaml:2:45: unknown key 'pasword' in redis.sentinel (did you "
-                          "mean 'password'?)"));
-  EXPECT_THAT(Errors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1'], username: u}\n"),
-              ElementsAre("sluice.yaml:2:55: redis.sentinel: username needs password"));
-  EXPECT_THAT(Errors(dir,
-                     "redis:\n  url: redis://:pw@other\n  sentinel: {master: m, "
-                     "addresses: ['h:1']}\n"),
+  EXPECT_THAT(
+      SettingsErrors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1', 'h:0', 'a:b:1']}\n"),
+      ElementsAre("sluice.yaml:2:44: bad sentinel address 'h:0' (host:port)",
+                  "sluice.yaml:2:51: bad sentinel address 'a:b:1' (host:port)"));
+  EXPECT_THAT(
+      SettingsErrors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1'], pasword: x}\n"),
+      ElementsAre("sluice.yaml:2:45: unknown key 'pasword' in redis.sentinel (did you "
+                  "mean 'password'?)"));
+  EXPECT_THAT(
+      SettingsErrors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1'], username: u}\n"),
+      ElementsAre("sluice.yaml:2:55: redis.sentinel: username needs password"));
+  EXPECT_THAT(SettingsErrors(dir,
+                             "redis:\n  url: redis://:pw@other\n  sentinel: {master: m, "
+                             "addresses: ['h:1']}\n"),
               ElementsAre("sluice.yaml:2:8: with redis.sentinel, url is the master's login "
                           "(redis[s]://[user:pass@]m[/db]): its host must be the master's name, "
                           "not 'other'"));
-  EXPECT_THAT(Errors(dir,
-                     "redis:\n  cluster: true\n  nodes: ['redis://a:1']\n  sentinel: "
-                     "{master: m, addresses: ['h:1']}\n"),
+  EXPECT_THAT(SettingsErrors(dir,
+                             "redis:\n  cluster: true\n  nodes: ['redis://a:1']\n  sentinel: "
+                             "{master: m, addresses: ['h:1']}\n"),
               ElementsAre("sluice.yaml:4:13: redis.sentinel names one master: not with cluster "
                           "or nodes (Sentinel and Cluster are two ways to run Redis)"));
   // redis.tls needs TLS somewhere: a rediss:// master or sentinels with tls: true.
-  EXPECT_THAT(Errors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1']}\n  tls: {}\n"),
-              ElementsAre("sluice.yaml:3:8: redis.tls is set, and neither the master (no "
-                          "rediss:// url) nor the sentinels (sentinel.tls) use TLS"));
-  EXPECT_THAT(Errors(dir,
+  EXPECT_THAT(
+      SettingsErrors(dir, "redis:\n  sentinel: {master: m, addresses: ['h:1']}\n  tls: {}\n"),
+      ElementsAre("sluice.yaml:3:8: redis.tls is set, and neither the master (no "
+                  "rediss:// url) nor the sentinels (sentinel.tls) use TLS"));
+  EXPECT_THAT(
+      SettingsErrors(dir,
                      "redis:\n  url: redis://m\n  sentinel: {master: m, addresses: ['h:1'], "
                      "tls: true}\n  tls: {}\n"),
-              IsEmpty());
+      IsEmpty());
 }
 
 }  // namespace

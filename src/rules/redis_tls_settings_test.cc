@@ -5,25 +5,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rules/loader.h"
+#include "rules/loader_testing.h"
 #include "tests/support/temp_dir.h"
 
 namespace sluice::rules {
 namespace {
 
+using test::SettingsErrors;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using testing::TempDir;
-
-std::vector<std::string> Errors(TempDir& dir, const std::string& yaml) {
-  const LoadResult result = LoadConfig({dir.Write("etc/sluice.yaml", yaml)});
-  std::vector<std::string> lines;
-  for (const ConfigError& e : result.errors) {
-    std::string line = e.ToString();
-    line.erase(0, dir.Path("etc/").size());  // "sluice.yaml:L:C: ..."
-    lines.push_back(line);
-  }
-  return lines;
-}
 
 TEST(RedisTlsSettingsTest, TheBlockAndItsFilesBesideTheSettings) {
   TempDir dir;
@@ -66,20 +57,21 @@ TEST(RedisTlsSettingsTest, RedissAloneIsTlsWithTheDefaults) {
 
 TEST(RedisTlsSettingsTest, TlsIsTheUrlsScheme) {
   TempDir dir;
-  EXPECT_THAT(Errors(dir, "redis:\n  url: redis://h:1\n  tls: {ca_file: ca.pem}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "redis:\n  url: redis://h:1\n  tls: {ca_file: ca.pem}\n"),
               ElementsAre("sluice.yaml:2:8: 'redis://h:1' is plain TCP, and redis.tls is set: "
                           "TLS needs rediss://"));
   EXPECT_THAT(
-      Errors(dir, "redis:\n  cluster: true\n  nodes: [rediss://a:1, redis://b:1]\n"),
+      SettingsErrors(dir, "redis:\n  cluster: true\n  nodes: [rediss://a:1, redis://b:1]\n"),
       ElementsAre("sluice.yaml:3:25: 'redis://b:1': the nodes are all rediss:// (TLS) or all "
                   "redis://"));
-  EXPECT_THAT(Errors(dir, "redis: {url: rediss://h:1, tls: {ca_flie: ca.pem}}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "redis: {url: rediss://h:1, tls: {ca_flie: ca.pem}}\n"),
               ElementsAre("sluice.yaml:1:34: unknown key 'ca_flie' in redis.tls (did you mean "
                           "'ca_file'?)"));
-  EXPECT_THAT(Errors(dir, "redis: {url: rediss://h:1, tls: {cert_file: c.pem}}\n"),
+  EXPECT_THAT(SettingsErrors(dir, "redis: {url: rediss://h:1, tls: {cert_file: c.pem}}\n"),
               ElementsAre("sluice.yaml:1:33: redis.tls: cert_file needs key_file (mutual TLS)"));
-  EXPECT_THAT(Errors(dir, "redis: {url: rediss://h:1, tls: {skip_hostname_verification: 2}}\n"),
-              ::testing::SizeIs(1));
+  EXPECT_THAT(
+      SettingsErrors(dir, "redis: {url: rediss://h:1, tls: {skip_hostname_verification: 2}}\n"),
+      ::testing::SizeIs(1));
 }
 
 }  // namespace

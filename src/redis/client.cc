@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "redis/paced.h"
 #include "redis/sentinel.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
@@ -78,7 +79,7 @@ class ClientImpl : public Client {
   ~ClientImpl() override {
     asio::post(io_, [this] {
       stopping_ = true;
-      refresh_timer_.cancel();
+      refresh_.Cancel();
     });
     {
       absl::MutexLock lock(&nodes_mu_);
@@ -300,20 +301,7 @@ class ClientImpl : public Client {
 
   // Asks for a refresh soon: at most one in flight, at most one per 100 ms.
   void RequestRefresh() {
-    if (!options_.cluster) return;
-    asio::post(io_, [this] {
-      if (refresh_scheduled_ || refreshing_ || stopping_) return;
-      refresh_scheduled_ = true;
-      const auto since = MonotonicNow(clock()) - last_refresh_;
-      const auto wait = since >= std::chrono::milliseconds(100)
-                            ? MonoTime::duration::zero()
-                            : std::chrono::milliseconds(100) - since;
-      refresh_timer_.expires_after(wait);
-      refresh_timer_.async_wait([this](boost::system::error_code ec) {
-        refresh_scheduled_ = false;
-        if (!ec) Refresh();
-      });
-    });
+    if (options_.cluster) refresh_.Request();
   }
 
   // On the I/O thread: CLUSTER SLOTS from a connected node (the known nodes, then the seeds).
@@ -334,7 +322,7 @@ class ClientImpl : public Client {
         if (via != nullptr) break;
       }
     }
-    last_refresh_ = MonotonicNow(clock());
+    refresh_.Started();
     if (via == nullptr) {  // nothing connected yet: try again shortly
       SetMapError("no cluster node is reachable");
       return RequestRefresh();
@@ -394,11 +382,10 @@ class ClientImpl : public Client {
   std::string map_error_ ABSL_GUARDED_BY(error_mu_);
 
   // I/O thread only.
-  asio::steady_timer refresh_timer_{io_};
   bool refreshing_ = false;
-  bool refresh_scheduled_ = false;
   bool stopping_ = false;
-  MonoTime last_refresh_{};
+  Paced refresh_{io_, clock(), std::chrono::milliseconds(100),
+                 [this] { return refreshing_ || stopping_; }, [this] { Refresh(); }};
 
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> refreshes_{0};

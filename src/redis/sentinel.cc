@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "redis/paced.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
 
@@ -131,7 +132,7 @@ class SentinelClient : public Client {
     asio::post(io_, [this] {
       stopping_ = true;
       tick_timer_.cancel();
-      discover_timer_.cancel();
+      discover_.Cancel();
       if (subscriber_) subscriber_->Close();
       if (std::shared_ptr<Master> master = CurrentMaster()) {
         for (auto& c : master->connections) c->Close();
@@ -259,21 +260,7 @@ class SentinelClient : public Client {
   // --- finding the master (I/O thread)
 
   // Asks soon: at most one round in flight, at most one round per 100 ms.
-  void RequestDiscover() {
-    asio::post(io_, [this] {
-      if (discover_scheduled_ || discovering_ || stopping_) return;
-      discover_scheduled_ = true;
-      const auto since = MonotonicNow(clock()) - last_discover_;
-      const auto wait = since >= std::chrono::milliseconds(100)
-                            ? MonoTime::duration::zero()
-                            : std::chrono::milliseconds(100) - since;
-      discover_timer_.expires_after(wait);
-      discover_timer_.async_wait([this](boost::system::error_code ec) {
-        discover_scheduled_ = false;
-        if (!ec) Discover();
-      });
-    });
-  }
+  void RequestDiscover() { discover_.Request(); }
 
   // One round: the sentinels in turn, from the last one that answered, until one names the
   // master. One that names the master already in use while it cannot be reached may not have
@@ -282,7 +269,7 @@ class SentinelClient : public Client {
   void Discover() {
     if (discovering_ || stopping_) return;
     discovering_ = true;
-    last_discover_ = MonotonicNow(clock());
+    discover_.Started();
     stale_.reset();
     Ask(0, "", /*named_unreachable=*/false);
   }
@@ -477,11 +464,10 @@ class SentinelClient : public Client {
 
   // I/O thread only.
   asio::steady_timer tick_timer_{io_};
-  asio::steady_timer discover_timer_{io_};
   bool discovering_ = false;
-  bool discover_scheduled_ = false;
   bool stopping_ = false;
-  MonoTime last_discover_{};
+  Paced discover_{io_, clock(), std::chrono::milliseconds(100),
+                  [this] { return discovering_ || stopping_; }, [this] { Discover(); }};
   size_t first_ = 0;  // the sentinel asked first: the last that answered
   std::shared_ptr<Connection> subscriber_;
   size_t subscriber_index_ = 0;

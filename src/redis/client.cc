@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "redis/node_connections.h"
 #include "redis/paced.h"
 #include "redis/sentinel.h"
 #include "spdlog/spdlog.h"
@@ -157,38 +158,7 @@ class ClientImpl : public Client {
   uint64_t map_refreshes() const override { return refreshes_.load(); }
 
  private:
-  struct Node {
-    std::string address;
-    std::vector<std::shared_ptr<Connection>> connections;
-    std::atomic<uint32_t> next{0};
-
-    bool HasReadyConnection() const {
-      for (const auto& c : connections) {
-        if (c->state() == Connection::State::kReady) return true;
-      }
-      return false;
-    }
-
-    // Not ready yet, but still making its first connection (e.g. a node first named by a MOVED
-    // after a failover): worth a short wait rather than failing the command.
-    bool StillConnecting() const {
-      if (HasReadyConnection()) return false;
-      for (const auto& c : connections) {
-        if (c->state() == Connection::State::kConnecting) return true;
-      }
-      return false;
-    }
-
-    // The next connection in turn that is ready (else the next one, which fails fast).
-    Connection* Pick() {
-      const uint32_t start = next.fetch_add(1, std::memory_order_relaxed);
-      for (size_t i = 0; i < connections.size(); ++i) {
-        Connection* c = connections[(start + i) % connections.size()].get();
-        if (c->state() == Connection::State::kReady) return c;
-      }
-      return connections[start % connections.size()].get();
-    }
-  };
+  using Node = NodeConnections;
 
   struct Attempt {
     std::string command;

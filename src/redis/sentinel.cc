@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "redis/node_connections.h"
 #include "redis/paced.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
@@ -214,27 +215,7 @@ class SentinelClient : public Client {
   uint64_t map_refreshes() const override { return switches_.load(); }
 
  private:
-  struct Master {
-    std::string address;
-    std::vector<std::shared_ptr<Connection>> connections;
-    std::atomic<uint32_t> next{0};
-
-    bool HasReadyConnection() const {
-      for (const auto& c : connections) {
-        if (c->state() == Connection::State::kReady) return true;
-      }
-      return false;
-    }
-
-    Connection* Pick() {
-      const uint32_t start = next.fetch_add(1, std::memory_order_relaxed);
-      for (size_t i = 0; i < connections.size(); ++i) {
-        Connection* c = connections[(start + i) % connections.size()].get();
-        if (c->state() == Connection::State::kReady) return c;
-      }
-      return connections[start % connections.size()].get();
-    }
-  };
+  using Master = NodeConnections;
 
   Connection::Options SentinelConnectionOptions(const Endpoint& e,
                                                 std::chrono::microseconds timeout) const {

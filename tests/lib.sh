@@ -348,6 +348,26 @@ doc_block() {
     state == 2 { print }' "$1"
 }
 
+# envoy_runtime: upstream's runtime tree in $tmp/runtime (RUNTIME_ROOT=$runtime/current, a
+# symlink to v1; RUNTIME_SUBDIRECTORY=ratelimit) holding one domain, api: user 2 a day; and three
+# free ports for its listeners. Sets runtime, port, grpc_port, debug_port.
+envoy_runtime() {
+  runtime=$tmp/runtime
+  mkdir -p "$runtime/v1/ratelimit/config"
+  cat >"$runtime/v1/ratelimit/config/api.yaml" <<'EOF'
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: day
+      requests_per_unit: 2
+EOF
+  ln -s v1 "$runtime/current"
+  free_port; port=$FREE_PORT
+  free_port; grpc_port=$FREE_PORT
+  free_port; debug_port=$FREE_PORT
+}
+
 # start_env NAME VAR=VALUE...: `sluice serve --envoy-env` with only these variables (and PATH);
 # waits (bounded) until it serves or exits. Sets PID.
 start_env() {

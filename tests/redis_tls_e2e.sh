@@ -131,20 +131,7 @@ check "a missing CA file: serve exits 1" 1 "$?"
 check_contains "serve says the same" "sluice.yaml:7:14: redis.tls: TLS CA file" "$(cat "$tmp/missing.err")"
 
 # ---------------------------------------------------------------- serve --envoy-env over TLS
-runtime=$tmp/runtime
-mkdir -p "$runtime/v1/ratelimit/config"
-cat >"$runtime/v1/ratelimit/config/api.yaml" <<'EOF'
-domain: api
-descriptors:
-  - key: user
-    rate_limit:
-      unit: day
-      requests_per_unit: 2
-EOF
-ln -s v1 "$runtime/current"
-free_port; port=$FREE_PORT
-free_port; grpc_port=$FREE_PORT
-free_port; debug_port=$FREE_PORT
+envoy_runtime
 deployment=(
   RUNTIME_ROOT="$runtime/current" RUNTIME_SUBDIRECTORY=ratelimit
   HOST=127.0.0.1 PORT="$port" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port"

@@ -257,20 +257,7 @@ check_contains "the instances said where the master went" "moved from 127.0.0.1:
 for i in 0 1 2 3; do stop "${spids[$i]}"; done
 
 # ---------------------------------------------------------------- serve --envoy-env
-runtime=$tmp/runtime
-mkdir -p "$runtime/v1/ratelimit/config"
-cat >"$runtime/v1/ratelimit/config/api.yaml" <<'EOF'
-domain: api
-descriptors:
-  - key: user
-    rate_limit:
-      unit: day
-      requests_per_unit: 2
-EOF
-ln -s v1 "$runtime/current"
-free_port; port=$FREE_PORT
-free_port; grpc_port=$FREE_PORT
-free_port; debug_port=$FREE_PORT
+envoy_runtime
 start_env envoy RUNTIME_ROOT="$runtime/current" RUNTIME_SUBDIRECTORY=ratelimit \
   HOST=127.0.0.1 PORT="$port" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port" \
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug_port" USE_STATSD=false LOG_LEVEL=info \

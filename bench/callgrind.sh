@@ -11,7 +11,8 @@
 # in a fresh /tmp/sluice-callgrind.XXXXXX/ for callgrind_annotate.
 #
 # Env: SLUICE (build/release/sluice), DURATION (5s), CONNECTIONS (8), PORT (18190),
-#   ANCHORS (bench/anchors, for the wrk scripts), NKEYS (100000).
+#   ANCHORS (bench/anchors, for the wrk scripts), NKEYS (100000), CALLGRIND_ARGS (more valgrind
+#   options, e.g. --cache-sim=yes to count cache misses, --demangle=no for bench/hot_path_order.sh).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,7 +42,8 @@ for scen in $scenarios; do
         *) echo "callgrind: unknown scenario $scen" >&2; exit 1 ;;
     esac
     out="$run_dir/callgrind.$scen.out"
-    start_prefix=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out")
+    read -r -a extra <<<"${CALLGRIND_ARGS:-}"
+    start_prefix=(valgrind --tool=callgrind --instr-atstart=no "${extra[@]}" --callgrind-out-file="$out")
     start "$run_dir/$scen" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
         --listen "127.0.0.1:$PORT" || { cat "$run_dir/$scen.err" >&2; exit 1; }
     url="http://127.0.0.1:$PORT/v1/auth/${scen%%_*}"

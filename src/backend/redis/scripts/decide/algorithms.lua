@@ -253,21 +253,27 @@ local function max_window_count(alg, n, w)
   return (most < max_recorded) and most or max_recorded
 end
 
+-- A bucket's debt (its TAT past now, in 1/N µs) grows by cost * W from now on; `cap`, when
+-- given, caps what it grows to, never below the debt it had (algo ChargeBucket). N > 0.
+local function charge_bucket(st, now, n, w, cost, cap)
+  local debt = 0
+  local idle, frac = st[1], st[2]
+  if now < idle then
+    if frac ~= 0 then idle = idle - 1 end
+    debt = (idle - now) * n + frac
+    if debt < 0 then debt = 0 end
+  end
+  local grown = debt + cost * w
+  if cap and grown > cap then grown = max(debt, cap) end
+  local rest = grown % n
+  st[1] = now + (grown - rest) / n + ((rest ~= 0) and 1 or 0)
+  st[2] = rest
+end
+
 local function record(alg, st, now, n, w, cost)
   if alg == 0 or alg == 1 then
     if n == 0 then return end
-    local debt = 0
-    local idle, frac = st[1], st[2]
-    if now < idle then
-      if frac ~= 0 then idle = idle - 1 end
-      debt = (idle - now) * n + frac
-      if debt < 0 then debt = 0 end
-    end
-    local grown = debt + cost * w
-    if grown > max_recorded then grown = max(debt, max_recorded) end
-    local rest = grown % n
-    st[1] = now + (grown - rest) / n + ((rest ~= 0) and 1 or 0)
-    st[2] = rest
+    charge_bucket(st, now, n, w, cost, max_recorded)
   elseif alg == 2 then
     -- upstream's counter: the count passes N, and ends with its window
     if now >= st[1] then st[1], st[2] = now - now % w + w, 0 end
@@ -377,17 +383,7 @@ local function merge(alg, st, at, now, n, w, cost)
   if cost == 0 then return end
   if alg == 0 then
     if n == 0 then return end
-    local debt = 0
-    local idle, frac = st[1], st[2]
-    if now < idle then
-      if frac ~= 0 then idle = idle - 1 end
-      debt = (idle - now) * n + frac
-      if debt < 0 then debt = 0 end
-    end
-    debt = debt + cost * w
-    local rest = debt % n
-    st[1] = now + (debt - rest) / n + ((rest ~= 0) and 1 or 0)
-    st[2] = rest
+    charge_bucket(st, now, n, w, cost)
     return
   end
   local current, counted = window_start(now, w), window_start(at, w)

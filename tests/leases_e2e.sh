@@ -16,22 +16,9 @@ source "$(dirname "$0")/lease_load.sh"
 
 script_calls() { redis_script_calls "$rport"; }
 
-# fire KEY VALUE N [INSTANCES...]: N checks on each instance given (all by default), 4 at a time
-# per instance, all at once; prints how many were admitted (200).
-fire() {
-  local body="{\"domain\":\"leased\",\"descriptors\":[{\"entries\":[{\"key\":\"$1\",\"value\":\"$2\"}]}]}"
-  local n=$3 workers=() i; shift 3
-  local which=("$@"); ((${#which[@]})) || which=("${!datas[@]}")
-  for i in "${which[@]}"; do
-    (for _ in $(seq "$n"); do echo "${datas[$i]}"; done |
-       xargs -P 4 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
-         -d "$body" "http://{}/v1/check") >"$tmp/fire.$i" &
-    workers+=($!)
-  done
-  wait "${workers[@]}"
-  cat "$tmp"/fire.* | grep -c '^200$'
-  rm -f "$tmp"/fire.*
-}
+# fire_leased KEY VALUE N [INSTANCES...]: lib.sh's fire on the domain `leased`, 4 at a time per
+# instance.
+fire_leased() { FIRE_PARALLEL=4 fire leased "$@"; }
 
 mkdir -p "$tmp/rules"
 cat >"$tmp/rules/leased.yaml" <<'EOF'
@@ -67,16 +54,16 @@ check "four instances up" 4 "$(for d in "${datas[@]}"; do [[ -n $d ]] && echo; d
 
 # ----------------------------------------------------- one key, four instances, never over
 for algo in fixed sliding; do
-  first=$(fire "$algo" hot 30)  # 120 requests for a limit of 60
+  first=$(fire_leased "$algo" hot 30)  # 120 requests for a limit of 60
   check "$algo: no more than the limit admitted across 4 instances" yes \
     "$([[ $first -le 60 && $first -ge 40 ]] && echo yes || echo "no: $first")"
   sleep 2.3  # the leases end; their unspent units go back
-  fire "$algo" hot 1 >/dev/null  # (a decision sweeps the ended leases)
+  fire_leased "$algo" hot 1 >/dev/null  # (a decision sweeps the ended leases)
   sleep 0.3
-  second=$(fire "$algo" hot 30)
+  second=$(fire_leased "$algo" hot 30)
   check "$algo: exactly the limit once the leases ended" 60 "$((first + second))"
 done
-bucket=$(fire bucket hot 30)
+bucket=$(fire_leased bucket hot 30)
 # (A bucket's unspent leased units are not given back, docs/algorithms.md: under a loaded
 # machine more of them end unspent, so only the upper bound is exact.)
 check "bucket: no more than the limit admitted" yes \
@@ -87,10 +74,10 @@ check "decisions were made from leases (over 100)" yes \
 
 # ------------------------------------------------------- leases cost Redis far fewer calls
 before=$(script_calls)
-fire fixed calls 10 >/dev/null
+fire_leased fixed calls 10 >/dev/null
 leased_calls=$(($(script_calls) - before))
 before=$(script_calls)
-fire exact calls 10 >/dev/null
+fire_leased exact calls 10 >/dev/null
 exact_calls=$(($(script_calls) - before))
 check "40 leased decisions cost fewer script calls than 40 exact ones" yes \
   "$([[ $leased_calls -lt $exact_calls && $leased_calls -le 20 ]] && echo yes || echo "no: leased $leased_calls, exact $exact_calls")"
@@ -129,36 +116,36 @@ echo "# zipf: admitted fixed_window $(admitted "$tmp/zipf.tally" zfixed) (exactl
 # second (its rate known) a larger lease of which it spends 1. Prints how many were admitted.
 two_on() {
   local a b
-  a=$(fire fixed "$2" 1 "$1"); sleep 0.05; b=$(fire fixed "$2" 1 "$1")
+  a=$(fire_leased fixed "$2" 1 "$1"); sleep 0.05; b=$(fire_leased fixed "$2" 1 "$1")
   echo $((a + b))
 }
 check "instance 0: two admitted, a lease held" 2 "$(two_on 0 term)"
 PID=${spids[0]}; stop
 check "instance 0 stopped cleanly" 0 "$STATUS"
 unset 'datas[0]' 'admins[0]'
-check "the other three then admit the other 58" 58 "$(fire fixed term 30 1 2 3)"
+check "the other three then admit the other 58" 58 "$(fire_leased fixed term 30 1 2 3)"
 
 # ------------------------------------------------------- an admin reset reaches every lease
-fire fixed reset 30 1 2 3 >/dev/null  # the limit spent, leases held
+fire_leased fixed reset 30 1 2 3 >/dev/null  # the limit spent, leases held
 curl -s -X DELETE "http://${admins[1]}/v1/limits?domain=leased&descriptors=fixed=reset" >/dev/null
 sleep 1
 # (Every instance dropped the leases it held: none is spent on top of the new limit.)
-first=$(fire fixed reset 30 1 2 3)
-sleep 2.3; fire fixed reset-sweep 1 1 2 3 >/dev/null; sleep 0.3  # the new leases end
+first=$(fire_leased fixed reset 30 1 2 3)
+sleep 2.3; fire_leased fixed reset-sweep 1 1 2 3 >/dev/null; sleep 0.3  # the new leases end
 check "after a reset, exactly the whole limit again for all of them" 60 \
-  "$((first + $(fire fixed reset 30 1 2 3)))"
+  "$((first + $(fire_leased fixed reset 30 1 2 3)))"
 
 # ------------------------------------------------------- Redis killed while leases are held
 check "instance 1: two admitted, a lease held" 2 "$(two_on 1 outage)"
 kill -9 "$RPID"; wait "$RPID" 2>/dev/null
-held=$(fire fixed outage 20 1)
+held=$(fire_leased fixed outage 20 1)
 check "Redis down: instance 1 spends what its lease held (some, not all 20)" yes \
   "$([[ $held -ge 2 && $held -lt 20 ]] && echo yes || echo "no: $held")"
-check "... then failure_mode closed answers (503, none admitted)" 0 "$(fire fixed outage 3 1)"
+check "... then failure_mode closed answers (503, none admitted)" 0 "$(fire_leased fixed outage 3 1)"
 start_redis "$rport" >/dev/null
 ok=0
 for _ in $(seq 50); do
-  [[ $(fire fixed back 1 1) == 1 ]] && { ok=1; break; }
+  [[ $(fire_leased fixed back 1 1) == 1 ]] && { ok=1; break; }
   sleep 0.1
 done
 check "Redis back: decisions (and leases) resume" 1 "$ok"

@@ -397,15 +397,17 @@ check_one() {
     "http://$1/v1/check"
 }
 
-# fire DOMAIN KEY VALUE N: N such checks on each instance of the array `datas` (HOST:PORT each),
-# 8 at a time per instance, all at once; prints how many were allowed (200).
+# fire DOMAIN KEY VALUE N [INSTANCES...]: N such checks on each instance given (indexes into the
+# array `datas`, HOST:PORT each; all by default), FIRE_PARALLEL (8) at a time per instance, all
+# at once; prints how many were allowed (200).
 fire() {
   local body="{\"domain\":\"$1\",\"descriptors\":[{\"entries\":[{\"key\":\"$2\",\"value\":\"$3\"}]}]}"
-  local workers=() i
+  local n=$4 workers=() i; shift 4
   # shellcheck disable=SC2154  # (datas: the caller's instances)
-  for i in "${!datas[@]}"; do
-    (for _ in $(seq "$4"); do echo "${datas[$i]}"; done |
-       xargs -P 8 -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
+  local which=("$@"); ((${#which[@]})) || which=("${!datas[@]}")
+  for i in "${which[@]}"; do
+    (for _ in $(seq "$n"); do echo "${datas[$i]}"; done |
+       xargs -P "${FIRE_PARALLEL:-8}" -I{} curl -s -o /dev/null -m 5 -w '%{http_code}\n' -H 'content-type: application/json' \
          -d "$body" "http://{}/v1/check") >"$tmp/fire.$i" &
     workers+=($!)
   done

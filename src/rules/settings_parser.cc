@@ -50,6 +50,14 @@ std::string NextToSettings(const YamlReader& r, std::string path) {
   return (std::filesystem::path(r.file()).parent_path() / path).string();
 }
 
+// A file name at `key` of `map` (NextToSettings; empty when not there) into `value`, and where
+// the settings say it into `at` (left alone when they do not).
+void ReadFileField(YamlReader& r, const YAML::Node& map, const char* key, std::string& value,
+                   Position& at) {
+  value = NextToSettings(r, r.String(map, key).value_or(""));
+  if (map[key].IsDefined()) at = r.FieldPosition(map, key);
+}
+
 // SECTION.tls: {cert_file, key_file, client_ca_file}, into `out` when the section has one.
 void ParseListenerTls(YamlReader& r, const YAML::Node& section, const std::string& name,
                       std::optional<ListenerTlsSettings>& out) {
@@ -59,13 +67,9 @@ void ParseListenerTls(YamlReader& r, const YAML::Node& section, const std::strin
   if (!r.CheckMap(tls, where, {"cert_file", "key_file", "client_ca_file"})) return;
   ListenerTlsSettings& t = out.emplace();
   t.at = r.FieldPosition(section, "tls");
-  const auto file = [&](const char* key, std::string& value, Position& at) {
-    value = NextToSettings(r, r.String(tls, key).value_or(""));
-    if (tls[key].IsDefined()) at = r.FieldPosition(tls, key);
-  };
-  file("cert_file", t.cert_file, t.cert_file_at);
-  file("key_file", t.key_file, t.key_file_at);
-  file("client_ca_file", t.client_ca_file, t.client_ca_file_at);
+  ReadFileField(r, tls, "cert_file", t.cert_file, t.cert_file_at);
+  ReadFileField(r, tls, "key_file", t.key_file, t.key_file_at);
+  ReadFileField(r, tls, "client_ca_file", t.client_ca_file, t.client_ca_file_at);
   if (t.cert_file.empty() || t.key_file.empty()) {
     r.Error(tls, fmt::format("{}: a listener's TLS needs cert_file and key_file (the server's "
                              "certificate and its key)",
@@ -79,11 +83,8 @@ void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file", "tls"})) {
       ParseListenerTls(r, admin, "admin", s.admin_tls);
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
-      s.admin_token_file = NextToSettings(r, r.String(admin, "token_file").value_or(""));
+      ReadFileField(r, admin, "token_file", s.admin_token_file, s.admin_token_file_at);
       if (admin["listen"].IsDefined()) s.admin_listen_at = r.FieldPosition(admin, "listen");
-      if (admin["token_file"].IsDefined()) {
-        s.admin_token_file_at = r.FieldPosition(admin, "token_file");
-      }
     }
   }
 }
@@ -140,13 +141,9 @@ void ParseRedisTls(YamlReader& r, const YAML::Node& redis, Settings& s) {
   }
   RedisTlsSettings& t = s.redis_tls.emplace();
   t.at = r.FieldPosition(redis, "tls");
-  const auto file = [&](const char* key, std::string& value, Position& at) {
-    value = NextToSettings(r, r.String(tls, key).value_or(""));
-    if (tls[key].IsDefined()) at = r.FieldPosition(tls, key);
-  };
-  file("ca_file", t.ca_file, t.ca_file_at);
-  file("cert_file", t.cert_file, t.cert_file_at);
-  file("key_file", t.key_file, t.key_file_at);
+  ReadFileField(r, tls, "ca_file", t.ca_file, t.ca_file_at);
+  ReadFileField(r, tls, "cert_file", t.cert_file, t.cert_file_at);
+  ReadFileField(r, tls, "key_file", t.key_file, t.key_file_at);
   t.server_name = r.String(tls, "server_name").value_or("");
   t.skip_hostname_verification = r.Bool(tls, "skip_hostname_verification").value_or(false);
   if (t.cert_file.empty() != t.key_file.empty()) {

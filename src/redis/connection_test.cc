@@ -161,14 +161,6 @@ TEST(RespTest, ReaderDoesNotAllocateForAnnouncedArrayCount) {
 // An io_context on its own thread, and synchronous calls for the tests.
 class ConnectionTest : public ::testing::Test {
  protected:
-  ConnectionTest() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~ConnectionTest() override {
-    for (auto& c : connections_) c->Close();
-    guard_.reset();
-    io_.stop();
-    thread_.join();
-  }
-
   std::shared_ptr<Connection> Open(const std::string& url, std::chrono::microseconds timeout = 1s,
                                    size_t max_pending = 1000) {
     Connection::Options o;
@@ -176,9 +168,7 @@ class ConnectionTest : public ::testing::Test {
     o.timeout = timeout;
     o.max_backoff = 200ms;
     o.max_pending = max_pending;
-    auto c = Connection::Create(io_, o);
-    connections_.push_back(c);
-    return c;
+    return loop_.Open(o);
   }
 
   static absl::StatusOr<Reply> Call(Connection& c, std::initializer_list<std::string_view> args) {
@@ -193,14 +183,11 @@ class ConnectionTest : public ::testing::Test {
     return future.get();
   }
 
-  using io_context = boost::asio::io_context;
-  io_context io_;
-  boost::asio::executor_work_guard<io_context::executor_type> guard_;
-  std::thread thread_;
-  std::vector<std::shared_ptr<Connection>> connections_;
-  // A connection's clock, for the tests that set one: a member, so that it outlives the io thread
-  // (the destructor joins it), which may still read it after Close, finishing a failed read.
+  // A connection's clock, for the tests that set one: declared before loop_, so that it outlives
+  // the io thread (loop_'s destruction joins it), which may still read it after Close, finishing a
+  // failed read.
   ManualClock clock_;
+  test::IoThread loop_;
 };
 
 TEST_F(ConnectionTest, CommandsAndReplies) {
@@ -255,12 +242,12 @@ TEST_F(ConnectionTest, SubscriberGetsPushedMessagesAcrossReconnections) {
   };
   // Made on the I/O thread, where on_ready runs: it cannot run before `subscriber` is set.
   std::promise<void> made;
-  boost::asio::post(io_, [&] {
-    subscriber = Connection::Create(io_, o);
+  boost::asio::post(loop_.io(), [&] {
+    subscriber = Connection::Create(loop_.io(), o);
     made.set_value();
   });
   made.get_future().wait();
-  connections_.push_back(subscriber);
+  loop_.Keep(subscriber);
   auto publisher = Open(server.url());
   const auto wait_for = [](const std::function<bool()>& done) {
     for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(5ms);
@@ -411,7 +398,7 @@ TEST_F(ConnectionTest, FailsFastWhileDownAndReconnects) {
 // real time, and one comes soon after the clock moves past the backoff.
 TEST_F(ConnectionTest, ReconnectBackoffFollowsTheConnectionsClock) {
   using boost::asio::ip::tcp;
-  io_context listener_io;
+  boost::asio::io_context listener_io;
   tcp::acceptor acceptor(listener_io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
   std::atomic<int> accepts{0};
   std::function<void()> accept_next = [&] {
@@ -437,8 +424,7 @@ TEST_F(ConnectionTest, ReconnectBackoffFollowsTheConnectionsClock) {
   o.min_backoff = 50ms;
   o.max_backoff = 50ms;
   o.clock = &clock_;
-  auto c = Connection::Create(io_, o);
-  connections_.push_back(c);
+  auto c = loop_.Open(o);
   ASSERT_EQ(wait_accepts(1, 5s), 1);   // the first attempt, closed: backoff begins
   std::this_thread::sleep_for(300ms);  // six backoffs of real time: the clock stands still
   EXPECT_EQ(accepts.load(), 1);

@@ -108,16 +108,7 @@ class SentinelClientTest : public ::testing::Test {
  protected:
   SentinelClientTest()
       : replica_({"--replicaof", "127.0.0.1", std::to_string(master_.port())}),
-        sentinel_("mymaster", master_.port()),
-        guard_(boost::asio::make_work_guard(io_)),
-        thread_([this] { io_.run(); }) {}
-
-  ~SentinelClientTest() override {
-    for (auto& c : connections_) c->Close();
-    guard_.reset();
-    io_.stop();
-    thread_.join();
-  }
+        sentinel_("mymaster", master_.port()) {}
 
   // `one_down`: a sentinel that is down comes first (the client asks the next). `check_interval`:
   // how often it asks anyway.
@@ -147,9 +138,9 @@ class SentinelClientTest : public ::testing::Test {
     o.endpoint = *ParseUrl("redis://127.0.0.1:" + std::to_string(port));
     o.timeout = 2s;
     o.read_server_time = false;
-    connections_.push_back(Connection::Create(io_, o));
-    EXPECT_TRUE(test::WaitState(*connections_.back(), Connection::State::kReady));
-    return *connections_.back();
+    Connection& c = *loop_.Open(o);
+    EXPECT_TRUE(test::WaitState(c, Connection::State::kReady));
+    return c;
   }
 
   static absl::StatusOr<Reply> Call(Connection& c, std::initializer_list<std::string_view> args) {
@@ -196,10 +187,7 @@ class SentinelClientTest : public ::testing::Test {
   testing::RedisServer master_;
   testing::RedisServer replica_;
   testing::RedisSentinel sentinel_;
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
-  std::thread thread_;
-  std::vector<std::shared_ptr<Connection>> connections_;
+  test::IoThread loop_;
 };
 
 TEST_F(SentinelClientTest, FindsTheMasterAndFollowsAFailover) {

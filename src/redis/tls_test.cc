@@ -55,14 +55,6 @@ struct TlsServer {
 
 class TlsTest : public ::testing::Test {
  protected:
-  TlsTest() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~TlsTest() override {
-    for (auto& c : connections_) c->Close();
-    guard_.reset();
-    io_.stop();
-    thread_.join();
-  }
-
   void SetUp() override { ASSERT_TRUE(certs_.ok()) << "openssl failed: see " << certs_.make_log(); }
 
   // The options of a client with the CA and the client certificate: what mutual TLS needs.
@@ -81,9 +73,7 @@ class TlsTest : public ::testing::Test {
     o.timeout = 2s;
     o.max_backoff = 200ms;
     o.tls = context.ok() ? *context : nullptr;
-    auto c = Connection::Create(io_, o);
-    connections_.push_back(c);
-    return c;
+    return loop_.Open(o);
   }
 
   // Waits (5 s) until the connection has given up on an attempt, and says why.
@@ -125,10 +115,7 @@ class TlsTest : public ::testing::Test {
   }
 
   TlsCerts certs_;
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
-  std::thread thread_;
-  std::vector<std::shared_ptr<Connection>> connections_;
+  test::IoThread loop_;
 };
 
 TEST(TlsUrlTest, RedissIsTls) {

@@ -107,8 +107,8 @@ for (const dir of phaseDirs) {
   p();
   // Periods when Redis could not decide (each fault, and a grace after it): windows of open/local
   // domains overlapping them are counted apart.
-  const outages = faults.filter((f) => ['redis_kill', 'redis_stop', 'failover', 'sentinel_kill', 'sentinel_failover'].includes(f.what))
-    .map((f) => ({start: f.start, end: f.end + GRACE_MS, what: f.what}));
+  const outageFaults = faults.filter((f) => ['redis_kill', 'redis_stop', 'failover', 'sentinel_kill', 'sentinel_failover'].includes(f.what));
+  const outages = outageFaults.map((f) => ({start: f.start, end: f.end + GRACE_MS, what: f.what}));
   // A Sentinel failover may lose the writes the old master had not yet replicated (and, until
   // the instances follow, what they still write there): docs/redis.md. Windows of every domain
   // overlapping one (+ the grace) are counted apart.
@@ -128,7 +128,7 @@ for (const dir of phaseDirs) {
     // (Checked where a frontend sent at least 20 such requests during the outages themselves.)
     const during = {};
     for (const r of requests) {
-      if ((r.domain === 'openx' || r.domain === 'localx') && faults.some((f) => outages.some((o) => o.start === f.start) && r.send >= f.start && r.send <= f.end)) {
+      if ((r.domain === 'openx' || r.domain === 'localx') && outageFaults.some((f) => r.send >= f.start && r.send <= f.end)) {
         during[r.fe] = (during[r.fe] || 0) + 1;
       }
     }

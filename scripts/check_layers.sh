@@ -49,9 +49,10 @@ library         | stack backend/memory backend util sluice                      
 http/transport  | util sluice                                                         |
 http            | http/transport engine rules headers metrics backend util sluice     | backend/memory
 rls             | engine rules headers metrics backend util sluice                    | backend/memory
+xds             | rls rules metrics util sluice                                       |
 cli/bench       | backend/memory backend/redis redis backend algo util sluice         |
 sim             | stack cli/bench backend/memory backend/redis redis backend rules algo util library sluice |
-cli             | http http/transport rls stack cli/bench sim library engine rules headers metrics backend util sluice |
+cli             | http http/transport rls xds stack cli/bench sim library engine rules headers metrics backend util sluice |
 tests/support   | sluice                                                              |
 tests/support/redis_store | tests/support backend/redis redis sluice                  |
 '
@@ -81,6 +82,8 @@ tests/support/redis_store | tests/support backend/redis redis sluice            
 # - http/transport: the Beast server, sessions and the reverse proxy's upstream client; knows
 #   nothing of rate limits. http: the rate-limit endpoints on it (check, auth, proxy, admin).
 # - http, rls: the frontends; never a backend implementation, nor each other.
+# - xds: the rules over xDS (the ADS client of a management server, RateLimitConfig made into
+#   rules for rules' loader); on rls's generated Envoy messages, never a frontend's code.
 # - cli/bench: `sluice bench store|redis`, which measure the backend implementations themselves,
 #   and the Redis INFO readings that sim uses too.
 # - sim: `sluice sim`, several instances' stacks (stack) against one Redis, whose work it reads
@@ -107,7 +110,7 @@ EXCEPTIONS='
 KIT=tests/support
 
 # First path components of third-party headers (not checked), and whole names without one.
-THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy grpc CLI boost simdjson yaml-cpp'
+THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy ratelimit grpc CLI boost simdjson yaml-cpp'
 THIRD_PARTY_FILES='xxhash.h'
 
 declare -A allowed test_allowed excepted

@@ -166,6 +166,10 @@ void Service::Readyz(HttpResponse& response) {
   if (config == nullptr) {
     return SetText(response, beast_http::status::service_unavailable, "no config loaded\n");
   }
+  if (config_->awaiting_remote()) {
+    return SetText(response, beast_http::status::service_unavailable,
+                   "not ready\nrules: waiting for the first rule set over xDS\n");
+  }
   if (!backend_health_)
     return SetText(response, beast_http::status::ok, "ready\nbackend: memory\n");
   const BackendHealth health = backend_health_();

@@ -193,7 +193,7 @@ class HealthHandler final : public ::grpc::health::v1::Health::CallbackService {
                                      absl::StrCat("unknown service \"", request->service(), "\"")));
       return reactor;
     }
-    const bool serving = config_->Current() != nullptr &&
+    const bool serving = config_->Current() != nullptr && !config_->awaiting_remote() &&
                          !draining_.load(std::memory_order_relaxed) &&
                          (!backend_serving_ || backend_serving_());
     response->set_status(serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING);

@@ -196,10 +196,38 @@ struct RedisSentinelSettings {
   Position at;
 };
 
+// config_source.xds: the rules come from an xDS management server over ADS, as
+// envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW takes them (src/xds; docs/configuration.md).
+// The defaults are upstream's. The parser makes relative file names relative to the settings
+// file's directory.
+struct XdsSettings {
+  std::string server_url;  // host:port
+  std::string node_id = "default";
+  std::map<std::string, std::string> node_metadata;  // Node.metadata, string values
+  std::map<std::string, std::string> headers;        // gRPC metadata sent with the stream
+  bool tls = false;                                  // TLS to the server (tls: block)
+  std::string ca_file;                               // empty: the system's CA store
+  std::string cert_file, key_file;                   // mutual TLS
+  std::string server_name;  // the name the server's certificate must carry; empty: its host
+  int64_t connect_retry_interval_us = int64_t{3} * 1000000;
+  // After a stream ends: initial × factor^attempt, within [initial, max], jittered (upstream's
+  // XDS_CLIENT_BACKOFF_*; with its factor of 0.5, every wait is `initial`).
+  int64_t backoff_initial_us = int64_t{10} * 1000000;
+  int64_t backoff_max_us = int64_t{60} * 1000000;
+  double backoff_factor = 0.5;
+  bool backoff_jitter = true;
+  size_t max_message_bytes = 0;  // 0: gRPC's default (4 MiB)
+  // Listen before the first rule set has come (not ready until it has); false: serve starts
+  // listening only once it has (upstream's FORCE_START_WITHOUT_INITIAL_CONFIG).
+  bool force_start = false;
+  Position at, ca_file_at, cert_file_at, key_file_at;
+};
+
 // Server-wide settings (the settings file, conventionally sluice.yaml; flags override).
 struct Settings {
-  std::string file;        // where they came from; empty = defaults
-  std::string rules_path;  // `rules:`
+  std::string file;                // where they came from; empty = defaults
+  std::string rules_path;          // `rules:`
+  std::optional<XdsSettings> xds;  // config_source.xds: rules (also) over xDS
   // Files with the same `domain:` make one domain (upstream's MERGE_DOMAIN_CONFIG); when false,
   // a second file of a domain is an error.
   bool merge_domains = false;

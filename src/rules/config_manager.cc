@@ -46,8 +46,23 @@ ConfigManager::~ConfigManager() {
 
 ConfigManager::ReloadOutcome ConfigManager::Reload() {
   absl::MutexLock lock(&reload_mu_);
-  LoadResult result = paths_.empty() ? LoadConfigText("<embedded default>", embedded_text_)
-                                     : LoadConfig(paths_, options_);
+  return LoadAndSwap(remote_.get());
+}
+
+ConfigManager::ReloadOutcome ConfigManager::Apply(std::shared_ptr<const RemoteDomains> remote) {
+  absl::MutexLock lock(&reload_mu_);
+  ReloadOutcome outcome = LoadAndSwap(remote.get());
+  if (outcome.errors.empty()) {
+    remote_ = std::move(remote);
+    awaiting_remote_.store(false);
+  }
+  return outcome;
+}
+
+ConfigManager::ReloadOutcome ConfigManager::LoadAndSwap(const RemoteDomains* remote) {
+  LoadResult result = paths_.empty() && !options_.remote_rules
+                          ? LoadConfigText("<embedded default>", embedded_text_)
+                          : LoadConfig(paths_, options_, remote);
   ReloadOutcome outcome;
   std::shared_ptr<const Config> active = Current();
   if (!result.errors.empty()) {

@@ -33,8 +33,9 @@ namespace sluice::rules {
 class ConfigManager {
  public:
   // `paths`: files and directories as for LoadConfig, read with `options`. Empty: the
-  // `embedded_text` document. The watcher's debounce is measured in `clock`'s monotonic time
-  // (not owned; must outlive the manager).
+  // `embedded_text` document, unless `options.remote_rules` (the rules come with Apply). The
+  // watcher's debounce is measured in `clock`'s monotonic time (not owned; must outlive the
+  // manager).
   ConfigManager(std::vector<std::string> paths, std::string embedded_text, LoadOptions options = {},
                 const Clock* clock = SystemClock::Get());
   ~ConfigManager();
@@ -51,6 +52,17 @@ class ConfigManager {
 
   // Loads the configuration again and, if it is valid and different, makes it current.
   ReloadOutcome Reload();
+
+  // Makes `remote` the domains that came over xDS (LoadConfig's `remote`) and reloads with them,
+  // through the same loader and validation as files. If the result is not valid, the previous
+  // remote domains stay (and so does the active config) and the errors are returned: the xDS
+  // client NACKs with them. Later reloads (files, SIGHUP) use the last remote domains applied.
+  ReloadOutcome Apply(std::shared_ptr<const RemoteDomains> remote);
+
+  // The rules come (also) over xDS: until Apply has succeeded once, awaiting_remote() is true
+  // and readiness (/readyz, gRPC health) says no.
+  void ExpectRemote() { awaiting_remote_.store(true); }
+  bool awaiting_remote() const { return awaiting_remote_.load(); }
 
   // The active config; null until a first load succeeded. Never waits for a load: the lock it
   // takes only ever guards a pointer copy or swap.
@@ -74,6 +86,8 @@ class ConfigManager {
   uint64_t reload_failures() const { return failures_.load(); }
 
  private:
+  // Loads the paths with `remote` and, if valid and different, makes it current.
+  ReloadOutcome LoadAndSwap(const RemoteDomains* remote) ABSL_EXCLUSIVE_LOCKS_REQUIRED(reload_mu_);
   void WatchLoop(int debounce_ms);
   void AddWatches();
 
@@ -85,7 +99,9 @@ class ConfigManager {
   // which ThreadSanitizer rightly reports as a race.)
   mutable util::SpinLock current_mu_;
   std::shared_ptr<const Config> current_ ABSL_GUARDED_BY(current_mu_);
-  absl::Mutex reload_mu_;  // one reload at a time (it guards no field: the whole of Reload)
+  absl::Mutex reload_mu_;  // one reload at a time
+  std::shared_ptr<const RemoteDomains> remote_ ABSL_GUARDED_BY(reload_mu_);
+  std::atomic<bool> awaiting_remote_{false};
   std::atomic<uint64_t> successes_{0};
   std::atomic<uint64_t> failures_{0};
 

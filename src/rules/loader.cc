@@ -85,39 +85,19 @@ class Loader {
            "of settings)");
       return;
     }
-    YamlReader reader(file, &errors_);
-    if (doc.IsMap() && doc["domain"].IsDefined()) {
-      if (auto domain = ParseDomain(reader, doc)) domains_.push_back(std::move(domain));
+    AddDocument(file, doc, named_directly);
+  }
+
+  // A domain that came over xDS: a domain file's tree that was never text.
+  void AddRemote(const RemoteDomain& remote) {
+    XXH3_64bits_update(&hash_state_, remote.name.data(), remote.name.size());
+    XXH3_64bits_update(&hash_state_, &remote.hash, sizeof remote.hash);
+    if (!remote.doc.IsMap() || !remote.doc["domain"].IsDefined()) {
+      Fail(remote.name, 0, 0, "a remote rule set must be a domain (it has no `domain:`)");
       return;
     }
-    if (!doc.IsMap()) {
-      reader.Error(doc, "a config file must be a map (a domain file has `domain:`)");
-      return;
-    }
-    if (doc["descriptors"].IsDefined()) {
-      // Rules without their domain, not a settings file (which has no `descriptors:`).
-      reader.Error(doc,
-                   "a rules file needs a `domain:` (this one has `descriptors:` but no domain)");
-      return;
-    }
-    if (options_.settings) {
-      reader.Error(doc, fmt::format("config file cannot have empty domain (the settings come from "
-                                    "{}, not from a file)",
-                                    options_.settings->file));
-      return;
-    }
-    if (settings_) {
-      reader.Error(doc, fmt::format("a second settings file (a document without `domain:`); the "
-                                    "first is {}",
-                                    settings_->file));
-      return;
-    }
-    settings_ = ParseSettings(reader, doc);
-    if (named_directly && !settings_->rules_path.empty()) {
-      fs::path rules = settings_->rules_path;
-      if (rules.is_relative()) rules = fs::path(file).parent_path() / rules;
-      AddPath(rules.string(), /*named_directly=*/false);
-    }
+    YamlReader reader(remote.name, &errors_);
+    if (auto domain = ParseDomain(reader, remote.doc)) domains_.push_back(std::move(domain));
   }
 
   LoadResult Finish() {
@@ -171,6 +151,42 @@ class Loader {
   }
 
  private:
+  void AddDocument(const std::string& file, const YAML::Node& doc, bool named_directly) {
+    YamlReader reader(file, &errors_);
+    if (doc.IsMap() && doc["domain"].IsDefined()) {
+      if (auto domain = ParseDomain(reader, doc)) domains_.push_back(std::move(domain));
+      return;
+    }
+    if (!doc.IsMap()) {
+      reader.Error(doc, "a config file must be a map (a domain file has `domain:`)");
+      return;
+    }
+    if (doc["descriptors"].IsDefined()) {
+      // Rules without their domain, not a settings file (which has no `descriptors:`).
+      reader.Error(doc,
+                   "a rules file needs a `domain:` (this one has `descriptors:` but no domain)");
+      return;
+    }
+    if (options_.settings) {
+      reader.Error(doc, fmt::format("config file cannot have empty domain (the settings come from "
+                                    "{}, not from a file)",
+                                    options_.settings->file));
+      return;
+    }
+    if (settings_) {
+      reader.Error(doc, fmt::format("a second settings file (a document without `domain:`); the "
+                                    "first is {}",
+                                    settings_->file));
+      return;
+    }
+    settings_ = ParseSettings(reader, doc);
+    if (named_directly && !settings_->rules_path.empty()) {
+      fs::path rules = settings_->rules_path;
+      if (rules.is_relative()) rules = fs::path(file).parent_path() / rules;
+      AddPath(rules.string(), /*named_directly=*/false);
+    }
+  }
+
   // Adds the top-level descriptors of `later`, a second file of the domain `into`, to `into`
   // (upstream's MERGE_DOMAIN_CONFIG: no deep merge, so a top-level descriptor in both files is a
   // duplicate even when their children differ). The domain-wide keys must not disagree: each
@@ -375,9 +391,13 @@ int64_t UnitMicros(std::string_view unit) {
   return 0;
 }
 
-LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& options) {
+LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& options,
+                      const RemoteDomains* remote) {
   Loader loader(options);
   for (const auto& p : paths) loader.AddPath(p, /*named_directly=*/true);
+  if (remote != nullptr) {
+    for (const RemoteDomain& domain : *remote) loader.AddRemote(domain);
+  }
   return loader.Finish();
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "rules/config.h"
+#include "yaml-cpp/yaml.h"
 
 namespace sluice::rules {
 
@@ -36,6 +37,17 @@ struct LoadResult {
   std::vector<ConfigError> errors;
 };
 
+// A domain's rules that did not come from a file: one resource of a management server (the rules
+// over xDS, src/xds), already made into the tree a domain file's YAML gives. `name` stands where a
+// file name would (in errors, in merges); `hash` identifies its content (the config's version is
+// made of the names and hashes).
+struct RemoteDomain {
+  std::string name;
+  YAML::Node doc;
+  uint64_t hash = 0;
+};
+using RemoteDomains = std::vector<RemoteDomain>;
+
 // What LoadConfig reads besides the paths; the defaults are sluice's own layout.
 struct LoadOptions {
   // Settings decided by the caller (`sluice serve --envoy-env`); a document without `domain:`
@@ -45,10 +57,15 @@ struct LoadOptions {
   // name ends with, and (`dotfiles`) names starting with '.' are read too.
   bool any_extension = false;
   bool dotfiles = false;
+  // The rules (or some of them) come over xDS (ConfigManager::Apply): no paths then means no
+  // rule files, not the embedded default.
+  bool remote_rules = false;
 };
 
-// Loads files and directories (see above).
-LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& options = {});
+// Loads files and directories (see above), and then the domains in `remote`, if any, as if each
+// were one more domain file.
+LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& options = {},
+                      const RemoteDomains* remote = nullptr);
 
 // Loads one in-memory document, named `file` in errors (the embedded default, tests).
 LoadResult LoadConfigText(const std::string& file, std::string_view text);

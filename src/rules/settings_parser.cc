@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <map>
 #include <string_view>
 
 #include "fmt/format.h"
@@ -217,6 +218,97 @@ void ParseRedisSentinel(YamlReader& r, const YAML::Node& redis, Settings& s) {
   t.tls = r.Bool(node, "tls");
 }
 
+// A map of strings (node_metadata, headers), or an error.
+std::map<std::string, std::string> StringMap(YamlReader& r, const YAML::Node& map, const char* key,
+                                             std::string_view what) {
+  std::map<std::string, std::string> out;
+  const YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return out;
+  if (!node.IsMap()) {
+    r.Error(node, fmt::format("{} must be a map of strings", what));
+    return out;
+  }
+  for (const auto& entry : node) {
+    if (!entry.second.IsScalar()) {
+      r.Error(entry.second, fmt::format("{}: '{}' must be a string", what, entry.first.Scalar()));
+      continue;
+    }
+    out[entry.first.Scalar()] = entry.second.Scalar();
+  }
+  return out;
+}
+
+// config_source: {xds: {server_url, node_id, node_metadata, headers, tls, connect_retry_interval,
+// backoff, max_message_bytes, force_start}}
+void ParseConfigSource(YamlReader& r, const YAML::Node& doc, Settings& s) {
+  const YAML::Node source = doc["config_source"];
+  if (!source.IsDefined() || source.IsNull() || !r.CheckMap(source, "config_source", {"xds"})) {
+    return;
+  }
+  const YAML::Node node = source["xds"];
+  if (!node.IsDefined() || node.IsNull() ||
+      !r.CheckMap(node, "config_source.xds",
+                  {"server_url", "node_id", "node_metadata", "headers", "tls",
+                   "connect_retry_interval", "backoff", "max_message_bytes", "force_start"})) {
+    return;
+  }
+  XdsSettings& x = s.xds.emplace();
+  x.at = r.FieldPosition(source, "xds");
+  x.server_url = r.String(node, "server_url").value_or("");
+  if (x.server_url.empty()) {
+    r.Error(node, "config_source.xds needs server_url: the management server's host:port");
+  }
+  x.node_id = r.String(node, "node_id").value_or(x.node_id);
+  x.node_metadata = StringMap(r, node, "node_metadata", "config_source.xds.node_metadata");
+  x.headers = StringMap(r, node, "headers", "config_source.xds.headers");
+  if (const YAML::Node tls = node["tls"]; tls.IsDefined() && !tls.IsNull()) {
+    if (tls.IsScalar()) {
+      x.tls = r.Bool(node, "tls").value_or(false);
+    } else if (r.CheckMap(tls, "config_source.xds.tls",
+                          {"ca_file", "cert_file", "key_file", "server_name"})) {
+      x.tls = true;
+      ReadFileField(r, tls, "ca_file", x.ca_file, x.ca_file_at);
+      ReadFileField(r, tls, "cert_file", x.cert_file, x.cert_file_at);
+      ReadFileField(r, tls, "key_file", x.key_file, x.key_file_at);
+      x.server_name = r.String(tls, "server_name").value_or("");
+      if (x.cert_file.empty() != x.key_file.empty()) {
+        r.Error(tls, x.cert_file.empty()
+                         ? "config_source.xds.tls: key_file needs cert_file (mutual TLS)"
+                         : "config_source.xds.tls: cert_file needs key_file (mutual TLS)");
+      }
+    }
+  }
+  x.connect_retry_interval_us =
+      r.Duration(node, "connect_retry_interval").value_or(x.connect_retry_interval_us);
+  if (const YAML::Node backoff = node["backoff"]; backoff.IsDefined() && !backoff.IsNull()) {
+    if (r.CheckMap(backoff, "config_source.xds.backoff",
+                   {"initial_interval", "max_interval", "factor", "jitter"})) {
+      x.backoff_initial_us = r.Duration(backoff, "initial_interval").value_or(x.backoff_initial_us);
+      x.backoff_max_us = r.Duration(backoff, "max_interval").value_or(x.backoff_max_us);
+      if (const YAML::Node factor = backoff["factor"]; factor.IsDefined()) {
+        double value = -1;
+        try {
+          value = factor.as<double>();
+        } catch (const YAML::Exception&) {
+        }
+        if (!(value >= 0 && value <= 100)) {
+          r.Error(factor, "config_source.xds.backoff.factor must be a number from 0 to 100");
+        } else {
+          x.backoff_factor = value;
+        }
+      }
+      x.backoff_jitter = r.Bool(backoff, "jitter").value_or(x.backoff_jitter);
+    }
+  }
+  if (x.connect_retry_interval_us < 1000 || x.backoff_initial_us < 1000) {
+    r.Error(node,
+            "config_source.xds: connect_retry_interval and backoff.initial_interval must be "
+            "at least 1ms");
+  }
+  x.max_message_bytes = r.Unsigned(node, "max_message_bytes", uint64_t{1} << 30).value_or(0);
+  x.force_start = r.Bool(node, "force_start").value_or(false);
+}
+
 // backend: memory | redis, and redis: its connection and keys.
 void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
   if (auto backend = r.String(doc, "backend")) {
@@ -378,11 +470,11 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   Settings s;
   s.file = r.file();
   if (doc.IsNull()) return s;  // an empty file: all defaults
-  if (!r.CheckMap(
-          doc, "settings",
-          {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store", "headers",
-           "http", "count_denied", "shadow_mode", "quota_mode", "near_limit_ratio",
-           "response_dynamic_metadata", "unknown_domain", "rls", "merge_domains"})) {
+  if (!r.CheckMap(doc, "settings",
+                  {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
+                   "headers", "http", "count_denied", "shadow_mode", "quota_mode",
+                   "near_limit_ratio", "response_dynamic_metadata", "unknown_domain", "rls",
+                   "merge_domains", "config_source"})) {
     return s;
   }
   // (In the order errors were always reported in.)
@@ -394,6 +486,7 @@ Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
   ParseStore(r, doc, s);
   ParseHeaders(r, doc, s);
   ParseHttp(r, doc, s);
+  ParseConfigSource(r, doc, s);
   if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty() && !s.redis_sentinel) {
     r.Error(doc["backend"], "backend redis needs redis.url, redis.nodes or redis.sentinel");
   }

@@ -19,7 +19,8 @@
 # /metrics. Then the ConfigMaps and the admin token's Secret (a made-up token) are written out
 # where the pod mounts them and `sluice check-config` must accept the --config file; and the
 # base's is served (`sluice serve` on loopback ports): /readyz, /healthz and /metrics answer 200
-# on its admin port.
+# on its admin port, and a new version of its rules ConfigMap, swapped in as the kubelet swaps it
+# (`..data`), is reloaded in place.
 #
 # --planted checks these checks: on a copy of deploy/ with one fault planted at a time (a probe
 # path, a subPath, uid 0, a settings port the container does not declare, a broken rule, a PDB
@@ -66,7 +67,8 @@ allowed = {"resources", "bases", "configMapGenerator", "secretGenerator", "gener
 k = yaml.safe_load(open(kustomization)) or {}
 say("kustomization: fields kustomize v2.0.3 knows", "", " ".join(sorted(set(k) - allowed)))
 
-deployments, services, pdbs = of_kind("Deployment"), of_kind("Service"), of_kind("PodDisruptionBudget")
+deployments, services = of_kind("Deployment"), of_kind("Service")
+pdbs = of_kind("PodDisruptionBudget")
 say("one Deployment, one Service, one PodDisruptionBudget", "1 1 1",
     f"{len(deployments)} {len(services)} {len(pdbs)}")
 if not deployments:
@@ -173,7 +175,8 @@ say("prometheus.io/scrape", "true", notes.get("prometheus.io/scrape"))
 say("prometheus.io/port: the admin port", str(ports.get("admin")), notes.get("prometheus.io/port"))
 say("prometheus.io/path", "/metrics", notes.get("prometheus.io/path"))
 
-# Write out what the pod mounts: ConfigMaps as they are, a Secret's items as a made-up token.
+# Write out what the pod mounts: ConfigMaps as they are, a Secret's items as a made-up token; laid
+# out as the kubelet lays out such a volume, each name a link through `..data` to `..v1/`.
 for m in mounts:
     v = volumes.get(m["name"], {})
     where = out + m["mountPath"]
@@ -185,9 +188,15 @@ for m in mounts:
     elif "secret" in v:
         files = {i["path"]: "a-token-for-the-test\n" for i in v["secret"].get("items", [])}
     for name, text in files.items():
-        os.makedirs(posixpath.dirname(posixpath.join(where, name)), exist_ok=True)
-        with open(posixpath.join(where, name), "w") as f:
+        path = posixpath.join(where, "..v1", name)
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             f.write(text)
+        top = name.split("/")[0]
+        if not os.path.lexists(posixpath.join(where, top)):
+            os.symlink(posixpath.join("..data", top), posixpath.join(where, top))
+    if files:
+        os.symlink("..v1", posixpath.join(where, "..data"))
 for r in results:
     print("\t".join(r))
 print(f"config\t{config}")
@@ -199,6 +208,7 @@ PY
 check_tree() {  # check_tree NAME DIR BACKEND
   local name=$1 dir=$2 backend=$3 rendered err config out line what expected actual
   rendered=$tmp/$name.yaml err=$tmp/$name.err out=$tmp/$name.root
+  rm -rf "$out"
   if ! "$kubectl" kustomize "$dir" >"$rendered" 2>"$err"; then
     fail "$name: kubectl kustomize" "it failed" "$(cat "$err")"
     return
@@ -228,6 +238,22 @@ check_tree() {  # check_tree NAME DIR BACKEND
     check "$name: served, GET $what" 200 \
       "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADMIN$what")"
   done
+  # An edited rules ConfigMap, published as the kubelet does (a new ..v2, ..data renamed over):
+  # reloaded in place. The per-ip limit goes from a burst of 200 to one of 50.
+  local rules=$out/etc/sluice/rules
+  local per_ip="http://$ADMIN/v1/limits?domain=default&descriptors=remote_address=10.0.0.1"
+  check "$name: served, the per-ip limit" '"limit":200' \
+    "$(grep -o '"limit":[0-9]*' <<<"$(curl -s "$per_ip")")"
+  cp -r "$rules/..v1" "$rules/..v2"
+  sed -i 's/\(name: per-ip, requests: \)100\(.*burst: \)200/\150\250/' "$rules/..v2/default.yaml"
+  ln -s ..v2 "$rules/..data_tmp" && mv -T "$rules/..data_tmp" "$rules/..data" &&
+    rm -rf "$rules/..v1"
+  for _ in $(seq 50); do
+    [[ $(curl -s "$per_ip") == *'"limit":50,'* ]] && break
+    sleep 0.1
+  done
+  check "$name: a ..data swap of the rules ConfigMap, reloaded: the per-ip limit" '"limit":50' \
+    "$(grep -o '"limit":[0-9]*' <<<"$(curl -s "$per_ip")")"
   stop
 }
 
@@ -260,12 +286,11 @@ plant "readiness probe path" kubernetes/deployment.yaml 's|path: /readyz|path: /
 plant "subPath" kubernetes/deployment.yaml \
   's|^\( *\)mountPath: /etc/sluice/rules$|&\n\1subPath: default.yaml|' \
   "volume rules mounted as a directory"
-plant "root" kubernetes/deployment.yaml '/readOnlyRootFilesystem/!s|runAsUser: 65534|runAsUser: 0|' \
-  "runAsUser"
+plant "root" kubernetes/deployment.yaml 's|runAsUser: 65534|runAsUser: 0|' "runAsUser"
 plant "admin port" kubernetes/sluice.yaml 's|listen: 0.0.0.0:9091|listen: 0.0.0.0:9092|' \
   "settings admin.listen"
-plant "broken rule" kubernetes/rules/default.yaml '0,/requests: 10,/s|requests: 10,|requests: ten,|' \
-  "sluice check-config"
+plant "broken rule" kubernetes/rules/default.yaml \
+  '0,/requests: 10,/s|requests: 10,|requests: ten,|' "sluice check-config"
 plant "PDB selecting nothing" kubernetes/pdb.yaml '$s|name: sluice|name: sluicE|' \
   "PodDisruptionBudget selector"
 plant "kustomize labels:" kubernetes/kustomization.yaml \

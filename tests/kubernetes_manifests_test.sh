@@ -20,7 +20,7 @@
 # where the pod mounts them and `sluice check-config` must accept the --config file; and the
 # base's is served (`sluice serve` on loopback ports): /readyz, /healthz and /metrics answer 200
 # on its admin port, and a new version of its rules ConfigMap, swapped in as the kubelet swaps it
-# (`..data`), is reloaded in place.
+# (`..data`), is reloaded in place. Also: the base's rules are still the embedded default's.
 #
 # --planted checks these checks: on a copy of deploy/ with one fault planted at a time (a probe
 # path, a subPath, uid 0, a settings port the container does not declare, a broken rule, a PDB
@@ -257,7 +257,26 @@ check_tree() {  # check_tree NAME DIR BACKEND
   stop
 }
 
+# The rules the base ships are the embedded default's (src/cli/default_config.h), which its
+# README promises; a kustomization reads no file above its folder, hence the copy. Compared
+# without their opening comments.
+same_as_default() {
+  python3 - "$root/src/cli/default_config.h" "$root/deploy/kubernetes/rules/default.yaml" <<'PY'
+import sys
+header, rules = (open(f).read() for f in sys.argv[1:3])
+embedded = header.split('R"yaml(', 1)[1].split(')yaml"', 1)[0]
+def body(text):  # without the comment lines it opens with
+    lines = text.split("\n")
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "\n".join(lines)
+print("same" if body(embedded) == body(rules) else "different")
+PY
+}
+
 if ((planted == 0)); then
+  check "deploy/kubernetes/rules/default.yaml: the embedded default's rules" same \
+    "$(same_as_default 2>&1)"
   SERVE=1 check_tree kubernetes "$root/deploy/kubernetes" memory
   check_tree kubernetes-redis "$root/deploy/kubernetes-redis" redis
   finish

@@ -33,6 +33,12 @@ packages=(
 if ! command -v node >/dev/null; then
   packages+=(nodejs npm)
 fi
+# `kubectl kustomize` renders deploy/kubernetes for its test (tests/kubernetes_manifests_test.sh).
+# A kubectl already on the PATH (from any source) will do; Debian's kubernetes-client conflicts
+# with some of them (google-cloud-sdk's), so it is installed only where there is none.
+if ! command -v kubectl >/dev/null; then
+  packages+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -146,13 +146,112 @@ void ReadLogs(EnvReader& r, const std::map<std::string, std::string>& /*env*/, E
   }
 }
 
+// "k1=v1,k2=v2" (CONFIG_GRPC_XDS_NODE_METADATA: entries without '=' are skipped, as upstream
+// skips them) or "k1:v1,k2:v2" (envconfig's map form: CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+std::map<std::string, std::string> SplitPairs(std::string_view text, char separator) {
+  std::map<std::string, std::string> out;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view entry = text.substr(0, comma);
+    text.remove_prefix(comma == std::string_view::npos ? text.size() : comma + 1);
+    const size_t at = entry.find(separator);
+    if (at == std::string_view::npos) continue;
+    out[std::string(entry.substr(0, at))] = std::string(entry.substr(at + 1));
+  }
+  return out;
+}
+
+// CONFIG_TYPE=GRPC_XDS_SOTW: the rules from a management server (config_source.xds), with
+// upstream's variables and defaults (src/settings/settings.go).
+void ReadXdsSource(EnvReader& r, EnvoyEnv& out) {
+  rules::XdsSettings& x = out.load.settings->xds.emplace();
+  out.load.remote_rules = true;
+  x.server_url = r.GetOr("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000");
+  x.node_id = r.GetOr("CONFIG_GRPC_XDS_NODE_ID", "default");
+  x.node_metadata = SplitPairs(r.GetOr("CONFIG_GRPC_XDS_NODE_METADATA", ""), '=');
+  x.headers = SplitPairs(r.GetOr("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ""), ':');
+  x.force_start = r.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false);
+  const auto duration = [&r](const char* name, int64_t def) {
+    const auto value = r.Get(name);
+    if (!value) return def;
+    if (auto us = ParseGoDuration(*value); us && *us >= 1000) return *us;
+    r.Say(Level::kError, name, fmt::format("'{}' is not a duration of at least 1ms", *value));
+    return def;
+  };
+  x.connect_retry_interval_us =
+      duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", x.connect_retry_interval_us);
+  x.backoff_initial_us = duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", x.backoff_initial_us);
+  x.backoff_max_us = duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", x.backoff_max_us);
+  if (auto factor = r.Get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")) {
+    char* end = nullptr;
+    const double value = std::strtod(factor->c_str(), &end);
+    if (end != factor->c_str() + factor->size() || !(value >= 0 && value <= 100)) {
+      r.Say(Level::kError, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+            fmt::format("'{}' is not a number from 0 to 100", *factor));
+    } else {
+      x.backoff_factor = value;
+    }
+  }
+  x.backoff_jitter = r.Bool("XDS_CLIENT_BACKOFF_JITTER", true);
+  if (auto size = r.Get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")) {
+    uint64_t bytes = 0;
+    const auto [end, ec] = std::from_chars(size->data(), size->data() + size->size(), bytes);
+    if (ec != std::errc() || end != size->data() + size->size() || bytes > (uint64_t{1} << 30)) {
+      r.Say(Level::kError, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+            fmt::format("'{}' is not a size in bytes (up to 1 GiB)", *size));
+    } else {
+      x.max_message_bytes = bytes;
+    }
+  }
+  // TLS to the server: upstream's CA, client certificate and server name; the files as given.
+  x.tls = r.Bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false);
+  const auto ca = r.Get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT");
+  const auto cert = r.Get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT");
+  const auto key = r.Get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY");
+  const auto san = r.Get("CONFIG_GRPC_XDS_SERVER_TLS_SAN");
+  if (!x.tls) {
+    for (const char* name : {"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                             "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}) {
+      if (r.Get(name)) {
+        r.Say(Level::kInfo, name, "no effect: only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true");
+      }
+    }
+  } else {
+    x.ca_file = ca.value_or("");
+    x.cert_file = cert.value_or("");
+    x.key_file = key.value_or("");
+    x.server_name = san.value_or("");
+    if (x.cert_file.empty() != x.key_file.empty()) {
+      r.Say(Level::kError,
+            x.cert_file.empty() ? "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"
+                                : "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "mutual TLS needs both CONFIG_GRPC_XDS_CLIENT_TLS_CERT and _KEY");
+    }
+  }
+  for (const char* name : {"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
+                           "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"}) {
+    if (r.Get(name)) r.Say(Level::kInfo, name, "no effect: the rules come over xDS");
+  }
+  r.Say(Level::kInfo, "",
+        fmt::format("rules: over xDS from {} as node '{}'{}; {}", x.server_url, x.node_id,
+                    x.tls ? " (TLS)" : "",
+                    x.force_start ? "serving before the first rule set, not ready until it comes"
+                                  : "listening once the first rule set has come"));
+}
+
 void ReadRulesSource(EnvReader& r, const std::map<std::string, std::string>& /*env*/,
                      EnvoyEnv& out) {
   // Where the rules come from.
   if (auto type = r.Get("CONFIG_TYPE"); type && Lower(*type) != "file") {
+    if (Lower(*type) == "grpc_xds_sotw") return ReadXdsSource(r, out);
     r.Say(Level::kError, "CONFIG_TYPE",
-          fmt::format("'{}' is not supported: sluice reads its rules from files (CONFIG_TYPE=FILE)",
+          fmt::format("'{}' is not supported: sluice reads its rules from files (FILE) or over "
+                      "xDS (GRPC_XDS_SOTW)",
                       *type));
+  }
+  if (r.Get("FORCE_START_WITHOUT_INITIAL_CONFIG")) {
+    r.Say(Level::kInfo, "FORCE_START_WITHOUT_INITIAL_CONFIG",
+          "no effect: only with CONFIG_TYPE=GRPC_XDS_SOTW");
   }
   const std::string root = r.GetOr("RUNTIME_ROOT", "/srv/runtime_data/current");
   const std::string subdirectory = r.GetOr("RUNTIME_SUBDIRECTORY", "");

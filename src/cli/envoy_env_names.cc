@@ -34,7 +34,6 @@ constexpr Note kIrrelevant[] = {
     {"EXPIRATION_JITTER_MAX_SECONDS", "sluice sets its keys' expiry from each limit's window"},
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
      "sluice never serves without a loaded configuration"},
-    {"FORCE_START_WITHOUT_INITIAL_CONFIG", "only with CONFIG_TYPE=GRPC_XDS_SOTW"},
     {"DISABLE_STATS", "sluice has no statsd sink to disable; /metrics is read on demand"},
     {"STATS_FLUSH_INTERVAL", "sluice's /metrics is read on demand, nothing is flushed"},
 };

@@ -30,6 +30,7 @@
 #include "spdlog/spdlog.h"
 #include "stack/stack.h"
 #include "util/log.h"
+#include "xds/xds_client.h"
 
 namespace sluice::cli {
 namespace {
@@ -90,9 +91,42 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
     return false;
   }
   spdlog::set_level(spdlog::level::from_str(env.log_level));
-  source.paths = {env.rules_path};
-  source.name = env.rules_path;
+  source.paths.clear();
+  if (!env.rules_path.empty()) source.paths = {env.rules_path};  // none: the rules come over xDS
+  const auto& xds = env.load.settings->xds;
+  source.name = xds ? "xDS " + xds->server_url : env.rules_path;
   source.load_options = env.load;
+  return true;
+}
+
+// config_source.xds: the rules from a management server, applied through `manager` (the loader
+// and reload path files take); refused rule sets are NACKed with the loader's errors.
+std::unique_ptr<xds::XdsClient> StartXds(const rules::Settings& settings,
+                                         rules::ConfigManager& manager) {
+  if (!settings.xds) return nullptr;
+  manager.ExpectRemote();
+  auto client = std::make_unique<xds::XdsClient>(
+      *settings.xds, [&manager](std::shared_ptr<const rules::RemoteDomains> remote) {
+        std::vector<std::string> errors;
+        for (const rules::ConfigError& e : manager.Apply(std::move(remote)).errors) {
+          errors.push_back(e.ToString());
+        }
+        return errors;
+      });
+  client->Start();
+  return client;
+}
+
+// Without force_start, serve listens only once the first rule set has come over xDS (as
+// upstream without FORCE_START_WITHOUT_INITIAL_CONFIG). False when a stop signal came first.
+bool AwaitFirstRules(const rules::Settings& settings, const rules::ConfigManager& manager,
+                     const sigset_t& stop_signals) {
+  if (!settings.xds || settings.xds->force_start) return true;
+  util::Log().info("xds: waiting for the first rule set from {}", settings.xds->server_url);
+  while (manager.awaiting_remote()) {
+    const timespec slice{0, 50 * 1000 * 1000};
+    if (sigtimedwait(&stop_signals, nullptr, &slice) > 0) return false;
+  }
   return true;
 }
 
@@ -306,6 +340,8 @@ int RunServe(const ServeFlags& flags) {
   // SIGTERM and SIGINT are taken by one thread with sigwait: blocked here, before any other
   // thread starts, so every thread inherits the mask.
   const sigset_t stop_signals = BlockStopSignals();
+  const std::unique_ptr<xds::XdsClient> xds_client = StartXds(settings, manager);
+  if (!AwaitFirstRules(settings, manager, stop_signals)) return 0;
 
   auto backends = stack::Stack::Build(settings, flags.redis, clock);
   if (!backends.ok()) return fail("", backends.status());
@@ -322,6 +358,11 @@ int RunServe(const ServeFlags& flags) {
   Observability observability;
   if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls); !s.ok()) {
     return fail("metrics: ", s);
+  }
+  if (xds_client) {
+    if (auto s = xds_client->RegisterMetrics(observability.registry); !s.ok()) {
+      return fail("metrics: ", s);
+    }
   }
   const auto ports = ListenHttp(server, service, listen, admin, **tls);
   if (!ports.ok()) return fail("", ports.status());
@@ -357,7 +398,7 @@ int RunServe(const ServeFlags& flags) {
                 .admin_port = ports->second,
                 .grpc_port = grpc_server ? grpc_server->port() : 0,
                 .config = source.name,
-                .version = loaded.version,
+                .version = manager.Current()->version,
                 .threads = threads,
                 .backend = (*backends)->where(),
                 .try_it = source.paths.empty()});  // the embedded default
@@ -369,6 +410,7 @@ int RunServe(const ServeFlags& flags) {
     const int64_t left_us = shutdown_deadline_us.load() - clock->MonotonicMicros();
     grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
   }
+  if (xds_client) xds_client->Stop();
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));
   manager.StopWatching();

@@ -2,7 +2,8 @@
 // (OK 2/DAY), or the error's gRPC status name. Used by tests/envoy_env_e2e.sh and
 // tests/listener_tls_e2e.sh.
 //
-// Usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE (answers within 5 s)
+// Usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE [KEY VALUE...] (one descriptor of
+//   those entries; answers within 5 s)
 // Env: TLS_CA (PEM file): TLS, the server verified against it, with TLS_CERT and TLS_KEY (PEM
 //   files) as the client's certificate when set. AGAIN_WHEN (a path): after the first answer,
 //   waits (up to 20 s) until that file exists, then calls again on the same channel (the same
@@ -13,11 +14,13 @@
 const fs = require('fs');
 const {grpc, loadProtos} = require('./testing');
 
-const [target, domain, key, value] = process.argv.slice(2);
-if (!value) {
-  console.error('usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE');
+const [target, domain, ...pairs] = process.argv.slice(2);
+if (pairs.length < 2 || pairs.length % 2 !== 0) {
+  console.error('usage: node should_rate_limit.js HOST:PORT DOMAIN KEY VALUE [KEY VALUE...]');
   process.exit(2);
 }
+const entries = [];
+for (let i = 0; i < pairs.length; i += 2) entries.push({key: pairs[i], value: pairs[i + 1]});
 const read = (name) => (process.env[name] ? fs.readFileSync(process.env[name]) : null);
 const credentials = process.env.TLS_CA
   ? grpc.credentials.createSsl(read('TLS_CA'), read('TLS_KEY'), read('TLS_CERT'))
@@ -25,7 +28,7 @@ const credentials = process.env.TLS_CA
 const loaded = loadProtos(['envoy/service/ratelimit/v3/rls.proto'],
                           {keepCase: true, longs: String, enums: String, defaults: true, oneofs: true});
 const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(target, credentials);
-const request = {domain, descriptors: [{entries: [{key, value}]}], hits_addend: 1};
+const request = {domain, descriptors: [{entries}], hits_addend: 1};
 
 function call(then) {
   rls.ShouldRateLimit(request, {deadline: Date.now() + 5000}, (error, response) => {

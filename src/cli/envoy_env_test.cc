@@ -224,7 +224,7 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
       {"QUOTA_MODE", "yes"},                              // not a Go boolean
       {"NEAR_LIMIT_RATIO", "1.5"},
       {"LIMIT_RESPONSE_HEADERS_ENABLED", "on"},  // not a Go boolean
-      {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
+      {"CONFIG_TYPE", "GRPC_XDS_DELTA"},
       {"GRPC_UDS", "/run/rl.sock"},
       {"GRPC_SERVER_USE_TLS", "yes"},  // not a Go boolean
       {"SHADOW_MODE", "yes"},          // not a Go boolean
@@ -240,6 +240,87 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
     EXPECT_THAT(Said(result, name, Level::kError), testing::SizeIs(1)) << name << "\n"
                                                                        << All(result);
   }
+}
+
+// CONFIG_TYPE=GRPC_XDS_SOTW: the rules over xDS (config_source.xds), each variable as upstream
+// reads it, with upstream's defaults; the runtime directory is not read.
+TEST(EnvoyEnvTest, XdsSotwMapsEveryXdsVariable) {
+  Env env = Deployment();
+  env["CONFIG_TYPE"] = "GRPC_XDS_SOTW";
+  EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  ASSERT_TRUE(result.load.settings->xds.has_value());
+  EXPECT_TRUE(result.load.remote_rules);
+  EXPECT_EQ(result.rules_path, "");
+  const rules::XdsSettings defaults = *result.load.settings->xds;
+  EXPECT_EQ(defaults.server_url, "localhost:18000");
+  EXPECT_EQ(defaults.node_id, "default");
+  EXPECT_FALSE(defaults.tls);
+  EXPECT_FALSE(defaults.force_start);
+  EXPECT_EQ(defaults.connect_retry_interval_us, 3000000);
+  EXPECT_EQ(defaults.backoff_initial_us, 10000000);
+  EXPECT_EQ(defaults.backoff_max_us, 60000000);
+  EXPECT_EQ(defaults.backoff_factor, 0.5);
+  EXPECT_TRUE(defaults.backoff_jitter);
+  EXPECT_THAT(Said(result, "RUNTIME_SUBDIRECTORY", Level::kInfo), testing::SizeIs(1))
+      << All(result);
+
+  env["CONFIG_GRPC_XDS_SERVER_URL"] = "envoy-gateway:18001";
+  env["CONFIG_GRPC_XDS_NODE_ID"] = "envoy-ratelimit";
+  env["CONFIG_GRPC_XDS_NODE_METADATA"] = "cluster=edge,zone=a=b,skipped";
+  env["CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"] = "x-token:abc,x-team:rl";
+  env["CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"] = "500ms";
+  env["XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"] = "1s";
+  env["XDS_CLIENT_BACKOFF_MAX_INTERVAL"] = "1m30s";
+  env["XDS_CLIENT_BACKOFF_RANDOM_FACTOR"] = "2";
+  env["XDS_CLIENT_BACKOFF_JITTER"] = "false";
+  env["XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"] = "16777216";
+  env["CONFIG_GRPC_XDS_SERVER_USE_TLS"] = "true";
+  env["CONFIG_GRPC_XDS_SERVER_TLS_CACERT"] = "/certs/ca.crt";
+  env["CONFIG_GRPC_XDS_CLIENT_TLS_CERT"] = "/certs/tls.crt";
+  env["CONFIG_GRPC_XDS_CLIENT_TLS_KEY"] = "/certs/tls.key";
+  env["CONFIG_GRPC_XDS_SERVER_TLS_SAN"] = "envoy-gateway";
+  env["FORCE_START_WITHOUT_INITIAL_CONFIG"] = "true";
+  result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  const rules::XdsSettings& x = *result.load.settings->xds;
+  EXPECT_EQ(x.server_url, "envoy-gateway:18001");
+  EXPECT_EQ(x.node_id, "envoy-ratelimit");
+  EXPECT_EQ(x.node_metadata,
+            (std::map<std::string, std::string>{{"cluster", "edge"}, {"zone", "a=b"}}));
+  EXPECT_EQ(x.headers, (std::map<std::string, std::string>{{"x-team", "rl"}, {"x-token", "abc"}}));
+  EXPECT_EQ(x.connect_retry_interval_us, 500000);
+  EXPECT_EQ(x.backoff_initial_us, 1000000);
+  EXPECT_EQ(x.backoff_max_us, 90000000);
+  EXPECT_EQ(x.backoff_factor, 2);
+  EXPECT_FALSE(x.backoff_jitter);
+  EXPECT_EQ(x.max_message_bytes, 16777216u);
+  EXPECT_TRUE(x.tls);
+  EXPECT_EQ(x.ca_file, "/certs/ca.crt");
+  EXPECT_EQ(x.cert_file, "/certs/tls.crt");
+  EXPECT_EQ(x.key_file, "/certs/tls.key");
+  EXPECT_EQ(x.server_name, "envoy-gateway");
+  EXPECT_TRUE(x.force_start);
+
+  env["CONFIG_GRPC_XDS_CLIENT_TLS_KEY"] = "";         // a certificate without its key
+  env["XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"] = "10";  // no unit
+  result = ReadEnvoyEnv(env);
+  EXPECT_FALSE(result.ok());
+  EXPECT_THAT(Said(result, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Level::kError), testing::SizeIs(1));
+  EXPECT_THAT(Said(result, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Level::kError),
+              testing::SizeIs(1));
+}
+
+// The xDS variables without CONFIG_TYPE=GRPC_XDS_SOTW do nothing, and say so.
+TEST(EnvoyEnvTest, XdsVariablesWithFileConfigAreInfo) {
+  Env env = Deployment();
+  env["CONFIG_GRPC_XDS_SERVER_URL"] = "envoy-gateway:18001";
+  env["FORCE_START_WITHOUT_INITIAL_CONFIG"] = "true";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_FALSE(result.load.settings->xds.has_value());
+  EXPECT_THAT(Said(result, "CONFIG_GRPC_XDS_SERVER_URL", Level::kInfo), testing::SizeIs(1));
+  EXPECT_THAT(Said(result, "FORCE_START_WITHOUT_INITIAL_CONFIG", Level::kInfo), testing::SizeIs(1));
 }
 
 // GRPC_SERVER_USE_TLS=true: TLS on the gRPC port with the server's certificate and key, the

@@ -188,6 +188,7 @@ bool XdsClient::RunStream() {
     discovery::DiscoveryResponse response;
     while (stream->Read(&response)) {
       got_response = true;
+      const auto received = std::chrono::steady_clock::now();
       std::vector<std::string> errors;
       if (response.type_url() != kRateLimitConfigType) {
         errors.push_back(fmt::format("type {} was not asked for", response.type_url()));
@@ -203,8 +204,10 @@ bool XdsClient::RunStream() {
         acked_version_ = response.version_info();
         acked_nonce_ = response.nonce();
         reply = Request(settings_, acked_version_, acked_nonce_);
-        util::Log().info("xds: version '{}' applied ({} rule sets)", acked_version_,
-                         response.resources_size());
+        const auto took = std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::steady_clock::now() - received);
+        util::Log().info("xds: version '{}' applied ({} rule sets) in {:.1f} ms", acked_version_,
+                         response.resources_size(), static_cast<double>(took.count()) / 1000);
       } else {
         rejected_.fetch_add(1);
         const std::string detail = JoinErrors(errors);

@@ -53,7 +53,7 @@ class DomainParser {
       } else if (*mode == "local") {
         domain_.failure_mode = FailureMode::kLocal;
       } else {
-        r_.Error(doc["failure_mode"],
+        r_.Error(Field(doc, "failure_mode"),
                  fmt::format("unknown failure_mode '{}' (open, closed or local)", *mode));
       }
     }
@@ -64,10 +64,10 @@ class DomainParser {
       domain_.clients_at = r_.FieldPosition(doc, "clients");
     }
     ParsePlans(doc);
-    if (const YAML::Node list = doc["descriptors"]; list.IsDefined() && !list.IsNull()) {
+    if (const YAML::Node list = Field(doc, "descriptors"); list.IsDefined() && !list.IsNull()) {
       ParseDescriptors(list, domain_.root);
     }
-    if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
+    if (const YAML::Node http = Field(doc, "http"); http.IsDefined() && !http.IsNull()) {
       if (auto section = ParseHttpSection(r_, http)) domain_.http = std::move(*section);
     }
   }
@@ -80,7 +80,7 @@ class DomainParser {
     if (*name == "exact") return Consistency::kExact;
     if (*name == "leased") return Consistency::kLeased;
     if (*name == "eventual") return Consistency::kEventual;
-    r_.Error(map["consistency"],
+    r_.Error(Field(map, "consistency"),
              fmt::format("unknown consistency '{}' (exact, leased or eventual)", *name));
     return std::nullopt;
   }
@@ -104,7 +104,7 @@ class DomainParser {
     ParseLeaseChoice(doc, "cold_keys", "copy", domain_.lease_cold_keys);
     if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {
       if (*rate == 0) {
-        r_.Error(doc["hot_key_rate"], "hot_key_rate must be positive (requests per second)");
+        r_.Error(Field(doc, "hot_key_rate"), "hot_key_rate must be positive (requests per second)");
       } else {
         domain_.hot_key_rate = static_cast<uint32_t>(*rate);
       }
@@ -112,7 +112,7 @@ class DomainParser {
   }
 
   void ParsePlans(const YAML::Node& doc) {
-    const YAML::Node plans = doc["plans"];
+    const YAML::Node plans = Field(doc, "plans");
     if (plans.IsDefined() && !plans.IsNull()) {
       if (!plans.IsMap()) {
         r_.Error(plans, "plans must be a map of plan names");
@@ -122,13 +122,14 @@ class DomainParser {
           if (!name) continue;
           Plan plan{.name = *name, .limits = {}};
           if (r_.CheckMap(it->second, fmt::format("plan '{}'", *name), {"limits"})) {
-            plan.limits = ParseLimitList(it->second["limits"], fmt::format("plan '{}'", *name));
+            plan.limits =
+                ParseLimitList(Field(it->second, "limits"), fmt::format("plan '{}'", *name));
           }
           domain_.plans.emplace(*name, std::move(plan));
         }
       }
     }
-    if (const YAML::Node def = doc["default_plan"]; def.IsDefined() && !def.IsNull()) {
+    if (const YAML::Node def = Field(doc, "default_plan"); def.IsDefined() && !def.IsNull()) {
       if (auto name = r_.AsString(def, "default_plan")) {
         domain_.default_plan = *name;
         if (!domain_.plans.contains(*name)) {
@@ -177,7 +178,7 @@ class DomainParser {
       return false;
     }
     node.key = *key;
-    if (const YAML::Node value = item["value"]; value.IsDefined() && !value.IsNull()) {
+    if (const YAML::Node value = Field(item, "value"); value.IsDefined() && !value.IsNull()) {
       // An empty value is the same as none (key-only), as upstream stores it.
       if (auto v = r_.AsString(value, "value"); v && !v->empty()) {
         node.value = *v;
@@ -191,28 +192,29 @@ class DomainParser {
     node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
     r_.Bool(item, "value_to_metric");
     node.quota_mode = r_.Bool(item, "quota_mode").value_or(false);
-    if (const YAML::Node metadata = item["metadata"]; metadata.IsDefined() && !metadata.IsNull()) {
+    if (const YAML::Node metadata = Field(item, "metadata");
+        metadata.IsDefined() && !metadata.IsNull()) {
       node.metadata_json = r_.MapAsJson(metadata, "metadata").value_or("");
     }
     node.share_threshold = r_.Bool(item, "share_threshold").value_or(false);
     if (node.share_threshold && !node.wildcard) {
-      r_.Error(item["share_threshold"],
+      r_.Error(Field(item, "share_threshold"),
                fmt::format("share_threshold can only be used with wildcard values (containing "
                            "'*'), but found key '{}'",
                            node.key));
     }
-    const YAML::Node rate_limit = item["rate_limit"];
-    const YAML::Node limits = item["limits"];
+    const YAML::Node rate_limit = Field(item, "rate_limit");
+    const YAML::Node limits = Field(item, "limits");
     const bool has_rate_limit = rate_limit.IsDefined() && !rate_limit.IsNull();
     const bool has_limits = limits.IsDefined() && !limits.IsNull();
     if (auto plan_from = r_.String(item, "plan_from")) {
       node.plan_from = *plan_from;
       node.has_rate_limit = true;
       if (domain_.plans.empty()) {
-        r_.Error(item["plan_from"], "plan_from needs top-level plans");
+        r_.Error(Field(item, "plan_from"), "plan_from needs top-level plans");
       }
       if (has_rate_limit || has_limits) {
-        r_.Error(item["plan_from"],
+        r_.Error(Field(item, "plan_from"),
                  "a descriptor with plan_from takes its limits from the plan; "
                  "remove rate_limit/limits");
       }
@@ -225,7 +227,7 @@ class DomainParser {
       node.has_rate_limit = true;
       node.limits = ParseLimitList(limits, "limits");
     }
-    if (const YAML::Node children = item["descriptors"];
+    if (const YAML::Node children = Field(item, "descriptors");
         children.IsDefined() && !children.IsNull()) {
       ParseDescriptors(children, node);
     }
@@ -236,7 +238,8 @@ class DomainParser {
     node.has_rate_limit = true;
     if (!r_.CheckMap(rl, "rate_limit", kRateLimitKeys)) return;
     if (auto name = r_.String(rl, "name")) node.rate_limit_name = *name;
-    if (const YAML::Node replaces = rl["replaces"]; replaces.IsDefined() && !replaces.IsNull()) {
+    if (const YAML::Node replaces = Field(rl, "replaces");
+        replaces.IsDefined() && !replaces.IsNull()) {
       if (r_.CheckSequence(replaces, "replaces")) {
         for (const YAML::Node& entry : replaces) {
           if (!r_.CheckMap(entry, "replaces entry", {"name"})) continue;
@@ -253,8 +256,8 @@ class DomainParser {
     }
     if (r_.Bool(rl, "unlimited").value_or(false)) {
       node.unlimited = true;
-      if (rl["unit"].IsDefined() || rl["window"].IsDefined()) {
-        r_.Error(rl["unit"].IsDefined() ? rl["unit"] : rl["window"],
+      if (Field(rl, "unit").IsDefined() || Field(rl, "window").IsDefined()) {
+        r_.Error(Field(rl, "unit").IsDefined() ? Field(rl, "unit") : Field(rl, "window"),
                  "should not specify rate limit unit when unlimited");
       }
       return;
@@ -288,7 +291,7 @@ class DomainParser {
     rule.position = r_.PositionOf(map);
     rule.limit.algorithm = Algorithm::kFixedWindow;  // envoyproxy/ratelimit's only algorithm
     bool algorithm_known = true;  // else checks that depend on it (burst) say nothing more
-    if (map["algorithm"].IsDefined() && !map["algorithm"].IsNull()) {
+    if (Field(map, "algorithm").IsDefined() && !Field(map, "algorithm").IsNull()) {
       algorithm_known = false;
       if (auto name = r_.String(map, "algorithm")) {
         auto algorithm = ParseAlgorithm(*name);
@@ -296,21 +299,22 @@ class DomainParser {
           rule.limit.algorithm = *algorithm;
           algorithm_known = true;
         } else {
-          r_.Error(map["algorithm"], std::string(algorithm.status().message()));
+          r_.Error(Field(map, "algorithm"), std::string(algorithm.status().message()));
         }
       }
     }
-    if (map["requests"].IsDefined() && map["requests_per_unit"].IsDefined()) {
-      r_.Error(map["requests"],
+    if (Field(map, "requests").IsDefined() && Field(map, "requests_per_unit").IsDefined()) {
+      r_.Error(Field(map, "requests"),
                fmt::format("{}: give requests or requests_per_unit, not both", what));
     }
-    const char* requests_key = map["requests"].IsDefined() ? "requests" : "requests_per_unit";
+    const char* requests_key =
+        Field(map, "requests").IsDefined() ? "requests" : "requests_per_unit";
     // A missing count is 0, which denies everything, as upstream.
     rule.limit.requests = r_.Unsigned(map, requests_key, kMaxRequests).value_or(0);
-    const bool has_unit = map["unit"].IsDefined() && !map["unit"].IsNull();
-    const bool has_window = map["window"].IsDefined() && !map["window"].IsNull();
+    const bool has_unit = Field(map, "unit").IsDefined() && !Field(map, "unit").IsNull();
+    const bool has_window = Field(map, "window").IsDefined() && !Field(map, "window").IsNull();
     if (has_unit && has_window) {
-      r_.Error(map["window"], fmt::format("{}: give unit or window, not both", what));
+      r_.Error(Field(map, "window"), fmt::format("{}: give unit or window, not both", what));
     } else if (has_unit) {
       if (auto unit = r_.String(map, "unit")) {
         rule.limit.window_us = UnitMicros(*unit);
@@ -318,7 +322,7 @@ class DomainParser {
         std::transform(rule.unit.begin(), rule.unit.end(), rule.unit.begin(),
                        [](unsigned char c) { return std::tolower(c); });
         if (rule.limit.window_us == 0) {
-          r_.Error(map["unit"], fmt::format("invalid rate limit unit '{}'", *unit));
+          r_.Error(Field(map, "unit"), fmt::format("invalid rate limit unit '{}'", *unit));
         }
       }
     } else if (has_window) {
@@ -328,7 +332,7 @@ class DomainParser {
                                 "or a window (e.g. 30s)",
                                 what));
     }
-    if (const YAML::Node burst = map["burst"];
+    if (const YAML::Node burst = Field(map, "burst");
         algorithm_known && burst.IsDefined() && !burst.IsNull()) {
       if (auto b = r_.AsUnsigned(burst, "burst", kMaxBurst)) {
         if (rule.limit.algorithm == Algorithm::kTokenBucket && *b < 1) {

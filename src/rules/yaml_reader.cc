@@ -52,6 +52,17 @@ void AppendJson(const YAML::Node& node, std::string* out) {
 
 }  // namespace
 
+YAML::Node Field(const YAML::Node& map, std::string_view key) {
+  if (map.IsMap()) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == key) return it->second;
+    }
+  }
+  // One undefined node for every absent key (copies share it; nobody writes to it).
+  static const YAML::Node* const kAbsent = new YAML::Node(YAML::NodeType::Undefined);
+  return *kAbsent;
+}
+
 std::optional<std::string> YamlReader::MapAsJson(const YAML::Node& node, std::string_view what) {
   if (!node.IsMap()) {
     Error(node, fmt::format("{} must be a map", what));
@@ -161,13 +172,13 @@ std::optional<uint64_t> YamlReader::AsUnsigned(const YAML::Node& node, std::stri
 }
 
 std::optional<std::string> YamlReader::String(const YAML::Node& map, const char* key) {
-  const YAML::Node node = map[key];
+  const YAML::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsString(node, key);
 }
 
 std::optional<bool> YamlReader::Bool(const YAML::Node& map, const char* key) {
-  const YAML::Node node = map[key];
+  const YAML::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   bool value = false;
   if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
@@ -178,13 +189,13 @@ std::optional<bool> YamlReader::Bool(const YAML::Node& map, const char* key) {
 }
 
 std::optional<uint64_t> YamlReader::Unsigned(const YAML::Node& map, const char* key, uint64_t max) {
-  const YAML::Node node = map[key];
+  const YAML::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsUnsigned(node, key, max);
 }
 
 std::optional<int64_t> YamlReader::Duration(const YAML::Node& map, const char* key) {
-  const YAML::Node node = map[key];
+  const YAML::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   if (!node.IsScalar()) {
     Error(node, fmt::format("{} must be a duration such as 30s", key));
@@ -200,7 +211,7 @@ std::optional<int64_t> YamlReader::Duration(const YAML::Node& map, const char* k
 
 std::optional<std::vector<std::string>> YamlReader::Strings(const YAML::Node& map,
                                                             const char* key) {
-  const YAML::Node node = map[key];
+  const YAML::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   if (!CheckSequence(node, key)) return std::nullopt;
   std::vector<std::string> out;

@@ -19,6 +19,12 @@
 
 namespace sluice::rules {
 
+// map[key] without its cost when the key is absent: yaml-cpp's const operator[] then builds its
+// undefined node's message with a std::stringstream, which made most of a large rule set's
+// parse time (a descriptor is looked up for a dozen optional keys it does not have). The value
+// node, or an undefined node (IsDefined() false) when `map` is not a map or has no such key.
+YAML::Node Field(const YAML::Node& map, std::string_view key);
+
 class YamlReader {
  public:
   YamlReader(std::string file, std::vector<ConfigError>* errors)

@@ -152,7 +152,14 @@ check "gRPC in plaintext: refused" UNAVAILABLE \
   "$(timeout 15 node "$fixtures/should_rate_limit.js" "127.0.0.1:$grpc_port" \
     first-listener first-route first-route 2>&1 | tail -1)"
 
-# A new version: 8 a month. The counts stay (the same limit's state, as for files).
+year_json() {  # the second route's yearly rule (one a year)
+  curl -s -o /dev/null -w '%{http_code}' -m 5 -H 'content-type: application/json' \
+    -d '{"domain":"first-listener","descriptors":[{"entries":[{"key":"second-route","value":"second-route"},{"key":"rule-0-match-0","value":"rule-0-match-0"}]}]}' \
+    "http://127.0.0.1:$port/json"
+}
+check "v1: one a year on the second route" "200 429" "$(year_json) $(year_json)"
+
+# A new version: 8 a month. A limit that did not change keeps its count (as for files).
 snapshot v2 month-year-rule.yaml '0,/requests_per_unit: 5/s//requests_per_unit: 8/' || fail_setup "no snapshot"
 sent=$(ms)
 kill -HUP "$XPID"
@@ -164,6 +171,7 @@ done
 check "v2 decides within 1 s of its publication" 1 "$([[ -n $followed && $followed -lt 1000 ]] && echo 1)"
 echo "     (v2 followed after ${followed:-never} ms)"
 wait_xds "version=v2 nonce=2-v2$"
+check "v2: the unchanged yearly limit kept its count" 429 "$(year_json)"
 check "v2 is ACKed" 1 "$(grep -c "request node=envoy-ratelimit version=v2 nonce=2-v2$" "$tmp/xds.all")"
 
 # An invalid version: a limit without a unit (UNKNOWN). NACKed; v2 still decides.

@@ -63,6 +63,9 @@ start_prefix=(taskset -c "$server_cpus")
 start_wait=60
 start sluice --config "$tmp/etc/sluice.yaml" --threads 1 || { echo "sluice did not start"; cat "$tmp/sluice.err"; exit 1; }
 
+first=$(sed -n "s/.*xds: version 'v1' applied .* in \([0-9.]*\) ms/\1/p" "$tmp/sluice.err")
+echo "first version, applied with no load: ${first:-?} ms"
+
 # run NAME: one openloop run; prints "p50 p99 p999 max" (µs).
 run() {
   taskset -c "$client_cpus" "$openloop" --url "http://$DATA/v1/auth/allow" --rate "$rate" \

@@ -31,6 +31,8 @@ bool Publish(TestAdsServer& server, const std::string& path) {
     std::cerr << "xds_server: cannot read " << path << "\n";
     return false;
   }
+  // (Named here so that a static link keeps its descriptor, which "@type" is looked up in.)
+  (void)ratelimit::config::ratelimit::v3::RateLimitConfig::descriptor();
   envoy::service::discovery::v3::DiscoveryResponse snapshot;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;

@@ -84,7 +84,12 @@ ConfigManager::ReloadOutcome ConfigManager::LoadAndSwap(const RemoteDomains* rem
     util::SpinLockHolder lock(&current_mu_);
     current_.swap(result.config);
   }
-  result.config.reset();  // the old config goes outside the lock
+  // The old config is freed here, on the reloading thread, not by whichever request thread
+  // happens to drop the last copy of it: freeing a large rule set takes milliseconds, which would
+  // land on one request. One still in use is kept until a later reload finds it unused.
+  retired_.push_back(std::move(result.config));
+  std::erase_if(retired_,
+                [](const std::shared_ptr<const Config>& c) { return c.use_count() == 1; });
   successes_.fetch_add(1);
   outcome.applied = true;
   util::Log().info("config: loaded version {}", outcome.version);

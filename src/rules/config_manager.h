@@ -101,6 +101,8 @@ class ConfigManager {
   std::shared_ptr<const Config> current_ ABSL_GUARDED_BY(current_mu_);
   absl::Mutex reload_mu_;  // one reload at a time
   std::shared_ptr<const RemoteDomains> remote_ ABSL_GUARDED_BY(reload_mu_);
+  // Configs replaced while requests still held them, freed by a later reload (LoadAndSwap).
+  std::vector<std::shared_ptr<const Config>> retired_ ABSL_GUARDED_BY(reload_mu_);
   std::atomic<bool> awaiting_remote_{false};
   std::atomic<uint64_t> successes_{0};
   std::atomic<uint64_t> failures_{0};

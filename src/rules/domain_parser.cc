@@ -53,7 +53,7 @@ class DomainParser {
       } else if (*mode == "local") {
         domain_.failure_mode = FailureMode::kLocal;
       } else {
-        r_.Error(Field(doc, "failure_mode"),
+        r_.Error(r_.Field(doc, "failure_mode"),
                  fmt::format("unknown failure_mode '{}' (open, closed or local)", *mode));
       }
     }
@@ -64,10 +64,10 @@ class DomainParser {
       domain_.clients_at = r_.FieldPosition(doc, "clients");
     }
     ParsePlans(doc);
-    if (const YAML::Node list = Field(doc, "descriptors"); list.IsDefined() && !list.IsNull()) {
+    if (const YAML::Node list = r_.Field(doc, "descriptors"); list.IsDefined() && !list.IsNull()) {
       ParseDescriptors(list, domain_.root);
     }
-    if (const YAML::Node http = Field(doc, "http"); http.IsDefined() && !http.IsNull()) {
+    if (const YAML::Node http = r_.Field(doc, "http"); http.IsDefined() && !http.IsNull()) {
       if (auto section = ParseHttpSection(r_, http)) domain_.http = std::move(*section);
     }
   }
@@ -80,7 +80,7 @@ class DomainParser {
     if (*name == "exact") return Consistency::kExact;
     if (*name == "leased") return Consistency::kLeased;
     if (*name == "eventual") return Consistency::kEventual;
-    r_.Error(Field(map, "consistency"),
+    r_.Error(r_.Field(map, "consistency"),
              fmt::format("unknown consistency '{}' (exact, leased or eventual)", *name));
     return std::nullopt;
   }
@@ -104,7 +104,8 @@ class DomainParser {
     ParseLeaseChoice(doc, "cold_keys", "copy", domain_.lease_cold_keys);
     if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {
       if (*rate == 0) {
-        r_.Error(Field(doc, "hot_key_rate"), "hot_key_rate must be positive (requests per second)");
+        r_.Error(r_.Field(doc, "hot_key_rate"),
+                 "hot_key_rate must be positive (requests per second)");
       } else {
         domain_.hot_key_rate = static_cast<uint32_t>(*rate);
       }
@@ -112,7 +113,7 @@ class DomainParser {
   }
 
   void ParsePlans(const YAML::Node& doc) {
-    const YAML::Node plans = Field(doc, "plans");
+    const YAML::Node plans = r_.Field(doc, "plans");
     if (plans.IsDefined() && !plans.IsNull()) {
       if (!plans.IsMap()) {
         r_.Error(plans, "plans must be a map of plan names");
@@ -123,13 +124,13 @@ class DomainParser {
           Plan plan{.name = *name, .limits = {}};
           if (r_.CheckMap(it->second, fmt::format("plan '{}'", *name), {"limits"})) {
             plan.limits =
-                ParseLimitList(Field(it->second, "limits"), fmt::format("plan '{}'", *name));
+                ParseLimitList(r_.Field(it->second, "limits"), fmt::format("plan '{}'", *name));
           }
           domain_.plans.emplace(*name, std::move(plan));
         }
       }
     }
-    if (const YAML::Node def = Field(doc, "default_plan"); def.IsDefined() && !def.IsNull()) {
+    if (const YAML::Node def = r_.Field(doc, "default_plan"); def.IsDefined() && !def.IsNull()) {
       if (auto name = r_.AsString(def, "default_plan")) {
         domain_.default_plan = *name;
         if (!domain_.plans.contains(*name)) {
@@ -178,7 +179,7 @@ class DomainParser {
       return false;
     }
     node.key = *key;
-    if (const YAML::Node value = Field(item, "value"); value.IsDefined() && !value.IsNull()) {
+    if (const YAML::Node value = r_.Field(item, "value"); value.IsDefined() && !value.IsNull()) {
       // An empty value is the same as none (key-only), as upstream stores it.
       if (auto v = r_.AsString(value, "value"); v && !v->empty()) {
         node.value = *v;
@@ -192,29 +193,29 @@ class DomainParser {
     node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
     r_.Bool(item, "value_to_metric");
     node.quota_mode = r_.Bool(item, "quota_mode").value_or(false);
-    if (const YAML::Node metadata = Field(item, "metadata");
+    if (const YAML::Node metadata = r_.Field(item, "metadata");
         metadata.IsDefined() && !metadata.IsNull()) {
       node.metadata_json = r_.MapAsJson(metadata, "metadata").value_or("");
     }
     node.share_threshold = r_.Bool(item, "share_threshold").value_or(false);
     if (node.share_threshold && !node.wildcard) {
-      r_.Error(Field(item, "share_threshold"),
+      r_.Error(r_.Field(item, "share_threshold"),
                fmt::format("share_threshold can only be used with wildcard values (containing "
                            "'*'), but found key '{}'",
                            node.key));
     }
-    const YAML::Node rate_limit = Field(item, "rate_limit");
-    const YAML::Node limits = Field(item, "limits");
+    const YAML::Node rate_limit = r_.Field(item, "rate_limit");
+    const YAML::Node limits = r_.Field(item, "limits");
     const bool has_rate_limit = rate_limit.IsDefined() && !rate_limit.IsNull();
     const bool has_limits = limits.IsDefined() && !limits.IsNull();
     if (auto plan_from = r_.String(item, "plan_from")) {
       node.plan_from = *plan_from;
       node.has_rate_limit = true;
       if (domain_.plans.empty()) {
-        r_.Error(Field(item, "plan_from"), "plan_from needs top-level plans");
+        r_.Error(r_.Field(item, "plan_from"), "plan_from needs top-level plans");
       }
       if (has_rate_limit || has_limits) {
-        r_.Error(Field(item, "plan_from"),
+        r_.Error(r_.Field(item, "plan_from"),
                  "a descriptor with plan_from takes its limits from the plan; "
                  "remove rate_limit/limits");
       }
@@ -227,7 +228,7 @@ class DomainParser {
       node.has_rate_limit = true;
       node.limits = ParseLimitList(limits, "limits");
     }
-    if (const YAML::Node children = Field(item, "descriptors");
+    if (const YAML::Node children = r_.Field(item, "descriptors");
         children.IsDefined() && !children.IsNull()) {
       ParseDescriptors(children, node);
     }
@@ -238,7 +239,7 @@ class DomainParser {
     node.has_rate_limit = true;
     if (!r_.CheckMap(rl, "rate_limit", kRateLimitKeys)) return;
     if (auto name = r_.String(rl, "name")) node.rate_limit_name = *name;
-    if (const YAML::Node replaces = Field(rl, "replaces");
+    if (const YAML::Node replaces = r_.Field(rl, "replaces");
         replaces.IsDefined() && !replaces.IsNull()) {
       if (r_.CheckSequence(replaces, "replaces")) {
         for (const YAML::Node& entry : replaces) {
@@ -256,8 +257,8 @@ class DomainParser {
     }
     if (r_.Bool(rl, "unlimited").value_or(false)) {
       node.unlimited = true;
-      if (Field(rl, "unit").IsDefined() || Field(rl, "window").IsDefined()) {
-        r_.Error(Field(rl, "unit").IsDefined() ? Field(rl, "unit") : Field(rl, "window"),
+      if (r_.Field(rl, "unit").IsDefined() || r_.Field(rl, "window").IsDefined()) {
+        r_.Error(r_.Field(rl, "unit").IsDefined() ? r_.Field(rl, "unit") : r_.Field(rl, "window"),
                  "should not specify rate limit unit when unlimited");
       }
       return;
@@ -291,7 +292,7 @@ class DomainParser {
     rule.position = r_.PositionOf(map);
     rule.limit.algorithm = Algorithm::kFixedWindow;  // envoyproxy/ratelimit's only algorithm
     bool algorithm_known = true;  // else checks that depend on it (burst) say nothing more
-    if (Field(map, "algorithm").IsDefined() && !Field(map, "algorithm").IsNull()) {
+    if (r_.Field(map, "algorithm").IsDefined() && !r_.Field(map, "algorithm").IsNull()) {
       algorithm_known = false;
       if (auto name = r_.String(map, "algorithm")) {
         auto algorithm = ParseAlgorithm(*name);
@@ -299,22 +300,23 @@ class DomainParser {
           rule.limit.algorithm = *algorithm;
           algorithm_known = true;
         } else {
-          r_.Error(Field(map, "algorithm"), std::string(algorithm.status().message()));
+          r_.Error(r_.Field(map, "algorithm"), std::string(algorithm.status().message()));
         }
       }
     }
-    if (Field(map, "requests").IsDefined() && Field(map, "requests_per_unit").IsDefined()) {
-      r_.Error(Field(map, "requests"),
+    if (r_.Field(map, "requests").IsDefined() && r_.Field(map, "requests_per_unit").IsDefined()) {
+      r_.Error(r_.Field(map, "requests"),
                fmt::format("{}: give requests or requests_per_unit, not both", what));
     }
     const char* requests_key =
-        Field(map, "requests").IsDefined() ? "requests" : "requests_per_unit";
+        r_.Field(map, "requests").IsDefined() ? "requests" : "requests_per_unit";
     // A missing count is 0, which denies everything, as upstream.
     rule.limit.requests = r_.Unsigned(map, requests_key, kMaxRequests).value_or(0);
-    const bool has_unit = Field(map, "unit").IsDefined() && !Field(map, "unit").IsNull();
-    const bool has_window = Field(map, "window").IsDefined() && !Field(map, "window").IsNull();
+    const bool has_unit = r_.Field(map, "unit").IsDefined() && !r_.Field(map, "unit").IsNull();
+    const bool has_window =
+        r_.Field(map, "window").IsDefined() && !r_.Field(map, "window").IsNull();
     if (has_unit && has_window) {
-      r_.Error(Field(map, "window"), fmt::format("{}: give unit or window, not both", what));
+      r_.Error(r_.Field(map, "window"), fmt::format("{}: give unit or window, not both", what));
     } else if (has_unit) {
       if (auto unit = r_.String(map, "unit")) {
         rule.limit.window_us = UnitMicros(*unit);
@@ -322,7 +324,7 @@ class DomainParser {
         std::transform(rule.unit.begin(), rule.unit.end(), rule.unit.begin(),
                        [](unsigned char c) { return std::tolower(c); });
         if (rule.limit.window_us == 0) {
-          r_.Error(Field(map, "unit"), fmt::format("invalid rate limit unit '{}'", *unit));
+          r_.Error(r_.Field(map, "unit"), fmt::format("invalid rate limit unit '{}'", *unit));
         }
       }
     } else if (has_window) {
@@ -332,7 +334,7 @@ class DomainParser {
                                 "or a window (e.g. 30s)",
                                 what));
     }
-    if (const YAML::Node burst = Field(map, "burst");
+    if (const YAML::Node burst = r_.Field(map, "burst");
         algorithm_known && burst.IsDefined() && !burst.IsNull()) {
       if (auto b = r_.AsUnsigned(burst, "burst", kMaxBurst)) {
         if (rule.limit.algorithm == Algorithm::kTokenBucket && *b < 1) {

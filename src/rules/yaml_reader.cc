@@ -52,14 +52,20 @@ void AppendJson(const YAML::Node& node, std::string* out) {
 
 }  // namespace
 
-YAML::Node Field(const YAML::Node& map, std::string_view key) {
-  if (map.IsMap()) {
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (it->first.IsScalar() && it->first.Scalar() == key) return it->second;
-    }
-  }
+YAML::Node YamlReader::Field(const YAML::Node& map, std::string_view key) {
   // One undefined node for every absent key (copies share it; nobody writes to it).
   static const YAML::Node* const kAbsent = new YAML::Node(YAML::NodeType::Undefined);
+  if (!map.IsMap()) return *kAbsent;
+  if (!fields_of_ || !fields_of_->is(map)) {
+    fields_.clear();
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (it->first.IsScalar()) fields_.emplace_back(it->first.Scalar(), it->second);
+    }
+    fields_of_.emplace(map);  // (emplace binds a new node; assigning would write to the old)
+  }
+  for (const auto& [name, value] : fields_) {
+    if (name == key) return value;
+  }
   return *kAbsent;
 }
 

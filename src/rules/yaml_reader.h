@@ -12,18 +12,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rules/config.h"
 #include "rules/loader.h"
 
 namespace sluice::rules {
-
-// map[key] without its cost when the key is absent: yaml-cpp's const operator[] then builds its
-// undefined node's message with a std::stringstream, which made most of a large rule set's
-// parse time (a descriptor is looked up for a dozen optional keys it does not have). The value
-// node, or an undefined node (IsDefined() false) when `map` is not a map or has no such key.
-YAML::Node Field(const YAML::Node& map, std::string_view key);
 
 class YamlReader {
  public:
@@ -38,6 +33,14 @@ class YamlReader {
   // value at the next token), or the map itself when the field is absent.
   Position FieldPosition(const YAML::Node& map, const char* key) const;
   size_t error_count() const { return errors_->size(); }
+
+  // map[key], without yaml-cpp's costs: its const operator[] builds a missing key's undefined
+  // node with a std::stringstream (a descriptor is looked up for a dozen optional keys it does
+  // not have), and walking a map's entries copies two reference-counted nodes a step. So the
+  // entries of the map last asked about are kept by name, and looked up there while the same map
+  // is asked about again (a descriptor's fields are read one after another). The value node, or
+  // an undefined node (IsDefined() false) when `map` is not a map or has no such key.
+  YAML::Node Field(const YAML::Node& map, std::string_view key);
 
   // True if `node` is a map whose keys are all strings in `known`, each once. Unknown keys are
   // reported with a did-you-mean suggestion; `what` names the context ("rate_limit").
@@ -65,6 +68,8 @@ class YamlReader {
  private:
   std::string file_;
   std::vector<ConfigError>* errors_;
+  std::optional<YAML::Node> fields_of_;  // the map whose entries fields_ holds
+  std::vector<std::pair<std::string, YAML::Node>> fields_;
 };
 
 }  // namespace sluice::rules

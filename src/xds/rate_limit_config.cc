@@ -13,72 +13,81 @@ namespace {
 
 namespace v3 = ratelimit::config::ratelimit::v3;
 
-YAML::Node FromValue(const google::protobuf::Value& value);
+// The tree is written in place, each node made by its parent's operator[] inside the one document:
+// yaml-cpp otherwise gives every node made on its own a memory of its own, merged into its
+// parent's when it is attached, which made building a 10,000-descriptor rule set cost twice its
+// parse. Scalars are written as strings (yaml-cpp writes a string straight in; other types go
+// through a node of their own); a string value of metadata is tagged "!" as a quoted YAML string
+// is, so that the loader keeps it a string.
 
-YAML::Node FromStruct(const google::protobuf::Struct& s) {
-  YAML::Node map(YAML::NodeType::Map);
-  for (const auto& [key, value] : s.fields()) map[key] = FromValue(value);
-  return map;
+void FillValue(YAML::Node out, const google::protobuf::Value& value);
+
+void FillStruct(YAML::Node out, const google::protobuf::Struct& s) {
+  if (s.fields().empty()) {
+    out = YAML::Node(YAML::NodeType::Map);
+    return;
+  }
+  for (const auto& [key, value] : s.fields()) FillValue(out[key], value);
 }
 
-YAML::Node FromValue(const google::protobuf::Value& value) {
+void FillValue(YAML::Node out, const google::protobuf::Value& value) {
   switch (value.kind_case()) {
     case google::protobuf::Value::kNumberValue:
-      return YAML::Node(value.number_value());
+      out = fmt::format("{}", value.number_value());
+      return;
     case google::protobuf::Value::kStringValue:
-      return YAML::Node(value.string_value());
+      out = value.string_value();
+      out.SetTag("!");
+      return;
     case google::protobuf::Value::kBoolValue:
-      return YAML::Node(value.bool_value());
+      out = value.bool_value() ? "true" : "false";
+      return;
     case google::protobuf::Value::kStructValue:
-      return FromStruct(value.struct_value());
+      FillStruct(out, value.struct_value());
+      return;
     case google::protobuf::Value::kListValue: {
-      YAML::Node list(YAML::NodeType::Sequence);
-      for (const auto& item : value.list_value().values()) list.push_back(FromValue(item));
-      return list;
+      const auto& items = value.list_value().values();
+      if (items.empty()) out = YAML::Node(YAML::NodeType::Sequence);
+      for (size_t i = 0; i < static_cast<size_t>(items.size()); ++i) {
+        FillValue(out[i], items[static_cast<int>(i)]);
+      }
+      return;
     }
     default:
-      return YAML::Node(YAML::NodeType::Null);
+      out = YAML::Node(YAML::NodeType::Null);
   }
 }
 
-YAML::Node FromPolicy(const v3::RateLimitPolicy& policy) {
-  YAML::Node node(YAML::NodeType::Map);
+void FillPolicy(YAML::Node out, const v3::RateLimitPolicy& policy) {
   // UNKNOWN is no unit: upstream's loader refuses it, unless the limit is unlimited, which must
   // have no unit.
   if (!policy.unlimited() || policy.unit() != v3::UNKNOWN) {
-    node["unit"] = v3::RateLimitUnit_Name(policy.unit());
+    out["unit"] = v3::RateLimitUnit_Name(policy.unit());
   }
-  node["requests_per_unit"] = policy.requests_per_unit();
-  if (policy.unlimited()) node["unlimited"] = true;
-  if (!policy.name().empty()) node["name"] = policy.name();
-  if (policy.replaces_size() > 0) {
-    YAML::Node replaces(YAML::NodeType::Sequence);
-    for (const auto& r : policy.replaces()) {
-      YAML::Node entry(YAML::NodeType::Map);
-      entry["name"] = r.name();
-      replaces.push_back(entry);
-    }
-    node["replaces"] = replaces;
+  out["requests_per_unit"] = std::to_string(policy.requests_per_unit());
+  if (policy.unlimited()) out["unlimited"] = "true";
+  if (!policy.name().empty()) out["name"] = policy.name();
+  YAML::Node replaces;
+  for (size_t i = 0; i < static_cast<size_t>(policy.replaces_size()); ++i) {
+    if (i == 0) replaces = out["replaces"];
+    replaces[i]["name"] = policy.replaces(static_cast<int>(i)).name();
   }
-  return node;
 }
 
-YAML::Node FromDescriptors(
-    const google::protobuf::RepeatedPtrField<v3::RateLimitDescriptor>& descriptors) {
-  YAML::Node list(YAML::NodeType::Sequence);
-  for (const v3::RateLimitDescriptor& d : descriptors) {
-    YAML::Node node(YAML::NodeType::Map);
+void FillDescriptors(YAML::Node out,
+                     const google::protobuf::RepeatedPtrField<v3::RateLimitDescriptor>& list) {
+  for (size_t i = 0; i < static_cast<size_t>(list.size()); ++i) {
+    const v3::RateLimitDescriptor& d = list[static_cast<int>(i)];
+    YAML::Node node = out[i];
     node["key"] = d.key();
     if (!d.value().empty()) node["value"] = d.value();
-    if (d.has_rate_limit()) node["rate_limit"] = FromPolicy(d.rate_limit());
-    if (d.descriptors_size() > 0) node["descriptors"] = FromDescriptors(d.descriptors());
-    if (d.shadow_mode()) node["shadow_mode"] = true;
-    if (d.detailed_metric()) node["detailed_metric"] = true;
-    if (d.quota_mode()) node["quota_mode"] = true;
-    if (d.has_metadata()) node["metadata"] = FromStruct(d.metadata());
-    list.push_back(node);
+    if (d.has_rate_limit()) FillPolicy(node["rate_limit"], d.rate_limit());
+    if (d.descriptors_size() > 0) FillDescriptors(node["descriptors"], d.descriptors());
+    if (d.shadow_mode()) node["shadow_mode"] = "true";
+    if (d.detailed_metric()) node["detailed_metric"] = "true";
+    if (d.quota_mode()) node["quota_mode"] = "true";
+    if (d.has_metadata()) FillStruct(node["metadata"], d.metadata());
   }
-  return list;
 }
 
 }  // namespace
@@ -89,7 +98,7 @@ rules::RemoteDomain ToRemoteDomain(const v3::RateLimitConfig& config, int index,
   out.hash = hash;
   out.doc = YAML::Node(YAML::NodeType::Map);
   out.doc["domain"] = config.domain();
-  out.doc["descriptors"] = FromDescriptors(config.descriptors());
+  if (config.descriptors_size() > 0) FillDescriptors(out.doc["descriptors"], config.descriptors());
   return out;
 }
 

@@ -109,6 +109,26 @@ TEST(RateLimitConfigTest, GatewayRuleSetLoadsAsItsYamlWould) {
   EXPECT_EQ(week->metadata_json, R"({"tier":"gold"})");
 }
 
+TEST(RateLimitConfigTest, MetadataKeepsItsTypes) {
+  v3::RateLimitConfig c;
+  c.set_domain("d");
+  v3::RateLimitDescriptor* d = Child(c.mutable_descriptors(), "k", "v");
+  Limit(d, v3::MINUTE, 1);
+  auto* fields = d->mutable_metadata()->mutable_fields();
+  (*fields)["code"].set_string_value("123");  // a string that looks like a number stays one
+  (*fields)["weight"].set_number_value(2.5);
+  (*fields)["on"].set_bool_value(true);
+  (*fields)["list"].mutable_list_value()->add_values()->set_number_value(1);
+  (*(*fields)["nested"].mutable_struct_value()->mutable_fields())["x"].set_string_value("y");
+  const rules::LoadResult result = Load(Response({c}));
+  ASSERT_TRUE(result.errors.empty()) << result.errors[0].ToString();
+  const std::string& json = Find(result.config->FindDomain("d")->root, "k", "v")->metadata_json;
+  for (const char* part : {R"("code":"123")", R"("weight":2.5)", R"("on":true)", R"("list":[1])",
+                           R"("nested":{"x":"y"})"}) {
+    EXPECT_NE(json.find(part), std::string::npos) << part << " in " << json;
+  }
+}
+
 TEST(RateLimitConfigTest, UnlimitedNeedsNoUnit) {
   v3::RateLimitConfig c;
   c.set_domain("d");

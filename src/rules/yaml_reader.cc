@@ -3,7 +3,6 @@
 #include <charconv>
 #include <cmath>
 
-#include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
 #include "util/json_string.h"
 
@@ -52,19 +51,21 @@ void AppendJson(const YAML::Node& node, std::string* out) {
 
 }  // namespace
 
+const std::vector<YamlReader::Entry>& YamlReader::EntriesOf(const YAML::Node& map) {
+  if (!entries_of_ || !entries_of_->is(map)) {
+    entries_.clear();
+    for (auto it = map.begin(); it != map.end(); ++it) entries_.push_back({it->first, it->second});
+    entries_of_.emplace(map);  // (emplace binds a new node; assigning would write to the old)
+  }
+  return entries_;
+}
+
 YAML::Node YamlReader::Field(const YAML::Node& map, std::string_view key) {
   // One undefined node for every absent key (copies share it; nobody writes to it).
   static const YAML::Node* const kAbsent = new YAML::Node(YAML::NodeType::Undefined);
   if (!map.IsMap()) return *kAbsent;
-  if (!fields_of_ || !fields_of_->is(map)) {
-    fields_.clear();
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (it->first.IsScalar()) fields_.emplace_back(it->first.Scalar(), it->second);
-    }
-    fields_of_.emplace(map);  // (emplace binds a new node; assigning would write to the old)
-  }
-  for (const auto& [name, value] : fields_) {
-    if (name == key) return value;
+  for (const Entry& e : EntriesOf(map)) {
+    if (e.key.IsScalar() && e.key.Scalar() == key) return e.value;
   }
   return *kAbsent;
 }
@@ -114,18 +115,21 @@ bool YamlReader::CheckMap(const YAML::Node& node, std::string_view what,
     return false;
   }
   bool ok = true;
-  absl::flat_hash_set<std::string> seen;
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node key = it->first;  // a copy: it->first is a temporary
+  const std::vector<Entry>& entries = EntriesOf(node);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const YAML::Node& key = entries[i].key;
     if (!key.IsScalar()) {
       Error(key, fmt::format("{}: key is not a string", what));
       ok = false;
       continue;
     }
     const std::string& name = key.Scalar();
-    if (!seen.insert(name).second) {
-      Error(key, fmt::format("duplicate key '{}' in {}", name, what));
-      ok = false;
+    for (size_t j = 0; j < i; ++j) {  // (a map has a handful of keys)
+      if (entries[j].key.IsScalar() && entries[j].key.Scalar() == name) {
+        Error(key, fmt::format("duplicate key '{}' in {}", name, what));
+        ok = false;
+        break;
+      }
     }
     bool found = false;
     for (std::string_view k : known) found = found || k == name;

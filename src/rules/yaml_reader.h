@@ -68,8 +68,13 @@ class YamlReader {
  private:
   std::string file_;
   std::vector<ConfigError>* errors_;
-  std::optional<YAML::Node> fields_of_;  // the map whose entries fields_ holds
-  std::vector<std::pair<std::string, YAML::Node>> fields_;
+  struct Entry {
+    YAML::Node key, value;
+  };
+  // The entries of `map` (a map), from the cache when it is the map last asked about.
+  const std::vector<Entry>& EntriesOf(const YAML::Node& map);
+  std::optional<YAML::Node> entries_of_;  // the map whose entries entries_ holds
+  std::vector<Entry> entries_;
 };
 
 }  // namespace sluice::rules

@@ -7,12 +7,10 @@
 set -u
 fixtures=$(cd "$1" && pwd)
 sluice=${SLUICE:?set SLUICE to the sluice binary}
-[[ -d $fixtures/node_modules/@grpc/grpc-js ]] ||
-  (cd "$fixtures" && timeout 300 npm ci --no-audit --no-fund >/dev/null) ||
-  { echo "npm ci failed in $fixtures"; echo "0 passed, 1 failed"; exit 1; }
 
 source "$(dirname "$0")/lib.sh"
 need_tools curl redis-server redis-cli node
+need_grpc_client "$fixtures"
 
 mkdir -p "$tmp/rules"
 cp "$fixtures/dropin/q.yaml" "$tmp/rules/"

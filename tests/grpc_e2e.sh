@@ -10,13 +10,7 @@ sluice=${SLUICE:?set SLUICE to the sluice binary}
 
 source "$(dirname "$0")/lib.sh"
 need_tools node
-fail_setup() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
-if [[ ! -d $fixtures/node_modules/@grpc/grpc-js || ! -d $fixtures/node_modules/@grpc/proto-loader ]]; then
-  # Normally done by scripts/bootstrap.sh; the lock file pins every version.
-  echo "installing the Node.js test client's packages (npm ci)"
-  (cd "$fixtures" && timeout 300 npm ci --no-audit --no-fund >/dev/null) ||
-    fail_setup "npm ci failed in $fixtures"
-fi
+need_grpc_client "$fixtures"
 
 mkdir -p "$tmp/rules"
 cp "$fixtures/rules/edge.yaml" "$tmp/rules/"

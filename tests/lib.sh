@@ -48,6 +48,19 @@ need_tools() {  # need_tools TOOL...: fail the whole script (one failed check) i
     exit 1
   done
 }
+# fail_setup WHY: the script cannot run its checks (a server that did not start, no
+# certificates): says why, counts one failure and exits.
+fail_setup() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
+
+# need_grpc_client FIXTURES: the Node.js gRPC test client's packages in FIXTURES (tests/grpc),
+# installed from its lock file if missing (scripts/bootstrap.sh normally has); fail_setup if
+# they cannot be.
+need_grpc_client() {
+  [[ -d $1/node_modules/@grpc/grpc-js && -d $1/node_modules/@grpc/proto-loader ]] && return 0
+  echo "installing the Node.js test client's packages (npm ci)"
+  (cd "$1" && timeout 300 npm ci --no-audit --no-fund >/dev/null) || fail_setup "npm ci failed in $1"
+}
+
 check() {  # check NAME EXPECTED ACTUAL
   if [[ $2 == "$3" ]]; then
     pass "$1"

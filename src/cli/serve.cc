@@ -76,6 +76,8 @@ struct ConfigSource {
   std::vector<std::string> paths;  // empty: the embedded default
   std::string name;                // for the start-up line
   rules::LoadOptions load_options;
+  // --envoy-env's USE_PROMETHEUS: /metrics also on this address, at this path (empty: not).
+  std::string prometheus_listen, prometheus_path;
 };
 bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   if (!flags.config.empty()) source.paths = {flags.config};
@@ -96,6 +98,8 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   const auto& xds = env.load.settings->xds;
   source.name = xds ? "xDS " + xds->server_url : env.rules_path;
   source.load_options = env.load;
+  source.prometheus_listen = env.prometheus_listen;
+  source.prometheus_path = env.prometheus_path;
   return true;
 }
 
@@ -208,6 +212,17 @@ absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::S
   return std::make_pair(*data_port, *admin_port);
 }
 
+// --envoy-env's USE_PROMETHEUS: the metrics alone on a listener of their own, at `path`, with
+// the admin port's connection cap; its bound port.
+absl::StatusOr<int> ListenMetrics(http::HttpServer& server, http::Service& service,
+                                  const std::string& address, const std::string& path) {
+  return server.Listen(
+      address,
+      [&service, path](http::HttpRequest& req, const std::string&, http::HttpResponse& res,
+                       http::Deferral&) { service.HandleMetrics(req, path, res); },
+      kAdminMaxConnections);
+}
+
 // Whether the gRPC port is on (its address neither empty nor "0").
 bool GrpcOn(const std::string& address) { return !address.empty() && address != "0"; }
 
@@ -286,8 +301,9 @@ http::ServerOptions ServerOptionsFrom(const rules::Settings& settings, int threa
 
 // What serve prints once it listens.
 struct Started {
-  std::string listen, admin, grpc;
+  std::string listen, admin, grpc, prometheus;
   int data_port = 0, admin_port = 0, grpc_port = 0;  // grpc_port 0: no gRPC port
+  int prometheus_port = 0;                           // 0: no Prometheus listener
   std::string config, version;
   int threads = 0;
   std::string backend;
@@ -300,6 +316,10 @@ void PrintStarted(const Started& s) {
             << "sluice: admin listening on " << HostOf(s.admin) << ":" << s.admin_port << "\n";
   if (s.grpc_port != 0) {
     std::cout << "sluice: grpc listening on " << HostOf(s.grpc) << ":" << s.grpc_port << "\n";
+  }
+  if (s.prometheus_port != 0) {
+    std::cout << "sluice: prometheus listening on " << HostOf(s.prometheus) << ":"
+              << s.prometheus_port << "\n";
   }
   std::cout << "sluice: config " << s.config << " version " << s.version << ", " << s.threads
             << " threads, backend " << s.backend << std::endl;
@@ -366,6 +386,12 @@ int RunServe(const ServeFlags& flags) {
   }
   const auto ports = ListenHttp(server, service, listen, admin, **tls);
   if (!ports.ok()) return fail("", ports.status());
+  int prometheus_port = 0;
+  if (!source.prometheus_listen.empty()) {
+    auto bound = ListenMetrics(server, service, source.prometheus_listen, source.prometheus_path);
+    if (!bound.ok()) return fail("PROMETHEUS_ADDR: ", bound.status());
+    prometheus_port = *bound;
+  }
   auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls);
   if (!started.ok()) return fail("", started.status());
   const std::unique_ptr<rls::GrpcServer> grpc_server = *std::move(started);
@@ -394,9 +420,11 @@ int RunServe(const ServeFlags& flags) {
   PrintStarted({.listen = listen,
                 .admin = admin,
                 .grpc = grpc,
+                .prometheus = source.prometheus_listen,
                 .data_port = ports->first,
                 .admin_port = ports->second,
                 .grpc_port = grpc_server ? grpc_server->port() : 0,
+                .prometheus_port = prometheus_port,
                 .config = source.name,
                 .version = manager.Current()->version,
                 .threads = threads,

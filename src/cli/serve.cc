@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -98,6 +99,14 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   const auto& xds = env.load.settings->xds;
   source.name = xds ? "xDS " + xds->server_url : env.rules_path;
   source.load_options = env.load;
+  // As upstream, a runtime directory that is not there is no rules (every request OK) rather
+  // than a refusal to start: an image runs with RUNTIME_ROOT on no volume. It is read when it
+  // comes (a reload: SIGHUP, POST /v1/reload, or a change the watch sees).
+  source.load_options.missing_is_empty = true;
+  if (std::error_code ec; !env.rules_path.empty() && !std::filesystem::exists(env.rules_path, ec)) {
+    std::cerr << "serve: envoy-env: warning: RUNTIME_ROOT: " << env.rules_path
+              << " does not exist: serving without rules (every request is OK) until it does\n";
+  }
   source.prometheus_listen = env.prometheus_listen;
   source.prometheus_path = env.prometheus_path;
   return true;

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# End-to-end test of sluice's OCI image (deploy/image, docs/image.md): built from the binary under
+# test (deploy/image/build.sh, a tag of its own), then run with podman as Envoy Gateway runs
+# envoyproxy/ratelimit's image: the command /bin/ratelimit and no arguments, user 65534:65534, a
+# read-only root file system, RUNTIME_ROOT=/data, gRPC over TLS with the certificates under
+# /certs, USE_PROMETHEUS=true. Its ports are moved to free loopback ports through the same
+# variables (PORT, GRPC_PORT, DEBUG_PORT, PROMETHEUS_ADDR) on the host's network, and Redis is a
+# throwaway redis-server on loopback. Checks the image's configuration, /healthcheck, a 200 then
+# a 429 (/json, and gRPC over TLS between them), the metrics at PROMETHEUS_ADDR moving, the uid
+# and the read-only root of the running process, a prompt exit 0 on SIGTERM (podman stop), and
+# a start with no runtime directory at all (no volume at /data: no rules, every request OK).
+#
+# podman runs with --runtime runc and lowered --ulimit values: crun, podman's usual runtime,
+# cannot start containers on these machines, and runc cannot raise the limits to podman's.
+# The containers and the image are removed on exit.
+# Usage: SLUICE=path/to/sluice tests/image_e2e.sh tests/grpc
+set -u
+fixtures=$(cd "$1" && pwd)
+sluice=${SLUICE:?set SLUICE to the sluice binary}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+source "$(dirname "$0")/lib.sh"
+need_tools podman curl openssl redis-server redis-cli node
+fail_setup() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
+[[ -d $fixtures/node_modules/@grpc/grpc-js ]] || fail_setup "no $fixtures/node_modules (scripts/bootstrap.sh runs npm ci)"
+
+run_id=$$-$RANDOM
+tag=localhost/sluice-e2e:$run_id
+containers=()
+remove_all() {
+  local c
+  for c in "${containers[@]}"; do timeout 30 podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+  timeout 30 podman rmi -f "$tag" >/dev/null 2>&1
+  return 0
+}
+cleanup_hooks+=(remove_all)
+podman_run=(podman run --runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096
+  --network host)
+
+# --- The image.
+built=0
+timeout 120 "$repo/deploy/image/build.sh" --binary "$sluice" --tag "$tag" >"$tmp/build.log" 2>&1 && built=1
+check "the image builds" 1 "$built"
+((built)) || { tail -20 "$tmp/build.log"; finish; exit 1; }
+size=$(podman image inspect --format '{{.Size}}' "$tag")
+echo "     $(tail -1 "$tmp/build.log")"
+check "the image runs as 65534:65534" 65534:65534 "$(podman image inspect --format '{{.Config.User}}' "$tag")"
+check "its entry point is /bin/ratelimit" "[/bin/ratelimit]" "$(podman image inspect --format '{{.Config.Entrypoint}}' "$tag")"
+check "it exposes upstream's ports" "6070/tcp 8080/tcp 8081/tcp" \
+  "$(podman image inspect --format '{{range $p, $_ := .Config.ExposedPorts}}{{$p}} {{end}}' "$tag" | xargs -n1 | sort | xargs)"
+# The binary and its libraries, and little else (29 MiB when this was written).
+check "it is under 40 MiB" 1 "$((size < 40 * 1024 * 1024))"
+
+# --- Redis, the rules (a runtime directory as a read-only volume), the certificates.
+start_redis_on || fail_setup "no Redis"
+rport=$RPORT
+mkdir -p "$tmp/data/ratelimit/config"
+cat >"$tmp/data/ratelimit/config/api.yaml" <<'EOF'
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: day
+      requests_per_unit: 2
+EOF
+make_tls_certs "$tmp/tls" || fail_setup "no certificates"
+# As Envoy Gateway mounts its secret: tls.crt, tls.key, ca.crt; readable by 65534.
+mkdir -p "$tmp/certs"
+cp "$tmp/tls/server.pem" "$tmp/certs/tls.crt"
+cp "$tmp/tls/server.key" "$tmp/certs/tls.key"
+cp "$tmp/tls/ca.pem" "$tmp/certs/ca.crt"
+chmod 755 "$tmp/certs" "$tmp/data" "$tmp/data/ratelimit" "$tmp/data/ratelimit/config"
+chmod 644 "$tmp/certs"/* "$tmp/data/ratelimit/config/api.yaml"
+
+free_port; port=$FREE_PORT
+free_port; grpc_port=$FREE_PORT
+free_port; debug_port=$FREE_PORT
+free_port; prom_port=$FREE_PORT
+# Envoy Gateway's variables (internal/infrastructure/kubernetes/ratelimit/resource.go), but
+# CONFIG_TYPE=GRPC_XDS_SOTW and its CONFIG_GRPC_XDS_* (rules from Envoy Gateway's xDS server):
+# here the rules come from the runtime directory. The hosts are loopback for the test.
+gateway_env=(
+  -e RUNTIME_ROOT=/data -e RUNTIME_SUBDIRECTORY=ratelimit -e RUNTIME_IGNOREDOTFILES=true
+  -e RUNTIME_WATCH_ROOT=false -e LOG_LEVEL=info -e USE_STATSD=false
+  -e GRPC_SERVER_USE_TLS=true -e GRPC_SERVER_TLS_CERT=/certs/tls.crt
+  -e GRPC_SERVER_TLS_KEY=/certs/tls.key -e GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt
+  -e REDIS_SOCKET_TYPE=tcp -e "REDIS_URL=127.0.0.1:$rport" -e REDIS_TIMEOUT=2s
+  -e USE_PROMETHEUS=true -e "PROMETHEUS_ADDR=127.0.0.1:$prom_port"
+  -e PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml
+  -e HOST=127.0.0.1 -e "PORT=$port" -e GRPC_HOST=127.0.0.1 -e "GRPC_PORT=$grpc_port"
+  -e DEBUG_HOST=127.0.0.1 -e "DEBUG_PORT=$debug_port"
+)
+
+# run_gateway NAME ARGS...: the image as Envoy Gateway runs it (command /bin/ratelimit, 65534,
+# read-only root) with ARGS before the image; waits (20 s) until /healthcheck answers 200 or the
+# container stopped. Sets CID; returns 1 unless it answers.
+run_gateway() {
+  local name=sluice-e2e-$1-$run_id _; shift
+  containers+=("$name")
+  CID=$(timeout 60 "${podman_run[@]}" -d --name "$name" --user 65534:65534 --read-only \
+    --entrypoint /bin/ratelimit "$@" "$tag" 2>"$tmp/$name.run") || { cat "$tmp/$name.run"; return 1; }
+  for _ in $(seq 200); do
+    [[ $(curl -s -o /dev/null -w '%{http_code}' -m 1 "http://127.0.0.1:$port/healthcheck") == 200 ]] && return 0
+    [[ $(podman inspect --format '{{.State.Running}}' "$CID" 2>/dev/null) == true ]] || break
+    sleep 0.1
+  done
+  podman logs "$CID" 2>&1 | tail -20
+  return 1
+}
+json() {  # json USER: one /json request for domain api; prints the status, keeps the body
+  curl -s -o "$tmp/body" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
+    -d "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"$1\"}]}]}" \
+    "http://127.0.0.1:$port/json"
+}
+# decisions: the sum of sluice_decisions_total at PROMETHEUS_ADDR (empty if unreachable).
+decisions() {
+  curl -sf -m 5 "http://127.0.0.1:$prom_port/metrics" |
+    awk '/^sluice_decisions_total[{ ]/ {n += $NF; seen = 1} END {if (seen) print n; else print 0}'
+}
+
+# --- Envoy Gateway's deployment, with the rules.
+up=0
+run_gateway main -v "$tmp/data:/data:ro" -v "$tmp/certs:/certs:ro" "${gateway_env[@]}" && up=1
+check "the image serves as Envoy Gateway runs it" 1 "$up"
+((up)) || { finish; exit 1; }
+podman logs "$CID" >"$tmp/main.out" 2>"$tmp/main.err"
+check_contains "the data plane on PORT" "data plane listening on 127.0.0.1:$port" "$(cat "$tmp/main.out")"
+check_contains "gRPC on GRPC_PORT" "grpc listening on 127.0.0.1:$grpc_port" "$(cat "$tmp/main.out")"
+check_contains "Prometheus on PROMETHEUS_ADDR" "prometheus listening on 127.0.0.1:$prom_port" "$(cat "$tmp/main.out")"
+check_contains "the rules from RUNTIME_ROOT" "config /data/ratelimit/config" "$(cat "$tmp/main.out")"
+
+pid=$(podman inspect --format '{{.State.Pid}}' "$CID")
+check "the process runs as uid 65534" "65534 65534 65534 65534" "$(awk '/^Uid:/ {print $2, $3, $4, $5}' "/proc/$pid/status")"
+check "and gid 65534" "65534 65534 65534 65534" "$(awk '/^Gid:/ {print $2, $3, $4, $5}' "/proc/$pid/status")"
+check "the container's root is read-only" true "$(podman inspect --format '{{.HostConfig.ReadonlyRootfs}}' "$CID")"
+check "its / is mounted ro" ro "$(awk '$5 == "/" {split($6, o, ","); print o[1]}' "/proc/$pid/mountinfo")"
+
+check "/healthcheck on PORT" 200 "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$port/healthcheck")"
+before=$(decisions)
+check "/metrics at PROMETHEUS_ADDR before any request" 0 "$before"
+check "/json: first request" 200 "$(json alice)"
+check_contains "/json: the limit from /data" '"requestsPerUnit":2' "$(cat "$tmp/body")"
+grpc_answer=$(TLS_CA="$tmp/tls/ca.pem" timeout 10 node "$fixtures/should_rate_limit.js" \
+  "127.0.0.1:$grpc_port" api user alice 2>&1 | tail -1)
+check "gRPC over TLS on GRPC_PORT (2nd of 2)" "OK 2/DAY" "$grpc_answer"
+plain=$(timeout 10 node "$fixtures/should_rate_limit.js" "127.0.0.1:$grpc_port" api user alice 2>&1 | tail -1)
+check "gRPC without TLS is refused" UNAVAILABLE "$plain"
+check "/json: third request is over the limit" 429 "$(json alice)"
+check "the metrics at PROMETHEUS_ADDR counted the decisions" 3 "$(decisions)"
+check "PROMETHEUS_ADDR serves only PROMETHEUS_PATH" 404 \
+  "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$prom_port/readyz")"
+check_contains "the admin port's /metrics has them too" "sluice_backend_up 1" \
+  "$(curl -s -m 5 "http://127.0.0.1:$debug_port/metrics")"
+
+# --- SIGTERM: podman stop (10 s before it kills) ends it with 0, promptly.
+t0=$(date +%s%N)
+timeout 30 podman stop -t 10 "$CID" >/dev/null 2>&1
+elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
+check "stops on SIGTERM with status 0" 0 "$(podman inspect --format '{{.State.ExitCode}}' "$CID")"
+check "within 5 s of SIGTERM" 1 "$((elapsed_ms < 5000))"
+echo "     (stopped in $elapsed_ms ms)"
+check_contains "it logged the signal" "signal 15, shutting down" "$(podman logs "$CID" 2>&1)"
+
+# --- No volume at /data: it starts, without rules (every request OK), and says why.
+up=0
+run_gateway empty "${gateway_env[@]}" -e USE_PROMETHEUS=false -e GRPC_SERVER_USE_TLS=false && up=1
+check "with no runtime directory it still serves" 1 "$up"
+check "/json without rules is OK" 200 "$(json alice)"
+check_contains "and it says the directory is missing" "/data/ratelimit/config does not exist" \
+  "$(podman logs "$CID" 2>&1)"
+timeout 30 podman stop -t 10 "$CID" >/dev/null 2>&1
+check "stops on SIGTERM with status 0 (no rules)" 0 "$(podman inspect --format '{{.State.ExitCode}}' "$CID")"
+
+finish

@@ -114,8 +114,9 @@ json() {  # json USER: one /json request for domain api; prints the status, keep
 }
 # decisions: the sum of sluice_decisions_total at PROMETHEUS_ADDR (empty if unreachable).
 decisions() {
-  curl -sf -m 5 "http://127.0.0.1:$prom_port/metrics" |
-    awk '/^sluice_decisions_total[{ ]/ {n += $NF; seen = 1} END {if (seen) print n; else print 0}'
+  local text
+  text=$(curl -sf -m 5 "http://127.0.0.1:$prom_port/metrics") || return 0
+  awk '/^sluice_decisions_total[{ ]/ {n += $NF} END {print n + 0}' <<<"$text"
 }
 
 # --- Envoy Gateway's deployment, with the rules.

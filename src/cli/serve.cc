@@ -201,10 +201,19 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   return absl::OkStatus();
 }
 
-// The data plane and the admin listeners (with their TLS, if any); their bound ports.
-absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::Service& service,
-                                               const std::string& listen, const std::string& admin,
-                                               const ServeTls& tls) {
+// The HTTP listeners' bound ports.
+struct HttpPorts {
+  int data = 0, admin = 0;
+  std::string prometheus;   // --envoy-env's USE_PROMETHEUS listener's address; empty: none
+  int prometheus_port = 0;  // its bound port
+};
+
+// The data plane and the admin listeners (with their TLS, if any), and with --envoy-env's
+// USE_PROMETHEUS (`source`) the metrics alone on a listener of their own, at its path, with the
+// admin port's connection cap; their bound ports.
+absl::StatusOr<HttpPorts> ListenHttp(http::HttpServer& server, http::Service& service,
+                                     const std::string& listen, const std::string& admin,
+                                     const ServeTls& tls, const ConfigSource& source) {
   auto data_port = server.Listen(
       listen,
       [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
@@ -218,18 +227,21 @@ absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::S
                  http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
       kAdminMaxConnections, nullptr, nullptr, tls.admin());
   if (!admin_port.ok()) return admin_port.status();
-  return std::make_pair(*data_port, *admin_port);
-}
-
-// --envoy-env's USE_PROMETHEUS: the metrics alone on a listener of their own, at `path`, with
-// the admin port's connection cap; its bound port.
-absl::StatusOr<int> ListenMetrics(http::HttpServer& server, http::Service& service,
-                                  const std::string& address, const std::string& path) {
-  return server.Listen(
-      address,
-      [&service, path](http::HttpRequest& req, const std::string&, http::HttpResponse& res,
-                       http::Deferral&) { service.HandleMetrics(req, path, res); },
+  HttpPorts ports{.data = *data_port, .admin = *admin_port, .prometheus = source.prometheus_listen};
+  if (ports.prometheus.empty()) return ports;
+  auto prometheus_port = server.Listen(
+      ports.prometheus,
+      [&service, path = source.prometheus_path](http::HttpRequest& req, const std::string&,
+                                                http::HttpResponse& res, http::Deferral&) {
+        service.HandleMetrics(req, path, res);
+      },
       kAdminMaxConnections);
+  if (!prometheus_port.ok()) {
+    return absl::Status(prometheus_port.status().code(),
+                        "PROMETHEUS_ADDR: " + std::string(prometheus_port.status().message()));
+  }
+  ports.prometheus_port = *prometheus_port;
+  return ports;
 }
 
 // Whether the gRPC port is on (its address neither empty nor "0").
@@ -310,9 +322,9 @@ http::ServerOptions ServerOptionsFrom(const rules::Settings& settings, int threa
 
 // What serve prints once it listens.
 struct Started {
-  std::string listen, admin, grpc, prometheus;
-  int data_port = 0, admin_port = 0, grpc_port = 0;  // grpc_port 0: no gRPC port
-  int prometheus_port = 0;                           // 0: no Prometheus listener
+  std::string listen, admin, grpc;
+  HttpPorts http;
+  int grpc_port = 0;  // 0: no gRPC port
   std::string config, version;
   int threads = 0;
   std::string backend;
@@ -321,18 +333,18 @@ struct Started {
 
 // Machine-readable start-up lines (tests and scripts read the ports from them).
 void PrintStarted(const Started& s) {
-  std::cout << "sluice: data plane listening on " << HostOf(s.listen) << ":" << s.data_port << "\n"
-            << "sluice: admin listening on " << HostOf(s.admin) << ":" << s.admin_port << "\n";
+  std::cout << "sluice: data plane listening on " << HostOf(s.listen) << ":" << s.http.data << "\n"
+            << "sluice: admin listening on " << HostOf(s.admin) << ":" << s.http.admin << "\n";
   if (s.grpc_port != 0) {
     std::cout << "sluice: grpc listening on " << HostOf(s.grpc) << ":" << s.grpc_port << "\n";
   }
-  if (s.prometheus_port != 0) {
-    std::cout << "sluice: prometheus listening on " << HostOf(s.prometheus) << ":"
-              << s.prometheus_port << "\n";
+  if (s.http.prometheus_port != 0) {
+    std::cout << "sluice: prometheus listening on " << HostOf(s.http.prometheus) << ":"
+              << s.http.prometheus_port << "\n";
   }
   std::cout << "sluice: config " << s.config << " version " << s.version << ", " << s.threads
             << " threads, backend " << s.backend << std::endl;
-  if (s.try_it) PrintTryIt(HostOf(s.listen), s.data_port, HostOf(s.admin), s.admin_port);
+  if (s.try_it) PrintTryIt(HostOf(s.listen), s.http.data, HostOf(s.admin), s.http.admin);
 }
 
 }  // namespace
@@ -393,14 +405,8 @@ int RunServe(const ServeFlags& flags) {
       return fail("metrics: ", s);
     }
   }
-  const auto ports = ListenHttp(server, service, listen, admin, **tls);
+  const auto ports = ListenHttp(server, service, listen, admin, **tls, source);
   if (!ports.ok()) return fail("", ports.status());
-  int prometheus_port = 0;
-  if (!source.prometheus_listen.empty()) {
-    auto bound = ListenMetrics(server, service, source.prometheus_listen, source.prometheus_path);
-    if (!bound.ok()) return fail("PROMETHEUS_ADDR: ", bound.status());
-    prometheus_port = *bound;
-  }
   auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls);
   if (!started.ok()) return fail("", started.status());
   const std::unique_ptr<rls::GrpcServer> grpc_server = *std::move(started);
@@ -429,11 +435,8 @@ int RunServe(const ServeFlags& flags) {
   PrintStarted({.listen = listen,
                 .admin = admin,
                 .grpc = grpc,
-                .prometheus = source.prometheus_listen,
-                .data_port = ports->first,
-                .admin_port = ports->second,
+                .http = *ports,
                 .grpc_port = grpc_server ? grpc_server->port() : 0,
-                .prometheus_port = prometheus_port,
                 .config = source.name,
                 .version = manager.Current()->version,
                 .threads = threads,

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # End-to-end test of sluice's OCI image (deploy/image, docs/image.md): built from the binary under
-# test (deploy/image/build.sh, a tag of its own), then run with podman as Envoy Gateway runs
-# envoyproxy/ratelimit's image: the command /bin/ratelimit and no arguments, user 65534:65534, a
-# read-only root file system, RUNTIME_ROOT=/data, gRPC over TLS with the certificates under
-# /certs, USE_PROMETHEUS=true. Its ports are moved to free loopback ports through the same
-# variables (PORT, GRPC_PORT, DEBUG_PORT, PROMETHEUS_ADDR) on the host's network, and Redis is a
-# throwaway redis-server on loopback. Checks the image's configuration, /healthcheck, a 200 then
-# a 429 (/json, and gRPC over TLS between them), the metrics at PROMETHEUS_ADDR moving, the uid
-# and the read-only root of the running process, a prompt exit 0 on SIGTERM (podman stop), and
-# a start with no runtime directory at all (no volume at /data: no rules, every request OK).
+# test (deploy/image/build.sh, a tag of its own), then run with podman exactly as Envoy Gateway
+# runs envoyproxy/ratelimit's image (its resource.go): the command /bin/ratelimit and no
+# arguments, user 65534:65534, a read-only root file system, RUNTIME_ROOT=/data with no volume,
+# the rules over xDS (CONFIG_TYPE=GRPC_XDS_SOTW, FORCE_START_WITHOUT_INITIAL_CONFIG) from a test
+# management server (tests/xds_server.cc) over mutual TLS, TLS on the gRPC listener, both with
+# the certificates under /certs (made by openssl at test time), USE_PROMETHEUS=true. Only the
+# ports differ: moved to free loopback ports through the same variables (PORT, GRPC_PORT,
+# DEBUG_PORT, PROMETHEUS_ADDR) on the host's network; Redis is a throwaway redis-server there.
+# Checks the image's configuration; the process's uid and gid and its read-only root;
+# /healthcheck; a 200 (/json), gRPC over TLS, then a 429; the metrics at PROMETHEUS_ADDR moving;
+# a prompt exit 0 on SIGTERM (podman stop). Then with the rules from files: a runtime directory
+# mounted at /data, and none at all (no rules, every request OK).
 #
 # podman runs with --runtime runc and lowered --ulimit values: crun, podman's usual runtime,
 # cannot start containers on these machines, and runc cannot raise the limits to podman's.
-# The containers and the image are removed on exit.
-# Usage: SLUICE=path/to/sluice tests/image_e2e.sh tests/grpc
+# The containers and the image's tag are removed on exit (KEEP=1 keeps them, to look at).
+# Usage: SLUICE=path/to/sluice XDS_SERVER=path/to/xds_server tests/image_e2e.sh tests/grpc
 set -u
 fixtures=$(cd "$1" && pwd)
 sluice=${SLUICE:?set SLUICE to the sluice binary}
+xds_server=${XDS_SERVER:?set XDS_SERVER to the test management server}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 source "$(dirname "$0")/lib.sh"
@@ -33,7 +37,7 @@ remove_all() {
   timeout 30 podman rmi -f "$tag" >/dev/null 2>&1
   return 0
 }
-cleanup_hooks+=(remove_all)
+[[ -n ${KEEP:-} ]] || cleanup_hooks+=(remove_all)
 podman_run=(podman run --runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096
   --network host)
 
@@ -51,45 +55,59 @@ check "it exposes upstream's ports" "6070/tcp 8080/tcp 8081/tcp" \
 # The binary and its libraries, and little else (29 MiB when this was written).
 check "it is under 40 MiB" 1 "$((size < 40 * 1024 * 1024))"
 
-# --- Redis, the rules (a runtime directory as a read-only volume), the certificates.
+# --- Redis, the certificates, the management server, the ports.
 start_redis_on || fail_setup "no Redis"
 rport=$RPORT
-mkdir -p "$tmp/data/ratelimit/config"
-cat >"$tmp/data/ratelimit/config/api.yaml" <<'EOF'
-domain: api
-descriptors:
-  - key: user
-    rate_limit:
-      unit: day
-      requests_per_unit: 2
-EOF
 make_tls_certs "$tmp/tls" || fail_setup "no certificates"
-# As Envoy Gateway mounts its secret: tls.crt, tls.key, ca.crt; readable by 65534.
+# As Envoy Gateway mounts its secret: tls.crt, tls.key, ca.crt, readable by 65534. One
+# certificate serves the gRPC port and is the xDS client's, as there.
 mkdir -p "$tmp/certs"
 cp "$tmp/tls/server.pem" "$tmp/certs/tls.crt"
 cp "$tmp/tls/server.key" "$tmp/certs/tls.key"
 cp "$tmp/tls/ca.pem" "$tmp/certs/ca.crt"
-chmod 755 "$tmp/certs" "$tmp/data" "$tmp/data/ratelimit" "$tmp/data/ratelimit/config"
-chmod 644 "$tmp/certs"/* "$tmp/data/ratelimit/config/api.yaml"
+chmod 755 "$tmp/certs"
+chmod 644 "$tmp/certs"/*
 
+free_port; xport=$FREE_PORT
 free_port; port=$FREE_PORT
 free_port; grpc_port=$FREE_PORT
 free_port; debug_port=$FREE_PORT
 free_port; prom_port=$FREE_PORT
-# Envoy Gateway's variables (internal/infrastructure/kubernetes/ratelimit/resource.go), but
-# CONFIG_TYPE=GRPC_XDS_SOTW and its CONFIG_GRPC_XDS_* (rules from Envoy Gateway's xDS server):
-# here the rules come from the runtime directory. The hosts are loopback for the test.
-gateway_env=(
-  -e RUNTIME_ROOT=/data -e RUNTIME_SUBDIRECTORY=ratelimit -e RUNTIME_IGNOREDOTFILES=true
+# The state of the world Envoy Gateway's controller would serve: one RateLimitConfig, domain
+# api, 2 a day per user.
+printf '%s\n' '{"versionInfo": "v1", "resources": [{' \
+  '"@type": "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig",' \
+  '"name": "api", "domain": "api",' \
+  '"descriptors": [{"key": "user", "rateLimit": {"unit": "DAY", "requestsPerUnit": 2}}]}]}' \
+  >"$tmp/snapshot.json"
+"$xds_server" --port "$xport" --snapshot "$tmp/snapshot.json" --cert "$tmp/tls/server.pem" \
+  --key "$tmp/tls/server.key" --client-ca "$tmp/tls/ca.pem" >"$tmp/xds.out" 2>&1 &
+pids+=("$!")
+for _ in $(seq 100); do
+  grep -q "listening on 127.0.0.1:$xport" "$tmp/xds.out" && break
+  sleep 0.05
+done
+grep -q "listening on 127.0.0.1:$xport" "$tmp/xds.out" ||
+  fail_setup "xds_server did not start: $(tail -3 "$tmp/xds.out")"
+
+# Envoy Gateway's variables (internal/infrastructure/kubernetes/ratelimit/resource.go), the hosts
+# loopback for the test. REDIS_TIMEOUT is the test's own: sluice's default (10 ms) is short for a
+# loaded test machine, where every answer here must come from Redis.
+runtime_env=(-e RUNTIME_ROOT=/data -e RUNTIME_SUBDIRECTORY=ratelimit -e RUNTIME_IGNOREDOTFILES=true
   -e RUNTIME_WATCH_ROOT=false -e LOG_LEVEL=info -e USE_STATSD=false
+  -e REDIS_SOCKET_TYPE=tcp -e "REDIS_URL=127.0.0.1:$rport" -e REDIS_TIMEOUT=2s
+  -e HOST=127.0.0.1 -e "PORT=$port" -e GRPC_HOST=127.0.0.1 -e "GRPC_PORT=$grpc_port"
+  -e DEBUG_HOST=127.0.0.1 -e "DEBUG_PORT=$debug_port")
+gateway_env=("${runtime_env[@]}"
+  -e CONFIG_TYPE=GRPC_XDS_SOTW -e "CONFIG_GRPC_XDS_SERVER_URL=localhost:$xport"
+  -e CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit
   -e GRPC_SERVER_USE_TLS=true -e GRPC_SERVER_TLS_CERT=/certs/tls.crt
   -e GRPC_SERVER_TLS_KEY=/certs/tls.key -e GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt
-  -e REDIS_SOCKET_TYPE=tcp -e "REDIS_URL=127.0.0.1:$rport" -e REDIS_TIMEOUT=2s
+  -e CONFIG_GRPC_XDS_SERVER_USE_TLS=true -e CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/certs/tls.crt
+  -e CONFIG_GRPC_XDS_CLIENT_TLS_KEY=/certs/tls.key -e CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/certs/ca.crt
+  -e FORCE_START_WITHOUT_INITIAL_CONFIG=true
   -e USE_PROMETHEUS=true -e "PROMETHEUS_ADDR=127.0.0.1:$prom_port"
-  -e PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml
-  -e HOST=127.0.0.1 -e "PORT=$port" -e GRPC_HOST=127.0.0.1 -e "GRPC_PORT=$grpc_port"
-  -e DEBUG_HOST=127.0.0.1 -e "DEBUG_PORT=$debug_port"
-)
+  -e PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml)
 
 # run_gateway NAME ARGS...: the image as Envoy Gateway runs it (command /bin/ratelimit, 65534,
 # read-only root) with ARGS before the image; waits (20 s) until /healthcheck answers 200 or the
@@ -107,6 +125,14 @@ run_gateway() {
   podman logs "$CID" 2>&1 | tail -20
   return 1
 }
+# stop_gateway: podman stop (SIGTERM, killed after 10 s); sets EXIT (its status) and STOP_MS.
+stop_gateway() {
+  local t0
+  t0=$(date +%s%N)
+  timeout 30 podman stop -t 10 "$CID" >/dev/null 2>&1
+  STOP_MS=$((($(date +%s%N) - t0) / 1000000))
+  EXIT=$(podman inspect --format '{{.State.ExitCode}}' "$CID")
+}
 json() {  # json USER: one /json request for domain api; prints the status, keeps the body
   curl -s -o "$tmp/body" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
     -d "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"$1\"}]}]}" \
@@ -119,16 +145,24 @@ decisions() {
   awk '/^sluice_decisions_total[{ ]/ {n += $NF} END {print n + 0}' <<<"$text"
 }
 
-# --- Envoy Gateway's deployment, with the rules.
+# --- Envoy Gateway's deployment: the rules over xDS, no volume at /data.
 up=0
-run_gateway main -v "$tmp/data:/data:ro" -v "$tmp/certs:/certs:ro" "${gateway_env[@]}" && up=1
+run_gateway main -v "$tmp/certs:/certs:ro" "${gateway_env[@]}" && up=1
 check "the image serves as Envoy Gateway runs it" 1 "$up"
 ((up)) || { finish; exit 1; }
+ready=0
+for _ in $(seq 100); do
+  [[ $(curl -s -o /dev/null -w '%{http_code}' -m 1 "http://127.0.0.1:$debug_port/readyz") == 200 ]] && { ready=1; break; }
+  sleep 0.1
+done
+check "ready once the rules came over xDS (mutual TLS)" 1 "$ready"
+check "the management server has its ACK" 1 \
+  "$(grep -c 'request node=envoy-ratelimit version=v1 nonce=1-v1$' "$tmp/xds.out")"
 podman logs "$CID" >"$tmp/main.out" 2>"$tmp/main.err"
 check_contains "the data plane on PORT" "data plane listening on 127.0.0.1:$port" "$(cat "$tmp/main.out")"
 check_contains "gRPC on GRPC_PORT" "grpc listening on 127.0.0.1:$grpc_port" "$(cat "$tmp/main.out")"
 check_contains "Prometheus on PROMETHEUS_ADDR" "prometheus listening on 127.0.0.1:$prom_port" "$(cat "$tmp/main.out")"
-check_contains "the rules from RUNTIME_ROOT" "config /data/ratelimit/config" "$(cat "$tmp/main.out")"
+check_contains "the rules from the xDS server" "config xDS localhost:$xport" "$(cat "$tmp/main.out")"
 
 pid=$(podman inspect --format '{{.State.Pid}}' "$CID")
 check "the process runs as uid 65534" "65534 65534 65534 65534" "$(awk '/^Uid:/ {print $2, $3, $4, $5}' "/proc/$pid/status")"
@@ -137,10 +171,9 @@ check "the container's root is read-only" true "$(podman inspect --format '{{.Ho
 check "its / is mounted ro" ro "$(awk '$5 == "/" {split($6, o, ","); print o[1]}' "/proc/$pid/mountinfo")"
 
 check "/healthcheck on PORT" 200 "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$port/healthcheck")"
-before=$(decisions)
-check "/metrics at PROMETHEUS_ADDR before any request" 0 "$before"
+check "/metrics at PROMETHEUS_ADDR before any request" 0 "$(decisions)"
 check "/json: first request" 200 "$(json alice)"
-check_contains "/json: the limit from /data" '"requestsPerUnit":2' "$(cat "$tmp/body")"
+check_contains "/json: the limit from xDS" '"requestsPerUnit":2' "$(cat "$tmp/body")"
 grpc_answer=$(TLS_CA="$tmp/tls/ca.pem" timeout 10 node "$fixtures/should_rate_limit.js" \
   "127.0.0.1:$grpc_port" api user alice 2>&1 | tail -1)
 check "gRPC over TLS on GRPC_PORT (2nd of 2)" "OK 2/DAY" "$grpc_answer"
@@ -154,22 +187,34 @@ check_contains "the admin port's /metrics has them too" "sluice_backend_up 1" \
   "$(curl -s -m 5 "http://127.0.0.1:$debug_port/metrics")"
 
 # --- SIGTERM: podman stop (10 s before it kills) ends it with 0, promptly.
-t0=$(date +%s%N)
-timeout 30 podman stop -t 10 "$CID" >/dev/null 2>&1
-elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
-check "stops on SIGTERM with status 0" 0 "$(podman inspect --format '{{.State.ExitCode}}' "$CID")"
-check "within 5 s of SIGTERM" 1 "$((elapsed_ms < 5000))"
-echo "     (stopped in $elapsed_ms ms)"
+stop_gateway
+check "stops on SIGTERM with status 0" 0 "$EXIT"
+check "within 5 s of SIGTERM" 1 "$((STOP_MS < 5000))"
+echo "     (stopped in $STOP_MS ms)"
 check_contains "it logged the signal" "signal 15, shutting down" "$(podman logs "$CID" 2>&1)"
+
+# --- The rules from files (CONFIG_TYPE's default): a runtime directory as a read-only volume.
+mkdir -p "$tmp/data/ratelimit/config"
+printf '%s\n' 'domain: api' 'descriptors:' '  - key: user' '    rate_limit:' '      unit: day' \
+  '      requests_per_unit: 3' >"$tmp/data/ratelimit/config/api.yaml"
+chmod 755 "$tmp/data" "$tmp/data/ratelimit" "$tmp/data/ratelimit/config"
+chmod 644 "$tmp/data/ratelimit/config/api.yaml"
+up=0
+run_gateway files -v "$tmp/data:/data:ro" "${runtime_env[@]}" && up=1
+check "with the rules from /data it serves" 1 "$up"
+check "/json: a limit from /data" 200 "$(json bob)"
+check_contains "/json: 3 a day" '"requestsPerUnit":3' "$(cat "$tmp/body")"
+stop_gateway
+check "stops on SIGTERM with status 0 (files)" 0 "$EXIT"
 
 # --- No volume at /data: it starts, without rules (every request OK), and says why.
 up=0
-run_gateway empty "${gateway_env[@]}" -e USE_PROMETHEUS=false -e GRPC_SERVER_USE_TLS=false && up=1
+run_gateway empty "${runtime_env[@]}" && up=1
 check "with no runtime directory it still serves" 1 "$up"
-check "/json without rules is OK" 200 "$(json alice)"
+check "/json without rules is OK" 200 "$(json carol)"
 check_contains "and it says the directory is missing" "/data/ratelimit/config does not exist" \
   "$(podman logs "$CID" 2>&1)"
-timeout 30 podman stop -t 10 "$CID" >/dev/null 2>&1
-check "stops on SIGTERM with status 0 (no rules)" 0 "$(podman inspect --format '{{.State.ExitCode}}' "$CID")"
+stop_gateway
+check "stops on SIGTERM with status 0 (no rules)" 0 "$EXIT"
 
 finish

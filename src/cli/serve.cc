@@ -137,7 +137,7 @@ bool AwaitFirstRules(const rules::Settings& settings, const rules::ConfigManager
   if (!settings.xds || settings.xds->force_start) return true;
   util::Log().info("xds: waiting for the first rule set from {}", settings.xds->server_url);
   while (manager.awaiting_remote()) {
-    const timespec slice{0, 50 * 1000 * 1000};
+    const timespec slice{0, 50L * 1000 * 1000};
     if (sigtimedwait(&stop_signals, nullptr, &slice) > 0) return false;
   }
   return true;
@@ -169,7 +169,7 @@ struct Observability {
 };
 absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                           rules::ConfigManager& manager, http::HttpServer& server,
-                          http::Service& service, ServeTls& tls) {
+                          http::Service& service, ServeTls& tls, xds::XdsClient* xds) {
   auto registered = metrics::ServerMetrics::Register(
       &o.registry, {.store = [&backends] { return backends.StoreStats(); },
                     .config =
@@ -187,6 +187,9 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   o.server_metrics = *std::move(registered);
   if (auto s = backends.RegisterBackendMetrics(o.registry); !s.ok()) return s;
   if (auto s = tls.RegisterMetrics(o.registry); !s.ok()) return s;
+  if (xds != nullptr) {
+    if (auto s = xds->RegisterMetrics(o.registry); !s.ok()) return s;
+  }
   metrics::ServerMetrics* m = &*o.server_metrics;
   service.SetMetrics(&o.registry, m, [&o, m, &server] {
     const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
@@ -242,6 +245,14 @@ absl::StatusOr<HttpPorts> ListenHttp(http::HttpServer& server, http::Service& se
   }
   ports.prometheus_port = *prometheus_port;
   return ports;
+}
+
+// After the HTTP side has drained: the calls still in flight on the gRPC port (if on) get what
+// is left of the deadline (in the clock's monotonic time); gRPC cancels those still running then.
+void ShutdownGrpc(rls::GrpcServer* grpc_server, int64_t deadline_us, const Clock* clock) {
+  if (grpc_server == nullptr) return;
+  const int64_t left_us = deadline_us - clock->MonotonicMicros();
+  grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
 }
 
 // Whether the gRPC port is on (its address neither empty nor "0").
@@ -397,13 +408,10 @@ int RunServe(const ServeFlags& flags) {
   if (!tls.ok()) return fail("", tls.status());
   http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
   Observability observability;
-  if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls); !s.ok()) {
+  if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls,
+                            xds_client.get());
+      !s.ok()) {
     return fail("metrics: ", s);
-  }
-  if (xds_client) {
-    if (auto s = xds_client->RegisterMetrics(observability.registry); !s.ok()) {
-      return fail("metrics: ", s);
-    }
   }
   const auto ports = ListenHttp(server, service, listen, admin, **tls, source);
   if (!ports.ok()) return fail("", ports.status());
@@ -441,15 +449,10 @@ int RunServe(const ServeFlags& flags) {
                 .version = manager.Current()->version,
                 .threads = threads,
                 .backend = (*backends)->where(),
-                .try_it = source.paths.empty()});  // the embedded default
+                .try_it = source.paths.empty() && !settings.xds});  // the embedded default
   server.Run();              // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
-  // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the
-  // deadline (gRPC cancels those still running then).
-  if (grpc_server) {
-    const int64_t left_us = shutdown_deadline_us.load() - clock->MonotonicMicros();
-    grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
-  }
+  ShutdownGrpc(grpc_server.get(), shutdown_deadline_us.load(), clock);
   if (xds_client) xds_client->Stop();
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));

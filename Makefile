@@ -1,7 +1,7 @@
 # Thin wrapper over scripts/bootstrap.sh, CMake presets and ctest. See README.md.
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build lint debug asan tsan bootstrap clean package
+.PHONY: run test build lint debug asan tsan bootstrap clean package image
 
 bootstrap:
 	scripts/bootstrap.sh
@@ -27,6 +27,11 @@ test:
 # build/release/sluice_<version>_amd64.deb: binary, library and headers, /etc/sluice, systemd unit.
 package: build
 	cd build/release && cpack -G DEB
+
+# localhost/sluice:<version> and localhost/sluice:latest, the OCI image of the release build
+# (deploy/image/build.sh, docs/image.md); IMAGE_ARCHIVE=FILE also saves it as an OCI archive.
+image: build
+	deploy/image/build.sh $(if $(IMAGE_ARCHIVE),--archive $(IMAGE_ARCHIVE))
 
 debug: bootstrap
 	cmake --preset debug

@@ -27,6 +27,11 @@ packages=(
   clang-format-14 clang-tidy-14 shellcheck
   # the .deb (make package, tests/package_e2e.sh): CPack's DEB generator runs `file`
   file
+  # the OCI image (make image, tests/image_e2e.sh): podman builds it FROM scratch, offline, and
+  # runs it; runc is the runtime it runs with (named so that apt takes it for podman's
+  # "crun | runc": crun cannot start containers on these machines). As root with the host's
+  # network nothing else is needed (rootless podman would want uidmap and slirp4netns).
+  podman runc
 )
 # The gRPC end-to-end test's client runs on Node.js; a node already on the PATH (from any
 # source) will do, otherwise Debian's.

@@ -47,6 +47,7 @@ ln -s v1 "$runtime/current"
 free_port; port=$FREE_PORT
 free_port; grpc_port=$FREE_PORT
 free_port; debug_port=$FREE_PORT
+free_port; prom_port=$FREE_PORT
 deployment=(
   RUNTIME_ROOT="$runtime/current" RUNTIME_SUBDIRECTORY=ratelimit
   HOST=127.0.0.1 PORT="$port" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port"
@@ -57,6 +58,8 @@ deployment=(
   REDIS_TIMEOUT=2s
   CACHE_KEY_PREFIX=e2e_prefix_ MERGE_DOMAIN_CONFIG=true USE_STATSD=false LOG_LEVEL=info
   REDIS_POOL_SIZE=5 STATSD_HOST=statsd.example
+  # Upstream's Prometheus sink: sluice's /metrics also on PROMETHEUS_ADDR, at PROMETHEUS_PATH.
+  USE_PROMETHEUS=true PROMETHEUS_ADDR="127.0.0.1:$prom_port" PROMETHEUS_PATH=/prom
 )
 
 json() {  # json USER: one /json request for domain api; prints the status code, keeps the body
@@ -73,6 +76,7 @@ check "serves with upstream's variables" 1 "$started"
 check "data plane on PORT" "127.0.0.1:$port" "$(sed -n 's/^sluice: data plane listening on //p' "$tmp/main.out")"
 check "gRPC on GRPC_PORT" "127.0.0.1:$grpc_port" "$(sed -n 's/^sluice: grpc listening on //p' "$tmp/main.out")"
 check "admin on DEBUG_PORT" "127.0.0.1:$debug_port" "$(sed -n 's/^sluice: admin listening on //p' "$tmp/main.out")"
+check "metrics on PROMETHEUS_ADDR" "127.0.0.1:$prom_port" "$(sed -n 's/^sluice: prometheus listening on //p' "$tmp/main.out")"
 check_contains "config is the runtime directory" "$runtime/current/ratelimit/config" "$(grep '^sluice: config' "$tmp/main.out")"
 check_contains "backend is REDIS_URL" "redis 127.0.0.1:$rport" "$(grep '^sluice: config' "$tmp/main.out")"
 check_contains "an unsupported variable is named (warning)" "warning: STATSD_HOST: not supported" "$(cat "$tmp/main.err")"
@@ -91,6 +95,13 @@ check_contains "/json: OVER_LIMIT" '"overallCode":"OVER_LIMIT"' "$(cat "$tmp/bod
 check "/readyz on DEBUG_PORT" 200 "$(curl -s -o "$tmp/ready" -w '%{http_code}' -m 5 "http://127.0.0.1:$debug_port/readyz")"
 check_contains "/readyz: decided on Redis" "backend: redis" "$(cat "$tmp/ready")"
 check_contains "/metrics on DEBUG_PORT" "sluice_backend_up 1" "$(curl -s -m 5 "http://127.0.0.1:$debug_port/metrics")"
+# The same registry at PROMETHEUS_ADDR + PROMETHEUS_PATH: the decisions above were counted there
+# (alice twice and bob once on /json, alice once on gRPC), and nothing else is served.
+prom_decisions=$(curl -sf -m 5 "http://127.0.0.1:$prom_port/prom" |
+  awk '/^sluice_decisions_total[{ ]/ {n += $NF} END {print n + 0}')
+check "PROMETHEUS_PATH on PROMETHEUS_ADDR counts the decisions" 4 "$prom_decisions"
+check "PROMETHEUS_ADDR serves PROMETHEUS_PATH only" 404 \
+  "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$prom_port/metrics")"
 keys=$(redis-cli -p "$rport" --scan --pattern 'e2e_prefix_*' | wc -l)
 check "Redis holds keys under CACHE_KEY_PREFIX" 1 "$((keys > 0))"
 check "and none outside it" "$keys" "$(redis-cli -p "$rport" --scan | wc -l)"

@@ -432,6 +432,45 @@ void ReadDecisions(EnvReader& r, const std::map<std::string, std::string>& /*env
   if (auto name = r.Get("LIMIT_RESET_HEADER")) s.rls_reset_header = *name;
 }
 
+// USE_PROMETHEUS=true: sluice's /metrics also on PROMETHEUS_ADDR at PROMETHEUS_PATH, where
+// upstream's Prometheus sink listens (Go's "host:port", ":port" on every interface; upstream's
+// defaults ":9090" and "/metrics"). Its metrics are sluice's own, under sluice's names.
+void ReadPrometheus(EnvReader& r, EnvoyEnv& out) {
+  const auto addr = r.Get("PROMETHEUS_ADDR");
+  const auto path = r.Get("PROMETHEUS_PATH");
+  if (!r.Bool("USE_PROMETHEUS", false)) {
+    if (addr) r.Say(Level::kInfo, "PROMETHEUS_ADDR", "no effect: only with USE_PROMETHEUS=true");
+    if (path) r.Say(Level::kInfo, "PROMETHEUS_PATH", "no effect: only with USE_PROMETHEUS=true");
+    return;
+  }
+  const std::string address = addr.value_or(":9090");
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    const std::string_view digits = std::string_view(address).substr(colon + 1);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    if (ec != std::errc() || end != digits.data() + digits.size() || port > 65535) port = -1;
+  }
+  if (port < 0) {
+    r.Say(Level::kError, "PROMETHEUS_ADDR",
+          fmt::format("'{}' is not host:port or :port (a port from 0 to 65535)", address));
+    return;
+  }
+  std::string host = address.substr(0, colon);
+  if (host.empty()) host = "0.0.0.0";  // Go's ":port": every interface
+  const std::string metrics_path = path.value_or("/metrics");
+  if (!metrics_path.starts_with('/')) {
+    r.Say(Level::kError, "PROMETHEUS_PATH",
+          fmt::format("'{}' is not a path (it starts with /)", metrics_path));
+    return;
+  }
+  out.prometheus_listen = Address(host, port);
+  out.prometheus_path = metrics_path;
+  r.Say(Level::kInfo, "USE_PROMETHEUS",
+        fmt::format("sluice's metrics (its own names, as on DEBUG_PORT) also at http://{}{}",
+                    out.prometheus_listen, out.prometheus_path));
+}
+
 void ReadStats(EnvReader& r, const std::map<std::string, std::string>& /*env*/, EnvoyEnv& out) {
   rules::Settings& s = *out.load.settings;
   // Stats and tracing: what sluice has instead.
@@ -440,9 +479,7 @@ void ReadStats(EnvReader& r, const std::map<std::string, std::string>& /*env*/, 
   r.Unsupported("USE_STATSD", true, Level::kWarning,
                 "not supported: sluice's metrics are on the admin port's /metrics");
   r.Unsupported("USE_DOG_STATSD", false, Level::kWarning, "not supported: sluice sends no statsd");
-  r.Unsupported("USE_PROMETHEUS", false, Level::kWarning,
-                "sluice's Prometheus metrics are on the admin port (DEBUG_PORT) /metrics, not "
-                "PROMETHEUS_ADDR");
+  ReadPrometheus(r, out);
   r.Unsupported("TRACING_ENABLED", false, Level::kWarning, "not supported: sluice does no tracing");
 }
 

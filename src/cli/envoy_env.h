@@ -41,6 +41,12 @@ struct EnvoyEnv {
   // How to read it; `load.settings` holds every server-wide setting (listen addresses, Redis, the
   // global modes), and the runtime tree holds domain files only.
   rules::LoadOptions load;
+  // USE_PROMETHEUS=true: sluice's /metrics served besides on its own listener at
+  // `prometheus_listen` ("HOST:PORT", from PROMETHEUS_ADDR, upstream's default ":9090"), under
+  // `prometheus_path` (PROMETHEUS_PATH, "/metrics"), where upstream's Prometheus sink serves.
+  // Empty: on the admin port (DEBUG_PORT) alone.
+  std::string prometheus_listen;
+  std::string prometheus_path;
   // spdlog's name of the level for LOG_LEVEL ("warn" by default, as upstream).
   std::string log_level = "warn";
   std::vector<EnvoyEnvMessage> messages;

@@ -44,8 +44,6 @@ constexpr Note kWithoutDecisions[] = {
     {"STATSD_PORT", "sluice sends no statsd; its metrics are on the admin port's /metrics"},
     {"USE_DOG_STATSD_MOGRIFIERS", "sluice sends no statsd"},
     {"EXTRA_TAGS", "sluice sends no statsd; add labels when scraping /metrics"},
-    {"PROMETHEUS_ADDR", "sluice's Prometheus metrics are on the admin port (DEBUG_PORT) /metrics"},
-    {"PROMETHEUS_PATH", "sluice's Prometheus metrics are on the admin port (DEBUG_PORT) /metrics"},
     {"PROMETHEUS_MAPPER_YAML", "sluice's metric names are its own (docs/operations.md)"},
     {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "sluice's histograms are in seconds"},
     {"TRACING_SERVICE_NAME", "sluice does no tracing"},

@@ -560,6 +560,59 @@ TEST(EnvoyEnvTest, IrrelevantVariablesAreInfo) {
   }
 }
 
+// USE_PROMETHEUS=true: the metrics also where upstream's Prometheus sink listens.
+TEST(EnvoyEnvTest, UsePrometheusServesTheMetricsAtPrometheusAddr) {
+  Env env = With(Deployment(), "USE_PROMETHEUS", "true");
+  EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.prometheus_listen, "0.0.0.0:9090");  // upstream's defaults
+  EXPECT_EQ(result.prometheus_path, "/metrics");
+  EXPECT_THAT(Said(result, "USE_PROMETHEUS", Level::kInfo),
+              ElementsAre(HasSubstr("http://0.0.0.0:9090/metrics")));
+  EXPECT_THAT(Said(result, "USE_PROMETHEUS", Level::kWarning), IsEmpty());
+  // Envoy Gateway's PROMETHEUS_ADDR; a path of one's own.
+  env["PROMETHEUS_ADDR"] = ":19001";
+  env["PROMETHEUS_PATH"] = "/stats/prometheus";
+  result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.prometheus_listen, "0.0.0.0:19001");
+  EXPECT_EQ(result.prometheus_path, "/stats/prometheus");
+  for (const char* name : {"PROMETHEUS_ADDR", "PROMETHEUS_PATH"}) {
+    EXPECT_THAT(Said(result, name, Level::kWarning), IsEmpty()) << name;
+    EXPECT_THAT(Said(result, name, Level::kInfo), IsEmpty()) << name;
+  }
+  EXPECT_EQ(ReadEnvoyEnv(With(env, "PROMETHEUS_ADDR", "127.0.0.1:19001")).prometheus_listen,
+            "127.0.0.1:19001");
+  EXPECT_EQ(ReadEnvoyEnv(With(env, "PROMETHEUS_ADDR", "[::1]:19001")).prometheus_listen,
+            "[::1]:19001");
+  // Still a warning: the names are sluice's, not those a mapper file would make.
+  EXPECT_THAT(Said(ReadEnvoyEnv(With(env, "PROMETHEUS_MAPPER_YAML", "/etc/m.yaml")),
+                   "PROMETHEUS_MAPPER_YAML", Level::kWarning),
+              testing::SizeIs(1));
+}
+
+TEST(EnvoyEnvTest, PrometheusAddrWithoutUsePrometheusHasNoEffect) {
+  Env env = With(Deployment(), "PROMETHEUS_ADDR", ":19001");
+  env["PROMETHEUS_PATH"] = "/m";
+  const EnvoyEnv result = ReadEnvoyEnv(env);
+  ASSERT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.prometheus_listen, "");
+  for (const char* name : {"PROMETHEUS_ADDR", "PROMETHEUS_PATH"}) {
+    EXPECT_THAT(Said(result, name, Level::kInfo), ElementsAre(HasSubstr("no effect"))) << name;
+  }
+}
+
+TEST(EnvoyEnvTest, BadPrometheusAddrOrPathIsAnError) {
+  const Env env = With(Deployment(), "USE_PROMETHEUS", "true");
+  for (const char* addr : {"19001", ":x", ":70000", "host:", ":-1"}) {
+    const EnvoyEnv result = ReadEnvoyEnv(With(env, "PROMETHEUS_ADDR", addr));
+    EXPECT_FALSE(result.ok()) << addr;
+    EXPECT_THAT(Said(result, "PROMETHEUS_ADDR", Level::kError), testing::SizeIs(1)) << addr;
+  }
+  const EnvoyEnv result = ReadEnvoyEnv(With(env, "PROMETHEUS_PATH", "metrics"));
+  EXPECT_THAT(Said(result, "PROMETHEUS_PATH", Level::kError), testing::SizeIs(1));
+}
+
 // No variable of upstream's falls through to the catch-all: each has its own answer.
 TEST(EnvoyEnvTest, EveryUpstreamVariableHasItsOwnDisposition) {
   for (const std::string& name : EnvoyEnvVariableNames()) {

@@ -349,8 +349,25 @@ struct SimCommand {
   }
 };
 
+// Called as `ratelimit` (the image's /bin/ratelimit, a link to sluice: Envoy Gateway runs
+// envoyproxy/ratelimit's image with the command /bin/ratelimit and no arguments), sluice is
+// `sluice serve --envoy-env`: upstream's environment variables are the whole configuration.
+bool CalledAsRatelimit(const char* argv0) {
+  return argv0 != nullptr && std::filesystem::path(argv0).filename() == "ratelimit";
+}
+
 int Main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
+  if (argc >= 1 && CalledAsRatelimit(argv[0])) {
+    if (argc > 1) {
+      std::cerr << "ratelimit: takes no arguments (its settings are envoyproxy/ratelimit's "
+                   "environment variables; `sluice serve --envoy-env`)\n";
+      return kUsageError;
+    }
+    ServeFlags flags;
+    flags.envoy_env = true;
+    return RunServe(flags);
+  }
   CLI::App app{"sluice: a rate limiter for HTTP APIs"};
   app.require_subcommand(1);
   ServeCommand serve;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -76,6 +77,8 @@ struct ConfigSource {
   std::vector<std::string> paths;  // empty: the embedded default
   std::string name;                // for the start-up line
   rules::LoadOptions load_options;
+  // --envoy-env's USE_PROMETHEUS: /metrics also on this address, at this path (empty: not).
+  std::string prometheus_listen, prometheus_path;
 };
 bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   if (!flags.config.empty()) source.paths = {flags.config};
@@ -96,6 +99,16 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   const auto& xds = env.load.settings->xds;
   source.name = xds ? "xDS " + xds->server_url : env.rules_path;
   source.load_options = env.load;
+  // As upstream, a runtime directory that is not there is no rules (every request OK) rather
+  // than a refusal to start: an image runs with RUNTIME_ROOT on no volume. It is read when it
+  // comes (a reload: SIGHUP, POST /v1/reload, or a change the watch sees).
+  source.load_options.missing_is_empty = true;
+  if (std::error_code ec; !env.rules_path.empty() && !std::filesystem::exists(env.rules_path, ec)) {
+    std::cerr << "serve: envoy-env: warning: RUNTIME_ROOT: " << env.rules_path
+              << " does not exist: serving without rules (every request is OK) until it does\n";
+  }
+  source.prometheus_listen = env.prometheus_listen;
+  source.prometheus_path = env.prometheus_path;
   return true;
 }
 
@@ -124,7 +137,7 @@ bool AwaitFirstRules(const rules::Settings& settings, const rules::ConfigManager
   if (!settings.xds || settings.xds->force_start) return true;
   util::Log().info("xds: waiting for the first rule set from {}", settings.xds->server_url);
   while (manager.awaiting_remote()) {
-    const timespec slice{0, 50 * 1000 * 1000};
+    const timespec slice{0, 50L * 1000 * 1000};
     if (sigtimedwait(&stop_signals, nullptr, &slice) > 0) return false;
   }
   return true;
@@ -156,7 +169,7 @@ struct Observability {
 };
 absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                           rules::ConfigManager& manager, http::HttpServer& server,
-                          http::Service& service, ServeTls& tls) {
+                          http::Service& service, ServeTls& tls, xds::XdsClient* xds) {
   auto registered = metrics::ServerMetrics::Register(
       &o.registry, {.store = [&backends] { return backends.StoreStats(); },
                     .config =
@@ -174,6 +187,9 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   o.server_metrics = *std::move(registered);
   if (auto s = backends.RegisterBackendMetrics(o.registry); !s.ok()) return s;
   if (auto s = tls.RegisterMetrics(o.registry); !s.ok()) return s;
+  if (xds != nullptr) {
+    if (auto s = xds->RegisterMetrics(o.registry); !s.ok()) return s;
+  }
   metrics::ServerMetrics* m = &*o.server_metrics;
   service.SetMetrics(&o.registry, m, [&o, m, &server] {
     const auto catch_up = [](metrics::Counter* counter, uint64_t total) {
@@ -188,10 +204,19 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   return absl::OkStatus();
 }
 
-// The data plane and the admin listeners (with their TLS, if any); their bound ports.
-absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::Service& service,
-                                               const std::string& listen, const std::string& admin,
-                                               const ServeTls& tls) {
+// The HTTP listeners' bound ports.
+struct HttpPorts {
+  int data = 0, admin = 0;
+  std::string prometheus;   // --envoy-env's USE_PROMETHEUS listener's address; empty: none
+  int prometheus_port = 0;  // its bound port
+};
+
+// The data plane and the admin listeners (with their TLS, if any), and with --envoy-env's
+// USE_PROMETHEUS (`source`) the metrics alone on a listener of their own, at its path, with the
+// admin port's connection cap; their bound ports.
+absl::StatusOr<HttpPorts> ListenHttp(http::HttpServer& server, http::Service& service,
+                                     const std::string& listen, const std::string& admin,
+                                     const ServeTls& tls, const ConfigSource& source) {
   auto data_port = server.Listen(
       listen,
       [&service](http::HttpRequest& req, const std::string& peer, http::HttpResponse& res,
@@ -205,7 +230,29 @@ absl::StatusOr<std::pair<int, int>> ListenHttp(http::HttpServer& server, http::S
                  http::Deferral& deferral) { service.HandleAdmin(req, peer, res, deferral); },
       kAdminMaxConnections, nullptr, nullptr, tls.admin());
   if (!admin_port.ok()) return admin_port.status();
-  return std::make_pair(*data_port, *admin_port);
+  HttpPorts ports{.data = *data_port, .admin = *admin_port, .prometheus = source.prometheus_listen};
+  if (ports.prometheus.empty()) return ports;
+  auto prometheus_port = server.Listen(
+      ports.prometheus,
+      [&service, path = source.prometheus_path](http::HttpRequest& req, const std::string&,
+                                                http::HttpResponse& res, http::Deferral&) {
+        service.HandleMetrics(req, path, res);
+      },
+      kAdminMaxConnections);
+  if (!prometheus_port.ok()) {
+    return absl::Status(prometheus_port.status().code(),
+                        "PROMETHEUS_ADDR: " + std::string(prometheus_port.status().message()));
+  }
+  ports.prometheus_port = *prometheus_port;
+  return ports;
+}
+
+// After the HTTP side has drained: the calls still in flight on the gRPC port (if on) get what
+// is left of the deadline (in the clock's monotonic time); gRPC cancels those still running then.
+void ShutdownGrpc(rls::GrpcServer* grpc_server, int64_t deadline_us, const Clock* clock) {
+  if (grpc_server == nullptr) return;
+  const int64_t left_us = deadline_us - clock->MonotonicMicros();
+  grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
 }
 
 // Whether the gRPC port is on (its address neither empty nor "0").
@@ -287,7 +334,8 @@ http::ServerOptions ServerOptionsFrom(const rules::Settings& settings, int threa
 // What serve prints once it listens.
 struct Started {
   std::string listen, admin, grpc;
-  int data_port = 0, admin_port = 0, grpc_port = 0;  // grpc_port 0: no gRPC port
+  HttpPorts http;
+  int grpc_port = 0;  // 0: no gRPC port
   std::string config, version;
   int threads = 0;
   std::string backend;
@@ -296,14 +344,18 @@ struct Started {
 
 // Machine-readable start-up lines (tests and scripts read the ports from them).
 void PrintStarted(const Started& s) {
-  std::cout << "sluice: data plane listening on " << HostOf(s.listen) << ":" << s.data_port << "\n"
-            << "sluice: admin listening on " << HostOf(s.admin) << ":" << s.admin_port << "\n";
+  std::cout << "sluice: data plane listening on " << HostOf(s.listen) << ":" << s.http.data << "\n"
+            << "sluice: admin listening on " << HostOf(s.admin) << ":" << s.http.admin << "\n";
   if (s.grpc_port != 0) {
     std::cout << "sluice: grpc listening on " << HostOf(s.grpc) << ":" << s.grpc_port << "\n";
   }
+  if (s.http.prometheus_port != 0) {
+    std::cout << "sluice: prometheus listening on " << HostOf(s.http.prometheus) << ":"
+              << s.http.prometheus_port << "\n";
+  }
   std::cout << "sluice: config " << s.config << " version " << s.version << ", " << s.threads
             << " threads, backend " << s.backend << std::endl;
-  if (s.try_it) PrintTryIt(HostOf(s.listen), s.data_port, HostOf(s.admin), s.admin_port);
+  if (s.try_it) PrintTryIt(HostOf(s.listen), s.http.data, HostOf(s.admin), s.http.admin);
 }
 
 }  // namespace
@@ -356,15 +408,12 @@ int RunServe(const ServeFlags& flags) {
   if (!tls.ok()) return fail("", tls.status());
   http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
   Observability observability;
-  if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls); !s.ok()) {
+  if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls,
+                            xds_client.get());
+      !s.ok()) {
     return fail("metrics: ", s);
   }
-  if (xds_client) {
-    if (auto s = xds_client->RegisterMetrics(observability.registry); !s.ok()) {
-      return fail("metrics: ", s);
-    }
-  }
-  const auto ports = ListenHttp(server, service, listen, admin, **tls);
+  const auto ports = ListenHttp(server, service, listen, admin, **tls, source);
   if (!ports.ok()) return fail("", ports.status());
   auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls);
   if (!started.ok()) return fail("", started.status());
@@ -394,22 +443,16 @@ int RunServe(const ServeFlags& flags) {
   PrintStarted({.listen = listen,
                 .admin = admin,
                 .grpc = grpc,
-                .data_port = ports->first,
-                .admin_port = ports->second,
+                .http = *ports,
                 .grpc_port = grpc_server ? grpc_server->port() : 0,
                 .config = source.name,
                 .version = manager.Current()->version,
                 .threads = threads,
                 .backend = (*backends)->where(),
-                .try_it = source.paths.empty()});  // the embedded default
+                .try_it = source.paths.empty() && !settings.xds});  // the embedded default
   server.Run();              // returns once Stop() ran and the connections are closed
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
-  // The HTTP side has drained; calls still in flight on the gRPC port get what is left of the
-  // deadline (gRPC cancels those still running then).
-  if (grpc_server) {
-    const int64_t left_us = shutdown_deadline_us.load() - clock->MonotonicMicros();
-    grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
-  }
+  ShutdownGrpc(grpc_server.get(), shutdown_deadline_us.load(), clock);
   if (xds_client) xds_client->Stop();
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));

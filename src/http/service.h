@@ -75,6 +75,9 @@ class Service {
   bool StreamsBody(const HttpRequest& header) const;
   void HandleAdmin(const HttpRequest& request, const std::string& peer, HttpResponse& response,
                    Deferral& deferral);
+  // A listener of the metrics alone (serve --envoy-env's PROMETHEUS_ADDR): `path` answers what
+  // the admin port's /metrics does, every other path is not found.
+  void HandleMetrics(const HttpRequest& request, std::string_view path, HttpResponse& response);
   // Counts a data-plane answer in sluice_http_requests_total. HandleData counts its own; the
   // data listener's `server_answered` brings those the server wrote itself (a request it could
   // not read: 400, 413, 431).
@@ -98,6 +101,7 @@ class Service {
                         absl::FunctionRef<void(Send)> decide);
   void CountResponse(const HttpResponse& response) { CountStatus(response.result_int()); }
   void Readyz(HttpResponse& response);
+  void RenderMetrics(HttpResponse& response);
 
   struct ProxyCall;
   // The `http:` routes' decision over every domain, as one (forward-auth and the proxy).

@@ -187,16 +187,25 @@ void Service::Readyz(HttpResponse& response) {
       fmt::format("degraded\nbackend: {}\nserving by failure_mode (open/local)\n", health.detail));
 }
 
+void Service::RenderMetrics(HttpResponse& response) {
+  if (before_render_) before_render_();
+  response.set(beast_http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  response.body() = registry_->Render();
+}
+
+void Service::HandleMetrics(const HttpRequest& request, std::string_view path,
+                            HttpResponse& response) {
+  if (PathOf(request) != path || registry_ == nullptr) {
+    return SetJson(response, beast_http::status::not_found, R"({"error":"not found"})");
+  }
+  RenderMetrics(response);
+}
+
 void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpResponse& response,
                           Deferral& deferral) {
   const std::string_view path = PathOf(request);
   if (path == "/healthz") return SetText(response, beast_http::status::ok, "ok\n");
-  if (path == "/metrics" && registry_ != nullptr) {
-    if (before_render_) before_render_();
-    response.set(beast_http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = registry_->Render();
-    return;
-  }
+  if (path == "/metrics" && registry_ != nullptr) return RenderMetrics(response);
   if (path == "/readyz") return Readyz(response);
   if (path == "/v1/rules") {
     if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");

@@ -47,6 +47,7 @@ class Loader {
     std::error_code ec;
     const fs::file_status status = fs::status(path, ec);
     if (ec || !fs::exists(status)) {
+      if (options_.missing_is_empty) return;
       Fail(path, 0, 0, "no such file or directory");
       return;
     }

@@ -60,6 +60,9 @@ struct LoadOptions {
   // The rules (or some of them) come over xDS (ConfigManager::Apply): no paths then means no
   // rule files, not the embedded default.
   bool remote_rules = false;
+  // A path that does not exist is a directory without files (no rules), as upstream reads a
+  // runtime directory that is not there (an image started with no volume at RUNTIME_ROOT).
+  bool missing_is_empty = false;
 };
 
 // Loads files and directories (see above), and then the domains in `remote`, if any, as if each

@@ -191,5 +191,16 @@ TEST(LoaderFilesTest, VersionChangesWhenAFileChangesAndNotOtherwise) {
   EXPECT_EQ(version(), v1);  // back to the same bytes, back to the same version
 }
 
+// serve --envoy-env: a runtime directory that is not there is no rules, with the settings given.
+TEST(LoaderFilesTest, MissingPathIsEmptyWhenAsked) {
+  LoadOptions options;
+  options.settings.emplace().listen = "127.0.0.1:1";
+  options.missing_is_empty = true;
+  const LoadResult result = LoadConfig({"/nonexistent/sluice/rules"}, options);
+  ASSERT_THAT(result.errors, IsEmpty());
+  EXPECT_THAT(result.config->domains, IsEmpty());
+  EXPECT_EQ(result.config->settings.listen, "127.0.0.1:1");
+}
+
 }  // namespace
 }  // namespace sluice::rules

@@ -88,6 +88,8 @@ def port_number(port):  # a probe's or a Service's port: a number or a container
 
 # The settings file: --config names it, in a ConfigMap mounted as a directory.
 args = list(c.get("command", [])) + list(c.get("args", []))
+# The image (deploy/image) has no PATH to search: its binary by its path.
+say("the command is the image's /bin/sluice", "/bin/sluice", args[0] if args else "")
 config = args[args.index("--config") + 1] if "--config" in args[:-1] else None
 volumes = {v["name"]: v for v in spec.get("volumes", [])}
 configmaps = {m["metadata"]["name"]: m for m in of_kind("ConfigMap")}

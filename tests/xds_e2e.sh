@@ -95,6 +95,7 @@ free_port; xport=$FREE_PORT
 free_port; port=$FREE_PORT
 free_port; grpc_port=$FREE_PORT
 free_port; debug_port=$FREE_PORT
+free_port; prometheus_port=$FREE_PORT
 eg_env=(RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_IGNOREDOTFILES=true
   RUNTIME_WATCH_ROOT=false LOG_LEVEL=info USE_STATSD=false CONFIG_TYPE=GRPC_XDS_SOTW
   CONFIG_GRPC_XDS_SERVER_URL="localhost:$xport" CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit
@@ -102,7 +103,9 @@ eg_env=(RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_IGNOREDOTFILES
   GRPC_SERVER_TLS_KEY="$certs/server.key" GRPC_SERVER_TLS_CA_CERT="$certs/ca.pem"
   CONFIG_GRPC_XDS_SERVER_USE_TLS=true CONFIG_GRPC_XDS_CLIENT_TLS_CERT="$certs/server.pem"
   CONFIG_GRPC_XDS_CLIENT_TLS_KEY="$certs/server.key" CONFIG_GRPC_XDS_SERVER_TLS_CACERT="$certs/ca.pem"
-  FORCE_START_WITHOUT_INITIAL_CONFIG=true REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RPORT")
+  FORCE_START_WITHOUT_INITIAL_CONFIG=true REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RPORT"
+  USE_PROMETHEUS=true PROMETHEUS_ADDR="127.0.0.1:$prometheus_port"
+  PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml)
 ports_env=(HOST=127.0.0.1 PORT="$port" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port"
   DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug_port")
 
@@ -199,7 +202,7 @@ done
 check "v4: five a second for 192.168.0.0/16" "200 200 200 200 200 429 " "$cidr"
 check "v4: the monthly rule is gone" 200 "$(month_json)"
 
-m=127.0.0.1:$debug_port
+m=127.0.0.1:$prometheus_port  # where Envoy Gateway's Prometheus scrapes (PROMETHEUS_ADDR)
 check "metric: connected" 1 "$(metric "$m" sluice_xds_connected)"
 check "metric: versions applied" 3 "$(metric "$m" 'sluice_xds_updates_total{result="applied"}')"
 check "metric: versions rejected" 1 "$(metric "$m" 'sluice_xds_updates_total{result="rejected"}')"

@@ -61,6 +61,8 @@ for tool in python3 nm cmake valgrind; do
   command -v "$tool" >/dev/null || die "$tool is missing"
 done
 [ -x "$sluice" ] || die "no sluice binary at $sluice (cmake --build --preset release)"
+# (absolute: callgrind names the binary by its full path, and the profile is matched by it)
+BUILD_DIR="$(cd "$BUILD_DIR" && pwd)" sluice="$BUILD_DIR/sluice"
 for c in $CANDIDATES; do
   case "$c" in committed|sum|allow_100k|density|callgraph) ;; *) die "unknown candidate $c" ;; esac
 done

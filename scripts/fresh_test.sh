@@ -37,7 +37,7 @@ cleanup() {
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill "${p#/proc/}" 2>/dev/null
   done
   sleep 1
-  for m in dev/shm dev/pts dev proc sys; do umount -l "$root/$m" 2>/dev/null || true; done
+  for m in dev/shm dev/pts dev proc sys/fs/cgroup sys ""; do umount -l "$root/$m" 2>/dev/null || true; done
   if [ "${KEEP:-0}" = 1 ]; then echo "fresh_test: root kept: $root (log $log)"; else rm -rf "$root"; fi
 }
 trap cleanup EXIT
@@ -63,8 +63,12 @@ start=$(date +%s)
 phase "debootstrap --variant=minbase bookworm into $root"
 debootstrap --variant=minbase bookworm "$root" "$mirror" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
 chmod 755 "$root" # mktemp made it 0700: the tests' nginx workers (user nobody) must reach /tmp
+# As on a machine, / is a mount point (podman's storage remounts it when it unpacks an image's
+# layer: tests/image_e2e.sh) and the cgroup hierarchies are there (runc puts containers in them).
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
+mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup"
 mount --bind /dev "$root/dev"
 mount --bind /dev/pts "$root/dev/pts"
 mount -t tmpfs shm "$root/dev/shm"

@@ -156,6 +156,11 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 check "ready once the rules came over xDS (mutual TLS)" 1 "$ready"
+# (The ACK follows the rules' swap, which readiness already saw: waited for, 5 s at most.)
+for _ in $(seq 100); do
+  grep -q 'request node=envoy-ratelimit version=v1 nonce=1-v1$' "$tmp/xds.out" && break
+  sleep 0.05
+done
 check "the management server has its ACK" 1 \
   "$(grep -c 'request node=envoy-ratelimit version=v1 nonce=1-v1$' "$tmp/xds.out")"
 podman logs "$CID" >"$tmp/main.out" 2>"$tmp/main.err"

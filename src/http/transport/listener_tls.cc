@@ -11,22 +11,17 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "fmt/format.h"
+#include "util/pem_file.h"
 
 namespace sluice::http {
 namespace {
 
 namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
-
-// A PEM file larger than this is not a certificate chain or a key.
-constexpr off_t kMaxPemBytes = 1 << 20;
 
 // OpenSSL's reason alone, without the library's name that Asio's message adds.
 std::string Reason(const boost::system::error_code& ec) {
@@ -36,31 +31,6 @@ std::string Reason(const boost::system::error_code& ec) {
     }
   }
   return ec.message();
-}
-
-// The file's bytes, or why they cannot be had (naming it as `what`).
-absl::StatusOr<std::string> ReadPem(const std::string& path, std::string_view what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(
-        fmt::format("TLS {} {}: cannot read it: {}", what, path, std::strerror(errno)));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        fmt::format("TLS {} {}: is a directory, not a PEM file", what, path));
-  }
-  if (st.st_size > kMaxPemBytes) {
-    return absl::InvalidArgumentError(
-        fmt::format("TLS {} {}: larger than 1 MiB, not a PEM file", what, path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        fmt::format("TLS {} {}: cannot read it: {}", what, path, std::strerror(errno)));
-  }
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return std::move(bytes).str();
 }
 
 // The first certificate's notAfter (seconds since the epoch), or 0.
@@ -101,14 +71,14 @@ absl::StatusOr<ListenerTls::Loaded> ListenerTls::Make(const ListenerTlsFiles& fi
     return absl::InvalidArgumentError(message);
   };
   Loaded loaded;
-  auto cert = ReadPem(files.cert_file, "certificate");
+  auto cert = util::ReadPemFile(files.cert_file, "certificate");
   if (!cert.ok()) return refuse("cert_file", std::string(cert.status().message()));
-  auto key = ReadPem(files.key_file, "key");
+  auto key = util::ReadPemFile(files.key_file, "key");
   if (!key.ok()) return refuse("key_file", std::string(key.status().message()));
   loaded.pem.cert = *std::move(cert);
   loaded.pem.key = *std::move(key);
   if (!files.client_ca_file.empty()) {
-    auto ca = ReadPem(files.client_ca_file, "client CA file");
+    auto ca = util::ReadPemFile(files.client_ca_file, "client CA file");
     if (!ca.ok()) return refuse("client_ca_file", std::string(ca.status().message()));
     loaded.pem.client_ca = *std::move(ca);
   }

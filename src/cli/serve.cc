@@ -117,15 +117,7 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
 std::unique_ptr<xds::XdsClient> StartXds(const rules::Settings& settings,
                                          rules::ConfigManager& manager) {
   if (!settings.xds) return nullptr;
-  manager.ExpectRemote();
-  auto client = std::make_unique<xds::XdsClient>(
-      *settings.xds, [&manager](std::shared_ptr<const rules::RemoteDomains> remote) {
-        std::vector<std::string> errors;
-        for (const rules::ConfigError& e : manager.Apply(std::move(remote)).errors) {
-          errors.push_back(e.ToString());
-        }
-        return errors;
-      });
+  auto client = std::make_unique<xds::XdsClient>(*settings.xds, &manager);
   client->Start();
   return client;
 }

@@ -7,12 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
 #include "fmt/format.h"
 #include "util/log.h"
+#include "util/pem_file.h"
 #include "xds/rate_limit_config.h"
 
 namespace sluice::xds {
@@ -23,15 +22,6 @@ namespace discovery = envoy::service::discovery::v3;
 constexpr int kInvalidArgument = 3;  // google.rpc.Code
 // Longest single wait for a connection, so that Stop() is never held up for long.
 constexpr int64_t kConnectSliceUs = 200000;
-
-absl::StatusOr<std::string> ReadPem(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (!in || !(text << in.rdbuf())) {
-    return absl::FailedPreconditionError(fmt::format("cannot read the {} {}", what, path));
-  }
-  return text.str();
-}
 
 // The channel to the management server, with TLS from the settings' files when asked for.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const rules::XdsSettings& s) {
@@ -49,14 +39,14 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const rules::XdsSetti
     return grpc::CreateCustomChannel(s.server_url, grpc::InsecureChannelCredentials(), args);
   grpc::SslCredentialsOptions tls;
   if (!s.ca_file.empty()) {
-    auto ca = ReadPem(s.ca_file, "server CA file");
+    auto ca = util::ReadPemFile(s.ca_file, "server CA file");
     if (!ca.ok()) return ca.status();
     tls.pem_root_certs = *std::move(ca);
   }
   if (!s.cert_file.empty()) {
-    auto cert = ReadPem(s.cert_file, "client certificate file");
+    auto cert = util::ReadPemFile(s.cert_file, "client certificate file");
     if (!cert.ok()) return cert.status();
-    auto key = ReadPem(s.key_file, "client key file");
+    auto key = util::ReadPemFile(s.key_file, "client key file");
     if (!key.ok()) return key.status();
     tls.pem_cert_chain = *std::move(cert);
     tls.pem_private_key = *std::move(key);
@@ -97,8 +87,10 @@ int64_t BackoffMicros(const rules::XdsSettings& s, int attempt, double unit) {
   return static_cast<int64_t>(std::clamp(wait, min, max));
 }
 
-XdsClient::XdsClient(rules::XdsSettings settings, ApplyFn apply)
-    : settings_(std::move(settings)), apply_(std::move(apply)), random_(std::random_device{}()) {}
+XdsClient::XdsClient(rules::XdsSettings settings, rules::ConfigManager* rules)
+    : settings_(std::move(settings)), rules_(rules), random_(std::random_device{}()) {
+  rules_->ExpectRemote();
+}
 
 XdsClient::~XdsClient() { Stop(); }
 
@@ -201,7 +193,9 @@ bool XdsClient::RunStream() {
       } else if (auto domains = RemoteDomainsOf(response); !domains.ok()) {
         errors.emplace_back(domains.status().message());
       } else {
-        errors = apply_(*std::move(domains));
+        for (const rules::ConfigError& e : rules_->Apply(*std::move(domains)).errors) {
+          errors.push_back(e.ToString());
+        }
       }
       discovery::DiscoveryRequest reply;
       if (errors.empty()) {

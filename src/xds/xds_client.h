@@ -2,8 +2,8 @@
 //
 // One ADS stream (envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources)
 // to the management server, asking for every RateLimitConfig (state of the world) as the node
-// `node_id` with `node_metadata`. Each response is one whole rule set: it is handed to `apply`
-// (serve: rules::ConfigManager::Apply, the loader and reload path that files take) and then
+// `node_id` with `node_metadata`. Each response is one whole rule set: it goes to the
+// ConfigManager's Apply (the loader and reload path that files take) and then
 //   - ACKed: version_info = the response's version, response_nonce = its nonce; or
 //   - NACKed when it does not decode or does not load: version_info = the last version ACKed,
 //     response_nonce = the rejected response's nonce, error_detail = {3 (INVALID_ARGUMENT), the
@@ -22,7 +22,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -34,7 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "metrics/registry.h"
 #include "rules/config.h"
-#include "rules/loader.h"
+#include "rules/config_manager.h"
 
 namespace grpc {
 class ClientContext;
@@ -50,11 +49,9 @@ int64_t BackoffMicros(const rules::XdsSettings& settings, int attempt, double un
 
 class XdsClient {
  public:
-  // Applies a rule set: the errors that refuse it (empty: applied).
-  using ApplyFn =
-      std::function<std::vector<std::string>(std::shared_ptr<const rules::RemoteDomains>)>;
-
-  XdsClient(rules::XdsSettings settings, ApplyFn apply);
+  // Applies each rule set through `rules` (not owned; must outlive the client), which from now on
+  // awaits its first one (ConfigManager::ExpectRemote: not ready until then).
+  XdsClient(rules::XdsSettings settings, rules::ConfigManager* rules);
   ~XdsClient();
   XdsClient(const XdsClient&) = delete;
   XdsClient& operator=(const XdsClient&) = delete;
@@ -83,7 +80,7 @@ class XdsClient {
   bool Sleep(int64_t us);
 
   const rules::XdsSettings settings_;
-  const ApplyFn apply_;
+  rules::ConfigManager* const rules_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::mt19937_64 random_;  // backoff jitter (client thread only)

@@ -48,15 +48,7 @@ rules::XdsSettings Settings(int port) {
 // The rules of a ConfigManager that takes them over xDS only, and a client feeding it.
 struct Rig {
   explicit Rig(rules::XdsSettings settings)
-      : manager({}, "", Options()),
-        client(std::move(settings), [this](std::shared_ptr<const rules::RemoteDomains> remote) {
-          std::vector<std::string> errors;
-          for (const auto& e : manager.Apply(std::move(remote)).errors) {
-            errors.push_back(e.ToString());
-          }
-          return errors;
-        }) {
-    manager.ExpectRemote();
+      : manager({}, "", Options()), client(std::move(settings), &manager) {
     EXPECT_TRUE(manager.Reload().errors.empty());
   }
   static rules::LoadOptions Options() {

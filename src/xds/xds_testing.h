@@ -11,9 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,6 +21,7 @@
 #include "absl/time/time.h"
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
 #include "ratelimit/config/ratelimit/v3/rls_conf.pb.h"
+#include "util/pem_file.h"
 #include "xds/rate_limit_config.h"
 
 namespace sluice::xds::testing {
@@ -39,7 +38,7 @@ class TestAdsServer final : public discovery::AggregatedDiscoveryService::Servic
     std::string client_ca_file = "";  // and mutual TLS (a client certificate required) when set
   };
 
-  // Null (with the reason on stderr) when it cannot listen.
+  // Null when it cannot listen or read its TLS files.
   static std::unique_ptr<TestAdsServer> Start(const Options& options) {
     auto server = std::unique_ptr<TestAdsServer>(new TestAdsServer());
     std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -48,8 +47,15 @@ class TestAdsServer final : public discovery::AggregatedDiscoveryService::Servic
           options.client_ca_file.empty()
               ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
               : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-      tls.pem_key_cert_pairs.push_back({Read(options.key_file), Read(options.cert_file)});
-      if (!options.client_ca_file.empty()) tls.pem_root_certs = Read(options.client_ca_file);
+      auto key = util::ReadPemFile(options.key_file, "key");
+      auto cert = util::ReadPemFile(options.cert_file, "certificate");
+      if (!key.ok() || !cert.ok()) return nullptr;
+      tls.pem_key_cert_pairs.push_back({*key, *cert});
+      if (!options.client_ca_file.empty()) {
+        auto ca = util::ReadPemFile(options.client_ca_file, "client CA file");
+        if (!ca.ok()) return nullptr;
+        tls.pem_root_certs = *ca;
+      }
       credentials = grpc::SslServerCredentials(tls);
     }
     grpc::ServerBuilder builder;
@@ -157,13 +163,6 @@ class TestAdsServer final : public discovery::AggregatedDiscoveryService::Servic
 
  private:
   TestAdsServer() = default;
-
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
 
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;

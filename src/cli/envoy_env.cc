@@ -172,11 +172,7 @@ void ReadXdsSource(EnvReader& r, EnvoyEnv& out) {
   x.headers = SplitPairs(r.GetOr("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ""), ':');
   x.force_start = r.Bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false);
   const auto duration = [&r](const char* name, int64_t def) {
-    const auto value = r.Get(name);
-    if (!value) return def;
-    if (auto us = ParseGoDuration(*value); us && *us >= 1000) return *us;
-    r.Say(Level::kError, name, fmt::format("'{}' is not a duration of at least 1ms", *value));
-    return def;
+    return r.Duration(name, def, 1000, "a duration of at least 1ms");
   };
   x.connect_retry_interval_us =
       duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", x.connect_retry_interval_us);
@@ -387,14 +383,8 @@ void ReadRedis(EnvReader& r, const std::map<std::string, std::string>& env, Envo
   } else {
     s.redis_url = scheme + credentials + hosts.front();
   }
-  if (auto timeout = r.Get("REDIS_TIMEOUT")) {
-    if (auto us = ParseGoDuration(*timeout); us && *us > 0) {
-      s.redis_timeout_us = *us;
-    } else {
-      r.Say(Level::kError, "REDIS_TIMEOUT",
-            fmt::format("'{}' is not a positive duration (10s, 250ms)", *timeout));
-    }
-  }
+  s.redis_timeout_us =
+      r.Duration("REDIS_TIMEOUT", s.redis_timeout_us, 1, "a positive duration (10s, 250ms)");
   r.Unsupported("REDIS_PERSECOND", false, Level::kError,
                 "a second Redis for per-second limits is not supported; sluice keeps every "
                 "limit on REDIS_URL");

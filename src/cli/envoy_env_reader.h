@@ -54,6 +54,16 @@ class EnvReader {
     return def;
   }
 
+  // A Go duration of at least `min_us` microseconds, in microseconds; `def` when unset, and after
+  // an error "'VALUE' is not WHAT" when it is not one.
+  int64_t Duration(const std::string& name, int64_t def, int64_t min_us, std::string_view what) {
+    const auto value = Get(name);
+    if (!value) return def;
+    if (auto us = ParseGoDuration(*value); us && *us >= min_us) return *us;
+    Say(Level::kError, name, fmt::format("'{}' is not {}", *value, what));
+    return def;
+  }
+
   int Port(const std::string& name, int def) {
     const auto value = Get(name);
     if (!value) return def;

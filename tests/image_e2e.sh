@@ -25,8 +25,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 
 source "$(dirname "$0")/lib.sh"
 need_tools podman curl openssl redis-server redis-cli node
-fail_setup() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
-[[ -d $fixtures/node_modules/@grpc/grpc-js ]] || fail_setup "no $fixtures/node_modules (scripts/bootstrap.sh runs npm ci)"
+need_grpc_client "$fixtures"
 
 run_id=$$-$RANDOM
 tag=localhost/sluice-e2e:$run_id

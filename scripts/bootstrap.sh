@@ -8,7 +8,7 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config
   # libraries (docs/design.md, "Dependencies", says why each)
-  libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libyaml-dev
+  libabsl-dev libxxhash-dev libfmt-dev libspdlog-dev libcli11-dev libyaml-dev
   libboost1.81-dev libsimdjson-dev libprotobuf-dev protobuf-compiler libhiredis-dev
   libgrpc++-dev protobuf-compiler-grpc libssl-dev
   # tests and benchmarks: real HTTP clients, promtool for the metrics exposition, nginx and

@@ -110,7 +110,7 @@ EXCEPTIONS='
 KIT=tests/support
 
 # First path components of third-party headers (not checked), and whole names without one.
-THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy ratelimit grpc CLI boost simdjson yaml-cpp'
+THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy ratelimit grpc CLI boost simdjson'
 THIRD_PARTY_FILES='xxhash.h'
 
 declare -A allowed test_allowed excepted

@@ -33,7 +33,7 @@ class DomainParser {
  public:
   DomainParser(YamlReader& reader, Domain& domain) : r_(reader), domain_(domain) {}
 
-  void Parse(const YAML::Node& doc) {
+  void Parse(const yaml::Node& doc) {
     r_.CheckMap(doc, "domain file", kDomainKeys);
     auto name = r_.String(doc, "domain");
     if (!name || name->empty()) {
@@ -64,17 +64,17 @@ class DomainParser {
       domain_.clients_at = r_.FieldPosition(doc, "clients");
     }
     ParsePlans(doc);
-    if (const YAML::Node list = r_.Field(doc, "descriptors"); list.IsDefined() && !list.IsNull()) {
+    if (const yaml::Node list = r_.Field(doc, "descriptors"); list.IsDefined() && !list.IsNull()) {
       ParseDescriptors(list, domain_.root);
     }
-    if (const YAML::Node http = r_.Field(doc, "http"); http.IsDefined() && !http.IsNull()) {
+    if (const yaml::Node http = r_.Field(doc, "http"); http.IsDefined() && !http.IsNull()) {
       if (auto section = ParseHttpSection(r_, http)) domain_.http = std::move(*section);
     }
   }
 
  private:
   // `consistency:` of a domain or a limit: exact | leased | eventual.
-  std::optional<Consistency> ParseConsistency(const YAML::Node& map) {
+  std::optional<Consistency> ParseConsistency(const yaml::Node& map) {
     auto name = r_.String(map, "consistency");
     if (!name) return std::nullopt;
     if (*name == "exact") return Consistency::kExact;
@@ -86,7 +86,7 @@ class DomainParser {
   }
 
   // `name: other | lease`, if given: whether it says lease.
-  void ParseLeaseChoice(const YAML::Node& doc, const char* name, std::string_view other,
+  void ParseLeaseChoice(const yaml::Node& doc, const char* name, std::string_view other,
                         bool& lease) {
     if (auto mode = r_.String(doc, name)) {
       if (*mode == other || *mode == "lease") {
@@ -99,7 +99,7 @@ class DomainParser {
 
   // `hot_keys: exact | lease`, `cold_keys: copy | lease` and `hot_key_rate:` (requests per
   // second, > 0) of a domain.
-  void ParseHotKeys(const YAML::Node& doc) {
+  void ParseHotKeys(const yaml::Node& doc) {
     ParseLeaseChoice(doc, "hot_keys", "exact", domain_.lease_hot_keys);
     ParseLeaseChoice(doc, "cold_keys", "copy", domain_.lease_cold_keys);
     if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {
@@ -112,25 +112,25 @@ class DomainParser {
     }
   }
 
-  void ParsePlans(const YAML::Node& doc) {
-    const YAML::Node plans = r_.Field(doc, "plans");
+  void ParsePlans(const yaml::Node& doc) {
+    const yaml::Node plans = r_.Field(doc, "plans");
     if (plans.IsDefined() && !plans.IsNull()) {
       if (!plans.IsMap()) {
         r_.Error(plans, "plans must be a map of plan names");
       } else {
-        for (auto it = plans.begin(); it != plans.end(); ++it) {
-          auto name = r_.AsString(it->first, "plan name");
+        for (const yaml::Entry& entry : plans.entries()) {
+          auto name = r_.AsString(entry.key, "plan name");
           if (!name) continue;
           Plan plan{.name = *name, .limits = {}};
-          if (r_.CheckMap(it->second, fmt::format("plan '{}'", *name), {"limits"})) {
+          if (r_.CheckMap(entry.value, fmt::format("plan '{}'", *name), {"limits"})) {
             plan.limits =
-                ParseLimitList(r_.Field(it->second, "limits"), fmt::format("plan '{}'", *name));
+                ParseLimitList(r_.Field(entry.value, "limits"), fmt::format("plan '{}'", *name));
           }
           domain_.plans.emplace(*name, std::move(plan));
         }
       }
     }
-    if (const YAML::Node def = r_.Field(doc, "default_plan"); def.IsDefined() && !def.IsNull()) {
+    if (const yaml::Node def = r_.Field(doc, "default_plan"); def.IsDefined() && !def.IsNull()) {
       if (auto name = r_.AsString(def, "default_plan")) {
         domain_.default_plan = *name;
         if (!domain_.plans.contains(*name)) {
@@ -150,9 +150,9 @@ class DomainParser {
     return names.empty() ? " (no plans are defined)" : fmt::format(" (plans: {})", names);
   }
 
-  void ParseDescriptors(const YAML::Node& list, RuleNode& parent) {
+  void ParseDescriptors(const yaml::Node& list, RuleNode& parent) {
     if (!r_.CheckSequence(list, "descriptors")) return;
-    for (const YAML::Node& item : list) {
+    for (const yaml::Node& item : list.items()) {
       if (!item.IsMap()) {
         r_.Error(item, "descriptors must be a list of maps");
         continue;
@@ -169,7 +169,7 @@ class DomainParser {
     }
   }
 
-  bool ParseDescriptor(const YAML::Node& item, const RuleNode& parent, RuleNode& node) {
+  bool ParseDescriptor(const yaml::Node& item, const RuleNode& parent, RuleNode& node) {
     const size_t errors_before = r_.error_count();
     r_.CheckMap(item, "descriptor", kDescriptorKeys);
     node.position = r_.PositionOf(item);
@@ -179,7 +179,7 @@ class DomainParser {
       return false;
     }
     node.key = *key;
-    if (const YAML::Node value = r_.Field(item, "value"); value.IsDefined() && !value.IsNull()) {
+    if (const yaml::Node value = r_.Field(item, "value"); value.IsDefined() && !value.IsNull()) {
       // An empty value is the same as none (key-only), as upstream stores it.
       if (auto v = r_.AsString(value, "value"); v && !v->empty()) {
         node.value = *v;
@@ -193,7 +193,7 @@ class DomainParser {
     node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
     r_.Bool(item, "value_to_metric");
     node.quota_mode = r_.Bool(item, "quota_mode").value_or(false);
-    if (const YAML::Node metadata = r_.Field(item, "metadata");
+    if (const yaml::Node metadata = r_.Field(item, "metadata");
         metadata.IsDefined() && !metadata.IsNull()) {
       node.metadata_json = r_.MapAsJson(metadata, "metadata").value_or("");
     }
@@ -204,8 +204,8 @@ class DomainParser {
                            "'*'), but found key '{}'",
                            node.key));
     }
-    const YAML::Node rate_limit = r_.Field(item, "rate_limit");
-    const YAML::Node limits = r_.Field(item, "limits");
+    const yaml::Node rate_limit = r_.Field(item, "rate_limit");
+    const yaml::Node limits = r_.Field(item, "limits");
     const bool has_rate_limit = rate_limit.IsDefined() && !rate_limit.IsNull();
     const bool has_limits = limits.IsDefined() && !limits.IsNull();
     if (auto plan_from = r_.String(item, "plan_from")) {
@@ -228,21 +228,21 @@ class DomainParser {
       node.has_rate_limit = true;
       node.limits = ParseLimitList(limits, "limits");
     }
-    if (const YAML::Node children = r_.Field(item, "descriptors");
+    if (const yaml::Node children = r_.Field(item, "descriptors");
         children.IsDefined() && !children.IsNull()) {
       ParseDescriptors(children, node);
     }
     return r_.error_count() == errors_before;
   }
 
-  void ParseRateLimit(const YAML::Node& rl, RuleNode& node) {
+  void ParseRateLimit(const yaml::Node& rl, RuleNode& node) {
     node.has_rate_limit = true;
     if (!r_.CheckMap(rl, "rate_limit", kRateLimitKeys)) return;
     if (auto name = r_.String(rl, "name")) node.rate_limit_name = *name;
-    if (const YAML::Node replaces = r_.Field(rl, "replaces");
+    if (const yaml::Node replaces = r_.Field(rl, "replaces");
         replaces.IsDefined() && !replaces.IsNull()) {
       if (r_.CheckSequence(replaces, "replaces")) {
-        for (const YAML::Node& entry : replaces) {
+        for (const yaml::Node& entry : replaces.items()) {
           if (!r_.CheckMap(entry, "replaces entry", {"name"})) continue;
           auto name = r_.String(entry, "name");
           if (!name || name->empty()) {
@@ -269,13 +269,13 @@ class DomainParser {
     }
   }
 
-  std::vector<LimitRule> ParseLimitList(const YAML::Node& list, const std::string& what) {
+  std::vector<LimitRule> ParseLimitList(const yaml::Node& list, const std::string& what) {
     std::vector<LimitRule> out;
     if (!list.IsDefined() || list.IsNull()) {
       return out;
     }
     if (!r_.CheckSequence(list, what)) return out;
-    for (const YAML::Node& entry : list) {
+    for (const yaml::Node& entry : list.items()) {
       if (!r_.CheckMap(entry, "limits entry", kLimitEntryKeys)) continue;
       if (auto limit = ParseLimit(entry, "limits entry")) {
         if (auto name = r_.String(entry, "name")) limit->name = *name;
@@ -286,7 +286,7 @@ class DomainParser {
   }
 
   // The common part of rate_limit and limits entries.
-  std::optional<LimitRule> ParseLimit(const YAML::Node& map, std::string_view what) {
+  std::optional<LimitRule> ParseLimit(const yaml::Node& map, std::string_view what) {
     const size_t errors_before = r_.error_count();
     LimitRule rule;
     rule.position = r_.PositionOf(map);
@@ -334,7 +334,7 @@ class DomainParser {
                                 "or a window (e.g. 30s)",
                                 what));
     }
-    if (const YAML::Node burst = r_.Field(map, "burst");
+    if (const yaml::Node burst = r_.Field(map, "burst");
         algorithm_known && burst.IsDefined() && !burst.IsNull()) {
       if (auto b = r_.AsUnsigned(burst, "burst", kMaxBurst)) {
         if (rule.limit.algorithm == Algorithm::kTokenBucket && *b < 1) {
@@ -392,7 +392,7 @@ const RuleNode* AddChild(RuleNode& parent, std::unique_ptr<RuleNode>& child) {
   return nullptr;
 }
 
-std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const YAML::Node& doc) {
+std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const yaml::Node& doc) {
   auto domain = std::make_unique<Domain>();
   domain->file = reader.file();
   const size_t errors_before = reader.error_count();

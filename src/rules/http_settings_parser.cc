@@ -16,7 +16,7 @@ class HttpSectionParser {
  public:
   explicit HttpSectionParser(YamlReader& reader) : r_(reader) {}
 
-  std::optional<HttpSection> Parse(const YAML::Node& http) {
+  std::optional<HttpSection> Parse(const yaml::Node& http) {
     if (!r_.CheckMap(http, "http",
                      {"deny_status", "trusted_proxies", "routes", "upstream", "refund_on"})) {
       return std::nullopt;
@@ -58,9 +58,9 @@ class HttpSectionParser {
       }
       section.refund_on = *refund;
     }
-    if (const YAML::Node routes = http["routes"]; routes.IsDefined() && !routes.IsNull()) {
+    if (const yaml::Node routes = http["routes"]; routes.IsDefined() && !routes.IsNull()) {
       if (r_.CheckSequence(routes, "routes")) {
-        for (const YAML::Node& route : routes) ParseRoute(route, section);
+        for (const yaml::Node& route : routes.items()) ParseRoute(route, section);
       }
     }
     return section;
@@ -102,11 +102,11 @@ class HttpSectionParser {
     return true;
   }
 
-  void ParseRoute(const YAML::Node& node, HttpSection& section) {
+  void ParseRoute(const yaml::Node& node, HttpSection& section) {
     if (!r_.CheckMap(node, "route", {"match", "rate_limits"})) return;
     HttpRoute route;
     route.position = r_.PositionOf(node);
-    const YAML::Node match = node["match"];
+    const yaml::Node match = node["match"];
     if (match.IsDefined() && r_.CheckMap(match, "match", {"prefix", "path", "methods"})) {
       route.prefix = r_.String(match, "prefix").value_or("");
       route.path = r_.String(match, "path").value_or("");
@@ -116,17 +116,17 @@ class HttpSectionParser {
       route.methods = r_.Strings(match, "methods").value_or(std::vector<std::string>{});
     }
     if (route.prefix.empty() && route.path.empty()) route.prefix.push_back('/');  // everything
-    const YAML::Node limits = node["rate_limits"];
+    const yaml::Node limits = node["rate_limits"];
     if (limits.IsDefined() && r_.CheckSequence(limits, "rate_limits")) {
-      for (const YAML::Node& item : limits) {
+      for (const yaml::Node& item : limits.items()) {
         if (!r_.CheckMap(item, "rate_limits entry", {"actions"})) continue;
-        const YAML::Node actions = item["actions"];
+        const yaml::Node actions = item["actions"];
         if (!actions.IsDefined() || !r_.CheckSequence(actions, "actions")) {
           r_.Error(item, "a rate_limits entry needs a list of actions");
           continue;
         }
         std::vector<HttpAction> parsed;
-        for (const YAML::Node& a : actions) {
+        for (const yaml::Node& a : actions.items()) {
           if (auto action = ParseAction(a)) parsed.push_back(std::move(*action));
         }
         route.rate_limits.push_back(std::move(parsed));
@@ -135,7 +135,7 @@ class HttpSectionParser {
     section.routes.push_back(std::move(route));
   }
 
-  std::optional<HttpAction> ParseAction(const YAML::Node& node) {
+  std::optional<HttpAction> ParseAction(const yaml::Node& node) {
     static const std::vector<std::string_view> kKinds = {"request_headers", "remote_address",
                                                          "generic_key", "path", "method"};
     if (!r_.CheckMap(node, "action", kKinds)) return std::nullopt;
@@ -145,8 +145,8 @@ class HttpSectionParser {
                "generic_key, path, method");
       return std::nullopt;
     }
-    const std::string kind = node.begin()->first.Scalar();
-    const YAML::Node body = node.begin()->second;
+    const std::string kind = node.entries()[0].key.Scalar();
+    const yaml::Node body = node.entries()[0].value;
     HttpAction action;
     const auto check = [&](const std::vector<std::string_view>& keys) {
       return body.IsNull() || r_.CheckMap(body, kind, keys);
@@ -193,7 +193,7 @@ class HttpSectionParser {
 
 }  // namespace
 
-std::optional<HttpSection> ParseHttpSection(YamlReader& reader, const YAML::Node& http) {
+std::optional<HttpSection> ParseHttpSection(YamlReader& reader, const yaml::Node& http) {
   return HttpSectionParser(reader).Parse(http);
 }
 

@@ -10,7 +10,6 @@
 #include "fmt/format.h"
 #include "rules/parsers.h"
 #include "rules/yaml_reader.h"
-#include "rules/yaml_syntax.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -64,20 +63,13 @@ class Loader {
   void AddText(const std::string& file, std::string_view text, bool named_directly) {
     XXH3_64bits_update(&hash_state_, file.data(), file.size());
     XXH3_64bits_update(&hash_state_, text.data(), text.size());
-    // libyaml first: yaml-cpp takes some malformed documents (yaml_syntax.h).
-    if (auto syntax = FindYamlSyntaxError(text)) {
-      Fail(file, syntax->line, syntax->column,
-           fmt::format("YAML syntax error: {}", syntax->message));
+    const yaml::ParseResult parsed = yaml::Parse(text);
+    if (parsed.error) {
+      Fail(file, parsed.error->line, parsed.error->column,
+           fmt::format("YAML syntax error: {}", parsed.error->message));
       return;
     }
-    YAML::Node doc;
-    try {
-      doc = YAML::Load(std::string(text));
-    } catch (const YAML::Exception& e) {
-      Fail(file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1,
-           fmt::format("YAML syntax error: {}", e.msg));
-      return;
-    }
+    const yaml::Node doc = parsed.document->root();
     if (!doc.IsDefined() || doc.IsNull()) {
       // An empty (or comment-only) file is a mistake, never "no rules": written over a domain's
       // file (a truncated write, a bad rename) it would drop that domain's limits silently.
@@ -152,7 +144,7 @@ class Loader {
   }
 
  private:
-  void AddDocument(const std::string& file, const YAML::Node& doc, bool named_directly) {
+  void AddDocument(const std::string& file, const yaml::Node& doc, bool named_directly) {
     YamlReader reader(file, &errors_);
     if (doc.IsMap() && doc["domain"].IsDefined()) {
       if (auto domain = ParseDomain(reader, doc)) domains_.push_back(std::move(domain));

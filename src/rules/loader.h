@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "rules/config.h"
-#include "yaml-cpp/yaml.h"
+#include "rules/yaml_tree.h"
 
 namespace sluice::rules {
 
@@ -43,7 +43,8 @@ struct LoadResult {
 // made of the names and hashes).
 struct RemoteDomain {
   std::string name;
-  YAML::Node doc;
+  std::shared_ptr<const yaml::Document> document;  // owns doc's nodes
+  yaml::Node doc;
   uint64_t hash = 0;
 };
 using RemoteDomains = std::vector<RemoteDomain>;

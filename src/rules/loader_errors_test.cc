@@ -33,8 +33,8 @@ TEST(LoaderErrorsTest, YamlSyntaxError) {
 }
 
 // Issue 19 (2): malformed documents are YAML syntax errors at their position, as upstream's
-// parser (go-yaml, a port of libyaml) says, never loaded as something else. yaml-cpp alone took
-// the unterminated quotes: `'''` as "a config file must be a map", `domain: 'abc` as a domain.
+// parser (go-yaml, a port of libyaml) says, never loaded as something else (such as `'''` as "a
+// config file must be a map", or `domain: 'abc` as a domain).
 TEST(LoaderErrorsTest, MalformedDocumentsAreSyntaxErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"'''",
@@ -377,8 +377,8 @@ TEST(LoaderErrorsTest, EmptyDomain) {
               ElementsAre("t.yaml:2:9: config file cannot have empty domain"));
 }
 
-// A key written without a value (`domain:`, `key:`) is null; the error belongs on that key's line.
-// (yaml-cpp marks a null value at the next token, i.e. on the next line.)
+// A key written without a value (`domain:`, `key:`) is null; the error belongs on that key's line,
+// not at the next token (where a parser may mark an empty value).
 TEST(LoaderErrorsTest, NullDomainOrKeyIsReportedOnItsOwnLine) {
   LoadResult result = LoadConfigText("t.yaml", "domain:\ndescriptors: []\n");
   ASSERT_THAT(result.errors, SizeIs(1));

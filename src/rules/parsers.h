@@ -3,8 +3,6 @@
 #ifndef SLUICE_RULES_PARSERS_H_
 #define SLUICE_RULES_PARSERS_H_
 
-#include <yaml-cpp/yaml.h>
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +14,7 @@
 namespace sluice::rules {
 
 // A domain file. Errors go to the reader; the result is null if there were any.
-std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const YAML::Node& doc);
+std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const yaml::Node& doc);
 
 // Adds `child` under `parent` and indexes it for matching, unless `parent` already has a child
 // with the same composite key (key, or key and value): then `child` is left as it is and that
@@ -28,10 +26,10 @@ std::string CompositeKey(const RuleNode& node);
 
 // A domain's `http:` section (http_settings_parser.cc). Errors go to the reader; nullopt when
 // `http` is not a map of its keys.
-std::optional<HttpSection> ParseHttpSection(YamlReader& reader, const YAML::Node& http);
+std::optional<HttpSection> ParseHttpSection(YamlReader& reader, const yaml::Node& http);
 
 // The settings file. Errors go to the reader.
-Settings ParseSettings(YamlReader& reader, const YAML::Node& doc);
+Settings ParseSettings(YamlReader& reader, const yaml::Node& doc);
 
 // "10.0.0.0/8", "::1/128" or a bare address (a /32 or /128).
 std::optional<Cidr> ParseCidr(std::string_view text);

@@ -13,7 +13,7 @@ namespace sluice::rules {
 namespace {
 
 // The scalar settings at the top level of the file.
-void ParseTopLevel(YamlReader& r, const YAML::Node& doc, Settings& s) {
+void ParseTopLevel(YamlReader& r, const yaml::Node& doc, Settings& s) {
   s.rules_path = r.String(doc, "rules").value_or("");
   s.listen = r.String(doc, "listen").value_or(s.listen);
   s.merge_domains = r.Bool(doc, "merge_domains").value_or(false);
@@ -22,19 +22,8 @@ void ParseTopLevel(YamlReader& r, const YAML::Node& doc, Settings& s) {
   s.shadow_mode = r.Bool(doc, "shadow_mode").value_or(false);
   s.quota_mode = r.Bool(doc, "quota_mode").value_or(false);
   s.rls_dynamic_metadata = r.Bool(doc, "response_dynamic_metadata").value_or(false);
-  if (const YAML::Node ratio = doc["near_limit_ratio"]; ratio.IsDefined()) {
-    float value = -1;
-    if (ratio.IsScalar()) {
-      try {
-        value = ratio.as<float>();
-      } catch (const YAML::Exception&) {
-      }
-    }
-    if (!(value >= 0 && value <= 1)) {
-      r.Error(ratio, "near_limit_ratio must be a number from 0 to 1");
-    } else {
-      s.near_limit_ratio = value;
-    }
+  if (auto ratio = r.Number(doc, "near_limit_ratio", "near_limit_ratio", 0, 1)) {
+    s.near_limit_ratio = static_cast<float>(*ratio);
   }
   if (auto unknown = r.String(doc, "unknown_domain")) {
     if (*unknown != "allow" && *unknown != "deny") {
@@ -53,16 +42,16 @@ std::string NextToSettings(const YamlReader& r, std::string path) {
 
 // A file name at `key` of `map` (NextToSettings; empty when not there) into `value`, and where
 // the settings say it into `at` (left alone when they do not).
-void ReadFileField(YamlReader& r, const YAML::Node& map, const char* key, std::string& value,
+void ReadFileField(YamlReader& r, const yaml::Node& map, const char* key, std::string& value,
                    Position& at) {
   value = NextToSettings(r, r.String(map, key).value_or(""));
   if (map[key].IsDefined()) at = r.FieldPosition(map, key);
 }
 
 // SECTION.tls: {cert_file, key_file, client_ca_file}, into `out` when the section has one.
-void ParseListenerTls(YamlReader& r, const YAML::Node& section, const std::string& name,
+void ParseListenerTls(YamlReader& r, const yaml::Node& section, const std::string& name,
                       std::optional<ListenerTlsSettings>& out) {
-  const YAML::Node tls = section["tls"];
+  const yaml::Node tls = section["tls"];
   if (!tls.IsDefined() || tls.IsNull()) return;
   const std::string where = name + ".tls";
   if (!r.CheckMap(tls, where, {"cert_file", "key_file", "client_ca_file"})) return;
@@ -79,8 +68,8 @@ void ParseListenerTls(YamlReader& r, const YAML::Node& section, const std::strin
 }
 
 // admin: {listen, token_file, tls}
-void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  if (const YAML::Node admin = doc["admin"]; admin.IsDefined() && !admin.IsNull()) {
+void ParseAdmin(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  if (const yaml::Node admin = doc["admin"]; admin.IsDefined() && !admin.IsNull()) {
     if (r.CheckMap(admin, "admin", {"listen", "token_file", "tls"})) {
       ParseListenerTls(r, admin, "admin", s.admin_tls);
       s.admin_listen = r.String(admin, "listen").value_or(s.admin_listen);
@@ -91,10 +80,10 @@ void ParseAdmin(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // rls: the Envoy RLS answers (response headers, unknown domains).
-void ParseRls(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  if (const YAML::Node rls = doc["rls"]; rls.IsDefined() && !rls.IsNull()) {
+void ParseRls(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  if (const yaml::Node rls = doc["rls"]; rls.IsDefined() && !rls.IsNull()) {
     if (r.CheckMap(rls, "rls", {"response_headers", "unknown_domain", "header_names"})) {
-      const YAML::Node h = rls["response_headers"];
+      const yaml::Node h = rls["response_headers"];
       const std::string form = h.IsDefined() && h.IsScalar() ? h.Scalar() : "";
       if (form == "upstream") {
         s.rls_upstream_headers = true;
@@ -103,7 +92,7 @@ void ParseRls(YamlReader& r, const YAML::Node& doc, Settings& s) {
       } else {
         s.rls_response_headers = r.Bool(rls, "response_headers").value_or(false);
       }
-      if (const YAML::Node names = rls["header_names"]; names.IsDefined() && !names.IsNull()) {
+      if (const yaml::Node names = rls["header_names"]; names.IsDefined() && !names.IsNull()) {
         if (r.CheckMap(names, "rls.header_names", {"limit", "remaining", "reset"})) {
           s.rls_limit_header = r.String(names, "limit").value_or(s.rls_limit_header);
           s.rls_remaining_header = r.String(names, "remaining").value_or(s.rls_remaining_header);
@@ -121,8 +110,8 @@ void ParseRls(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // grpc: {listen, threads, tls}
-void ParseGrpc(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  if (const YAML::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {
+void ParseGrpc(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  if (const yaml::Node grpc = doc["grpc"]; grpc.IsDefined() && !grpc.IsNull()) {
     if (r.CheckMap(grpc, "grpc", {"listen", "threads", "tls"})) {
       s.grpc_listen = r.String(grpc, "listen").value_or(s.grpc_listen);
       s.grpc_threads = static_cast<int>(r.Unsigned(grpc, "threads", 256).value_or(0));
@@ -132,8 +121,8 @@ void ParseGrpc(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // redis.tls: {ca_file, cert_file, key_file, server_name, skip_hostname_verification}
-void ParseRedisTls(YamlReader& r, const YAML::Node& redis, Settings& s) {
-  const YAML::Node tls = redis["tls"];
+void ParseRedisTls(YamlReader& r, const yaml::Node& redis, Settings& s) {
+  const yaml::Node tls = redis["tls"];
   if (!tls.IsDefined() || tls.IsNull()) return;
   if (!r.CheckMap(
           tls, "redis.tls",
@@ -186,8 +175,8 @@ std::string_view UrlHost(std::string_view url) {
 }
 
 // redis.sentinel: {master, addresses, username, password, tls}
-void ParseRedisSentinel(YamlReader& r, const YAML::Node& redis, Settings& s) {
-  const YAML::Node node = redis["sentinel"];
+void ParseRedisSentinel(YamlReader& r, const yaml::Node& redis, Settings& s) {
+  const yaml::Node node = redis["sentinel"];
   if (!node.IsDefined() || node.IsNull()) return;
   if (!r.CheckMap(node, "redis.sentinel", {"master", "addresses", "username", "password", "tls"})) {
     return;
@@ -219,33 +208,33 @@ void ParseRedisSentinel(YamlReader& r, const YAML::Node& redis, Settings& s) {
 }
 
 // A map of strings (node_metadata, headers), or an error.
-std::map<std::string, std::string> StringMap(YamlReader& r, const YAML::Node& map, const char* key,
+std::map<std::string, std::string> StringMap(YamlReader& r, const yaml::Node& map, const char* key,
                                              std::string_view what) {
   std::map<std::string, std::string> out;
-  const YAML::Node node = map[key];
+  const yaml::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return out;
   if (!node.IsMap()) {
     r.Error(node, fmt::format("{} must be a map of strings", what));
     return out;
   }
-  for (const auto& entry : node) {
-    if (!entry.second.IsScalar()) {
-      r.Error(entry.second, fmt::format("{}: '{}' must be a string", what, entry.first.Scalar()));
+  for (const yaml::Entry& entry : node.entries()) {
+    if (!entry.value.IsScalar()) {
+      r.Error(entry.value, fmt::format("{}: '{}' must be a string", what, entry.key.Scalar()));
       continue;
     }
-    out[entry.first.Scalar()] = entry.second.Scalar();
+    out[entry.key.Scalar()] = entry.value.Scalar();
   }
   return out;
 }
 
 // config_source: {xds: {server_url, node_id, node_metadata, headers, tls, connect_retry_interval,
 // backoff, max_message_bytes, force_start}}
-void ParseConfigSource(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  const YAML::Node source = doc["config_source"];
+void ParseConfigSource(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  const yaml::Node source = doc["config_source"];
   if (!source.IsDefined() || source.IsNull() || !r.CheckMap(source, "config_source", {"xds"})) {
     return;
   }
-  const YAML::Node node = source["xds"];
+  const yaml::Node node = source["xds"];
   if (!node.IsDefined() || node.IsNull() ||
       !r.CheckMap(node, "config_source.xds",
                   {"server_url", "node_id", "node_metadata", "headers", "tls",
@@ -261,7 +250,7 @@ void ParseConfigSource(YamlReader& r, const YAML::Node& doc, Settings& s) {
   x.node_id = r.String(node, "node_id").value_or(x.node_id);
   x.node_metadata = StringMap(r, node, "node_metadata", "config_source.xds.node_metadata");
   x.headers = StringMap(r, node, "headers", "config_source.xds.headers");
-  if (const YAML::Node tls = node["tls"]; tls.IsDefined() && !tls.IsNull()) {
+  if (const yaml::Node tls = node["tls"]; tls.IsDefined() && !tls.IsNull()) {
     if (tls.IsScalar()) {
       x.tls = r.Bool(node, "tls").value_or(false);
     } else if (r.CheckMap(tls, "config_source.xds.tls",
@@ -280,23 +269,13 @@ void ParseConfigSource(YamlReader& r, const YAML::Node& doc, Settings& s) {
   }
   x.connect_retry_interval_us =
       r.Duration(node, "connect_retry_interval").value_or(x.connect_retry_interval_us);
-  if (const YAML::Node backoff = node["backoff"]; backoff.IsDefined() && !backoff.IsNull()) {
+  if (const yaml::Node backoff = node["backoff"]; backoff.IsDefined() && !backoff.IsNull()) {
     if (r.CheckMap(backoff, "config_source.xds.backoff",
                    {"initial_interval", "max_interval", "factor", "jitter"})) {
       x.backoff_initial_us = r.Duration(backoff, "initial_interval").value_or(x.backoff_initial_us);
       x.backoff_max_us = r.Duration(backoff, "max_interval").value_or(x.backoff_max_us);
-      if (const YAML::Node factor = backoff["factor"]; factor.IsDefined()) {
-        double value = -1;
-        try {
-          value = factor.as<double>();
-        } catch (const YAML::Exception&) {
-        }
-        if (!(value >= 0 && value <= 100)) {
-          r.Error(factor, "config_source.xds.backoff.factor must be a number from 0 to 100");
-        } else {
-          x.backoff_factor = value;
-        }
-      }
+      x.backoff_factor = r.Number(backoff, "factor", "config_source.xds.backoff.factor", 0, 100)
+                             .value_or(x.backoff_factor);
       x.backoff_jitter = r.Bool(backoff, "jitter").value_or(x.backoff_jitter);
     }
   }
@@ -310,14 +289,14 @@ void ParseConfigSource(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // backend: memory | redis, and redis: its connection and keys.
-void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
+void ParseBackend(YamlReader& r, const yaml::Node& doc, Settings& s) {
   if (auto backend = r.String(doc, "backend")) {
     if (*backend != "memory" && *backend != "redis") {
       r.Error(doc["backend"], fmt::format("unknown backend '{}' (memory or redis)", *backend));
     }
     s.backend = *backend;
   }
-  if (const YAML::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
+  if (const yaml::Node redis = doc["redis"]; redis.IsDefined() && !redis.IsNull()) {
     if (r.CheckMap(redis, "redis",
                    {"url", "cluster", "nodes", "key_prefix", "timeout", "instances", "buckets",
                     "over_limit_cache", "lease_interval", "window_lease_life", "sync_interval",
@@ -351,7 +330,7 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
       const bool sentinels_tls = s.redis_sentinel && s.redis_sentinel->tls.value_or(false);
       // TLS is the URLs' scheme: all rediss:// or none, and redis.tls for rediss:// only.
       std::optional<bool> tls;
-      const auto check_url = [&](const std::string& url, const YAML::Node& at) {
+      const auto check_url = [&](const std::string& url, const yaml::Node& at) {
         const bool rediss = url.starts_with("rediss://");
         if (!rediss && !url.starts_with("redis://")) {
           r.Error(at,
@@ -396,8 +375,8 @@ void ParseBackend(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // store: {max_entries, on_full}
-void ParseStore(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  if (const YAML::Node store = doc["store"]; store.IsDefined() && !store.IsNull()) {
+void ParseStore(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  if (const yaml::Node store = doc["store"]; store.IsDefined() && !store.IsNull()) {
     if (r.CheckMap(store, "store", {"max_entries", "on_full"})) {
       s.max_entries = r.Unsigned(store, "max_entries", uint64_t{1} << 32).value_or(s.max_entries);
       if (auto on_full = r.String(store, "on_full")) {
@@ -414,9 +393,9 @@ void ParseStore(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // headers: the rate-limit header styles of HTTP answers.
-void ParseHeaders(YamlReader& r, const YAML::Node& doc, Settings& s) {
+void ParseHeaders(YamlReader& r, const yaml::Node& doc, Settings& s) {
   // A list of styles, or one style alone (`headers: none`).
-  const YAML::Node node = doc["headers"];
+  const yaml::Node node = doc["headers"];
   const bool one = node.IsDefined() && node.IsScalar();
   std::optional<std::vector<std::string>> headers =
       one ? std::vector<std::string>{node.Scalar()} : r.Strings(doc, "headers");
@@ -442,8 +421,8 @@ void ParseHeaders(YamlReader& r, const YAML::Node& doc, Settings& s) {
 }
 
 // http: the server's bounds and timeouts, and the data plane's TLS.
-void ParseHttp(YamlReader& r, const YAML::Node& doc, Settings& s) {
-  if (const YAML::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
+void ParseHttp(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  if (const yaml::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
     if (r.CheckMap(http, "http",
                    {"max_header_bytes", "max_body_bytes", "max_key_bytes", "header_timeout",
                     "idle_timeout", "max_connections", "upstream_timeout", "max_delayed",
@@ -466,7 +445,7 @@ void ParseHttp(YamlReader& r, const YAML::Node& doc, Settings& s) {
 
 }  // namespace
 
-Settings ParseSettings(YamlReader& r, const YAML::Node& doc) {
+Settings ParseSettings(YamlReader& r, const yaml::Node& doc) {
   Settings s;
   s.file = r.file();
   if (doc.IsNull()) return s;  // an empty file: all defaults

@@ -10,30 +10,32 @@ namespace sluice::rules {
 
 namespace {
 
-void AppendJson(const YAML::Node& node, std::string* out) {
+void AppendJson(const yaml::Node& node, std::string* out) {
   if (node.IsMap()) {
     out->push_back('{');
     bool first = true;
-    for (auto it = node.begin(); it != node.end(); ++it) {
+    for (const yaml::Entry& e : node.entries()) {
       if (!first) out->push_back(',');
       first = false;
-      util::AppendJsonString(out, it->first.IsScalar() ? it->first.Scalar() : "");
+      util::AppendJsonString(out, e.key.Scalar());
       out->push_back(':');
-      AppendJson(it->second, out);
+      AppendJson(e.value, out);
     }
     out->push_back('}');
   } else if (node.IsSequence()) {
     out->push_back('[');
-    for (size_t i = 0; i < node.size(); ++i) {
-      if (i > 0) out->push_back(',');
-      AppendJson(node[i], out);
+    bool first = true;
+    for (const yaml::Node& item : node.items()) {
+      if (!first) out->push_back(',');
+      first = false;
+      AppendJson(item, out);
     }
     out->push_back(']');
-  } else if (!node.IsDefined() || node.IsNull()) {
+  } else if (!node.IsScalar()) {
     *out += "null";
   } else {
     const std::string& text = node.Scalar();
-    if (node.Tag() != "!") {  // unquoted: maybe a bool or a number
+    if (!node.Quoted()) {  // unquoted: maybe a bool or a number
       if (text == "true" || text == "false") {
         *out += text;
         return;
@@ -51,26 +53,9 @@ void AppendJson(const YAML::Node& node, std::string* out) {
 
 }  // namespace
 
-const std::vector<YamlReader::Entry>& YamlReader::EntriesOf(const YAML::Node& map) {
-  if (!entries_of_ || !entries_of_->is(map)) {
-    entries_.clear();
-    for (auto it = map.begin(); it != map.end(); ++it) entries_.push_back({it->first, it->second});
-    entries_of_.emplace(map);  // (emplace binds a new node; assigning would write to the old)
-  }
-  return entries_;
-}
+yaml::Node YamlReader::Field(const yaml::Node& map, std::string_view key) { return map[key]; }
 
-YAML::Node YamlReader::Field(const YAML::Node& map, std::string_view key) {
-  // One undefined node for every absent key (copies share it; nobody writes to it).
-  static const YAML::Node* const kAbsent = new YAML::Node(YAML::NodeType::Undefined);
-  if (!map.IsMap()) return *kAbsent;
-  for (const Entry& e : EntriesOf(map)) {
-    if (e.key.IsScalar() && e.key.Scalar() == key) return e.value;
-  }
-  return *kAbsent;
-}
-
-std::optional<std::string> YamlReader::MapAsJson(const YAML::Node& node, std::string_view what) {
+std::optional<std::string> YamlReader::MapAsJson(const yaml::Node& node, std::string_view what) {
   if (!node.IsMap()) {
     Error(node, fmt::format("{} must be a map", what));
     return std::nullopt;
@@ -80,22 +65,20 @@ std::optional<std::string> YamlReader::MapAsJson(const YAML::Node& node, std::st
   return out;
 }
 
-Position YamlReader::PositionOf(const YAML::Node& node) const {
-  const YAML::Mark mark = node.Mark();
+Position YamlReader::PositionOf(const yaml::Node& node) const {
+  const yaml::Mark mark = node.GetMark();
   if (mark.is_null()) return {file_, 0, 0};
   return {file_, mark.line + 1, mark.column + 1};
 }
 
-void YamlReader::Error(const YAML::Node& node, std::string message) {
+void YamlReader::Error(const yaml::Node& node, std::string message) {
   ErrorAt(PositionOf(node), std::move(message));
 }
 
-Position YamlReader::FieldPosition(const YAML::Node& map, const char* key) const {
-  if (map.IsMap()) {
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (it->first.IsScalar() && it->first.Scalar() == key) {
-        return PositionOf(it->second.IsNull() ? it->first : it->second);
-      }
+Position YamlReader::FieldPosition(const yaml::Node& map, const char* key) const {
+  for (const yaml::Entry& e : map.entries()) {
+    if (e.key.IsScalar() && e.key.Scalar() == key) {
+      return PositionOf(e.value.IsNull() ? e.key : e.value);
     }
   }
   return PositionOf(map);
@@ -108,16 +91,16 @@ void YamlReader::ErrorAt(const Position& position, std::string message) {
   errors_->push_back(std::move(error));
 }
 
-bool YamlReader::CheckMap(const YAML::Node& node, std::string_view what,
+bool YamlReader::CheckMap(const yaml::Node& node, std::string_view what,
                           const std::vector<std::string_view>& known) {
   if (!node.IsMap()) {
     Error(node, fmt::format("{} must be a map", what));
     return false;
   }
   bool ok = true;
-  const std::vector<Entry>& entries = EntriesOf(node);
+  const std::span<const yaml::Entry> entries = node.entries();
   for (size_t i = 0; i < entries.size(); ++i) {
-    const YAML::Node& key = entries[i].key;
+    const yaml::Node& key = entries[i].key;
     if (!key.IsScalar()) {
       Error(key, fmt::format("{}: key is not a string", what));
       ok = false;
@@ -143,13 +126,13 @@ bool YamlReader::CheckMap(const YAML::Node& node, std::string_view what,
   return ok;
 }
 
-bool YamlReader::CheckSequence(const YAML::Node& node, std::string_view what) {
+bool YamlReader::CheckSequence(const yaml::Node& node, std::string_view what) {
   if (node.IsSequence()) return true;
   Error(node, fmt::format("{} must be a list", what));
   return false;
 }
 
-std::optional<std::string> YamlReader::AsString(const YAML::Node& node, std::string_view what) {
+std::optional<std::string> YamlReader::AsString(const yaml::Node& node, std::string_view what) {
   if (!node.IsScalar()) {
     Error(node, fmt::format("{} must be a string", what));
     return std::nullopt;
@@ -157,7 +140,7 @@ std::optional<std::string> YamlReader::AsString(const YAML::Node& node, std::str
   return node.Scalar();
 }
 
-std::optional<uint64_t> YamlReader::AsUnsigned(const YAML::Node& node, std::string_view what,
+std::optional<uint64_t> YamlReader::AsUnsigned(const yaml::Node& node, std::string_view what,
                                                uint64_t max) {
   if (!node.IsScalar()) {
     Error(node, fmt::format("{} must be an integer", what));
@@ -181,31 +164,29 @@ std::optional<uint64_t> YamlReader::AsUnsigned(const YAML::Node& node, std::stri
   return value;
 }
 
-std::optional<std::string> YamlReader::String(const YAML::Node& map, const char* key) {
-  const YAML::Node node = Field(map, key);
+std::optional<std::string> YamlReader::String(const yaml::Node& map, const char* key) {
+  const yaml::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsString(node, key);
 }
 
-std::optional<bool> YamlReader::Bool(const YAML::Node& map, const char* key) {
-  const YAML::Node node = Field(map, key);
+std::optional<bool> YamlReader::Bool(const yaml::Node& map, const char* key) {
+  const yaml::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
-  bool value = false;
-  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
-    Error(node, fmt::format("{} must be true or false", key));
-    return std::nullopt;
-  }
+  const std::optional<bool> value =
+      node.IsScalar() ? yaml::AsBool(node.Scalar()) : std::optional<bool>();
+  if (!value) Error(node, fmt::format("{} must be true or false", key));
   return value;
 }
 
-std::optional<uint64_t> YamlReader::Unsigned(const YAML::Node& map, const char* key, uint64_t max) {
-  const YAML::Node node = Field(map, key);
+std::optional<uint64_t> YamlReader::Unsigned(const yaml::Node& map, const char* key, uint64_t max) {
+  const yaml::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsUnsigned(node, key, max);
 }
 
-std::optional<int64_t> YamlReader::Duration(const YAML::Node& map, const char* key) {
-  const YAML::Node node = Field(map, key);
+std::optional<int64_t> YamlReader::Duration(const yaml::Node& map, const char* key) {
+  const yaml::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   if (!node.IsScalar()) {
     Error(node, fmt::format("{} must be a duration such as 30s", key));
@@ -219,13 +200,26 @@ std::optional<int64_t> YamlReader::Duration(const YAML::Node& map, const char* k
   return *d;
 }
 
-std::optional<std::vector<std::string>> YamlReader::Strings(const YAML::Node& map,
+std::optional<double> YamlReader::Number(const yaml::Node& map, const char* key,
+                                         std::string_view what, double min, double max) {
+  const yaml::Node node = Field(map, key);
+  if (!node.IsDefined()) return std::nullopt;
+  const std::optional<double> value =
+      node.IsScalar() ? yaml::AsNumber(node.Scalar()) : std::optional<double>();
+  if (!value || *value < min || *value > max) {
+    Error(node, fmt::format("{} must be a number from {} to {}", what, min, max));
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::vector<std::string>> YamlReader::Strings(const yaml::Node& map,
                                                             const char* key) {
-  const YAML::Node node = Field(map, key);
+  const yaml::Node node = Field(map, key);
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   if (!CheckSequence(node, key)) return std::nullopt;
   std::vector<std::string> out;
-  for (const YAML::Node& item : node) {
+  for (const yaml::Node& item : node.items()) {
     auto s = AsString(item, key);
     if (!s) return std::nullopt;
     out.push_back(*s);

@@ -13,81 +13,79 @@ namespace {
 
 namespace v3 = ratelimit::config::ratelimit::v3;
 
-// The tree is written in place, each node made by its parent's operator[] inside the one document:
-// yaml-cpp otherwise gives every node made on its own a memory of its own, merged into its
-// parent's when it is attached, which made building a 10,000-descriptor rule set cost twice its
-// parse. Scalars are written as strings (yaml-cpp writes a string straight in; other types go
-// through a node of their own); a string value of metadata is tagged "!" as a quoted YAML string
-// is, so that the loader keeps it a string.
+// Scalars are written as the text a YAML file would hold; a string value of metadata is marked
+// quoted, as a quoted YAML string is, so that the loader keeps it a string.
 
-void FillValue(YAML::Node out, const google::protobuf::Value& value);
+using rules::yaml::Document;
+using rules::yaml::Node;
 
-void FillStruct(YAML::Node out, const google::protobuf::Struct& s) {
-  if (s.fields().empty()) {
-    out = YAML::Node(YAML::NodeType::Map);
-    return;
-  }
-  for (const auto& [key, value] : s.fields()) FillValue(out[key], value);
+Node ValueOf(Document& doc, const google::protobuf::Value& value);
+
+Node StructOf(Document& doc, const google::protobuf::Struct& s) {
+  const Node out = doc.Map();
+  for (const auto& [key, value] : s.fields()) doc.Set(out, key, ValueOf(doc, value));
+  return out;
 }
 
-void FillValue(YAML::Node out, const google::protobuf::Value& value) {
+Node ValueOf(Document& doc, const google::protobuf::Value& value) {
   switch (value.kind_case()) {
     case google::protobuf::Value::kNumberValue:
-      out = fmt::format("{}", value.number_value());
-      return;
+      return doc.Scalar(fmt::format("{}", value.number_value()));
     case google::protobuf::Value::kStringValue:
-      out = value.string_value();
-      out.SetTag("!");
-      return;
+      return doc.Scalar(value.string_value(), /*quoted=*/true);
     case google::protobuf::Value::kBoolValue:
-      out = value.bool_value() ? "true" : "false";
-      return;
+      return doc.Scalar(value.bool_value() ? "true" : "false");
     case google::protobuf::Value::kStructValue:
-      FillStruct(out, value.struct_value());
-      return;
+      return StructOf(doc, value.struct_value());
     case google::protobuf::Value::kListValue: {
-      const auto& items = value.list_value().values();
-      if (items.empty()) out = YAML::Node(YAML::NodeType::Sequence);
-      for (size_t i = 0; i < static_cast<size_t>(items.size()); ++i) {
-        FillValue(out[i], items[static_cast<int>(i)]);
+      const Node out = doc.Sequence();
+      for (const google::protobuf::Value& item : value.list_value().values()) {
+        doc.Push(out, ValueOf(doc, item));
       }
-      return;
+      return out;
     }
     default:
-      out = YAML::Node(YAML::NodeType::Null);
+      return doc.Null();
   }
 }
 
-void FillPolicy(YAML::Node out, const v3::RateLimitPolicy& policy) {
+Node PolicyOf(Document& doc, const v3::RateLimitPolicy& policy) {
+  const Node out = doc.Map();
   // UNKNOWN is no unit: upstream's loader refuses it, unless the limit is unlimited, which must
   // have no unit.
   if (!policy.unlimited() || policy.unit() != v3::UNKNOWN) {
-    out["unit"] = v3::RateLimitUnit_Name(policy.unit());
+    doc.Set(out, "unit", doc.Scalar(v3::RateLimitUnit_Name(policy.unit())));
   }
-  out["requests_per_unit"] = std::to_string(policy.requests_per_unit());
-  if (policy.unlimited()) out["unlimited"] = "true";
-  if (!policy.name().empty()) out["name"] = policy.name();
-  YAML::Node replaces;
-  for (size_t i = 0; i < static_cast<size_t>(policy.replaces_size()); ++i) {
-    if (i == 0) replaces = out["replaces"];
-    replaces[i]["name"] = policy.replaces(static_cast<int>(i)).name();
+  doc.Set(out, "requests_per_unit", doc.Scalar(std::to_string(policy.requests_per_unit())));
+  if (policy.unlimited()) doc.Set(out, "unlimited", doc.Scalar("true"));
+  if (!policy.name().empty()) doc.Set(out, "name", doc.Scalar(policy.name()));
+  if (policy.replaces_size() > 0) {
+    const Node replaces = doc.Set(out, "replaces", doc.Sequence());
+    for (const v3::RateLimitReplace& r : policy.replaces()) {
+      const Node entry = doc.Map();
+      doc.Set(entry, "name", doc.Scalar(r.name()));
+      doc.Push(replaces, entry);
+    }
   }
+  return out;
 }
 
-void FillDescriptors(YAML::Node out,
-                     const google::protobuf::RepeatedPtrField<v3::RateLimitDescriptor>& list) {
-  for (size_t i = 0; i < static_cast<size_t>(list.size()); ++i) {
-    const v3::RateLimitDescriptor& d = list[static_cast<int>(i)];
-    YAML::Node node = out[i];
-    node["key"] = d.key();
-    if (!d.value().empty()) node["value"] = d.value();
-    if (d.has_rate_limit()) FillPolicy(node["rate_limit"], d.rate_limit());
-    if (d.descriptors_size() > 0) FillDescriptors(node["descriptors"], d.descriptors());
-    if (d.shadow_mode()) node["shadow_mode"] = "true";
-    if (d.detailed_metric()) node["detailed_metric"] = "true";
-    if (d.quota_mode()) node["quota_mode"] = "true";
-    if (d.has_metadata()) FillStruct(node["metadata"], d.metadata());
+Node DescriptorsOf(Document& doc,
+                   const google::protobuf::RepeatedPtrField<v3::RateLimitDescriptor>& list) {
+  const Node out = doc.Sequence();
+  for (const v3::RateLimitDescriptor& d : list) {
+    const Node node = doc.Map();
+    doc.Set(node, "key", doc.Scalar(d.key()));
+    if (!d.value().empty()) doc.Set(node, "value", doc.Scalar(d.value()));
+    if (d.has_rate_limit()) doc.Set(node, "rate_limit", PolicyOf(doc, d.rate_limit()));
+    if (d.descriptors_size() > 0) doc.Set(node, "descriptors", DescriptorsOf(doc, d.descriptors()));
+    if (d.shadow_mode()) doc.Set(node, "shadow_mode", doc.Scalar("true"));
+    if (d.detailed_metric()) doc.Set(node, "detailed_metric", doc.Scalar("true"));
+    if (d.quota_mode()) doc.Set(node, "quota_mode", doc.Scalar("true"));
+    if (d.has_metadata()) doc.Set(node, "metadata", StructOf(doc, d.metadata()));
+    doc.Push(out, node);
   }
+  return out;
 }
 
 }  // namespace
@@ -96,9 +94,14 @@ rules::RemoteDomain ToRemoteDomain(const v3::RateLimitConfig& config, int index,
   rules::RemoteDomain out;
   out.name = config.name().empty() ? fmt::format("xds:#{}", index) : "xds:" + config.name();
   out.hash = hash;
-  out.doc = YAML::Node(YAML::NodeType::Map);
-  out.doc["domain"] = config.domain();
-  if (config.descriptors_size() > 0) FillDescriptors(out.doc["descriptors"], config.descriptors());
+  auto document = std::make_shared<Document>();
+  out.doc = document->Map();
+  document->Set(out.doc, "domain", document->Scalar(config.domain()));
+  if (config.descriptors_size() > 0) {
+    document->Set(out.doc, "descriptors", DescriptorsOf(*document, config.descriptors()));
+  }
+  document->set_root(out.doc);
+  out.document = std::move(document);
   return out;
 }
 

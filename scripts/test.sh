@@ -7,7 +7,10 @@
 #   bootstrap  scripts/bootstrap.sh: the Debian packages the build and the tests need
 #   lint       scripts/lint.sh: format, locking style, no link outside the repository, clang-tidy
 #   build      the release preset (the binary, the libraries, every test and benchmark)
-#   ctest      every unit and end-to-end test of the release build
+#   ctest      every unit and end-to-end test of the release build; those labelled `light` (the
+#              soaks, a simulation: minutes of a fixed-rate load that take a small share of a CPU)
+#              run beside the others, all at once, instead of holding one of the $JOBS slots;
+#              those labelled `serial` (they time how soon something happens) alone, at the end
 #   fuzz       scripts/fuzz.sh run: each libFuzzer target for 20 s, two at a time
 #   sanitized  the unit tests of the code that manages memory by hand, from the fuzz build
 # The fuzz preset (clang, ASan + UBSan: the fuzz targets and those unit tests) builds in the
@@ -71,11 +74,13 @@ start_fuzz_build() {
   fuzz_build_pid=$!
   set +m
 }
-stop_fuzz_build() {
+light_pid=""
+stop_background() {
   [[ -n $fuzz_build_pid ]] && kill -- "-$fuzz_build_pid" 2>/dev/null
+  [[ -n $light_pid ]] && kill -- "-$light_pid" 2>/dev/null
   return 0
 }
-trap stop_fuzz_build EXIT
+trap stop_background EXIT
 # Waits for the background fuzz build; fails with its log's end if it failed.
 finish_fuzz_build() {
   wait "$fuzz_build_pid"
@@ -92,11 +97,32 @@ fuzz() {
   finish_fuzz_build && scripts/fuzz.sh run
 }
 
+# Every ctest test: the light ones in a process group of their own in the background (their
+# output in build/ctest-light.log, shown when they are done), the others but the serial ones
+# $jobs at a time, then the serial ones.
+run_ctest() {
+  mkdir -p build
+  set -m
+  ctest --preset release -L light -j 8 >build/ctest-light.log 2>&1 &
+  light_pid=$!
+  set +m
+  ctest --preset release -LE 'light|serial' -j "$jobs"
+  local status=$?
+  wait "$light_pid"
+  local light_status=$?
+  light_pid=""
+  echo "=== make test: the light tests, run beside the others (build/ctest-light.log)"
+  cat build/ctest-light.log
+  ctest --preset release -L serial
+  local serial_status=$?
+  ((status == 0 && light_status == 0 && serial_status == 0))
+}
+
 phase bootstrap scripts/bootstrap.sh
 start_fuzz_build
 phase lint env JOBS="$jobs" scripts/lint.sh
 phase build build_release
-phase ctest ctest --preset release -j "$jobs"
+phase ctest run_ctest
 phase fuzz fuzz
 # The unit tests of the code that manages memory by hand (the memory store, the HTTP transport:
 # server, pooled allocator, upstream client; the Redis wire client), built by fuzz.sh with ASan +

@@ -104,6 +104,8 @@ check "promtool check metrics (exit 0, no lint output)" "0:" "$(promtool check m
 check_contains "decisions counted by domain/limit/decision" 'sluice_decisions_total{domain="api",limit="per_user",decision="denied"}' "$(cat "$tmp/metrics")"
 check_contains "responses counted by status" 'sluice_http_requests_total{code="429"}' "$(cat "$tmp/metrics")"
 check_contains "decision latency histogram" 'sluice_decision_duration_seconds_bucket' "$(cat "$tmp/metrics")"
+check "the configured limit's gauge: 2 requests" 2 "$(metric "$ADMIN" 'sluice_limit{domain="api",limit="per_user"}')"
+check "and its window: 10 s" 10 "$(metric "$ADMIN" 'sluice_limit_window_seconds{domain="api",limit="per_user"}')"
 
 # --- reload through the admin API while serving
 sed -i 's/requests: 2, window: 10s/requests: 7, window: 10s/' "$tmp/rules/api.yaml"
@@ -111,6 +113,7 @@ reload=$(curl -s -X POST "http://$ADMIN/v1/reload")
 check_contains "reload applied" '"applied":true' "$reload"
 post /v1/check '{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u9"}]}]}' >/dev/null
 check "new limit in force" 7 "$(header X-RateLimit-Limit)"
+check "the limit's gauge follows the reload" 7 "$(metric "$ADMIN" 'sluice_limit{domain="api",limit="per_user"}')"
 echo 'domain: api
 descriptors: [' >"$tmp/rules/api.yaml"
 code=$(curl -s -o "$tmp/reload" -w '%{http_code}' -X POST "http://$ADMIN/v1/reload")

@@ -19,6 +19,7 @@
 #include "cli/envoy_env.h"
 #include "cli/rls_json_endpoint.h"
 #include "cli/serve_tls.h"
+#include "engine/configured_limits.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/service.h"
@@ -159,6 +160,32 @@ struct Observability {
   std::optional<metrics::ServerMetrics> server_metrics;
   absl::Mutex scrape_mu;  // one catch-up at a time (the counters are read, then raised)
 };
+// sluice_limit's samples: the limits of the configuration in force, worked out once per version
+// (keeping the version, not the config: an old config is freed by the reload, not by a scrape).
+std::function<std::vector<metrics::ServerMetrics::LimitSample>()> LimitSamples(
+    rules::ConfigManager& manager) {
+  struct Cache {
+    absl::Mutex mu;
+    std::string version ABSL_GUARDED_BY(mu);
+    std::vector<metrics::ServerMetrics::LimitSample> samples ABSL_GUARDED_BY(mu);
+  };
+  auto cache = std::make_shared<Cache>();
+  return [&manager, cache] {
+    const std::shared_ptr<const rules::Config> current = manager.Current();
+    absl::MutexLock lock(&cache->mu);
+    if (current != nullptr && current->version != cache->version) {
+      cache->samples.clear();
+      for (engine::ConfiguredLimit& l : engine::ConfiguredLimits(*current)) {
+        cache->samples.push_back({std::move(l.domain), std::move(l.label),
+                                  static_cast<double>(l.requests),
+                                  static_cast<double>(l.window_us) / 1e6});
+      }
+      cache->version = current->version;
+    }
+    return cache->samples;
+  };
+}
+
 absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                           rules::ConfigManager& manager, http::HttpServer& server,
                           http::Service& service, ServeTls& tls, xds::XdsClient* xds) {
@@ -172,6 +199,7 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                               static_cast<double>(manager.reload_successes()),
                               static_cast<double>(manager.reload_failures())};
                         },
+                    .limits = LimitSamples(manager),
                     .now_us = [] { return SystemClock::Get()->NowMicros(); },
                     .start_time_us = SystemClock::Get()->NowMicros(),
                     .max_decision_series = 10000});

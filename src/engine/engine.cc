@@ -29,9 +29,11 @@ using rules::RuleNode;
 
 }  // namespace
 
-std::string LimitName(const AppliedLimit& limit) {
-  if (!limit.name.empty()) return limit.name;
-  return fmt::format("{}-per-{}", limit.limit.requests, FormatDuration(limit.limit.window_us));
+std::string LimitName(const AppliedLimit& limit) { return LimitName(limit.name, limit.limit); }
+
+std::string LimitName(std::string_view name, const Limit& limit) {
+  if (!name.empty()) return std::string(name);
+  return fmt::format("{}-per-{}", limit.requests, FormatDuration(limit.window_us));
 }
 
 // Is `a` more restrictive than `b`? A deny beats an allow; between denies the longer wait

@@ -228,6 +228,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t ReportedLimit(const Limit& limit) {
 // ("100-per-1s", FormatDuration's spelling). (RLS current_limit.name stays the configured one,
 // empty when there is none, as upstream.)
 std::string LimitName(const AppliedLimit& limit);
+// The same for a configured limit and its `name:` (empty: none).
+std::string LimitName(std::string_view name, const Limit& limit);
 
 // Is `a` more restrictive than `b`? A deny (not in shadow mode) beats an allow; between denies
 // the longer wait (never = longest); between allows the lower remaining, then the later reset.

@@ -203,6 +203,35 @@ absl::Status RegisterConfig(Registry* registry, ServerMetrics::Sources& sources,
   return absl::OkStatus();
 }
 
+// The configured limits' sizes, from sources.limits.
+absl::Status RegisterLimits(Registry* registry, ServerMetrics::Sources& sources,
+                            ServerMetrics& /*m*/) {
+  if (!sources.limits) return absl::OkStatus();
+  using LimitSample = ServerMetrics::LimitSample;
+  auto limits =
+      std::make_shared<std::function<std::vector<LimitSample>()>>(std::move(sources.limits));
+  const auto add = [&](const char* name, const char* help, double LimitSample::*field) {
+    return registry->AddCallback(
+        {.name = name, .help = help, .label_names = {"domain", "limit"}}, MetricType::kGauge,
+        [limits, field] {
+          std::vector<CallbackSample> out;
+          for (LimitSample& l : (*limits)()) {
+            out.push_back({{std::move(l.domain), std::move(l.limit)}, l.*field});
+          }
+          return out;
+        });
+  };
+  if (absl::Status s = add("sluice_limit",
+                           "Requests per window of each configured limit, by domain and limit "
+                           "(labelled as sluice_decisions_total labels it).",
+                           &LimitSample::requests);
+      !s.ok()) {
+    return s;
+  }
+  return add("sluice_limit_window_seconds", "The window of each configured limit, in seconds.",
+             &LimitSample::window_seconds);
+}
+
 // Uptime and start time, from sources.now_us.
 absl::Status RegisterUptime(Registry* registry, ServerMetrics::Sources& sources,
                             ServerMetrics& /*m*/) {
@@ -233,7 +262,7 @@ absl::Status RegisterUptime(Registry* registry, ServerMetrics::Sources& sources,
 absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Sources sources) {
   ServerMetrics m;
   for (auto step : {RegisterDecisions, RegisterHttp, RegisterProxy, RegisterStore, RegisterConfig,
-                    RegisterUptime}) {
+                    RegisterLimits, RegisterUptime}) {
     if (absl::Status s = step(registry, sources, m); !s.ok()) return s;
   }
   return m;

@@ -36,6 +36,9 @@ namespace sluice::metrics {
 //       is ever dropped for room, so there is no evictions counter.
 //   sluice_config_info{version}                      gauge      1, labelled with the active version
 //   sluice_config_reloads_total{result}              counter    result: "success" | "failure"
+//   sluice_limit{domain,limit}                       gauge      requests per window of each
+//       configured limit, labelled as sluice_decisions_total labels it (callback)
+//   sluice_limit_window_seconds{domain,limit}        gauge      that limit's window (callback)
 //   sluice_http_open_connections                     gauge      connections open now
 //   sluice_http_connections_total                    counter    connections accepted
 //   sluice_http_connections_rejected_total           counter    refused at max-connections
@@ -61,9 +64,16 @@ struct ServerMetrics {
     double reload_successes = 0;
     double reload_failures = 0;
   };
+  // One configured limit (engine::ConfiguredLimits).
+  struct LimitSample {
+    std::string domain, limit;
+    double requests = 0;
+    double window_seconds = 0;
+  };
   struct Sources {
     std::function<StoreStats()> store;
     std::function<ConfigStats()> config;
+    std::function<std::vector<LimitSample>()> limits;
     // Microseconds since the unix epoch (inject the server's Clock), and the start time on it.
     std::function<int64_t()> now_us;
     int64_t start_time_us = 0;

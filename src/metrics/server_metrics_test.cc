@@ -36,6 +36,11 @@ ServerMetrics::Sources FixedSources() {
           [] {
             return ServerMetrics::ConfigStats{"abc123", 2, 1};
           },
+      .limits =
+          [] {
+            return std::vector<ServerMetrics::LimitSample>{{"api", "10-per-1m", 10, 60},
+                                                           {"api", "daily", 1000, 86400}};
+          },
       .now_us = [] { return kStartUs + 90 * kSecondUs + kSecondUs / 2; },
       .start_time_us = kStartUs,
   };
@@ -81,6 +86,16 @@ TEST(ServerMetrics, FreshRegistryExposesTheDocumentedFamilies) {
                 "# HELP sluice_http_open_connections HTTP connections open now.\n"
                 "# TYPE sluice_http_open_connections gauge\n"
                 "sluice_http_open_connections 0\n"
+                "# HELP sluice_limit Requests per window of each configured limit, by domain "
+                "and limit (labelled as sluice_decisions_total labels it).\n"
+                "# TYPE sluice_limit gauge\n"
+                "sluice_limit{domain=\"api\",limit=\"10-per-1m\"} 10\n"
+                "sluice_limit{domain=\"api\",limit=\"daily\"} 1000\n"
+                "# HELP sluice_limit_window_seconds The window of each configured limit, in "
+                "seconds.\n"
+                "# TYPE sluice_limit_window_seconds gauge\n"
+                "sluice_limit_window_seconds{domain=\"api\",limit=\"10-per-1m\"} 60\n"
+                "sluice_limit_window_seconds{domain=\"api\",limit=\"daily\"} 86400\n"
                 "# HELP sluice_proxy_refunds_total Reverse proxy requests whose consumed quota "
                 "was given back (refund_on).\n"
                 "# TYPE sluice_proxy_refunds_total counter\n"

@@ -40,14 +40,24 @@ Mark MarkOf(const yaml_mark_t& mark) {
   return {static_cast<int>(mark.line), static_cast<int>(mark.column)};
 }
 
-// Builds the first document of a stream from libyaml's events.
+// A document's nodes with every alias expanded, at most: aliases share their anchor's node, but
+// whoever walks the tree walks an alias as often as it is used, so a few lines of nested aliases
+// ("billion laughs") would make the loader walk billions of nodes. A 10,000-descriptor rule set
+// has about 100,000.
+constexpr uint64_t kMaxExpandedNodes = 10'000'000;
+
+// Builds the first document of a stream from libyaml's events. A collection joins its parent and
+// its anchor becomes usable when it ends, so an alias can never point into its own anchor (a
+// cycle): inside it, the anchor is undefined.
 class Builder {
  public:
   explicit Builder(Document* document) : document_(document) {}
 
-  // Takes one event (not a stream or document event).
+  const std::optional<SyntaxError>& error() const { return error_; }
+
+  // Takes one event.
   void Take(const yaml_event_t& event) {
-    if (done_) return;
+    if (done_ || error_) return;
     const Mark mark = MarkOf(event.start_mark);
     switch (event.type) {
       case YAML_SCALAR_EVENT: {
@@ -57,34 +67,37 @@ class Builder {
             s.tag != nullptr ? reinterpret_cast<const char*>(s.tag) : std::string_view();
         const bool quoted =
             s.style != YAML_PLAIN_SCALAR_STYLE || tag == "!" || tag == "tag:yaml.org,2002:str";
-        Node node = !quoted && tag.empty() && IsNullText(text)
-                        ? document_->Null(mark)
-                        : document_->Scalar(std::string(text), quoted, mark);
-        Anchor(s.anchor, node);
-        Add(node);
+        const Node node = !quoted && tag.empty() && IsNullText(text)
+                              ? document_->Null(mark)
+                              : document_->Scalar(std::string(text), quoted, mark);
+        Anchor(s.anchor, node, 1);
+        Add(node, 1, mark);
         break;
       }
-      case YAML_SEQUENCE_START_EVENT: {
-        Node node = document_->Sequence(mark);
-        Anchor(event.data.sequence_start.anchor, node);
-        Add(node);
-        open_.push_back({node, {}, false});
+      case YAML_SEQUENCE_START_EVENT:
+        Open(document_->Sequence(mark), event.data.sequence_start.anchor);
         break;
-      }
-      case YAML_MAPPING_START_EVENT: {
-        Node node = document_->Map(mark);
-        Anchor(event.data.mapping_start.anchor, node);
-        Add(node);
-        open_.push_back({node, {}, false});
+      case YAML_MAPPING_START_EVENT:
+        Open(document_->Map(mark), event.data.mapping_start.anchor);
         break;
-      }
       case YAML_SEQUENCE_END_EVENT:
-      case YAML_MAPPING_END_EVENT:
+      case YAML_MAPPING_END_EVENT: {
+        Collection done = std::move(open_.back());
         open_.pop_back();
+        if (!done.anchor.empty()) anchors_[done.anchor] = {done.node, done.size};
+        Add(done.node, done.size, done.node.GetMark());
         break;
+      }
       case YAML_ALIAS_EVENT: {
-        const auto it = anchors_.find(reinterpret_cast<const char*>(event.data.alias.anchor));
-        Add(it != anchors_.end() ? it->second : document_->Null(mark));
+        const auto* name = reinterpret_cast<const char*>(event.data.alias.anchor);
+        const auto it = anchors_.find(name);
+        if (it == anchors_.end()) {
+          Fail(mark, fmt::format("found undefined alias '{}' (an alias must follow its whole "
+                                 "anchored node)",
+                                 name));
+          return;
+        }
+        Add(it->second.node, it->second.size, mark);
         break;
       }
       case YAML_DOCUMENT_END_EVENT:
@@ -96,22 +109,45 @@ class Builder {
   }
 
  private:
-  struct Open {
+  struct Collection {
     Node node;
-    Node key;      // a map's key waiting for its value
-    bool has_key;  // (a key may itself be null)
+    std::string anchor;
+    uint64_t size = 1;     // expanded nodes
+    Node key;              // a map's key waiting for its value
+    bool has_key = false;  // (a key may itself be null)
+  };
+  struct Anchored {
+    Node node;
+    uint64_t size = 1;
   };
 
-  void Anchor(const yaml_char_t* anchor, Node node) {
-    if (anchor != nullptr) anchors_[reinterpret_cast<const char*>(anchor)] = node;
+  void Open(Node node, const yaml_char_t* anchor) {
+    Collection c;
+    c.node = node;
+    if (anchor != nullptr) c.anchor = reinterpret_cast<const char*>(anchor);
+    open_.push_back(std::move(c));
   }
 
-  void Add(Node node) {
+  void Anchor(const yaml_char_t* anchor, Node node, uint64_t size) {
+    if (anchor != nullptr) anchors_[reinterpret_cast<const char*>(anchor)] = {node, size};
+  }
+
+  void Fail(Mark mark, std::string message) {
+    error_ = SyntaxError{mark.line + 1, mark.column + 1, std::move(message)};
+  }
+
+  // `size`: the node's expanded size (see kMaxExpandedNodes).
+  void Add(Node node, uint64_t size, Mark mark) {
     if (open_.empty()) {
       document_->set_root(node);
       return;
     }
-    Open& parent = open_.back();
+    Collection& parent = open_.back();
+    parent.size += size;
+    if (parent.size > kMaxExpandedNodes) {
+      Fail(mark, fmt::format("aliases expand the document past {} nodes", kMaxExpandedNodes));
+      return;
+    }
     if (parent.node.IsSequence()) {
       document_->Push(parent.node, node);
     } else if (!parent.has_key) {
@@ -124,8 +160,9 @@ class Builder {
   }
 
   Document* document_;
-  std::vector<Open> open_;
-  absl::flat_hash_map<std::string, Node> anchors_;
+  std::vector<Collection> open_;
+  absl::flat_hash_map<std::string, Anchored> anchors_;
+  std::optional<SyntaxError> error_;
   bool done_ = false;
 };
 
@@ -225,6 +262,10 @@ ParseResult Parse(std::string_view text) {
     builder.Take(event);
     const bool end = event.type == YAML_STREAM_END_EVENT;
     yaml_event_delete(&event);
+    if (builder.error()) {
+      result.error = builder.error();
+      break;
+    }
     if (end) break;
   }
   yaml_parser_delete(&parser);

@@ -54,6 +54,35 @@ TEST(YamlTreeTest, AliasesShareTheirAnchorsNode) {
   EXPECT_EQ(root["b"]["k"].Scalar(), "v");
 }
 
+TEST(YamlTreeTest, AnAliasInsideItsOwnAnchorIsUndefinedNotACycle) {
+  const ParseResult parsed = Parse("a: &x [1, *x]\n");
+  ASSERT_TRUE(parsed.error);
+  EXPECT_EQ(parsed.document, nullptr);
+  EXPECT_NE(parsed.error->message.find("undefined alias 'x'"), std::string::npos)
+      << parsed.error->message;
+  EXPECT_EQ(parsed.error->line, 1);
+  EXPECT_EQ(parsed.error->column, 11);
+}
+
+TEST(YamlTreeTest, AliasesThatExpandPastTenMillionNodesAreRefused) {
+  // Nine levels of ten aliases each: 10^9 nodes when walked, from a few lines of text.
+  std::string text = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level <= 9; ++level) {
+    text += "l" + std::to_string(level) + ": &l" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i) text += (i > 0 ? ", *l" : "*l") + std::to_string(level - 1);
+    text += "]\n";
+  }
+  const ParseResult parsed = Parse(text);
+  ASSERT_TRUE(parsed.error);
+  EXPECT_NE(parsed.error->message.find("aliases expand the document past 10000000 nodes"),
+            std::string::npos)
+      << parsed.error->message;
+  EXPECT_EQ(parsed.error->line, 7);  // l6 (11,111,111 nodes) is the first past it
+  // Up to l5 (1,111,111 nodes) is fine.
+  const ParseResult fine = Parse(text.substr(0, text.find("l6:")));
+  EXPECT_FALSE(fine.error) << fine.error->message;
+}
+
 TEST(YamlTreeTest, TheFirstDocumentIsTheTreeAndEveryDocumentIsChecked) {
   const ParseResult two = Parse("a: 1\n---\na: 2\n");
   EXPECT_EQ(RootOf(two)["a"].Scalar(), "1");

@@ -104,6 +104,9 @@ check "promtool check metrics (exit 0, no lint output)" "0:" "$(promtool check m
 check_contains "decisions counted by domain/limit/decision" 'sluice_decisions_total{domain="api",limit="per_user",decision="denied"}' "$(cat "$tmp/metrics")"
 check_contains "responses counted by status" 'sluice_http_requests_total{code="429"}' "$(cat "$tmp/metrics")"
 check_contains "decision latency histogram" 'sluice_decision_duration_seconds_bucket' "$(cat "$tmp/metrics")"
+denied=$(metric "$ADMIN" 'sluice_decisions_total{domain="api",limit="per_user",decision="denied"}')
+check "the denials' reason: over_limit, as many as denied ($denied)" "$denied" \
+  "$(metric "$ADMIN" 'sluice_decision_reasons_total{domain="api",limit="per_user",reason="over_limit"}')"
 check "the configured limit's gauge: 2 requests" 2 "$(metric "$ADMIN" 'sluice_limit{domain="api",limit="per_user"}')"
 check "and its window: 10 s" 10 "$(metric "$ADMIN" 'sluice_limit_window_seconds{domain="api",limit="per_user"}')"
 

@@ -84,6 +84,11 @@ check_contains "readyz names the domain" "domain closed" "$(cat "$tmp/ready")"
 check "metrics: backend down" 0 "$(metric "${admins[0]}" sluice_backend_up)"
 check "metrics: open fallbacks counted" 1 "$(( $(metric "${admins[0]}" 'sluice_backend_fallback_requests_total{policy="open"}') >= 1 ? 1 : 0 ))"
 check "metrics: closed fallbacks counted" 1 "$(( $(metric "${admins[0]}" 'sluice_backend_fallback_requests_total{policy="closed"}') >= 1 ? 1 : 0 ))"
+reason() { metric "${admins[0]}" "sluice_decision_reasons_total{domain=\"$1\",limit=\"$2\",reason=\"$3\"}" 0; }
+check "metrics: decided by failure_mode open, by reason" 1 "$(($(reason open 5-per-1h failure_open) >= 1 ? 1 : 0))"
+check "metrics: decided by failure_mode closed, by reason" 1 "$(($(reason closed 5-per-1h failure_closed) >= 1 ? 1 : 0))"
+check "metrics: the five decided in this process, by reason" 5 "$(reason local 8-per-1h failure_local)"
+check "metrics: none of them counted over_limit" 0 "$(reason local 8-per-1h over_limit)"
 # Many requests while down: the breaker opens and they are answered at once.
 fire open user erin 20 >/dev/null
 check "metrics: the breaker opened" 1 "$(( $(metric "${admins[0]}" sluice_backend_breaker_opened_total) >= 1 ? 1 : 0 ))"

@@ -221,6 +221,15 @@ for _ in 1 2 3 4 5 6 7; do
 done
 check "v5: shadow mode never denies" "200 200 200 200 200 200 200 " "$shadow"
 check "v5: the shadowed limit is reported" 5/SECOND "$(limit_of)"
+# Twelve more on one connection (well within two seconds): at least two over 5 a second, each
+# counted as shadow's; the limit's gauge follows the rules over xDS.
+urls=()
+for _ in $(seq 12); do urls+=("http://127.0.0.1:$port/json"); done
+curl -s -m 10 -H 'content-type: application/json' -d "$body" "${urls[@]}" >/dev/null
+check "metric: the shadowed denials counted by reason (at least 2)" yes "$(
+  n=$(metric "$m" 'sluice_decision_reasons_total{domain="first-listener",limit="5-per-1s",reason="shadow"}' 0)
+  ((n >= 2)) && echo yes || echo "no: $n")"
+check "metric: the limit's gauge from xDS" 5 "$(metric "$m" 'sluice_limit{domain="first-listener",limit="5-per-1s"}')"
 stop "$eg"
 check "stops cleanly on SIGTERM" 0 "$STATUS"
 

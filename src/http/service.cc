@@ -5,8 +5,10 @@
 
 #include "http/service.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <iterator>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
@@ -192,7 +194,25 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     std::string label;
     metrics::Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
     metrics::Counter* near_limit = nullptr;
+    metrics::Counter* reasons[6] = {};  // kReasons' order
   };
+  static constexpr std::string_view kReasons[] = {
+      "over_limit", "shadow", "quota", "failure_open", "failure_closed", "failure_local"};
+  // The backend's failure decided every limit of the request; else a limit's own verdict.
+  int failure_reason = -1;
+  switch (decision.backend) {
+    case engine::BackendState::kFailedOpen:
+      failure_reason = 3;
+      break;
+    case engine::BackendState::kFailedClosed:
+      failure_reason = 4;
+      break;
+    case engine::BackendState::kLocal:
+      failure_reason = 5;
+      break;
+    case engine::BackendState::kOk:
+      break;
+  }
   thread_local std::array<Slot, 8> slots;
   for (const auto& d : decision.descriptors) {
     for (const auto& limit : d.limits) {
@@ -211,6 +231,7 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
         slot.window_us = limit.limit.window_us;
         slot.label = engine::LimitName(limit);
         slot.counters[0] = slot.counters[1] = slot.counters[2] = slot.near_limit = nullptr;
+        std::fill(std::begin(slot.reasons), std::end(slot.reasons), nullptr);
       }
       metrics::Counter*& counter = slot.counters[outcome];
       if (counter == nullptr) {
@@ -225,6 +246,19 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
           slot.near_limit = metrics_->near_limit->WithLabels(labels);
         }
         slot.near_limit->Inc();
+      }
+      const int reason = failure_reason >= 0      ? failure_reason
+                         : limit.decision.allowed ? -1
+                         : limit.shadow           ? 1
+                         : limit.quota            ? 2
+                                                  : 0;
+      if (reason >= 0) {
+        metrics::Counter*& r = slot.reasons[reason];
+        if (r == nullptr) {
+          const std::string_view labels[] = {domain, slot.label, kReasons[reason]};
+          r = metrics_->reasons->WithLabels(labels);
+        }
+        r->Inc();
       }
     }
   }

@@ -38,6 +38,17 @@ absl::Status RegisterDecisions(Registry* registry, ServerMetrics::Sources& sourc
     m.near_limit = *f;
   }
   {
+    auto f = registry->AddCounter(
+        {.name = "sluice_decision_reasons_total",
+         .help = "Decisions per applied limit that were not a plain admission by the backend, by "
+                 "domain, limit name and reason (over_limit, shadow, quota, failure_open, "
+                 "failure_closed, failure_local).",
+         .label_names = {"domain", "limit", "reason"},
+         .max_children = sources.max_decision_series});
+    if (!f.ok()) return f.status();
+    m.reasons = *f;
+  }
+  {
     auto f = registry->AddHistogram(
         {.name = "sluice_decision_duration_seconds",
          .help = "Time the engine took to decide a request (all its limits)."},

@@ -26,6 +26,10 @@ namespace sluice::metrics {
 //       "quota_exceeded" (a quota-mode limit over its limit, which does not deny by itself);
 //       limit: the limit's `name`, else "N-per-WINDOW" — never a descriptor key or value.
 //   sluice_near_limit_decisions_total{domain,limit}  counter    admitted past near_limit_ratio
+//   sluice_decision_reasons_total{domain,limit,reason}  counter  the decisions that were not a
+//       plain admission by the backend, by why: "over_limit" (denied), "shadow" (would have
+//       denied), "quota" (a quota-mode limit over its limit), "failure_open" | "failure_closed" |
+//       "failure_local" (the backend failed; the domain's failure_mode decided)
 //   sluice_decision_duration_seconds                 histogram  engine decision time (observe µs)
 //   sluice_store_entries                             gauge      live limiter states (callback)
 //   sluice_store_memory_bytes                        gauge      table memory (callback)
@@ -89,6 +93,7 @@ struct ServerMetrics {
 
   Family<Counter>* decisions = nullptr;    // WithLabels({domain, limit_name, decision})
   Family<Counter>* near_limit = nullptr;   // WithLabels({domain, limit_name})
+  Family<Counter>* reasons = nullptr;      // WithLabels({domain, limit_name, reason})
   Histogram* decision_duration = nullptr;  // Observe(elapsed_us)
   Gauge* http_open_connections = nullptr;
   Counter* http_connections = nullptr;

@@ -14,7 +14,7 @@
 #      with the root .clang-tidy, on the `lint` preset's compilation database: clang-14 with -Wthread-safety -Werror (the analysis runs in the front end, so
 #      no object code is made) and the checks .clang-tidy lists; any finding fails;
 #   5. shell: shellcheck -x -S warning over every tracked *.sh (sourced files followed, the root
-#      .shellcheckrc's settings);
+#      .shellcheckrc's settings), eight files at a time, $JOBS at once;
 #   6. js: `node --check` (syntax) on every tracked *.js.
 #
 # Given files, runs step 4 on those only (a file outside the database gets the flags of its
@@ -96,7 +96,8 @@ mapfile -t shell_files < <(git -C "$root" ls-files '*.sh')
 if ! command -v shellcheck >/dev/null; then
   echo "lint: shellcheck is missing (scripts/bootstrap.sh installs it)" >&2
   failed+=(shell)
-elif ! (cd "$root" && shellcheck -x -S warning "${shell_files[@]}"); then
+elif ! (cd "$root" && printf '%s\0' "${shell_files[@]}" |
+  xargs -0 -n 8 -P "$jobs" shellcheck -x -S warning); then
   failed+=(shell)
 fi
 

@@ -31,16 +31,34 @@ root=$(mktemp -d /tmp/sluice-fresh-root.XXXXXX)
 log=$root.log
 run_pid=""
 cleanup() {
-  [ -n "$run_pid" ] && kill "$run_pid" 2>/dev/null
+  # (Under set -e: a kill of a process that has just ended must not end the clean-up.)
+  [ -z "$run_pid" ] || kill "$run_pid" 2>/dev/null || true
   # `make run` leaves its server in the root: stop whatever still runs from there, by pid.
   for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill "${p#/proc/}" 2>/dev/null
+    [ "$(readlink "$p/root" 2>/dev/null)" != "$root" ] || kill "${p#/proc/}" 2>/dev/null || true
   done
   sleep 1
-  for m in dev/shm dev/pts dev proc sys/fs/cgroup sys ""; do umount -l "$root/$m" 2>/dev/null || true; done
-  if [ "${KEEP:-0}" = 1 ]; then echo "fresh_test: root kept: $root (log $log)"; else rm -rf "$root"; fi
+  # Every mount at or below the root, deepest first, until none is left: rm -rf must never find
+  # its way into a bind of /dev or /sys (one run was left with proc, sys and the cgroups mounted).
+  local mounts _
+  below() { awk -v r="$root" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/mounts | sort -r; }
+  for _ in 1 2 3; do
+    mapfile -t mounts < <(below)
+    [ "${#mounts[@]}" = 0 ] && break
+    for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
+    sleep 0.5
+  done
+  mapfile -t mounts < <(below)
+  if [ "${#mounts[@]}" != 0 ]; then
+    echo "fresh_test: ${#mounts[@]} mounts still below $root; left in place" >&2
+  elif [ "${KEEP:-0}" = 1 ]; then
+    echo "fresh_test: root kept: $root (log $log)"
+  else
+    rm -rf "$root"
+  fi
 }
-trap cleanup EXIT
+# The script's own status, whatever the clean-up's last command returns.
+trap 'status=$?; cleanup; exit "$status"' EXIT
 
 passed=0 failed=0
 check() { # check NAME CONDITION-STATUS

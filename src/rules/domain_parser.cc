@@ -53,7 +53,7 @@ class DomainParser {
       } else if (*mode == "local") {
         domain_.failure_mode = FailureMode::kLocal;
       } else {
-        r_.Error(r_.Field(doc, "failure_mode"),
+        r_.Error(doc["failure_mode"],
                  fmt::format("unknown failure_mode '{}' (open, closed or local)", *mode));
       }
     }
@@ -64,10 +64,10 @@ class DomainParser {
       domain_.clients_at = r_.FieldPosition(doc, "clients");
     }
     ParsePlans(doc);
-    if (const yaml::Node list = r_.Field(doc, "descriptors"); list.IsDefined() && !list.IsNull()) {
+    if (const yaml::Node list = doc["descriptors"]; list.IsDefined() && !list.IsNull()) {
       ParseDescriptors(list, domain_.root);
     }
-    if (const yaml::Node http = r_.Field(doc, "http"); http.IsDefined() && !http.IsNull()) {
+    if (const yaml::Node http = doc["http"]; http.IsDefined() && !http.IsNull()) {
       if (auto section = ParseHttpSection(r_, http)) domain_.http = std::move(*section);
     }
   }
@@ -80,7 +80,7 @@ class DomainParser {
     if (*name == "exact") return Consistency::kExact;
     if (*name == "leased") return Consistency::kLeased;
     if (*name == "eventual") return Consistency::kEventual;
-    r_.Error(r_.Field(map, "consistency"),
+    r_.Error(map["consistency"],
              fmt::format("unknown consistency '{}' (exact, leased or eventual)", *name));
     return std::nullopt;
   }
@@ -104,8 +104,7 @@ class DomainParser {
     ParseLeaseChoice(doc, "cold_keys", "copy", domain_.lease_cold_keys);
     if (auto rate = r_.Unsigned(doc, "hot_key_rate", kMaxHotKeyRate)) {
       if (*rate == 0) {
-        r_.Error(r_.Field(doc, "hot_key_rate"),
-                 "hot_key_rate must be positive (requests per second)");
+        r_.Error(doc["hot_key_rate"], "hot_key_rate must be positive (requests per second)");
       } else {
         domain_.hot_key_rate = static_cast<uint32_t>(*rate);
       }
@@ -113,7 +112,7 @@ class DomainParser {
   }
 
   void ParsePlans(const yaml::Node& doc) {
-    const yaml::Node plans = r_.Field(doc, "plans");
+    const yaml::Node plans = doc["plans"];
     if (plans.IsDefined() && !plans.IsNull()) {
       if (!plans.IsMap()) {
         r_.Error(plans, "plans must be a map of plan names");
@@ -123,14 +122,13 @@ class DomainParser {
           if (!name) continue;
           Plan plan{.name = *name, .limits = {}};
           if (r_.CheckMap(entry.value, fmt::format("plan '{}'", *name), {"limits"})) {
-            plan.limits =
-                ParseLimitList(r_.Field(entry.value, "limits"), fmt::format("plan '{}'", *name));
+            plan.limits = ParseLimitList(entry.value["limits"], fmt::format("plan '{}'", *name));
           }
           domain_.plans.emplace(*name, std::move(plan));
         }
       }
     }
-    if (const yaml::Node def = r_.Field(doc, "default_plan"); def.IsDefined() && !def.IsNull()) {
+    if (const yaml::Node def = doc["default_plan"]; def.IsDefined() && !def.IsNull()) {
       if (auto name = r_.AsString(def, "default_plan")) {
         domain_.default_plan = *name;
         if (!domain_.plans.contains(*name)) {
@@ -179,7 +177,7 @@ class DomainParser {
       return false;
     }
     node.key = *key;
-    if (const yaml::Node value = r_.Field(item, "value"); value.IsDefined() && !value.IsNull()) {
+    if (const yaml::Node value = item["value"]; value.IsDefined() && !value.IsNull()) {
       // An empty value is the same as none (key-only), as upstream stores it.
       if (auto v = r_.AsString(value, "value"); v && !v->empty()) {
         node.value = *v;
@@ -193,29 +191,28 @@ class DomainParser {
     node.detailed_metric = r_.Bool(item, "detailed_metric").value_or(false);
     r_.Bool(item, "value_to_metric");
     node.quota_mode = r_.Bool(item, "quota_mode").value_or(false);
-    if (const yaml::Node metadata = r_.Field(item, "metadata");
-        metadata.IsDefined() && !metadata.IsNull()) {
+    if (const yaml::Node metadata = item["metadata"]; metadata.IsDefined() && !metadata.IsNull()) {
       node.metadata_json = r_.MapAsJson(metadata, "metadata").value_or("");
     }
     node.share_threshold = r_.Bool(item, "share_threshold").value_or(false);
     if (node.share_threshold && !node.wildcard) {
-      r_.Error(r_.Field(item, "share_threshold"),
+      r_.Error(item["share_threshold"],
                fmt::format("share_threshold can only be used with wildcard values (containing "
                            "'*'), but found key '{}'",
                            node.key));
     }
-    const yaml::Node rate_limit = r_.Field(item, "rate_limit");
-    const yaml::Node limits = r_.Field(item, "limits");
+    const yaml::Node rate_limit = item["rate_limit"];
+    const yaml::Node limits = item["limits"];
     const bool has_rate_limit = rate_limit.IsDefined() && !rate_limit.IsNull();
     const bool has_limits = limits.IsDefined() && !limits.IsNull();
     if (auto plan_from = r_.String(item, "plan_from")) {
       node.plan_from = *plan_from;
       node.has_rate_limit = true;
       if (domain_.plans.empty()) {
-        r_.Error(r_.Field(item, "plan_from"), "plan_from needs top-level plans");
+        r_.Error(item["plan_from"], "plan_from needs top-level plans");
       }
       if (has_rate_limit || has_limits) {
-        r_.Error(r_.Field(item, "plan_from"),
+        r_.Error(item["plan_from"],
                  "a descriptor with plan_from takes its limits from the plan; "
                  "remove rate_limit/limits");
       }
@@ -228,7 +225,7 @@ class DomainParser {
       node.has_rate_limit = true;
       node.limits = ParseLimitList(limits, "limits");
     }
-    if (const yaml::Node children = r_.Field(item, "descriptors");
+    if (const yaml::Node children = item["descriptors"];
         children.IsDefined() && !children.IsNull()) {
       ParseDescriptors(children, node);
     }
@@ -239,8 +236,7 @@ class DomainParser {
     node.has_rate_limit = true;
     if (!r_.CheckMap(rl, "rate_limit", kRateLimitKeys)) return;
     if (auto name = r_.String(rl, "name")) node.rate_limit_name = *name;
-    if (const yaml::Node replaces = r_.Field(rl, "replaces");
-        replaces.IsDefined() && !replaces.IsNull()) {
+    if (const yaml::Node replaces = rl["replaces"]; replaces.IsDefined() && !replaces.IsNull()) {
       if (r_.CheckSequence(replaces, "replaces")) {
         for (const yaml::Node& entry : replaces.items()) {
           if (!r_.CheckMap(entry, "replaces entry", {"name"})) continue;
@@ -257,8 +253,8 @@ class DomainParser {
     }
     if (r_.Bool(rl, "unlimited").value_or(false)) {
       node.unlimited = true;
-      if (r_.Field(rl, "unit").IsDefined() || r_.Field(rl, "window").IsDefined()) {
-        r_.Error(r_.Field(rl, "unit").IsDefined() ? r_.Field(rl, "unit") : r_.Field(rl, "window"),
+      if (rl["unit"].IsDefined() || rl["window"].IsDefined()) {
+        r_.Error(rl["unit"].IsDefined() ? rl["unit"] : rl["window"],
                  "should not specify rate limit unit when unlimited");
       }
       return;
@@ -292,7 +288,7 @@ class DomainParser {
     rule.position = r_.PositionOf(map);
     rule.limit.algorithm = Algorithm::kFixedWindow;  // envoyproxy/ratelimit's only algorithm
     bool algorithm_known = true;  // else checks that depend on it (burst) say nothing more
-    if (r_.Field(map, "algorithm").IsDefined() && !r_.Field(map, "algorithm").IsNull()) {
+    if (map["algorithm"].IsDefined() && !map["algorithm"].IsNull()) {
       algorithm_known = false;
       if (auto name = r_.String(map, "algorithm")) {
         auto algorithm = ParseAlgorithm(*name);
@@ -300,23 +296,21 @@ class DomainParser {
           rule.limit.algorithm = *algorithm;
           algorithm_known = true;
         } else {
-          r_.Error(r_.Field(map, "algorithm"), std::string(algorithm.status().message()));
+          r_.Error(map["algorithm"], std::string(algorithm.status().message()));
         }
       }
     }
-    if (r_.Field(map, "requests").IsDefined() && r_.Field(map, "requests_per_unit").IsDefined()) {
-      r_.Error(r_.Field(map, "requests"),
+    if (map["requests"].IsDefined() && map["requests_per_unit"].IsDefined()) {
+      r_.Error(map["requests"],
                fmt::format("{}: give requests or requests_per_unit, not both", what));
     }
-    const char* requests_key =
-        r_.Field(map, "requests").IsDefined() ? "requests" : "requests_per_unit";
+    const char* requests_key = map["requests"].IsDefined() ? "requests" : "requests_per_unit";
     // A missing count is 0, which denies everything, as upstream.
     rule.limit.requests = r_.Unsigned(map, requests_key, kMaxRequests).value_or(0);
-    const bool has_unit = r_.Field(map, "unit").IsDefined() && !r_.Field(map, "unit").IsNull();
-    const bool has_window =
-        r_.Field(map, "window").IsDefined() && !r_.Field(map, "window").IsNull();
+    const bool has_unit = map["unit"].IsDefined() && !map["unit"].IsNull();
+    const bool has_window = map["window"].IsDefined() && !map["window"].IsNull();
     if (has_unit && has_window) {
-      r_.Error(r_.Field(map, "window"), fmt::format("{}: give unit or window, not both", what));
+      r_.Error(map["window"], fmt::format("{}: give unit or window, not both", what));
     } else if (has_unit) {
       if (auto unit = r_.String(map, "unit")) {
         rule.limit.window_us = UnitMicros(*unit);
@@ -324,7 +318,7 @@ class DomainParser {
         std::transform(rule.unit.begin(), rule.unit.end(), rule.unit.begin(),
                        [](unsigned char c) { return std::tolower(c); });
         if (rule.limit.window_us == 0) {
-          r_.Error(r_.Field(map, "unit"), fmt::format("invalid rate limit unit '{}'", *unit));
+          r_.Error(map["unit"], fmt::format("invalid rate limit unit '{}'", *unit));
         }
       }
     } else if (has_window) {
@@ -334,7 +328,7 @@ class DomainParser {
                                 "or a window (e.g. 30s)",
                                 what));
     }
-    if (const yaml::Node burst = r_.Field(map, "burst");
+    if (const yaml::Node burst = map["burst"];
         algorithm_known && burst.IsDefined() && !burst.IsNull()) {
       if (auto b = r_.AsUnsigned(burst, "burst", kMaxBurst)) {
         if (rule.limit.algorithm == Algorithm::kTokenBucket && *b < 1) {

@@ -85,12 +85,13 @@ class Loader {
   void AddRemote(const RemoteDomain& remote) {
     XXH3_64bits_update(&hash_state_, remote.name.data(), remote.name.size());
     XXH3_64bits_update(&hash_state_, &remote.hash, sizeof remote.hash);
-    if (!remote.doc.IsMap() || !remote.doc["domain"].IsDefined()) {
+    const yaml::Node doc = remote.document != nullptr ? remote.document->root() : yaml::Node();
+    if (!doc.IsMap() || !doc["domain"].IsDefined()) {
       Fail(remote.name, 0, 0, "a remote rule set must be a domain (it has no `domain:`)");
       return;
     }
     YamlReader reader(remote.name, &errors_);
-    if (auto domain = ParseDomain(reader, remote.doc)) domains_.push_back(std::move(domain));
+    if (auto domain = ParseDomain(reader, doc)) domains_.push_back(std::move(domain));
   }
 
   LoadResult Finish() {

@@ -43,8 +43,7 @@ struct LoadResult {
 // made of the names and hashes).
 struct RemoteDomain {
   std::string name;
-  std::shared_ptr<const yaml::Document> document;  // owns doc's nodes
-  yaml::Node doc;
+  std::shared_ptr<const yaml::Document> document;  // its root() is the domain's tree
   uint64_t hash = 0;
 };
 using RemoteDomains = std::vector<RemoteDomain>;

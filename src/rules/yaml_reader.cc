@@ -53,8 +53,6 @@ void AppendJson(const yaml::Node& node, std::string* out) {
 
 }  // namespace
 
-yaml::Node YamlReader::Field(const yaml::Node& map, std::string_view key) { return map[key]; }
-
 std::optional<std::string> YamlReader::MapAsJson(const yaml::Node& node, std::string_view what) {
   if (!node.IsMap()) {
     Error(node, fmt::format("{} must be a map", what));
@@ -165,13 +163,13 @@ std::optional<uint64_t> YamlReader::AsUnsigned(const yaml::Node& node, std::stri
 }
 
 std::optional<std::string> YamlReader::String(const yaml::Node& map, const char* key) {
-  const yaml::Node node = Field(map, key);
+  const yaml::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsString(node, key);
 }
 
 std::optional<bool> YamlReader::Bool(const yaml::Node& map, const char* key) {
-  const yaml::Node node = Field(map, key);
+  const yaml::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   const std::optional<bool> value =
       node.IsScalar() ? yaml::AsBool(node.Scalar()) : std::optional<bool>();
@@ -180,13 +178,13 @@ std::optional<bool> YamlReader::Bool(const yaml::Node& map, const char* key) {
 }
 
 std::optional<uint64_t> YamlReader::Unsigned(const yaml::Node& map, const char* key, uint64_t max) {
-  const yaml::Node node = Field(map, key);
+  const yaml::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   return AsUnsigned(node, key, max);
 }
 
 std::optional<int64_t> YamlReader::Duration(const yaml::Node& map, const char* key) {
-  const yaml::Node node = Field(map, key);
+  const yaml::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   if (!node.IsScalar()) {
     Error(node, fmt::format("{} must be a duration such as 30s", key));
@@ -202,7 +200,7 @@ std::optional<int64_t> YamlReader::Duration(const yaml::Node& map, const char* k
 
 std::optional<double> YamlReader::Number(const yaml::Node& map, const char* key,
                                          std::string_view what, double min, double max) {
-  const yaml::Node node = Field(map, key);
+  const yaml::Node node = map[key];
   if (!node.IsDefined()) return std::nullopt;
   const std::optional<double> value =
       node.IsScalar() ? yaml::AsNumber(node.Scalar()) : std::optional<double>();
@@ -215,7 +213,7 @@ std::optional<double> YamlReader::Number(const yaml::Node& map, const char* key,
 
 std::optional<std::vector<std::string>> YamlReader::Strings(const yaml::Node& map,
                                                             const char* key) {
-  const yaml::Node node = Field(map, key);
+  const yaml::Node node = map[key];
   if (!node.IsDefined() || node.IsNull()) return std::nullopt;
   if (!CheckSequence(node, key)) return std::nullopt;
   std::vector<std::string> out;

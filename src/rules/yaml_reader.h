@@ -33,9 +33,6 @@ class YamlReader {
   Position FieldPosition(const yaml::Node& map, const char* key) const;
   size_t error_count() const { return errors_->size(); }
 
-  // map[key]: the value node, or an undefined one when `map` is not a map or has no such key.
-  yaml::Node Field(const yaml::Node& map, std::string_view key);
-
   // True if `node` is a map whose keys are all strings in `known`, each once. Unknown keys are
   // reported with a did-you-mean suggestion; `what` names the context ("rate_limit").
   bool CheckMap(const yaml::Node& node, std::string_view what,

@@ -95,12 +95,12 @@ rules::RemoteDomain ToRemoteDomain(const v3::RateLimitConfig& config, int index,
   out.name = config.name().empty() ? fmt::format("xds:#{}", index) : "xds:" + config.name();
   out.hash = hash;
   auto document = std::make_shared<Document>();
-  out.doc = document->Map();
-  document->Set(out.doc, "domain", document->Scalar(config.domain()));
+  const Node root = document->Map();
+  document->Set(root, "domain", document->Scalar(config.domain()));
   if (config.descriptors_size() > 0) {
-    document->Set(out.doc, "descriptors", DescriptorsOf(*document, config.descriptors()));
+    document->Set(root, "descriptors", DescriptorsOf(*document, config.descriptors()));
   }
-  document->set_root(out.doc);
+  document->set_root(root);
   out.document = std::move(document);
   return out;
 }

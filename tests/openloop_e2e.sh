@@ -97,7 +97,12 @@ check "headers: each with --header and a key from the spread" 20 \
 
 out=$("$openloop" --url "http://127.0.0.1:$stall_port/stall" --rate 400 --duration 3 --connections 1)
 echo "$out"
-check "stall: every request completed" 1200 "$(field completed "$out")"
+# Every intended request sent and completed, or counted unsent (under a busy machine the backlog
+# the stall left may not all be sent before the run's end).
+check "stall: every intended request completed or counted unsent" 1200 \
+  "$(($(field completed "$out") + $(field unsent "$out")))"
+check "stall: every sent request completed" "$(field sent "$out")" "$(field completed "$out")"
+check "stall: at least 99 % of them sent" 1 "$(at_least "$(field sent "$out")" 1188)"
 check "stall: the server answered exactly one response slowly" "slow responses: 1" \
   "$(grep '^slow' "$tmp/stall.out" | tail -1)"
 check "stall: the slow response itself took >= 250 ms" 1 "$(at_least "$(field service_max_us "$out")" 250000)"

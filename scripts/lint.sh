@@ -13,11 +13,14 @@
 #   4. clang-tidy-14 over src/ (the product's translation units, and the tests that take a lock)
 #      with the root .clang-tidy, on the `lint` preset's compilation database: clang-14 with -Wthread-safety -Werror (the analysis runs in the front end, so
 #      no object code is made) and the checks .clang-tidy lists; any finding fails;
-#   5. shell: shellcheck -x -S warning over every tracked *.sh (sourced files followed, the root
+#   5. function size: no function body over 100 lines in the files of step 4 and the headers of
+#      src/ and include/sluice/ (scripts/check_function_size.py; a dispatch table is marked
+#      NOLINT(readability-function-size) with the reason);
+#   6. shell: shellcheck -x -S warning over every tracked *.sh (sourced files followed, the root
 #      .shellcheckrc's settings), eight files at a time, $JOBS at once;
-#   6. js: `node --check` (syntax) on every tracked *.js.
+#   7. js: `node --check` (syntax) on every tracked *.js.
 #
-# Given files, runs step 4 on those only (a file outside the database gets the flags of its
+# Given files, runs steps 4 and 5 on those only (a file outside the database gets the flags of its
 # nearest neighbour in it: tests/lint_test.sh plants files that way). Generated protobuf code and
 # headers outside src/ and include/sluice/ are not checked. Env: JOBS (nproc), BUILD (build/lint).
 set -euo pipefail
@@ -53,10 +56,17 @@ tidy_files() {
   return "$status"
 }
 
+# Step 5 on the files given.
+function_size() {
+  python3 "$root/scripts/check_function_size.py" "$@"
+}
+
 if (($# > 0)); then
   prepare
-  tidy_files "$@"
-  exit
+  status=0
+  tidy_files "$@" || status=1
+  function_size "$@" || status=1
+  exit "$status"
 fi
 
 start=$SECONDS
@@ -90,6 +100,10 @@ print("\n".join(f for f in files if wanted(f)))
 EOF
 )
 tidy_files "${units[@]}" || failed+=(clang-tidy)
+
+echo "lint: function size"
+mapfile -t headers < <(git -C "$root" ls-files 'src/*.h' 'include/sluice/*.h' | sed "s|^|$root/|")
+function_size "${units[@]}" "${headers[@]}" || failed+=(function-size)
 
 echo "lint: shell"
 mapfile -t shell_files < <(git -C "$root" ls-files '*.sh')

@@ -8,8 +8,11 @@
 #   - thread safety (scripts/lint.sh FILE: clang-tidy with clang-14 -Wthread-safety -Werror):
 #     a guarded field read with its lock held passes; read without it fails, both on an
 #     absl::Mutex and on util::SpinLock; a function that requires a lock called without it fails;
-#   - clang-tidy's own checks: a use after std::move fails (bugprone-use-after-move); a function
-#     over 100 lines fails (readability-function-size), unless marked as a dispatch table.
+#   - clang-tidy's own checks: a use after std::move fails (bugprone-use-after-move);
+#   - function size (scripts/check_function_size.py): a function over 100 lines fails, unless
+#     marked as a dispatch table; so does one whose signature spans lines, a constructor with an
+#     initializer list, and a lambda at namespace scope; a string, comment or `#if` holding braces
+#     changes nothing.
 #
 # Needs the lint preset's compilation database (scripts/lint.sh configures it when missing).
 # Prints `N passed, M failed`; exits 1 on any failure.
@@ -168,7 +171,7 @@ $long_body
 }  // namespace planted
 EOF
 )
-expect "clang-tidy: a function over 100 lines fails (readability-function-size)" fail \
+expect "function size: a function over 100 lines fails" fail \
   'long_function\.cc:2:.*readability-function-size' lint "$f"
 
 f=$(plant long_dispatch_table <<EOF
@@ -180,6 +183,56 @@ $long_body
 }  // namespace planted
 EOF
 )
-expect "clang-tidy: a long function marked as a dispatch table passes" pass '' lint "$f"
+expect "function size: a long function marked as a dispatch table passes" pass '' lint "$f"
+
+# 100 lines between the braces passes (clang-tidy's count: closing line minus opening line).
+short_body=$(for i in $(seq 1 98); do echo "  n += $i;"; done)
+f=$(plant exactly_100 <<EOF
+namespace planted {
+int Exactly(int n) {
+$short_body
+  return n;
+}
+}  // namespace planted
+EOF
+)
+expect "function size: a body of exactly 100 lines passes" pass '' lint "$f"
+
+# Braces in strings, comments, character literals and preprocessor lines, a signature over two
+# lines, a constructor's initializer list with a braced member, a lambda at namespace scope.
+f=$(plant long_shapes <<EOF
+#include <string>
+#if defined(__has_feature)  // {
+#endif
+namespace planted {
+struct Counter {
+  explicit Counter(int start);
+  int n;
+  std::string s;
+};
+Counter::Counter(int start)
+    : n(start), s{"{"} {
+$long_body
+  s += '}';  // }
+}
+const auto kLambda = [](int n) {
+$long_body
+  return n;
+};
+int Wrapped(int n,
+            int m) {
+  const char* brace = "}}}";  /* { */
+$long_body
+  return n + m + brace[0];
+}
+}  // namespace planted
+EOF
+)
+expect "function size: a constructor with an initializer list fails" fail \
+  'long_shapes\.cc:11:.*readability-function-size' lint "$f"
+expect "function size: a lambda at namespace scope fails" fail \
+  'long_shapes\.cc:114:.*readability-function-size' lint "$f"
+expect "function size: a signature over two lines fails, named at its first line" fail \
+  'long_shapes\.cc:217:.*readability-function-size' lint "$f"
 
 finish

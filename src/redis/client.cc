@@ -67,6 +67,14 @@ std::optional<Redirect> ParseRedirect(const Reply& reply) {
   return r;
 }
 
+// A cluster that refused a command before running it, for a moment: "CLUSTERDOWN ..." (a master
+// failed and no replica has taken over yet) or "TRYAGAIN ..." (a multi-key command while its slot
+// migrates). Sent again shortly, nothing having run.
+bool IsClusterBusy(const Reply& reply) {
+  return reply.IsError() &&
+         (reply.str.starts_with("CLUSTERDOWN ") || reply.str.starts_with("TRYAGAIN "));
+}
+
 class ClientImpl : public Client {
  public:
   explicit ClientImpl(Options options)
@@ -113,6 +121,7 @@ class ClientImpl : public Client {
                       map_loaded_.load() ? "slot not covered" : "slot map not loaded yet")));
     }
     auto attempt = std::make_shared<Attempt>();
+    attempt->slot = slot;
     attempt->command = std::move(command);
     attempt->done = std::move(done);
     attempt->deadline = std::move(deadline);
@@ -163,8 +172,11 @@ class ClientImpl : public Client {
   struct Attempt {
     std::string command;
     Callback done;
+    uint16_t slot = 0;
     int redirects = 0;
+    int busy_retries = 0;
     MonoTime connect_wait_until{};  // set on the first wait
+    MonoTime busy_until{};          // set on the first CLUSTERDOWN or TRYAGAIN
     Deadline deadline;              // the caller's, for every node the command goes to
   };
 
@@ -250,6 +262,7 @@ class ClientImpl : public Client {
             }
             reply = std::move(reply.elements[1]);
           }
+          if (IsClusterBusy(reply)) return RetryBusy(std::move(attempt), std::move(reply));
           const std::optional<Redirect> redirect = ParseRedirect(reply);
           if (!redirect) return attempt->done(std::move(reply));
           redirects_.fetch_add(1, std::memory_order_relaxed);
@@ -265,6 +278,36 @@ class ClientImpl : public Client {
           Dispatch(std::move(attempt), target, redirect->ask);
         },
         asking ? 2 : 1, deadline);
+  }
+
+  // After CLUSTERDOWN or TRYAGAIN: the command again, to its slot's owner as the map then says,
+  // after 1, 2, 4 ... 50 ms, for as long as the caller's deadline allows (without one, one
+  // command timeout from the first refusal); then the refusal is the answer.
+  void RetryBusy(std::shared_ptr<Attempt> attempt, Reply refusal) {
+    RequestRefresh();
+    const auto now = MonotonicNow(clock());
+    if (attempt->busy_until == MonoTime{}) {
+      attempt->busy_until =
+          attempt->deadline.at != MonoTime{}
+              ? attempt->deadline.at
+              : now + std::chrono::duration_cast<MonoTime::duration>(options_.connection.timeout);
+    }
+    const auto wait =
+        std::chrono::milliseconds(std::min(50, 1 << std::min(attempt->busy_retries, 6)));
+    if (now + wait >= attempt->busy_until) return attempt->done(std::move(refusal));
+    ++attempt->busy_retries;
+    auto timer = std::make_shared<asio::steady_timer>(io_, wait);
+    timer->async_wait([this, timer, attempt](boost::system::error_code ec) mutable {
+      if (ec || stopping_) {
+        return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
+      }
+      Node* node = slots_[attempt->slot].load(std::memory_order_acquire);
+      if (node == nullptr) {
+        return attempt->done(absl::UnavailableError(
+            fmt::format("redis cluster: no node serves slot {}", attempt->slot)));
+      }
+      Dispatch(std::move(attempt), node, /*asking=*/false);
+    });
   }
 
   // --- the slot map

@@ -189,5 +189,48 @@ TEST_F(ClusterTest, AskDuringAMigrationIsFollowedOnce) {
   EXPECT_EQ(client_->NodeFor(moved), from);
 }
 
+// A multi-key command whose keys a migration has split between two nodes gets TRYAGAIN from the
+// node it goes to; the client sends it again shortly, and once the migration ends (the slot
+// then MOVED) the command is answered, not refused.
+TEST_F(ClusterTest, TryAgainDuringAMigrationIsSentAgainUntilItEnds) {
+  const std::string moved = "{try}moved", stays = "{try}stays";
+  ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
+  ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
+  const std::string from = client_->NodeFor(moved), to = OtherNode(from);
+  const std::string slot = std::to_string(KeySlot(moved));
+  const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
+  const std::string to_host = to.substr(0, to.rfind(':')), to_port = to.substr(to.rfind(':') + 1);
+  ASSERT_EQ(Call(Admin(to), moved, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
+  ASSERT_EQ(Call(Admin(from), moved, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
+  ASSERT_EQ(
+      Call(Admin(from), moved, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", moved})->str,
+      "OK");
+  // Split: the node refuses MGET of both keys with TRYAGAIN for as long as the migration lasts.
+  EXPECT_THAT(Call(Admin(from), moved, {"MGET", moved, stays})->str,
+              ::testing::StartsWith("TRYAGAIN"));
+
+  std::promise<absl::StatusOr<Reply>> answered;
+  std::string command;
+  AppendCommand(&command, {"MGET", moved, stays});
+  client_->Send(moved, std::move(command),
+                [&answered](absl::StatusOr<Reply> r) { answered.set_value(std::move(r)); });
+  auto answer = answered.get_future();
+  // Still refused a while later: the client is trying again, not answering.
+  EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  // The migration ends: the other key follows, and every node learns the slot's new owner.
+  ASSERT_EQ(
+      Call(Admin(from), stays, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", stays})->str,
+      "OK");
+  for (size_t i = 0; i < cluster_->size(); ++i) {
+    ASSERT_EQ(Call(*admin_[i], moved, {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
+  }
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  absl::StatusOr<Reply> reply = answer.get();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->elements.size(), 2u) << reply->str;
+  EXPECT_EQ(reply->elements[0].str, "m");
+  EXPECT_EQ(reply->elements[1].str, "s");
+}
+
 }  // namespace
 }  // namespace sluice::redis

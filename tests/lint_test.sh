@@ -8,6 +8,7 @@
 #   - thread safety (scripts/lint.sh FILE: clang-tidy with clang-14 -Wthread-safety -Werror):
 #     a guarded field read with its lock held passes; read without it fails, both on an
 #     absl::Mutex and on util::SpinLock; a function that requires a lock called without it fails;
+#     a test file (*_test.cc, checked for thread safety alone) reading it without the lock fails;
 #   - clang-tidy's own checks: a use after std::move fails (bugprone-use-after-move);
 #   - function size (scripts/check_function_size.py): a function over 100 lines fails, unless
 #     marked as a dispatch table; so does one whose signature spans lines, a constructor with an
@@ -145,6 +146,17 @@ EOF
 )
 expect "thread safety: calling a function that requires the lock without it fails" fail \
   "requires_unlocked\.cc:4:.*(calling function 'AddLocked' requires holding)" lint "$f"
+
+# A test gets the thread-safety analysis without clang-tidy's checks: still caught there.
+f=$(plant unlocked_test <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnMutex::Read() { return n_; }
+}  // namespace planted
+EOF
+)
+expect "thread safety: in a test (*_test.cc), a guarded field read without its lock fails" fail \
+  "unlocked_test\.cc:3:.*$tsa" lint "$f"
 
 f=$(plant use_after_move <<'EOF'
 #include <string>

@@ -1,6 +1,6 @@
 // redis::Client: hash slots (CRC16 and hash tags, checked against Redis's own CLUSTER KEYSLOT),
 // routing on a real 3-master Redis Cluster, MOVED after a slot moves (the map follows), ASK
-// during a migration, and a standalone server.
+// during a migration, TRYAGAIN sent again until a migration ends, and a standalone server.
 
 #include "redis/client.h"
 
@@ -120,6 +120,39 @@ class ClusterTest : public ::testing::Test {
     return "";
   }
 
+  // A slot half migrated, the way redis-cli --cluster reshard goes: `key`'s slot IMPORTING on
+  // another node, MIGRATING on its owner, and `key` alone moved over.
+  struct Migration {
+    std::string from, to, slot, to_id;
+    std::string to_host() const { return to.substr(0, to.rfind(':')); }
+    std::string to_port() const { return to.substr(to.rfind(':') + 1); }
+  };
+  Migration BeginMigration(const std::string& key) {
+    Migration m;
+    m.from = client_->NodeFor(key);
+    m.to = OtherNode(m.from);
+    m.slot = std::to_string(KeySlot(key));
+    m.to_id = Id(Admin(m.to));
+    const std::string from_id = Id(Admin(m.from));
+    EXPECT_EQ(Call(Admin(m.to), key, {"CLUSTER", "SETSLOT", m.slot, "IMPORTING", from_id})->str,
+              "OK");
+    EXPECT_EQ(Call(Admin(m.from), key, {"CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.to_id})->str,
+              "OK");
+    EXPECT_EQ(Move(m, key)->str, "OK");
+    return m;
+  }
+  // MIGRATE of `key` to the migration's target.
+  absl::StatusOr<Reply> Move(const Migration& m, const std::string& key) {
+    return Call(Admin(m.from), key,
+                {"MIGRATE", m.to_host(), m.to_port(), "", "0", "5000", "KEYS", key});
+  }
+  // Every node told the slot's new owner: the migration ends.
+  void EndMigration(const Migration& m, const std::string& key) {
+    for (size_t i = 0; i < cluster_->size(); ++i) {
+      EXPECT_EQ(Call(*admin_[i], key, {"CLUSTER", "SETSLOT", m.slot, "NODE", m.to_id})->str, "OK");
+    }
+  }
+
   static testing::RedisCluster* cluster_;
   std::vector<std::unique_ptr<Client>> admin_;
   std::unique_ptr<Client> client_;
@@ -145,24 +178,13 @@ TEST_F(ClusterTest, RoutesEveryKeyToItsSlotsOwner) {
 TEST_F(ClusterTest, MovedSlotIsFollowedAndRemembered) {
   const std::string key = "{moving}k";
   ASSERT_EQ(Call(*client_, key, {"SET", key, "v"})->str, "OK");
-  const std::string from = client_->NodeFor(key), to = OtherNode(from);
-  const std::string slot = std::to_string(KeySlot(key));
-  const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
-  const auto [to_host, to_port] =
-      std::pair(to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1));
-  // Move the slot and its key, the way redis-cli --cluster reshard does.
-  ASSERT_EQ(Call(Admin(to), key, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
-  ASSERT_EQ(Call(Admin(from), key, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
-  ASSERT_EQ(
-      Call(Admin(from), key, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", key})->str,
-      "OK");
-  for (size_t i = 0; i < cluster_->size(); ++i) {
-    ASSERT_EQ(Call(*admin_[i], key, {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
-  }
+  // Move the slot and its key.
+  const Migration m = BeginMigration(key);
+  EndMigration(m, key);
   // The client still thinks `from`; the answer comes from `to` after one MOVED.
   EXPECT_EQ(Call(*client_, key, {"GET", key})->str, "v");
   EXPECT_GE(client_->redirects(), 1u);
-  EXPECT_EQ(client_->NodeFor(key), to);
+  EXPECT_EQ(client_->NodeFor(key), m.to);
   const uint64_t redirects = client_->redirects();
   EXPECT_EQ(Call(*client_, key, {"GET", key})->str, "v");
   EXPECT_EQ(client_->redirects(), redirects);  // remembered: no second redirect
@@ -172,21 +194,12 @@ TEST_F(ClusterTest, AskDuringAMigrationIsFollowedOnce) {
   const std::string moved = "{mig}moved", stays = "{mig}stays";
   ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
   ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
-  const std::string from = client_->NodeFor(moved), to = OtherNode(from);
-  const std::string slot = std::to_string(KeySlot(moved));
-  const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
-  ASSERT_EQ(Call(Admin(to), moved, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
-  ASSERT_EQ(Call(Admin(from), moved, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
-  ASSERT_EQ(Call(Admin(from), moved,
-                 {"MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1), "", "0",
-                  "5000", "KEYS", moved})
-                ->str,
-            "OK");
+  const Migration m = BeginMigration(moved);
   // Half-way: `moved` is on `to` (ASK), `stays` still on `from`; the map does not change.
   EXPECT_EQ(Call(*client_, moved, {"GET", moved})->str, "m");
   EXPECT_EQ(Call(*client_, stays, {"GET", stays})->str, "s");
   EXPECT_EQ(client_->redirects(), 1u);
-  EXPECT_EQ(client_->NodeFor(moved), from);
+  EXPECT_EQ(client_->NodeFor(moved), m.from);
 }
 
 // A multi-key command whose keys a migration has split between two nodes gets TRYAGAIN from the
@@ -196,17 +209,9 @@ TEST_F(ClusterTest, TryAgainDuringAMigrationIsSentAgainUntilItEnds) {
   const std::string moved = "{try}moved", stays = "{try}stays";
   ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
   ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
-  const std::string from = client_->NodeFor(moved), to = OtherNode(from);
-  const std::string slot = std::to_string(KeySlot(moved));
-  const std::string from_id = Id(Admin(from)), to_id = Id(Admin(to));
-  const std::string to_host = to.substr(0, to.rfind(':')), to_port = to.substr(to.rfind(':') + 1);
-  ASSERT_EQ(Call(Admin(to), moved, {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
-  ASSERT_EQ(Call(Admin(from), moved, {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
-  ASSERT_EQ(
-      Call(Admin(from), moved, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", moved})->str,
-      "OK");
+  const Migration m = BeginMigration(moved);
   // Split: the node refuses MGET of both keys with TRYAGAIN for as long as the migration lasts.
-  EXPECT_THAT(Call(Admin(from), moved, {"MGET", moved, stays})->str,
+  EXPECT_THAT(Call(Admin(m.from), moved, {"MGET", moved, stays})->str,
               ::testing::StartsWith("TRYAGAIN"));
 
   std::promise<absl::StatusOr<Reply>> answered;
@@ -218,12 +223,8 @@ TEST_F(ClusterTest, TryAgainDuringAMigrationIsSentAgainUntilItEnds) {
   // Still refused a while later: the client is trying again, not answering.
   EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
   // The migration ends: the other key follows, and every node learns the slot's new owner.
-  ASSERT_EQ(
-      Call(Admin(from), stays, {"MIGRATE", to_host, to_port, "", "0", "5000", "KEYS", stays})->str,
-      "OK");
-  for (size_t i = 0; i < cluster_->size(); ++i) {
-    ASSERT_EQ(Call(*admin_[i], moved, {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
-  }
+  ASSERT_EQ(Move(m, stays)->str, "OK");
+  EndMigration(m, moved);
   ASSERT_EQ(answer.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   absl::StatusOr<Reply> reply = answer.get();
   ASSERT_TRUE(reply.ok()) << reply.status();

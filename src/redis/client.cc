@@ -105,6 +105,9 @@ class ClientImpl : public Client {
     // is answered.
     io_.restart();
     while (io_.poll() > 0) continue;
+    // A call waiting on a timer (for a node's connection, or after CLUSTERDOWN or TRYAGAIN) is
+    // answered "client stopping" when it fires, at most 50 ms from now: wait for those too.
+    while (timed_waits_ > 0 && io_.run_one_for(std::chrono::milliseconds(100)) > 0) continue;
   }
 
   void Send(std::string_view key, std::string command, Callback done, Deadline deadline) override {
@@ -228,8 +231,10 @@ class ClientImpl : public Client {
       }
       if (now < attempt->connect_wait_until) {
         auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(1));
+        ++timed_waits_;
         timer->async_wait(
             [this, timer, attempt, node, asking](boost::system::error_code ec) mutable {
+              --timed_waits_;
               if (ec || stopping_) {
                 return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
               }
@@ -297,7 +302,9 @@ class ClientImpl : public Client {
     if (now + wait >= attempt->busy_until) return attempt->done(std::move(refusal));
     ++attempt->busy_retries;
     auto timer = std::make_shared<asio::steady_timer>(io_, wait);
+    ++timed_waits_;
     timer->async_wait([this, timer, attempt](boost::system::error_code ec) mutable {
+      --timed_waits_;
       if (ec || stopping_) {
         return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
       }
@@ -397,6 +404,8 @@ class ClientImpl : public Client {
   // I/O thread only.
   bool refreshing_ = false;
   bool stopping_ = false;
+  // Calls waiting on a timer; on the I/O thread (and in the destructor once it has ended).
+  int timed_waits_ = 0;
   Paced refresh_{io_, clock(), std::chrono::milliseconds(100),
                  [this] { return refreshing_ || stopping_; }, [this] { Refresh(); }};
 

@@ -1,6 +1,7 @@
 // redis::Client: hash slots (CRC16 and hash tags, checked against Redis's own CLUSTER KEYSLOT),
 // routing on a real 3-master Redis Cluster, MOVED after a slot moves (the map follows), ASK
-// during a migration, TRYAGAIN sent again until a migration ends, and a standalone server.
+// during a migration, TRYAGAIN sent again until a migration ends (or the client stops), and a
+// standalone server.
 
 #include "redis/client.h"
 
@@ -231,6 +232,27 @@ TEST_F(ClusterTest, TryAgainDuringAMigrationIsSentAgainUntilItEnds) {
   ASSERT_EQ(reply->elements.size(), 2u) << reply->str;
   EXPECT_EQ(reply->elements[0].str, "m");
   EXPECT_EQ(reply->elements[1].str, "s");
+}
+
+// A client stopped while a call waits to be sent again answers that call, "client stopping".
+TEST_F(ClusterTest, AClientStoppedWhileACallWaitsToBeSentAgainAnswersIt) {
+  const std::string moved = "{stop}moved", stays = "{stop}stays";
+  ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
+  ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
+  const Migration m = BeginMigration(moved);
+  std::promise<absl::StatusOr<Reply>> answered;
+  std::string command;
+  AppendCommand(&command, {"MGET", moved, stays});
+  client_->Send(moved, std::move(command),
+                [&answered](absl::StatusOr<Reply> r) { answered.set_value(std::move(r)); });
+  auto answer = answered.get_future();
+  EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  client_.reset();
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(1)), std::future_status::ready);
+  const absl::StatusOr<Reply> reply = answer.get();
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable) << reply.status();
+  ASSERT_EQ(Move(m, stays)->str, "OK");
+  EndMigration(m, moved);
 }
 
 }  // namespace

@@ -154,6 +154,24 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
+  // "{TAG}moved" and "{TAG}stays" set, then the migration of their slot begun with "moved" alone
+  // moved over (into *m): an MGET of both is refused TRYAGAIN by the node. Sends that MGET
+  // through the client; the future is its answer.
+  std::future<absl::StatusOr<Reply>> SplitAndSendMget(const std::string& tag, Migration* m) {
+    const std::string moved = "{" + tag + "}moved", stays = "{" + tag + "}stays";
+    EXPECT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
+    EXPECT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
+    *m = BeginMigration(moved);
+    EXPECT_THAT(Call(Admin(m->from), moved, {"MGET", moved, stays})->str,
+                ::testing::StartsWith("TRYAGAIN"));
+    auto answered = std::make_shared<std::promise<absl::StatusOr<Reply>>>();
+    std::string command;
+    AppendCommand(&command, {"MGET", moved, stays});
+    client_->Send(moved, std::move(command),
+                  [answered](absl::StatusOr<Reply> r) { answered->set_value(std::move(r)); });
+    return answered->get_future();
+  }
+
   static testing::RedisCluster* cluster_;
   std::vector<std::unique_ptr<Client>> admin_;
   std::unique_ptr<Client> client_;
@@ -207,25 +225,14 @@ TEST_F(ClusterTest, AskDuringAMigrationIsFollowedOnce) {
 // node it goes to; the client sends it again shortly, and once the migration ends (the slot
 // then MOVED) the command is answered, not refused.
 TEST_F(ClusterTest, TryAgainDuringAMigrationIsSentAgainUntilItEnds) {
-  const std::string moved = "{try}moved", stays = "{try}stays";
-  ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
-  ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
-  const Migration m = BeginMigration(moved);
   // Split: the node refuses MGET of both keys with TRYAGAIN for as long as the migration lasts.
-  EXPECT_THAT(Call(Admin(m.from), moved, {"MGET", moved, stays})->str,
-              ::testing::StartsWith("TRYAGAIN"));
-
-  std::promise<absl::StatusOr<Reply>> answered;
-  std::string command;
-  AppendCommand(&command, {"MGET", moved, stays});
-  client_->Send(moved, std::move(command),
-                [&answered](absl::StatusOr<Reply> r) { answered.set_value(std::move(r)); });
-  auto answer = answered.get_future();
+  Migration m;
+  auto answer = SplitAndSendMget("try", &m);
   // Still refused a while later: the client is trying again, not answering.
   EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
   // The migration ends: the other key follows, and every node learns the slot's new owner.
-  ASSERT_EQ(Move(m, stays)->str, "OK");
-  EndMigration(m, moved);
+  ASSERT_EQ(Move(m, "{try}stays")->str, "OK");
+  EndMigration(m, "{try}moved");
   ASSERT_EQ(answer.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   absl::StatusOr<Reply> reply = answer.get();
   ASSERT_TRUE(reply.ok()) << reply.status();
@@ -236,23 +243,15 @@ TEST_F(ClusterTest, TryAgainDuringAMigrationIsSentAgainUntilItEnds) {
 
 // A client stopped while a call waits to be sent again answers that call, "client stopping".
 TEST_F(ClusterTest, AClientStoppedWhileACallWaitsToBeSentAgainAnswersIt) {
-  const std::string moved = "{stop}moved", stays = "{stop}stays";
-  ASSERT_EQ(Call(*client_, moved, {"SET", moved, "m"})->str, "OK");
-  ASSERT_EQ(Call(*client_, stays, {"SET", stays, "s"})->str, "OK");
-  const Migration m = BeginMigration(moved);
-  std::promise<absl::StatusOr<Reply>> answered;
-  std::string command;
-  AppendCommand(&command, {"MGET", moved, stays});
-  client_->Send(moved, std::move(command),
-                [&answered](absl::StatusOr<Reply> r) { answered.set_value(std::move(r)); });
-  auto answer = answered.get_future();
+  Migration m;
+  auto answer = SplitAndSendMget("stop", &m);
   EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
   client_.reset();
   ASSERT_EQ(answer.wait_for(std::chrono::seconds(1)), std::future_status::ready);
   const absl::StatusOr<Reply> reply = answer.get();
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable) << reply.status();
-  ASSERT_EQ(Move(m, stays)->str, "OK");
-  EndMigration(m, moved);
+  ASSERT_EQ(Move(m, "{stop}stays")->str, "OK");
+  EndMigration(m, "{stop}moved");
 }
 
 }  // namespace

@@ -230,17 +230,10 @@ class ClientImpl : public Client {
         }
       }
       if (now < attempt->connect_wait_until) {
-        auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(1));
-        ++timed_waits_;
-        timer->async_wait(
-            [this, timer, attempt, node, asking](boost::system::error_code ec) mutable {
-              --timed_waits_;
-              if (ec || stopping_) {
-                return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
-              }
-              Dispatch(std::move(attempt), node, asking);
-            });
-        return;
+        return After(std::chrono::milliseconds(1), std::move(attempt),
+                     [this, node, asking](std::shared_ptr<Attempt> a) {
+                       Dispatch(std::move(a), node, asking);
+                     });
       }
     }
     std::string bytes;
@@ -301,19 +294,29 @@ class ClientImpl : public Client {
         std::chrono::milliseconds(std::min(50, 1 << std::min(attempt->busy_retries, 6)));
     if (now + wait >= attempt->busy_until) return attempt->done(std::move(refusal));
     ++attempt->busy_retries;
+    After(wait, std::move(attempt), [this](std::shared_ptr<Attempt> a) {
+      Node* node = slots_[a->slot].load(std::memory_order_acquire);
+      if (node == nullptr) {
+        return a->done(
+            absl::UnavailableError(fmt::format("redis cluster: no node serves slot {}", a->slot)));
+      }
+      Dispatch(std::move(a), node, /*asking=*/false);
+    });
+  }
+
+  // Runs then(attempt) on the I/O thread after `wait`; a client stopping by then answers the
+  // attempt "client stopping" instead (its destructor waits for these: timed_waits_).
+  template <typename Then>
+  void After(std::chrono::milliseconds wait, std::shared_ptr<Attempt> attempt, Then then) {
     auto timer = std::make_shared<asio::steady_timer>(io_, wait);
     ++timed_waits_;
-    timer->async_wait([this, timer, attempt](boost::system::error_code ec) mutable {
+    timer->async_wait([this, timer, attempt = std::move(attempt),
+                       then = std::move(then)](boost::system::error_code ec) mutable {
       --timed_waits_;
       if (ec || stopping_) {
         return attempt->done(absl::UnavailableError("redis cluster: client stopping"));
       }
-      Node* node = slots_[attempt->slot].load(std::memory_order_acquire);
-      if (node == nullptr) {
-        return attempt->done(absl::UnavailableError(
-            fmt::format("redis cluster: no node serves slot {}", attempt->slot)));
-      }
-      Dispatch(std::move(attempt), node, /*asking=*/false);
+      then(std::move(attempt));
     });
   }
 

@@ -142,7 +142,6 @@ cd "$root"
   echo "check_layers: no src/ under $root" >&2
   exit 2
 }
-files=0
 violations=0
 # Every file's quoted includes as "LINE:INCLUDE" lines, read with one grep over all of them (not
 # two processes a file: this script runs a dozen times in check_layers_planted).
@@ -154,7 +153,6 @@ while IFS= read -r entry; do
   includes_of[$file]+="${rest%%:*}:$include"$'\n'
 done < <(((${#sources[@]} == 0)) || grep -H -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "${sources[@]}")
 for file in "${sources[@]}"; do
-  files=$((files + 1))
   if [[ $file == include/sluice/* ]]; then
     module=sluice
   elif [[ $file == tests/* ]]; then
@@ -250,8 +248,8 @@ for edge in "${!excepted[@]}"; do
   fi
 done
 if ((violations > 0)); then
-  echo "check_layers: $violations forbidden include(s) or link(s) in $files files and" \
+  echo "check_layers: $violations forbidden include(s) or link(s) in ${#sources[@]} files and" \
     "$link_files CMakeLists.txt (table: scripts/check_layers.sh)"
   exit 1
 fi
-echo "check_layers: $files files and $link_files CMakeLists.txt, every include and link allowed"
+echo "check_layers: ${#sources[@]} files and $link_files CMakeLists.txt, every include and link allowed"

@@ -23,11 +23,15 @@ NOLINT = re.compile(r"NOLINT(\((?:[^)]*,\s*)?readability-function-size\s*(?:,[^)
 SCOPE_HEAD = re.compile(r"\b(namespace|class|struct|union|enum)\b")
 
 
+def keep(text):
+    """`text` as spaces, its newlines kept."""
+    return re.sub(r"[^\n]", " ", text)
+
+
 def blank(text):
     """Comments, string and character literals replaced by spaces; newlines kept."""
     out = []
     i, n = 0, len(text)
-    keep = lambda s: re.sub(r"[^\n]", " ", s)
     while i < n:
         c = text[i]
         if text.startswith("//", i):
@@ -70,8 +74,7 @@ def blank(text):
 def bodies(text):
     """(opening line, closing line, head's first line) of every function body, 1-based."""
     # Preprocessor lines (and their continuations) blanked too: `#if defined(X)` is no head.
-    code = re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)),
-                  blank(text))
+    code = re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: keep(m.group(0)), blank(text))
     line_of = lambda pos: code.count("\n", 0, pos) + 1
     found = []
     # Each open block: (kind, opening position, head's start). kind: "scope" (file, namespace,

@@ -15,7 +15,8 @@
 #     (sluice_testing, tests/support/: it needs nothing but the public types) and GoogleTest.
 #     Each test becomes a ctest test labelled `unit` (NO_DISCOVER: the caller runs
 #     gtest_discover_tests itself). Compiled at -Og in a release build (-O0 in the fuzz preset),
-#     from a precompiled header of GoogleTest and GoogleMock where the compiler is GCC.
+#     from a precompiled header of GoogleTest and GoogleMock where the compiler is GCC, and as
+#     one translation unit (below).
 #
 # The tests' precompiled header: parsing GoogleTest and GoogleMock is about a second of every test
 # source's 1.5-8 s (GCC, this 2-core VM), so sluice_test_pch parses them once, with the tests' own
@@ -26,9 +27,18 @@
 # other libraries were measured and left out: GCC's of Asio and Beast is 240 MB, read whole by
 # every source, and saved under half a second of each.
 #
+# A test binary is one translation unit (a unity build, SLUICE_UNITY_TESTS; off in the lint
+# preset, which parses each file as written): its sources then share the parse of their headers
+# (Asio, Beast, gRPC, the code under test) and the instantiation of their templates. The release
+# build's tests took 262 CPU-s as 93 sources and take 119 as 19 units (this 2-core VM). So a name
+# at a test file's namespace scope must not be one that another test file of the same binary
+# defines differently: what tests share is in the kit (tests/support/units.h: kSecond, kT0...) or
+# a module's *_testing.h; the rest is named for its file (kWholeMinute, TlsClient).
+#
 # SLUICE_LINK_CHECK (tests/layers_build_test.sh): every module library is a shared library linked
 # with -Wl,--no-undefined, so a library that calls into a module it does not link (one its row
 # does not allow) fails to link; a static library never would.
+option(SLUICE_UNITY_TESTS "Compile each test binary as one translation unit (unity build)" ON)
 option(SLUICE_LINK_CHECK "Build each module library shared with --no-undefined (layer check)" OFF)
 
 function(sluice_library name)
@@ -76,6 +86,9 @@ function(sluice_test name)
   # build compiles, -O3 doubles its compile time, and no test measures speed (bench/ does). The
   # code under test is the module's library, at the build's own level.
   target_compile_options(${name} PRIVATE ${SLUICE_TEST_OPTIMIZE})
+  if(SLUICE_UNITY_TESTS)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
+  endif()
   if(TARGET sluice_test_pch)
     target_precompile_headers(${name} REUSE_FROM sluice_test_pch)
   endif()

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "algo/algorithms.h"
+#include "algo/algorithms_testing.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
@@ -35,7 +36,7 @@
 namespace sluice::algo {
 namespace {
 
-constexpr int64_t kNever = Decision::kNever;
+using test::kNever;
 
 // ============================================================================================
 // Exact rationals over __int128. Every operation is overflow-checked: if the model ever leaves

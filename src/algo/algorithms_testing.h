@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice {
 
@@ -31,11 +32,12 @@ inline void PrintTo(Algorithm a, std::ostream* os) { *os << AlgorithmName(a); }
 
 namespace algo::test {
 
-inline constexpr int64_t kMs = 1000;
-inline constexpr int64_t kSecond = 1000 * kMs;
-inline constexpr int64_t kMinute = 60 * kSecond;
-inline constexpr int64_t kWeek = int64_t{7} * 24 * 60 * kMinute;
-inline constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+using sluice::testing::kMinute;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
+using sluice::testing::kT0;
+inline constexpr int64_t kWeek = 7 * sluice::testing::kDay;
+inline constexpr int64_t kWholeMinute = int64_t{1700000040} * kSecond;  // starts a minute
 inline constexpr int64_t kNever = Decision::kNever;
 
 // The decisions a test expects.

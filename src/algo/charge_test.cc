@@ -7,30 +7,33 @@
 #include <string>
 
 #include "algo/algorithms.h"
+#include "algo/algorithms_testing.h"
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
+#include "tests/support/units.h"
 
 namespace sluice::algo {
 namespace {
 
-constexpr int64_t kMs = 1000;
-constexpr int64_t kSecond = 1000 * kMs;
-constexpr int64_t kT0 = int64_t{1700000040} * kSecond;  // a whole minute
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
+using test::kWholeMinute;  // an instant that starts a minute
 
-class ChargeTest : public testing::TestWithParam<Algorithm> {
+class ChargeTest : public ::testing::TestWithParam<Algorithm> {
  protected:
   Limit limit_ = {
       .algorithm = GetParam(), .requests = 10, .window_us = kSecond, .burst = std::nullopt};
 };
 
 INSTANTIATE_TEST_SUITE_P(Eventual, ChargeTest,
-                         testing::Values(Algorithm::kTokenBucket, Algorithm::kFixedWindow,
-                                         Algorithm::kSlidingWindow),
+                         ::testing::Values(Algorithm::kTokenBucket, Algorithm::kFixedWindow,
+                                           Algorithm::kSlidingWindow),
                          [](const auto& info) { return std::string(AlgorithmName(info.param)); });
 
 TEST_P(ChargeTest, ChargingWhatADecisionAdmitsLeavesTheSameState) {
   CompactState decided, charged;
-  for (const int64_t t : {kT0, kT0 + 30 * kMs, kT0 + 1700 * kMs, kT0 + 1701 * kMs}) {
+  for (const int64_t t : {kWholeMinute, kWholeMinute + 30 * kMs, kWholeMinute + 1700 * kMs,
+                          kWholeMinute + 1701 * kMs}) {
     for (const uint64_t cost : {1, 2}) {
       ASSERT_TRUE(DecideCompact(decided, t, limit_, cost).allowed) << t;
       ChargeCompact(charged, t, t, limit_, cost);
@@ -41,13 +44,14 @@ TEST_P(ChargeTest, ChargingWhatADecisionAdmitsLeavesTheSameState) {
 
 TEST_P(ChargeTest, ChargeGoesPastTheLimitAndIsPaidBack) {
   CompactState state;
-  ChargeCompact(state, kT0, kT0, limit_, 25);  // 2.5 times the limit, admitted elsewhere
-  EXPECT_FALSE(DecideCompact(state, kT0 + 500 * kMs, limit_, 1).allowed);
+  ChargeCompact(state, kWholeMinute, kWholeMinute, limit_,
+                25);  // 2.5 times the limit, admitted elsewhere
+  EXPECT_FALSE(DecideCompact(state, kWholeMinute + 500 * kMs, limit_, 1).allowed);
   // A bucket pays back at its rate (25 units: 2.5 s to be full again, 1.5 s to hold one), a
   // fixed window when its window ends, a sliding window once the excess has weighed out.
-  const int64_t open_at = GetParam() == Algorithm::kTokenBucket   ? kT0 + 1600 * kMs
-                          : GetParam() == Algorithm::kFixedWindow ? kT0 + kSecond
-                                                                  : kT0 + 1640 * kMs;
+  const int64_t open_at = GetParam() == Algorithm::kTokenBucket   ? kWholeMinute + 1600 * kMs
+                          : GetParam() == Algorithm::kFixedWindow ? kWholeMinute + kSecond
+                                                                  : kWholeMinute + 1640 * kMs;
   CompactState before = state;
   EXPECT_FALSE(DecideCompact(before, open_at - 101 * kMs, limit_, 1).allowed);
   EXPECT_TRUE(DecideCompact(state, open_at, limit_, 1).allowed);
@@ -59,12 +63,14 @@ TEST_P(ChargeTest, ChargeGoesPastTheLimitAndIsPaidBack) {
 TEST_P(ChargeTest, ChargeOfAnEndedWindowChangesNothing) {
   if (GetParam() == Algorithm::kTokenBucket) GTEST_SKIP() << "a bucket has no windows";
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0 + 2100 * kMs, limit_, 2).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute + 2100 * kMs, limit_, 2).allowed);
   const CompactState before = state;
-  ChargeCompact(state, kT0 + 50 * kMs, kT0 + 2100 * kMs, limit_, 5);  // two windows back
+  ChargeCompact(state, kWholeMinute + 50 * kMs, kWholeMinute + 2100 * kMs, limit_,
+                5);  // two windows back
   EXPECT_EQ(state, before);
   if (GetParam() == Algorithm::kFixedWindow) {
-    ChargeCompact(state, kT0 + 1050 * kMs, kT0 + 2100 * kMs, limit_, 5);  // the window before
+    ChargeCompact(state, kWholeMinute + 1050 * kMs, kWholeMinute + 2100 * kMs, limit_,
+                  5);  // the window before
     EXPECT_EQ(state, before);
   }
 }
@@ -75,12 +81,13 @@ TEST(ChargeSlidingWindowTest, ChargeOfThePreviousWindowWeighsInTheEstimate) {
                        .window_us = kSecond,
                        .burst = std::nullopt};
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0 + 1100 * kMs, limit, 1).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute + 1100 * kMs, limit, 1).allowed);
   // 8 admitted elsewhere in the window before: at 100 ms in, they weigh 8 * 0.9 = 7.2.
-  ChargeCompact(state, kT0 + 900 * kMs, kT0 + 1100 * kMs, limit, 8);
+  ChargeCompact(state, kWholeMinute + 900 * kMs, kWholeMinute + 1100 * kMs, limit, 8);
   CompactState peek = state;
-  EXPECT_EQ(DecideCompact(peek, kT0 + 1100 * kMs, limit, 0).remaining, 1);  // 10 - 1 - ceil(7.2)
-  EXPECT_FALSE(DecideCompact(state, kT0 + 1100 * kMs, limit, 2).allowed);
+  EXPECT_EQ(DecideCompact(peek, kWholeMinute + 1100 * kMs, limit, 0).remaining,
+            1);  // 10 - 1 - ceil(7.2)
+  EXPECT_FALSE(DecideCompact(state, kWholeMinute + 1100 * kMs, limit, 2).allowed);
 }
 
 TEST(ChargeBucketTest, AChargeIsCountedFromNowNotFromWhenItWasAdmitted) {
@@ -90,9 +97,9 @@ TEST(ChargeBucketTest, AChargeIsCountedFromNowNotFromWhenItWasAdmitted) {
                        .window_us = kSecond,
                        .burst = std::nullopt};
   CompactState state;
-  ChargeCompact(state, kT0, kT0 + 500 * kMs, limit, 10);
-  EXPECT_FALSE(DecideCompact(state, kT0 + 599 * kMs, limit, 1).allowed);
-  EXPECT_TRUE(DecideCompact(state, kT0 + 600 * kMs, limit, 1).allowed);
+  ChargeCompact(state, kWholeMinute, kWholeMinute + 500 * kMs, limit, 10);
+  EXPECT_FALSE(DecideCompact(state, kWholeMinute + 599 * kMs, limit, 1).allowed);
+  EXPECT_TRUE(DecideCompact(state, kWholeMinute + 600 * kMs, limit, 1).allowed);
 }
 
 }  // namespace

@@ -7,17 +7,19 @@
 #include <vector>
 
 #include "algo/algorithms.h"
+#include "algo/algorithms_testing.h"
 #include "gtest/gtest.h"
 #include "sluice/limit.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice::algo {
 namespace {
 
-constexpr int64_t kMs = 1000;
-constexpr int64_t kSecond = 1000 * kMs;
-constexpr int64_t kMinute = 60 * kSecond;
-constexpr int64_t kT0 = int64_t{1700000040} * kSecond;  // a whole minute
+using sluice::testing::kMinute;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
+using test::kWholeMinute;  // an instant that starts a minute
 
 using testing::MakeLimit;
 
@@ -37,13 +39,13 @@ INSTANTIATE_TEST_SUITE_P(All, CompactRefundTest,
 
 TEST_P(CompactRefundTest, ConsumeThenRefundIsAsIfNeverConsumed) {
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0, limit_, 2).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit_, 2).allowed);
   const CompactState after_two = state;
-  const int64_t t = kT0 + 10 * kMs;
+  const int64_t t = kWholeMinute + 10 * kMs;
   ASSERT_TRUE(DecideCompact(state, t, limit_, 1).allowed);
   RefundCompact(state, t, t, limit_, 1);
   EXPECT_EQ(state, after_two);
-  RefundCompact(state, kT0, t, limit_, 2);
+  RefundCompact(state, kWholeMinute, t, limit_, 2);
   // Back to a fresh key: the next decisions are a fresh key's.
   CompactState fresh;
   CompactState copy = state;
@@ -54,68 +56,70 @@ TEST_P(CompactRefundTest, ConsumeThenRefundIsAsIfNeverConsumed) {
 
 TEST_P(CompactRefundTest, RefundLetsTheNextRequestIn) {
   CompactState state;
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(DecideCompact(state, kT0, limit_, 1).allowed);
-  ASSERT_FALSE(DecideCompact(state, kT0 + kMs, limit_, 1).allowed);
-  RefundCompact(state, kT0, kT0 + 2 * kMs, limit_, 1);
-  EXPECT_TRUE(DecideCompact(state, kT0 + 3 * kMs, limit_, 1).allowed);
-  EXPECT_FALSE(DecideCompact(state, kT0 + 3 * kMs, limit_, 1).allowed);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit_, 1).allowed);
+  ASSERT_FALSE(DecideCompact(state, kWholeMinute + kMs, limit_, 1).allowed);
+  RefundCompact(state, kWholeMinute, kWholeMinute + 2 * kMs, limit_, 1);
+  EXPECT_TRUE(DecideCompact(state, kWholeMinute + 3 * kMs, limit_, 1).allowed);
+  EXPECT_FALSE(DecideCompact(state, kWholeMinute + 3 * kMs, limit_, 1).allowed);
 }
 
 TEST_P(CompactRefundTest, NeverBetterThanInitial) {
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0, limit_, 1).allowed);
-  for (int i = 0; i < 10; ++i) RefundCompact(state, kT0, kT0 + kMs, limit_, 3);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit_, 1).allowed);
+  for (int i = 0; i < 10; ++i) RefundCompact(state, kWholeMinute, kWholeMinute + kMs, limit_, 3);
   EXPECT_EQ(state, CompactState{});
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(DecideCompact(state, kT0 + kMs, limit_, 1).allowed) << i;
-  EXPECT_FALSE(DecideCompact(state, kT0 + kMs, limit_, 1).allowed);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(DecideCompact(state, kWholeMinute + kMs, limit_, 1).allowed) << i;
+  EXPECT_FALSE(DecideCompact(state, kWholeMinute + kMs, limit_, 1).allowed);
 }
 
 TEST_P(CompactRefundTest, RefundOfAFreshKeyChangesNothing) {
   CompactState state;
-  RefundCompact(state, kT0, kT0, limit_, 1);
+  RefundCompact(state, kWholeMinute, kWholeMinute, limit_, 1);
   EXPECT_EQ(state, CompactState{});
 }
 
 TEST_P(CompactRefundTest, CostZeroRefundsNothing) {
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0, limit_, 2).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit_, 2).allowed);
   const CompactState before = state;
-  RefundCompact(state, kT0, kT0, limit_, 0);
+  RefundCompact(state, kWholeMinute, kWholeMinute, limit_, 0);
   EXPECT_EQ(state, before);
 }
 
 TEST(FixedWindowRefundTest, AfterTheWindowRolledIsANoOp) {
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 5, kMinute);
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0 + 59 * kSecond, limit, 3).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute + 59 * kSecond, limit, 3).allowed);
   // A request of the next window; then the refund of the old one arrives.
-  ASSERT_TRUE(DecideCompact(state, kT0 + kMinute + kSecond, limit, 1).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute + kMinute + kSecond, limit, 1).allowed);
   const CompactState before = state;
-  RefundCompact(state, kT0 + 59 * kSecond, kT0 + kMinute + 2 * kSecond, limit, 3);
+  RefundCompact(state, kWholeMinute + 59 * kSecond, kWholeMinute + kMinute + 2 * kSecond, limit, 3);
   EXPECT_EQ(state, before);
   // Also when nothing was decided in the new window yet.
   CompactState old;
-  ASSERT_TRUE(DecideCompact(old, kT0 + 59 * kSecond, limit, 3).allowed);
+  ASSERT_TRUE(DecideCompact(old, kWholeMinute + 59 * kSecond, limit, 3).allowed);
   const CompactState old_before = old;
-  RefundCompact(old, kT0 + 59 * kSecond, kT0 + kMinute + kSecond, limit, 3);
+  RefundCompact(old, kWholeMinute + 59 * kSecond, kWholeMinute + kMinute + kSecond, limit, 3);
   EXPECT_EQ(old, old_before);
 }
 
 TEST(SlidingWindowRefundTest, AfterTheWindowRolledIsANoOp) {
   const Limit limit = MakeLimit(Algorithm::kSlidingWindow, 5, kMinute);
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0 + 59 * kSecond, limit, 3).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute + 59 * kSecond, limit, 3).allowed);
   const CompactState before = state;
   // The window rolled: the 3 now weigh as the previous window's count; a refund does nothing.
-  RefundCompact(state, kT0 + 59 * kSecond, kT0 + kMinute + kSecond, limit, 3);
+  RefundCompact(state, kWholeMinute + 59 * kSecond, kWholeMinute + kMinute + kSecond, limit, 3);
   EXPECT_EQ(state, before);
 }
 
 TEST(SlidingWindowRefundTest, KeepsThePreviousWindowsWeight) {
   const Limit limit = MakeLimit(Algorithm::kSlidingWindow, 5, kMinute);
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0 + 30 * kSecond, limit, 3).allowed);  // previous window
-  const int64_t t = kT0 + kMinute + kSecond;
+  ASSERT_TRUE(
+      DecideCompact(state, kWholeMinute + 30 * kSecond, limit, 3).allowed);  // previous window
+  const int64_t t = kWholeMinute + kMinute + kSecond;
   CompactState expected = state;
   ASSERT_TRUE(DecideCompact(expected, t, limit, 0).allowed);
   ASSERT_TRUE(DecideCompact(state, t, limit, 1).allowed);
@@ -134,8 +138,8 @@ TEST(BucketRefundTest, PartlyRefilledBucketFillsUpToFullOnly) {
     Limit limit = MakeLimit(a, 5, kMinute);
     if (a == Algorithm::kLeakyBucket) limit.burst = 4;
     CompactState state;
-    ASSERT_TRUE(DecideCompact(state, kT0, limit, 2).allowed);
-    RefundCompact(state, kT0, kT0 + 18 * kSecond, limit, 2);
+    ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit, 2).allowed);
+    RefundCompact(state, kWholeMinute, kWholeMinute + 18 * kSecond, limit, 2);
     EXPECT_EQ(state, CompactState{}) << AlgorithmName(a);
   }
 }
@@ -144,10 +148,10 @@ TEST(BucketRefundTest, ExactInFractionsOfAnEmissionInterval) {
   // 7 per minute: the emission interval is 8571428.57 µs, kept exact in 1/N µs.
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 7, kMinute);
   CompactState state;
-  ASSERT_TRUE(DecideCompact(state, kT0, limit, 3).allowed);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit, 3).allowed);
   const CompactState after_three = state;
-  ASSERT_TRUE(DecideCompact(state, kT0, limit, 2).allowed);
-  RefundCompact(state, kT0, kT0, limit, 2);
+  ASSERT_TRUE(DecideCompact(state, kWholeMinute, limit, 2).allowed);
+  RefundCompact(state, kWholeMinute, kWholeMinute, limit, 2);
   EXPECT_EQ(state, after_three);
 }
 
@@ -156,53 +160,58 @@ TEST(LeakyBucketRefundTest, RefundShortensTheNextDelay) {
   Limit limit = MakeLimit(Algorithm::kLeakyBucket, 1, 100 * kMs);
   limit.burst = 4;
   CompactState state;
-  ASSERT_EQ(DecideCompact(state, kT0, limit, 1).delay_us, 0);
-  ASSERT_EQ(DecideCompact(state, kT0, limit, 1).delay_us, 100 * kMs);
-  ASSERT_EQ(DecideCompact(state, kT0, limit, 1).delay_us, 200 * kMs);
-  RefundCompact(state, kT0, kT0, limit, 1);
-  EXPECT_EQ(DecideCompact(state, kT0, limit, 1).delay_us, 200 * kMs);
+  ASSERT_EQ(DecideCompact(state, kWholeMinute, limit, 1).delay_us, 0);
+  ASSERT_EQ(DecideCompact(state, kWholeMinute, limit, 1).delay_us, 100 * kMs);
+  ASSERT_EQ(DecideCompact(state, kWholeMinute, limit, 1).delay_us, 200 * kMs);
+  RefundCompact(state, kWholeMinute, kWholeMinute, limit, 1);
+  EXPECT_EQ(DecideCompact(state, kWholeMinute, limit, 1).delay_us, 200 * kMs);
 }
 
 TEST(SlidingLogRefundTest, ConsumeThenRefundIsAsIfNeverConsumed) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 3, kMinute);
   LogState state;
-  ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);
-  ASSERT_TRUE(DecideSlidingLog(state, kT0 + kSecond, limit, 1).allowed);
-  ASSERT_TRUE(DecideSlidingLog(state, kT0 + 2 * kSecond, limit, 1).allowed);
-  ASSERT_FALSE(DecideSlidingLog(state, kT0 + 3 * kSecond, limit, 1).allowed);
-  RefundSlidingLog(state, kT0 + kSecond, kT0 + 3 * kSecond, limit, 1);  // the middle one
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute, limit, 1).allowed);
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute + kSecond, limit, 1).allowed);
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute + 2 * kSecond, limit, 1).allowed);
+  ASSERT_FALSE(DecideSlidingLog(state, kWholeMinute + 3 * kSecond, limit, 1).allowed);
+  RefundSlidingLog(state, kWholeMinute + kSecond, kWholeMinute + 3 * kSecond, limit,
+                   1);  // the middle one
   EXPECT_EQ(state.sum, 2u);
   EXPECT_EQ(state.LiveEntries(), 2u);
-  EXPECT_EQ(state.idle_at_us, kT0 + 2 * kSecond + kMinute);
-  EXPECT_TRUE(DecideSlidingLog(state, kT0 + 3 * kSecond, limit, 1).allowed);
-  EXPECT_FALSE(DecideSlidingLog(state, kT0 + 3 * kSecond, limit, 1).allowed);
+  EXPECT_EQ(state.idle_at_us, kWholeMinute + 2 * kSecond + kMinute);
+  EXPECT_TRUE(DecideSlidingLog(state, kWholeMinute + 3 * kSecond, limit, 1).allowed);
+  EXPECT_FALSE(DecideSlidingLog(state, kWholeMinute + 3 * kSecond, limit, 1).allowed);
 }
 
 TEST(SlidingLogRefundTest, SharedMicrosecondGivesBackOnlyTheCost) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kMinute);
   LogState state;
-  ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 2).allowed);
-  ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);  // same entry
-  RefundSlidingLog(state, kT0, kT0, limit, 1);
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute, limit, 2).allowed);
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute, limit, 1).allowed);  // same entry
+  RefundSlidingLog(state, kWholeMinute, kWholeMinute, limit, 1);
   EXPECT_EQ(state.sum, 2u);
   ASSERT_EQ(state.LiveEntries(), 1u);
-  RefundSlidingLog(state, kT0, kT0, limit, 5);  // more than is there: down to fresh, no further
+  RefundSlidingLog(state, kWholeMinute, kWholeMinute, limit,
+                   5);  // more than is there: down to fresh, no further
   EXPECT_EQ(state.sum, 0u);
   EXPECT_EQ(state.LiveEntries(), 0u);
-  EXPECT_TRUE(state.IsIdle(kT0));
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed) << i;
-  EXPECT_FALSE(DecideSlidingLog(state, kT0, limit, 1).allowed);
+  EXPECT_TRUE(state.IsIdle(kWholeMinute));
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(DecideSlidingLog(state, kWholeMinute, limit, 1).allowed) << i;
+  EXPECT_FALSE(DecideSlidingLog(state, kWholeMinute, limit, 1).allowed);
 }
 
 TEST(SlidingLogRefundTest, ExpiredEntryIsANoOp) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 3, kMinute);
   LogState state;
-  ASSERT_TRUE(DecideSlidingLog(state, kT0, limit, 1).allowed);
-  ASSERT_TRUE(DecideSlidingLog(state, kT0 + 30 * kSecond, limit, 1).allowed);
-  RefundSlidingLog(state, kT0, kT0 + kMinute, limit, 1);  // the first no longer counts
-  EXPECT_EQ(state.sum, 2u);                               // (forgotten only by the next evaluation)
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute, limit, 1).allowed);
+  ASSERT_TRUE(DecideSlidingLog(state, kWholeMinute + 30 * kSecond, limit, 1).allowed);
+  RefundSlidingLog(state, kWholeMinute, kWholeMinute + kMinute, limit,
+                   1);       // the first no longer counts
+  EXPECT_EQ(state.sum, 2u);  // (forgotten only by the next evaluation)
   EXPECT_EQ(state.LiveEntries(), 2u);
-  RefundSlidingLog(state, kT0 + 5 * kSecond, kT0 + kMinute, limit, 1);  // no such entry
+  RefundSlidingLog(state, kWholeMinute + 5 * kSecond, kWholeMinute + kMinute, limit,
+                   1);  // no such entry
   EXPECT_EQ(state.sum, 2u);
 }
 

@@ -237,8 +237,8 @@ TEST(EnvoyEnvTest, DecisionChangingVariablesAreErrors) {
     if (name.starts_with("REDIS_TLS_")) env["REDIS_TLS"] = "true";
     const EnvoyEnv result = ReadEnvoyEnv(env);
     EXPECT_FALSE(result.ok()) << name << "=" << value;
-    EXPECT_THAT(Said(result, name, Level::kError), testing::SizeIs(1)) << name << "\n"
-                                                                       << All(result);
+    EXPECT_THAT(Said(result, name, Level::kError), ::testing::SizeIs(1)) << name << "\n"
+                                                                         << All(result);
   }
 }
 
@@ -262,7 +262,7 @@ TEST(EnvoyEnvTest, XdsSotwMapsEveryXdsVariable) {
   EXPECT_EQ(defaults.backoff_max_us, 60000000);
   EXPECT_EQ(defaults.backoff_factor, 0.5);
   EXPECT_TRUE(defaults.backoff_jitter);
-  EXPECT_THAT(Said(result, "RUNTIME_SUBDIRECTORY", Level::kInfo), testing::SizeIs(1))
+  EXPECT_THAT(Said(result, "RUNTIME_SUBDIRECTORY", Level::kInfo), ::testing::SizeIs(1))
       << All(result);
 
   env["CONFIG_GRPC_XDS_SERVER_URL"] = "envoy-gateway:18001";
@@ -306,9 +306,9 @@ TEST(EnvoyEnvTest, XdsSotwMapsEveryXdsVariable) {
   env["XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"] = "10";  // no unit
   result = ReadEnvoyEnv(env);
   EXPECT_FALSE(result.ok());
-  EXPECT_THAT(Said(result, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Level::kError), testing::SizeIs(1));
+  EXPECT_THAT(Said(result, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Level::kError), ::testing::SizeIs(1));
   EXPECT_THAT(Said(result, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Level::kError),
-              testing::SizeIs(1));
+              ::testing::SizeIs(1));
 }
 
 // The xDS variables without CONFIG_TYPE=GRPC_XDS_SOTW do nothing, and say so.
@@ -319,8 +319,9 @@ TEST(EnvoyEnvTest, XdsVariablesWithFileConfigAreInfo) {
   const EnvoyEnv result = ReadEnvoyEnv(env);
   ASSERT_TRUE(result.ok()) << All(result);
   EXPECT_FALSE(result.load.settings->xds.has_value());
-  EXPECT_THAT(Said(result, "CONFIG_GRPC_XDS_SERVER_URL", Level::kInfo), testing::SizeIs(1));
-  EXPECT_THAT(Said(result, "FORCE_START_WITHOUT_INITIAL_CONFIG", Level::kInfo), testing::SizeIs(1));
+  EXPECT_THAT(Said(result, "CONFIG_GRPC_XDS_SERVER_URL", Level::kInfo), ::testing::SizeIs(1));
+  EXPECT_THAT(Said(result, "FORCE_START_WITHOUT_INITIAL_CONFIG", Level::kInfo),
+              ::testing::SizeIs(1));
 }
 
 // GRPC_SERVER_USE_TLS=true: TLS on the gRPC port with the server's certificate and key, the
@@ -364,12 +365,12 @@ TEST(EnvoyEnvTest, GrpcServerUseTlsNeedsTheCertificateAndTheKey) {
   const EnvoyEnv no_key = ReadEnvoyEnv(With(With(Deployment(), "GRPC_SERVER_USE_TLS", "true"),
                                             "GRPC_SERVER_TLS_CERT", "server.pem"));
   EXPECT_FALSE(no_key.ok());
-  EXPECT_THAT(Said(no_key, "GRPC_SERVER_TLS_KEY", Level::kError), testing::SizeIs(1))
+  EXPECT_THAT(Said(no_key, "GRPC_SERVER_TLS_KEY", Level::kError), ::testing::SizeIs(1))
       << All(no_key);
   const EnvoyEnv no_cert = ReadEnvoyEnv(
       With(With(Deployment(), "GRPC_SERVER_USE_TLS", "true"), "GRPC_SERVER_TLS_KEY", "server.key"));
   EXPECT_FALSE(no_cert.ok());
-  EXPECT_THAT(Said(no_cert, "GRPC_SERVER_TLS_CERT", Level::kError), testing::SizeIs(1))
+  EXPECT_THAT(Said(no_cert, "GRPC_SERVER_TLS_CERT", Level::kError), ::testing::SizeIs(1))
       << All(no_cert);
 }
 
@@ -407,7 +408,7 @@ TEST(EnvoyEnvTest, GrpcClientTlsSanIsAnErrorWithAClientCa) {
   env["GRPC_CLIENT_TLS_CACERT"] = "clients-ca.pem";
   const EnvoyEnv with_ca = ReadEnvoyEnv(env);
   EXPECT_FALSE(with_ca.ok());
-  EXPECT_THAT(Said(with_ca, "GRPC_CLIENT_TLS_SAN", Level::kError), testing::SizeIs(1))
+  EXPECT_THAT(Said(with_ca, "GRPC_CLIENT_TLS_SAN", Level::kError), ::testing::SizeIs(1))
       << All(with_ca);
 }
 
@@ -540,7 +541,7 @@ TEST(EnvoyEnvTest, UnsupportedVariablesThatChangeNoDecisionAreWarnings) {
   EXPECT_TRUE(result.ok()) << All(result);
   for (const char* name : {"USE_STATSD", "STATSD_HOST", "TRACING_ENABLED", "LOG_FORMAT",
                            "DOG_STATSD_MOGRIFIER_HITS_PATTERN"}) {
-    EXPECT_THAT(Said(result, name, Level::kWarning), testing::SizeIs(1)) << name;
+    EXPECT_THAT(Said(result, name, Level::kWarning), ::testing::SizeIs(1)) << name;
   }
   // USE_STATSD is on by default upstream: unset, it is not worth a warning every start.
   EXPECT_THAT(
@@ -588,7 +589,7 @@ TEST(EnvoyEnvTest, UsePrometheusServesTheMetricsAtPrometheusAddr) {
   // Still a warning: the names are sluice's, not those a mapper file would make.
   EXPECT_THAT(Said(ReadEnvoyEnv(With(env, "PROMETHEUS_MAPPER_YAML", "/etc/m.yaml")),
                    "PROMETHEUS_MAPPER_YAML", Level::kWarning),
-              testing::SizeIs(1));
+              ::testing::SizeIs(1));
 }
 
 TEST(EnvoyEnvTest, PrometheusAddrWithoutUsePrometheusHasNoEffect) {
@@ -607,10 +608,10 @@ TEST(EnvoyEnvTest, BadPrometheusAddrOrPathIsAnError) {
   for (const char* addr : {"19001", ":x", ":70000", "host:", ":-1"}) {
     const EnvoyEnv result = ReadEnvoyEnv(With(env, "PROMETHEUS_ADDR", addr));
     EXPECT_FALSE(result.ok()) << addr;
-    EXPECT_THAT(Said(result, "PROMETHEUS_ADDR", Level::kError), testing::SizeIs(1)) << addr;
+    EXPECT_THAT(Said(result, "PROMETHEUS_ADDR", Level::kError), ::testing::SizeIs(1)) << addr;
   }
   const EnvoyEnv result = ReadEnvoyEnv(With(env, "PROMETHEUS_PATH", "metrics"));
-  EXPECT_THAT(Said(result, "PROMETHEUS_PATH", Level::kError), testing::SizeIs(1));
+  EXPECT_THAT(Said(result, "PROMETHEUS_PATH", Level::kError), ::testing::SizeIs(1));
 }
 
 // No variable of upstream's falls through to the catch-all: each has its own answer.
@@ -618,7 +619,7 @@ TEST(EnvoyEnvTest, EveryUpstreamVariableHasItsOwnDisposition) {
   for (const std::string& name : EnvoyEnvVariableNames()) {
     const EnvoyEnv result = ReadEnvoyEnv(With(Deployment(), name, "1"));
     for (const EnvoyEnvMessage& m : result.messages) {
-      EXPECT_THAT(m.text, testing::Not(HasSubstr("not by sluice"))) << name;
+      EXPECT_THAT(m.text, ::testing::Not(HasSubstr("not by sluice"))) << name;
     }
   }
 }

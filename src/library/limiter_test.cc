@@ -14,13 +14,14 @@
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice {
 namespace {
 
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kMs = 1000;
-constexpr int64_t kT0 = 1700000000 * kSecond + 250 * kMs;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
+constexpr int64_t kLimiterT0 = 1700000000 * kSecond + 250 * kMs;
 
 using testing::MakeLimit;
 
@@ -34,7 +35,7 @@ std::unique_ptr<Limiter> MustCreate(const Limit& limit, const Limiter::Options& 
 }
 
 TEST(LimiterTest, CreateRejectsAnInvalidLimit) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   const Limiter::Options options{.clock = &clock};
   const Limit invalid[] = {
       MakeLimit(Algorithm::kTokenBucket, 10, 0),                // window below 1 µs
@@ -78,7 +79,7 @@ TEST(LimiterTest, DefaultClockIsTheSystemClock) {
 }
 
 TEST(LimiterTest, DecideFollowsTheLimitOnTheInjectedClock) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   for (int i = 0; i < 20; ++i) {
@@ -109,7 +110,7 @@ TEST(LimiterTest, DecideFollowsTheLimitOnTheInjectedClock) {
 }
 
 TEST(LimiterTest, CostAboveOneConsumesThatMuchAndTooBigIsNever) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   Decision d = limiter->Decide("k", 15);
@@ -126,7 +127,7 @@ TEST(LimiterTest, CostAboveOneConsumesThatMuchAndTooBigIsNever) {
 }
 
 TEST(LimiterTest, CostZeroPeeksWithoutConsuming) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   Decision peek = limiter->Decide("new", 0);
@@ -149,7 +150,7 @@ TEST(LimiterTest, CostZeroPeeksWithoutConsuming) {
 }
 
 TEST(LimiterTest, ResetForgetsOneKey) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   EXPECT_FALSE(limiter->Reset("alice")) << "no state yet";
@@ -168,7 +169,7 @@ TEST(LimiterTest, ResetForgetsOneKey) {
 }
 
 TEST(LimiterTest, SizeCountsKeysHoldingState) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   for (int i = 0; i < 100; ++i) limiter->Decide("user-" + std::to_string(i));
@@ -183,15 +184,15 @@ TEST(LimiterTest, DecideAtUsesTheGivenTimeAndNeverGoesBack) {
   ManualClock clock(0);  // unused by DecideAt
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
-  ASSERT_TRUE(limiter->DecideAt("k", 20, kT0).allowed);
-  Decision d = limiter->DecideAt("k", 1, kT0 + 50 * kMs);
+  ASSERT_TRUE(limiter->DecideAt("k", 20, kLimiterT0).allowed);
+  Decision d = limiter->DecideAt("k", 1, kLimiterT0 + 50 * kMs);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_us, 50 * kMs);
   // An earlier time counts as the latest one used: no tokens minted, the same wait.
-  d = limiter->DecideAt("k", 1, kT0 - 10 * kSecond);
+  d = limiter->DecideAt("k", 1, kLimiterT0 - 10 * kSecond);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_us, 50 * kMs);
-  EXPECT_TRUE(limiter->DecideAt("k", 1, kT0 + 100 * kMs).allowed);
+  EXPECT_TRUE(limiter->DecideAt("k", 1, kLimiterT0 + 100 * kMs).allowed);
   // Decide on the manual clock (at 0) counts as the latest time too.
   d = limiter->Decide("k");
   EXPECT_FALSE(d.allowed);
@@ -199,7 +200,7 @@ TEST(LimiterTest, DecideAtUsesTheGivenTimeAndNeverGoesBack) {
 }
 
 TEST(LimiterTest, EveryAlgorithmIsAvailable) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   for (Algorithm algorithm :
        {Algorithm::kTokenBucket, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
         Algorithm::kSlidingLog, Algorithm::kSlidingWindow}) {
@@ -218,7 +219,7 @@ TEST(LimiterTest, EveryAlgorithmIsAvailable) {
 }
 
 TEST(LimiterTest, LimitersDoNotShareState) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto a = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   auto b = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(a, nullptr);
@@ -229,7 +230,7 @@ TEST(LimiterTest, LimitersDoNotShareState) {
 }
 
 TEST(LimiterTest, ConcurrentDecisionsAdmitExactlyTheCapacity) {
-  ManualClock clock(kT0);  // never moves: nothing refills
+  ManualClock clock(kLimiterT0);  // never moves: nothing refills
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   constexpr int kThreads = 8, kRequests = 2000, kKeys = 100;
@@ -254,7 +255,7 @@ TEST(LimiterTest, ConcurrentDecisionsAdmitExactlyTheCapacity) {
 }
 
 TEST(LimiterTest, ConcurrentDecisionsOnAMovingClockStayWithinTheRate) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock});
   ASSERT_NE(limiter, nullptr);
   constexpr int kThreads = 4, kRequests = 5000;
@@ -271,13 +272,13 @@ TEST(LimiterTest, ConcurrentDecisionsOnAMovingClockStayWithinTheRate) {
     });
   }
   for (auto& th : threads) th.join();
-  ASSERT_EQ(clock.NowMicros() - kT0, 10 * kSecond);
+  ASSERT_EQ(clock.NowMicros() - kLimiterT0, 10 * kSecond);
   EXPECT_LE(allowed.load(), 20 + 10 * 10) << "a full bucket plus 10 s of refill";
   EXPECT_GE(allowed.load(), 10 * 10) << "the refill is actually granted";
 }
 
 TEST(LimiterTest, SizeStaysWithinMaxKeys) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(TenPerSecondBurst20(), {.clock = &clock, .max_keys = 64, .shards = 16});
   ASSERT_NE(limiter, nullptr);
   ASSERT_TRUE(limiter->Decide("busy", 20).allowed);
@@ -287,7 +288,7 @@ TEST(LimiterTest, SizeStaysWithinMaxKeys) {
 }
 
 TEST(LimiterTest, AFullLimiterAdmitsNewKeysUntrackedWhenAskedTo) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter = MustCreate(
       TenPerSecondBurst20(),
       {.clock = &clock, .max_keys = 64, .shards = 16, .on_full = OnFull::kAllowUntracked});
@@ -301,7 +302,7 @@ TEST(LimiterTest, AFullLimiterAdmitsNewKeysUntrackedWhenAskedTo) {
 // max_keys bounds the limiter as a whole: shards that each rounded their share up (100 / 16)
 // would hold 112.
 TEST(LimiterTest, SizeStaysWithinMaxKeysThatAreNotAMultipleOfShards) {
-  ManualClock clock(kT0);
+  ManualClock clock(kLimiterT0);
   auto limiter =
       MustCreate(TenPerSecondBurst20(), {.clock = &clock, .max_keys = 100, .shards = 16});
   ASSERT_NE(limiter, nullptr);

@@ -17,11 +17,12 @@
 #include "tests/support/limits.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/units.h"
 
 namespace sluice {
 namespace {
 
-constexpr int64_t kHour = int64_t{3600} * 1000000;
+using sluice::testing::kHour;
 using testing::TokenBucket;
 const Limit kTwoPerHour = TokenBucket(2, kHour);
 const Limit kFivePerDay = TokenBucket(5, 24 * kHour);

@@ -13,14 +13,15 @@
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice {
 namespace {
 
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kDay = int64_t{86400} * kSecond;
+using sluice::testing::kDay;
+using sluice::testing::kSecond;
 // Mid-day and mid-second, so that no window ends during a test unless it advances the clock.
-constexpr int64_t kT0 = int64_t{1700000000} / 86400 * kDay + kDay / 2 + 250000;
+constexpr int64_t kMiddayT0 = int64_t{1700000000} / 86400 * kDay + kDay / 2 + 250000;
 
 using testing::FixedWindow;
 
@@ -56,7 +57,7 @@ class RateLimiterTest : public ::testing::Test {
     return remaining;
   }
 
-  ManualClock clock_{kT0};
+  ManualClock clock_{kMiddayT0};
 };
 
 TEST_F(RateLimiterTest, AdmitsWhileEveryLimitAdmits) {

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/exposition_testing.h"
+#include "tests/support/units.h"
 
 namespace sluice::metrics {
 namespace {
@@ -23,7 +24,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int64_t kSecondUs = 1000000;
+using sluice::testing::kSecond;
 
 // ---- Rendering ---------------------------------------------------------------------------------
 
@@ -169,7 +170,7 @@ TEST(MetricsRender, CallbackFamilyWithNoSamplesIsLeftOut) {
 TEST(MetricsRender, HistogramHasCumulativeBucketsSumAndCountInSeconds) {
   Registry registry;
   auto family = registry.AddHistogram({.name = "test_latency_seconds", .help = "Latency."},
-                                      {.bounds = {10, 100, 1000}, .unit_divisor = kSecondUs});
+                                      {.bounds = {10, 100, 1000}, .unit_divisor = kSecond});
   ASSERT_TRUE(family.ok()) << family.status();
   Histogram* h = (*family)->Get();
   // le is inclusive: 10 falls in le=1e-05; a negative observation counts as 0.
@@ -488,7 +489,7 @@ TEST(MetricsConcurrency, EightThreadsIncrementingGiveAnExactTotal) {
   auto labelled =
       registry.AddCounter({.name = "test_labelled_total", .help = "L.", .label_names = {"shard"}});
   auto latency = registry.AddHistogram({.name = "test_lat_seconds", .help = "H."},
-                                       {.bounds = {10, 100}, .unit_divisor = kSecondUs});
+                                       {.bounds = {10, 100}, .unit_divisor = kSecond});
   auto level = registry.AddGauge({.name = "test_level", .help = "G."});
   ASSERT_TRUE(plain.ok() && labelled.ok() && latency.ok() && level.ok());
   Counter* counter = (*plain)->Get();

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "metrics/exposition_testing.h"
 #include "metrics/registry.h"
+#include "tests/support/units.h"
 
 namespace sluice::metrics {
 namespace {
@@ -17,8 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int64_t kSecondUs = 1000000;
-constexpr int64_t kStartUs = int64_t{1700000000} * kSecondUs;
+using sluice::testing::kSecond;
+using sluice::testing::kT0;
 
 ServerMetrics::Sources FixedSources() {
   return {
@@ -41,8 +42,8 @@ ServerMetrics::Sources FixedSources() {
             return std::vector<ServerMetrics::LimitSample>{{"api", "10-per-1m", 10, 60},
                                                            {"api", "daily", 1000, 86400}};
           },
-      .now_us = [] { return kStartUs + 90 * kSecondUs + kSecondUs / 2; },
-      .start_time_us = kStartUs,
+      .now_us = [] { return kT0 + 90 * kSecond + kSecond / 2; },
+      .start_time_us = kT0,
   };
 }
 
@@ -176,7 +177,7 @@ std::string RealisticExposition(bool fresh) {
   auto extra = registry.AddHistogram({.name = "sluice_upstream_response_seconds",
                                       .help = "Extra: a labelled histogram.",
                                       .label_names = {"upstream"}},
-                                     {.bounds = {1000, 10000, 100000}, .unit_divisor = kSecondUs});
+                                     {.bounds = {1000, 10000, 100000}, .unit_divisor = kSecond});
   EXPECT_TRUE(extra.ok());
   if (extra.ok()) {
     (*extra)->WithLabels({"http://127.0.0.1:9000"})->Observe(4321);

@@ -22,6 +22,7 @@
 #include "rls/codec.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
+#include "tests/support/units.h"
 
 namespace sluice::rls::test {
 
@@ -31,7 +32,7 @@ inline constexpr int64_t kSecondUs = 1000000;
 inline constexpr int64_t kMinuteUs = 60 * kSecondUs;
 inline constexpr int64_t kHourUs = 3600 * kSecondUs;
 inline constexpr int64_t kDayUs = 86400 * kSecondUs;
-inline constexpr int64_t kT0 = int64_t{1700000000} * kSecondUs;
+using sluice::testing::kT0;
 
 // A descriptor of `entries` (key, value), added to `request`.
 inline RateLimitDescriptor* AddDescriptor(

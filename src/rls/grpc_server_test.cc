@@ -34,6 +34,7 @@
 #include "rls/grpc_testing.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
+#include "tests/support/units.h"
 
 namespace sluice::rls {
 namespace {
@@ -49,7 +50,7 @@ using grpc_testing::ApiName;
 using grpc_testing::OptionsFor;
 using grpc_testing::StartOnLoopback;
 
-constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
+using sluice::testing::kT0;
 
 constexpr char kConfig[] = R"yaml(domain: edge
 descriptors:

@@ -25,6 +25,7 @@
 #include "rls/wire_testing.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
+#include "tests/support/units.h"
 
 namespace sluice::rls {
 namespace {
@@ -40,9 +41,9 @@ using wire::Shape;
 using wire::VarintField;
 using wire::WireField;
 
-constexpr int64_t kT0 = int64_t{1700000000} * 1000000;  // 20 s into a minute
+using sluice::testing::kT0;
 
-constexpr char kConfig[] = R"yaml(domain: edge
+constexpr char kWireConfig[] = R"yaml(domain: edge
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 3}
@@ -87,7 +88,7 @@ class GrpcWireTest : public ::testing::TestWithParam<int> {
   }
 
   ManualClock clock_{kT0};
-  rules::ConfigManager config_{{}, kConfig};
+  rules::ConfigManager config_{{}, kWireConfig};
   store::MemoryStore store_{store::MemoryStore::Options{.max_entries = 1 << 10, .shards = 2},
                             &clock_};
   engine::Engine engine_{&store_};

@@ -326,7 +326,7 @@ descriptors:
 // ---------------------------------------------------------------------------------------------
 // ChoosePlan: the plan a plan_from rule applies, and why (configuration.md, "Plans").
 
-constexpr std::string_view kPlans = R"yaml(domain: p
+constexpr std::string_view kMatcherPlans = R"yaml(domain: p
 plans:
   free: {limits: [{requests: 2, window: 1m}]}
   pro:  {limits: [{requests: 5, window: 1m}]}
@@ -352,7 +352,7 @@ std::string Chosen(const Domain& domain, const std::vector<Entry>& entries) {
 }
 
 TEST_F(MatcherTest, ChoosePlanTakesTheNamedPlanElseTheDefault) {
-  Load(kPlans);
+  Load(kMatcherPlans);
   EXPECT_EQ(Chosen(*domain_, {{"plan", "pro"}, {"api_key", "k"}}), "pro by named");
   EXPECT_EQ(Chosen(*domain_, {{"plan", "free"}, {"api_key", "k"}}), "free by named");
   EXPECT_EQ(Chosen(*domain_, {{"api_key", "k"}}), "free by default");
@@ -366,7 +366,7 @@ TEST_F(MatcherTest, ChoosePlanTakesTheNamedPlanElseTheDefault) {
 
 TEST(ChoosePlanTest, ClientsFileByTheMatchedValueUnlessTheRequestNamesAPlan) {
   testing::TempDir dir;
-  dir.Write("p.yaml", std::string(kPlans) + "clients: clients.csv\n");
+  dir.Write("p.yaml", std::string(kMatcherPlans) + "clients: clients.csv\n");
   dir.Write("clients.csv", "key,plan\nk-pro,pro\n");
   const LoadResult result = LoadConfig({dir.Path("p.yaml")});
   ASSERT_TRUE(result.errors.empty()) << result.errors[0].ToString();

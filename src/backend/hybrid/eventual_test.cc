@@ -18,13 +18,14 @@
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice::backend {
 namespace {
 
-constexpr int64_t kMs = 1000;
-constexpr int64_t kSecond = 1000 * kMs;
-constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
+using sluice::testing::kT0;
 
 // The shared states: exact decisions and merges, on the manual clock's time.
 class Shared final : public Backend, public SyncSource, public LeaseSource {

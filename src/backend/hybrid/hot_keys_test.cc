@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/units.h"
 
 namespace sluice::backend {
 namespace {
@@ -20,8 +21,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::Field;
 
-constexpr int64_t kSecond = HotKeys::kSecondUs;
-constexpr int64_t kT0 = int64_t{86400} * kSecond;
+using sluice::testing::kSecond;
+constexpr int64_t kHotKeysT0 = int64_t{86400} * kSecond;
 
 class HotKeysTest : public ::testing::Test {
  protected:
@@ -55,7 +56,7 @@ class HotKeysTest : public ::testing::Test {
     }
   }
 
-  int64_t now_ = kT0;
+  int64_t now_ = kHotKeysT0;
   Limit limit_{.algorithm = Algorithm::kFixedWindow,
                .requests = 100000,
                .window_us = 60 * kSecond,

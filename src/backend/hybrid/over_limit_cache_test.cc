@@ -13,12 +13,13 @@
 #include "backend/memory/memory_store.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
+#include "tests/support/units.h"
 
 namespace sluice::backend {
 namespace {
 
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+using sluice::testing::kSecond;
+using sluice::testing::kT0;
 
 // The store, counting calls, with a reset epoch the test moves (a reset "elsewhere").
 class CountingBackend final : public Backend {

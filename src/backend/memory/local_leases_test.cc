@@ -17,9 +17,11 @@
 
 #include "algo/algorithms.h"
 #include "backend/memory/local_over_limit_cache.h"
+#include "backend/memory/store_testing.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice::store {
 namespace {
@@ -27,35 +29,16 @@ namespace {
 using backend::Item;
 constexpr backend::Consistency kLeased = backend::Consistency::kLeased;
 
-constexpr int64_t kMs = 1000;
-constexpr int64_t kSecond = 1000 * kMs;
-constexpr int64_t kHour = 3600 * kSecond;
-constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+using sluice::testing::kHour;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
+using sluice::testing::kT0;
 
 using testing::MakeLimit;
 
-struct Answer {
-  bool allowed = false;
-  int64_t decided_at_us = 0;
-  Decision decision;
-};
-
-Answer Ask(backend::Backend& backend, const Item& item, int64_t now_us) {
-  Answer a;
-  bool ran = false;
-  backend.Decide(std::span(&item, 1), now_us, std::span(&a.decision, 1),
-                 [&](const backend::Outcome& o) {
-                   ran = true;
-                   a.allowed = o.allowed;
-                   a.decided_at_us = o.decided_at_us;
-                 });
-  EXPECT_TRUE(ran);
-  return a;
-}
-
-void ResetThrough(backend::Backend& backend, const Item& item) {
-  backend.Reset(std::span(&item, 1), [](absl::StatusOr<size_t>) {});
-}
+using test::Answer;
+using test::Ask;
+using test::ResetThrough;
 
 // The stack's memory-only front: leases, then kept denials, then the store.
 struct Front {
@@ -162,7 +145,7 @@ TEST(LocalLeasesTest, OnlyAHotStateIsLeased) {
   Item peek = item;
   peek.cost = 0;
   front.store.DecideAll(std::span(&peek, 1), kT0, look);
-  EXPECT_LT(look[0].remaining, next.decision.remaining);
+  EXPECT_LT(look[0].remaining, next.out[0].remaining);
 }
 
 // Leasing is the domain's choice: an exact item of a hot state is decided by the store every

@@ -11,53 +11,36 @@
 #include <thread>
 #include <vector>
 
+#include "backend/memory/store_testing.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "sluice/clock.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice::store {
 namespace {
 
 using backend::Item;
 
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kHour = 3600 * kSecond;
-constexpr int64_t kT0 = int64_t{1700000000} * kSecond;
+using sluice::testing::kHour;
+using sluice::testing::kSecond;
+using sluice::testing::kT0;
 
 std::string Describe(const Decision& d) {
   return fmt::format("{{allowed {} remaining {} retry_after {} reset_after {} delay {}}}",
                      d.allowed, d.remaining, d.retry_after_us, d.reset_after_us, d.delay_us);
 }
 
-struct Answer {
-  bool allowed = false;
-  int64_t decided_at_us = 0;
-  std::vector<Decision> out;
-};
-
-Answer Ask(backend::Backend& backend, const std::vector<Item>& items, int64_t now_us) {
-  Answer a;
-  a.out.resize(items.size());
-  bool ran = false;
-  backend.Decide(items, now_us, a.out, [&](const backend::Outcome& o) {
-    ran = true;
-    a.allowed = o.allowed;
-    a.decided_at_us = o.decided_at_us;
-  });
-  EXPECT_TRUE(ran);
-  return a;
-}
+using test::Answer;
+using test::Ask;
+using test::ResetThrough;
 
 Answer AskStore(MemoryStore& store, const std::vector<Item>& items, int64_t now_us) {
   Answer a;
   a.out.resize(items.size());
   a.allowed = store.DecideAll(items, now_us, a.out, &a.decided_at_us);
   return a;
-}
-
-void ResetThrough(backend::Backend& backend, const std::vector<Item>& items) {
-  backend.Reset(items, [](absl::StatusOr<size_t>) {});
 }
 
 void RefundThrough(backend::Backend& backend, const std::vector<Item>& items, int64_t decided_at,

@@ -17,6 +17,7 @@
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice::store {
 namespace {
@@ -25,13 +26,13 @@ using test::KeyName;
 using test::ModelDecide;
 using test::ModelState;
 
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kMs = 1000;
-constexpr int64_t kMinute = 60 * kSecond;
+using sluice::testing::kMinute;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
 // A realistic unix time just past the start of a minute, so that the tests below (which span
 // at most 50 s) run within one fixed window of a minute. A key's state that goes idle is dropped
 // and the key is new again; that is tested apart.
-constexpr int64_t kT0 = 1700000000 / 60 * kMinute + kSecond + 123457;
+constexpr int64_t kFullT0 = 1700000000 / 60 * kMinute + kSecond + 123457;
 
 // 5 requests per `window_us` (at most 5 at one instant), for each algorithm.
 Limit FivePer(Algorithm algorithm, int64_t window_us) {
@@ -65,7 +66,7 @@ TEST_P(FullStoreTest, AFloodOfNewKeysNeverLiftsATrackedKeysLimit) {
   const Limit limit = FivePer(algorithm(), kMinute);
   const uint64_t id = LimitId(limit);
   const Limit hourly = FivePer(algorithm(), 60 * kMinute);
-  ManualClock clock(kT0);
+  ManualClock clock(kFullT0);
   MemoryStore store({.max_entries = 64, .shards = 4, .on_full = on_full()}, &clock);
   KeyName name;
   ModelState victim;
@@ -73,7 +74,7 @@ TEST_P(FullStoreTest, AFloodOfNewKeysNeverLiftsATrackedKeysLimit) {
   const auto victim_asks = [&] {
     const Decision expected = ModelDecide(victim, clock.NowMicros(), limit, 1);
     const Decision got = store.Decide(limit, id, "victim", 1);
-    EXPECT_EQ(got, expected) << "at +" << (clock.NowMicros() - kT0) << " µs";
+    EXPECT_EQ(got, expected) << "at +" << (clock.NowMicros() - kFullT0) << " µs";
     victim_allowed += got.allowed ? 1 : 0;
   };
   victim_asks();
@@ -116,7 +117,7 @@ TEST_P(FullStoreTest, AFloodOfNewKeysNeverLiftsATrackedKeysLimit) {
 TEST_P(FullStoreTest, AFloodThroughDecideAllNeverLiftsATrackedKeysLimit) {
   const Limit limit = FivePer(algorithm(), kMinute);
   const Limit other = FivePer(algorithm(), kSecond);
-  ManualClock clock(kT0);
+  ManualClock clock(kFullT0);
   MemoryStore store({.max_entries = 64, .shards = 4, .on_full = on_full()}, &clock);
   KeyName name;
   ModelState victim;
@@ -144,13 +145,13 @@ class OverflowTransitionTest : public ::testing::TestWithParam<Algorithm> {};
 TEST_P(OverflowTransitionTest, AnUntrackedKeyNeverExceedsItsLimitOnceItIsTracked) {
   const Limit limit = FivePer(GetParam(), kMinute);
   const Limit brief = FivePer(GetParam(), kSecond);
-  ManualClock clock(kT0);
+  ManualClock clock(kFullT0);
   MemoryStore store({.max_entries = 4, .shards = 1, .on_full = OnFull::kShared}, &clock);
   KeyName name;
   std::vector<ModelState> fillers(4);
   for (uint64_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(store.Decide(brief, 2, name("filler-", i), 1).allowed);
-    ModelDecide(fillers[i], kT0, brief, 1);
+    ModelDecide(fillers[i], kFullT0, brief, 1);
   }
   // The store is full of live states: "late" is decided against the overflow state.
   ModelState model;
@@ -191,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, OverflowTransitionTest, ::testing::Value
 TEST_P(FullStoreTest, AFullStoreRecoversRoomOnceStatesGoIdle) {
   const Limit limit = FivePer(algorithm(), kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kFullT0);
   MemoryStore store({.max_entries = 1024, .shards = 4, .on_full = on_full()}, &clock);
   KeyName name;
   for (uint64_t i = 0; i < 20000; ++i) store.Decide(limit, id, name("a", i), 1);
@@ -246,7 +247,7 @@ struct OneFullShard {
       : store({.max_entries = 1, .shards = 1, .on_full = on_full}, &clock) {
     EXPECT_TRUE(store.Decide(limit, 1, "tracked", 1).allowed);
   }
-  ManualClock clock{kT0};
+  ManualClock clock{kFullT0};
   Limit limit = FivePer(Algorithm::kFixedWindow, kMinute);
   MemoryStore store;
 };

@@ -22,6 +22,7 @@
 #include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "tests/support/limits.h"
+#include "tests/support/units.h"
 
 namespace sluice::store {
 namespace {
@@ -30,10 +31,10 @@ using test::KeyName;
 using test::ModelDecide;
 using test::ModelState;
 
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kMs = 1000;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
 // A realistic unix time, deliberately not aligned to any window.
-constexpr int64_t kT0 = 1700000000 * kSecond + 123457;
+constexpr int64_t kStoreT0 = 1700000000 * kSecond + 123457;
 
 using testing::MakeLimit;
 using testing::TokenBucket;
@@ -69,12 +70,12 @@ class StoreAlgorithmTest : public ::testing::TestWithParam<Limit> {};
 TEST_P(StoreAlgorithmTest, DecisionsEqualThePureFunction) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   std::map<std::string, ModelState> model;
   std::mt19937_64 rng(31);
   KeyName name;
-  int64_t now = kT0;
+  int64_t now = kStoreT0;
   int allowed = 0, denied = 0;
   for (int step = 0; step < 30000; ++step) {
     const uint64_t gap = rng() % 100;
@@ -111,12 +112,12 @@ TEST_P(StoreAlgorithmTest, DecisionsEqualThePureFunction) {
 TEST_P(StoreAlgorithmTest, OneItemDecideAllEqualsThePureFunction) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   std::map<std::string, ModelState> model;
   std::mt19937_64 rng(41);
   KeyName name;
-  int64_t now = kT0;
+  int64_t now = kStoreT0;
   int allowed = 0, denied = 0;
   for (int step = 0; step < 30000; ++step) {
     const uint64_t gap = rng() % 100;
@@ -156,13 +157,13 @@ TEST_P(StoreAlgorithmTest, OneItemDecideAllEqualsThePureFunction) {
 TEST_P(StoreAlgorithmTest, TimeThatRunsBackwardsCountsAsTheLatestTime) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   // One shard: the latest time is kept per shard (every key here shares it).
   MemoryStore store({.shards = 1}, &clock);
   std::map<std::string, ModelState> model;
   std::mt19937_64 rng(37);
   KeyName name;
-  int64_t now = kT0, latest = kT0;
+  int64_t now = kStoreT0, latest = kStoreT0;
   for (int step = 0; step < 20000; ++step) {
     // A random walk that steps back a third of the time.
     const int64_t jump = static_cast<int64_t>(rng() % (300 * kMs));
@@ -178,7 +179,7 @@ TEST_P(StoreAlgorithmTest, TimeThatRunsBackwardsCountsAsTheLatestTime) {
 
 TEST_P(StoreAlgorithmTest, KeysAndLimitIdsHaveIndependentState) {
   const Limit limit = GetParam();
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   const uint64_t capacity = limit.Capacity();
   // Exhaust ("alice", limit 1).
@@ -188,7 +189,7 @@ TEST_P(StoreAlgorithmTest, KeysAndLimitIdsHaveIndependentState) {
   EXPECT_GT(exhausted.retry_after_us, 0);
 
   ModelState fresh;
-  const Decision first = ModelDecide(fresh, kT0, limit, 1);
+  const Decision first = ModelDecide(fresh, kStoreT0, limit, 1);
   ASSERT_TRUE(first.allowed);
   EXPECT_EQ(store.Decide(limit, 1, "bob", 1), first) << "another key";
   EXPECT_EQ(store.Decide(limit, 2, "alice", 1), first) << "the same key under another limit id";
@@ -205,7 +206,7 @@ TEST_P(StoreAlgorithmTest, KeysAndLimitIdsHaveIndependentState) {
 TEST_P(StoreAlgorithmTest, ResetForgetsOneKey) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   EXPECT_FALSE(store.Reset(id, "alice")) << "nothing to forget yet";
   for (uint64_t i = 0; i < limit.Capacity(); ++i) store.Decide(limit, id, "alice", 1);
@@ -216,14 +217,14 @@ TEST_P(StoreAlgorithmTest, ResetForgetsOneKey) {
   EXPECT_TRUE(store.Reset(id, "alice"));
   EXPECT_EQ(store.GetStats().entries, 1u);
   ModelState fresh;
-  EXPECT_EQ(store.Decide(limit, id, "alice", 1), ModelDecide(fresh, kT0, limit, 1))
+  EXPECT_EQ(store.Decide(limit, id, "alice", 1), ModelDecide(fresh, kStoreT0, limit, 1))
       << "alice starts over as a new key";
   EXPECT_FALSE(store.Reset(id + 1, "alice")) << "wrong limit id";
   EXPECT_FALSE(store.Reset(id, "carol"));
   // bob kept his state: one request used.
   ModelState bob;
-  ModelDecide(bob, kT0, limit, 1);
-  EXPECT_EQ(store.Decide(limit, id, "bob", 0), ModelDecide(bob, kT0, limit, 0));
+  ModelDecide(bob, kStoreT0, limit, 1);
+  EXPECT_EQ(store.Decide(limit, id, "bob", 0), ModelDecide(bob, kStoreT0, limit, 0));
 }
 
 // Refund gives back what DecideAll took, stamped with the time DecideAll reports using (here
@@ -231,40 +232,40 @@ TEST_P(StoreAlgorithmTest, ResetForgetsOneKey) {
 TEST_P(StoreAlgorithmTest, RefundGivesBackWhatDecideAllTook) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.shards = 1}, &clock);
-  store.DecideAt(limit, id, "other", 1, kT0 + 5 * kMs);
+  store.DecideAt(limit, id, "other", 1, kStoreT0 + 5 * kMs);
   const MemoryStore::Item items[] = {{.limit = &limit, .limit_id = id, .key = "k", .cost = 2}};
   Decision out[1];
   int64_t decided_at = 0;
-  ASSERT_TRUE(store.DecideAll(items, kT0, out, &decided_at));
-  EXPECT_EQ(decided_at, kT0 + 5 * kMs);
+  ASSERT_TRUE(store.DecideAll(items, kStoreT0, out, &decided_at));
+  EXPECT_EQ(decided_at, kStoreT0 + 5 * kMs);
   // Someone else's 1, at the same instant (for the buckets, a later one would find part of the
   // refunded request's debt already drained: see docs/algorithms.md, Refunds).
-  ASSERT_TRUE(store.DecideAt(limit, id, "k", 1, kT0 + 5 * kMs).allowed);
-  store.Refund(items, decided_at, kT0 + 7 * kMs);
+  ASSERT_TRUE(store.DecideAt(limit, id, "k", 1, kStoreT0 + 5 * kMs).allowed);
+  store.Refund(items, decided_at, kStoreT0 + 7 * kMs);
   ModelState expected;  // as if only that request had been admitted
-  ModelDecide(expected, kT0 + 5 * kMs, limit, 1);
-  EXPECT_EQ(store.DecideAt(limit, id, "k", 0, kT0 + 7 * kMs),
-            ModelDecide(expected, kT0 + 7 * kMs, limit, 0));
+  ModelDecide(expected, kStoreT0 + 5 * kMs, limit, 1);
+  EXPECT_EQ(store.DecideAt(limit, id, "k", 0, kStoreT0 + 7 * kMs),
+            ModelDecide(expected, kStoreT0 + 7 * kMs, limit, 0));
   // Refunding again (or a key never seen) gives nothing more than a fresh key has.
-  store.Refund(items, decided_at, kT0 + 8 * kMs);
-  store.Refund(items, decided_at, kT0 + 8 * kMs);
+  store.Refund(items, decided_at, kStoreT0 + 8 * kMs);
+  store.Refund(items, decided_at, kStoreT0 + 8 * kMs);
   const MemoryStore::Item unknown[] = {
       {.limit = &limit, .limit_id = id, .key = "nobody", .cost = 1}};
-  store.Refund(unknown, decided_at, kT0 + 8 * kMs);
+  store.Refund(unknown, decided_at, kStoreT0 + 8 * kMs);
   EXPECT_EQ(store.GetStats().entries, 2u);
   ModelState fresh;
-  EXPECT_EQ(store.DecideAt(limit, id, "nobody", 0, kT0 + 8 * kMs),
-            ModelDecide(fresh, kT0 + 8 * kMs, limit, 0));
-  EXPECT_LE(store.DecideAt(limit, id, "k", 0, kT0 + 8 * kMs).remaining,
-            ModelDecide(fresh, kT0 + 8 * kMs, limit, 0).remaining);
+  EXPECT_EQ(store.DecideAt(limit, id, "nobody", 0, kStoreT0 + 8 * kMs),
+            ModelDecide(fresh, kStoreT0 + 8 * kMs, limit, 0));
+  EXPECT_LE(store.DecideAt(limit, id, "k", 0, kStoreT0 + 8 * kMs).remaining,
+            ModelDecide(fresh, kStoreT0 + 8 * kMs, limit, 0).remaining);
 }
 
 TEST_P(StoreAlgorithmTest, PeeksAndDeniedNewKeysTakeNoRoom) {
   const Limit limit = GetParam();
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   KeyName name;
   for (uint64_t i = 0; i < 1000; ++i) {
@@ -294,7 +295,7 @@ TEST_P(StoreAlgorithmTest, ConcurrentDecisionsAdmitExactlyTheCapacity) {
   if (limit.algorithm == Algorithm::kLeakyBucket) limit.burst = 49;     // C = B + 1 = 50
   ASSERT_EQ(limit.Capacity(), 50u);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
 
   constexpr int kThreads = 8, kRounds = 10, kColdKeys = 500;
@@ -336,7 +337,7 @@ TEST_P(StoreAlgorithmTest, ConcurrentDecisionsWithAMovingClockStayWithinTheRate)
   if (limit.algorithm == Algorithm::kTokenBucket) limit.burst.reset();
   if (limit.algorithm == Algorithm::kLeakyBucket) limit.burst = 49;
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
 
   constexpr int kThreads = 8, kDecisions = 20000;
@@ -461,7 +462,7 @@ TEST(MemoryStoreTest, IdleKeysAreReclaimedAsNewKeysArrive) {
   // Each key makes one request: its bucket is full again 100 ms later.
   const Limit limit = TokenBucket(10, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   KeyName name;
   constexpr uint64_t kPerRound = 10000;
@@ -488,7 +489,7 @@ TEST(MemoryStoreTest, IdleKeysAreReclaimedAsNewKeysArrive) {
 TEST(MemoryStoreTest, IdleSlidingLogsAreReclaimedAsNewKeysArrive) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   KeyName name;
   constexpr uint64_t kPerRound = 5000;
@@ -509,7 +510,7 @@ TEST(MemoryStoreTest, IdleSlidingLogsAreReclaimedAsNewKeysArrive) {
 TEST(MemoryStoreTest, IdleKeysAreReclaimedBeforeTheStoreIsFull) {
   const Limit limit = TokenBucket(10, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.max_entries = 4096, .shards = 4}, &clock);
   KeyName name;
   // Twice the bound in all, but the first half is idle by the time the second half comes.
@@ -529,7 +530,7 @@ TEST(MemoryStoreTest, FullStoreStaysWithinMaxEntriesAndKeepsEveryTrackedState) {
   // Busy keys (the clock does not move), a hundred times the bound.
   const Limit limit = TokenBucket(5, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.max_entries = 1024, .shards = 4}, &clock);
   KeyName name;
   constexpr uint64_t kKeys = 100000;
@@ -560,7 +561,7 @@ TEST(MemoryStoreTest, FullStoreStaysWithinMaxEntriesAndKeepsEveryTrackedState) {
 TEST(MemoryStoreTest, FullStoreKeepsEverySlidingLog) {
   const Limit limit = MakeLimit(Algorithm::kSlidingLog, 5, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.max_entries = 256, .shards = 2}, &clock);
   KeyName name;
   for (uint64_t i = 0; i < 100; ++i) {
@@ -580,7 +581,7 @@ TEST(MemoryStoreTest, LongLivedStatesSurviveAFloodOfShortOnes) {
   // is ever taken, not even the entries that become idle last.
   const Limit hourly = TokenBucket(1, 3600 * kSecond);
   const Limit flood = TokenBucket(1, kSecond);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.max_entries = 256, .shards = 1}, &clock);
   KeyName name;
   for (uint64_t i = 0; i < 8; ++i) {
@@ -600,7 +601,7 @@ TEST(MemoryStoreTest, LongLivedStatesSurviveAFloodOfShortOnes) {
 TEST(MemoryStoreTest, FloodOfAMillionUniqueKeysStaysWithinMaxEntries) {
   const Limit limit = TokenBucket(10, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.max_entries = 100000}, &clock);
   KeyName name;
   constexpr uint64_t kKeys = 1000000;
@@ -615,7 +616,7 @@ TEST(MemoryStoreTest, FloodOfAMillionUniqueKeysStaysWithinMaxEntries) {
 // Same bound when max_entries is smaller than the number of shards (not one entry per shard).
 TEST(MemoryStoreTest, MaxEntriesBelowTheShardCountIsStillTheBound) {
   const Limit limit = TokenBucket(10, kSecond);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({.max_entries = 10, .shards = 64}, &clock);
   KeyName name;
   for (uint64_t i = 0; i < 10000; ++i) store.Decide(limit, LimitId(limit), name("u", i), 1);
@@ -625,7 +626,7 @@ TEST(MemoryStoreTest, MaxEntriesBelowTheShardCountIsStillTheBound) {
 TEST(MemoryStoreTest, AMillionTokenBucketKeysTakeAtMost32BytesEach) {
   const Limit limit = TokenBucket(10, kSecond);
   const uint64_t id = LimitId(limit);
-  ManualClock clock(kT0);
+  ManualClock clock(kStoreT0);
   MemoryStore store({}, &clock);
   KeyName name;
   constexpr uint64_t kKeys = 1000000;

@@ -26,6 +26,7 @@
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_store/redis_calls.h"
 #include "tests/support/tls_certs.h"
+#include "tests/support/units.h"
 
 namespace sluice::redis {
 namespace {
@@ -34,7 +35,7 @@ using namespace std::chrono_literals;
 using Item = backend::Item;
 using SteadyClock = std::chrono::steady_clock;
 
-constexpr int64_t kDay = int64_t{86400} * 1000000;
+using sluice::testing::kDay;
 
 using testing::MakeLimit;
 
@@ -42,15 +43,6 @@ std::unique_ptr<Client> Open(const std::string& url, bool cluster,
                              std::chrono::microseconds timeout,
                              std::optional<TlsOptions> tls = std::nullopt) {
   return testing::OpenRedis({url}, cluster, timeout, SystemClock::Get(), std::move(tls));
-}
-
-// A call that does not answer within 10 s counts as a hang (the client's call timeout is 2 s).
-absl::StatusOr<DecideResult> Decide(RedisStore& store, std::vector<Item> items) {
-  return testing::DecideNow(store, items);
-}
-
-absl::StatusOr<Reply> Command(Client& node, std::vector<std::string> args) {
-  return testing::RedisCommand(node, args);
 }
 
 // Callers deciding in a loop on their own threads until Stop(), bounded in calls and time. Each
@@ -116,7 +108,7 @@ class LoadLoop {
 
   void One(const Item& item, int busy) {
     const auto start = SteadyClock::now();
-    absl::StatusOr<DecideResult> r = Decide(*store_, {item});
+    absl::StatusOr<DecideResult> r = testing::DecideNow(*store_, {item});
     const auto took = SteadyClock::now() - start;
     {
       absl::MutexLock lock(&mu_);
@@ -206,7 +198,8 @@ class ClusterFaultsTest : public ::testing::TestWithParam<bool> {
     bool all = false;
     while (!all && SteadyClock::now() < until) {
       all = true;
-      for (size_t i = 0; i < peeks.size() && all; i += 16) all = Decide(*store_, {peeks[i]}).ok();
+      for (size_t i = 0; i < peeks.size() && all; i += 16)
+        all = testing::DecideNow(*store_, {peeks[i]}).ok();
       if (!all) std::this_thread::sleep_for(50ms);
     }
     ASSERT_TRUE(all) << "the cluster did not decide within 10 s";
@@ -222,14 +215,14 @@ class ClusterFaultsTest : public ::testing::TestWithParam<bool> {
   }
 
   std::string Id(const std::string& address) {
-    return Command(Admin(address), {"CLUSTER", "MYID"})->str;
+    return testing::RedisCommand(Admin(address), {"CLUSTER", "MYID"})->str;
   }
 
   // The address of a replica of the master at `address`, from CLUSTER NODES
   // ("<id> <ip:port@bus> <flags> <master id> ...", one node a line).
   std::string ReplicaOf(const std::string& address) {
     const std::string master_id = Id(address);
-    const std::string nodes = Command(Admin(address), {"CLUSTER", "NODES"})->str;
+    const std::string nodes = testing::RedisCommand(Admin(address), {"CLUSTER", "NODES"})->str;
     for (size_t at = 0; at < nodes.size();) {
       size_t end = nodes.find('\n', at);
       if (end == std::string::npos) end = nodes.size();
@@ -263,7 +256,8 @@ class ClusterFaultsTest : public ::testing::TestWithParam<bool> {
     const std::string key = FreshKeyOn(address, 9);
     int admitted = 0;
     for (int i = 0; i < tries; ++i) {
-      auto r = Decide(*store_, {Item{.limit = &limit, .limit_id = 9, .key = key, .cost = 1}});
+      auto r = testing::DecideNow(*store_,
+                                  {Item{.limit = &limit, .limit_id = 9, .key = key, .cost = 1}});
       if (!r.ok()) return -1;
       admitted += r->allowed ? 1 : 0;
     }
@@ -274,7 +268,7 @@ class ClusterFaultsTest : public ::testing::TestWithParam<bool> {
   int64_t Remaining(const Item& item) {
     Item peek = item;
     peek.cost = 0;
-    auto r = Decide(*store_, {peek});
+    auto r = testing::DecideNow(*store_, {peek});
     return r.ok() ? r->decisions[0].remaining : -1;
   }
 
@@ -298,7 +292,7 @@ testing::TlsCerts* ClusterFaultsTest::certs_ = nullptr;
 bool WindowOutlastsTheTest(RedisStore& store, const Item& item) {
   Item peek = item;
   peek.cost = 0;
-  auto r = Decide(store, {peek});
+  auto r = testing::DecideNow(store, {peek});
   return r.ok() && r->decisions[0].reset_after_us > int64_t{60} * 1000000;
 }
 
@@ -307,24 +301,24 @@ TEST_P(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
   const Limit small = MakeLimit(Algorithm::kFixedWindow, 300, kDay);
   const Item busy[] = {{.limit = &counter, .limit_id = 1, .key = "busy:failover", .cost = 1},
                        {.limit = &small, .limit_id = 2, .key = "busy:failover", .cost = 1}};
-  ASSERT_TRUE(Decide(*store_, {busy[0]}).ok());
+  ASSERT_TRUE(testing::DecideNow(*store_, {busy[0]}).ok());
   if (!WindowOutlastsTheTest(*store_, busy[0])) GTEST_SKIP() << "too close to midnight UTC";
   const std::string old_master = client_->NodeFor(store_->RedisKey(1, "busy:failover"));
   const std::string replica = ReplicaOf(old_master);
   ASSERT_FALSE(replica.empty()) << "no replica of " << old_master;
   // The replica does not have the script (scripts replicate as their effects): make sure of it,
   // so the NOSCRIPT path is taken after the failover.
-  ASSERT_EQ(Command(Admin(replica), {"SCRIPT", "FLUSH"})->str, "OK");
+  ASSERT_EQ(testing::RedisCommand(Admin(replica), {"SCRIPT", "FLUSH"})->str, "OK");
   const uint64_t redirects = client_->redirects(), refreshes = client_->map_refreshes();
   const uint64_t noscript = store_->GetStats().noscript_reloads;
 
   LoadLoop load(store_.get(), spread_, {busy[0], busy[1]}, 4);
   ASSERT_TRUE(load.WaitForOk(500)) << load.last_error();
-  ASSERT_EQ(Command(Admin(replica), {"CLUSTER", "FAILOVER"})->str, "OK");
+  ASSERT_EQ(testing::RedisCommand(Admin(replica), {"CLUSTER", "FAILOVER"})->str, "OK");
   const auto failover = SteadyClock::now();
   bool promoted = false;
   for (int i = 0; i < 500 && !promoted; ++i) {
-    auto role = Command(Admin(replica), {"ROLE"});
+    auto role = testing::RedisCommand(Admin(replica), {"ROLE"});
     promoted = role.ok() && !role->elements.empty() && role->elements[0].str == "master";
     if (!promoted) std::this_thread::sleep_for(20ms);
   }
@@ -333,7 +327,8 @@ TEST_P(ClusterFaultsTest, FailoverUnderLoadIsFollowedAndLosesNoDecision) {
   absl::StatusOr<DecideResult> back = absl::UnavailableError("not yet");
   Item peek = busy[0];
   peek.cost = 0;
-  while (SteadyClock::now() - failover < 10s && !(back = Decide(*store_, {peek})).ok()) {
+  while (SteadyClock::now() - failover < 10s &&
+         !(back = testing::DecideNow(*store_, {peek})).ok()) {
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_TRUE(back.ok()) << back.status();
@@ -381,7 +376,7 @@ TEST_P(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   const Limit small = MakeLimit(Algorithm::kFixedWindow, 300, kDay);
   const Item busy[] = {{.limit = &counter, .limit_id = 1, .key = "busy:reshard", .cost = 1},
                        {.limit = &small, .limit_id = 2, .key = "busy:reshard", .cost = 1}};
-  ASSERT_TRUE(Decide(*store_, {busy[0]}).ok());
+  ASSERT_TRUE(testing::DecideNow(*store_, {busy[0]}).ok());
   if (!WindowOutlastsTheTest(*store_, busy[0])) GTEST_SKIP() << "too close to midnight UTC";
   const std::string key = store_->RedisKey(1, "busy:reshard");
   const std::string slot = std::to_string(KeySlot(key));
@@ -401,27 +396,34 @@ TEST_P(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   ASSERT_TRUE(load.WaitForOk(1400)) << load.last_error();
   // The steps of redis-cli --cluster reshard for one slot, with pauses so that calls arrive in
   // each state: still on `from` while migrating, ASK to `to` once the keys moved, MOVED after.
-  ASSERT_EQ(Command(Admin(to), {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str, "OK");
-  ASSERT_EQ(Command(Admin(from), {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str, "OK");
+  ASSERT_EQ(
+      testing::RedisCommand(Admin(to), {"CLUSTER", "SETSLOT", slot, "IMPORTING", from_id})->str,
+      "OK");
+  ASSERT_EQ(
+      testing::RedisCommand(Admin(from), {"CLUSTER", "SETSLOT", slot, "MIGRATING", to_id})->str,
+      "OK");
   EXPECT_TRUE(load.WaitForOk(200)) << load.last_error();
-  auto keys = Command(Admin(from), {"CLUSTER", "GETKEYSINSLOT", slot, "100"});
+  auto keys = testing::RedisCommand(Admin(from), {"CLUSTER", "GETKEYSINSLOT", slot, "100"});
   ASSERT_TRUE(keys.ok());
   ASSERT_GE(keys->elements.size(), 2u);
   std::vector<std::string> migrate = {
       "MIGRATE", to.substr(0, to.rfind(':')), to.substr(to.rfind(':') + 1), "", "0", "5000",
       "KEYS"};
   for (const Reply& k : keys->elements) migrate.push_back(k.str);
-  ASSERT_EQ(Command(Admin(from), migrate)->str, "OK");
+  ASSERT_EQ(testing::RedisCommand(Admin(from), migrate)->str, "OK");
   const uint64_t before_ask = client_->redirects();
   EXPECT_TRUE(load.WaitForOk(200)) << load.last_error();
   const uint64_t asked = client_->redirects() - before_ask;
   // Owners first, then the others (as redis-cli does).
-  ASSERT_EQ(Command(Admin(to), {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
-  ASSERT_EQ(Command(Admin(from), {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str, "OK");
+  ASSERT_EQ(testing::RedisCommand(Admin(to), {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str,
+            "OK");
+  ASSERT_EQ(testing::RedisCommand(Admin(from), {"CLUSTER", "SETSLOT", slot, "NODE", to_id})->str,
+            "OK");
   for (size_t i = 0; i < cluster_->size(); ++i) {
     const std::string node = fmt::format("127.0.0.1:{}", cluster_->port(i));
     if (node == from || node == to) continue;
-    (void)Command(*admin_[i], {"CLUSTER", "SETSLOT", slot, "NODE", to_id});  // a replica may refuse
+    (void)testing::RedisCommand(
+        *admin_[i], {"CLUSTER", "SETSLOT", slot, "NODE", to_id});  // a replica may refuse
   }
   EXPECT_TRUE(load.WaitForOk(500)) << load.last_error();
   load.Stop();
@@ -441,7 +443,7 @@ TEST_P(ClusterFaultsTest, ReshardOfTheBusySlotUnderLoadLosesNothing) {
   EXPECT_EQ(client_->NodeFor(key), to);
   // The state moved with the keys: every admitted call counted exactly once.
   EXPECT_EQ(1000000000 - Remaining(busy[0]), load.busy_allowed(0) + 1);
-  EXPECT_EQ(Command(Admin(to), {"EXISTS", key})->integer, 1);
+  EXPECT_EQ(testing::RedisCommand(Admin(to), {"EXISTS", key})->integer, 1);
   EXPECT_EQ(load.busy_allowed(1), 300);
 }
 

@@ -20,6 +20,7 @@
 #include "tests/support/redis_server.h"
 #include "tests/support/redis_store/cluster_batch.h"
 #include "tests/support/redis_store/redis_calls.h"
+#include "tests/support/units.h"
 
 namespace sluice::redis {
 namespace {
@@ -28,18 +29,12 @@ using namespace std::chrono_literals;
 using Item = backend::Item;
 using Grant = backend::LeaseSource::Grant;
 using testing::MakeLimit;
+using testing::Remaining;
+using testing::TakeLease;
 
-constexpr int64_t kMs = 1000;
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kHour = 3600 * kSecond;
-
-absl::StatusOr<backend::LeaseSource::Grant> TakeLease(RedisStore& store, const Item& item,
-                                                      uint64_t want, int64_t life_us) {
-  std::promise<absl::StatusOr<backend::LeaseSource::Grant>> got;
-  store.Lease(item, want, life_us,
-              [&](absl::StatusOr<backend::LeaseSource::Grant> grant) { got.set_value(grant); });
-  return got.get_future().get();
-}
+using sluice::testing::kHour;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
 
 // One lease to take: of `item`'s state, `want` units for at most `life_us`.
 struct Ask {
@@ -81,13 +76,6 @@ std::vector<absl::StatusOr<Grant>> LeaseOneByOne(Client& client, const RedisStor
                            .fenced = g.fenced});
   }
   return grants;
-}
-
-int64_t Remaining(RedisStore& store, Item item) {
-  item.cost = 0;
-  auto result = testing::DecideNow(store, {item});
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? result->decisions[0].remaining : -1;
 }
 
 class LeaseTest : public ::testing::Test {

@@ -26,13 +26,9 @@ namespace {
 using namespace std::chrono_literals;
 using Item = backend::Item;
 
-absl::StatusOr<Reply> Command(Client& client, std::vector<std::string> args) {
-  return testing::RedisCommand(client, args);
-}
-
 // A field of INFO ("used_memory:123\r\n"), or -1.
 int64_t InfoField(Client& client, std::string_view section, std::string_view field) {
-  auto info = Command(client, {"INFO", std::string(section)});
+  auto info = testing::RedisCommand(client, {"INFO", std::string(section)});
   if (!info.ok()) return -1;
   const std::string name = std::string(field) + ":";
   const size_t at = info->str.find("\n" + name);
@@ -65,9 +61,11 @@ Measured MeasureKeys(Client& client, const Limit& limit, size_t count, uint32_t 
     promise->get_future().wait_for(10s);
     std::this_thread::sleep_for(100ms);  // the store's own SCRIPT LOAD, for the SHA
   }
-  EXPECT_EQ(Command(client, {"DEL", store.StatePlace(limit, 1, "warm-up").key})->integer, 1);
+  EXPECT_EQ(
+      testing::RedisCommand(client, {"DEL", store.StatePlace(limit, 1, "warm-up").key})->integer,
+      1);
   const int64_t before = InfoField(client, "memory", "used_memory");
-  const int64_t keys_before = Command(client, {"DBSIZE"})->integer;
+  const int64_t keys_before = testing::RedisCommand(client, {"DBSIZE"})->integer;
 
   struct Flight {
     absl::Mutex mu;
@@ -102,13 +100,14 @@ Measured MeasureKeys(Client& client, const Limit& limit, size_t count, uint32_t 
         absl::Seconds(60));
   }
   const int64_t after = InfoField(client, "memory", "used_memory");
-  m.keys = Command(client, {"DBSIZE"})->integer - keys_before;
+  m.keys = testing::RedisCommand(client, {"DBSIZE"})->integer - keys_before;
   m.states = m.keys;
   if (buckets > 0) {  // every field of every hash
-    auto fields = Command(client, {"EVAL",
-                                   "local n = 0 for _, k in ipairs(redis.call('KEYS', '*')) do "
-                                   "n = n + redis.call('HLEN', k) end return n",
-                                   "0"});
+    auto fields =
+        testing::RedisCommand(client, {"EVAL",
+                                       "local n = 0 for _, k in ipairs(redis.call('KEYS', '*')) do "
+                                       "n = n + redis.call('HLEN', k) end return n",
+                                       "0"});
     m.states = fields.ok() ? fields->integer : -1;
   }
   m.errors = errors.load();
@@ -137,7 +136,7 @@ TEST(RedisMemoryTest, BytesPerKeyOfEachAlgorithm) {
       limit.algorithm = algorithm;
       limit.requests = 1000;
       limit.window_us = day;
-      ASSERT_EQ(Command(**client, {"FLUSHALL"})->str, "OK");
+      ASSERT_EQ(testing::RedisCommand(**client, {"FLUSHALL"})->str, "OK");
       const Measured m = MeasureKeys(**client, limit, count, buckets);
       std::printf(
           "redis memory: %s, buckets %u, %lld states in %lld keys, %.1f bytes per state "
@@ -150,7 +149,7 @@ TEST(RedisMemoryTest, BytesPerKeyOfEachAlgorithm) {
         EXPECT_LE(m.keys, static_cast<int64_t>(buckets));
       }
       // Every key has its TTL (memory cleans itself): INFO keyspace "db0:keys=K,expires=E,...".
-      auto keyspace = Command(**client, {"INFO", "keyspace"});
+      auto keyspace = testing::RedisCommand(**client, {"INFO", "keyspace"});
       ASSERT_TRUE(keyspace.ok());
       EXPECT_NE(keyspace->str.find(fmt::format("keys={},expires={},", m.keys, m.keys)),
                 std::string::npos)

@@ -11,6 +11,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/units.h"
 
 namespace sluice::redis {
 namespace {
@@ -50,7 +51,7 @@ class ScriptedClient final : public Client {
   int sent_ = 0;
 };
 
-constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
+using sluice::testing::kT0;
 constexpr int64_t kHoldUs = std::chrono::microseconds(RedisStore::kFailureHold).count();
 constexpr int64_t kIdleUs = std::chrono::microseconds(RedisStore::kIdleProbe).count();
 

@@ -22,6 +22,7 @@
 #include "tests/support/redis_server.h"
 #include "tests/support/redis_store/cluster_batch.h"
 #include "tests/support/redis_store/redis_calls.h"
+#include "tests/support/units.h"
 
 namespace sluice::redis {
 namespace {
@@ -31,7 +32,7 @@ using Item = backend::Item;
 
 using testing::MakeLimit;
 
-constexpr int64_t kHour = int64_t{3600} * 1000000;
+using sluice::testing::kHour;
 
 std::unique_ptr<Client> Open(std::vector<std::string> urls, bool cluster,
                              std::chrono::microseconds timeout = 2s,

@@ -40,7 +40,7 @@ std::vector<Limit> MixedLimits() {
   };
 }
 
-struct Item {
+struct ScriptItem {
   const Limit* limit;
   uint64_t limit_id;
   std::string key;
@@ -106,7 +106,7 @@ class ScriptsFixture : public ::testing::Test {
 
   // Where the script keeps `item`'s state: its own key, or packed, a field of one of two hashes
   // (sliding_log states are never packed).
-  DecideItem ToDecide(const Item& item) const {
+  DecideItem ToDecide(const ScriptItem& item) const {
     if (!packed_ || item.limit->algorithm == Algorithm::kSlidingLog) {
       return {item.limit, fmt::format("t:{}:{}", item.limit_id, item.key), item.cost,
               item.count_denied, item.shadow};
@@ -115,7 +115,7 @@ class ScriptsFixture : public ::testing::Test {
             item.shadow, fmt::format("{}:{}", item.limit_id, item.key)};
   }
   // Whether `item`'s state is stored.
-  bool Stored(const Item& item) {
+  bool Stored(const ScriptItem& item) {
     const DecideItem d = ToDecide(item);
     auto r = d.field.empty() ? Call({"EXISTS", d.key}) : Call({"HEXISTS", d.key, d.field});
     EXPECT_TRUE(r.ok());
@@ -123,9 +123,9 @@ class ScriptsFixture : public ::testing::Test {
   }
 
   // The request through the script.
-  DecideResult OnRedis(const std::vector<Item>& items) {
+  DecideResult OnRedis(const std::vector<ScriptItem>& items) {
     std::vector<DecideItem> decide;
-    for (const Item& it : items) decide.push_back(ToDecide(it));
+    for (const ScriptItem& it : items) decide.push_back(ToDecide(it));
     auto reply = SendRaw(EncodeDecide(sha_, decide, /*commit=*/true));
     EXPECT_TRUE(reply.ok()) << reply.status();
     if (!reply.ok()) return {};
@@ -135,9 +135,9 @@ class ScriptsFixture : public ::testing::Test {
   }
 
   // The same request in C++, at the instant Redis decided.
-  DecideResult InCpp(const std::vector<Item>& items, int64_t now_us) {
+  DecideResult InCpp(const std::vector<ScriptItem>& items, int64_t now_us) {
     std::vector<backend::Item> store_items;
-    for (const Item& it : items) {
+    for (const ScriptItem& it : items) {
       store_items.push_back({.limit = it.limit,
                              .limit_id = it.limit_id,
                              .key = it.key,
@@ -154,7 +154,7 @@ class ScriptsFixture : public ::testing::Test {
 
   // Runs `items` both ways; true when they agree (failures say where). `redis_out`, when given,
   // receives Redis's answer.
-  bool Agree(const std::vector<Item>& items, const std::string& context,
+  bool Agree(const std::vector<ScriptItem>& items, const std::string& context,
              DecideResult* redis_out = nullptr) {
     const DecideResult redis = OnRedis(items);
     if (redis_out != nullptr) *redis_out = redis;
@@ -208,7 +208,7 @@ TEST_P(ScriptsTest, EveryAlgorithmAgreesOverTime) {
     const Limit& limit = limits[l];
     std::uniform_int_distribution<uint64_t> cost(0, limit.Capacity() + 1);
     for (int i = 0; i < 60; ++i) {
-      Item item{&limit, l + 1, "k", rng() % 4 == 0 ? cost(rng) : 1, false, false};
+      ScriptItem item{&limit, l + 1, "k", rng() % 4 == 0 ? cost(rng) : 1, false, false};
       agreed += Agree({item}, fmt::format("{} call {}", DescribeLimit(limit), i)) ? 1 : 0;
       ++total;
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2500));
@@ -233,7 +233,7 @@ TEST_P(ScriptsTest, CountDeniedOverdraftsAgreeOverTime) {
       const uint64_t cost = i % 2 == 0       ? 0
                             : rng() % 3 == 0 ? rng() % (8 * limit.Capacity() + 2)
                                              : 1 + rng() % 2;
-      const Item item{&limit, l + 200, "cd", cost, true, false};
+      const ScriptItem item{&limit, l + 200, "cd", cost, true, false};
       DecideResult redis;
       agreed +=
           Agree({item}, fmt::format("{} call {} cost {}", DescribeLimit(limit), i, cost), &redis)
@@ -254,7 +254,7 @@ TEST_P(ScriptsTest, CountDeniedOverdraftsAgreeOverTime) {
     const Limit limit = MakeLimit(a, 1000, day, a == Algorithm::kLeakyBucket ? 999 : 1000);
     for (const uint64_t cost : {uint64_t{1000000000000}, uint64_t{1000000000000}, uint64_t{0},
                                 uint64_t{1}, uint64_t{0}}) {
-      const Item item{&limit, 300 + static_cast<uint64_t>(a), "huge", cost, true, false};
+      const ScriptItem item{&limit, 300 + static_cast<uint64_t>(a), "huge", cost, true, false};
       EXPECT_TRUE(Agree({item}, fmt::format("{} cost {}", DescribeLimit(limit), cost)));
     }
   }
@@ -271,7 +271,7 @@ TEST_P(ScriptsTest, RefundsAgree) {
   for (size_t l = 0; l < limits.size(); ++l) {
     const Limit& limit = limits[l];
     for (int i = 0; i < 60; ++i) {
-      const Item item{&limit, l + 100, "r", 1 + rng() % 2, false, false};
+      const ScriptItem item{&limit, l + 100, "r", 1 + rng() % 2, false, false};
       const DecideResult redis = OnRedis({item});
       const DecideResult cpp = InCpp({item}, redis.now_us);
       ++total;
@@ -306,7 +306,7 @@ TEST_P(ScriptsTest, RefundsAgree) {
 TEST_P(ScriptsTest, AFullRefundDeletesTheKey) {
   ASSERT_FALSE(sha_.empty());
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 5, 60000000);
-  const Item item{&limit, 777, "gone", 3, false, false};
+  const ScriptItem item{&limit, 777, "gone", 3, false, false};
   const DecideResult decided = OnRedis({item});
   ASSERT_TRUE(decided.allowed);
   ASSERT_TRUE(Stored(item));
@@ -324,7 +324,7 @@ TEST_P(ScriptsTest, MultiLimitRequestsAgree) {
   std::mt19937_64 rng(7);
   int agreed = 0, total = 0;
   for (int i = 0; i < 300; ++i) {
-    std::vector<Item> items;
+    std::vector<ScriptItem> items;
     const size_t count = 1 + rng() % 3;
     for (size_t j = 0; j < count; ++j) {
       const size_t l = rng() % limits.size();
@@ -362,8 +362,8 @@ TEST_P(ScriptsTest, KeysExpireWhenTheStateIsBackToInitial) {
   ASSERT_FALSE(sha_.empty());
   const Limit bucket = MakeLimit(Algorithm::kTokenBucket, 10, 1000000);  // refills in 1 s
   const Limit window = MakeLimit(Algorithm::kFixedWindow, 10, 60000000);
-  const Item a{&bucket, 1, "ttl", 3, false, false};
-  const Item b{&window, 2, "ttl", 1, false, false};
+  const ScriptItem a{&bucket, 1, "ttl", 3, false, false};
+  const ScriptItem b{&window, 2, "ttl", 1, false, false};
   const DecideResult r = OnRedis({a, b});
   ASSERT_TRUE(r.allowed);
   auto pttl_a = Call({"PTTL", ToDecide(a).key});  // packed: a and b are in different hashes
@@ -379,7 +379,7 @@ TEST_P(ScriptsTest, KeysExpireWhenTheStateIsBackToInitial) {
       packed_ ? window_left_ms + std::max<int64_t>(1000, window_left_ms / 8) : window_left_ms;
   EXPECT_NEAR(static_cast<double>(pttl_b->integer), static_cast<double>(expect_b), 50);
   // A denied request writes nothing; a peek writes nothing.
-  const Item peek{&bucket, 1, "fresh", 0, false, false};
+  const ScriptItem peek{&bucket, 1, "fresh", 0, false, false};
   OnRedis({peek});
   EXPECT_FALSE(Stored(peek));
 }
@@ -394,7 +394,7 @@ TEST_P(ScriptsTest, ExpiryNeverPrecedesTheReturnToInitial) {
                                      MakeLimit(Algorithm::kSlidingWindow, 50, 2000000),
                                      MakeLimit(Algorithm::kSlidingLog, 50, 2000000)};
   for (size_t l = 0; l < limits.size(); ++l) {
-    const Item item{&limits[l], l + 200, "expiry", 1, false, false};
+    const ScriptItem item{&limits[l], l + 200, "expiry", 1, false, false};
     for (int i = 0; i < 60; ++i) {
       // The consuming call's own answer says when its state is back to initial: a separate peek
       // could fall in the next window, whose reset the key rightly does not wait for.

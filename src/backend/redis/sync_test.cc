@@ -22,6 +22,7 @@
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/redis_store/redis_calls.h"
+#include "tests/support/units.h"
 
 namespace sluice::redis {
 namespace {
@@ -32,10 +33,12 @@ using Delta = backend::SyncSource::Delta;
 using Merged = backend::SyncSource::Merged;
 using Grant = backend::LeaseSource::Grant;
 using testing::MakeLimit;
+using testing::Remaining;
+using testing::TakeLease;
 
-constexpr int64_t kMs = 1000;
-constexpr int64_t kSecond = 1000000;
-constexpr int64_t kHour = 3600 * kSecond;
+using sluice::testing::kHour;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
 
 // Merges `deltas` and waits for every call's answer.
 std::vector<Merged> MergeNow(RedisStore& store, std::span<const Delta> deltas) {
@@ -52,24 +55,6 @@ std::vector<Merged> MergeNow(RedisStore& store, std::span<const Delta> deltas) {
   const auto all_in = [&] { return gather->answers.size() == calls; };
   gather->mu.Await(absl::Condition(&all_in));
   return std::move(gather->answers);
-}
-
-int64_t Remaining(RedisStore& store, Item item) {
-  item.cost = 0;
-  auto result = testing::DecideNow(store, {item});
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? result->decisions[0].remaining : -1;
-}
-
-// A lease by RedisStore::Lease (a batch of decide.lua's mode 6, unless on a cluster without
-// batch_cluster).
-absl::StatusOr<Grant> TakeLease(RedisStore& store, const Item& item, uint64_t want,
-                                int64_t life_us) {
-  auto promise = std::make_shared<std::promise<absl::StatusOr<Grant>>>();
-  auto future = promise->get_future();
-  store.Lease(item, want, life_us,
-              [promise](absl::StatusOr<Grant> grant) { promise->set_value(std::move(grant)); });
-  return future.get();
 }
 
 // A lease by a call of decide.lua's mode 4 of its own, on the state `store` places `item` in.

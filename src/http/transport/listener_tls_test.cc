@@ -118,9 +118,10 @@ TEST_F(ListenerTlsTest, AReloadTakesSettledChangesAndKeepsTheOldContextOnFailure
 
 // A TLS client of the server on 127.0.0.1:`port`, verifying it against `ca`, with a client
 // certificate when `name` is not empty.
-class Client {
+class TlsClient {
  public:
-  Client(int port, const std::string& ca, const testing::TlsCerts& certs, const std::string& name)
+  TlsClient(int port, const std::string& ca, const testing::TlsCerts& certs,
+            const std::string& name)
       : context_(ssl::context::tls_client) {
     context_.load_verify_file(ca);
     context_.set_verify_mode(ssl::verify_peer);
@@ -184,11 +185,11 @@ TEST_F(ListenerTlsTest, TheServerSpeaksTlsToClientsWithACertificateAndReloadsFor
   ASSERT_TRUE(port.ok()) << port.status();
   std::thread thread([&server] { server.Run(); });
 
-  Client open(*port, certs_.ca(), certs_, "client");
+  TlsClient open(*port, certs_.ca(), certs_, "client");
   EXPECT_EQ(open.Get(), "HTTP/1.1 200 OK");
   EXPECT_EQ(open.Get(), "HTTP/1.1 200 OK");  // keep-alive
   EXPECT_EQ(open.ServerName(), "localhost");
-  Client anonymous(*port, certs_.ca(), certs_, "");
+  TlsClient anonymous(*port, certs_.ca(), certs_, "");
   EXPECT_THAT(anonymous.Get(), ::testing::Not(HasSubstr("200")));
 
   // A new certificate for new connections; the open one goes on.
@@ -197,7 +198,7 @@ TEST_F(ListenerTlsTest, TheServerSpeaksTlsToClientsWithACertificateAndReloadsFor
   ASSERT_EQ((*tls)->ReloadIfChanged(true).outcome, ListenerTls::Outcome::kApplied);
   EXPECT_EQ(open.Get(), "HTTP/1.1 200 OK");
   // (It names elsewhere.test: verified against the CA, its name is not checked here.)
-  Client fresh(*port, certs_.ca(), certs_, "client");
+  TlsClient fresh(*port, certs_.ca(), certs_, "client");
   EXPECT_EQ(fresh.Get(), "HTTP/1.1 200 OK");
   EXPECT_EQ(fresh.ServerName(), "elsewhere.test");
 
@@ -224,7 +225,7 @@ TEST_F(ListenerTlsTest, ASilentTlsConnectionMakesRoomAtTheCap) {
   tcp::socket silent(io);
   silent.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted, waiting
-  Client client(*port, certs_.ca(), certs_, "client");
+  TlsClient client(*port, certs_.ca(), certs_, "client");
   EXPECT_EQ(client.Get(), "HTTP/1.1 200 OK");
   EXPECT_EQ(server.stats().connections_rejected.load(), 0u);
 

@@ -31,9 +31,9 @@ using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
 // One client connection, read without blocking, to watch what the server does with it.
-class Client {
+class RawClient {
  public:
-  explicit Client(int port) : socket_(io_) {
+  explicit RawClient(int port) : socket_(io_) {
     socket_.connect(
         tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
   }
@@ -116,7 +116,7 @@ class ConnectionLimitsTest : public ::testing::Test {
   // new connection is answered, the connections opened and the answers received before it have
   // set their deadlines (by the clock's reading before this). Then the clock may be advanced.
   void Sync() {
-    Client probe(port_);
+    RawClient probe(port_);
     probe.Send("GET /sync HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     ASSERT_TRUE(probe.ClosedWithin(milliseconds(3000)));
     ASSERT_EQ(probe.received().rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << probe.received();
@@ -163,7 +163,7 @@ TEST_F(ConnectionLimitsTest, SilentConnectionIsClosedAtTheHeaderTimeout) {
          .header_timeout = milliseconds(50),
          .idle_timeout = milliseconds(10000),
          .clock = &clock_});
-  Client silent(port_);
+  RawClient silent(port_);
   Sync();
   EXPECT_FALSE(silent.ClosedWithin(milliseconds(300)));  // six header timeouts of real time
   clock_.Advance(49'000);
@@ -180,7 +180,7 @@ TEST_F(ConnectionLimitsTest, FirstRequestMustArriveWholeWithinTheHeaderTimeoutFr
          .header_timeout = milliseconds(100),
          .idle_timeout = milliseconds(10000),
          .clock = &clock_});
-  Client slow(port_);
+  RawClient slow(port_);
   Sync();
   clock_.Advance(60'000);
   EXPECT_FALSE(slow.ClosedWithin(milliseconds(100)));
@@ -200,7 +200,7 @@ TEST_F(ConnectionLimitsTest, KeepAliveConnectionWaitsTheIdleTimeoutForTheNextReq
          .header_timeout = milliseconds(50),
          .idle_timeout = milliseconds(500),
          .clock = &clock_});
-  Client client(port_);
+  RawClient client(port_);
   client.Send(kRequest);
   ASSERT_TRUE(client.AnswerWithin(milliseconds(3000))) << client.received();
   Sync();
@@ -217,7 +217,7 @@ TEST_F(ConnectionLimitsTest, KeepAliveConnectionIsClosedAtTheIdleTimeout) {
          .header_timeout = milliseconds(50),
          .idle_timeout = milliseconds(100),
          .clock = &clock_});
-  Client client(port_);
+  RawClient client(port_);
   client.Send(kRequest);
   ASSERT_TRUE(client.AnswerWithin(milliseconds(3000))) << client.received();
   Sync();
@@ -232,11 +232,11 @@ TEST_F(ConnectionLimitsTest, KeepAliveConnectionIsClosedAtTheIdleTimeout) {
 // At the cap, a new connection closes the one idle the longest instead of being refused.
 TEST_F(ConnectionLimitsTest, AtTheCapTheOldestIdleConnectionMakesRoom) {
   Serve({.threads = 1}, /*max_connections=*/2);
-  Client oldest(port_);
+  RawClient oldest(port_);
   ASSERT_TRUE(AcceptedWithin(1));  // (and idle: one thread accepts and starts it in one go)
-  Client newer(port_);
+  RawClient newer(port_);
   ASSERT_TRUE(AcceptedWithin(2));
-  Client late(port_);
+  RawClient late(port_);
   late.Send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   ASSERT_TRUE(late.ClosedWithin(milliseconds(3000)));
   EXPECT_EQ(late.received().rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << late.received();
@@ -249,12 +249,12 @@ TEST_F(ConnectionLimitsTest, AtTheCapTheOldestIdleConnectionMakesRoom) {
 // refused, as before.
 TEST_F(ConnectionLimitsTest, AtTheCapWithNoIdleConnectionTheNewOneIsRefused) {
   Serve({.threads = 1}, /*max_connections=*/2);
-  Client first(port_);
+  RawClient first(port_);
   first.Send("GET / HTTP/1.1\r\n");
-  Client second(port_);
+  RawClient second(port_);
   second.Send("GET / HTTP/1.1\r\n");
   std::this_thread::sleep_for(milliseconds(100));
-  Client refused(port_);
+  RawClient refused(port_);
   refused.Send(kRequest);
   ASSERT_TRUE(refused.ClosedWithin(milliseconds(3000)));
   EXPECT_EQ(refused.received(), "");
@@ -266,9 +266,9 @@ TEST_F(ConnectionLimitsTest, AtTheCapWithNoIdleConnectionTheNewOneIsRefused) {
 // Connections live on several threads; the one idle the longest is found on whichever it is.
 TEST_F(ConnectionLimitsTest, TheOldestIdleConnectionIsFoundAcrossThreads) {
   Serve({.threads = 4}, /*max_connections=*/4);
-  std::vector<std::unique_ptr<Client>> idle;
+  std::vector<std::unique_ptr<RawClient>> idle;
   for (int i = 0; i < 4; ++i) {  // one on each thread, in turn
-    idle.push_back(std::make_unique<Client>(port_));
+    idle.push_back(std::make_unique<RawClient>(port_));
     std::this_thread::sleep_for(milliseconds(50));
   }
   // The second becomes busy (mid-request): the first is still the oldest idle one.
@@ -277,9 +277,9 @@ TEST_F(ConnectionLimitsTest, TheOldestIdleConnectionIsFoundAcrossThreads) {
   // Two more, each kept open after its answer (so the cap stays reached): the first makes room
   // by closing the first idle one, the second by closing the third (the first late one, idle
   // since its answer, is newer).
-  std::vector<std::unique_ptr<Client>> late;
+  std::vector<std::unique_ptr<RawClient>> late;
   for (int i = 0; i < 2; ++i) {
-    late.push_back(std::make_unique<Client>(port_));
+    late.push_back(std::make_unique<RawClient>(port_));
     late.back()->Send(kRequest);
     ASSERT_TRUE(late.back()->AnswerWithin(milliseconds(3000))) << late.back()->received();
     EXPECT_EQ(late.back()->received().rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
@@ -295,7 +295,7 @@ TEST_F(ConnectionLimitsTest, TheOldestIdleConnectionIsFoundAcrossThreads) {
 TEST_F(ConnectionLimitsTest, HttpOneOneNeedsExactlyOneHost) {
   Serve({.threads = 1});
   const auto answer = [&](std::string_view request) {
-    Client client(port_);
+    RawClient client(port_);
     client.Send(request);
     client.ClosedWithin(milliseconds(3000));
     return client.received().substr(0, client.received().find("\r\n"));
@@ -313,7 +313,7 @@ TEST_F(ConnectionLimitsTest, HttpOneOneNeedsExactlyOneHost) {
 TEST_F(ConnectionLimitsTest, AnswersTheServerWritesItselfAreReported) {
   Serve({.threads = 1, .max_header_bytes = 1024, .max_body_bytes = 100});
   const auto status = [&](const std::string& request) {
-    Client client(port_);
+    RawClient client(port_);
     client.Send(request);
     client.ClosedWithin(milliseconds(3000));
     return client.received().substr(0, 12);

@@ -74,6 +74,30 @@ inline absl::StatusOr<redis::DecideResult> DecideNow(redis::RedisStore& store,
   return future.get();
 }
 
+// A lease by RedisStore::Lease: up to `want` units of `item`'s state, for at most life_us.
+inline absl::StatusOr<backend::LeaseSource::Grant> TakeLease(redis::RedisStore& store,
+                                                             const backend::Item& item,
+                                                             uint64_t want, int64_t life_us) {
+  using Grant = backend::LeaseSource::Grant;
+  auto promise = std::make_shared<std::promise<absl::StatusOr<Grant>>>();
+  auto future = promise->get_future();
+  store.Lease(item, want, life_us,
+              [promise](absl::StatusOr<Grant> grant) { promise->set_value(std::move(grant)); });
+  if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return absl::InternalError("no answer in 10 s");
+  }
+  return future.get();
+}
+
+// What `item`'s state has left, read by a decision of cost 0; -1 (and a test failure) when the
+// decision fails.
+inline int64_t Remaining(redis::RedisStore& store, backend::Item item) {
+  item.cost = 0;
+  auto result = DecideNow(store, {item});
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? result->decisions[0].remaining : -1;
+}
+
 // Makes `count` calls at once, without waiting between them (start(i, done) makes call i, which
 // answers through `done`), then waits for every answer (at most 20 s): the answers by index,
 // Internal ("no answer") for those that did not come. (The answers outlive a wait that gave up.)

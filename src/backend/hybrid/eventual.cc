@@ -15,7 +15,7 @@ namespace {
 // A copy's fresh_at before anything made it fresh.
 constexpr int64_t kNeverFresh = std::numeric_limits<int64_t>::min() / 2;
 
-bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
+bool SamePendingWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
   return limit.algorithm == Algorithm::kTokenBucket ||
          a_us / limit.window_us == b_us / limit.window_us;
 }
@@ -25,7 +25,7 @@ bool SameWindow(const Limit& limit, int64_t a_us, int64_t b_us) {
 template <typename List>
 void AddPending(List& list, const Limit& limit, int64_t at, uint64_t units) {
   for (auto& pending : list) {
-    if (SameWindow(limit, pending.counted_at_us, at)) {
+    if (SamePendingWindow(limit, pending.counted_at_us, at)) {
       pending.units += units;
       return;
     }

@@ -14,7 +14,7 @@ namespace sluice::backend {
 
 namespace {
 
-constexpr int64_t kSweepEveryUs = 100000;
+constexpr int64_t kLeaseSweepEveryUs = 100000;
 // Requests waiting for one state's lease call, at most; more are decided exactly.
 constexpr size_t kMaxWaiters = 1024;
 
@@ -353,7 +353,7 @@ int64_t Leases::RememberedFor(const Limit& limit) const {
 }
 
 void Leases::SweepBy(int64_t due) {
-  due = std::max(due, last_sweep_ + kSweepEveryUs);
+  due = std::max(due, last_sweep_ + kLeaseSweepEveryUs);
   int64_t next = next_sweep_.load(std::memory_order_relaxed);
   while (due < next && !next_sweep_.compare_exchange_weak(next, due, std::memory_order_relaxed)) {
   }
@@ -362,7 +362,7 @@ void Leases::SweepBy(int64_t due) {
 void Leases::Sweep(int64_t mono) {
   if (mono < next_sweep_.load(std::memory_order_relaxed)) return;  // (most calls: no lock)
   absl::MutexLock lock(&mu_);
-  if (mono - last_sweep_ < kSweepEveryUs) return;
+  if (mono - last_sweep_ < kLeaseSweepEveryUs) return;
   last_sweep_ = mono;
   sweeps_.fetch_add(1, std::memory_order_relaxed);
   // Past half the table, an ended lease is not remembered: new states need the room.
@@ -394,9 +394,9 @@ void Leases::Sweep(int64_t mono) {
     }
   }
   // The next sweep when something is due (a lease, a dry spell or a remembered rate ending), not
-  // before kSweepEveryUs: with window-long leases most sweeps would find nothing to do, and each
-  // holds the lock over the whole table. Granted and Reset bring it forward (SweepBy).
-  next_sweep_.store(std::max(mono + kSweepEveryUs, next_due), std::memory_order_relaxed);
+  // before kLeaseSweepEveryUs: with window-long leases most sweeps would find nothing to do, and
+  // each holds the lock over the whole table. Granted and Reset bring it forward (SweepBy).
+  next_sweep_.store(std::max(mono + kLeaseSweepEveryUs, next_due), std::memory_order_relaxed);
 }
 
 void Leases::DropAll() {

@@ -13,7 +13,7 @@ namespace sluice::backend {
 namespace {
 constexpr int64_t kNeverUs = std::numeric_limits<int64_t>::min() / 2;
 // A full shard sweeps out its expired entries at most this often.
-constexpr int64_t kSweepEveryUs = 1000000;
+constexpr int64_t kDenialSweepEveryUs = 1000000;
 }  // namespace
 
 OverLimitCache::OverLimitCache(Backend* inner, const Clock* clock, Options options)
@@ -109,7 +109,7 @@ void OverLimitCache::Insert(std::string key, const Entry& entry, int64_t mono) {
   if (!inserted) return;
   size_.fetch_add(1, std::memory_order_relaxed);
   if (shard.entries.size() <= max_per_shard_) return;
-  if (mono - shard.last_sweep_us >= kSweepEveryUs) {
+  if (mono - shard.last_sweep_us >= kDenialSweepEveryUs) {
     shard.last_sweep_us = mono;
     const size_t swept = absl::erase_if(
         shard.entries, [mono](const auto& kv) { return kv.second.denial.until_us <= mono; });

@@ -55,7 +55,7 @@ struct Lease {
 };
 
 // A thread's leases, all of one LocalLeases (the one it used last).
-class Table {
+class LeaseTable {
  public:
   LocalLeases::ThreadStats stats;
 
@@ -72,8 +72,8 @@ class Table {
   uint64_t owner_ = 0;
 };
 
-Table& ThisThreadsTable() {
-  thread_local Table table;
+LeaseTable& ThisThreadsLeases() {
+  thread_local LeaseTable table;
   return table;
 }
 
@@ -124,7 +124,7 @@ backend::Outcome LocalLeases::DecideNow(std::span<const Item> items, int64_t now
 backend::Outcome LocalLeases::DecideLeasable(const Item& item, int64_t now_us,
                                              std::span<Decision> out) {
   const std::span<const Item> items(&item, 1);
-  Table& table = ThisThreadsTable();
+  LeaseTable& table = ThisThreadsLeases();
   table.Enter(id_);
   const int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
   const uint64_t hash = StateHash(item);
@@ -207,6 +207,6 @@ void LocalLeases::Reset(std::span<const Item> items, ResetDone done) {
   });
 }
 
-LocalLeases::ThreadStats LocalLeases::StatsOnThisThread() { return ThisThreadsTable().stats; }
+LocalLeases::ThreadStats LocalLeases::StatsOnThisThread() { return ThisThreadsLeases().stats; }
 
 }  // namespace sluice::store

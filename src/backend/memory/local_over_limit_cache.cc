@@ -29,7 +29,7 @@ struct Entry {
 
 // A thread's kept denials, all of one LocalOverLimitCache (the one it used last): kSets sets of
 // kWays entries, a state's set chosen by its hash.
-class Table {
+class DenialTable {
  public:
   uint64_t hits = 0;  // requests answered from it
 
@@ -95,8 +95,8 @@ class Table {
   int64_t latest_us_ = 0;  // the latest time this thread passed to owner_
 };
 
-Table& ThisThreadsTable() {
-  thread_local Table table;
+DenialTable& ThisThreadsDenials() {
+  thread_local DenialTable table;
   return table;
 }
 
@@ -138,7 +138,7 @@ inline bool LocalOverLimitCache::ProbeItem(const Item& item, Probe& p, uint64_t&
   // Found even for an item whose denial is not kept (a shadow or count_denied one): its state's
   // entry must go if the item consumes.
   p.generation = generations_.Read(hash);
-  p.kept = ThisThreadsTable().Find(hash, item);
+  p.kept = ThisThreadsDenials().Find(hash, item);
   p.keepable = !item.shadow && !item.count_denied;
   const Entry* e = p.kept;
   if (!p.keepable || e == nullptr || e->generation != p.generation || e->cost != item.cost ||
@@ -172,7 +172,7 @@ backend::Outcome LocalOverLimitCache::DecideMany(std::span<const Item> items, in
   outcome.allowed = store_->DecideAll(items, hashed, now_us, out, &outcome.decided_at_us);
   // What this thread kept of these states is stale now: it may have consumed from them (then a
   // kept denial would answer more leniently than the store), or it is denied anew.
-  Table& table = ThisThreadsTable();
+  DenialTable& table = ThisThreadsDenials();
   for (const Probe& p : probes) {
     if (p.kept != nullptr) table.Drop(*p.kept);
   }
@@ -182,7 +182,7 @@ backend::Outcome LocalOverLimitCache::DecideMany(std::span<const Item> items, in
 
 backend::Outcome LocalOverLimitCache::DecideSingle(const Item& item, int64_t now_us, Decision& d) {
   // As DecideNow and Answer, for one item.
-  Table& table = ThisThreadsTable();
+  DenialTable& table = ThisThreadsDenials();
   int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
   const bool in_order = table.Enter(id_, now);
   Probe p;
@@ -205,7 +205,7 @@ backend::Outcome LocalOverLimitCache::DecideSingle(const Item& item, int64_t now
 bool LocalOverLimitCache::Answer(std::span<const Item> items, int64_t now_us,
                                  std::span<Probe> probes, std::span<uint64_t> hashes,
                                  std::span<Decision> out, backend::Outcome& outcome) {
-  Table& table = ThisThreadsTable();
+  DenialTable& table = ThisThreadsDenials();
   // One time for the whole request, as the store uses: not before any denial's decision. A time
   // before one this thread passed already is left to the store: it may have decided another key
   // of the shard at that later time, and would now use it.
@@ -230,7 +230,7 @@ bool LocalOverLimitCache::Answer(std::span<const Item> items, int64_t now_us,
 void LocalOverLimitCache::Remember(std::span<const Item> items, std::span<const Decision> out,
                                    std::span<const Probe> probes, std::span<const uint64_t> hashes,
                                    int64_t decided_at_us) const {
-  Table& table = ThisThreadsTable();
+  DenialTable& table = ThisThreadsDenials();
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     const Decision& d = out[i];
@@ -252,14 +252,14 @@ void LocalOverLimitCache::Remember(std::span<const Item> items, std::span<const 
   }
 }
 
-uint64_t LocalOverLimitCache::HitsOnThisThread() { return ThisThreadsTable().hits; }
+uint64_t LocalOverLimitCache::HitsOnThisThread() { return ThisThreadsDenials().hits; }
 
 void LocalOverLimitCache::Refund(std::span<const Item> items, int64_t decided_at_us, int64_t now_us,
                                  RefundDone done) {
   store_->Refund(items, decided_at_us, now_us);
   // The store used max(now_us, decided_at_us).
-  ThisThreadsTable().Enter(id_,
-                           std::clamp<int64_t>(std::max(now_us, decided_at_us), 0, kMaxTimeUs));
+  ThisThreadsDenials().Enter(id_,
+                             std::clamp<int64_t>(std::max(now_us, decided_at_us), 0, kMaxTimeUs));
   // After the store: a denial decided before the refund was kept with an older generation.
   for (const Item& item : items) {
     generations_.Move(StateHash(item));

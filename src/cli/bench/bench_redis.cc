@@ -25,7 +25,7 @@
 namespace sluice::tools {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 // Checks the options; reads the anchor's script for seed and zset into `script`. An exit
@@ -56,8 +56,8 @@ std::optional<int> CheckOptions(const BenchRedisOptions& o, std::string* script,
 
 // Waits up to 5 s for the client's first connection; whether it came.
 bool AwaitReady(const redis::Client& client) {
-  const auto deadline = Clock::now() + 5s;
-  while (!client.Ready() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  const auto deadline = SteadyClock::now() + 5s;
+  while (!client.Ready() && SteadyClock::now() < deadline) std::this_thread::sleep_for(10ms);
   return client.Ready();
 }
 
@@ -135,9 +135,9 @@ LoadResult RunClosedLoop(const BenchRedisOptions& o, const DecisionSender& sende
     std::function<void()> next;
   };
   std::vector<std::shared_ptr<Chain>> chains;
-  const auto start = Clock::now();
-  const auto stop_at =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  const auto start = SteadyClock::now();
+  const auto stop_at = start + std::chrono::duration_cast<SteadyClock::duration>(
+                                   std::chrono::duration<double>(o.seconds));
   for (int c = 0; c < std::max(1, o.inflight); ++c) {
     auto chain = std::make_shared<Chain>();
     chain->rng.seed(static_cast<uint64_t>(c) * 7919 + 1);
@@ -145,7 +145,7 @@ LoadResult RunClosedLoop(const BenchRedisOptions& o, const DecisionSender& sende
     chain->next = [&, weak] {
       auto self = weak.lock();
       if (!self) return;
-      if (Clock::now() >= stop_at) {
+      if (SteadyClock::now() >= stop_at) {
         absl::MutexLock lock(&shared.mu);
         const size_t room = kMaxSamples - std::min(kMaxSamples, shared.latencies.size());
         shared.latencies.insert(
@@ -156,10 +156,10 @@ LoadResult RunClosedLoop(const BenchRedisOptions& o, const DecisionSender& sende
         return;
       }
       const std::string key = fmt::format(FMT_COMPILE("k{}"), self->rng() % o.keys);
-      const auto t0 = Clock::now();
+      const auto t0 = SteadyClock::now();
       sender.Send(key, [&, self, t0](bool ok, bool admitted) {
         const auto us =
-            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+            std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - t0).count();
         if (self->local.size() < kMaxSamples / 64) {
           self->local.push_back(static_cast<uint32_t>(us));
         }
@@ -182,7 +182,7 @@ LoadResult RunClosedLoop(const BenchRedisOptions& o, const DecisionSender& sende
     shared.mu.AwaitWithTimeout(absl::Condition(
                                    +[](int* running) { return *running == 0; }, &shared.running),
                                absl::Seconds(o.seconds) + absl::Seconds(15));
-    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    result.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
     result.latencies.swap(shared.latencies);
   }
   for (auto& chain : chains) chain->next = nullptr;

@@ -62,6 +62,7 @@ plant() {
 }
 
 cat >"$work/prelude.h" <<'EOF'
+#pragma once
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "util/spin_lock.h"
@@ -153,6 +154,35 @@ f=$work/unlocked_test.cc
 cp "$work/mutex_unlocked.cc" "$f"
 expect "thread safety: in a test (*_test.cc), a guarded field read without its lock fails" fail \
   "unlocked_test\.cc:3:.*$tsa" lint "$f"
+
+# The full run checks a library's sources as one unit of #includes (scripts/lint.sh --together):
+# a finding in one of them is still reported at its file and line, and fails the run. (Copies
+# under src/, where .clang-tidy's HeaderFilterRegex shows findings of included files.)
+mkdir -p "$work/src"
+cat >"$work/src/together_mutex.cc" <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnMutex::Read() {
+  absl::MutexLock lock(&mu_);
+  return n_;
+}
+}  // namespace planted
+EOF
+cat >"$work/src/together_spin_locked.cc" <<EOF
+#include "$work/prelude.h"
+namespace planted {
+int OnSpinLock::Read() {
+  sluice::util::SpinLockHolder lock(&mu_);
+  return n_;
+}
+}  // namespace planted
+EOF
+cp "$work/spin_unlocked.cc" "$work/src/together_spin_unlocked.cc"
+expect "thread safety: files checked together, each read under its lock, pass" pass '' \
+  lint --together "$work/src/together_mutex.cc" "$work/src/together_spin_locked.cc"
+expect "thread safety: checked together with a clean file, an unlocked read fails, named" fail \
+  "together_spin_unlocked\.cc:3:.*$tsa" lint --together "$work/src/together_mutex.cc" \
+  "$work/src/together_spin_unlocked.cc"
 
 f=$(plant use_after_move <<'EOF'
 #include <string>

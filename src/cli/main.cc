@@ -98,6 +98,8 @@ struct ServeCommand {
   CLI::App* app = nullptr;
   std::string config_path, listen, admin, grpc_listen, redis_url;
   int threads = 0;
+  int top_keys = ServeFlags{}.top_keys;
+  int top_keys_sample = ServeFlags{}.top_keys_sample;
   bool envoy_env = false;
 
   void Add(CLI::App& parent) {
@@ -108,6 +110,13 @@ struct ServeCommand {
     app->add_option("--admin", admin, "admin address");
     app->add_option("--grpc", grpc_listen, "gRPC (Envoy RLS) address; 0 disables it");
     app->add_option("--threads", threads, "worker threads");
+    app->add_option("--top-keys", top_keys,
+                    "keys per domain and minute counted for GET /v1/top (the most denied and "
+                    "busiest keys); 0 turns it off")
+        ->check(CLI::Range(0, 100000));
+    app->add_option("--top-keys-sample", top_keys_sample,
+                    "record one decision in N for GET /v1/top, counted N times; 1 records each")
+        ->check(CLI::Range(1, 1000));
     auto* redis_option =
         app->add_option("--redis", redis_url,
                         "decide on Redis at redis://[user:pass@]host:port[/db] (backend: redis); "
@@ -125,6 +134,8 @@ struct ServeCommand {
     if (app->count("--admin") > 0) flags.admin = admin;
     if (app->count("--grpc") > 0) flags.grpc = grpc_listen;
     if (app->count("--threads") > 0) flags.threads = threads;
+    flags.top_keys = top_keys;
+    flags.top_keys_sample = top_keys_sample;
     if (app->count("--redis") > 0) flags.redis = redis_url;
     flags.envoy_env = envoy_env;
     return RunServe(flags);

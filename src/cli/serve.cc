@@ -21,6 +21,7 @@
 #include "cli/serve_tls.h"
 #include "engine/configured_limits.h"
 #include "engine/engine.h"
+#include "engine/top_keys.h"
 #include "fmt/format.h"
 #include "http/service.h"
 #include "http/transport/server.h"
@@ -419,8 +420,16 @@ int RunServe(const ServeFlags& flags) {
   if (!backends.ok()) return fail("", backends.status());
   // A reload gives every lease back: those of a changed limit would otherwise sit unused.
   (*backends)->ReturnLeasesOnChange([&manager] { return manager.reload_successes(); });
+  // Who is being limited (GET /v1/top), recorded by the engine unless --top-keys 0.
+  std::unique_ptr<engine::TopKeys> top_keys;
+  if (flags.top_keys > 0) {
+    top_keys = std::make_unique<engine::TopKeys>(
+        engine::TopKeys::Options{.capacity = static_cast<size_t>(flags.top_keys),
+                                 .sample = static_cast<uint32_t>(flags.top_keys_sample)});
+  }
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
+  engine.set_top_keys(top_keys.get());
   http::Service service(&manager, &engine, clock, *token);
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);

@@ -13,6 +13,10 @@ struct ServeFlags {
   std::optional<std::string> listen, admin;
   std::optional<std::string> grpc;  // "0" (or empty): no gRPC port
   std::optional<int> threads;
+  // Keys per domain and minute that GET /v1/top's sketches count (engine::TopKeys); 0: off.
+  int top_keys = 1000;
+  // One decision in this many is recorded for it, counted as many times (1: each).
+  int top_keys_sample = 8;
   std::optional<std::string> redis;  // selects the Redis backend at this URL
   // Settings and rules from envoyproxy/ratelimit's environment variables (cli/envoy_env.h)
   // instead of `config`.

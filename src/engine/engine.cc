@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "engine/state_key.h"
+#include "engine/top_keys.h"
 #include "fmt/format.h"
 
 #define XXH_INLINE_ALL
@@ -426,6 +427,16 @@ void Engine::CheckAll(const rules::Config& config, std::span<const Request> requ
   Batch batch;
   batch.Build(config, requests, responses);
   DecideInline(config, requests, responses, batch, now_us, consumed);
+  if (top_keys_ != nullptr) Observe(requests, batch, now_us);
+}
+
+void Engine::Observe(std::span<const Request> requests, const Batch& batch, int64_t now_us) const {
+  if (!top_keys_->Sample()) return;
+  for (size_t k = 0; k < batch.items.size(); ++k) {
+    const backend::Item& item = batch.items[k];
+    top_keys_->Record(requests[batch.pending[k].response].domain, item.limit_id, *batch.applied[k],
+                      item.key, top_keys_->sample(), now_us);
+  }
 }
 
 void Engine::Refund(const Refundable& consumed, int64_t now_us) {
@@ -469,6 +480,7 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
                      Settle(*call->config, call->requests, std::span(call->responses), call->batch,
                             std::span(call->decisions.data(), call->decisions.size()), outcome,
                             call->now_us, call->consumed);
+                     if (top_keys_ != nullptr) Observe(call->requests, call->batch, call->now_us);
                      call->done(std::move(call->responses));
                    });
 }

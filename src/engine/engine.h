@@ -30,6 +30,8 @@ namespace sluice::engine {
 
 using rules::Entry;
 
+class TopKeys;  // engine/top_keys.h
+
 // A limit sent with the request instead of the configured ones (RLS RateLimitOverride):
 // requests_per_unit per unit, an epoch-aligned fixed window, as envoyproxy/ratelimit does.
 struct LimitOverride {
@@ -145,6 +147,11 @@ class Engine {
   // Decides on `backend` (not owned; it must outlive the engine).
   explicit Engine(backend::Backend* backend) : backend_(backend) {}
 
+  // Records every limit it decides into `top` (not owned; null, the default: nothing is
+  // recorded). Set before deciding.
+  void set_top_keys(TopKeys* top) { top_keys_ = top; }
+  TopKeys* top_keys() const { return top_keys_; }
+
   // Whether the backend answers inline: then the synchronous calls below may be used.
   bool answers_inline() const { return backend_->answers_inline(); }
   backend::Backend& backend() const { return *backend_; }
@@ -214,7 +221,11 @@ class Engine {
   static void Record(const Batch& batch, std::span<const Decision> decisions, int64_t decided_at_us,
                      Refundable* consumed, bool denied = false);
 
+  // Each decided limit of `batch` into top_keys_, when set.
+  void Observe(std::span<const Request> requests, const Batch& batch, int64_t now_us) const;
+
   backend::Backend* backend_;
+  TopKeys* top_keys_ = nullptr;
 };
 
 // What answers call a limit's size (X-RateLimit-Limit, RateLimit-Policy's q, /v1/check's

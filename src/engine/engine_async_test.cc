@@ -15,11 +15,12 @@
 #include "rules/loader.h"
 #include "sluice/clock.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/units.h"
 
 namespace sluice::engine {
 namespace {
 
-constexpr int64_t kT0 = int64_t{1700000000} * 1000000;
+using sluice::testing::kT0;
 
 // Decides on its own MemoryStore from a thread of its own, or fails every call while `down`.
 class FakeRemote final : public backend::Backend {

@@ -21,6 +21,7 @@
 #include "rules/config.h"
 #include "rules/loader.h"
 #include "sluice/clock.h"
+#include "tests/support/units.h"
 #include "tests/support/upstream_examples.h"
 
 namespace sluice::engine::test {
@@ -30,7 +31,7 @@ inline constexpr int64_t kMinuteUs = 60 * kSecondUs;
 inline constexpr int64_t kHourUs = 3600 * kSecondUs;
 inline constexpr int64_t kDayUs = 86400 * kSecondUs;
 // 2023-11-14 22:13:20 UTC: 20 s into a minute, 800 s into an hour, 80000 s into a day.
-inline constexpr int64_t kT0 = int64_t{1700000000} * kSecondUs;
+using sluice::testing::kT0;
 
 inline Descriptor Desc(engine::Entries entries) {
   Descriptor d;

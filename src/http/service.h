@@ -5,7 +5,8 @@
 //               in reverse proxy mode (some domain has `http.upstream`) every other path is
 //               decided by the `http:` routes and forwarded upstream (service_proxy.cc)
 //   admin:      GET /healthz, GET /readyz, GET /v1/rules, POST /v1/reload, GET /metrics,
-//               GET|DELETE /v1/limits?domain=D&descriptors=k=v,...
+//               GET|DELETE /v1/limits?domain=D&descriptors=k=v,...,
+//               GET /v1/top?domain=D&by=denied|requests&window=1m|5m|15m&limit=N
 //
 // Handlers read the current config snapshot per request and never block. Safe for concurrent use.
 
@@ -152,6 +153,7 @@ class Service {
                    beast_http::status status, HttpResponse& response, bool body = true);
   void Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   void Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  void Top(const HttpRequest& request, HttpResponse& response);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
 
   rules::ConfigManager* config_;

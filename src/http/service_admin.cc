@@ -1,10 +1,12 @@
 // The HTTP service's admin endpoints: /healthz, /readyz, /metrics, /v1/rules, /v1/limits,
-// /v1/reload, and the bearer token that guards the ones that change state.
+// /v1/top, /v1/reload, and the bearer token that guards the ones that change state.
 
+#include <charconv>
 #include <iterator>
 #include <optional>
 
 #include "engine/descriptor_text.h"
+#include "engine/top_keys.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/service.h"
@@ -193,6 +195,42 @@ void Service::RenderMetrics(HttpResponse& response) {
   response.body() = registry_->Render();
 }
 
+// GET /v1/top?domain=D[&by=denied|requests][&window=1m|5m|15m][&limit=N]: the keys of D whose
+// limits denied most (or that were decided most) over the window, from engine::TopKeys.
+void Service::Top(const HttpRequest& request, HttpResponse& response) {
+  if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
+  const engine::TopKeys* top = engine_.top_keys();
+  if (top == nullptr) {
+    return SetJson(response, beast_http::status::not_found,
+                   RenderError("top keys are off (sluice serve --top-keys 0)"));
+  }
+  const auto domain = QueryParam(request, "domain");
+  const std::string by = QueryParam(request, "by").value_or("denied");
+  const std::string window = QueryParam(request, "window").value_or("5m");
+  const std::string limit = QueryParam(request, "limit").value_or("20");
+  size_t n = 0;
+  const auto [end, ec] = std::from_chars(limit.data(), limit.data() + limit.size(), n);
+  const int minutes = window == "1m" ? 1 : window == "5m" ? 5 : window == "15m" ? 15 : 0;
+  if (!domain || domain->empty() || (by != "denied" && by != "requests") || minutes == 0 ||
+      ec != std::errc() || end != limit.data() + limit.size() || n < 1 || n > 1000) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError("give ?domain=D, and optionally by=denied|requests, "
+                               "window=1m|5m|15m, limit=1..1000"));
+  }
+  const auto rows = top->Top(
+      *domain, by == "denied" ? engine::TopKeys::By::kDenied : engine::TopKeys::By::kRequests,
+      minutes, n, clock_->NowMicros());
+  std::string keys;
+  for (const auto& row : rows) {
+    keys += fmt::format("{}{{\"limit\":{},\"key\":{},\"count\":{},\"error\":{}}}",
+                        keys.empty() ? "" : ",", JsonString(row.limit), JsonString(row.key),
+                        row.count, row.error);
+  }
+  SetJson(response, beast_http::status::ok,
+          fmt::format("{{\"domain\":{},\"by\":\"{}\",\"window\":\"{}\",\"keys\":[{}]}}",
+                      JsonString(*domain), by, window, keys));
+}
+
 void Service::HandleMetrics(const HttpRequest& request, std::string_view path,
                             HttpResponse& response) {
   if (PathOf(request) != path || registry_ == nullptr) {
@@ -223,6 +261,7 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
                                config_->reload_successes(), config_->reload_failures()));
   }
   if (path == "/v1/limits") return Limits(request, response, deferral);
+  if (path == "/v1/top") return Top(request, response);
   if (path == "/v1/reload") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
     if (!Authorized(request, response)) return;

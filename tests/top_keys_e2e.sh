@@ -2,7 +2,8 @@
 # End-to-end test of GET /v1/top (docs/operations.md, "Who is being limited"): `sluice serve`,
 # requests through /v1/check and forward-auth for a flooding key and a quiet one, then the admin
 # API's answer: the flooding key first by denials, both by decisions, with their limit's name;
-# bad parameters are a 400 naming them, an unknown domain an empty list, a POST a 405, and
+# each row carries its limit's current state; the admin API's own looks are not counted; bad
+# parameters are a 400 naming them, an unknown domain an empty list, a POST a 405, and
 # `--top-keys 0` turns the endpoint off (404).
 # Usage: SLUICE=path/to/sluice tests/top_keys_e2e.sh
 set -u
@@ -59,8 +60,22 @@ check_contains "the answer names its domain, order and window" \
 out=$(curl -s -m 5 "http://$ADMIN/v1/top?domain=api&by=requests&window=15m&limit=5")
 check "by decisions: both keys, the busiest first" \
   "$(printf 'per-user user=mallory 12 0\nper-user user=alice 1 0')" "$(rows "$out")"
+# Each row comes with its limit's current state (read as GET /v1/limits reads it): mallory's 3
+# an hour are spent, alice has 2 left.
+states=$(python3 -c 'import json, sys
+for r in json.load(sys.stdin)["keys"]:
+    s = r["state"]
+    print(r["key"], s["limit"], s["remaining"], 0 < s["reset_after_ms"] <= 3600000)' <<<"$out")
+check "each row's state: limit, remaining, time to reset" \
+  "$(printf 'user=mallory 3 0 True\nuser=alice 3 2 True')" "$states"
+# Neither those looks nor GET /v1/limits' count as decisions.
+curl -s -o /dev/null -m 5 "http://$ADMIN/v1/limits?domain=api&descriptors=user=alice"
 out=$(curl -s -m 5 "http://$ADMIN/v1/top?domain=api&by=requests&window=5m&limit=1")
-check "limit=1: one row" "per-user user=mallory 12 0" "$(rows "$out")"
+check "limit=1: one row; the admin API's looks were not counted" "per-user user=mallory 12 0" \
+  "$(rows "$out")"
+out=$(curl -s -m 5 "http://$ADMIN/v1/top?domain=api&by=requests&window=5m")
+check "the admin API's looks were not counted (alice)" \
+  "$(printf 'per-user user=mallory 12 0\nper-user user=alice 1 0')" "$(rows "$out")"
 out=$(curl -s -m 5 "http://$ADMIN/v1/top?domain=nowhere")
 check "an unknown domain: no keys" "" "$(rows "$out")"
 

@@ -434,8 +434,10 @@ void Engine::Observe(std::span<const Request> requests, const Batch& batch, int6
   if (!top_keys_->Sample()) return;
   for (size_t k = 0; k < batch.items.size(); ++k) {
     const backend::Item& item = batch.items[k];
-    top_keys_->Record(requests[batch.pending[k].response].domain, item.limit_id, *batch.applied[k],
-                      item.key, top_keys_->sample(), now_us);
+    const Request& request = requests[batch.pending[k].response];
+    if (!request.observed) continue;
+    top_keys_->Record(request.domain, item.limit_id, *batch.applied[k], item.key,
+                      top_keys_->sample(), now_us);
   }
 }
 

@@ -57,6 +57,7 @@ struct Request {
   std::string domain;
   Descriptors descriptors;
   uint64_t hits_addend = 1;  // 0 counts as 1, as in RLS
+  bool observed = true;      // recorded into top keys (the admin API's own looks are not)
 };
 
 // The most a client may ask for in one request (/v1/check, /json, gRPC ShouldRateLimit); more is

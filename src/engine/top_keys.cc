@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "fmt/format.h"
@@ -31,8 +32,8 @@ uint64_t ElementLimit(std::string_view element) {
 
 }  // namespace
 
-std::string StateKeyText(std::string_view state_key) {
-  std::string text;
+std::optional<Entries> StateKeyEntries(std::string_view state_key) {
+  Entries entries;
   std::string_view rest = state_key;
   for (size_t part = 0; !rest.empty(); ++part) {
     size_t length = 0;
@@ -40,11 +41,29 @@ std::string StateKeyText(std::string_view state_key) {
     const size_t digits = static_cast<size_t>(end - rest.data());
     if (ec != std::errc() || digits >= rest.size() || rest[digits] != ':' ||
         length > rest.size() - digits - 1) {
-      return std::string(state_key);
+      return std::nullopt;
     }
-    if (part > 0) text += part % 2 == 1 ? '=' : ',';
-    text.append(rest.substr(digits + 1, length));
+    const std::string_view text = rest.substr(digits + 1, length);
+    if (part % 2 == 0) {
+      entries.push_back({.key = std::string(text), .value = ""});
+    } else {
+      entries.back().value = std::string(text);
+    }
     rest.remove_prefix(digits + 1 + length);
+  }
+  if (entries.empty() || state_key.empty()) return std::nullopt;
+  return entries;
+}
+
+std::string StateKeyText(std::string_view state_key) {
+  const std::optional<Entries> entries = StateKeyEntries(state_key);
+  if (!entries) return std::string(state_key);
+  std::string text;
+  for (const Entry& e : *entries) {
+    if (!text.empty()) text += ',';
+    text += e.key;
+    text += '=';
+    text += e.value;
   }
   return text;
 }
@@ -138,10 +157,12 @@ std::vector<TopKeys::Row> TopKeys::Top(std::string_view domain, By by, int minut
   for (auto& e : util::JoinedTop(sketches, n)) {
     const uint64_t id = ElementLimit(e.key);
     auto name = d->names.find(id);
-    rows.push_back({.limit = name != d->names.end() ? name->second : fmt::format("#{:x}", id),
-                    .key = StateKeyText(std::string_view(e.key).substr(sizeof id)),
-                    .count = e.count,
-                    .error = e.error});
+    rows.push_back(
+        {.limit = name != d->names.end() ? name->second : fmt::format("#{:x}", id),
+         .key = StateKeyText(std::string_view(e.key).substr(sizeof id)),
+         .entries = StateKeyEntries(std::string_view(e.key).substr(sizeof id)).value_or(Entries{}),
+         .count = e.count,
+         .error = e.error});
   }
   return rows;
 }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,7 @@ class TopKeys {
   struct Row {
     std::string limit;   // the limit's name (LimitName)
     std::string key;     // its descriptor, `k=v,k=v` (a shared wildcard's pattern as its value)
+    Entries entries;     // the same as entries (empty if the key did not decode)
     uint64_t count = 0;  // at least what the key had in the window
     uint64_t error = 0;  // count - error is at most that
   };
@@ -107,8 +109,10 @@ class TopKeys {
   std::atomic<uint64_t> untracked_{0};
 };
 
-// The text form of a state key (AppendStateKey's "<length>:<part>" pairs): `k=v,k=v`; the bytes
-// as they are when they do not parse.
+// A state key's entries (AppendStateKey's "<length>:<part>" pairs, key then value), or nullopt
+// when it does not decode.
+std::optional<Entries> StateKeyEntries(std::string_view state_key);
+// Its text form: `k=v,k=v`; the bytes as they are when it does not decode.
 std::string StateKeyText(std::string_view state_key);
 
 }  // namespace sluice::engine

@@ -153,7 +153,7 @@ class Service {
                    beast_http::status status, HttpResponse& response, bool body = true);
   void Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   void Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
-  void Top(const HttpRequest& request, HttpResponse& response);
+  void Top(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
 
   rules::ConfigManager* config_;

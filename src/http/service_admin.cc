@@ -108,8 +108,10 @@ void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferra
       }
     }
   }
-  engine::Request query{
-      .domain = *domain, .descriptors = std::move(*descriptors), .hits_addend = 1};
+  engine::Request query{.domain = *domain,
+                        .descriptors = std::move(*descriptors),
+                        .hits_addend = 1,
+                        .observed = false};
   AnswerMaybeLater(response, deferral, [&](Send send) {
     if (remove) {
       return engine_.ResetAsync(config, std::move(query), [send](absl::StatusOr<size_t> forgotten) {
@@ -196,8 +198,9 @@ void Service::RenderMetrics(HttpResponse& response) {
 }
 
 // GET /v1/top?domain=D[&by=denied|requests][&window=1m|5m|15m][&limit=N]: the keys of D whose
-// limits denied most (or that were decided most) over the window, from engine::TopKeys.
-void Service::Top(const HttpRequest& request, HttpResponse& response) {
+// limits denied most (or that were decided most) over the window, from engine::TopKeys, each
+// with its limit's current state.
+void Service::Top(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
   if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
   const engine::TopKeys* top = engine_.top_keys();
   if (top == nullptr) {
@@ -217,18 +220,59 @@ void Service::Top(const HttpRequest& request, HttpResponse& response) {
                    RenderError("give ?domain=D, and optionally by=denied|requests, "
                                "window=1m|5m|15m, limit=1..1000"));
   }
-  const auto rows = top->Top(
+  auto rows = top->Top(
       *domain, by == "denied" ? engine::TopKeys::By::kDenied : engine::TopKeys::By::kRequests,
       minutes, n, clock_->NowMicros());
-  std::string keys;
-  for (const auto& row : rows) {
-    keys += fmt::format("{}{{\"limit\":{},\"key\":{},\"count\":{},\"error\":{}}}",
-                        keys.empty() ? "" : ",", JsonString(row.limit), JsonString(row.key),
-                        row.count, row.error);
+  // Each row's current state, looked up as GET /v1/limits does (one look per key, consuming
+  // nothing, not recorded as a decision), all in one batch.
+  std::shared_ptr<const rules::Config> config = config_->Current();
+  std::vector<engine::Request> looks;
+  std::vector<int> look_of(rows.size(), -1);
+  if (config->FindDomain(*domain) != nullptr) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].entries.empty()) continue;
+      engine::Descriptor d;
+      d.entries = rows[i].entries;
+      d.hits_addend = 0;
+      look_of[i] = static_cast<int>(looks.size());
+      looks.push_back({.domain = *domain, .descriptors = {std::move(d)}, .observed = false});
+    }
   }
-  SetJson(response, beast_http::status::ok,
-          fmt::format("{{\"domain\":{},\"by\":\"{}\",\"window\":\"{}\",\"keys\":[{}]}}",
-                      JsonString(*domain), by, window, keys));
+  const auto render = [rows = std::move(rows), look_of, domain = *domain, by,
+                       window](const std::vector<engine::Response>& states) {
+    std::string keys;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::string state = "null";
+      const engine::AppliedLimit* limit = nullptr;
+      if (look_of[i] >= 0 && static_cast<size_t>(look_of[i]) < states.size()) {
+        const engine::Response& r = states[static_cast<size_t>(look_of[i])];
+        if (r.backend == engine::BackendState::kOk && !r.descriptors.empty()) {
+          for (const auto& l : r.descriptors.front().limits) {
+            if (engine::LimitName(l) == rows[i].limit) limit = &l;
+          }
+        }
+      }
+      if (limit != nullptr) {
+        state = fmt::format(R"({{"limit":{},"remaining":{},"reset_after_ms":{}}})",
+                            engine::ReportedLimit(limit->limit), limit->decision.remaining,
+                            limit->decision.reset_after_us / 1000);
+      }
+      keys += fmt::format(R"({}{{"limit":{},"key":{},"count":{},"error":{},"state":{}}})",
+                          keys.empty() ? "" : ",", JsonString(rows[i].limit),
+                          JsonString(rows[i].key), rows[i].count, rows[i].error, state);
+    }
+    return fmt::format(R"({{"domain":{},"by":"{}","window":"{}","keys":[{}]}})", JsonString(domain),
+                       by, window, keys);
+  };
+  if (looks.empty()) return SetJson(response, beast_http::status::ok, render({}));
+  AnswerMaybeLater(response, deferral, [&](Send send) {
+    engine_.CheckAllAsync(config, std::move(looks), clock_->NowMicros(),
+                          [send, render](std::vector<engine::Response> states) {
+                            HttpResponse answer;
+                            SetJson(answer, beast_http::status::ok, render(states));
+                            send(std::move(answer));
+                          });
+  });
 }
 
 void Service::HandleMetrics(const HttpRequest& request, std::string_view path,
@@ -261,7 +305,7 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
                                config_->reload_successes(), config_->reload_failures()));
   }
   if (path == "/v1/limits") return Limits(request, response, deferral);
-  if (path == "/v1/top") return Top(request, response);
+  if (path == "/v1/top") return Top(request, response, deferral);
   if (path == "/v1/reload") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
     if (!Authorized(request, response)) return;

@@ -379,6 +379,31 @@ void PrintStarted(const Started& s) {
   if (s.try_it) PrintTryIt(HostOf(s.listen), s.http.data, HostOf(s.admin), s.http.admin);
 }
 
+// Who is being limited (GET /v1/top), recorded by the engine; null with --top-keys 0.
+std::unique_ptr<engine::TopKeys> MakeTopKeys(const ServeFlags& flags) {
+  if (flags.top_keys <= 0) return nullptr;
+  return std::make_unique<engine::TopKeys>(
+      engine::TopKeys::Options{.capacity = static_cast<size_t>(flags.top_keys),
+                               .sample = static_cast<uint32_t>(flags.top_keys_sample)});
+}
+
+// A thread of its own that waits for SIGTERM or SIGINT (blocked in every thread: `stop_signals`),
+// then sets `deadline_us` (shutdown_timeout_us from then, on the clock's monotonic time), drains
+// the gRPC server and stops the HTTP server. Everything it is given outlives it: the process ends
+// after the servers stop.
+void WaitForStopSignal(const sigset_t& stop_signals, const Clock* clock,
+                       int64_t shutdown_timeout_us, rls::GrpcServer* grpc_server,
+                       http::HttpServer& server, std::atomic<int64_t>& deadline_us) {
+  std::thread([&stop_signals, clock, shutdown_timeout_us, grpc_server, &server, &deadline_us] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    util::Log().info("sluice: signal {}, shutting down", signal);
+    deadline_us.store(clock->MonotonicMicros() + shutdown_timeout_us);
+    if (grpc_server != nullptr) grpc_server->StartDraining();
+    server.Stop();
+  }).detach();
+}
+
 }  // namespace
 
 int RunServe(const ServeFlags& flags) {
@@ -420,13 +445,7 @@ int RunServe(const ServeFlags& flags) {
   if (!backends.ok()) return fail("", backends.status());
   // A reload gives every lease back: those of a changed limit would otherwise sit unused.
   (*backends)->ReturnLeasesOnChange([&manager] { return manager.reload_successes(); });
-  // Who is being limited (GET /v1/top), recorded by the engine unless --top-keys 0.
-  std::unique_ptr<engine::TopKeys> top_keys;
-  if (flags.top_keys > 0) {
-    top_keys = std::make_unique<engine::TopKeys>(
-        engine::TopKeys::Options{.capacity = static_cast<size_t>(flags.top_keys),
-                                 .sample = static_cast<uint32_t>(flags.top_keys_sample)});
-  }
+  const std::unique_ptr<engine::TopKeys> top_keys = MakeTopKeys(flags);
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
   engine.set_top_keys(top_keys.get());
@@ -459,15 +478,8 @@ int RunServe(const ServeFlags& flags) {
   // (In the clock's monotonic time.)
   std::atomic<int64_t> shutdown_deadline_us{std::numeric_limits<int64_t>::max()};
   server.OnShutdownDeadline([&service] { service.CancelUpstreams(); });
-  std::thread signal_waiter([&] {
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
-    util::Log().info("sluice: signal {}, shutting down", signal);
-    shutdown_deadline_us.store(clock->MonotonicMicros() + settings.shutdown_timeout_us);
-    if (grpc_server) grpc_server->StartDraining();
-    server.Stop();
-  });
-  signal_waiter.detach();
+  WaitForStopSignal(stop_signals, clock, settings.shutdown_timeout_us, grpc_server.get(), server,
+                    shutdown_deadline_us);
 
   PrintStarted({.listen = listen,
                 .admin = admin,

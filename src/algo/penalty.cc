@@ -1,0 +1,53 @@
+#include "algo/penalty.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace sluice::algo {
+
+absl::Status ValidatePenalty(const Penalty& p) {
+  const auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError("penalty: " + what);
+  };
+  if (p.after < 1) return bad("after must be at least 1");
+  if (p.within_us <= 0) return bad("within must be longer than 0");
+  if (p.block_us <= 0) return bad("block must be longer than 0");
+  if (!(p.growth >= 1.0) || !std::isfinite(p.growth)) return bad("growth must be at least 1");
+  if (p.max_us < p.block_us) return bad("max must be at least block");
+  if (p.forget_us < p.max_us) return bad("forget must be at least max");
+  return absl::OkStatus();
+}
+
+int64_t BlockOf(const Penalty& p, uint32_t offence) {
+  // In floating point, capped before it can overflow: growth^k past max/block is max.
+  double block = static_cast<double>(p.block_us);
+  const double max = static_cast<double>(p.max_us);
+  for (uint32_t i = 1; i < offence && block < max; ++i) block *= p.growth;
+  return block >= max ? p.max_us : static_cast<int64_t>(block);
+}
+
+int64_t RecordDenial(PenaltyState& s, const Penalty& p, int64_t now_us) {
+  if (BlockedFor(s, now_us) > 0) return 0;
+  if (s.denials == 0 || now_us - s.span_start_us >= p.within_us) {
+    s.span_start_us = now_us;
+    s.denials = 0;
+  }
+  if (++s.denials < p.after) return 0;
+  // An offence: the span starts over, and the block grows unless the last one is forgotten.
+  s.denials = 0;
+  if (s.offences > 0 && now_us - s.last_offence_us >= p.forget_us) s.offences = 0;
+  s.offences = s.offences == UINT32_MAX ? s.offences : s.offences + 1;
+  s.last_offence_us = now_us;
+  const int64_t block = BlockOf(p, s.offences);
+  s.blocked_until_us = now_us + block;
+  return block;
+}
+
+bool PenaltyIdle(const PenaltyState& s, const Penalty& p, int64_t now_us) {
+  const bool counting = s.denials > 0 && now_us - s.span_start_us < p.within_us;
+  const bool remembered = s.offences > 0 && now_us - s.last_offence_us < p.forget_us;
+  return BlockedFor(s, now_us) == 0 && !counting && !remembered;
+}
+
+}  // namespace sluice::algo

@@ -1,0 +1,60 @@
+// Escalating penalties, as a pure function of a key's penalty state: a key denied `after` times
+// within `within` is blocked for `block`; each further offence blocks it `growth` times longer
+// than the one before, up to `max`; offences are forgotten after `forget` without one. ("Ban for
+// 2 minutes, then 5, then 12.5 after repeated violations".) A block is answered by the caller
+// without deciding the limit; denials while blocked are not counted again.
+//
+// Thread safety: pure functions; the caller owns and locks the state. Times: µs, on any one
+// clock (the store's).
+
+#ifndef SLUICE_ALGO_PENALTY_H_
+#define SLUICE_ALGO_PENALTY_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace sluice::algo {
+
+struct Penalty {
+  uint32_t after = 3;                  // denials within `within` that make an offence
+  int64_t within_us = 600'000'000;     // 10 min
+  int64_t block_us = 120'000'000;      // the first offence's block: 2 min
+  double growth = 2.5;                 // each further offence's block, times the one before
+  int64_t max_us = 3'600'000'000;      // the longest block: 1 h
+  int64_t forget_us = 86'400'000'000;  // offences forgotten after this long without one: 1 day
+};
+
+// Checks the bounds: after >= 1, within and block > 0, growth >= 1, block <= max <= forget (an
+// offence is not forgotten while its block may still run). The message names the field.
+absl::Status ValidatePenalty(const Penalty& penalty);
+
+struct PenaltyState {
+  int64_t span_start_us = 0;     // the first denial of the current span
+  uint32_t denials = 0;          // in the current span
+  uint32_t offences = 0;         // since they were last forgotten
+  int64_t last_offence_us = 0;   // when the last one began
+  int64_t blocked_until_us = 0;  // 0: never blocked
+  friend bool operator==(const PenaltyState&, const PenaltyState&) = default;
+};
+
+// How long the key stays blocked from now_us, 0 when it is not.
+inline int64_t BlockedFor(const PenaltyState& state, int64_t now_us) {
+  return state.blocked_until_us > now_us ? state.blocked_until_us - now_us : 0;
+}
+
+// Records that the limit denied the key at now_us (not while it is blocked: nothing happens
+// then). Returns the block it starts, or 0 when this denial makes no offence.
+int64_t RecordDenial(PenaltyState& state, const Penalty& penalty, int64_t now_us);
+
+// The block of the offence numbered `offence` (1: the first): block x growth^(offence - 1), at
+// most max.
+int64_t BlockOf(const Penalty& penalty, uint32_t offence);
+
+// Whether the state can be dropped at now_us: nothing blocked, no offence to remember, no span
+// still counting.
+bool PenaltyIdle(const PenaltyState& state, const Penalty& penalty, int64_t now_us);
+
+}  // namespace sluice::algo
+
+#endif  // SLUICE_ALGO_PENALTY_H_

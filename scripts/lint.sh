@@ -87,25 +87,29 @@ function_size() {
   python3 "$root/scripts/check_function_size.py" "$@"
 }
 
-# --together FILE...: steps 4 and 5 with the files as one translation unit (a file of #includes
-# under $build/together/), the way the full run checks a library's sources (tests/lint_test.sh).
-if [[ ${1:-} == --together ]]; then
-  shift
-  prepare
-  python3 "$root/scripts/tidy_groups.py" "$build/compile_commands.json" "$root/src/" \
-    "$build/together" --together "$@"
-  group=$build/together/together.cc
-  [[ $1 == *_test.cc ]] && group=$build/together/together_test.cc
-  status=0
-  BUILD_DB=$build/together tidy_files "$group" || status=1
-  function_size "$@" || status=1
-  exit "$status"
-fi
+# The group files (one of #includes each) that scripts/tidy_groups.py listed in database DIR.
+groups_in() {
+  python3 -c 'import json, sys
+for e in json.load(open(sys.argv[1])): print(e["file"])' "$1/compile_commands.json"
+}
 
+# Given files: steps 4 and 5 on those only. With --together, step 4 takes them as one translation
+# unit (a file of #includes under $build/together/), the way the full run checks a library's
+# sources (tests/lint_test.sh).
 if (($# > 0)); then
   prepare
+  db=$build
+  if [[ $1 == --together ]]; then
+    shift
+    db=$build/together
+    python3 "$root/scripts/tidy_groups.py" "$build/compile_commands.json" "$root/src/" "$db" \
+      --together "$@"
+    mapfile -t targets < <(groups_in "$db")
+  else
+    targets=("$@")
+  fi
   status=0
-  tidy_files "$@" || status=1
+  BUILD_DB=$db tidy_files "${targets[@]}" || status=1
   function_size "$@" || status=1
   exit "$status"
 fi
@@ -134,8 +138,7 @@ prepare
 # of them, as the build's unity test binaries do; its findings still name the source and line.
 mapfile -t units < <(python3 "$root/scripts/tidy_groups.py" "$build/compile_commands.json" \
   "$root/src/" "$build/unity")
-mapfile -t groups < <(python3 -c 'import json, sys
-for e in json.load(open(sys.argv[1])): print(e["file"])' "$build/unity/compile_commands.json")
+mapfile -t groups < <(groups_in "$build/unity")
 echo "lint: ${#units[@]} translation units, as ${#groups[@]} groups ($build/unity/)"
 BUILD_DB=$build/unity tidy_files "${groups[@]}" || failed+=(clang-tidy)
 

@@ -159,24 +159,9 @@ expect "thread safety: in a test (*_test.cc), a guarded field read without its l
 # a finding in one of them is still reported at its file and line, and fails the run. (Copies
 # under src/, where .clang-tidy's HeaderFilterRegex shows findings of included files.)
 mkdir -p "$work/src"
-cat >"$work/src/together_mutex.cc" <<EOF
-#include "$work/prelude.h"
-namespace planted {
-int OnMutex::Read() {
-  absl::MutexLock lock(&mu_);
-  return n_;
-}
-}  // namespace planted
-EOF
-cat >"$work/src/together_spin_locked.cc" <<EOF
-#include "$work/prelude.h"
-namespace planted {
-int OnSpinLock::Read() {
-  sluice::util::SpinLockHolder lock(&mu_);
-  return n_;
-}
-}  // namespace planted
-EOF
+# The locked plant's two halves (its OnMutex read, its OnSpinLock read), and the unlocked one.
+sed '/^int OnSpinLock::Read/,/^}$/d' "$work/locked.cc" >"$work/src/together_mutex.cc"
+sed '/^int OnMutex::Read/,/^}$/d' "$work/locked.cc" >"$work/src/together_spin_locked.cc"
 cp "$work/spin_unlocked.cc" "$work/src/together_spin_unlocked.cc"
 expect "thread safety: files checked together, each read under its lock, pass" pass '' \
   lint --together "$work/src/together_mutex.cc" "$work/src/together_spin_locked.cc"

@@ -30,6 +30,18 @@ uint64_t ElementLimit(std::string_view element) {
   return id;
 }
 
+// `k=v,k=v`.
+std::string EntriesText(const Entries& entries) {
+  std::string text;
+  for (const Entry& e : entries) {
+    if (!text.empty()) text += ',';
+    text += e.key;
+    text += '=';
+    text += e.value;
+  }
+  return text;
+}
+
 }  // namespace
 
 std::optional<Entries> StateKeyEntries(std::string_view state_key) {
@@ -51,21 +63,13 @@ std::optional<Entries> StateKeyEntries(std::string_view state_key) {
     }
     rest.remove_prefix(digits + 1 + length);
   }
-  if (entries.empty() || state_key.empty()) return std::nullopt;
+  if (entries.empty()) return std::nullopt;
   return entries;
 }
 
 std::string StateKeyText(std::string_view state_key) {
   const std::optional<Entries> entries = StateKeyEntries(state_key);
-  if (!entries) return std::string(state_key);
-  std::string text;
-  for (const Entry& e : *entries) {
-    if (!text.empty()) text += ',';
-    text += e.key;
-    text += '=';
-    text += e.value;
-  }
-  return text;
+  return entries ? EntriesText(*entries) : std::string(state_key);
 }
 
 TopKeys::TopKeys(Options options) : options_(options), serial_(next_serial.fetch_add(1)) {}
@@ -156,13 +160,15 @@ std::vector<TopKeys::Row> TopKeys::Top(std::string_view domain, By by, int minut
   std::vector<Row> rows;
   for (auto& e : util::JoinedTop(sketches, n)) {
     const uint64_t id = ElementLimit(e.key);
+    const std::string_view state_key = std::string_view(e.key).substr(sizeof id);
+    std::optional<Entries> entries = StateKeyEntries(state_key);  // decoded once, for both
+    std::string key = entries ? EntriesText(*entries) : std::string(state_key);
     auto name = d->names.find(id);
-    rows.push_back(
-        {.limit = name != d->names.end() ? name->second : fmt::format("#{:x}", id),
-         .key = StateKeyText(std::string_view(e.key).substr(sizeof id)),
-         .entries = StateKeyEntries(std::string_view(e.key).substr(sizeof id)).value_or(Entries{}),
-         .count = e.count,
-         .error = e.error});
+    rows.push_back({.limit = name != d->names.end() ? name->second : fmt::format("#{:x}", id),
+                    .key = std::move(key),
+                    .entries = std::move(entries).value_or(Entries{}),
+                    .count = e.count,
+                    .error = e.error});
   }
   return rows;
 }

@@ -41,7 +41,7 @@ class TopKeys {
   struct Row {
     std::string limit;   // the limit's name (LimitName)
     std::string key;     // its descriptor, `k=v,k=v` (a shared wildcard's pattern as its value)
-    Entries entries;     // the same as entries (empty if the key did not decode)
+    Entries entries;     // the key as entries (empty if it did not decode)
     uint64_t count = 0;  // at least what the key had in the window
     uint64_t error = 0;  // count - error is at most that
   };

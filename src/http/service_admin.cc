@@ -238,8 +238,8 @@ void Service::Top(const HttpRequest& request, HttpResponse& response, Deferral& 
       looks.push_back({.domain = *domain, .descriptors = {std::move(d)}, .observed = false});
     }
   }
-  const auto render = [rows = std::move(rows), look_of, domain = *domain, by,
-                       window](const std::vector<engine::Response>& states) {
+  auto render = [rows = std::move(rows), look_of = std::move(look_of), domain = *domain, by,
+                 window](const std::vector<engine::Response>& states) {
     std::string keys;
     for (size_t i = 0; i < rows.size(); ++i) {
       std::string state = "null";
@@ -267,7 +267,7 @@ void Service::Top(const HttpRequest& request, HttpResponse& response, Deferral& 
   if (looks.empty()) return SetJson(response, beast_http::status::ok, render({}));
   AnswerMaybeLater(response, deferral, [&](Send send) {
     engine_.CheckAllAsync(config, std::move(looks), clock_->NowMicros(),
-                          [send, render](std::vector<engine::Response> states) {
+                          [send, render = std::move(render)](std::vector<engine::Response> states) {
                             HttpResponse answer;
                             SetJson(answer, beast_http::status::ok, render(states));
                             send(std::move(answer));

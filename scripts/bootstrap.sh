@@ -27,7 +27,7 @@ packages=(
   clang-format-14 clang-tidy-14 shellcheck
   # the .deb (make package, tests/package_e2e.sh): CPack's DEB generator runs `file`
   file
-  # the time zones of calendar windows (src/algo/calendar.h): the system's tz database
+  # the time zones of calendar windows (src/types/calendar.h): the system's tz database
   # (priority required, so on every Debian; named because the code reads it)
   tzdata
   # the OCI image (make image, tests/image_e2e.sh): podman builds it FROM scratch, offline, and

@@ -34,10 +34,17 @@ start_four s --config "$tmp/rules" --redis "redis://127.0.0.1:$rport"
 check "four instances up" 4 "$(for d in "${datas[@]}"; do [[ -n $d ]] && echo; done | wc -l)"
 check_contains "start-up line names the backend" "backend redis 127.0.0.1:$rport" "$(cat "$tmp/s0.out")"
 
-for algo in token_bucket fixed_window sliding_log sliding_window; do
-  # 4 x 30 = 120 requests for a limit of 40 per hour: exactly 40 admitted across the instances.
+for algo in token_bucket fixed_window sliding_log sliding_window calendar_day; do
+  # 4 x 30 = 120 requests for a limit of 40 per hour (calendar_day: per day in Chatham): exactly
+  # 40 admitted across the instances.
   check "$algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
 done
+# The calendar quota resets at Chatham's next midnight: X-RateLimit-Reset counts down to it.
+check "calendar_day: denied once spent" 429 "$(check_one "${datas[2]}" exact algo calendar_day)"
+chatham_midnight=$(TZ=Pacific/Chatham date -d 'tomorrow 00:00' +%s)
+reset_gap=$(( chatham_midnight - $(date +%s) - $(header X-RateLimit-Reset) ))
+check "calendar_day: X-RateLimit-Reset is the time to Chatham's midnight (±2 s)" 1 \
+  "$(( reset_gap >= -2 && reset_gap <= 2 ? 1 : 0 ))"
 
 check "rate-limit headers from Redis's state" 429 "$(check_one "${datas[1]}" exact algo token_bucket)"
 check "X-RateLimit-Remaining 0 on the deny" 0 "$(header X-RateLimit-Remaining)"
@@ -250,7 +257,7 @@ redis:
 EOF
 start_four c --config "$tmp/cluster-rules"
 check_contains "cluster: start-up line names it" "backend redis cluster" "$(cat "$tmp/c0.out")"
-for algo in token_bucket fixed_window sliding_log; do
+for algo in token_bucket fixed_window sliding_log calendar_day; do
   check "cluster $algo: exactly the limit admitted across 4 instances" 40 "$(fire exact algo "$algo" 30)"
 done
 spread=$(for p in "${cluster_ports[@]}"; do redis-cli -p "$p" dbsize; done | awk '$1 > 0' | wc -l)

@@ -41,6 +41,48 @@ inline constexpr uint64_t kMaxBurst = 0xFFFFFFFFu;
 inline constexpr int64_t kMaxWindowUs = int64_t{10} * 366 * 24 * 3600 * 1000000;  // ~10 years
 inline constexpr int64_t kMaxTimeUs = (int64_t{1} << 62) - 1;  // latest usable instant
 
+// Windows that follow the calendar of a time zone, for quotas ("10,000 calls per calendar month,
+// reset on the 1st at midnight in Europe/Berlin"): a day from local midnight to the next, an ISO
+// week from Monday's midnight, a month from the 1st, a year from January 1st. Their lengths vary
+// (a day is 23 or 25 hours across a daylight-saving change, a month 28 to 31 days); a midnight
+// that a zone skips starts the day at the jump. Zones come from the system's tz database
+// (Debian's tzdata). A value, a pointer's size: each unit and zone is loaded once for the
+// process's life and shared by every copy (at most 4 units x the database's few hundred zones).
+// Safe to share between threads.
+class Calendar {
+ public:
+  enum class Unit : uint8_t { kDay, kWeek, kMonth, kYear };
+
+  struct Window {
+    int64_t start_us = 0;  // the window's first instant (µs since the Unix epoch)
+    int64_t end_us = 0;    // the next window's first instant
+    friend bool operator==(const Window&, const Window&) = default;
+  };
+
+  // `unit` is "calendar_day", "calendar_week", "calendar_month" or "calendar_year"; `time_zone`
+  // an IANA name ("Europe/Berlin", "UTC"). InvalidArgument naming what is unknown.
+  static absl::StatusOr<Calendar> Make(std::string_view unit, std::string_view time_zone);
+  static absl::StatusOr<Calendar> Make(Unit unit, std::string_view time_zone);
+
+  Unit unit() const;
+  std::string_view unit_name() const;  // "calendar_month", ...
+  const std::string& time_zone() const;
+  // The unit's usual length, a Limit's window_us: 1 d, 7 d, 30 d or 365 d.
+  int64_t NominalUs() const;
+  // The window holding `t_us`: start_us <= t_us < end_us. Each thread remembers the last few
+  // windows it found, so that asking again within one costs a comparison, not the zone's rules.
+  Window WindowAt(int64_t t_us) const;
+
+  // Equal when unit and zone are: the same loaded calendar.
+  friend bool operator==(const Calendar&, const Calendar&) = default;
+
+  struct Impl;  // the loaded zone (opaque)
+
+ private:
+  explicit Calendar(const Impl* impl) : impl_(impl) {}
+  const Impl* impl_;  // never freed
+};
+
 struct Limit {
   Algorithm algorithm = Algorithm::kTokenBucket;
   // N: requests admitted per window. 0 is valid and denies everything.
@@ -50,6 +92,9 @@ struct Limit {
   // B. token_bucket: capacity (default N, must be >= 1). leaky_bucket: queue depth (default 0).
   // The window algorithms ignore it.
   std::optional<uint64_t> burst = std::nullopt;
+  // fixed_window only: its windows follow this calendar instead of starting at multiples of
+  // window_us since the epoch; window_us is then the calendar's NominalUs() (CalendarLimit).
+  std::optional<Calendar> calendar = std::nullopt;
 
   // token_bucket: the bucket size. leaky_bucket: B + 1, the most admitted at one instant.
   // fixed/sliding windows and sliding_log: N. (Inline: every decision's answer asks it.)
@@ -70,11 +115,16 @@ struct Limit {
 // Checks the bounds above; the message names the offending field.
 absl::Status ValidateLimit(const Limit& limit);
 
-// A 64-bit identity of the definition (algorithm, N, W, B). Equal limits have equal ids, so state
-// kept under an id survives a reload that does not change the limit.
+// A fixed_window quota of `requests` per window of `calendar`.
+Limit CalendarLimit(uint64_t requests, Calendar calendar);
+
+// A 64-bit identity of the definition (algorithm, N, W, B, and a calendar's unit and zone). Equal
+// limits have equal ids, so state kept under an id survives a reload that does not change the
+// limit.
 uint64_t LimitId(const Limit& limit);
 
-// "10/1s token_bucket burst=20", for logs and `explain`.
+// "10/1s token_bucket burst=20", "10000/calendar_month(Europe/Berlin) fixed_window", for logs and
+// `explain`.
 std::string DescribeLimit(const Limit& limit);
 
 // Parses durations such as "250ms", "1s", "30s", "5m", "1h", "1d", "1w", "1500us" and sums such

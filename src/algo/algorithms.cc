@@ -65,11 +65,18 @@ Decision DecideLeakyBucket(CompactState& state, int64_t now_us, const Limit& lim
 
 namespace {
 
+// The end of the fixed_window window that holds t_us: epoch-aligned, or its calendar's.
+int64_t FixedWindowEnd(const Limit& limit, int64_t t_us) {
+  if (limit.calendar) return limit.calendar->WindowAt(t_us).end_us;
+  return WindowStart(t_us, limit.window_us) + limit.window_us;
+}
+
 // The current window of a fixed_window state: its end and its count so far. (A count that
-// count_denied took past N ends with its window too, as upstream's counter does.)
+// count_denied took past N ends with its window too, as upstream's counter does.) The window's
+// bounds are looked up only when a new one starts.
 std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t now_us,
-                                           int64_t window_us) {
-  if (state.IsIdle(now_us)) return {WindowStart(now_us, window_us) + window_us, 0};
+                                           const Limit& limit) {
+  if (state.IsIdle(now_us)) return {FixedWindowEnd(limit, now_us), 0};
   return {state.idle_at_us, state.aux};
 }
 
@@ -77,7 +84,7 @@ std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t no
 
 Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
   const uint64_t n = limit.requests;
-  auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+  auto [end_us, count] = CurrentWindow(state, now_us, limit);
   Decision d;
   d.allowed = cost <= n && count + cost <= n;
   if (d.allowed && cost > 0) {
@@ -294,8 +301,8 @@ void RefundBucket(CompactState& state, int64_t now_us, const Limit& limit, uint6
 
 void RefundFixedWindow(CompactState& state, int64_t consumed_at_us, int64_t now_us,
                        const Limit& limit, uint64_t cost) {
-  const int64_t end_us = WindowStart(consumed_at_us, limit.window_us) + limit.window_us;
-  if (state.IsIdle(now_us) || state.idle_at_us != end_us) return;  // the window rolled
+  if (state.IsIdle(now_us)) return;
+  if (state.idle_at_us != FixedWindowEnd(limit, consumed_at_us)) return;  // the window rolled
   state.aux -= std::min(state.aux, cost);
   if (state.aux == 0) state = {};
 }
@@ -379,9 +386,9 @@ void ChargeBucket(CompactState& state, int64_t now_us, const Limit& limit, uint6
 
 void ChargeFixedWindow(CompactState& state, int64_t counted_at_us, int64_t now_us,
                        const Limit& limit, uint64_t cost) {
-  const int64_t w = limit.window_us;
-  if (WindowStart(counted_at_us, w) != WindowStart(now_us, w)) return;  // its window is over
-  auto [end_us, count] = CurrentWindow(state, now_us, w);
+  const int64_t end_us = FixedWindowEnd(limit, now_us);
+  if (FixedWindowEnd(limit, counted_at_us) != end_us) return;  // its window is over
+  uint64_t count = state.IsIdle(now_us) ? 0 : state.aux;
   count = count > UINT64_MAX - cost ? UINT64_MAX : count + cost;
   state = {end_us, count};
 }
@@ -478,7 +485,7 @@ void RecordOverdraft(CompactState& state, int64_t now_us, const Limit& limit, ui
       return ChargeBucket(state, now_us, limit, cost, static_cast<i128>(MaxDebt(limit)));
     case Algorithm::kFixedWindow: {
       // Upstream's counter: the count passes N, and ends with its window.
-      auto [end_us, count] = CurrentWindow(state, now_us, limit.window_us);
+      auto [end_us, count] = CurrentWindow(state, now_us, limit);
       if (count >= most) return;
       state = {end_us, count + std::min(cost, most - count)};
       return;

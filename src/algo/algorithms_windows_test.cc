@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "absl/time/civil_time.h"
+#include "absl/time/time.h"
 #include "algo/algorithms.h"
 #include "algo/algorithms_testing.h"
 #include "gtest/gtest.h"
@@ -69,6 +71,68 @@ TEST(FixedWindow, CostAboveOneMustFitInWhatIsLeft) {
   EXPECT_EQ(Decide(s, kT0 + 200 * kMs, limit, 3), Allow(0, 800 * kMs));
   EXPECT_EQ(Decide(s, kT0 + kSecond, limit, 10), Allow(0, kSecond));
   EXPECT_EQ(Decide(s, kT0 + kSecond, limit, 11), Deny(0, kNever, kSecond));
+}
+
+// ============================================================================================
+// fixed_window over calendar windows (Limit::calendar)
+// ============================================================================================
+
+int64_t UtcMicros(int y, int mo, int d, int h = 0, int mi = 0) {
+  return absl::ToUnixMicros(
+      absl::FromCivil(absl::CivilSecond(y, mo, d, h, mi, 0), absl::UTCTimeZone()));
+}
+
+Limit Quota(uint64_t n, const char* unit, const char* zone) {
+  return CalendarLimit(n, *Calendar::Make(unit, zone));
+}
+
+TEST(CalendarFixedWindow, AMonthlyQuotaResetsAtLocalMidnightOnTheFirst) {
+  // 3 a month in New York (UTC-5 in winter): January ends at 05:00 UTC on February 1st.
+  const Limit limit = Quota(3, "calendar_month", "America/New_York");
+  const int64_t feb1 = UtcMicros(2024, 2, 1, 5);
+  KeyState s;
+  EXPECT_EQ(Decide(s, UtcMicros(2024, 1, 3), limit, 1), Allow(2, feb1 - UtcMicros(2024, 1, 3)));
+  EXPECT_EQ(Decide(s, UtcMicros(2024, 1, 20), limit, 2), Allow(0, feb1 - UtcMicros(2024, 1, 20)));
+  const int64_t late = feb1 - kMinute;  // 23:59 on January 31st, local
+  EXPECT_EQ(Decide(s, late, limit, 1), Deny(0, kMinute, kMinute));
+  const Decision next = Decide(s, feb1, limit, 1);
+  EXPECT_TRUE(next.allowed);
+  EXPECT_EQ(next.remaining, 2);
+  EXPECT_EQ(next.reset_after_us, UtcMicros(2024, 3, 1, 5) - feb1);  // February's 29 days
+}
+
+TEST(CalendarFixedWindow, ADayAcrossTheSpringChangeIs23Hours) {
+  // Berlin, 31 March 2024: midnight is 23:00 UTC the day before; the day ends at 22:00 UTC.
+  const Limit limit = Quota(1, "calendar_day", "Europe/Berlin");
+  KeyState s;
+  const Decision first = Decide(s, UtcMicros(2024, 3, 30, 23), limit, 1);
+  EXPECT_EQ(first, Allow(0, 23 * 60 * kMinute));
+  EXPECT_EQ(Decide(s, UtcMicros(2024, 3, 31, 21, 59), limit, 1), Deny(0, kMinute, kMinute));
+  EXPECT_TRUE(Decide(s, UtcMicros(2024, 3, 31, 22), limit, 1).allowed);
+}
+
+TEST(CalendarFixedWindow, RefundsChargesAndOverdraftsKeepToTheCalendarWindow) {
+  const Limit limit = Quota(2, "calendar_day", "Asia/Kolkata");  // midnight is 18:30 UTC
+  const int64_t before = UtcMicros(2024, 5, 16, 18, 0), after = UtcMicros(2024, 5, 16, 19, 0);
+  KeyState s;
+  EXPECT_TRUE(Decide(s, before, limit, 2).allowed);
+  // A refund after the local midnight gives nothing back to the new day.
+  RefundCompact(s.compact, before, after, limit, 2);
+  EXPECT_EQ(s.compact.idle_at_us, UtcMicros(2024, 5, 16, 18, 30));
+  EXPECT_TRUE(Decide(s, after, limit, 2).allowed);
+  EXPECT_FALSE(Decide(s, after, limit, 1).allowed);
+  // Within the day it does.
+  RefundCompact(s.compact, after, after + kMinute, limit, 1);
+  EXPECT_TRUE(Decide(s, after + kMinute, limit, 1).allowed);
+  // A charge counted in the day before is not charged to this one; one counted today is.
+  ChargeCompact(s.compact, before, after + kMinute, limit, 5);
+  EXPECT_EQ(s.compact.aux, 2u);
+  ChargeCompact(s.compact, after, after + kMinute, limit, 5);
+  EXPECT_EQ(s.compact.aux, 7u);
+  // count_denied records past N, and ends with the local day.
+  KeyState t;
+  EXPECT_FALSE(DecideCompactCountingDenied(t.compact, after, limit, 3).allowed);
+  EXPECT_EQ(t.compact, (CompactState{UtcMicros(2024, 5, 17, 18, 30), 3}));
 }
 
 // ============================================================================================

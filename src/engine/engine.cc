@@ -85,6 +85,20 @@ uint32_t HotKeyRate(const Domain& domain, std::optional<backend::Consistency> li
   return split ? domain.hot_key_rate : 0;
 }
 
+// The limit a request's own LimitOverride asks for: an epoch-aligned fixed window of its unit,
+// as envoyproxy/ratelimit; with the domain's calendar_units, a day, week, month or year follows
+// the domain's calendar instead.
+Limit OverrideLimit(const Domain& domain, const LimitOverride& own) {
+  if (auto calendar = domain.unit_calendars.find(own.unit);
+      calendar != domain.unit_calendars.end()) {
+    return CalendarLimit(own.requests_per_unit, calendar->second);
+  }
+  return {.algorithm = Algorithm::kFixedWindow,
+          .requests = own.requests_per_unit,
+          .window_us = own.window_us,
+          .burst = std::nullopt};
+}
+
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
 // keys appended to `keys`.
@@ -134,10 +148,7 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
     const uint64_t cost = d.hits_addend.value_or(std::max<uint64_t>(1, request.hits_addend));
     result.quota = all_quota;
     if (d.limit.has_value()) {
-      Limit limit{.algorithm = Algorithm::kFixedWindow,
-                  .requests = d.limit->requests_per_unit,
-                  .window_us = d.limit->window_us,
-                  .burst = std::nullopt};
+      const Limit limit = OverrideLimit(*domain, *d.limit);
       if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
       AppliedLimit& applied = result.limits.emplace_back();
       applied.limit = limit;

@@ -158,6 +158,13 @@ struct Domain {
   // `hot_key_rate` is decided from leases, the hotter ones on copies (docs/hybrid.md).
   bool lease_cold_keys = false;
   uint32_t hot_key_rate = 1000;
+  // `time_zone:` (IANA): the zone of the domain's calendar windows (a limit's own time_zone wins).
+  std::string time_zone = "UTC";
+  // `calendar_units: true`: units day, week, month and year (also of RLS requests' own limits)
+  // are calendar windows in time_zone, not epoch-aligned spans of 1, 7, 30 and 365 days.
+  bool calendar_units = false;
+  // With calendar_units: the calendar of each unit, by its name ("day", ...).
+  std::map<std::string, Calendar, std::less<>> unit_calendars;
 };
 
 // redis.tls: how to talk TLS to rediss:// servers (stack makes redis::TlsOptions of it; what

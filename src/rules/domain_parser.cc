@@ -17,15 +17,15 @@ const std::vector<std::string_view> kDescriptorKeys = {
     "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
     "metadata",    "plan_from"};
 const std::vector<std::string_view> kRateLimitKeys = {
-    "unit",   "requests_per_unit", "unlimited",   "name",       "replaces", "algorithm", "burst",
-    "window", "requests",          "shadow_mode", "consistency"};
+    "unit",   "requests_per_unit", "unlimited",   "name",        "replaces", "algorithm", "burst",
+    "window", "requests",          "shadow_mode", "consistency", "time_zone"};
 const std::vector<std::string_view> kLimitEntryKeys = {
-    "requests", "requests_per_unit", "window",     "unit", "algorithm", "burst",
-    "name",     "shadow_mode",       "consistency"};
+    "requests", "requests_per_unit", "window",      "unit",     "algorithm", "burst",
+    "name",     "shadow_mode",       "consistency", "time_zone"};
 const std::vector<std::string_view> kDomainKeys = {
     "domain",       "descriptors",  "plans",       "default_plan", "clients",
     "failure_mode", "count_denied", "shadow_mode", "http",         "consistency",
-    "hot_keys",     "hot_key_rate", "cold_keys"};
+    "hot_keys",     "hot_key_rate", "cold_keys",   "time_zone",    "calendar_units"};
 // hot_key_rate: requests per second on one instance (backend::Item::hot_key_rate is 32 bits).
 constexpr uint64_t kMaxHotKeyRate = 1000000000;
 
@@ -59,6 +59,22 @@ class DomainParser {
     }
     if (auto consistency = ParseConsistency(doc)) domain_.consistency = *consistency;
     ParseHotKeys(doc);
+    if (auto zone = r_.String(doc, "time_zone")) {
+      if (absl::Status s = Calendar::Make(Calendar::Unit::kDay, *zone).status(); !s.ok()) {
+        r_.Error(doc["time_zone"], std::string(s.message()));
+      } else {
+        domain_.time_zone = *zone;
+      }
+    }
+    domain_.calendar_units = r_.Bool(doc, "calendar_units").value_or(false);
+    if (domain_.calendar_units) {
+      for (const char* unit : {"day", "week", "month", "year"}) {
+        if (auto calendar = Calendar::Make(std::string("calendar_") + unit, domain_.time_zone);
+            calendar.ok()) {
+          domain_.unit_calendars.emplace(unit, *calendar);
+        }
+      }
+    }
     if (auto clients = r_.String(doc, "clients")) {
       domain_.clients_path = *clients;
       domain_.clients_at = r_.FieldPosition(doc, "clients");
@@ -319,10 +335,17 @@ class DomainParser {
                        [](unsigned char c) { return std::tolower(c); });
         if (rule.limit.window_us == 0) {
           r_.Error(map["unit"], fmt::format("invalid rate limit unit '{}'", *unit));
+        } else if (domain_.calendar_units && rule.limit.window_us >= UnitMicros("day")) {
+          SetCalendar(map, "unit", "calendar_" + rule.unit, rule.limit);
         }
       }
     } else if (has_window) {
-      rule.limit.window_us = r_.Duration(map, "window").value_or(0);
+      const std::optional<std::string> text = r_.String(map, "window");
+      if (text && text->starts_with("calendar_")) {
+        SetCalendar(map, "window", *text, rule.limit);
+      } else {
+        rule.limit.window_us = r_.Duration(map, "window").value_or(0);
+      }
     } else {
       r_.Error(map, fmt::format("{} needs a unit (second, minute, hour, day, week, month, year) "
                                 "or a window (e.g. 30s)",
@@ -342,6 +365,12 @@ class DomainParser {
         }
       }
     }
+    if (map["time_zone"].IsDefined() && !rule.limit.calendar && r_.error_count() == errors_before) {
+      r_.Error(map["time_zone"],
+               fmt::format("{}: time_zone applies to calendar windows (window: calendar_day, "
+                           "calendar_week, calendar_month or calendar_year)",
+                           what));
+    }
     rule.shadow_mode = r_.Bool(map, "shadow_mode").value_or(false);
     rule.consistency = ParseConsistency(map);
     if (r_.error_count() != errors_before) return std::nullopt;
@@ -350,6 +379,23 @@ class DomainParser {
       return std::nullopt;
     }
     return rule;
+  }
+
+  // A calendar window `unit` ("calendar_month") for `limit`, in the entry's time_zone or else the
+  // domain's; an error at `field` when either is unknown.
+  void SetCalendar(const yaml::Node& map, const char* field, const std::string& unit,
+                   Limit& limit) {
+    const std::string zone = r_.String(map, "time_zone").value_or(domain_.time_zone);
+    absl::StatusOr<Calendar> calendar = Calendar::Make(unit, zone);
+    if (!calendar.ok()) {
+      const std::string message(calendar.status().message());
+      const bool zone_at_fault = message.starts_with("unknown time");
+      r_.Error(zone_at_fault && map["time_zone"].IsDefined() ? map["time_zone"] : map[field],
+               message);
+      return;
+    }
+    limit.window_us = calendar->NominalUs();
+    limit.calendar = *calendar;
   }
 
   YamlReader& r_;

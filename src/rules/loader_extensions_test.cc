@@ -433,3 +433,83 @@ descriptors:
 
 }  // namespace
 }  // namespace sluice::rules
+
+namespace sluice::rules {
+namespace {
+
+TEST(LoaderCalendarTest, CalendarWindowsInALimitsZoneOrTheDomains) {
+  auto config = test::MustLoad(R"yaml(domain: quotas
+time_zone: Asia/Kolkata
+descriptors:
+  - key: plan
+    value: pro
+    rate_limit: {requests: 10000, window: calendar_month, time_zone: Europe/Berlin}
+  - key: plan
+    value: free
+    limits:
+      - {requests: 100, window: calendar_day}
+      - {requests: 10, window: 1m}
+  - key: legacy
+    rate_limit: {unit: month, requests_per_unit: 5}
+)yaml");
+  ASSERT_NE(config, nullptr);
+  const Domain* domain = config->FindDomain("quotas");
+  EXPECT_EQ(domain->time_zone, "Asia/Kolkata");
+  EXPECT_FALSE(domain->calendar_units);
+  const Limit& pro = test::Child(domain->root, 0)->limits[0].limit;
+  ASSERT_TRUE(pro.calendar.has_value());
+  EXPECT_EQ(pro.calendar->unit(), Calendar::Unit::kMonth);
+  EXPECT_EQ(pro.calendar->time_zone(), "Europe/Berlin");
+  EXPECT_EQ(pro.algorithm, Algorithm::kFixedWindow);
+  EXPECT_EQ(pro.window_us, 30 * 86400 * test::kSecondUs);
+  const auto& free = test::Child(domain->root, 1)->limits;
+  ASSERT_EQ(free.size(), 2u);
+  EXPECT_EQ(free[0].limit.calendar->time_zone(), "Asia/Kolkata");  // the domain's
+  EXPECT_EQ(free[0].limit.calendar->unit(), Calendar::Unit::kDay);
+  EXPECT_FALSE(free[1].limit.calendar.has_value());
+  // Without calendar_units, `unit: month` stays upstream's 30 days from the epoch.
+  EXPECT_FALSE(test::Child(domain->root, 2)->limits[0].limit.calendar.has_value());
+}
+
+TEST(LoaderCalendarTest, CalendarUnitsTurnDaysToMonthsIntoCalendarWindows) {
+  auto config = test::MustLoad(R"yaml(domain: d
+calendar_units: true
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: DAY, requests_per_unit: 5}
+  - key: c
+    rate_limit: {unit: year, requests_per_unit: 5}
+)yaml");
+  ASSERT_NE(config, nullptr);
+  const Domain* domain = config->FindDomain("d");
+  EXPECT_FALSE(test::Child(domain->root, 0)->limits[0].limit.calendar.has_value());
+  const Limit& day = test::Child(domain->root, 1)->limits[0].limit;
+  ASSERT_TRUE(day.calendar.has_value());
+  EXPECT_EQ(day.calendar->unit(), Calendar::Unit::kDay);
+  EXPECT_EQ(day.calendar->time_zone(), "UTC");
+  EXPECT_EQ(test::Child(domain->root, 2)->limits[0].limit.calendar->unit(), Calendar::Unit::kYear);
+  EXPECT_EQ(domain->unit_calendars.size(), 4u);
+}
+
+TEST(LoaderCalendarTest, MistakesAreNamedWhereTheyAre) {
+  using ::testing::ElementsAre;
+  EXPECT_THAT(test::Errors("domain: d\ntime_zone: Mars/Olympus\n"),
+              ElementsAre(::testing::HasSubstr("t.yaml:2:12: unknown time zone 'Mars/Olympus'")));
+  EXPECT_THAT(test::Errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests: 1, "
+                           "window: calendar_month, time_zone: Europe/Nowhere}\n"),
+              ElementsAre(::testing::HasSubstr("unknown time zone 'Europe/Nowhere'")));
+  EXPECT_THAT(test::Errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests: 1, "
+                           "window: calendar_fortnight}\n"),
+              ElementsAre(::testing::HasSubstr("unknown calendar window 'calendar_fortnight'")));
+  EXPECT_THAT(test::Errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests: 1, "
+                           "window: 1h, time_zone: UTC}\n"),
+              ElementsAre(::testing::HasSubstr("time_zone applies to calendar windows")));
+  EXPECT_THAT(test::Errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests: 1, "
+                           "window: calendar_day, algorithm: token_bucket}\n"),
+              ElementsAre(::testing::HasSubstr("applies to fixed_window, not token_bucket")));
+}
+
+}  // namespace
+}  // namespace sluice::rules

@@ -69,6 +69,18 @@ absl::Status ValidateLimit(const Limit& limit) {
     return absl::InvalidArgumentError(fmt::format("window must be between 1us and {}, got {}us",
                                                   FormatDuration(kMaxWindowUs), limit.window_us));
   }
+  if (limit.calendar) {
+    if (limit.algorithm != Algorithm::kFixedWindow) {
+      return absl::InvalidArgumentError(
+          fmt::format("a calendar window ({}) applies to fixed_window, not {}",
+                      limit.calendar->unit_name(), AlgorithmName(limit.algorithm)));
+    }
+    if (limit.window_us != limit.calendar->NominalUs()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "a {} limit's window must be its nominal {}, got {}us", limit.calendar->unit_name(),
+          FormatDuration(limit.calendar->NominalUs()), limit.window_us));
+    }
+  }
   if (limit.burst.has_value()) {
     if (*limit.burst > kMaxBurst) {
       return absl::InvalidArgumentError(
@@ -91,16 +103,32 @@ absl::Status ValidateLimit(const Limit& limit) {
   return absl::OkStatus();
 }
 
+Limit CalendarLimit(uint64_t requests, Calendar calendar) {
+  const int64_t window_us = calendar.NominalUs();
+  return {.algorithm = Algorithm::kFixedWindow,
+          .requests = requests,
+          .window_us = window_us,
+          .burst = std::nullopt,
+          .calendar = calendar};
+}
+
 uint64_t LimitId(const Limit& limit) {
   const uint64_t fields[5] = {static_cast<uint64_t>(limit.algorithm), limit.requests,
                               static_cast<uint64_t>(limit.window_us),
                               limit.burst.has_value() ? 1u : 0u, limit.burst.value_or(0)};
-  return XXH3_64bits(fields, sizeof fields);
+  const uint64_t id = XXH3_64bits(fields, sizeof fields);
+  if (!limit.calendar) return id;
+  // A calendar's unit and zone too: a quota per Berlin month is not one per New York month.
+  const std::string zone =
+      fmt::format("{}/{}", limit.calendar->unit_name(), limit.calendar->time_zone());
+  return XXH3_64bits_withSeed(zone.data(), zone.size(), id);
 }
 
 std::string DescribeLimit(const Limit& limit) {
-  std::string s = fmt::format("{}/{} {}", limit.requests, FormatDuration(limit.window_us),
-                              AlgorithmName(limit.algorithm));
+  const std::string window = limit.calendar ? fmt::format("{}({})", limit.calendar->unit_name(),
+                                                          limit.calendar->time_zone())
+                                            : FormatDuration(limit.window_us);
+  std::string s = fmt::format("{}/{} {}", limit.requests, window, AlgorithmName(limit.algorithm));
   if (limit.burst.has_value()) s += fmt::format(" burst={}", *limit.burst);
   return s;
 }

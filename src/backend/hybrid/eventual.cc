@@ -90,8 +90,9 @@ bool Eventual::Decidable(const Item& item) {
       item.count_denied) {
     return false;
   }
+  // A calendar window (Limit::calendar) is always decided by the store, exactly.
   const Algorithm a = item.limit->algorithm;
-  return a == Algorithm::kTokenBucket || a == Algorithm::kFixedWindow ||
+  return a == Algorithm::kTokenBucket || (a == Algorithm::kFixedWindow && !item.limit->calendar) ||
          a == Algorithm::kSlidingWindow;
 }
 

@@ -67,8 +67,9 @@ Leases::~Leases() = default;
 
 bool Leases::Leasable(const Item& item) {
   if (item.cost == 0 || item.shadow || item.count_denied) return false;
+  // A calendar window (Limit::calendar) is always decided by the store, exactly.
   const Algorithm a = item.limit->algorithm;
-  return a == Algorithm::kTokenBucket || a == Algorithm::kFixedWindow ||
+  return a == Algorithm::kTokenBucket || (a == Algorithm::kFixedWindow && !item.limit->calendar) ||
          a == Algorithm::kSlidingWindow;
 }
 

@@ -98,7 +98,8 @@ bool Leasable(const backend::Item& item) {
       item.sharing.consistency != backend::Consistency::kExact || item.sharing.hot_key_rate > 0;
   return chosen && !item.shadow && !item.count_denied && item.cost > 0 &&
          item.cost <= LocalLeases::kMaxUnits && item.key.size() <= LocalLeases::kMaxKeyBytes &&
-         (algorithm == Algorithm::kFixedWindow || algorithm == Algorithm::kTokenBucket);
+         ((algorithm == Algorithm::kFixedWindow && !item.limit->calendar) ||
+          algorithm == Algorithm::kTokenBucket);
 }
 
 }  // namespace

@@ -241,7 +241,8 @@ MemoryStore::LeaseGrant MemoryStore::Lease(const Item& item, uint64_t want, int6
                                            int64_t life_us) {
   const Limit& limit = *item.limit;
   const bool bucket = limit.algorithm == Algorithm::kTokenBucket;
-  if ((!bucket && limit.algorithm != Algorithm::kFixedWindow) || want == 0) return {};
+  const bool window = limit.algorithm == Algorithm::kFixedWindow && !limit.calendar;
+  if ((!bucket && !window) || want == 0) return {};
   const uint64_t hash = Hash(item.limit_id, item.key);
   Shard& shard = ShardFor(hash);
   util::SpinLockHolder lock(&shard.mu);

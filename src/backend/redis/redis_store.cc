@@ -46,8 +46,8 @@ void RedisStore::Refund(std::span<const backend::Item> items, int64_t decided_at
     limits[i] = *items[i].limit;
     Place place = StatePlace(limits[i], items[i].limit_id, items[i].key);
     const uint16_t slot = client_->cluster() ? KeySlot(place.key) : 0;
-    by_slot[slot].push_back(
-        {&limits[i], std::move(place.key), items[i].cost, false, false, std::move(place.field)});
+    by_slot[slot].push_back({&limits[i], std::move(place.key), items[i].cost, false, false,
+                             std::move(place.field), decided_at_us});
   }
   struct Gather {
     Gather(size_t waiting, std::function<void(absl::Status)> done)
@@ -205,12 +205,14 @@ void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
   queued.limits.reserve(items.size());
   queued.items.reserve(items.size());
   for (const auto& it : items) queued.limits.push_back(*it.limit);
+  const int64_t near_us = client_->clock().NowMicros();  // calendar windows' boundaries
   bool one_slot = true;
   uint16_t first_slot = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     Place place = StatePlace(queued.limits[i], items[i].limit_id, items[i].key);
     queued.items.push_back({&queued.limits[i], std::move(place.key), items[i].cost,
-                            items[i].count_denied, items[i].shadow, std::move(place.field)});
+                            items[i].count_denied, items[i].shadow, std::move(place.field),
+                            near_us});
     if (!cluster) continue;
     const uint16_t slot = KeySlot(queued.items[i].key);
     if (i == 0) first_slot = slot;

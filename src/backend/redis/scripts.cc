@@ -64,17 +64,32 @@ absl::Status CheckExactRange(const Limit& limit) {
 namespace {
 
 // An item's six numbers as decide.lua reads them (struct '<dddddd'): its kind. Flags: 1
-// count_denied, 2 shadow, 4 its state is a hash field.
+// count_denied, 2 shadow, 4 its state is a hash field, 8 a calendar window.
 constexpr size_t kKindBytes = 6 * sizeof(double);
+
+// A calendar window's two numbers in place of W and the capacity (decide.lua, "Calendar
+// windows"): the boundary nearest `near_us`, and the end of the window that starts there.
+std::pair<int64_t, int64_t> CalendarBoundaries(const Calendar& calendar, int64_t near_us) {
+  const Calendar::Window window = calendar.WindowAt(near_us);
+  if (near_us - window.start_us < window.end_us - near_us) return {window.start_us, window.end_us};
+  return {window.end_us, calendar.WindowAt(window.end_us).end_us};
+}
 
 // An item's kind as decide.lua reads it: six little-endian doubles, written to `out`.
 void PackKindInto(const DecideItem& it, char* out) {
   const Limit& l = *it.limit;
-  const int flags = (it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0) | (it.field.empty() ? 0 : 4);
+  int flags = (it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0) | (it.field.empty() ? 0 : 4);
+  double w = static_cast<double>(l.window_us), capacity = static_cast<double>(l.Capacity());
+  if (l.calendar) {
+    const auto [boundary, end] = CalendarBoundaries(*l.calendar, it.near_us);
+    w = static_cast<double>(boundary);
+    capacity = static_cast<double>(end);
+    flags |= 8;
+  }
   const double numbers[6] = {static_cast<double>(AlgorithmCode(l.algorithm)),
                              static_cast<double>(l.requests),
-                             static_cast<double>(l.window_us),
-                             static_cast<double>(l.Capacity()),
+                             w,
+                             capacity,
                              static_cast<double>(it.cost),
                              static_cast<double>(flags)};
   static_assert(sizeof numbers == kKindBytes);

@@ -37,6 +37,10 @@ struct DecideItem {
   bool count_denied;
   bool shadow;
   std::string field = {};  // the state's field in hash `key`; empty: `key` is a string of its own
+  // A calendar window's (Limit::calendar): an instant near Redis's time of the call (the
+  // caller's clock), around which the window boundaries sent are found (decide.lua, "Calendar
+  // windows").
+  int64_t near_us = 0;
 };
 
 // The EVALSHA (or, with `sha` empty, EVAL) taking a lease of up to `want` units of `item`'s

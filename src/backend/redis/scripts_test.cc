@@ -108,11 +108,15 @@ class ScriptsFixture : public ::testing::Test {
   // (sliding_log states are never packed).
   DecideItem ToDecide(const ScriptItem& item) const {
     if (!packed_ || item.limit->algorithm == Algorithm::kSlidingLog) {
-      return {item.limit, fmt::format("t:{}:{}", item.limit_id, item.key), item.cost,
-              item.count_denied, item.shadow};
+      return {item.limit,       fmt::format("t:{}:{}", item.limit_id, item.key),
+              item.cost,        item.count_denied,
+              item.shadow,      {},
+              calendar_near_us_};
     }
-    return {item.limit,  fmt::format("t:h{}", item.limit_id % 2),      item.cost, item.count_denied,
-            item.shadow, fmt::format("{}:{}", item.limit_id, item.key)};
+    return {item.limit,       fmt::format("t:h{}", item.limit_id % 2),
+            item.cost,        item.count_denied,
+            item.shadow,      fmt::format("{}:{}", item.limit_id, item.key),
+            calendar_near_us_};
   }
   // Whether `item`'s state is stored.
   bool Stored(const ScriptItem& item) {
@@ -173,6 +177,7 @@ class ScriptsFixture : public ::testing::Test {
   }
 
   const bool packed_;
+  int64_t calendar_near_us_ = 0;  // DecideItem::near_us of the calls sent
   testing::RedisServer server_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
@@ -300,6 +305,54 @@ TEST_P(ScriptsTest, RefundsAgree) {
   }
   EXPECT_EQ(agreed, total);
   EXPECT_GT(refunds, 30);
+}
+
+// Calendar windows: the script picks the window holding Redis's time from the two boundaries
+// the caller sends (found near the caller's clock), and so decides as the C++ side does with
+// the zone's rules at Redis's time, whether the caller's clock is on Redis's side of a boundary
+// or not; a caller whose clock is days behind gets an error, and nothing is written.
+TEST_P(ScriptsTest, CalendarWindowsAgreeOnEitherSideOfABoundary) {
+  ASSERT_FALSE(sha_.empty());
+  const std::vector<Limit> limits = {
+      CalendarLimit(5, *Calendar::Make("calendar_day", "Pacific/Chatham")),
+      CalendarLimit(7, *Calendar::Make("calendar_month", "Europe/Berlin")),
+      CalendarLimit(3, *Calendar::Make("calendar_week", "America/New_York"))};
+  for (size_t l = 0; l < limits.size(); ++l) {
+    const Limit& limit = limits[l];
+    const int64_t wall = SystemClock::Get()->NowMicros();
+    const Calendar::Window window = limit.calendar->WindowAt(wall);
+    // The caller's clock: Redis's; just past the window's end (ahead of Redis); just before its
+    // start (behind).
+    for (const int64_t near : {wall, window.end_us + 1, window.start_us - 1}) {
+      calendar_near_us_ = near;
+      for (int i = 0; i < 5; ++i) {
+        const ScriptItem item{&limit, l + 300, "cal", 1 + static_cast<uint64_t>(i % 2),
+                              i == 4, false};
+        DecideResult redis;
+        ASSERT_TRUE(Agree({item}, DescribeLimit(limit), &redis));
+        ASSERT_GT(redis.decisions[0].reset_after_us, 0);
+        if (redis.allowed) {
+          const DecideItem refund = ToDecide(item);
+          auto reply = SendRaw(EncodeRefund(sha_, std::span(&refund, 1), redis.now_us));
+          ASSERT_TRUE(reply.ok() && reply->type == Reply::Type::kArray) << DescribeLimit(limit);
+          const backend::Item store_item{.limit = &limit,
+                                         .limit_id = item.limit_id,
+                                         .key = item.key,
+                                         .cost = item.cost,
+                                         .count_denied = false,
+                                         .shadow = false};
+          store_.Refund(std::span(&store_item, 1), redis.now_us, reply->elements[0].integer);
+        }
+      }
+    }
+    calendar_near_us_ = window.start_us - 3 * limit.window_us;
+    const DecideItem stale = ToDecide({&limit, l + 300, "stale", 1, false, false});
+    auto reply = SendRaw(EncodeDecide(sha_, std::span(&stale, 1), /*commit=*/true));
+    ASSERT_TRUE(reply.ok());
+    EXPECT_TRUE(reply->IsError());
+    EXPECT_THAT(reply->str, ::testing::HasSubstr("clocks of Redis and sluice differ"));
+    EXPECT_FALSE(Stored({&limit, l + 300, "stale", 1, false, false}));
+  }
 }
 
 // Refunding everything a key consumed leaves it as a new key: gone from Redis.

@@ -46,7 +46,7 @@ end
 local function fixed(st, now, n, w, cost)
   local ends, count
   if now >= st[1] then
-    ends = now - now % w + w
+    ends = window_end(now, w)
     count = 0
   else
     ends = st[1]
@@ -196,7 +196,7 @@ end
 
 local function refund_fixed(st, at, now, w, cost)
   if st[1] <= now then return true end
-  if st[1] ~= window_start(at, w) + w then return false end  -- the window rolled
+  if st[1] ~= window_end(at, w) then return false end  -- the window rolled
   st[2] = st[2] - min(st[2], cost)
   return st[2] == 0
 end
@@ -276,7 +276,7 @@ local function record(alg, st, now, n, w, cost)
     charge_bucket(st, now, n, w, cost, max_recorded)
   elseif alg == 2 then
     -- upstream's counter: the count passes N, and ends with its window
-    if now >= st[1] then st[1], st[2] = now - now % w + w, 0 end
+    if now >= st[1] then st[1], st[2] = window_end(now, w), 0 end
     if st[2] < max_recorded then st[2] = st[2] + min(cost, max_recorded - st[2]) end
   elseif alg == 4 then
     if n == 0 then return end

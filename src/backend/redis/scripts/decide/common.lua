@@ -32,7 +32,8 @@
 --   algorithm: 0 token_bucket, 1 leaky_bucket, 2 fixed_window, 3 sliding_log, 4 sliding_window
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
 --   flags:     1 = count_denied (record a denied request's cost: algo::RecordOverdraft), 2 = shadow,
---              4 = the state is a field of a hash (see "Packed states" below)
+--              4 = the state is a field of a hash (see "Packed states" below), 8 = a calendar
+--              window (see "Calendar windows" below)
 -- then the plan, one string of counts, each a byte below 255, else 255 and three bytes
 -- (little-endian): per request its item count M, then per item the number of its kind (1..L) and
 -- the number of its state (1..S); the states are numbered in the order the items first use them;
@@ -77,6 +78,15 @@
 -- (PXAT) that end rounded up to the ms: it goes on its own, and one whose end has passed while
 -- Redis still holds it counts for nothing.
 --
+-- Calendar windows (a fixed_window whose windows follow a time zone's calendar, Limit::calendar):
+-- Redis has no time zones, so the sender works out the boundaries from the zone's rules near its
+-- own clock and sends two, in place of W and the capacity: B, the boundary nearest its clock,
+-- and E, the end of the window that starts at B. Redis's `now` (or a refund's decision time) is
+-- in the window ending at B when it is before B, else in the one ending at E: right while the
+-- clocks differ by less than half a window (12 hours at least). A call whose TIME is not before
+-- E changes nothing and fails, naming the clocks. Inside the script such a kind's W is the
+-- negated end of the window that holds its `now`: fixed() and the rest read -W as that end.
+--
 -- Packed states: an item with a field keeps its state in that field of a hash shared with other
 -- limiter keys (redis.buckets), which costs far less memory per state than a key of its own.
 -- Redis 7.0 has no expiry per field, so: a field whose idle_at has passed counts as absent (its
@@ -107,6 +117,33 @@ end
 
 local function window_start(now, w)
   return now - now % w
+end
+
+-- The end of a fixed_window's window that holds t: W < 0 carries it (a calendar's, see above).
+local function window_end(t, w)
+  if w < 0 then return -w end
+  return t - t % w + w
+end
+
+-- A calendar kind's W for instant t (see "Calendar windows"): the negated end of t's window, or
+-- nil when t is not before E.
+local function calendar_w(t, b, e)
+  if t < b then return -b end
+  if t < e then return -e end
+  return nil
+end
+
+local calendar_skew = 'sluice: Redis time is past the calendar window its caller sent; '
+  .. 'the clocks of Redis and sluice differ by hours'
+
+-- The kind of a decision or refund item: algorithm, N, W, capacity, cost, flags; a calendar
+-- kind's W worked out for instant t (nil when t is past it), and its capacity N.
+local function parse_kind(arg, t)
+  local alg, n, w, cap, cost, flags = unpack('<dddddd', arg)
+  if flags >= 8 then
+    w, cap = calendar_w(t, w, cap), n
+  end
+  return alg, n, w, cap, cost, flags
 end
 
 -- --- states: {idle, a, b} for the O(1) algorithms; {idle, 0, 0, log = {at1, cost1, at2, ...}}

@@ -26,7 +26,8 @@ end
 -- The kinds of item: {alg, n, w, cap, cost, count_denied, counts (not shadow), in a hash field}.
 local kinds = {}
 for i = 1, tonumber(ARGV[arg]) do
-  local alg, n, w, cap, cost, flags = unpack('<dddddd', ARGV[arg + i])
+  local alg, n, w, cap, cost, flags = parse_kind(ARGV[arg + i], now)
+  if not w then return redis.error_reply(calendar_skew) end
   kinds[i] = {alg, n, w, cap, cost, flags % 2 == 1, flags % 4 < 2, flags % 8 >= 4}
 end
 arg = arg + #kinds + 1

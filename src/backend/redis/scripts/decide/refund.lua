@@ -6,10 +6,10 @@ if ARGV[1] == '2' then
   local at = tonumber(ARGV[2])
   for i = 1, tonumber(ARGV[3]) do
     local key = KEYS[i]
-    local alg, n, w, _, cost = unpack('<dddddd', ARGV[3 + i])
+    local alg, n, w, _, cost = parse_kind(ARGV[3 + i], at)
     local field = item_field(ARGV[3 + i])
     local raw = load(key, field)
-    if raw and cost > 0 then
+    if raw and cost > 0 and w then  -- (no w: a calendar window long over, nothing to give)
       local st = parse(alg, raw)
       if refund(alg, st, at, now, n, w, cost) then
         if field then call('HDEL', key, field) else call('DEL', key) end

@@ -1,4 +1,5 @@
-// Windows that follow the calendar of a time zone: a day from local midnight to the next, an ISO
+// The rules behind sluice::Calendar (include/sluice/limit.h). Windows that follow the calendar of
+// a time zone: a day from local midnight to the next, an ISO
 // week from Monday's midnight, a month from the 1st, a year from January 1st. Their length
 // varies (a day is 23 or 25 hours across a daylight-saving change, a month 28 to 31 days), so a
 // quota over one is counted per window [start, end) found here, not per a fixed window_us.
@@ -7,8 +8,8 @@
 // Thread safety: pure functions (absl::TimeZone is a value, safe to share). Units: µs since the
 // Unix epoch. Zones come from the system's tz database (/usr/share/zoneinfo, Debian's tzdata).
 
-#ifndef SLUICE_ALGO_CALENDAR_H_
-#define SLUICE_ALGO_CALENDAR_H_
+#ifndef SLUICE_TYPES_CALENDAR_H_
+#define SLUICE_TYPES_CALENDAR_H_
 
 #include <cstdint>
 #include <optional>
@@ -16,10 +17,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sluice/limit.h"
 
-namespace sluice::algo {
+namespace sluice::types {
 
-enum class CalendarUnit { kDay, kWeek, kMonth, kYear };
+using CalendarUnit = Calendar::Unit;
+using CalendarBounds = Calendar::Window;
 
 // "calendar_day", "calendar_week", "calendar_month", "calendar_year"; nullopt for anything else.
 std::optional<CalendarUnit> ParseCalendarUnit(std::string_view name);
@@ -29,15 +32,9 @@ std::string_view CalendarUnitName(CalendarUnit unit);
 // database does not have it.
 absl::StatusOr<absl::TimeZone> LoadCalendarZone(std::string_view name);
 
-struct CalendarBounds {
-  int64_t start_us = 0;  // the window's first instant
-  int64_t end_us = 0;    // the next window's first instant
-  friend bool operator==(const CalendarBounds&, const CalendarBounds&) = default;
-};
-
 // The window of `unit` in `zone` that holds the instant `t_us`: start_us <= t_us < end_us.
 CalendarBounds CalendarWindow(CalendarUnit unit, const absl::TimeZone& zone, int64_t t_us);
 
-}  // namespace sluice::algo
+}  // namespace sluice::types
 
-#endif  // SLUICE_ALGO_CALENDAR_H_
+#endif  // SLUICE_TYPES_CALENDAR_H_

@@ -1,19 +1,21 @@
-// Tests for algo/calendar.h against the system's tz database (Debian's tzdata): day, ISO week,
+// Tests for types/calendar.h against the system's tz database (Debian's tzdata): day, ISO week,
 // month and year windows in zones east and west of UTC, across daylight-saving changes (a 23- and
 // a 25-hour day in Berlin, a skipped midnight in Santiago), months of 28 to 31 days, and instants
 // on a window's edges.
 
-#include "algo/calendar.h"
+#include "types/calendar.h"
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/units.h"
 
-namespace sluice::algo {
+namespace sluice::types {
 namespace {
 
 using sluice::testing::kHour;
@@ -141,4 +143,77 @@ TEST(CalendarTest, EveryInstantIsInItsWindowAndWindowsTileTime) {
 }
 
 }  // namespace
-}  // namespace sluice::algo
+}  // namespace sluice::types
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kCalendarHour = sluice::testing::kHour;
+
+int64_t UtcAt(int y, int mo, int d, int h = 0) {
+  return absl::ToUnixMicros(
+      absl::FromCivil(absl::CivilSecond(y, mo, d, h, 0, 0), absl::UTCTimeZone()));
+}
+
+TEST(CalendarValueTest, MakeNamesWhatIsUnknown) {
+  const auto unit = Calendar::Make("calendar_fortnight", "UTC");
+  ASSERT_FALSE(unit.ok());
+  EXPECT_THAT(std::string(unit.status().message()), ::testing::HasSubstr("calendar_fortnight"));
+  const auto zone = Calendar::Make("calendar_day", "Europe/Atlantis");
+  ASSERT_FALSE(zone.ok());
+  EXPECT_THAT(std::string(zone.status().message()), ::testing::HasSubstr("Europe/Atlantis"));
+}
+
+TEST(CalendarValueTest, WindowsAgreeWithTheZoneRulesWhateverTheCacheHolds) {
+  // Six calendars asked in turn (more than a thread remembers), and a calendar made again after
+  // another was dropped: each answer is the zone's own.
+  std::vector<Calendar> calendars;
+  for (const char* zone : {"Europe/Berlin", "America/New_York", "Asia/Kolkata"}) {
+    for (const char* unit : {"calendar_day", "calendar_month"}) {
+      calendars.push_back(*Calendar::Make(unit, zone));
+    }
+  }
+  for (int64_t t = UtcAt(2024, 3, 1); t < UtcAt(2024, 4, 15); t += 5 * kCalendarHour + 7) {
+    for (const Calendar& c : calendars) {
+      const auto zone = *types::LoadCalendarZone(c.time_zone());
+      ASSERT_EQ(c.WindowAt(t), types::CalendarWindow(c.unit(), zone, t))
+          << c.unit_name() << " " << c.time_zone();
+    }
+  }
+  calendars.clear();
+  const Calendar fresh = *Calendar::Make("calendar_year", "UTC");
+  EXPECT_EQ(fresh.WindowAt(UtcAt(2024, 3, 31, 12)),
+            (Calendar::Window{UtcAt(2024, 1, 1), UtcAt(2025, 1, 1)}));
+}
+
+TEST(CalendarValueTest, EqualByUnitAndZoneAndSoAreTheirLimitIds) {
+  const Calendar a = *Calendar::Make("calendar_month", "Europe/Berlin");
+  const Calendar b = *Calendar::Make("calendar_month", "Europe/Berlin");
+  const Calendar other_zone = *Calendar::Make("calendar_month", "America/New_York");
+  const Calendar other_unit = *Calendar::Make("calendar_week", "Europe/Berlin");
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(a == other_zone);
+  EXPECT_FALSE(a == other_unit);
+  EXPECT_EQ(LimitId(CalendarLimit(100, a)), LimitId(CalendarLimit(100, b)));
+  EXPECT_NE(LimitId(CalendarLimit(100, a)), LimitId(CalendarLimit(100, other_zone)));
+  Limit plain = CalendarLimit(100, a);
+  plain.calendar.reset();
+  EXPECT_NE(LimitId(CalendarLimit(100, a)), LimitId(plain));  // not a 30-day window's state
+  EXPECT_EQ(DescribeLimit(CalendarLimit(100, a)), "100/calendar_month(Europe/Berlin) fixed_window");
+}
+
+TEST(CalendarValueTest, ACalendarLimitIsAFixedWindowOfItsNominalSpan) {
+  const Calendar week = *Calendar::Make("calendar_week", "UTC");
+  Limit limit = CalendarLimit(5, week);
+  EXPECT_EQ(limit.window_us, 7 * 24 * kCalendarHour);
+  EXPECT_TRUE(ValidateLimit(limit).ok());
+  limit.algorithm = Algorithm::kTokenBucket;
+  EXPECT_THAT(std::string(ValidateLimit(limit).message()),
+              ::testing::HasSubstr("applies to fixed_window, not token_bucket"));
+  limit = CalendarLimit(5, week);
+  limit.window_us = kCalendarHour;
+  EXPECT_FALSE(ValidateLimit(limit).ok());
+}
+
+}  // namespace
+}  // namespace sluice

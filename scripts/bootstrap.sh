@@ -27,6 +27,9 @@ packages=(
   clang-format-14 clang-tidy-14 shellcheck
   # the .deb (make package, tests/package_e2e.sh): CPack's DEB generator runs `file`
   file
+  # the operator console in a real browser (tests/console_e2e.sh): Debian's headless Chromium,
+  # driven through ChromeDriver by Selenium's Python binding
+  chromium chromium-driver python3-selenium
   # the time zones of calendar windows (src/types/calendar.h): the system's tz database
   # (priority required, so on every Debian; named because the code reads it)
   tzdata

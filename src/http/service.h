@@ -154,6 +154,10 @@ class Service {
   void Json(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   void Limits(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   void Top(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  // GET /v1/explain?domain=D&descriptors=...: engine::Explain's text.
+  void ExplainKey(const HttpRequest& request, HttpResponse& response);
+  // GET /ui (the operator console's page) and its script and style; false for any other path.
+  static bool ServeConsole(std::string_view path, HttpResponse& response);
   bool Authorized(const HttpRequest& request, HttpResponse& response) const;
 
   rules::ConfigManager* config_;

@@ -6,9 +6,11 @@
 #include <optional>
 
 #include "engine/descriptor_text.h"
+#include "engine/explain.h"
 #include "engine/top_keys.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
+#include "http/console_assets.h"  // generated from src/http/console/: kConsoleHtml, ...
 #include "http/service.h"
 #include "http/service_answers.h"
 #include "util/constant_time.h"
@@ -275,6 +277,53 @@ void Service::Top(const HttpRequest& request, HttpResponse& response, Deferral& 
   });
 }
 
+void Service::ExplainKey(const HttpRequest& request, HttpResponse& response) {
+  if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
+  const auto domain = QueryParam(request, "domain");
+  const auto descriptors = QueryParam(request, "descriptors");
+  if (!domain || !descriptors) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError("give ?domain=D&descriptors=k=v,k=v[;k=v...]"));
+  }
+  const absl::StatusOr<std::string> text =
+      engine::Explain(*config_->Current(), *domain, *descriptors);
+  if (!text.ok()) {
+    return SetJson(response,
+                   text.status().code() == absl::StatusCode::kNotFound
+                       ? beast_http::status::not_found
+                       : beast_http::status::bad_request,
+                   RenderError(std::string(text.status().message())));
+  }
+  SetJson(
+      response, beast_http::status::ok,
+      fmt::format(R"({{"domain":{},"explanation":{}}})", JsonString(*domain), JsonString(*text)));
+}
+
+bool Service::ServeConsole(std::string_view path, HttpResponse& response) {
+  std::string_view body, type;
+  if (path == "/ui" || path == "/ui/") {
+    body = kConsoleHtml;
+    type = "text/html; charset=utf-8";
+  } else if (path == "/ui/console.js") {
+    body = kConsoleJs;
+    type = "text/javascript; charset=utf-8";
+  } else if (path == "/ui/console.css") {
+    body = kConsoleCss;
+    type = "text/css; charset=utf-8";
+  } else {
+    return false;
+  }
+  response.result(beast_http::status::ok);
+  response.set(beast_http::field::content_type, type);
+  // Nothing but this port: no script, style, image or request from anywhere else.
+  response.set("Content-Security-Policy",
+               "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+  response.set("X-Content-Type-Options", "nosniff");
+  response.set(beast_http::field::cache_control, "no-cache");
+  response.body() = std::string(body);
+  return true;
+}
+
 void Service::HandleMetrics(const HttpRequest& request, std::string_view path,
                             HttpResponse& response) {
   if (PathOf(request) != path || registry_ == nullptr) {
@@ -305,6 +354,11 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
                                config_->reload_successes(), config_->reload_failures()));
   }
   if (path == "/v1/limits") return Limits(request, response, deferral);
+  if (path == "/v1/explain") return ExplainKey(request, response);
+  if (path == "/ui" || path.starts_with("/ui/")) {
+    if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
+    if (ServeConsole(path, response)) return;
+  }
   if (path == "/v1/top") return Top(request, response, deferral);
   if (path == "/v1/reload") {
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");

@@ -83,6 +83,25 @@ class Calendar {
   const Impl* impl_;  // never freed
 };
 
+// Escalating penalties of a limit ("ban for 2 minutes, then 5, then 12.5 after repeated
+// violations"): a key that the limit denies `after` times within `within_us` is blocked for
+// `block_us`, denied without its limit being asked; each further offence blocks it `growth`
+// times longer than the one before, up to `max_us`; offences are forgotten after `forget_us`
+// without one. Denials while blocked are not counted again. Defaults: the issue's example.
+struct Penalty {
+  uint32_t after = 3;
+  int64_t within_us = 600'000'000;     // 10 min
+  int64_t block_us = 120'000'000;      // the first offence's block: 2 min
+  double growth = 2.5;                 // each further offence's block, times the one before
+  int64_t max_us = 3'600'000'000;      // the longest block: 1 h
+  int64_t forget_us = 86'400'000'000;  // offences forgotten after this long without one: 1 day
+  friend bool operator==(const Penalty&, const Penalty&) = default;
+};
+
+// Checks the bounds: after >= 1, within and block > 0, growth >= 1, block <= max <= forget (an
+// offence is not forgotten while its block may still run). The message names the field.
+absl::Status ValidatePenalty(const Penalty& penalty);
+
 struct Limit {
   Algorithm algorithm = Algorithm::kTokenBucket;
   // N: requests admitted per window. 0 is valid and denies everything.
@@ -95,6 +114,9 @@ struct Limit {
   // fixed_window only: its windows follow this calendar instead of starting at multiples of
   // window_us since the epoch; window_us is then the calendar's NominalUs() (CalendarLimit).
   std::optional<Calendar> calendar = std::nullopt;
+  // Blocks a key denied again and again (see Penalty). It has a state of its own beside the
+  // limit's; LimitId leaves it out, so adding one keeps the limit's counting state.
+  std::optional<Penalty> penalty = std::nullopt;
 
   // token_bucket: the bucket size. leaky_bucket: B + 1, the most admitted at one instant.
   // fixed/sliding windows and sliding_log: N. (Inline: every decision's answer asks it.)
@@ -137,6 +159,10 @@ std::string FormatDuration(int64_t duration_us);
 // The answer for one request against one limit.
 struct Decision {
   bool allowed = false;
+  // Denied by the limit's penalty (Limit::penalty): the key is blocked, retry_after_us and
+  // reset_after_us say for how long yet (the denial that starts a block reports it too).
+  // (Beside `allowed`: in its padding, so a Decision stays 48 bytes.)
+  bool penalty = false;
   // Requests of cost 1 that would still be admitted right after this decision (for leaky_bucket:
   // admitted one after another at this instant, each queued behind the previous). Never negative.
   int64_t remaining = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/base/attributes.h"
 #include "algo/arith.h"
 
 namespace sluice::algo {
@@ -80,11 +81,10 @@ std::pair<int64_t, uint64_t> CurrentWindow(const CompactState& state, int64_t no
   return {state.idle_at_us, state.aux};
 }
 
-}  // namespace
-
-Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+// DecideFixedWindow in the window [.., end_us) whose count so far is `count`.
+inline Decision DecideInWindow(CompactState& state, int64_t now_us, const Limit& limit,
+                               uint64_t cost, int64_t end_us, uint64_t count) {
   const uint64_t n = limit.requests;
-  auto [end_us, count] = CurrentWindow(state, now_us, limit);
   Decision d;
   d.allowed = cost <= n && count + cost <= n;
   if (d.allowed && cost > 0) {
@@ -95,6 +95,25 @@ Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& lim
   d.reset_after_us = end_us - now_us;
   if (!d.allowed) d.retry_after_us = cost > n ? Decision::kNever : end_us - now_us;
   return d;
+}
+
+// A calendar window's decision, out of line: its call to the calendar would otherwise cost every
+// caller that inlines DecideFixedWindow (DecideCompact's dispatch) a stack frame.
+ABSL_ATTRIBUTE_NOINLINE Decision DecideCalendarWindow(CompactState& state, int64_t now_us,
+                                                      const Limit& limit, uint64_t cost) {
+  const auto [end_us, count] = CurrentWindow(state, now_us, limit);
+  return DecideInWindow(state, now_us, limit, cost, end_us, count);
+}
+
+}  // namespace
+
+Decision DecideFixedWindow(CompactState& state, int64_t now_us, const Limit& limit, uint64_t cost) {
+  if (limit.calendar) [[unlikely]]
+    return DecideCalendarWindow(state, now_us, limit, cost);
+  const int64_t w = limit.window_us;
+  const bool idle = state.IsIdle(now_us);
+  return DecideInWindow(state, now_us, limit, cost,
+                        idle ? WindowStart(now_us, w) + w : state.idle_at_us, idle ? 0 : state.aux);
 }
 
 namespace {

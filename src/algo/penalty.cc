@@ -2,22 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 namespace sluice::algo {
-
-absl::Status ValidatePenalty(const Penalty& p) {
-  const auto bad = [](const std::string& what) {
-    return absl::InvalidArgumentError("penalty: " + what);
-  };
-  if (p.after < 1) return bad("after must be at least 1");
-  if (p.within_us <= 0) return bad("within must be longer than 0");
-  if (p.block_us <= 0) return bad("block must be longer than 0");
-  if (!(p.growth >= 1.0) || !std::isfinite(p.growth)) return bad("growth must be at least 1");
-  if (p.max_us < p.block_us) return bad("max must be at least block");
-  if (p.forget_us < p.max_us) return bad("forget must be at least max");
-  return absl::OkStatus();
-}
 
 int64_t BlockOf(const Penalty& p, uint32_t offence) {
   // In floating point, capped before it can overflow: growth^k past max/block is max.

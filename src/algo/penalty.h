@@ -12,22 +12,12 @@
 
 #include <cstdint>
 
-#include "absl/status/status.h"
+#include "sluice/limit.h"
 
 namespace sluice::algo {
 
-struct Penalty {
-  uint32_t after = 3;                  // denials within `within` that make an offence
-  int64_t within_us = 600'000'000;     // 10 min
-  int64_t block_us = 120'000'000;      // the first offence's block: 2 min
-  double growth = 2.5;                 // each further offence's block, times the one before
-  int64_t max_us = 3'600'000'000;      // the longest block: 1 h
-  int64_t forget_us = 86'400'000'000;  // offences forgotten after this long without one: 1 day
-};
-
-// Checks the bounds: after >= 1, within and block > 0, growth >= 1, block <= max <= forget (an
-// offence is not forgotten while its block may still run). The message names the field.
-absl::Status ValidatePenalty(const Penalty& penalty);
+using Penalty = ::sluice::Penalty;  // include/sluice/limit.h
+using ::sluice::ValidatePenalty;
 
 struct PenaltyState {
   int64_t span_start_us = 0;     // the first denial of the current span

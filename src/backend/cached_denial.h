@@ -26,13 +26,20 @@ struct CachedDenial {
   int64_t reset_until_us = 0;  // the state is back to a new key's then (with no other traffic)
 };
 
+// Whether every request of `item` must reach the backend: a count_denied item's (the backend
+// records each of its costs, denied or not) and a penalized one's (each denial counts towards
+// an offence, Limit::penalty).
+inline bool MustReachBackend(const Item& item) {
+  return item.count_denied || item.limit->penalty.has_value();
+}
+
 // Whether `decision`, `item`'s answer in a denied request, may be kept. Not a shadow item's (its
 // deny does not decide the request), nor a look (cost 0), nor a count_denied item's (the backend
 // must record each of its costs, denied or not), nor a denial with no end (kNever: a cost above
 // the capacity, which the backend answers at once anyway, and which a config change could make
 // admissible).
 inline bool MayCacheDenial(const Item& item, const Decision& decision) {
-  return !item.shadow && !item.count_denied && item.cost > 0 && !decision.allowed &&
+  return !item.shadow && !MustReachBackend(item) && item.cost > 0 && !decision.allowed &&
          decision.retry_after_us > 0;
 }
 

@@ -330,6 +330,7 @@ void AppendStatus(std::string* out, const engine::DescriptorResult& result) {
   w.AddInt(CeilMillis(d.reset_after_us));
   w.Add(R"(,"retry_after_ms":)"sv);
   w.AddInt(retry_after_ms);
+  if (d.penalty) w.Add(R"(,"penalty":true)"sv);  // blocked by the limit's penalty
   w.Add("}"sv);
 }
 

@@ -194,10 +194,11 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
     std::string label;
     metrics::Counter* counters[3] = {nullptr, nullptr, nullptr};  // denied, allowed, quota_exceeded
     metrics::Counter* near_limit = nullptr;
-    metrics::Counter* reasons[6] = {};  // kReasons' order
+    metrics::Counter* reasons[7] = {};  // kReasons' order
   };
-  static constexpr std::string_view kReasons[] = {
-      "over_limit", "shadow", "quota", "failure_open", "failure_closed", "failure_local"};
+  static constexpr std::string_view kReasons[] = {"over_limit",   "shadow",         "quota",
+                                                  "failure_open", "failure_closed", "failure_local",
+                                                  "penalty"};
   // The backend's failure decided every limit of the request; else a limit's own verdict.
   int failure_reason = -1;
   switch (decision.backend) {
@@ -251,6 +252,7 @@ void Service::CountDecisions(std::string_view domain, const engine::Response& de
                          : limit.decision.allowed ? -1
                          : limit.shadow           ? 1
                          : limit.quota            ? 2
+                         : limit.decision.penalty ? 6
                                                   : 0;
       if (reason >= 0) {
         metrics::Counter*& r = slot.reasons[reason];
@@ -289,6 +291,9 @@ void Service::AddRateLimitHeaders(const rules::Config& config, const engine::Res
     response.set("X-RateLimit-Status", "degraded");
   } else if (decision.backend == engine::BackendState::kLocal) {
     response.set("X-RateLimit-Status", "local");
+  } else if (const engine::AppliedLimit* headline = decision.Headline();
+             headline != nullptr && !decision.allowed && headline->decision.penalty) {
+    response.set("X-RateLimit-Status", "penalty");  // blocked by the limit's penalty
   }
   const render::HeaderStyles styles{.x_ratelimit = config.settings.x_ratelimit_headers,
                                     .ietf = config.settings.ietf_headers};

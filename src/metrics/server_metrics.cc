@@ -42,7 +42,7 @@ absl::Status RegisterDecisions(Registry* registry, ServerMetrics::Sources& sourc
         {.name = "sluice_decision_reasons_total",
          .help = "Decisions per applied limit that were not a plain admission by the backend, by "
                  "domain, limit name and reason (over_limit, shadow, quota, failure_open, "
-                 "failure_closed, failure_local).",
+                 "failure_closed, failure_local, penalty).",
          .label_names = {"domain", "limit", "reason"},
          .max_children = sources.max_decision_series});
     if (!f.ok()) return f.status();

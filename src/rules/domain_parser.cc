@@ -17,11 +17,11 @@ const std::vector<std::string_view> kDescriptorKeys = {
     "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
     "metadata",    "plan_from"};
 const std::vector<std::string_view> kRateLimitKeys = {
-    "unit",   "requests_per_unit", "unlimited",   "name",        "replaces", "algorithm", "burst",
-    "window", "requests",          "shadow_mode", "consistency", "time_zone"};
+    "unit",   "requests_per_unit", "unlimited",   "name",        "replaces",  "algorithm", "burst",
+    "window", "requests",          "shadow_mode", "consistency", "time_zone", "penalty"};
 const std::vector<std::string_view> kLimitEntryKeys = {
-    "requests", "requests_per_unit", "window",      "unit",     "algorithm", "burst",
-    "name",     "shadow_mode",       "consistency", "time_zone"};
+    "requests", "requests_per_unit", "window",      "unit",      "algorithm", "burst",
+    "name",     "shadow_mode",       "consistency", "time_zone", "penalty"};
 const std::vector<std::string_view> kDomainKeys = {
     "domain",       "descriptors",  "plans",       "default_plan", "clients",
     "failure_mode", "count_denied", "shadow_mode", "http",         "consistency",
@@ -371,6 +371,9 @@ class DomainParser {
                            "calendar_week, calendar_month or calendar_year)",
                            what));
     }
+    if (const yaml::Node penalty = map["penalty"]; penalty.IsDefined() && !penalty.IsNull()) {
+      rule.limit.penalty = ParsePenalty(penalty);
+    }
     rule.shadow_mode = r_.Bool(map, "shadow_mode").value_or(false);
     rule.consistency = ParseConsistency(map);
     if (r_.error_count() != errors_before) return std::nullopt;
@@ -379,6 +382,26 @@ class DomainParser {
       return std::nullopt;
     }
     return rule;
+  }
+
+  // `penalty: {after, within, block, growth, max, forget}` of a limit, each optional (defaults:
+  // sluice::Penalty's); its bounds are ValidateLimit's.
+  std::optional<Penalty> ParsePenalty(const yaml::Node& map) {
+    if (!r_.CheckMap(map, "penalty", {"after", "within", "block", "growth", "max", "forget"})) {
+      return std::nullopt;
+    }
+    Penalty p;
+    if (auto after = r_.Unsigned(map, "after", UINT32_MAX)) p.after = static_cast<uint32_t>(*after);
+    if (auto within = r_.Duration(map, "within")) p.within_us = *within;
+    if (auto block = r_.Duration(map, "block")) p.block_us = *block;
+    if (auto growth = r_.Number(map, "growth", "penalty growth", 1.0, 1000.0)) p.growth = *growth;
+    if (auto max = r_.Duration(map, "max")) p.max_us = *max;
+    if (auto forget = r_.Duration(map, "forget")) {
+      p.forget_us = *forget;
+    } else {
+      p.forget_us = std::max(p.forget_us, p.max_us);  // never forgotten while a block may run
+    }
+    return p;
   }
 
   // A calendar window `unit` ("calendar_month") for `limit`, in the entry's time_zone or else the

@@ -513,3 +513,58 @@ TEST(LoaderCalendarTest, MistakesAreNamedWhereTheyAre) {
 
 }  // namespace
 }  // namespace sluice::rules
+
+namespace sluice::rules {
+namespace {
+
+TEST(LoaderPenaltyTest, APenaltyPerLimitWithDefaultsForWhatItLeavesOut) {
+  auto config = test::MustLoad(R"yaml(domain: d
+descriptors:
+  - key: user
+    limits:
+      - requests: 10
+        window: 1m
+        penalty: {after: 3, within: 10m, block: 2m, growth: 2.5, max: 1h}
+      - {requests: 1000, window: 1d, penalty: {block: 30s}}
+      - {requests: 5, window: 1s}
+)yaml");
+  ASSERT_NE(config, nullptr);
+  const auto& limits = test::Child(config->FindDomain("d")->root, 0)->limits;
+  ASSERT_EQ(limits.size(), 3u);
+  const Penalty issue_example{.after = 3,
+                              .within_us = 600 * test::kSecondUs,
+                              .block_us = 120 * test::kSecondUs,
+                              .growth = 2.5,
+                              .max_us = 3600 * test::kSecondUs,
+                              .forget_us = 86400 * test::kSecondUs};
+  EXPECT_EQ(limits[0].limit.penalty, issue_example);
+  ASSERT_TRUE(limits[1].limit.penalty.has_value());
+  EXPECT_EQ(limits[1].limit.penalty->block_us, 30 * test::kSecondUs);
+  EXPECT_EQ(limits[1].limit.penalty->after, 3u);
+  EXPECT_FALSE(limits[2].limit.penalty.has_value());
+  // The penalty is not part of the state's identity: adding one keeps the limit's counts.
+  Limit without = limits[0].limit;
+  without.penalty.reset();
+  EXPECT_EQ(LimitId(limits[0].limit), LimitId(without));
+  EXPECT_EQ(DescribeLimit(limits[0].limit), "10/1m fixed_window penalty=3/10m:2mx2.5<=1h");
+}
+
+TEST(LoaderPenaltyTest, MistakesAreNamed) {
+  using ::testing::ElementsAre;
+  using ::testing::HasSubstr;
+  const auto with = [](const std::string& penalty) {
+    return test::Errors(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests: 1, "
+        "window: 1m, penalty: " +
+        penalty + "}\n");
+  };
+  EXPECT_THAT(with("{after: 0}"), ElementsAre(HasSubstr("penalty: after must be at least 1")));
+  EXPECT_THAT(with("{growth: 0.5}"), ElementsAre(HasSubstr("penalty growth")));
+  EXPECT_THAT(with("{block: 2h, max: 1h}"), ElementsAre(HasSubstr("max must be at least block")));
+  EXPECT_THAT(with("{max: 2d, forget: 1d}"), ElementsAre(HasSubstr("forget must be at least max")));
+  EXPECT_THAT(with("{blok: 1m}"), ElementsAre(HasSubstr("blok")));
+  EXPECT_THAT(with("{within: soon}"), ElementsAre(HasSubstr("soon")));
+}
+
+}  // namespace
+}  // namespace sluice::rules

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <limits>
 
 #include "fmt/format.h"
@@ -81,6 +82,9 @@ absl::Status ValidateLimit(const Limit& limit) {
           FormatDuration(limit.calendar->NominalUs()), limit.window_us));
     }
   }
+  if (limit.penalty) {
+    if (absl::Status s = ValidatePenalty(*limit.penalty); !s.ok()) return s;
+  }
   if (limit.burst.has_value()) {
     if (*limit.burst > kMaxBurst) {
       return absl::InvalidArgumentError(
@@ -100,6 +104,19 @@ absl::Status ValidateLimit(const Limit& limit) {
           "burst * window / requests is too large (the bucket would take centuries to refill)");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePenalty(const Penalty& p) {
+  const auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError("penalty: " + what);
+  };
+  if (p.after < 1) return bad("after must be at least 1");
+  if (p.within_us <= 0) return bad("within must be longer than 0");
+  if (p.block_us <= 0) return bad("block must be longer than 0");
+  if (!(p.growth >= 1.0) || !std::isfinite(p.growth)) return bad("growth must be at least 1");
+  if (p.max_us < p.block_us) return bad("max must be at least block");
+  if (p.forget_us < p.max_us) return bad("forget must be at least max");
   return absl::OkStatus();
 }
 
@@ -130,6 +147,10 @@ std::string DescribeLimit(const Limit& limit) {
                                             : FormatDuration(limit.window_us);
   std::string s = fmt::format("{}/{} {}", limit.requests, window, AlgorithmName(limit.algorithm));
   if (limit.burst.has_value()) s += fmt::format(" burst={}", *limit.burst);
+  if (const auto& p = limit.penalty) {
+    s += fmt::format(" penalty={}/{}:{}x{}<={}", p->after, FormatDuration(p->within_us),
+                     FormatDuration(p->block_us), p->growth, FormatDuration(p->max_us));
+  }
   return s;
 }
 

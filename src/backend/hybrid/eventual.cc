@@ -90,7 +90,9 @@ bool Eventual::Decidable(const Item& item) {
       item.count_denied) {
     return false;
   }
-  // A calendar window (Limit::calendar) is always decided by the store, exactly.
+  // A calendar window (Limit::calendar) is always decided by the store, exactly; so is a
+  // penalized limit (each of its denials counts towards an offence there).
+  if (item.limit->penalty) return false;
   const Algorithm a = item.limit->algorithm;
   return a == Algorithm::kTokenBucket || (a == Algorithm::kFixedWindow && !item.limit->calendar) ||
          a == Algorithm::kSlidingWindow;

@@ -68,10 +68,10 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
     any = true;
   }
   if (!any) return false;
-  // A count_denied item must reach the backend: it records even a denied request's cost (a
-  // denial kept for its state before its domain said count_denied, too).
+  // A count_denied or penalized item must reach the backend (MustReachBackend; a denial kept
+  // for its state before its domain said so, too).
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].count_denied && items[i].cost > 0) return false;
+    if (MustReachBackend(items[i]) && items[i].cost > 0) return false;
   }
   for (size_t i = 0; i < items.size(); ++i) {
     if (hits[i].until_us == kNeverUs) {

@@ -91,6 +91,11 @@ template <typename HashOf>
 bool MemoryStore::DecideMany(std::span<const Item> items, const HashOf& hash_of, int64_t now_us,
                              std::span<Decision> out,
                              int64_t* decided_at_us) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (const Item& item : items) {
+    if (item.limit->penalty) [[unlikely]] {
+      return DecidePenalized(items, now_us, out, decided_at_us);
+    }
+  }
   absl::InlinedVector<Work, 8> work(items.size());
   absl::InlinedVector<Shard*, 8> locked;
   Plan(items, hash_of, std::span(work.data(), work.size()), locked);
@@ -243,6 +248,9 @@ inline void MemoryStore::FindStates(std::span<Work> work,
 bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
                             int64_t* decided_at_us) {
   if (items.size() == 1) {
+    if (items[0].limit->penalty) [[unlikely]] {
+      return DecidePenalized(items, now_us, out, decided_at_us);
+    }
     return DecideSingle(items[0], Hash(items[0].limit_id, items[0].key), now_us, out[0],
                         decided_at_us);
   }
@@ -254,12 +262,84 @@ bool MemoryStore::DecideAll(std::span<const Item> items, int64_t now_us, std::sp
 bool MemoryStore::DecideAll(std::span<const Item> items, std::span<const uint64_t> hashes,
                             int64_t now_us, std::span<Decision> out, int64_t* decided_at_us) {
   if (items.size() == 1) {
+    if (items[0].limit->penalty) [[unlikely]] {
+      return DecidePenalized(items, now_us, out, decided_at_us);
+    }
     return DecideSingle(items[0], CompactTable::NormalizeHash(hashes[0]), now_us, out[0],
                         decided_at_us);
   }
   return DecideMany(
       items, [hashes](size_t i) { return CompactTable::NormalizeHash(hashes[i]); }, now_us, out,
       decided_at_us);
+}
+
+bool MemoryStore::DecidePenalized(std::span<const Item> items, int64_t now_us,
+                                  std::span<Decision> out, int64_t* decided_at_us) {
+  // The items as without penalties (their limits copied without one, the same states).
+  absl::InlinedVector<Limit, 4> limits(items.size());
+  absl::InlinedVector<Item, 4> plain(items.begin(), items.end());
+  absl::InlinedVector<uint64_t, 4> keys(items.size(), 0);  // 0: no penalty
+  for (size_t i = 0; i < items.size(); ++i) {
+    limits[i] = *items[i].limit;
+    limits[i].penalty.reset();
+    plain[i].limit = &limits[i];
+    if (items[i].limit->penalty) keys[i] = PenaltyKey(Hash(items[i].limit_id, items[i].key));
+  }
+  const int64_t now = std::clamp<int64_t>(now_us, 0, kMaxTimeUs);
+  // A blocked key is denied without its limits being asked (they are looked at, consuming
+  // nothing, for what they would say); a shadow item's block is reported, and denies nothing.
+  absl::InlinedVector<int64_t, 4> blocked(items.size(), 0);
+  bool any_block = false;
+  {
+    absl::MutexLock lock(&penalties_mu_);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (keys[i] == 0) continue;
+      if (auto it = penalties_.find(keys[i]); it != penalties_.end()) {
+        blocked[i] = algo::BlockedFor(it->second.state, now);
+        any_block = any_block || (blocked[i] > 0 && !items[i].shadow);
+      }
+    }
+  }
+  bool allowed = false;
+  if (any_block) {
+    for (Item& item : plain) item.cost = 0;
+    DecideAll(plain, now, out, decided_at_us);
+  } else {
+    int64_t at = now;
+    allowed = DecideAll(plain, now, out, &at);
+    if (decided_at_us != nullptr) *decided_at_us = at;
+    absl::MutexLock lock(&penalties_mu_);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (keys[i] == 0 || out[i].allowed || items[i].cost == 0) continue;
+      const Penalty& penalty = *items[i].limit->penalty;
+      auto found = penalties_.find(keys[i]);
+      if (found == penalties_.end()) {
+        if (penalties_.size() >= max_penalties_) {
+          absl::erase_if(penalties_, [at](const auto& e) { return e.second.idle_at_us <= at; });
+          if (penalties_.size() >= max_penalties_) continue;  // every one busy: not kept
+        }
+        found = penalties_.try_emplace(keys[i]).first;
+      }
+      PenaltyEntry& entry = found->second;
+      if (const int64_t started = algo::RecordDenial(entry.state, penalty, at); started > 0) {
+        blocked[i] = started;  // this denial is an offence: the block starts now
+      }
+      entry.idle_at_us =
+          std::max({entry.state.blocked_until_us, entry.state.last_offence_us + penalty.forget_us,
+                    entry.state.span_start_us + penalty.within_us});
+    }
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (blocked[i] <= 0) continue;
+    Decision& d = out[i];
+    d.allowed = false;  // (a shadow item's verdict, reported: it denies nothing)
+    d.penalty = true;
+    d.remaining = 0;
+    d.delay_us = 0;
+    d.retry_after_us = blocked[i];
+    d.reset_after_us = std::max(d.reset_after_us, blocked[i]);
+  }
+  return allowed;
 }
 
 void MemoryStore::StartNewKey(const Item& item, Work& w,

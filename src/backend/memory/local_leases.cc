@@ -96,7 +96,7 @@ bool Leasable(const backend::Item& item) {
   // `hot_keys: lease`; an exact item is decided by the store.
   const bool chosen =
       item.sharing.consistency != backend::Consistency::kExact || item.sharing.hot_key_rate > 0;
-  return chosen && !item.shadow && !item.count_denied && item.cost > 0 &&
+  return chosen && !item.shadow && !item.count_denied && !item.limit->penalty && item.cost > 0 &&
          item.cost <= LocalLeases::kMaxUnits && item.key.size() <= LocalLeases::kMaxKeyBytes &&
          ((algorithm == Algorithm::kFixedWindow && !item.limit->calendar) ||
           algorithm == Algorithm::kTokenBucket);

@@ -139,7 +139,7 @@ inline bool LocalOverLimitCache::ProbeItem(const Item& item, Probe& p, uint64_t&
   // entry must go if the item consumes.
   p.generation = generations_.Read(hash);
   p.kept = ThisThreadsDenials().Find(hash, item);
-  p.keepable = !item.shadow && !item.count_denied;
+  p.keepable = !item.shadow && !backend::MustReachBackend(item);
   const Entry* e = p.kept;
   if (!p.keepable || e == nullptr || e->generation != p.generation || e->cost != item.cost ||
       e->limit != *item.limit) {

@@ -43,7 +43,9 @@ State StartFrom(const absl::node_hash_map<uint64_t, State>& map, uint64_t limit_
 }  // namespace
 
 MemoryStore::MemoryStore(const Options& options, const Clock* clock)
-    : clock_(clock), on_full_(options.on_full) {
+    : clock_(clock),
+      max_penalties_(std::max<size_t>(options.max_entries, 1)),
+      on_full_(options.on_full) {
   // Never more shards than entries, and the shards' bounds add up to max_entries exactly.
   const size_t max_entries = std::max<size_t>(options.max_entries, 1);
   const size_t n =
@@ -228,13 +230,18 @@ void MemoryStore::Prefetch(uint64_t limit_id,
 
 bool MemoryStore::Reset(uint64_t limit_id, std::string_view key) {
   const uint64_t hash = Hash(limit_id, key);
+  bool penalized = false;
+  {
+    absl::MutexLock lock(&penalties_mu_);  // a reset lifts a penalty's block too
+    penalized = penalties_.erase(PenaltyKey(hash)) > 0;
+  }
   Shard& shard = ShardFor(hash);
   util::SpinLockHolder lock(&shard.mu);
   if (CompactTable::Slot* slot = shard.table.Find(hash)) {
     shard.table.Erase(slot);
     return true;
   }
-  return shard.logs.erase(hash) > 0;
+  return shard.logs.erase(hash) > 0 || penalized;
 }
 
 MemoryStore::LeaseGrant MemoryStore::Lease(const Item& item, uint64_t want, int64_t now_us,

@@ -27,7 +27,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "algo/algorithms.h"
+#include "algo/penalty.h"
 #include "backend/backend.h"
 #include "backend/memory/compact_table.h"
 #include "sluice/clock.h"
@@ -99,6 +101,9 @@ class MemoryStore final : public backend::Backend {
   // The same for a request of one item, the usual one: DecideAll({item}, {hash}, ...).
   bool DecideOneHashed(const Item& item, uint64_t hash, int64_t now_us, Decision& out,
                        int64_t* decided_at_us = nullptr) {
+    if (item.limit->penalty) [[unlikely]] {
+      return DecidePenalized(std::span(&item, 1), now_us, std::span(&out, 1), decided_at_us);
+    }
     return DecideSingle(item, CompactTable::NormalizeHash(hash), now_us, out, decided_at_us);
   }
 
@@ -197,6 +202,20 @@ class MemoryStore final : public backend::Backend {
                                                   std::span<const Decision> out, bool allowed,
                                                   int64_t now);
 
+  // Penalties (Limit::penalty): a request with a penalized item takes DecidePenalized (from
+  // DecideAll, DecideOneHashed and DecideMany; never DecideSingle's own hot path): the blocks
+  // first, then the limits as without penalties, then each penalized item's denial recorded
+  // (algo::RecordDenial). The penalty states are kept apart from the limits' (at most max_entries;
+  // idle ones dropped first, and when every one is busy a new one is not kept: the key is judged by
+  // its limit alone).
+  struct PenaltyEntry {
+    algo::PenaltyState state;
+    int64_t idle_at_us = 0;  // from then on it holds nothing (block, span and offences over)
+  };
+  bool DecidePenalized(std::span<const Item> items, int64_t now_us, std::span<Decision> out,
+                       int64_t* decided_at_us);
+  static uint64_t PenaltyKey(uint64_t state_hash) { return state_hash ^ 0x9e3779b97f4a7c15u; }
+
   uint64_t Hash(uint64_t limit_id, std::string_view key) const;
   Shard& ShardFor(uint64_t hash) const { return *shards_[hash & shard_mask_]; }
   // Where a key seen for the first time is decided.
@@ -231,6 +250,9 @@ class MemoryStore final : public backend::Backend {
   void CountNoRoom(bool allowed);
 
   const Clock* clock_;
+  const size_t max_penalties_;
+  mutable absl::Mutex penalties_mu_;
+  absl::flat_hash_map<uint64_t, PenaltyEntry> penalties_ ABSL_GUARDED_BY(penalties_mu_);
   std::vector<std::unique_ptr<Shard>> shards_;
   uint64_t shard_mask_;
   const OnFull on_full_;

@@ -29,9 +29,20 @@ void RedisStore::Reset(std::span<const backend::Item> items, ResetDone done) {
   for (const auto& item : items) {  // one command per state: on a cluster they may be in any slot
     Place place = StatePlace(*item.limit, item.limit_id, item.key);
     std::string command;
+    // A penalized limit's penalty state goes too (decide.lua, "Penalties"): a reset lifts a block.
+    const bool penalized = item.limit->penalty.has_value();
     if (place.field.empty()) {
-      AppendCommand(&command, {"DEL", place.key});
+      if (penalized) {
+        AppendCommand(&command, {"DEL", place.key, place.key + ":p"});
+      } else {
+        AppendCommand(&command, {"DEL", place.key});
+      }
     } else {
+      if (penalized) {
+        std::string lift;
+        AppendCommand(&lift, {"DEL", absl::StrCat(place.key, ":p:", place.field)});
+        client_->Send(place.key, std::move(lift), [](absl::StatusOr<Reply>) {});
+      }
       AppendCommand(&command, {"HDEL", place.key, place.field});
     }
     client_->Send(place.key, std::move(command), [this, gather](absl::StatusOr<Reply> reply) {

@@ -75,10 +75,17 @@ std::pair<int64_t, int64_t> CalendarBoundaries(const Calendar& calendar, int64_t
   return {window.end_us, calendar.WindowAt(window.end_us).end_us};
 }
 
-// An item's kind as decide.lua reads it: six little-endian doubles, written to `out`.
-void PackKindInto(const DecideItem& it, char* out) {
+// A decision's kind with a penalty: six more doubles (decide.lua, "Penalties").
+constexpr size_t kPenalizedKindBytes = 2 * kKindBytes;
+
+// An item's kind as decide.lua reads it: six little-endian doubles, written to `out`; with
+// `penalty` (decisions only) and a penalized limit, its six numbers after them (out has room
+// for kPenalizedKindBytes). Returns the bytes written.
+size_t PackKindInto(const DecideItem& it, char* out, bool penalty = false) {
   const Limit& l = *it.limit;
-  int flags = (it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0) | (it.field.empty() ? 0 : 4);
+  penalty = penalty && l.penalty.has_value();
+  int flags = (it.count_denied ? 1 : 0) | (it.shadow ? 2 : 0) | (it.field.empty() ? 0 : 4) |
+              (penalty ? 16 : 0);
   double w = static_cast<double>(l.window_us), capacity = static_cast<double>(l.Capacity());
   if (l.calendar) {
     const auto [boundary, end] = CalendarBoundaries(*l.calendar, it.near_us);
@@ -94,6 +101,14 @@ void PackKindInto(const DecideItem& it, char* out) {
                              static_cast<double>(flags)};
   static_assert(sizeof numbers == kKindBytes);
   std::memcpy(out, numbers, sizeof numbers);
+  if (!penalty) return kKindBytes;
+  const Penalty& p = *l.penalty;
+  const double rules[6] = {static_cast<double>(p.after),    static_cast<double>(p.within_us),
+                           static_cast<double>(p.block_us), p.growth,
+                           static_cast<double>(p.max_us),   static_cast<double>(p.forget_us)};
+  static_assert(sizeof numbers + sizeof rules == kPenalizedKindBytes);
+  std::memcpy(out + kKindBytes, rules, sizeof rules);
+  return kPenalizedKindBytes;
 }
 
 std::string PackKind(const DecideItem& it) {
@@ -276,7 +291,7 @@ std::string EncodeDecide(std::string_view sha,
   // in the order first used, and the plan that says, per request, how many items it has and the
   // kind and state of each (see decide.lua's header). Maps of views, into `packed` (reserved
   // for every item, so never moved) and into the items: no allocation per item.
-  std::vector<std::array<char, kKindBytes>> packed;
+  std::vector<std::array<char, kPenalizedKindBytes>> packed;
   packed.reserve(items);
   absl::flat_hash_map<std::string_view, size_t> kind_numbers;
   std::vector<std::string_view> kinds;
@@ -289,10 +304,9 @@ std::string EncodeDecide(std::string_view sha,
   for (const auto& request : requests) {
     AppendPlanCount(&plan, request.size());
     for (const DecideItem& it : request) {
-      PackKindInto(it, packed.emplace_back().data());
+      const size_t bytes = PackKindInto(it, packed.emplace_back().data(), /*penalty=*/true);
       auto kind =
-          kind_numbers
-              .try_emplace(std::string_view(packed.back().data(), kKindBytes), kinds.size() + 1)
+          kind_numbers.try_emplace(std::string_view(packed.back().data(), bytes), kinds.size() + 1)
               .first;
       if (kind->second > kinds.size()) {
         kinds.push_back(kind->first);
@@ -380,6 +394,10 @@ absl::StatusOr<std::vector<DecideResult>> ParseDecideReply(
       if (!d.allowed || leaky) {
         if (at >= e.size()) return malformed();
         (d.allowed ? d.delay_us : d.retry_after_us) = e[at++].integer;
+        if (!d.allowed && d.retry_after_us <= -2) {  // -2 - the block: the key's penalty
+          d.penalty = true;
+          d.retry_after_us = -2 - d.retry_after_us;
+        }
       }
       if (!d.allowed && !requests[r][i].shadow) out[r].allowed = false;
     }

@@ -355,6 +355,47 @@ TEST_P(ScriptsTest, CalendarWindowsAgreeOnEitherSideOfABoundary) {
   }
 }
 
+// Penalties: the script blocks and records as the memory store does (MemoryStore's
+// DecidePenalized) at the same instants, offence after offence, blocks growing to their max,
+// with the limit's window rolling meanwhile; a reset's DEL of the penalty key lifts a block.
+TEST_P(ScriptsTest, PenaltiesAgreeOverTime) {
+  ASSERT_FALSE(sha_.empty());
+  Limit limit = MakeLimit(Algorithm::kFixedWindow, 3, 40000);
+  limit.penalty = Penalty{.after = 2,
+                          .within_us = 200000,
+                          .block_us = 15000,
+                          .growth = 2.0,
+                          .max_us = 50000,
+                          .forget_us = 400000};
+  const Limit other = MakeLimit(Algorithm::kTokenBucket, 100, 1000000);
+  std::mt19937_64 rng(20261207);
+  int penalties = 0, blocks_seen = 0;
+  for (int i = 0; i < 250; ++i) {
+    const ScriptItem item{&limit, 900, "p", 1 + rng() % 2, false, false};
+    const ScriptItem plain{&other, 901, "p", 1, false, false};
+    DecideResult redis;
+    // Alone, or with an unpenalized limit of the same key in the request.
+    const std::vector<ScriptItem> request =
+        i % 3 == 0 ? std::vector<ScriptItem>{plain, item} : std::vector<ScriptItem>{item};
+    ASSERT_TRUE(Agree(request, fmt::format("call {}", i), &redis));
+    const Decision& d = redis.decisions.back();
+    if (d.penalty) {
+      ++penalties;
+      blocks_seen = std::max<int>(blocks_seen, static_cast<int>(d.retry_after_us / 1000));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2500));
+  }
+  EXPECT_GT(penalties, 20);
+  EXPECT_GE(blocks_seen, 30);  // a block grown past the first one's 15 ms
+  // The penalty state has a key of its own, next to the state's, expiring.
+  const DecideItem placed = ToDecide({&limit, 900, "p", 1, false, false});
+  const std::string penalty_key =
+      placed.field.empty() ? placed.key + ":p" : placed.key + ":p:" + placed.field;
+  auto ttl = Call({"PTTL", penalty_key});
+  ASSERT_TRUE(ttl.ok());
+  EXPECT_GT(ttl->integer, 0);
+}
+
 // Refunding everything a key consumed leaves it as a new key: gone from Redis.
 TEST_P(ScriptsTest, AFullRefundDeletesTheKey) {
   ASSERT_FALSE(sha_.empty());

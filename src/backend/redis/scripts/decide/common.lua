@@ -33,7 +33,8 @@
 --   capacity:  Limit::Capacity() (the bucket size; N for the others)
 --   flags:     1 = count_denied (record a denied request's cost: algo::RecordOverdraft), 2 = shadow,
 --              4 = the state is a field of a hash (see "Packed states" below), 8 = a calendar
---              window (see "Calendar windows" below)
+--              window (see "Calendar windows" below), 16 = a penalty (see "Penalties" below:
+--              six more doubles follow in the kind's argument, in decisions only)
 -- then the plan, one string of counts, each a byte below 255, else 255 and three bytes
 -- (little-endian): per request its item count M, then per item the number of its kind (1..L) and
 -- the number of its state (1..S); the states are numbered in the order the items first use them;
@@ -86,6 +87,16 @@
 -- clocks differ by less than half a window (12 hours at least). A call whose TIME is not before
 -- E changes nothing and fails, naming the clocks. Inside the script such a kind's W is the
 -- negated end of the window that holds its `now`: fixed() and the rest read -W as that end.
+--
+-- Penalties (Limit::penalty, algo/penalty.h): a penalized kind carries six more doubles, after,
+-- within, block, growth, max and forget (µs). Its item's penalty state is a string key of its
+-- own, `<key>:p` (`<key>:p:<field>` for a packed state; the fences' pattern, so the same slot),
+-- five doubles: the span's first denial, the denials in it, the offences, the last offence's
+-- time and the end of the block; expiring (PXAT) when it holds nothing any more. While the
+-- block runs the item is denied without its limit deciding (its reply: remaining 0, the reset
+-- the later of the limit's and the block's, and retry -2 - the block's rest: a penalty); a
+-- decision that commits records each denial of its limit (algo::RecordDenial), and the one that
+-- starts a block replies so too. A penalized state is never decided through decide_new's memo.
 --
 -- Packed states: an item with a field keeps its state in that field of a hash shared with other
 -- limiter keys (redis.buckets), which costs far less memory per state than a key of its own.
@@ -140,7 +151,7 @@ local calendar_skew = 'sluice: Redis time is past the calendar window its caller
 -- kind's W worked out for instant t (nil when t is past it), and its capacity N.
 local function parse_kind(arg, t)
   local alg, n, w, cap, cost, flags = unpack('<dddddd', arg)
-  if flags >= 8 then
+  if flags % 16 >= 8 then
     w, cap = calendar_w(t, w, cap), n
   end
   return alg, n, w, cap, cost, flags
@@ -230,3 +241,38 @@ local function expiry(alg, idle, now)
   return ceildiv(idle + floor((idle - now) / 8), 1000)
 end
 
+
+-- --- penalties (see "Penalties" above; algo::RecordDenial and algo::BlockOf, transcribed)
+
+-- A penalized kind's six numbers {after, within, block, growth, max, forget}, or nil.
+local function parse_penalty(arg, flags)
+  if flags < 16 then return nil end
+  return {unpack('<dddddd', arg, 49)}
+end
+
+local function penalty_key(key, field)
+  if field then return key .. ':p:' .. field end
+  return key .. ':p'
+end
+
+-- Records a denial at `now` in the state ps = {span start, denials, offences, last offence,
+-- blocked until}; returns the block it starts (0: none).
+local function record_denial(ps, pen, now)
+  if ps[5] > now then return 0 end
+  if ps[2] == 0 or now - ps[1] >= pen[2] then
+    ps[1], ps[2] = now, 0
+  end
+  ps[2] = ps[2] + 1
+  if ps[2] < pen[1] then return 0 end
+  ps[2] = 0
+  if ps[3] > 0 and now - ps[4] >= pen[6] then ps[3] = 0 end
+  ps[3], ps[4] = ps[3] + 1, now
+  local block = pen[3]
+  for _ = 2, ps[3] do
+    if block >= pen[5] then break end
+    block = block * pen[4]
+  end
+  if block >= pen[5] then block = pen[5] else block = floor(block) end
+  ps[5] = now + block
+  return block
+end

@@ -29,6 +29,7 @@ for i = 1, tonumber(ARGV[arg]) do
   local alg, n, w, cap, cost, flags = parse_kind(ARGV[arg + i], now)
   if not w then return redis.error_reply(calendar_skew) end
   kinds[i] = {alg, n, w, cap, cost, flags % 2 == 1, flags % 4 < 2, flags % 8 >= 4}
+  kinds[i].pen = parse_penalty(ARGV[arg + i], flags)
 end
 arg = arg + #kinds + 1
 -- The plan's bytes as numbers (string.byte returns them all at once, a few thousand at most).
@@ -70,6 +71,7 @@ local function decide_new(p)
 end
 
 local replied = 1  -- the reply's length
+local pstates = {}  -- penalty states read so far, by key (several requests may share one)
 for _ = 1, tonumber(ARGV[3]) do
   local m = plan[at_plan]
   if m < 255 then at_plan = at_plan + 1 else m = plan_count() end
@@ -97,7 +99,7 @@ for _ = 1, tonumber(ARGV[3]) do
       else
         raw = call('GET', keys_in[s])
       end
-      if not raw and m == 1 and alg ~= 3 then
+      if not raw and m == 1 and alg ~= 3 and not p.pen then
         new = p[9] or decide_new(p)
         st = new
       elseif not raw then
@@ -119,9 +121,23 @@ for _ = 1, tonumber(ARGV[3]) do
       st = {st[1], st[2], st[3], false, 0, st[6], st[7]}
       records[s] = st
     end
+    local pen, ps, pkey = p.pen, nil, nil
+    if pen then
+      pkey = penalty_key(keys_in[s], fields[s])
+      ps = pstates[pkey]
+      if not ps then
+        local raw = call('GET', pkey)
+        ps = raw and {unpack('<ddddd', raw)} or {0, 0, 0, 0, 0}
+        pstates[pkey] = ps
+      end
+    end
+    local blocked = ps and ps[5] > now and (ps[5] - now)
     local saved = items and copy(st)
     local ok, remaining, retry, reset, delay
-    if new then
+    if blocked then  -- denied by the penalty, the limit only looked at
+      local _, _, _, limit_reset = decide(alg, copy(st), now, p[2], p[3], p[4], 0, false)
+      ok, remaining, retry, reset, delay = false, 0, -2 - blocked, max(limit_reset, blocked), 0
+    elseif new then
       ok, remaining, retry, reset, delay = new[11], new[12], new[13], new[14], new[15]
     elseif alg == 4 then  -- decide(), written out
       ok, remaining, retry, reset, delay = sliding_window(st, now, p[2], p[3], cost)
@@ -132,9 +148,16 @@ for _ = 1, tonumber(ARGV[3]) do
     else
       ok, remaining, retry, reset, delay = bucket(st, now, p[2], p[3], p[4], cost, alg == 1)
     end
-    if not ok and p[6] and cost > 0 and not new then  -- count_denied: record it (see decide)
+    if not ok and p[6] and cost > 0 and not new and not blocked then  -- count_denied: record it
       record(alg, st, now, p[2], p[3], cost)
       ok, remaining, retry, reset, delay = decide_plain(alg, st, now, p[2], p[3], p[4], cost)
+    end
+    if pen and not ok and not blocked and cost > 0 and commit then  -- a denial towards an offence
+      local block = record_denial(ps, pen, now)
+      if block > 0 then remaining, retry, reset = 0, -2 - block, max(reset, block) end
+      local idle = max(ps[5], ps[4] + pen[6], ps[1] + pen[2])
+      call('SET', pkey, pack('<ddddd', ps[1], ps[2], ps[3], ps[4], ps[5]), 'PXAT',
+           decimal(ceildiv(idle, 1000)))
     end
     local at = replied + 1
     if not ok then

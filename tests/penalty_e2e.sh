@@ -75,7 +75,12 @@ check "memory: stops cleanly" 0 "$STATUS"
 
 # ---------------------------------------------------------------- one Redis, four instances
 start_redis_on; rport=$RPORT
-start_four r --config "$tmp/rules" --redis "redis://127.0.0.1:$rport"
+# (A generous timeout: this test is about blocks, not about a Redis slowed by a busy machine,
+# which failure_mode closed would answer with a 503.)
+mkdir -p "$tmp/redis-rules"
+cp "$tmp/rules/api.yaml" "$tmp/redis-rules/"
+printf 'redis:\n  timeout: 2s\n' >"$tmp/redis-rules/sluice.yaml"
+start_four r --config "$tmp/redis-rules" --redis "redis://127.0.0.1:$rport"
 penalty_flow redis bob
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "redis instance $i stops cleanly" 0 "$STATUS"; done
 
@@ -88,6 +93,7 @@ backend: redis
 redis:
   cluster: true
   nodes: [redis://127.0.0.1:${cluster_ports[0]}]
+  timeout: 2s
 EOF
 start_four c --config "$tmp/cluster-rules"
 check_contains "cluster: the instances decide on it" "backend redis cluster" "$(cat "$tmp/c0.out")"

@@ -156,6 +156,23 @@ class ScriptsFixture : public ::testing::Test {
     return out;
   }
 
+  // Gives back what `item` consumed when Redis admitted it at `decided_at_us`: on Redis (the
+  // script's refund mode) and in C++, at the time the refund call reports.
+  void RefundBoth(const ScriptItem& item, int64_t decided_at_us) {
+    const DecideItem refund = ToDecide(item);
+    auto reply = SendRaw(EncodeRefund(sha_, std::span(&refund, 1), decided_at_us));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_EQ(reply->type, Reply::Type::kArray) << reply->str;
+    ASSERT_EQ(reply->elements.size(), 1u);
+    const backend::Item store_item{.limit = item.limit,
+                                   .limit_id = item.limit_id,
+                                   .key = item.key,
+                                   .cost = item.cost,
+                                   .count_denied = false,
+                                   .shadow = false};
+    store_.Refund(std::span(&store_item, 1), decided_at_us, reply->elements[0].integer);
+  }
+
   // Runs `items` both ways; true when they agree (failures say where). `redis_out`, when given,
   // receives Redis's answer.
   bool Agree(const std::vector<ScriptItem>& items, const std::string& context,
@@ -286,18 +303,7 @@ TEST_P(ScriptsTest, RefundsAgree) {
         ADD_FAILURE() << DescribeLimit(limit) << " call " << i;
       if (redis.allowed && rng() % 2 == 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-        const DecideItem refund = ToDecide(item);
-        auto reply = SendRaw(EncodeRefund(sha_, std::span(&refund, 1), redis.now_us));
-        ASSERT_TRUE(reply.ok()) << reply.status();
-        ASSERT_EQ(reply->type, Reply::Type::kArray) << reply->str;
-        ASSERT_EQ(reply->elements.size(), 1u);
-        const backend::Item store_item{.limit = &limit,
-                                       .limit_id = item.limit_id,
-                                       .key = item.key,
-                                       .cost = item.cost,
-                                       .count_denied = false,
-                                       .shadow = false};
-        store_.Refund(std::span(&store_item, 1), redis.now_us, reply->elements[0].integer);
+        RefundBoth(item, redis.now_us);
         ++refunds;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2500));
@@ -331,18 +337,7 @@ TEST_P(ScriptsTest, CalendarWindowsAgreeOnEitherSideOfABoundary) {
         DecideResult redis;
         ASSERT_TRUE(Agree({item}, DescribeLimit(limit), &redis));
         ASSERT_GT(redis.decisions[0].reset_after_us, 0);
-        if (redis.allowed) {
-          const DecideItem refund = ToDecide(item);
-          auto reply = SendRaw(EncodeRefund(sha_, std::span(&refund, 1), redis.now_us));
-          ASSERT_TRUE(reply.ok() && reply->type == Reply::Type::kArray) << DescribeLimit(limit);
-          const backend::Item store_item{.limit = &limit,
-                                         .limit_id = item.limit_id,
-                                         .key = item.key,
-                                         .cost = item.cost,
-                                         .count_denied = false,
-                                         .shadow = false};
-          store_.Refund(std::span(&store_item, 1), redis.now_us, reply->elements[0].integer);
-        }
+        if (redis.allowed) RefundBoth(item, redis.now_us);
       }
     }
     calendar_near_us_ = window.start_us - 3 * limit.window_us;

@@ -353,7 +353,9 @@ TEST(RedisStoreTest, CallsThatTimedOutWhileRedisHungConsumeNothing) {
 TEST(RedisStoreTest, AReplyThatCameTooLateGivesBackWhatItsCallAdmitted) {
   testing::RedisServer server;
   testing::DelayRelay relay(server.port());
-  auto client = Open({relay.url()}, false, 100ms);
+  // (250 ms: the first call sends the whole script, which a loaded machine may not finish in
+  // 100 ms; the delayed replies below come well after it.)
+  auto client = Open({relay.url()}, false, 250ms);
   auto direct = Open({server.url()}, false, 5s);
   RedisStore observer(direct.get(), {});
   const Limit limit = MakeLimit(Algorithm::kFixedWindow, 40, kHour);
@@ -365,7 +367,7 @@ TEST(RedisStoreTest, AReplyThatCameTooLateGivesBackWhatItsCallAdmitted) {
         {.breaker = {.failures_to_open = 1000}, .max_batch = max_batch, .max_in_flight = 64});
     ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = key, .cost = 1}}).ok());
     std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
-    relay.set_reply_delay(400ms);
+    relay.set_reply_delay(800ms);
     const auto answers = DecideManyAtOnce(store, limit, key, 10);
     for (const Answered& a : answers) {
       EXPECT_EQ(a.status.code(), absl::StatusCode::kDeadlineExceeded) << a.status;

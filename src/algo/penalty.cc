@@ -30,10 +30,15 @@ int64_t RecordDenial(PenaltyState& s, const Penalty& p, int64_t now_us) {
   return block;
 }
 
+int64_t PenaltyIdleAt(const PenaltyState& s, const Penalty& p) {
+  int64_t at = s.blocked_until_us;
+  if (s.denials > 0) at = std::max(at, s.span_start_us + p.within_us);
+  if (s.offences > 0) at = std::max(at, s.last_offence_us + p.forget_us);
+  return at;
+}
+
 bool PenaltyIdle(const PenaltyState& s, const Penalty& p, int64_t now_us) {
-  const bool counting = s.denials > 0 && now_us - s.span_start_us < p.within_us;
-  const bool remembered = s.offences > 0 && now_us - s.last_offence_us < p.forget_us;
-  return BlockedFor(s, now_us) == 0 && !counting && !remembered;
+  return now_us >= PenaltyIdleAt(s, p);
 }
 
 }  // namespace sluice::algo

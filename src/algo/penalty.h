@@ -44,6 +44,10 @@ int64_t BlockOf(const Penalty& penalty, uint32_t offence);
 // Whether the state can be dropped at now_us: nothing blocked, no offence to remember, no span
 // still counting.
 bool PenaltyIdle(const PenaltyState& state, const Penalty& penalty, int64_t now_us);
+// The first instant from which PenaltyIdle holds (with no further denial): the latest of the
+// block's end, the span's end (while it counts denials) and the last offence plus forget (while
+// one is remembered). A store drops the state then.
+int64_t PenaltyIdleAt(const PenaltyState& state, const Penalty& penalty);
 
 }  // namespace sluice::algo
 

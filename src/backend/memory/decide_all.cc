@@ -324,9 +324,7 @@ bool MemoryStore::DecidePenalized(std::span<const Item> items, int64_t now_us,
       if (const int64_t started = algo::RecordDenial(entry.state, penalty, at); started > 0) {
         blocked[i] = started;  // this denial is an offence: the block starts now
       }
-      entry.idle_at_us =
-          std::max({entry.state.blocked_until_us, entry.state.last_offence_us + penalty.forget_us,
-                    entry.state.span_start_us + penalty.within_us});
+      entry.idle_at_us = algo::PenaltyIdleAt(entry.state, penalty);
     }
   }
   for (size_t i = 0; i < items.size(); ++i) {

@@ -2,6 +2,7 @@
 // work read around the run (and when the warm-up ends), and the records collected.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -16,15 +17,23 @@ namespace {
 using namespace std::chrono_literals;
 
 // Plays the trace open loop from `start`: every arrival due is sent to its instance, then a
-// sleep until the next one; stops once it is kLateLimitUs behind. Returns how many were sent.
+// sleep until the next one; stops once it is kLateLimitUs behind. Before the first arrival due at
+// or after `mark_us` (if any), calls `at_mark` once. Returns how many were sent.
+template <typename AtMark>
 size_t PlayOpenLoop(const Trace& trace, const std::vector<std::unique_ptr<stack::Stack>>& instances,
-                    Playback& play, SteadyClock::time_point start, int64_t duration_us) {
+                    Playback& play, SteadyClock::time_point start, int64_t duration_us,
+                    int64_t mark_us, AtMark&& at_mark) {
   const size_t n = trace.arrivals.size();
   size_t sent = 0;
+  bool marked = mark_us <= 0;
   while (sent < n) {
     const int64_t now = MicrosSince(start);
     if (now > duration_us + kLateLimitUs) break;
     for (; sent < n && trace.arrivals[sent].t_us <= now; ++sent) {
+      if (!marked && trace.arrivals[sent].t_us >= mark_us) {
+        marked = true;
+        at_mark(sent);
+      }
       Playback* p = &play;
       const size_t i = sent;
       instances[trace.arrivals[i].instance]->backend().Decide(
@@ -78,18 +87,12 @@ WorkSnapshot TakeWorkSnapshot(const Fleet& fleet) {
   return s;
 }
 
-// The snapshot when the warm-up ends, taken by a thread of its own so that the open loop does not
-// wait for INFO. Join `reader` before reading `at_end`.
-struct WarmUpEnd {
-  WorkSnapshot at_end;
-  std::thread reader;
-};
-
-void ReadWhenWarmUpEnds(const Fleet& fleet, SteadyClock::time_point when, WarmUpEnd& end) {
-  end.reader = std::thread([&fleet, when, &end] {
-    std::this_thread::sleep_until(when);
-    end.at_end = TakeWorkSnapshot(fleet);
-  });
+// Waits until the first `n` arrivals are answered, at most the Redis timeout plus 5 s.
+void WaitForAnswers(const Playback& play, size_t n, int64_t timeout_us,
+                    std::chrono::microseconds poll) {
+  const auto deadline = SteadyClock::now() + std::chrono::microseconds(timeout_us) + 5s;
+  while (play.answered.load(std::memory_order_acquire) < n && SteadyClock::now() < deadline)
+    std::this_thread::sleep_for(poll);
 }
 
 }  // namespace
@@ -101,10 +104,16 @@ Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, P
                         int64_t timeout_us) {
   const WorkSnapshot before = TakeWorkSnapshot(fleet);
   const auto warmup_us = static_cast<int64_t>(o.warmup_seconds * 1e6);
-  WarmUpEnd warm_end;
-  if (warmup_us > 0) {
-    ReadWhenWarmUpEnds(fleet, play.start + std::chrono::microseconds(warmup_us), warm_end);
-  }
+  // The work when the warm-up ends is read in the open loop, before the first arrival due after
+  // it is sent, once every earlier one is answered: so the steady counts hold exactly the
+  // decisions due after the warm-up, however late a loaded machine runs (a reader woken at the
+  // warm-up's end on a clock of its own could come tens of milliseconds late). The loop pauses
+  // for that one INFO round trip; the arrivals due meanwhile go out late, as any backlog does.
+  std::optional<WorkSnapshot> warm_end;
+  const auto read_warm_end = [&](size_t sent) {
+    WaitForAnswers(play, sent, timeout_us, 100us);
+    warm_end = TakeWorkSnapshot(fleet);
+  };
   if (const auto late = SteadyClock::now() - play.start; late > 0ms) {
     util::Log().warn(
         "the trace starts {} ms late (building it took longer): the first decisions' "
@@ -114,20 +123,16 @@ Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, P
   std::this_thread::sleep_until(play.start);
   Measured m;
   m.sent = PlayOpenLoop(trace, fleet.instances, play, play.start,
-                        static_cast<int64_t>(o.trace.seconds * 1e6));
-  const auto answer_deadline = SteadyClock::now() + std::chrono::microseconds(timeout_us) + 5s;
-  while (play.answered.load(std::memory_order_acquire) < m.sent &&
-         SteadyClock::now() < answer_deadline) {
-    std::this_thread::sleep_for(2ms);
-  }
-  // Joined first: a recorded trace may end before its warm-up does.
-  if (warm_end.reader.joinable()) warm_end.reader.join();
+                        static_cast<int64_t>(o.trace.seconds * 1e6), warmup_us, read_warm_end);
+  WaitForAnswers(play, m.sent, timeout_us, 2ms);
+  // A recorded trace may end before its warm-up does: then the warm-up ends with the run.
+  if (warmup_us > 0 && !warm_end) warm_end = TakeWorkSnapshot(fleet);
   const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(fleet.stats_clients);
   m.work = WorkSince(fleet.instances, before.counters);
   m.executed = tools::RedisExecutedBetween(before.info, info_after);
   if (warmup_us > 0) {
-    Steady steady{.work = WorkSince(fleet.instances, warm_end.at_end.counters),
-                  .executed = tools::RedisExecutedBetween(warm_end.at_end.info, info_after)};
+    Steady steady{.work = WorkSince(fleet.instances, warm_end->counters),
+                  .executed = tools::RedisExecutedBetween(warm_end->info, info_after)};
     for (size_t i = 0; i < m.sent; ++i)
       if (trace.arrivals[i].t_us >= warmup_us) ++steady.decisions;
     m.steady = steady;

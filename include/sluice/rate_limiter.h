@@ -182,6 +182,17 @@ class RateLimiter {
   absl::StatusOr<size_t> Reset(std::string_view key);
   void ResetAsync(std::string_view key, ResetDone done);
 
+  // Runtime overrides ("raise acme's limit for a week"): `key` is decided against `limits`
+  // instead of the limiter's (its Verdict's decisions are theirs, in their order), counted in
+  // states of its own from zero, until `until_us` (Unix µs in the limiter's clock; 0: until
+  // removed), replacing an earlier override of `key`. Removing it brings back the limiter's
+  // limits and the key's state in them. Kept in this object only: serve's admin API
+  // (PUT /v1/overrides, docs/http-api.md) keeps them on Redis for every instance.
+  // InvalidArgument for limits Create would refuse, or an end already past.
+  absl::Status SetOverride(std::string_view key, std::vector<Limit> limits, int64_t until_us = 0);
+  // Removes `key`'s override; whether it had one (an ended one counts as none).
+  bool RemoveOverride(std::string_view key);
+
   const std::vector<Limit>& limits() const;
   // "memory", "redis 127.0.0.1:6379", "redis cluster via ...": for messages.
   const std::string& where() const;

@@ -1,5 +1,8 @@
 #include "cli/rules_commands.h"
 
+#include <filesystem>
+#include <memory>
+
 #include "cli/replay.h"
 #include "cli/serve_tls.h"
 #include "engine/descriptor_text.h"
@@ -8,6 +11,7 @@
 #include "rules/admin_access.h"
 #include "rules/loader.h"
 #include "rules/matcher.h"
+#include "rules/override_book.h"
 #include "sluice/clock.h"
 #include "stack/redis_tls.h"
 #include "stack/stack.h"
@@ -72,7 +76,22 @@ int RunRulesReplay(const rules::Config& config, const std::string& domain, std::
 
 int RunExplain(const rules::Config& config, const std::string& domain_name,
                std::string_view descriptors, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<std::string> text = engine::Explain(config, domain_name, descriptors);
+  // The runtime overrides kept in the settings' state directory, if any (those kept on Redis
+  // are the admin API's: GET /v1/explain).
+  const int64_t now_us = SystemClock::Get()->NowMicros();
+  std::unique_ptr<rules::FileOverrideBook> kept;
+  if (const std::string path = config.settings.state_dir + "/overrides.jsonl";
+      !config.settings.state_dir.empty() && std::filesystem::exists(path)) {
+    auto book = rules::FileOverrideBook::Open(path, config, [now_us] { return now_us; });
+    if (!book.ok()) {
+      err << "explain: " << book.status().message() << "\n";
+      return 2;
+    }
+    kept = std::move(*book);
+  }
+  const std::shared_ptr<const rules::OverrideSet> overrides = kept ? kept->Current() : nullptr;
+  absl::StatusOr<std::string> text =
+      engine::Explain(config, domain_name, descriptors, overrides.get(), now_us);
   if (!text.ok()) {
     err << "explain: " << text.status().message() << "\n";
     return 2;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -380,6 +381,26 @@ void PrintStarted(const Started& s) {
 }
 
 // Who is being limited (GET /v1/top), recorded by the engine; null with --top-keys 0.
+// The runtime overrides' book: on Redis with the Redis backend, else in the state directory
+// (`state_dir:`, else systemd's $STATE_DIRECTORY), else in memory only (said in the log).
+absl::StatusOr<std::unique_ptr<rules::OverrideBook>> OpenOverrides(const rules::Settings& settings,
+                                                                   const stack::Stack& backends,
+                                                                   rules::ConfigManager& manager,
+                                                                   const Clock* clock) {
+  std::string state_dir = settings.state_dir;
+  if (const char* systemd = std::getenv("STATE_DIRECTORY"); state_dir.empty() && systemd) {
+    state_dir = systemd;
+    state_dir = state_dir.substr(0, state_dir.find(':'));  // the first of several
+  }
+  auto book = backends.OpenOverrides(
+      settings, state_dir, [&manager] { return manager.Current(); }, clock);
+  if (book.ok()) {
+    const size_t n = (*book)->Current() == nullptr ? 0 : (*book)->Current()->all().size();
+    util::Log().info("overrides: {} in force, kept in {}", n, (*book)->where());
+  }
+  return book;
+}
+
 std::unique_ptr<engine::TopKeys> MakeTopKeys(const ServeFlags& flags) {
   if (flags.top_keys <= 0) return nullptr;
   return std::make_unique<engine::TopKeys>(
@@ -432,8 +453,8 @@ int RunServe(const ServeFlags& flags) {
   const std::string grpc = flags.grpc.value_or(settings.grpc_listen);
   int threads = flags.threads.value_or(settings.threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const absl::StatusOr<std::string> token = rules::AdminToken(settings, admin);
-  if (!token.ok()) return fail("", token.status());
+  const absl::StatusOr<std::vector<rules::AdminToken>> tokens = rules::AdminTokens(settings, admin);
+  if (!tokens.ok()) return fail("", tokens.status());
 
   // SIGTERM and SIGINT are taken by one thread with sigwait: blocked here, before any other
   // thread starts, so every thread inherits the mask.
@@ -446,10 +467,14 @@ int RunServe(const ServeFlags& flags) {
   // A reload gives every lease back: those of a changed limit would otherwise sit unused.
   (*backends)->ReturnLeasesOnChange([&manager] { return manager.reload_successes(); });
   const std::unique_ptr<engine::TopKeys> top_keys = MakeTopKeys(flags);
+  auto overrides = OpenOverrides(settings, **backends, manager, clock);
+  if (!overrides.ok()) return fail("overrides: ", overrides.status());
   // One engine over the backend stack, for every frontend.
   engine::Engine engine(&(*backends)->backend());
   engine.set_top_keys(top_keys.get());
-  http::Service service(&manager, &engine, clock, *token);
+  engine.set_overrides(overrides->get());
+  http::Service service(&manager, &engine, clock, *tokens);
+  service.SetOverrideBook(overrides->get());
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
   auto tls = ServeTls::Load(settings, GrpcOn(grpc));

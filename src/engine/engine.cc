@@ -99,11 +99,33 @@ Limit OverrideLimit(const Domain& domain, const LimitOverride& own) {
           .burst = std::nullopt};
 }
 
+// A runtime override's limits for one descriptor: into `result` and `pending` (each from
+// `common`, its limit and state filled in), in states of the override's own.
+void ApplyOverride(const rules::Override& o, const Domain& domain, const Pending& common,
+                   DescriptorResult& result, PendingList& pending) {
+  result.limits.reserve(o.limits.size());
+  for (const LimitRule& rule : o.limits) {
+    AppliedLimit& applied = result.limits.emplace_back();
+    applied.limit = rule.limit;
+    applied.name = rule.name;
+    applied.unit = rule.unit;
+    applied.shadow = rule.shadow_mode || domain.shadow_mode;
+    applied.quota = result.quota;
+    Pending& p = pending.emplace_back(common);
+    p.limit = result.limits.size() - 1;
+    p.limit_id = rule.state_id;
+    p.consistency = rule.consistency.value_or(domain.consistency);
+    p.hot_key_rate = HotKeyRate(domain, rule.consistency);
+  }
+}
+
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
 // apply: into `response` (AppliedLimit without a decision yet) and `pending`, with their state
-// keys appended to `keys`.
-void Collect(const rules::Config& config, const Request& request, size_t index, Response& response,
-             KeyBytes& keys, PendingList& pending) {
+// keys appended to `keys`. A runtime override in `overrides` (may be null) in force at `now_us`
+// outranks the rules for the descriptors it applies to.
+void Collect(const rules::Config& config, const rules::OverrideSet* overrides, int64_t now_us,
+             const Request& request, size_t index, Response& response, KeyBytes& keys,
+             PendingList& pending) {
   const size_t n = request.descriptors.size();
   response.descriptors.resize(n);
   const Domain* domain = config.FindDomain(request.domain);
@@ -128,9 +150,15 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
   absl::InlinedVector<const RuleNode*, 8> nodes(levels);
   absl::InlinedVector<Match, 4> matches(n);
   absl::flat_hash_set<std::string_view> replaced;  // views of the config's `replaces`
+  absl::InlinedVector<const rules::Override*, 4> overridden;
+  if (overrides != nullptr && overrides->HasDomain(domain->name)) overridden.resize(n);
   for (size_t i = 0, used = 0; i < n; ++i) {
     const Descriptor& d = request.descriptors[i];
     if (d.limit.has_value()) continue;
+    if (!overridden.empty()) {
+      overridden[i] = overrides->Find(domain->name, d.entries, now_us);
+      if (overridden[i] != nullptr) continue;  // no rule of it applies, nor replaces another
+    }
     const std::span<const RuleNode*> room(nodes.data() + used, d.entries.size());
     used += d.entries.size();
     size_t depth = 0;
@@ -158,6 +186,20 @@ void Collect(const rules::Config& config, const Request& request, size_t index, 
                          RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
                          count_denied, domain->failure_mode, domain->consistency,
                          HotKeyRate(*domain, std::nullopt)});
+      continue;
+    }
+    if (!overridden.empty() && overridden[i] != nullptr) {
+      const Pending common{.response = index,
+                           .descriptor = i,
+                           .limit = 0,
+                           .key = AppendStateKey(d.entries, {}, keys),
+                           .limit_id = 0,
+                           .cost = cost,
+                           .count_denied = count_denied,
+                           .on_failure = domain->failure_mode,
+                           .consistency = domain->consistency,
+                           .hot_key_rate = 0};
+      ApplyOverride(*overridden[i], *domain, common, result, pending);
       continue;
     }
     const RuleNode* node = matches[i].rule;
@@ -269,10 +311,10 @@ struct Engine::Batch {
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
-  void Build(const rules::Config& config, std::span<const Request> requests,
-             std::span<Response> responses) {
+  void Build(const rules::Config& config, const rules::OverrideSet* overrides, int64_t now_us,
+             std::span<const Request> requests, std::span<Response> responses) {
     for (size_t r = 0; r < requests.size(); ++r) {
-      Collect(config, requests[r], r, responses[r], keys, pending);
+      Collect(config, overrides, now_us, requests[r], r, responses[r], keys, pending);
     }
     const auto instances = static_cast<uint32_t>(std::max(1, config.settings.local_instances));
     // (No result.limits grows any more: pointers into them are stable.)
@@ -436,7 +478,10 @@ std::vector<Response> Engine::CheckAll(const rules::Config& config,
 void Engine::CheckAll(const rules::Config& config, std::span<const Request> requests,
                       std::span<Response> responses, int64_t now_us, Refundable* consumed) {
   Batch batch;
-  batch.Build(config, requests, responses);
+  {
+    const std::shared_ptr<const rules::OverrideSet> overrides = CurrentOverrides();
+    batch.Build(config, overrides.get(), now_us, requests, responses);
+  }
   DecideInline(config, requests, responses, batch, now_us, consumed);
   if (top_keys_ != nullptr) Observe(requests, batch, now_us);
 }
@@ -481,7 +526,8 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
   call->now_us = now_us;
   call->done = std::move(done);
   call->consumed = consumed;
-  call->batch.Build(*call->config, call->requests, std::span(call->responses));
+  call->batch.Build(*call->config, CurrentOverrides().get(), now_us, call->requests,
+                    std::span(call->responses));
   if (call->batch.items.empty()) {
     Conclude(*call->config, std::span(call->responses), true);
     return call->done(std::move(call->responses));
@@ -504,11 +550,27 @@ void Engine::ResetAsync(std::shared_ptr<const rules::Config> config, Request req
 }
 
 void Engine::ResetOn(const rules::Config& config, const Request& request, ResetDone done) {
+  // The rules' states, and, for a descriptor with an override (even one that has ended, as of
+  // time 0), the override's too: "unblock this customer" leaves nothing of theirs counted.
   Response response;
   Batch batch;
-  batch.Build(config, std::span(&request, 1), std::span(&response, 1));
+  batch.Build(config, nullptr, 0, std::span(&request, 1), std::span(&response, 1));
+  const std::shared_ptr<const rules::OverrideSet> overrides = CurrentOverrides();
+  Response overridden_response;
+  Batch overridden;
+  absl::InlinedVector<backend::Item, 8> items(batch.items.begin(), batch.items.end());
+  if (overrides != nullptr) {
+    overridden.Build(config, overrides.get(), 0, std::span(&request, 1),
+                     std::span(&overridden_response, 1));
+    for (const backend::Item& item : overridden.items) {
+      const bool listed = std::any_of(items.begin(), items.end(), [&](const backend::Item& i) {
+        return i.limit_id == item.limit_id && i.key == item.key;
+      });
+      if (!listed) items.push_back(item);
+    }
+  }
   // Nothing in the items needs to outlive the call (Backend::Reset).
-  backend_->Reset(std::span(batch.items.data(), batch.items.size()), std::move(done));
+  backend_->Reset(std::span(items.data(), items.size()), std::move(done));
 }
 
 Response Combine(std::span<Response> parts) {

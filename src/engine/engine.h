@@ -24,6 +24,8 @@
 #include "backend/limit_id.h"
 #include "rules/config.h"
 #include "rules/matcher.h"
+#include "rules/override_book.h"
+#include "rules/overrides.h"
 #include "sluice/limit.h"
 
 namespace sluice::engine {
@@ -153,6 +155,11 @@ class Engine {
   void set_top_keys(TopKeys* top) { top_keys_ = top; }
   TopKeys* top_keys() const { return top_keys_; }
 
+  // Decides with the runtime overrides of `book` (not owned; null, the default: none). Set
+  // before deciding.
+  void set_overrides(const rules::OverrideBook* book) { overrides_ = book; }
+  const rules::OverrideBook* overrides() const { return overrides_; }
+
   // Whether the backend answers inline: then the synchronous calls below may be used.
   bool answers_inline() const { return backend_->answers_inline(); }
   backend::Backend& backend() const { return *backend_; }
@@ -225,8 +232,14 @@ class Engine {
   // Each decided limit of `batch` into top_keys_, when set.
   void Observe(std::span<const Request> requests, const Batch& batch, int64_t now_us) const;
 
+  // The overrides in force now (a snapshot; null when there are none or no book).
+  std::shared_ptr<const rules::OverrideSet> CurrentOverrides() const {
+    return overrides_ == nullptr ? nullptr : overrides_->Current();
+  }
+
   backend::Backend* backend_;
   TopKeys* top_keys_ = nullptr;
+  const rules::OverrideBook* overrides_ = nullptr;
 };
 
 // What answers call a limit's size (X-RateLimit-Limit, RateLimit-Policy's q, /v1/check's

@@ -51,10 +51,24 @@ std::string WhyPlan(const rules::Domain& domain, const rules::RuleNode& node,
   return why;
 }
 
+// A runtime override as a descriptor's result: what it sets, who set it, until when, and the rule
+// it outranks.
+void DescribeOverride(const rules::Override& o, const rules::RuleNode* outranked,
+                      std::back_insert_iterator<std::string> out) {
+  fmt::format_to(out, "runtime override {} set by {} at {}", rules::OverrideEntriesText(o.entries),
+                 o.set_by.empty() ? "?" : o.set_by, rules::FormatUnixTime(o.set_at_us));
+  if (o.until_us != 0) fmt::format_to(out, " until {}", rules::FormatUnixTime(o.until_us));
+  if (!o.reason.empty()) fmt::format_to(out, " ({})", o.reason);
+  fmt::format_to(out, ", outranking {}, {} limit(s)\n",
+                 outranked == nullptr ? "no rule" : "rule " + outranked->path, o.limits.size());
+  for (const auto& rule : o.limits) fmt::format_to(out, "  {}\n", DescribeRule(rule));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> Explain(const rules::Config& config, std::string_view domain_name,
-                                    std::string_view descriptors) {
+                                    std::string_view descriptors,
+                                    const rules::OverrideSet* overrides, int64_t now_us) {
   const rules::Domain* domain = config.FindDomain(std::string(domain_name));
   if (domain == nullptr) {
     return absl::NotFoundError(fmt::format(
@@ -108,6 +122,12 @@ absl::StatusOr<std::string> Explain(const rules::Config& config, std::string_vie
   for (size_t i = 0; i < matched.size(); ++i) {
     const rules::RuleNode* node = matched[i];
     fmt::format_to(out, "descriptor {} result: ", i + 1);
+    if (const rules::Override* o =
+            overrides == nullptr ? nullptr
+                                 : overrides->Find(domain->name, (*list)[i].entries, now_us)) {
+      DescribeOverride(*o, node, out);
+      continue;
+    }
     if (node == nullptr) {
       fmt::format_to(out, "no limit (allowed)\n");
       continue;

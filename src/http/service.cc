@@ -28,11 +28,11 @@ uint64_t NextServiceSerial() {
 }  // namespace
 
 Service::Service(rules::ConfigManager* config, engine::Engine* engine, const Clock* clock,
-                 std::string admin_token)
+                 std::vector<rules::AdminToken> admin_tokens)
     : config_(config),
       engine_(*engine),
       clock_(clock),
-      admin_token_(std::move(admin_token)),
+      admin_tokens_(std::move(admin_tokens)),
       upstream_(UpstreamOptions{.clock = clock}),  // the proxy's timeouts too
       serial_(NextServiceSerial()) {}
 

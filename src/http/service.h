@@ -33,6 +33,7 @@
 #include "http/transport/upstream_client.h"
 #include "metrics/registry.h"
 #include "metrics/server_metrics.h"
+#include "rules/admin_access.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
 
@@ -40,10 +41,14 @@ namespace sluice::http {
 
 class Service {
  public:
-  // Nothing is owned; everything must outlive the service. `admin_token` empty: no auth.
+  // Nothing is owned; everything must outlive the service. `admin_tokens` empty: no auth.
   // `engine` decides (the process's one engine, shared with the other frontends).
   Service(rules::ConfigManager* config, engine::Engine* engine, const Clock* clock,
-          std::string admin_token);
+          std::vector<rules::AdminToken> admin_tokens);
+
+  // Serves /v1/overrides from `book` (not owned; the engine's, which must be set on it too).
+  // Call before serving; without one, /v1/overrides is not found.
+  void SetOverrideBook(rules::OverrideBook* book) { override_book_ = book; }
 
   // The backend's state for /readyz: whether it can decide now, and a line saying so.
   struct BackendHealth {
@@ -158,12 +163,18 @@ class Service {
   void ExplainKey(const HttpRequest& request, HttpResponse& response);
   // GET /ui (the operator console's page) and its script and style; false for any other path.
   static bool ServeConsole(std::string_view path, HttpResponse& response);
-  bool Authorized(const HttpRequest& request, HttpResponse& response) const;
+  // Whether the request carries an admin token (or none is needed), with the token's name in
+  // `who` ("" when none is needed); otherwise `response` is the refusal.
+  bool Authorized(const HttpRequest& request, HttpResponse& response,
+                  std::string* who = nullptr) const;
+  // GET, PUT and DELETE /v1/overrides (service_overrides.cc).
+  void Overrides(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
 
   rules::ConfigManager* config_;
   engine::Engine& engine_;
   const Clock* clock_;
-  const std::string admin_token_;
+  const std::vector<rules::AdminToken> admin_tokens_;
+  rules::OverrideBook* override_book_ = nullptr;
   metrics::Registry* registry_ = nullptr;
   metrics::ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;

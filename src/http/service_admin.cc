@@ -1,5 +1,6 @@
 // The HTTP service's admin endpoints: /healthz, /readyz, /metrics, /v1/rules, /v1/limits,
-// /v1/top, /v1/reload, and the bearer token that guards the ones that change state.
+// /v1/top, /v1/reload (/v1/overrides: service_overrides.cc), and the bearer token that guards
+// the ones that change state.
 
 #include <charconv>
 #include <iterator>
@@ -23,39 +24,6 @@ std::string JsonString(std::string_view s) {
   std::string out;
   AppendJsonString(&out, s);
   return out;
-}
-
-// The value of query parameter `name`, percent-decoded ('+' is a space); nullopt if absent.
-std::optional<std::string> QueryParam(const HttpRequest& request, std::string_view name) {
-  const std::string_view target(request.target().data(), request.target().size());
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const size_t amp = rest.find('&');
-    const std::string_view pair = rest.substr(0, amp);
-    rest.remove_prefix(amp == std::string_view::npos ? rest.size() : amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    const std::string_view raw = eq == std::string_view::npos ? "" : pair.substr(eq + 1);
-    std::string value;
-    for (size_t i = 0; i < raw.size(); ++i) {
-      const auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-      };
-      if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
-        value += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
-        i += 2;
-      } else {
-        value += raw[i] == '+' ? ' ' : raw[i];
-      }
-    }
-    return value;
-  }
-  return std::nullopt;
 }
 
 // The token of Authorization credentials "Bearer <token>" (RFC 6750 §2.1), or nullopt for
@@ -145,8 +113,9 @@ void Service::Limits(const HttpRequest& request, HttpResponse& response, Deferra
   });
 }
 
-bool Service::Authorized(const HttpRequest& request, HttpResponse& response) const {
-  if (admin_token_.empty()) return true;
+bool Service::Authorized(const HttpRequest& request, HttpResponse& response,
+                         std::string* who) const {
+  if (admin_tokens_.empty()) return true;
   const auto [first, end] = request.equal_range(beast_http::field::authorization);
   // Two credentials are ambiguous (a proxy in front may have checked the other one): refused
   // rather than taking the first.
@@ -157,7 +126,16 @@ bool Service::Authorized(const HttpRequest& request, HttpResponse& response) con
   }
   if (first != end) {
     const auto token = BearerToken(std::string_view(first->value().data(), first->value().size()));
-    if (token && util::ConstantTimeEquals(*token, admin_token_)) return true;
+    // Every token compared, so that the time taken does not say which one matched.
+    const rules::AdminToken* match = nullptr;
+    for (const rules::AdminToken& known : admin_tokens_) {
+      if (token && util::ConstantTimeEquals(*token, known.token) && match == nullptr)
+        match = &known;
+    }
+    if (match != nullptr) {
+      if (who != nullptr) *who = match->name;
+      return true;
+    }
   }
   response.set(beast_http::field::www_authenticate, "Bearer");
   SetJson(response, beast_http::status::unauthorized,
@@ -285,8 +263,10 @@ void Service::ExplainKey(const HttpRequest& request, HttpResponse& response) {
     return SetJson(response, beast_http::status::bad_request,
                    RenderError("give ?domain=D&descriptors=k=v,k=v[;k=v...]"));
   }
-  const absl::StatusOr<std::string> text =
-      engine::Explain(*config_->Current(), *domain, *descriptors);
+  const std::shared_ptr<const rules::OverrideSet> overrides =
+      override_book_ == nullptr ? nullptr : override_book_->Current();
+  const absl::StatusOr<std::string> text = engine::Explain(
+      *config_->Current(), *domain, *descriptors, overrides.get(), clock_->NowMicros());
   if (!text.ok()) {
     return SetJson(response,
                    text.status().code() == absl::StatusCode::kNotFound
@@ -355,6 +335,9 @@ void Service::HandleAdmin(const HttpRequest& request, const std::string&, HttpRe
   }
   if (path == "/v1/limits") return Limits(request, response, deferral);
   if (path == "/v1/explain") return ExplainKey(request, response);
+  if (path == "/v1/overrides" && override_book_ != nullptr) {
+    return Overrides(request, response, deferral);
+  }
   if (path == "/ui" || path.starts_with("/ui/")) {
     if (request.method() != beast_http::verb::get) return MethodNotAllowed(response, "GET");
     if (ServeConsole(path, response)) return;

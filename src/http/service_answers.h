@@ -3,6 +3,7 @@
 #ifndef SLUICE_HTTP_SERVICE_ANSWERS_H_
 #define SLUICE_HTTP_SERVICE_ANSWERS_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,9 @@ void SetText(HttpResponse& response, beast_http::status status, std::string body
 
 // The path of a request target, without the query.
 std::string_view PathOf(const HttpRequest& request);
+
+// The value of query parameter `name`, percent-decoded ('+' is a space); nullopt if absent.
+std::optional<std::string> QueryParam(const HttpRequest& request, std::string_view name);
 
 // 405 naming the methods `allowed` ("GET, DELETE").
 void MethodNotAllowed(HttpResponse& response, const char* allowed);

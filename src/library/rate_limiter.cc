@@ -5,8 +5,10 @@
 #include "sluice/rate_limiter.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
+#include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -25,26 +27,68 @@ struct RateLimiter::Impl {
   std::vector<Limit> limits;
   // One per limit: the limit, its state's id and the failure policy; key and cost per call.
   std::vector<backend::Item> items;
+  std::string name;  // Options::name
+  backend::FailureMode on_failure = backend::FailureMode::kOpen;
   const Clock* clock = nullptr;
   int64_t sync_wait_us = 0;  // Redis: how long a synchronous call waits
   std::unique_ptr<stack::LibraryStack> stack;
   backend::Backend* top = nullptr;
 
-  // One call's items, their key and their decisions, alive until its completion has run.
+  // A key's runtime override (SetOverride): its limits and their items, as `limits` and `items`.
+  struct Override {
+    std::vector<Limit> limits;
+    std::vector<backend::Item> items;
+    int64_t until_us = 0;
+  };
+  mutable absl::Mutex overrides_mu;
+  std::unordered_map<std::string, std::shared_ptr<const Override>> overrides
+      ABSL_GUARDED_BY(overrides_mu);
+  std::atomic<size_t> override_count{0};  // overrides.size(), read without the lock
+
+  // `key`'s override in force at `now_us`, or null.
+  std::shared_ptr<const Override> OverrideOf(std::string_view key, int64_t now_us) const {
+    if (override_count.load(std::memory_order_acquire) == 0) return nullptr;
+    absl::MutexLock lock(&overrides_mu);
+    const auto it = overrides.find(std::string(key));
+    if (it == overrides.end()) return nullptr;
+    if (it->second->until_us != 0 && now_us >= it->second->until_us) return nullptr;
+    return it->second;
+  }
+
+  // The items of `limits` for states named `name`, `limits` staying where they are.
+  std::vector<backend::Item> ItemsOf(const std::vector<Limit>& of,
+                                     const std::string& states) const {
+    std::vector<backend::Item> out;
+    for (const Limit& limit : of) {
+      out.push_back({.limit = &limit,
+                     .limit_id = backend::RuleLimitId(states, "", limit),
+                     .key = {},  // and the cost: per call
+                     .cost = 1,
+                     .count_denied = false,
+                     .shadow = false,
+                     .sharing = {.on_failure = on_failure, .instances = 1}});
+    }
+    return out;
+  }
+
+  // One call's items, their key and their decisions, alive until its completion has run (with
+  // the override whose limits the items point to, if any).
   struct Call {
     std::string key;
     std::vector<backend::Item> items;
     std::vector<Decision> out;
+    std::shared_ptr<const Override> override;
   };
   std::shared_ptr<Call> NewCall(std::string_view key, uint64_t cost) const {
     auto call = std::make_shared<Call>();
     call->key = std::string(key);
-    call->items = items;
+    call->override = OverrideOf(key, clock->NowMicros());
+    call->items = call->override ? call->override->items : items;
     for (backend::Item& item : call->items) {
       item.key = call->key;
       item.cost = cost;
     }
-    call->out.resize(items.size());
+    call->out.resize(call->items.size());
     return call;
   }
 };
@@ -169,19 +213,11 @@ absl::StatusOr<std::unique_ptr<RateLimiter>> RateLimiter::Create(std::vector<Lim
   auto impl = std::make_unique<Impl>();
   impl->limits = std::move(limits);
   impl->clock = options.clock != nullptr ? options.clock : SystemClock::Get();
-  const backend::FailureMode on_failure =
-      options.redis && options.redis->on_failure == FailurePolicy::kClosed
-          ? backend::FailureMode::kClosed
-          : backend::FailureMode::kOpen;
-  for (const Limit& limit : impl->limits) {
-    impl->items.push_back({.limit = &limit,
-                           .limit_id = backend::RuleLimitId(options.name, "", limit),
-                           .key = {},  // and the cost: per call
-                           .cost = 1,
-                           .count_denied = false,
-                           .shadow = false,
-                           .sharing = {.on_failure = on_failure, .instances = 1}});
-  }
+  impl->name = options.name;
+  impl->on_failure = options.redis && options.redis->on_failure == FailurePolicy::kClosed
+                         ? backend::FailureMode::kClosed
+                         : backend::FailureMode::kOpen;
+  impl->items = impl->ItemsOf(impl->limits, impl->name);
   auto built = stack::LibraryStack::Build(options, impl->clock);
   if (!built.ok()) return built.status();
   impl->stack = *std::move(built);
@@ -249,6 +285,39 @@ void RateLimiter::ResetAsync(std::string_view key, ResetDone done) {
 absl::StatusOr<size_t> RateLimiter::Reset(std::string_view key) {
   return RunSync<absl::StatusOr<size_t>>(*impl_->top, impl_->sync_wait_us,
                                          [&](ResetDone done) { ResetAsync(key, std::move(done)); });
+}
+
+absl::Status RateLimiter::SetOverride(std::string_view key, std::vector<Limit> limits,
+                                      int64_t until_us) {
+  RateLimiter::Options memory;  // only the limits are checked here
+  if (absl::Status s = Validate(limits, memory); !s.ok()) return s;
+  if (until_us != 0 && until_us <= impl_->clock->NowMicros()) {
+    return absl::InvalidArgumentError("the override's end has passed");
+  }
+  auto o = std::make_shared<Impl::Override>();
+  o->limits = std::move(limits);
+  o->until_us = until_us;
+  // States of its own: named by the limiter and the key (and, as ever, the limit).
+  o->items = impl_->ItemsOf(o->limits, fmt::format("{}#override:{}", impl_->name, key));
+  const int64_t now_us = impl_->clock->NowMicros();
+  absl::MutexLock lock(&impl_->overrides_mu);
+  std::erase_if(impl_->overrides, [now_us](const auto& entry) {  // the ended ones go here
+    return entry.second->until_us != 0 && now_us >= entry.second->until_us;
+  });
+  impl_->overrides[std::string(key)] = std::move(o);
+  impl_->override_count.store(impl_->overrides.size(), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+bool RateLimiter::RemoveOverride(std::string_view key) {
+  const int64_t now_us = impl_->clock->NowMicros();
+  absl::MutexLock lock(&impl_->overrides_mu);
+  const auto it = impl_->overrides.find(std::string(key));
+  if (it == impl_->overrides.end()) return false;
+  const bool in_force = it->second->until_us == 0 || now_us < it->second->until_us;
+  impl_->overrides.erase(it);
+  impl_->override_count.store(impl_->overrides.size(), std::memory_order_release);
+  return in_force;
 }
 
 const std::vector<Limit>& RateLimiter::limits() const { return impl_->limits; }

@@ -230,5 +230,23 @@ TEST(RateLimiterRedisTest, DecidesOnRedisOnceItIsUp) {
   EXPECT_FALSE(verdict.fell_back);
 }
 
+// Overrides are the object's own: two limiters of one name with the same override for a key
+// share its state on Redis (it is named by the limiter's name and the key); one without it
+// keeps deciding the key against the limiter's limits.
+TEST(RateLimiterRedisTest, OverridesOfOneNameShareTheirStatesOnRedis) {
+  testing::RedisServer server;
+  auto a = Make(OnRedis(server.url()));
+  auto b = Make(OnRedis(server.url()));
+  auto plain = Make(OnRedis(server.url()));
+  ASSERT_TRUE(a && b && plain);
+  ASSERT_TRUE(a->SetOverride("acme", {TokenBucket(3, kHour)}).ok());
+  ASSERT_TRUE(b->SetOverride("acme", {TokenBucket(3, kHour)}).ok());
+  EXPECT_TRUE(MustDecide(*a, "acme").allowed);
+  EXPECT_TRUE(MustDecide(*b, "acme").allowed);
+  EXPECT_TRUE(MustDecide(*a, "acme").allowed);
+  EXPECT_FALSE(MustDecide(*b, "acme").allowed);
+  EXPECT_EQ(Remaining(*plain, "acme"), (std::vector<int64_t>{2, 5}));
+}
+
 }  // namespace
 }  // namespace sluice

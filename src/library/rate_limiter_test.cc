@@ -278,5 +278,42 @@ TEST_F(RateLimiterTest, LimitsAndWhereDescribeIt) {
   EXPECT_EQ(limiter->where(), "memory");
 }
 
+// A runtime override: the key is decided against the override's limits, in states of its own,
+// until its end or its removal; other keys keep the limiter's limits, and the key's own state in
+// them is where it was.
+TEST_F(RateLimiterTest, AnOverrideDecidesItsKeyUntilItEndsOrIsRemoved) {
+  auto limiter = Make();
+  ASSERT_TRUE(limiter);
+  EXPECT_TRUE(MustDecide(*limiter, "acme").allowed);  // one of the limiter's 2 per second
+  const int64_t end = clock_.NowMicros() + 10 * kSecond;
+  ASSERT_TRUE(limiter->SetOverride("acme", {FixedWindow(4, kSecond)}, end).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(MustDecide(*limiter, "acme").allowed) << i;
+  const Verdict over = MustDecide(*limiter, "acme");
+  EXPECT_FALSE(over.allowed);
+  EXPECT_EQ(over.decisions.size(), 1u);                                  // the override's one limit
+  EXPECT_EQ(Remaining(*limiter, "beta"), (std::vector<int64_t>{2, 5}));  // not overridden
+  // Its end: the limiter's limits again, with acme's count in them as it was.
+  clock_.Set(end);
+  EXPECT_EQ(Remaining(*limiter, "acme"), (std::vector<int64_t>{2, 4}));  // a new second
+  // Removed: gone (an ended one counts as none).
+  EXPECT_FALSE(limiter->RemoveOverride("acme"));
+  ASSERT_TRUE(limiter->SetOverride("acme", {FixedWindow(1, kSecond)}).ok());
+  EXPECT_EQ(Remaining(*limiter, "acme"), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(limiter->RemoveOverride("acme"));
+  EXPECT_FALSE(limiter->RemoveOverride("acme"));
+  EXPECT_EQ(Remaining(*limiter, "acme"), (std::vector<int64_t>{2, 4}));
+}
+
+TEST_F(RateLimiterTest, AnOverrideIsRefusedForLimitsCreateRefusesOrAnEndPast) {
+  auto limiter = Make();
+  ASSERT_TRUE(limiter);
+  EXPECT_EQ(limiter->SetOverride("acme", {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter->SetOverride("acme", {FixedWindow(1, 0)}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter->SetOverride("acme", {kPerSecond}, clock_.NowMicros()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(limiter->RemoveOverride("acme"));
+}
+
 }  // namespace
 }  // namespace sluice

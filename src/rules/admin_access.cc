@@ -30,27 +30,52 @@ struct Refusal {
   bool about_listen = false;  // the address, not the token file
 };
 
-// The token, or why the admin API may not be served on `admin_listen`.
-std::variant<std::string, Refusal> Decide(const Settings& settings, std::string_view admin_listen) {
-  std::string token;
-  if (!settings.admin_token_file.empty()) {
-    std::ifstream in(settings.admin_token_file);
-    std::string line;
-    if (!in || !std::getline(in, line) || Trimmed(line).empty()) {
-      return Refusal{settings.admin_token_file_at, "cannot read an admin token from " +
-                                                       settings.admin_token_file +
-                                                       " (its first line is the token)"};
+// The tokens of `settings`' token file, or why it cannot be used.
+std::variant<std::vector<AdminToken>, Refusal> ReadTokens(const Settings& settings) {
+  const std::string& file = settings.admin_token_file;
+  std::ifstream in(file);
+  std::vector<AdminToken> tokens;
+  std::string line;
+  for (int number = 1; in && std::getline(in, line); ++number) {
+    const std::string_view text = Trimmed(line);
+    if (text.empty() || text.front() == '#') continue;
+    const size_t space = text.find_first_of(" \t");
+    if (space == std::string_view::npos) {
+      tokens.push_back({"admin", std::string(text)});
+      continue;
     }
-    token = std::string(Trimmed(line));
+    const std::string_view token = Trimmed(text.substr(space));
+    if (token.find_first_of(" \t") != std::string_view::npos) {
+      return Refusal{
+          settings.admin_token_file_at,
+          fmt::format("{}:{}: a token line is TOKEN or NAME TOKEN, not more words", file, number)};
+    }
+    tokens.push_back({std::string(text.substr(0, space)), std::string(token)});
   }
-  if (token.empty() && !IsLoopbackAddress(admin_listen)) {
+  if (tokens.empty()) {
+    return Refusal{settings.admin_token_file_at, "cannot read an admin token from " + file +
+                                                     " (one per line: TOKEN, or NAME TOKEN)"};
+  }
+  return tokens;
+}
+
+// The tokens, or why the admin API may not be served on `admin_listen`.
+std::variant<std::vector<AdminToken>, Refusal> Decide(const Settings& settings,
+                                                      std::string_view admin_listen) {
+  std::vector<AdminToken> tokens;
+  if (!settings.admin_token_file.empty()) {
+    auto read = ReadTokens(settings);
+    if (auto* refusal = std::get_if<Refusal>(&read)) return std::move(*refusal);
+    tokens = std::get<std::vector<AdminToken>>(std::move(read));
+  }
+  if (tokens.empty() && !IsLoopbackAddress(admin_listen)) {
     return Refusal{settings.admin_listen_at,
                    fmt::format("refusing to serve the admin API on {} without a token: set "
                                "admin.token_file in the settings file, or bind it to 127.0.0.1",
                                admin_listen),
                    /*about_listen=*/true};
   }
-  return token;
+  return tokens;
 }
 
 }  // namespace
@@ -60,14 +85,15 @@ bool IsLoopbackAddress(std::string_view address) {
          address.starts_with("localhost:");
 }
 
-absl::StatusOr<std::string> AdminToken(const Settings& settings, std::string_view admin_listen) {
+absl::StatusOr<std::vector<AdminToken>> AdminTokens(const Settings& settings,
+                                                    std::string_view admin_listen) {
   auto decided = Decide(settings, admin_listen);
   if (auto* refusal = std::get_if<Refusal>(&decided)) {
     // An address from a flag is not where the settings file says.
     const bool flag = refusal->about_listen && admin_listen != settings.admin_listen;
     return absl::InvalidArgumentError(At(flag ? Position{} : refusal->position, refusal->message));
   }
-  return std::get<std::string>(std::move(decided));
+  return std::get<std::vector<AdminToken>>(std::move(decided));
 }
 
 std::vector<ConfigError> CheckAdminAccess(const Settings& settings) {

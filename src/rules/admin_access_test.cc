@@ -29,22 +29,40 @@ std::vector<std::string> Lines(const std::vector<ConfigError>& errors) {
   return lines;
 }
 
-TEST(AdminAccessTest, TheTokenIsTheFirstLineOfAFileBesideTheSettings) {
+// The tokens of AdminTokens as "name=token" (or "?" for its error).
+std::vector<std::string> Tokens(const Settings& s, std::string_view listen) {
+  const auto tokens = AdminTokens(s, listen);
+  if (!tokens.ok()) return {"?"};
+  std::vector<std::string> out;
+  for (const AdminToken& t : *tokens) out.push_back(t.name + "=" + t.token);
+  return out;
+}
+
+TEST(AdminAccessTest, TheTokensAreTheLinesOfAFileBesideTheSettingsNamedOrNot) {
   TempDir dir;
-  dir.Write("etc/admin-token", "  s3cret \nsecond line\n");
+  dir.Write("etc/admin-token", "  s3cret \n\n# the support team's\nalice  t0ken-a\t\nbob b\n");
   const Settings s = Load(dir, "admin: {listen: 0.0.0.0:9091, token_file: admin-token}\n");
   EXPECT_EQ(s.admin_token_file, dir.Path("etc/admin-token"));
   EXPECT_THAT(CheckAdminAccess(s), IsEmpty());
-  EXPECT_EQ(AdminToken(s, s.admin_listen).value_or("?"), "s3cret");
+  EXPECT_THAT(Tokens(s, s.admin_listen), ElementsAre("admin=s3cret", "alice=t0ken-a", "bob=b"));
+}
+
+TEST(AdminAccessTest, ATokenLineOfMoreThanTwoWordsIsRefusedWithItsLine) {
+  TempDir dir;
+  dir.Write("etc/admin-token", "alice a\nbob has spaces\n");
+  const Settings s = Load(dir, "admin: {listen: 127.0.0.1:9091, token_file: admin-token}\n");
+  EXPECT_EQ(std::string(AdminTokens(s, s.admin_listen).status().message()),
+            dir.Path("etc/sluice.yaml") + ":1:45: " + dir.Path("etc/admin-token") +
+                ":2: a token line is TOKEN or NAME TOKEN, not more words");
 }
 
 TEST(AdminAccessTest, NoTokenOnLoopbackIsAnEmptyToken) {
   TempDir dir;
   const Settings s = Load(dir, "admin: {listen: 127.0.0.1:9091}\n");
   EXPECT_THAT(CheckAdminAccess(s), IsEmpty());
-  EXPECT_EQ(AdminToken(s, s.admin_listen).value_or("?"), "");
-  EXPECT_EQ(AdminToken(s, "[::1]:9091").value_or("?"), "");
-  EXPECT_EQ(AdminToken(s, "localhost:9091").value_or("?"), "");
+  EXPECT_THAT(Tokens(s, s.admin_listen), IsEmpty());
+  EXPECT_THAT(Tokens(s, "[::1]:9091"), IsEmpty());
+  EXPECT_THAT(Tokens(s, "localhost:9091"), IsEmpty());
 }
 
 TEST(AdminAccessTest, BeyondLoopbackWithoutATokenIsRefusedAtTheListenSetting) {
@@ -55,30 +73,30 @@ TEST(AdminAccessTest, BeyondLoopbackWithoutATokenIsRefusedAtTheListenSetting) {
       "refusing to serve the admin API on 0.0.0.0:9091 without a token: set admin.token_file "
       "in the settings file, or bind it to 127.0.0.1";
   EXPECT_THAT(Lines(CheckAdminAccess(s)), ElementsAre(at + why));
-  EXPECT_EQ(AdminToken(s, s.admin_listen).status().message(), at + why);
+  EXPECT_EQ(AdminTokens(s, s.admin_listen).status().message(), at + why);
   // The --admin flag in place of the settings' address: that address decides, and the error
   // names no place in the file.
-  EXPECT_EQ(AdminToken(s, "127.0.0.1:9091").value_or("?"), "");
+  EXPECT_THAT(Tokens(s, "127.0.0.1:9091"), IsEmpty());
 }
 
 TEST(AdminAccessTest, AFlagsAddressBeyondLoopbackWithoutATokenIsRefusedWithNoPosition) {
   TempDir dir;
   const Settings s = Load(dir, "listen: 127.0.0.1:8080\n");
-  EXPECT_EQ(AdminToken(s, "10.0.0.1:9091").status().message(),
+  EXPECT_EQ(AdminTokens(s, "10.0.0.1:9091").status().message(),
             "refusing to serve the admin API on 10.0.0.1:9091 without a token: set "
             "admin.token_file in the settings file, or bind it to 127.0.0.1");
 }
 
 TEST(AdminAccessTest, AnUnreadableOrEmptyTokenFileIsRefusedAtTheTokenFileSetting) {
   TempDir dir;
-  dir.Write("etc/empty-token", " \n");
+  dir.Write("etc/empty-token", " \n# none\n");
   for (const std::string name : {"missing-token", "empty-token"}) {
     const Settings s = Load(dir, "admin:\n  listen: 127.0.0.1:9091\n  token_file: " + name + "\n");
     const std::string expected = dir.Path("etc/sluice.yaml") +
                                  ":3:15: cannot read an admin token from " +
-                                 dir.Path("etc/" + name) + " (its first line is the token)";
+                                 dir.Path("etc/" + name) + " (one per line: TOKEN, or NAME TOKEN)";
     EXPECT_THAT(Lines(CheckAdminAccess(s)), ElementsAre(expected)) << name;
-    EXPECT_EQ(AdminToken(s, s.admin_listen).status().message(), expected) << name;
+    EXPECT_EQ(AdminTokens(s, s.admin_listen).status().message(), expected) << name;
   }
 }
 

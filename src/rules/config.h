@@ -249,7 +249,12 @@ struct Settings {
   // TLS on the listeners (each optional): http.tls (the data plane, `listen`), admin.tls and
   // grpc.tls.
   std::optional<ListenerTlsSettings> http_tls, admin_tls, grpc_tls;
-  int threads = 0;                 // 0 = hardware concurrency
+  int threads = 0;  // 0 = hardware concurrency
+  // `state_dir:` (relative to the settings file): where serve keeps what it must not lose across
+  // restarts (the runtime overrides, with the memory store). Empty: serve uses $STATE_DIRECTORY
+  // (systemd's StateDirectory=) when set, else keeps them in memory only.
+  std::string state_dir;
+  Position state_dir_at;
   std::string backend = "memory";  // memory | redis
   std::string redis_url;
   bool redis_cluster = false;

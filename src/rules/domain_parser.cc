@@ -33,6 +33,11 @@ class DomainParser {
  public:
   DomainParser(YamlReader& reader, Domain& domain) : r_(reader), domain_(domain) {}
 
+  // A `limits:` list alone (a runtime override's, overrides.h).
+  std::vector<LimitRule> Limits(const yaml::Node& list, const std::string& what) {
+    return ParseLimitList(list, what);
+  }
+
   void Parse(const yaml::Node& doc) {
     r_.CheckMap(doc, "domain file", kDomainKeys);
     auto name = r_.String(doc, "domain");
@@ -453,6 +458,17 @@ const RuleNode* AddChild(RuleNode& parent, std::unique_ptr<RuleNode>& child) {
   }
   parent.children.push_back(std::move(child));
   return nullptr;
+}
+
+std::vector<LimitRule> ParseLimitList(YamlReader& reader, const yaml::Node& list,
+                                      const Domain* domain, const std::string& what) {
+  Domain settings;  // only what a limit's parsing reads of its domain
+  if (domain != nullptr) {
+    settings.name = domain->name;
+    settings.time_zone = domain->time_zone;
+    settings.calendar_units = domain->calendar_units;
+  }
+  return DomainParser(reader, settings).Limits(list, what);
 }
 
 std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const yaml::Node& doc) {

@@ -16,6 +16,11 @@ namespace sluice::rules {
 // A domain file. Errors go to the reader; the result is null if there were any.
 std::unique_ptr<Domain> ParseDomain(YamlReader& reader, const yaml::Node& doc);
 
+// A `limits:` list as a descriptor's (with its entries' names), for `domain`'s calendar units and
+// time zone (null: a domain's defaults). Errors go to the reader, naming `what`.
+std::vector<LimitRule> ParseLimitList(YamlReader& reader, const yaml::Node& list,
+                                      const Domain* domain, const std::string& what);
+
 // Adds `child` under `parent` and indexes it for matching, unless `parent` already has a child
 // with the same composite key (key, or key and value): then `child` is left as it is and that
 // first child is returned.

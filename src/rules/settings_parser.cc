@@ -450,14 +450,31 @@ Settings ParseSettings(YamlReader& r, const yaml::Node& doc) {
   s.file = r.file();
   if (doc.IsNull()) return s;  // an empty file: all defaults
   if (!r.CheckMap(doc, "settings",
-                  {"rules", "listen", "admin", "grpc", "threads", "backend", "redis", "store",
-                   "headers", "http", "count_denied", "shadow_mode", "quota_mode",
-                   "near_limit_ratio", "response_dynamic_metadata", "unknown_domain", "rls",
-                   "merge_domains", "config_source"})) {
+                  {"rules",
+                   "listen",
+                   "admin",
+                   "grpc",
+                   "threads",
+                   "backend",
+                   "redis",
+                   "store",
+                   "headers",
+                   "http",
+                   "count_denied",
+                   "shadow_mode",
+                   "quota_mode",
+                   "near_limit_ratio",
+                   "response_dynamic_metadata",
+                   "unknown_domain",
+                   "rls",
+                   "merge_domains",
+                   "config_source",
+                   "state_dir"})) {
     return s;
   }
   // (In the order errors were always reported in.)
   ParseTopLevel(r, doc, s);
+  ReadFileField(r, doc, "state_dir", s.state_dir, s.state_dir_at);
   ParseAdmin(r, doc, s);
   ParseRls(r, doc, s);
   ParseGrpc(r, doc, s);

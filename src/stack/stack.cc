@@ -21,6 +21,7 @@
 #include "redis/sentinel.h"
 #include "spdlog/spdlog.h"
 #include "stack/redis_connect.h"
+#include "stack/redis_overrides.h"
 #include "stack/redis_tls.h"
 #include "util/log.h"
 
@@ -410,6 +411,27 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& setti
 }
 
 bool Stack::remote() const { return parts_->redis != nullptr; }
+
+absl::StatusOr<std::unique_ptr<rules::OverrideBook>> Stack::OpenOverrides(
+    const rules::Settings& settings, const std::string& state_dir,
+    std::function<std::shared_ptr<const rules::Config>()> config, const Clock* clock) const {
+  auto clock_us = [clock] { return clock->NowMicros(); };
+  if (parts_->client != nullptr) {
+    auto book = std::make_unique<RedisOverrideBook>(parts_->client.get(), settings.redis_key_prefix,
+                                                    where_, config, clock_us);
+    if (absl::Status read = book->ReadNow(
+            std::chrono::duration_cast<std::chrono::milliseconds>(parts_->client->timeout() * 4));
+        !read.ok()) {
+      util::Log().warn("overrides: not read from {} yet ({}); they are read once it answers",
+                       where_, std::string(read.message()));
+    }
+    return book;
+  }
+  const std::string path = state_dir.empty() ? "" : state_dir + "/overrides.jsonl";
+  auto book = rules::FileOverrideBook::Open(path, *config(), clock_us);
+  if (!book.ok()) return book.status();
+  return std::unique_ptr<rules::OverrideBook>(std::move(*book));
+}
 
 void Stack::ReturnLeases(absl::Duration wait) {
   if (parts_->leases == nullptr) return;

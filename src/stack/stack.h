@@ -21,6 +21,7 @@
 #include "metrics/registry.h"
 #include "metrics/server_metrics.h"
 #include "rules/config.h"
+#include "rules/override_book.h"
 #include "sluice/clock.h"
 
 namespace sluice::stack {
@@ -48,6 +49,16 @@ class Stack {
   bool remote() const;
   // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".
   const std::string& where() const { return where_; }
+
+  // The book of runtime overrides (rules/override_book.h) for this stack: on Redis, shared by
+  // every instance, when decisions go to Redis (read before returning, waiting a moment: an
+  // unreachable Redis is no error, they are read once it answers); otherwise in
+  // `state_dir`/overrides.jsonl, or in memory only when `state_dir` is empty (an error when the
+  // file cannot be read). `config` gives the current rules (for reading stored overrides); the
+  // stack and `clock` must outlive the book.
+  absl::StatusOr<std::unique_ptr<rules::OverrideBook>> OpenOverrides(
+      const rules::Settings& settings, const std::string& state_dir,
+      std::function<std::shared_ptr<const rules::Config>()> config, const Clock* clock) const;
 
   // Gives back the unspent units of this instance's leases (consistency: leased) and merges what
   // it admitted on eventual copies, waiting up to `wait` for the backend to take them: at

@@ -150,6 +150,7 @@ void Collect(const rules::Config& config, const rules::OverrideSet* overrides, i
   absl::InlinedVector<const RuleNode*, 8> nodes(levels);
   absl::InlinedVector<Match, 4> matches(n);
   absl::flat_hash_set<std::string_view> replaced;  // views of the config's `replaces`
+  // The descriptors' overrides in force, when their domain has any (else empty).
   absl::InlinedVector<const rules::Override*, 4> overridden;
   if (overrides != nullptr && overrides->HasDomain(domain->name)) overridden.resize(n);
   for (size_t i = 0, used = 0; i < n; ++i) {
@@ -478,8 +479,10 @@ std::vector<Response> Engine::CheckAll(const rules::Config& config,
 void Engine::CheckAll(const rules::Config& config, std::span<const Request> requests,
                       std::span<Response> responses, int64_t now_us, Refundable* consumed) {
   Batch batch;
-  {
-    const std::shared_ptr<const rules::OverrideSet> overrides = CurrentOverrides();
+  if (overrides_ == nullptr || !overrides_->any()) {  // the usual case: no shared_ptr copied
+    batch.Build(config, nullptr, now_us, requests, responses);
+  } else {
+    const std::shared_ptr<const rules::OverrideSet> overrides = overrides_->Current();
     batch.Build(config, overrides.get(), now_us, requests, responses);
   }
   DecideInline(config, requests, responses, batch, now_us, consumed);

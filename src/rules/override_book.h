@@ -28,6 +28,8 @@ class OverrideBook {
 
   // The overrides in force (expired ones may remain until the next change; OverrideSet::Find
   // skips them), or null while there are none.
+  // Whether there may be any: false means Current() is null (a cheap first look).
+  bool any() const { return any_.load(std::memory_order_acquire); }
   std::shared_ptr<const OverrideSet> Current() const {
     if (!any_.load(std::memory_order_acquire)) return nullptr;
     return current_.load(std::memory_order_acquire);

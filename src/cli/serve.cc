@@ -22,6 +22,7 @@
 #include "cli/serve_tls.h"
 #include "engine/configured_limits.h"
 #include "engine/engine.h"
+#include "engine/holds.h"
 #include "engine/top_keys.h"
 #include "fmt/format.h"
 #include "http/service.h"
@@ -164,6 +165,27 @@ struct Observability {
 };
 // sluice_limit's samples: the limits of the configuration in force, worked out once per version
 // (keeping the version, not the config: an old config is freed by the reload, not by a scrape).
+// The concurrency limits' holds in use, by domain and limit name (summed over the rules of one
+// name), when the store can count them (the memory store).
+std::function<std::vector<metrics::ServerMetrics::HoldsSample>()> HoldsSamples(
+    rules::ConfigManager& manager, const stack::Stack& backends) {
+  return [&manager, &backends] {
+    std::vector<metrics::ServerMetrics::HoldsSample> out;
+    const std::shared_ptr<const rules::Config> current = manager.Current();
+    if (current == nullptr) return out;
+    const auto live = backends.holds().LiveByLimit(SystemClock::Get()->NowMicros());
+    if (!live) return out;
+    std::map<std::pair<std::string, std::string>, double> sums;
+    for (engine::ConfiguredHold& h : engine::ConfiguredConcurrency(*current)) {
+      const auto it = live->find(h.limit_id);
+      sums[{std::move(h.domain), std::move(h.name)}] +=
+          it == live->end() ? 0 : static_cast<double>(it->second);
+    }
+    for (auto& [labels, holds] : sums) out.push_back({labels.first, labels.second, holds});
+    return out;
+  };
+}
+
 std::function<std::vector<metrics::ServerMetrics::LimitSample>()> LimitSamples(
     rules::ConfigManager& manager) {
   struct Cache {
@@ -202,6 +224,7 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                               static_cast<double>(manager.reload_failures())};
                         },
                     .limits = LimitSamples(manager),
+                    .holds = HoldsSamples(manager, backends),
                     .now_us = [] { return SystemClock::Get()->NowMicros(); },
                     .start_time_us = SystemClock::Get()->NowMicros(),
                     .max_decision_series = 10000});
@@ -475,6 +498,7 @@ int RunServe(const ServeFlags& flags) {
   engine.set_overrides(overrides->get());
   http::Service service(&manager, &engine, clock, *tokens);
   service.SetOverrideBook(overrides->get());
+  service.SetHolds(&(*backends)->holds());
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
   auto tls = ServeTls::Load(settings, GrpcOn(grpc));

@@ -159,6 +159,11 @@ absl::StatusOr<std::string> Explain(const rules::Config& config, std::string_vie
         fmt::format_to(out, "  {} at {}\n", DescribeRule(rule), Where(rule.position));
       }
     }
+    for (const auto& held : node->concurrency) {
+      fmt::format_to(out, "  concurrency: at most {} in flight, max_hold {}{} at {}\n",
+                     held.requests, FormatDuration(held.max_hold_us),
+                     held.name.empty() ? "" : " name=" + held.name, Where(held.position));
+    }
   }
   return text;
 }

@@ -48,7 +48,8 @@ namespace {
 // The data plane's own endpoints; in reverse proxy mode every other path is forwarded.
 bool OwnPath(std::string_view path) {
   return path == "/v1/auth" || path.starts_with("/v1/auth/") || path == "/v1/check" ||
-         path == "/json" || path == "/healthcheck";
+         path == "/json" || path == "/healthcheck" || path == "/v1/acquire" ||
+         path == "/v1/release" || path == "/v1/renew";
 }
 
 }  // namespace
@@ -134,6 +135,12 @@ void Service::Route(const HttpRequest& request, const std::string& peer, HttpRes
     return Check(request, response, deferral);
   }
   if (path == "/json") return Json(request, response, deferral);
+  if ((path == "/v1/acquire" || path == "/v1/release" || path == "/v1/renew") &&
+      holds_ != nullptr) {
+    if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
+    if (path == "/v1/acquire") return Acquire(request, response, deferral);
+    return ReleaseOrRenew(request, response, deferral, path == "/v1/renew");
+  }
   if (path == "/healthcheck") {  // envoyproxy/ratelimit's health endpoint
     return SetText(response, beast_http::status::ok, "OK");
   }

@@ -25,7 +25,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "backend/holds.h"
 #include "engine/engine.h"
+#include "engine/holds.h"
 #include "headers/rate_limit_headers.h"
 #include "http/http_routes.h"
 #include "http/json_endpoint.h"
@@ -45,6 +47,10 @@ class Service {
   // `engine` decides (the process's one engine, shared with the other frontends).
   Service(rules::ConfigManager* config, engine::Engine* engine, const Clock* clock,
           std::vector<rules::AdminToken> admin_tokens);
+
+  // Serves POST /v1/acquire, /v1/release and /v1/renew with `holds` (not owned; the concurrency
+  // limits' holds). Call before serving; without it, they are not found.
+  void SetHolds(backend::Holds* holds) { holds_ = holds; }
 
   // Serves /v1/overrides from `book` (not owned; the engine's, which must be set on it too).
   // Call before serving; without one, /v1/overrides is not found.
@@ -139,6 +145,10 @@ class Service {
   void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
              Deferral& deferral, std::shared_ptr<const rules::Config> config);
   void ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided);
+  // Admitted by the rates: takes the concurrency limits' holds (if any apply), then shapes or
+  // forwards; a refused hold answers 429 and gives back what the request consumed.
+  void ProxyAdmitted(std::shared_ptr<ProxyCall> call, engine::Response decision);
+  void ProxyHeld(std::shared_ptr<ProxyCall> call, engine::Response decision);
   void Forward(std::shared_ptr<ProxyCall> call);
   void ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result);
   // Adds a call about to wait out a shaping delay to those CancelUpstreams() ends; false once
@@ -167,6 +177,13 @@ class Service {
   // `who` ("" when none is needed); otherwise `response` is the refusal.
   bool Authorized(const HttpRequest& request, HttpResponse& response,
                   std::string* who = nullptr) const;
+  // Counts an acquisition of `targets` in sluice_concurrency_requests_total: every one granted,
+  // or the one that refused.
+  void CountHolds(const engine::HoldTargets& targets, const backend::Acquisition& got);
+  // POST /v1/acquire, and /v1/release or /v1/renew (service_holds.cc).
+  void Acquire(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  void ReleaseOrRenew(const HttpRequest& request, HttpResponse& response, Deferral& deferral,
+                      bool renew);
   // GET, PUT and DELETE /v1/overrides (service_overrides.cc).
   void Overrides(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
 
@@ -175,6 +192,7 @@ class Service {
   const Clock* clock_;
   const std::vector<rules::AdminToken> admin_tokens_;
   rules::OverrideBook* override_book_ = nullptr;
+  backend::Holds* holds_ = nullptr;
   metrics::Registry* registry_ = nullptr;
   metrics::ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;

@@ -17,12 +17,28 @@
 #include <optional>
 #include <vector>
 
+#include "engine/holds.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
 #include "http/http_routes.h"
 #include "http/service.h"
+#include "http/service_answers.h"
 
 namespace sluice::http {
+
+// The holds a proxied request took (concurrency limits), given back when the last owner lets go:
+// the call, and the answer's body while it streams (so a client that goes away releases too).
+struct HeldSlots {
+  backend::Holds* holds = nullptr;
+  const Clock* clock = nullptr;
+  std::vector<backend::Hold> taken;
+  HeldSlots() = default;
+  HeldSlots(const HeldSlots&) = delete;
+  HeldSlots& operator=(const HeldSlots&) = delete;
+  ~HeldSlots() {
+    if (!taken.empty()) holds->Release(taken, clock->NowMicros(), [](absl::StatusOr<size_t>) {});
+  }
+};
 
 struct Service::ProxyCall {
   Responder responder;
@@ -37,6 +53,8 @@ struct Service::ProxyCall {
   std::optional<boost::asio::steady_timer> delay;
   bool client_gone = false;  // the client closed its connection during the delay
   bool cancelled = false;    // the shutdown deadline came during the delay (CancelUpstreams)
+  std::shared_ptr<const engine::HoldTargets> hold_targets;  // null: no concurrency limit applies
+  std::shared_ptr<HeldSlots> held;
 };
 
 namespace {
@@ -70,10 +88,11 @@ void CountCut(metrics::Family<metrics::Counter>* cut, std::string_view side) {
 // (the status is out, so that is the only way left to say so), and a client gone drops `body`,
 // which closes the upstream connection instead of pooling it. Either is counted in `cut`
 // (sluice_proxy_answers_cut_total; may be null).
+// `held` (may be null) goes along, and is let go with the rest.
 void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> client,
-              metrics::Family<metrics::Counter>* cut) {
+              metrics::Family<metrics::Counter>* cut, std::shared_ptr<HeldSlots> held) {
   UpstreamBody& source = *body;
-  source.Read([body = std::move(body), client = std::move(client), cut](
+  source.Read([body = std::move(body), client = std::move(client), cut, held = std::move(held)](
                   UpstreamBody::Status status, std::string_view piece) mutable {
     if (status == UpstreamBody::Status::kError) {
       CountCut(cut, "upstream");
@@ -82,9 +101,10 @@ void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> cl
     if (status == UpstreamBody::Status::kEnd) return client->End();
     BodyWriter& sink = *client;
     sink.Write(boost::asio::buffer(piece.data(), piece.size()),
-               [body = std::move(body), client = std::move(client), cut](bool written) mutable {
+               [body = std::move(body), client = std::move(client), cut,
+                held = std::move(held)](bool written) mutable {
                  if (!written) return CountCut(cut, "client");
-                 PipeBody(std::move(body), std::move(client), cut);
+                 PipeBody(std::move(body), std::move(client), cut, std::move(held));
                });
   });
 }
@@ -128,6 +148,24 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   call->body = deferral.body();
   PrepareUpstreamRequest(call->request, peer);
   call->config = config;
+  if (holds_ != nullptr) {
+    engine::HoldTargets targets;
+    for (const engine::Request& r : checks->requests) {
+      engine::HoldTargets more = engine::MatchHolds(*config, r);
+      // (Moved whole: each one's requests point into its own keys, which moving keeps.)
+      for (size_t i = 0; i < more.requests.size(); ++i) {
+        targets.keys.push_back(std::string(more.requests[i].key));
+        targets.names.push_back(std::move(more.names[i]));
+        targets.on_failure.push_back(more.on_failure[i]);
+        targets.domains.push_back(std::move(more.domains[i]));
+        targets.requests.push_back(more.requests[i]);
+      }
+    }
+    for (size_t i = 0; i < targets.requests.size(); ++i) targets.requests[i].key = targets.keys[i];
+    if (!targets.requests.empty()) {
+      call->hold_targets = std::make_shared<const engine::HoldTargets>(std::move(targets));
+    }
+  }
   call->responder = deferral.Take();  // every proxied request is answered later
   // What the request consumes is recorded (on the memory store or on Redis) for a refund.
   DecideRoutes(
@@ -151,8 +189,59 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
                 response);
     return answer(std::move(response));
   }
+  if (call->hold_targets != nullptr) return ProxyAdmitted(std::move(call), decided.combined());
+  ProxyHeld(std::move(call), std::move(decided.combined()));
+}
+
+void Service::ProxyAdmitted(std::shared_ptr<ProxyCall> call, engine::Response decision) {
+  const engine::HoldTargets& targets = *call->hold_targets;
+  auto pending = std::make_shared<engine::Response>(std::move(decision));
+  holds_->Acquire(
+      targets.requests, clock_->NowMicros(),
+      [this, call, pending](backend::Acquisition got) mutable {
+        boost::asio::post(call->executor, [this, call, pending, got = std::move(got)]() mutable {
+          const engine::HoldTargets& targets = *call->hold_targets;
+          CountHolds(targets, got);
+          const bool closed =
+              std::any_of(targets.on_failure.begin(), targets.on_failure.end(),
+                          [](auto m) { return m == backend::FailureMode::kClosed; });
+          if (got.ok || (!got.status.ok() && !closed)) {
+            call->held = std::make_shared<HeldSlots>();
+            call->held->holds = holds_;
+            call->held->clock = clock_;
+            call->held->taken = std::move(got.holds);
+            return ProxyHeld(std::move(call), std::move(*pending));
+          }
+          // Refused (or Redis down under failure_mode closed): not forwarded, so
+          // the request keeps nothing of the rates either.
+          engine_.Refund(call->consumed, clock_->NowMicros());
+          CountProxy("held_refused");
+          HttpResponse response;
+          if (!got.status.ok()) {
+            SetJson(response, beast_http::status::service_unavailable,
+                    RenderError("backend: " + std::string(got.status.message())));
+          } else {
+            response.set(
+                beast_http::field::retry_after,
+                std::to_string(std::max<int64_t>(1, (got.retry_after_us + 999999) / 1000000)));
+            std::string body = R"({"error":"too many in flight","limit":)";
+            AppendJsonString(&body, targets.names[got.refused]);
+            body += '}';
+            SetJson(response, beast_http::status::too_many_requests, std::move(body));
+          }
+          CountResponse(response);
+          call->responder.Send(std::move(response));
+        });
+      });
+}
+
+void Service::ProxyHeld(std::shared_ptr<ProxyCall> call, engine::Response decision) {
+  const auto answer = [&](HttpResponse response) {
+    CountResponse(response);
+    call->responder.Send(std::move(response));
+  };
   int64_t delay_us = 0;
-  for (const auto& d : decided.combined().descriptors) {
+  for (const auto& d : decision.descriptors) {
     for (const auto& limit : d.limits) delay_us = std::max(delay_us, limit.decision.delay_us);
   }
   if (delay_us > 0 &&
@@ -171,7 +260,7 @@ void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decide
         call->config->settings.max_delayed);
     return answer(std::move(response));
   }
-  call->decision = std::move(decided.combined());
+  call->decision = std::move(decision);
   if (delay_us == 0) return Forward(std::move(call));
   if (!TrackDelayed(call)) {  // past the shutdown deadline: not held, not forwarded
     delayed_.fetch_sub(1, std::memory_order_relaxed);
@@ -295,10 +384,12 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   const std::optional<uint64_t> content_length = result.body->content_length();
   metrics::Family<metrics::Counter>* cut =
       metrics_ != nullptr ? metrics_->proxy_answers_cut : nullptr;
-  call->responder.Stream(std::move(result.response), content_length,
-                         [body = std::move(result.body), cut](std::shared_ptr<BodyWriter> client) {
-                           if (client != nullptr) PipeBody(body, std::move(client), cut);
-                         });
+  // The holds (if any) go with the body: released when it has streamed, or its client left.
+  call->responder.Stream(
+      std::move(result.response), content_length,
+      [body = std::move(result.body), cut, held = call->held](std::shared_ptr<BodyWriter> client) {
+        if (client != nullptr) PipeBody(body, std::move(client), cut, held);
+      });
 }
 
 }  // namespace sluice::http

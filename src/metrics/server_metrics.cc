@@ -102,7 +102,8 @@ absl::Status RegisterProxy(Registry* registry, ServerMetrics::Sources& /*sources
                  "upstream_error (502), timeout (504), shaped_rejected (503: too many delayed), "
                  "client_gone (the client left during its shaping delay: not forwarded), "
                  "cancelled (503: still delayed, or no answer from the upstream, at the shutdown "
-                 "deadline).",
+                 "deadline), held_refused (429: a concurrency limit had no slot free; 503: "
+                 "Redis could not answer under failure_mode closed).",
          .label_names = {"outcome"},
          .max_children = 16});
     if (!f.ok()) return f.status();
@@ -243,6 +244,34 @@ absl::Status RegisterLimits(Registry* registry, ServerMetrics::Sources& sources,
              &LimitSample::window_seconds);
 }
 
+// Concurrency limits: acquisitions by result, and holds in use (from sources.holds).
+absl::Status RegisterConcurrency(Registry* registry, ServerMetrics::Sources& sources,
+                                 ServerMetrics& m) {
+  auto f = registry->AddCounter(
+      {.name = "sluice_concurrency_requests_total",
+       .help = "Holds asked of concurrency limits (POST /v1/acquire, the reverse proxy), by "
+               "domain, limit and result: granted or refused (429).",
+       .label_names = {"domain", "limit", "result"},
+       .max_children = 10000});
+  if (!f.ok()) return f.status();
+  m.concurrency = *f;
+  if (!sources.holds) return absl::OkStatus();
+  auto holds = std::make_shared<std::function<std::vector<ServerMetrics::HoldsSample>()>>(
+      std::move(sources.holds));
+  return registry->AddCallback(
+      {.name = "sluice_concurrency_holds",
+       .help = "Holds in use of each concurrency limit, by domain and limit (the memory store's; "
+               "with Redis, holds are spread over its keys and not counted here).",
+       .label_names = {"domain", "limit"}},
+      MetricType::kGauge, [holds] {
+        std::vector<CallbackSample> out;
+        for (ServerMetrics::HoldsSample& h : (*holds)()) {
+          out.push_back({{std::move(h.domain), std::move(h.limit)}, h.holds});
+        }
+        return out;
+      });
+}
+
 // Uptime and start time, from sources.now_us.
 absl::Status RegisterUptime(Registry* registry, ServerMetrics::Sources& sources,
                             ServerMetrics& /*m*/) {
@@ -273,7 +302,7 @@ absl::Status RegisterUptime(Registry* registry, ServerMetrics::Sources& sources,
 absl::StatusOr<ServerMetrics> ServerMetrics::Register(Registry* registry, Sources sources) {
   ServerMetrics m;
   for (auto step : {RegisterDecisions, RegisterHttp, RegisterProxy, RegisterStore, RegisterConfig,
-                    RegisterLimits, RegisterUptime}) {
+                    RegisterLimits, RegisterConcurrency, RegisterUptime}) {
     if (absl::Status s = step(registry, sources, m); !s.ok()) return s;
   }
   return m;

@@ -74,10 +74,16 @@ struct ServerMetrics {
     double requests = 0;
     double window_seconds = 0;
   };
+  // One concurrency limit's holds in use, in this process's store.
+  struct HoldsSample {
+    std::string domain, limit;
+    double holds = 0;
+  };
   struct Sources {
     std::function<StoreStats()> store;
     std::function<ConfigStats()> config;
     std::function<std::vector<LimitSample>()> limits;
+    std::function<std::vector<HoldsSample>()> holds;  // none: no sluice_concurrency_holds
     // Microseconds since the unix epoch (inject the server's Clock), and the start time on it.
     std::function<int64_t()> now_us;
     int64_t start_time_us = 0;
@@ -95,6 +101,9 @@ struct ServerMetrics {
   Family<Counter>* near_limit = nullptr;   // WithLabels({domain, limit_name})
   Family<Counter>* reasons = nullptr;      // WithLabels({domain, limit_name, reason})
   Histogram* decision_duration = nullptr;  // Observe(elapsed_us)
+  // Acquisitions of concurrency limits' holds: WithLabels({domain, limit, result}), result
+  // granted or refused.
+  Family<Counter>* concurrency = nullptr;
   Gauge* http_open_connections = nullptr;
   Counter* http_connections = nullptr;
   Counter* http_connections_rejected = nullptr;

@@ -42,6 +42,10 @@ ServerMetrics::Sources FixedSources() {
             return std::vector<ServerMetrics::LimitSample>{{"api", "10-per-1m", 10, 60},
                                                            {"api", "daily", 1000, 86400}};
           },
+      .holds =
+          [] {
+            return std::vector<ServerMetrics::HoldsSample>{{"api", "reports", 2}};
+          },
       .now_us = [] { return kT0 + 90 * kSecond + kSecond / 2; },
       .start_time_us = kT0,
   };
@@ -63,6 +67,11 @@ TEST(ServerMetrics, FreshRegistryExposesTheDocumentedFamilies) {
             "seconds.\n"
             "# TYPE process_start_time_seconds gauge\n"
             "process_start_time_seconds 1700000000\n"
+            "# HELP sluice_concurrency_holds Holds in use of each concurrency limit, by domain "
+            "and limit (the memory store's; with Redis, holds are spread over its keys and not "
+            "counted here).\n"
+            "# TYPE sluice_concurrency_holds gauge\n"
+            "sluice_concurrency_holds{domain=\"api\",limit=\"reports\"} 2\n"
             "# HELP sluice_config_info The active configuration: always 1, labelled with its "
             "version.\n"
             "# TYPE sluice_config_info gauge\n"

@@ -46,6 +46,23 @@ struct LimitRule {
   uint64_t state_id = 0;
 };
 
+// A concurrency limit (`algorithm: concurrency` in a descriptor's rate_limit or limits): at most
+// `requests` holds at once per key, each ending after max_hold unless released or renewed first
+// (POST /v1/acquire, /v1/release, /v1/renew; the reverse proxy holds one per request in flight).
+// Not a rate: /v1/check, forward-auth and RLS requests do not count against it.
+struct ConcurrencyRule {
+  uint64_t requests = 0;
+  int64_t max_hold_us = 0;
+  std::string name;
+  Position position;
+  // Its holds' identity with its node's path (backend::RuleLimitId of the path + "#concurrency"),
+  // computed at load.
+  uint64_t state_id = 0;
+};
+
+// `max_hold:` when a concurrency limit does not say.
+inline constexpr int64_t kDefaultMaxHoldUs = 60'000'000;
+
 using backend::FailureMode;  // failure_mode: open | closed | local
 
 // One node of a domain's descriptor tree.
@@ -56,9 +73,10 @@ struct RuleNode {
   bool wildcard = false;  // value contains '*'
   bool share_threshold = false;
   bool unlimited = false;
-  bool has_rate_limit = false;    // rate_limit or limits given (unlimited counts)
-  std::vector<LimitRule> limits;  // empty when unlimited or plan-driven
-  std::string rate_limit_name;    // rate_limit.name (also the name of its limits)
+  bool has_rate_limit = false;               // rate_limit or limits given (unlimited counts)
+  std::vector<LimitRule> limits;             // empty when unlimited or plan-driven
+  std::vector<ConcurrencyRule> concurrency;  // its `algorithm: concurrency` limits
+  std::string rate_limit_name;               // rate_limit.name (also the name of its limits)
   std::vector<std::string> replaces;
   bool shadow_mode = false;
   // Over its limits, this descriptor alone does not deny the request (upstream's quota_mode):

@@ -17,11 +17,13 @@ const std::vector<std::string_view> kDescriptorKeys = {
     "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode",
     "metadata",    "plan_from"};
 const std::vector<std::string_view> kRateLimitKeys = {
-    "unit",   "requests_per_unit", "unlimited",   "name",        "replaces",  "algorithm", "burst",
-    "window", "requests",          "shadow_mode", "consistency", "time_zone", "penalty"};
+    "unit",     "requests_per_unit", "unlimited",   "name",
+    "replaces", "algorithm",         "burst",       "window",
+    "requests", "shadow_mode",       "consistency", "time_zone",
+    "penalty",  "max_hold"};
 const std::vector<std::string_view> kLimitEntryKeys = {
     "requests", "requests_per_unit", "window",      "unit",      "algorithm", "burst",
-    "name",     "shadow_mode",       "consistency", "time_zone", "penalty"};
+    "name",     "shadow_mode",       "consistency", "time_zone", "penalty",   "max_hold"};
 const std::vector<std::string_view> kDomainKeys = {
     "domain",       "descriptors",  "plans",       "default_plan", "clients",
     "failure_mode", "count_denied", "shadow_mode", "http",         "consistency",
@@ -180,6 +182,12 @@ class DomainParser {
       if (ParseDescriptor(item, parent, *node)) {
         for (LimitRule& rule : node->limits)
           rule.state_id = backend::RuleLimitId(node->path, "", rule.limit);
+        for (ConcurrencyRule& rule : node->concurrency) {
+          Limit identity;  // its size and max_hold, as a limit's id is made of them
+          identity.requests = rule.requests;
+          identity.window_us = rule.max_hold_us;
+          rule.state_id = backend::RuleLimitId(node->path + "#concurrency", "", identity);
+        }
         if (const RuleNode* first = AddChild(parent, node)) {
           r_.Error(item, fmt::format("duplicate descriptor composite key '{}.{}'", parent.path,
                                      CompositeKey(*first)));
@@ -244,7 +252,7 @@ class DomainParser {
       ParseRateLimit(rate_limit, node);
     } else if (has_limits) {
       node.has_rate_limit = true;
-      node.limits = ParseLimitList(limits, "limits");
+      node.limits = ParseLimitList(limits, "limits", &node.concurrency);
     }
     if (const yaml::Node children = item["descriptors"];
         children.IsDefined() && !children.IsNull()) {
@@ -274,9 +282,17 @@ class DomainParser {
     }
     if (r_.Bool(rl, "unlimited").value_or(false)) {
       node.unlimited = true;
+      if (IsConcurrency(rl)) r_.Error(rl["algorithm"], "unlimited takes no algorithm concurrency");
       if (rl["unit"].IsDefined() || rl["window"].IsDefined()) {
         r_.Error(rl["unit"].IsDefined() ? rl["unit"] : rl["window"],
                  "should not specify rate limit unit when unlimited");
+      }
+      return;
+    }
+    if (IsConcurrency(rl)) {
+      if (auto rule = ParseConcurrency(rl, "rate_limit")) {
+        rule->name = node.rate_limit_name;
+        node.concurrency.push_back(std::move(*rule));
       }
       return;
     }
@@ -286,7 +302,39 @@ class DomainParser {
     }
   }
 
-  std::vector<LimitRule> ParseLimitList(const yaml::Node& list, const std::string& what) {
+  static bool IsConcurrency(const yaml::Node& map) {
+    const yaml::Node algorithm = map["algorithm"];
+    return algorithm.IsScalar() && algorithm.Scalar() == "concurrency";
+  }
+
+  // `algorithm: concurrency` with `requests` (the holds at once) and `max_hold` (default 60 s);
+  // no window, burst or penalty.
+  std::optional<ConcurrencyRule> ParseConcurrency(const yaml::Node& map, std::string_view what) {
+    const size_t errors_before = r_.error_count();
+    ConcurrencyRule rule;
+    rule.position = r_.PositionOf(map);
+    for (const char* key : {"unit", "window", "burst", "penalty", "time_zone", "consistency",
+                            "requests_per_unit", "shadow_mode"}) {
+      if (map[key].IsDefined()) {
+        r_.Error(map[key], fmt::format("{}: a concurrency limit takes requests and max_hold, "
+                                       "not {}",
+                                       what, key));
+      }
+    }
+    if (!map["requests"].IsDefined()) {
+      r_.Error(map,
+               fmt::format("{}: a concurrency limit needs requests (the most held at once)", what));
+    }
+    rule.requests = r_.Unsigned(map, "requests", kMaxRequests).value_or(0);
+    rule.max_hold_us = r_.Duration(map, "max_hold").value_or(kDefaultMaxHoldUs);  // (> 0)
+    if (r_.error_count() != errors_before) return std::nullopt;
+    return rule;
+  }
+
+  // `concurrency`: where its `algorithm: concurrency` entries go (null: they are an error, as in
+  // plans and overrides).
+  std::vector<LimitRule> ParseLimitList(const yaml::Node& list, const std::string& what,
+                                        std::vector<ConcurrencyRule>* concurrency = nullptr) {
     std::vector<LimitRule> out;
     if (!list.IsDefined() || list.IsNull()) {
       return out;
@@ -294,6 +342,17 @@ class DomainParser {
     if (!r_.CheckSequence(list, what)) return out;
     for (const yaml::Node& entry : list.items()) {
       if (!r_.CheckMap(entry, "limits entry", kLimitEntryKeys)) continue;
+      if (IsConcurrency(entry)) {
+        if (concurrency == nullptr) {
+          r_.Error(entry["algorithm"], fmt::format("{}: a concurrency limit belongs to a "
+                                                   "descriptor's own rate_limit or limits",
+                                                   what));
+        } else if (auto rule = ParseConcurrency(entry, "limits entry")) {
+          if (auto name = r_.String(entry, "name")) rule->name = *name;
+          concurrency->push_back(std::move(*rule));
+        }
+        continue;
+      }
       if (auto limit = ParseLimit(entry, "limits entry")) {
         if (auto name = r_.String(entry, "name")) limit->name = *name;
         out.push_back(std::move(*limit));
@@ -317,7 +376,8 @@ class DomainParser {
           rule.limit.algorithm = *algorithm;
           algorithm_known = true;
         } else {
-          r_.Error(map["algorithm"], std::string(algorithm.status().message()));
+          r_.Error(map["algorithm"], std::string(algorithm.status().message()) +
+                                         " (or concurrency, for requests in flight)");
         }
       }
     }
@@ -369,6 +429,9 @@ class DomainParser {
           rule.limit.burst = *b;
         }
       }
+    }
+    if (map["max_hold"].IsDefined()) {
+      r_.Error(map["max_hold"], fmt::format("{}: max_hold applies to algorithm concurrency", what));
     }
     if (map["time_zone"].IsDefined() && !rule.limit.calendar && r_.error_count() == errors_before) {
       r_.Error(map["time_zone"],

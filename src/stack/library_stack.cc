@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "backend/failover.h"
+#include "backend/memory/memory_holds.h"
 #include "backend/memory/memory_store.h"
+#include "backend/redis/redis_holds.h"
 #include "backend/redis/redis_store.h"
 #include "redis/client.h"
 #include "stack/redis_connect.h"
@@ -18,6 +20,7 @@ struct LibraryStack::Parts {
   std::unique_ptr<store::MemoryStore> memory;
   std::unique_ptr<redis::RedisStore> redis_store;
   std::unique_ptr<backend::Failover> failover;
+  std::unique_ptr<backend::Holds> holds;  // the concurrency limits' (ConcurrencyLimiter)
   std::unique_ptr<redis::Client> client;
 };
 
@@ -27,6 +30,8 @@ LibraryStack::LibraryStack(std::unique_ptr<Parts> parts) : parts_(std::move(part
 }
 
 LibraryStack::~LibraryStack() = default;
+
+backend::Holds& LibraryStack::holds() const { return *parts_->holds; }
 
 absl::StatusOr<std::unique_ptr<LibraryStack>> LibraryStack::Build(
     const RateLimiter::Options& options, const Clock* clock) {
@@ -44,7 +49,9 @@ absl::StatusOr<std::unique_ptr<LibraryStack>> LibraryStack::Build(
     parts->redis_store = std::make_unique<redis::RedisStore>(parts->client.get(), store_options);
     // open and closed never decide locally: no local backend.
     parts->failover = std::make_unique<backend::Failover>(parts->redis_store.get(), nullptr);
+    parts->holds = std::make_unique<redis::RedisHolds>(parts->client.get(), redis.key_prefix);
   } else {
+    parts->holds = std::make_unique<store::MemoryHolds>(options.memory.max_keys);
     parts->memory = std::make_unique<store::MemoryStore>(
         store::MemoryStore::Options{.max_entries = options.memory.max_keys,
                                     .shards = options.memory.shards,

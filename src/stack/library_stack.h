@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "backend/backend.h"
+#include "backend/holds.h"
 #include "sluice/clock.h"
 #include "sluice/rate_limiter.h"
 
@@ -32,6 +33,8 @@ class LibraryStack {
 
   // The top of the stack: what the limiter decides on.
   backend::Backend& backend() const { return *top_; }
+  // The concurrency limits' holds (sluice::ConcurrencyLimiter): in memory, or on Redis.
+  backend::Holds& holds() const;
   // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".
   const std::string& where() const { return where_; }
 

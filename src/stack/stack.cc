@@ -12,8 +12,10 @@
 #include "backend/hybrid/over_limit_cache.h"
 #include "backend/memory/local_leases.h"
 #include "backend/memory/local_over_limit_cache.h"
+#include "backend/memory/memory_holds.h"
 #include "backend/memory/memory_store.h"
 #include "backend/redis/eviction_policy.h"
+#include "backend/redis/redis_holds.h"
 #include "backend/redis/redis_store.h"
 #include "backend/ticker.h"
 #include "fmt/format.h"
@@ -49,6 +51,9 @@ struct Stack::Parts {
   std::function<uint64_t()> generation ABSL_GUARDED_BY(generation_mu);
   uint64_t seen_generation ABSL_GUARDED_BY(generation_mu) = 0;
   std::unique_ptr<redis::Client> client;
+  // The concurrency limits' holds: on Redis with Redis (after `client`: destroyed before it),
+  // else in this process.
+  std::unique_ptr<backend::Holds> holds;
 
   void TickLeases() {
     leases->SweepEnded();
@@ -393,6 +398,7 @@ void Stack::ReturnLeasesOnChange(std::function<uint64_t()> generation) {
 std::unique_ptr<Stack> Stack::Memory(const rules::Settings& settings, const Clock* clock) {
   auto parts = std::make_unique<Parts>();
   parts->memory = MakeMemory(settings, clock);
+  parts->holds = std::make_unique<store::MemoryHolds>(settings.max_entries);
   return std::unique_ptr<Stack>(new Stack(std::move(parts)));
 }
 
@@ -405,12 +411,20 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& setti
   if (redis_url || settings.backend == "redis") {
     if (auto s = StartRedis(settings, redis_url, *parts, where); !s.ok()) return s;
   }
+  if (parts->client != nullptr) {
+    parts->holds =
+        std::make_unique<redis::RedisHolds>(parts->client.get(), settings.redis_key_prefix);
+  } else {
+    parts->holds = std::make_unique<store::MemoryHolds>(settings.max_entries);
+  }
   auto stack = std::unique_ptr<Stack>(new Stack(std::move(parts)));
   stack->where_ = std::move(where);
   return stack;
 }
 
 bool Stack::remote() const { return parts_->redis != nullptr; }
+
+backend::Holds& Stack::holds() const { return *parts_->holds; }
 
 absl::StatusOr<std::unique_ptr<rules::OverrideBook>> Stack::OpenOverrides(
     const rules::Settings& settings, const std::string& state_dir,

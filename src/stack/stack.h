@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "backend/backend.h"
+#include "backend/holds.h"
 #include "metrics/registry.h"
 #include "metrics/server_metrics.h"
 #include "rules/config.h"
@@ -45,6 +46,9 @@ class Stack {
 
   // The top of the stack: what the engine decides on.
   backend::Backend& backend() const { return *top_; }
+  // Where the concurrency limits' holds are kept: Redis when decisions go there, else this
+  // process.
+  backend::Holds& holds() const;
   // Whether decisions go to Redis.
   bool remote() const;
   // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".

@@ -59,8 +59,7 @@ class Holds {
   // Takes a hold in each state of `requests`, all or none, at `now_us` (the memory store's time;
   // Redis decides in its own). `done` runs once, on any thread, perhaps before this returns.
   using AcquireDone = std::function<void(Acquisition)>;
-  virtual void Acquire(std::span<const HoldRequest> requests, int64_t now_us,
-                       AcquireDone done) = 0;
+  virtual void Acquire(std::span<const HoldRequest> requests, int64_t now_us, AcquireDone done) = 0;
   // Ends `holds`; answers how many were still live.
   using CountDone = std::function<void(absl::StatusOr<size_t>)>;
   virtual void Release(std::span<const Hold> holds, int64_t now_us, CountDone done) = 0;

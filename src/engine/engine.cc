@@ -99,6 +99,22 @@ Limit OverrideLimit(const Domain& domain, const LimitOverride& own) {
           .burst = std::nullopt};
 }
 
+// A descriptor's own limit (RLS RateLimitOverride) into `result` and `pending` (from `common`),
+// unless it is no valid limit (frontends validate; nonsense is never decided on).
+void ApplyOwnLimit(const Domain& domain, const LimitOverride& own, const Pending& common,
+                   DescriptorResult& result, PendingList& pending) {
+  const Limit limit = OverrideLimit(domain, own);
+  if (!ValidateLimit(limit).ok()) return;
+  AppliedLimit& applied = result.limits.emplace_back();
+  applied.limit = limit;
+  applied.unit = own.unit;
+  applied.quota = result.quota;
+  Pending& p = pending.emplace_back(common);
+  p.limit = result.limits.size() - 1;
+  p.limit_id = RuleLimitId(fmt::format("{}#override", domain.name), "", limit);
+  p.hot_key_rate = HotKeyRate(domain, std::nullopt);
+}
+
 // A runtime override's limits for one descriptor: into `result` and `pending` (each from
 // `common`, its limit and state filled in), in states of the override's own.
 void ApplyOverride(const rules::Override& o, const Domain& domain, const Pending& common,
@@ -176,20 +192,8 @@ void Collect(const rules::Config& config, const rules::OverrideSet* overrides, i
     // A descriptor's own hits_addend (0 = peek) wins; the request's counts as at least 1.
     const uint64_t cost = d.hits_addend.value_or(std::max<uint64_t>(1, request.hits_addend));
     result.quota = all_quota;
-    if (d.limit.has_value()) {
-      const Limit limit = OverrideLimit(*domain, *d.limit);
-      if (!ValidateLimit(limit).ok()) continue;  // frontends validate; never decide on nonsense
-      AppliedLimit& applied = result.limits.emplace_back();
-      applied.limit = limit;
-      applied.unit = d.limit->unit;
-      applied.quota = result.quota;
-      pending.push_back({index, i, result.limits.size() - 1, AppendStateKey(d.entries, {}, keys),
-                         RuleLimitId(fmt::format("{}#override", domain->name), "", limit), cost,
-                         count_denied, domain->failure_mode, domain->consistency,
-                         HotKeyRate(*domain, std::nullopt)});
-      continue;
-    }
-    if (!overridden.empty() && overridden[i] != nullptr) {
+    if (d.limit.has_value() || (!overridden.empty() && overridden[i] != nullptr)) {
+      // Its own limit (RLS), or a runtime override's: counted under the entries alone.
       const Pending common{.response = index,
                            .descriptor = i,
                            .limit = 0,
@@ -200,7 +204,11 @@ void Collect(const rules::Config& config, const rules::OverrideSet* overrides, i
                            .on_failure = domain->failure_mode,
                            .consistency = domain->consistency,
                            .hot_key_rate = 0};
-      ApplyOverride(*overridden[i], *domain, common, result, pending);
+      if (d.limit.has_value()) {
+        ApplyOwnLimit(*domain, *d.limit, common, result, pending);
+      } else {
+        ApplyOverride(*overridden[i], *domain, common, result, pending);
+      }
       continue;
     }
     const RuleNode* node = matches[i].rule;

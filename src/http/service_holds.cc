@@ -67,15 +67,15 @@ void Service::Acquire(const HttpRequest& request, HttpResponse& response, Deferr
       if (!got.status.ok()) {
         const bool closed = std::any_of(targets->on_failure.begin(), targets->on_failure.end(),
                                         [](auto m) { return m == backend::FailureMode::kClosed; });
-        SetJson(answer,
-                closed ? beast_http::status::service_unavailable : beast_http::status::ok,
+        SetJson(answer, closed ? beast_http::status::service_unavailable : beast_http::status::ok,
                 closed ? RenderError("backend: " + std::string(got.status.message()))
                        : R"({"lease":"","holds":0,"failed_open":true})");
       } else if (!got.ok) {
         answer.set(beast_http::field::retry_after, std::to_string(CeilSeconds(got.retry_after_us)));
         std::string body = R"({"error":"too many in flight","limit":)";
         AppendJsonString(&body, targets->names[got.refused]);
-        body += fmt::format(R"(,"retry_after_ms":{}}})", std::max<int64_t>(got.retry_after_us, 0) / 1000);
+        body += fmt::format(R"(,"retry_after_ms":{}}})",
+                            std::max<int64_t>(got.retry_after_us, 0) / 1000);
         SetJson(answer, beast_http::status::too_many_requests, std::move(body));
       } else {
         int64_t expires = INT64_MAX;
@@ -91,8 +91,8 @@ void Service::Acquire(const HttpRequest& request, HttpResponse& response, Deferr
   });
 }
 
-void Service::ReleaseOrRenew(const HttpRequest& request, HttpResponse& response,
-                             Deferral& deferral, bool renew) {
+void Service::ReleaseOrRenew(const HttpRequest& request, HttpResponse& response, Deferral& deferral,
+                             bool renew) {
   auto holds = LeaseOf(request.body());
   if (!holds.ok()) {
     return SetJson(response, beast_http::status::bad_request,

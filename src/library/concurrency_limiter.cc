@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<ConcurrencyLimiter>> ConcurrencyLimiter::Create(
   identity.window_us = max_hold_us;
   impl->limit_id = backend::RuleLimitId(options.name + "#concurrency", "", identity);
   impl->clock = options.clock != nullptr ? options.clock : SystemClock::Get();
-  impl->wait_us = options.redis ? options.redis->timeout_us + RateLimiter::kSyncGraceUs : INT64_MAX / 4;
+  impl->wait_us =
+      options.redis ? options.redis->timeout_us + RateLimiter::kSyncGraceUs : INT64_MAX / 4;
   auto built = stack::LibraryStack::Build(options, impl->clock);
   if (!built.ok()) return built.status();
   impl->stack = *std::move(built);
@@ -90,10 +91,8 @@ absl::StatusOr<std::unique_ptr<ConcurrencyLimiter>> ConcurrencyLimiter::Create(
 }
 
 absl::StatusOr<ConcurrencyLimiter::Hold> ConcurrencyLimiter::Acquire(std::string_view key) {
-  const backend::HoldRequest request{.limit_id = impl_->limit_id,
-                                     .key = key,
-                                     .n = impl_->n,
-                                     .max_hold_us = impl_->max_hold_us};
+  const backend::HoldRequest request{
+      .limit_id = impl_->limit_id, .key = key, .n = impl_->n, .max_hold_us = impl_->max_hold_us};
   absl::StatusOr<backend::Acquisition> got = Await<backend::Acquisition>(
       impl_->wait_us, [&](std::function<void(backend::Acquisition)> done) {
         impl_->stack->holds().Acquire(std::span(&request, 1), impl_->clock->NowMicros(),

@@ -47,9 +47,9 @@ TEST(ConcurrencyLimiterTest, NHoldsThenRefusedUntilAGuardGoes) {
     clock.Advance(3 * kSecond);
     const ConcurrencyLimiter::Hold refused = MustAcquire(*limiter, "acme");
     EXPECT_FALSE(refused.held());
-    EXPECT_EQ(refused.retry_after_us(), 7 * kSecond);  // until `a` ends
+    EXPECT_EQ(refused.retry_after_us(), 7 * kSecond);    // until `a` ends
     EXPECT_TRUE(MustAcquire(*limiter, "other").held());  // (and gone again at once)
-  }  // b's slot back
+  }                                                      // b's slot back
   ConcurrencyLimiter::Hold c = MustAcquire(*limiter, "acme");
   EXPECT_TRUE(c.held());
   // Moved: one slot, one owner.

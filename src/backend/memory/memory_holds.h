@@ -30,8 +30,7 @@ class MemoryHolds : public backend::Holds {
 
   // Live holds at now_us over every state (for tests and metrics).
   uint64_t LiveHolds(int64_t now_us) const;
-  std::optional<absl::flat_hash_map<uint64_t, uint64_t>> LiveByLimit(
-      int64_t now_us) const override;
+  std::optional<absl::flat_hash_map<uint64_t, uint64_t>> LiveByLimit(int64_t now_us) const override;
 
  private:
   static constexpr size_t kShards = 16;

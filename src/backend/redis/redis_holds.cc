@@ -49,11 +49,11 @@ uint64_t NewHoldId() {
   return id;
 }
 
-std::string Command(const std::string& key, char op, uint64_t n, int64_t max_hold_us,
-                    uint64_t id) {
+std::string Command(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id) {
   std::string command;
   const std::string op_text(1, op), n_text = std::to_string(n),
-      hold_text = std::to_string(max_hold_us), id_text = std::to_string(id);
+                                    hold_text = std::to_string(max_hold_us),
+                                    id_text = std::to_string(id);
   AppendCommand(&command, {"EVAL", kHoldsScript, "1", key, op_text, n_text, hold_text, id_text});
   return command;
 }
@@ -112,8 +112,8 @@ void RedisHolds::Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply) {
     absl::MutexLock lock(&g.mu);
     if (!reply.ok() || reply->IsError() || reply->elements.size() != 3) {
       if (g.result.status.ok()) {
-        g.result.status = !reply.ok() ? reply.status()
-                                      : absl::UnavailableError("redis: holds: " + reply->str);
+        g.result.status =
+            !reply.ok() ? reply.status() : absl::UnavailableError("redis: holds: " + reply->str);
       }
     } else if (reply->elements[0].integer == 1) {
       g.taken[i] = true;
@@ -152,25 +152,24 @@ void RedisHolds::Each(std::span<const backend::Hold> holds, char op, CountDone d
   c->done = std::move(done);
   for (const backend::Hold& hold : holds) {
     const std::string key = KeyOf(hold.limit_id, hold.key);
-    client_->Send(key, Command(key, op, 0, hold.max_hold_us, hold.id),
-                  [c](absl::StatusOr<Reply> reply) {
-                    if (!reply.ok() || reply->IsError()) {
-                      if (!c->failed.exchange(true)) {
-                        c->why = !reply.ok() ? reply.status()
-                                             : absl::UnavailableError("redis: holds: " + reply->str);
-                      }
-                    } else if (reply->integer == 1) {
-                      c->live.fetch_add(1);
-                    }
-                    if (c->waiting.fetch_sub(1) != 1) return;
-                    if (c->failed.load()) return c->done(c->why);
-                    c->done(c->live.load());
-                  });
+    client_->Send(
+        key, Command(key, op, 0, hold.max_hold_us, hold.id), [c](absl::StatusOr<Reply> reply) {
+          if (!reply.ok() || reply->IsError()) {
+            if (!c->failed.exchange(true)) {
+              c->why = !reply.ok() ? reply.status()
+                                   : absl::UnavailableError("redis: holds: " + reply->str);
+            }
+          } else if (reply->integer == 1) {
+            c->live.fetch_add(1);
+          }
+          if (c->waiting.fetch_sub(1) != 1) return;
+          if (c->failed.load()) return c->done(c->why);
+          c->done(c->live.load());
+        });
   }
 }
 
-void RedisHolds::Release(std::span<const backend::Hold> holds, int64_t /*now_us*/,
-                         CountDone done) {
+void RedisHolds::Release(std::span<const backend::Hold> holds, int64_t /*now_us*/, CountDone done) {
   Each(holds, 'r', std::move(done));
 }
 

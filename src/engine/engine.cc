@@ -99,6 +99,22 @@ Limit OverrideLimit(const Domain& domain, const LimitOverride& own) {
           .burst = std::nullopt};
 }
 
+// What a descriptor's limits counted under its entries alone have in common: their limit, id and
+// consistency are each one's to fill in.
+Pending EntriesPending(const Domain& domain, size_t response, size_t descriptor, KeyPlace key,
+                       uint64_t cost, bool count_denied) {
+  return {.response = response,
+          .descriptor = descriptor,
+          .limit = 0,
+          .key = key,
+          .limit_id = 0,
+          .cost = cost,
+          .count_denied = count_denied,
+          .on_failure = domain.failure_mode,
+          .consistency = domain.consistency,
+          .hot_key_rate = 0};
+}
+
 // A descriptor's own limit (RLS RateLimitOverride) into `result` and `pending` (from `common`),
 // unless it is no valid limit (frontends validate; nonsense is never decided on).
 void ApplyOwnLimit(const Domain& domain, const LimitOverride& own, const Pending& common,
@@ -194,16 +210,8 @@ void Collect(const rules::Config& config, const rules::OverrideSet* overrides, i
     result.quota = all_quota;
     if (d.limit.has_value() || (!overridden.empty() && overridden[i] != nullptr)) {
       // Its own limit (RLS), or a runtime override's: counted under the entries alone.
-      const Pending common{.response = index,
-                           .descriptor = i,
-                           .limit = 0,
-                           .key = AppendStateKey(d.entries, {}, keys),
-                           .limit_id = 0,
-                           .cost = cost,
-                           .count_denied = count_denied,
-                           .on_failure = domain->failure_mode,
-                           .consistency = domain->consistency,
-                           .hot_key_rate = 0};
+      const Pending common = EntriesPending(*domain, index, i, AppendStateKey(d.entries, {}, keys),
+                                            cost, count_denied);
       if (d.limit.has_value()) {
         ApplyOwnLimit(*domain, *d.limit, common, result, pending);
       } else {

@@ -159,7 +159,7 @@ prefix=${prefix//\$HOME/$home}
 prefix=${prefix//\~/$home}
 check "library.md installs with --component library" 1 \
   "$([[ $install_cmd == *'--component library'* && -d $prefix ]] && echo 1)"
-check "the public headers, nothing else" "clock.h limit.h limiter.h on_full.h rate_limiter.h" \
+check "the public headers, nothing else" "clock.h concurrency_limiter.h limit.h limiter.h on_full.h rate_limiter.h" \
   "$(cd "$prefix/include/sluice" 2>/dev/null && echo *)"
 lib=$(find "$prefix" -name 'libsluice.so' 2>/dev/null | head -1)
 check "libsluice.so installed" 1 "$([[ -n $lib ]] && echo 1)"

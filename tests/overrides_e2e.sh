@@ -53,17 +53,31 @@ on() { check_one "${datas[$1]}" api api_key "$2"; }
 ms() { date +%s%3N; }
 
 # until_everywhere LIMIT KEY: waits (at most 3 s) until every admin in `admins` has LIMIT in force
-# for KEY; prints the milliseconds that took, or "never".
+# for KEY, watching all of them at once (so that one slow answer does not delay the others'
+# readings); prints the milliseconds the slowest took, or "never".
 until_everywhere() {
-  local start i seen _
+  local start i t worst=0 watchers=()
   start=$(ms)
-  for _ in $(seq 150); do
-    seen=0
-    for i in "${!admins[@]}"; do [[ $(limit_of "${admins[$i]}" "$2") == "$1" ]] && ((seen++)); done
-    ((seen == ${#admins[@]})) && { echo $(($(ms) - start)); return; }
-    sleep 0.02
+  for i in "${!admins[@]}"; do
+    (
+      for _ in $(seq 150); do
+        if [[ $(limit_of "${admins[$i]}" "$2") == "$1" ]]; then
+          echo $(($(ms) - start)) >"$tmp/seen.$i"
+          exit 0
+        fi
+        sleep 0.02
+      done
+      echo never >"$tmp/seen.$i"
+    ) &
+    watchers+=($!)
   done
-  echo never
+  wait "${watchers[@]}"
+  for i in "${!admins[@]}"; do
+    t=$(cat "$tmp/seen.$i")
+    [[ $t == never ]] && { echo never; return; }
+    ((t > worst)) && worst=$t
+  done
+  echo "$worst"
 }
 within_a_second() { [[ $1 != never && $1 -lt 1000 ]] && echo yes || echo "no ($1 ms)"; }
 

@@ -101,12 +101,12 @@ Limit OverrideLimit(const Domain& domain, const LimitOverride& own) {
 
 // What a descriptor's limits counted under its entries alone have in common: their limit, id and
 // consistency are each one's to fill in.
-Pending EntriesPending(const Domain& domain, size_t response, size_t descriptor, KeyPlace key,
-                       uint64_t cost, bool count_denied) {
+Pending EntriesPending(const Domain& domain, size_t response, size_t descriptor, uint64_t cost,
+                       bool count_denied) {
   return {.response = response,
           .descriptor = descriptor,
           .limit = 0,
-          .key = key,
+          .key = {},
           .limit_id = 0,
           .cost = cost,
           .count_denied = count_denied,
@@ -149,6 +149,18 @@ void ApplyOverride(const rules::Override& o, const Domain& domain, const Pending
     p.consistency = rule.consistency.value_or(domain.consistency);
     p.hot_key_rate = HotKeyRate(domain, rule.consistency);
   }
+}
+
+// A descriptor's own limit (RLS), or else runtime override `o`'s limits: counted under the
+// descriptor's entries alone (appended to `keys`). Out of line: Collect's usual path, the rules',
+// stays as small as it was.
+ABSL_ATTRIBUTE_NOINLINE void ApplyEntriesLimits(const Domain& domain, const Descriptor& d,
+                                                const rules::Override* o, Pending common,
+                                                KeyBytes& keys, DescriptorResult& result,
+                                                PendingList& pending) {
+  common.key = AppendStateKey(d.entries, {}, keys);
+  if (d.limit.has_value()) return ApplyOwnLimit(domain, *d.limit, common, result, pending);
+  ApplyOverride(*o, domain, common, result, pending);
 }
 
 // Matches the descriptors of `request` (the `index`-th of a batch) and lists the limits they
@@ -209,14 +221,9 @@ void Collect(const rules::Config& config, const rules::OverrideSet* overrides, i
     const uint64_t cost = d.hits_addend.value_or(std::max<uint64_t>(1, request.hits_addend));
     result.quota = all_quota;
     if (d.limit.has_value() || (!overridden.empty() && overridden[i] != nullptr)) {
-      // Its own limit (RLS), or a runtime override's: counted under the entries alone.
-      const Pending common = EntriesPending(*domain, index, i, AppendStateKey(d.entries, {}, keys),
-                                            cost, count_denied);
-      if (d.limit.has_value()) {
-        ApplyOwnLimit(*domain, *d.limit, common, result, pending);
-      } else {
-        ApplyOverride(*overridden[i], *domain, common, result, pending);
-      }
+      ApplyEntriesLimits(*domain, d, overridden.empty() ? nullptr : overridden[i],
+                         EntriesPending(*domain, index, i, cost, count_denied), keys, result,
+                         pending);
       continue;
     }
     const RuleNode* node = matches[i].rule;

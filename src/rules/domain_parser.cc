@@ -376,8 +376,7 @@ class DomainParser {
           rule.limit.algorithm = *algorithm;
           algorithm_known = true;
         } else {
-          r_.Error(map["algorithm"], std::string(algorithm.status().message()) +
-                                         " (or concurrency, for requests in flight)");
+          r_.Error(map["algorithm"], std::string(algorithm.status().message()));
         }
       }
     }

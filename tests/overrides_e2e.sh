@@ -52,16 +52,23 @@ on() { check_one "${datas[$1]}" api api_key "$2"; }
 
 ms() { date +%s%3N; }
 
-# until_everywhere LIMIT KEY: waits (at most 3 s) until every admin in `admins` has LIMIT in force
-# for KEY, watching all of them at once (so that one slow answer does not delay the others'
-# readings); prints the milliseconds the slowest took, or "never".
+# in_force ADMIN CUSTOMER: "yes" when ADMIN's overrides in force (GET /v1/overrides: the set its
+# decisions use, read without a backend call) hold one for api_key=CUSTOMER, else "no".
+in_force() {
+  curl -s -m 5 "http://$1/v1/overrides?domain=api" |
+    grep -q "{\"key\":\"api_key\",\"value\":\"$2\"}" && echo yes || echo no
+}
+
+# until_everywhere yes|no CUSTOMER: waits (at most 3 s) until every admin in `admins` says
+# in_force yes (no) for CUSTOMER, watching all of them at once (so that one slow answer does not
+# delay the others' readings); prints the milliseconds the slowest took, or "never".
 until_everywhere() {
   local start i t worst=0 watchers=()
   start=$(ms)
   for i in "${!admins[@]}"; do
     (
       for _ in $(seq 150); do
-        if [[ $(limit_of "${admins[$i]}" "$2") == "$1" ]]; then
+        if [[ $(in_force "${admins[$i]}" "$2") == "$1" ]]; then
           echo $(($(ms) - start)) >"$tmp/seen.$i"
           exit 0
         fi
@@ -140,9 +147,10 @@ overrides_flow() {
   local label=$1 customer=$2 body took
   body=${acme//acme/$customer}
   check "$label: PUT on instance 0" 200 "$(put "${admins[0]}" token-of-alice "$body")"
-  took=$(until_everywhere 5 "$customer")
+  took=$(until_everywhere yes "$customer")
   check "$label: in force on every instance within 1 s" yes "$(within_a_second "$took")"
   echo "     (seen everywhere after $took ms)"
+  check "$label: ... deciding there" 5 "$(limit_of "${admins[2]}" "$customer")"
   check "$label: the 4 instances admit exactly 5 between them" 5 "$(fire api api_key "$customer" 4)"
   stop "${spids[3]}"
   start "${label}-again" --config "$cfg" --threads 1
@@ -150,13 +158,14 @@ overrides_flow() {
   check "$label: a restarted instance reads it from Redis" 5 "$(limit_of "${admins[3]}" "$customer")"
   check "$label: ... and denies, the count being shared" 429 "$(on 3 "$customer")"
   check "$label: DELETE on instance 2" 200 "$(remove "${admins[2]}" token-of-bob "api_key=$customer")"
-  took=$(until_everywhere 2 "$customer")
+  took=$(until_everywhere no "$customer")
   check "$label: gone from every instance within 1 s" yes "$(within_a_second "$took")"
+  check "$label: ... the rule's limit decides again" 2 "$(limit_of "${admins[1]}" "$customer")"
   body=$(ending_in_2s "$body")
   check "$label: PUT for 2 s on instance 1" 200 "$(put "${admins[1]}" token-of-alice "$body")"
-  check "$label: ... in force everywhere" yes "$(within_a_second "$(until_everywhere 5 "$customer")")"
+  check "$label: ... in force everywhere" yes "$(within_a_second "$(until_everywhere yes "$customer")")"
   check "$label: ... and over everywhere within 3 s" yes \
-    "$([[ $(until_everywhere 2 "$customer") != never ]] && echo yes)"
+    "$([[ $(until_everywhere no "$customer") != never ]] && echo yes)"
   for i in 0 1 2 3; do stop "${spids[$i]}"; check "$label: instance $i stops cleanly" 0 "$STATUS"; done
 }
 

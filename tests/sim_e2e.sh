@@ -35,14 +35,15 @@ admitted=$(field admitted "$line") exact=$(field exact_admitted "$line")
 # docs/sim.md: Redis decides each request a little after its arrival, so one near a window's end
 # may count in the next window, and the cache may deny one arriving just after a window reopened.
 # Allowed: 2 % of the admissions (at least 5), far more than 2000/s x a few ms of latency x 2
-# window ends; on a loaded machine whose median latency is a share of the window, that share more.
+# window ends; on a loaded machine whose slowest decisions take a share of the window, that share
+# more (p99: the late ones are what move a decision across a window's end).
 # near_exact LINE WINDOW_US: "yes" when admitted is within that tolerance of exact_admitted.
 near_exact() {
-  local admitted exact p50
-  admitted=$(field admitted "$1") exact=$(field exact_admitted "$1") p50=$(field p50_us "$1")
-  holds "$exact > 100 && ($admitted - $exact)^2 <= ((($exact / 50 > 5) ? $exact / 50 : 5) + $exact * $p50 / $2)^2"
+  local admitted exact p99
+  admitted=$(field admitted "$1") exact=$(field exact_admitted "$1") p99=$(field p99_us "$1")
+  holds "$exact > 100 && ($admitted - $exact)^2 <= ((($exact / 50 > 5) ? $exact / 50 : 5) + $exact * $p99 / $2)^2"
 }
-check "fixed_window: admitted ($admitted) = exact model ($exact) within 2 % (+ p50/window)" "yes" \
+check "fixed_window: admitted ($admitted) = exact model ($exact) within 2 % (+ p99/window)" "yes" \
   "$(near_exact "$line" 1000000)"
 
 line=$(sim --trace uniform --keys 20 --limit sliding_log:30/500ms)
@@ -50,7 +51,7 @@ echo "  $line"
 check "sliding_log: no over-admission in any span of the window" "0" "$(field over_admission_max "$line")"
 check "sliding_log: no errors" "0" "$(field errors "$line")"
 admitted=$(field admitted "$line") exact=$(field exact_admitted "$line")
-check "sliding_log: admitted ($admitted) = exact model ($exact) within 2 % (+ p50/window)" "yes" \
+check "sliding_log: admitted ($admitted) = exact model ($exact) within 2 % (+ p99/window)" "yes" \
   "$(near_exact "$line" 500000)"
 
 # ---------------------------------------------------------- the over-limit cache on a hot key

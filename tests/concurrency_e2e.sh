@@ -11,7 +11,7 @@
 # - The reverse proxy (memory): 8 slow requests at once, 3 forwarded and 5 refused with 429, the
 #   slots back once the answers ended.
 # - A holder killed with SIGKILL (it never releases) and an instance killed with SIGKILL: their
-#   slots come back on their own within max_hold (1 s; waited for at most 3 s).
+#   slots come back on their own within max_hold (3 s; 2 s more allowed for the test's requests).
 # Usage: SLUICE=path/to/sluice tests/concurrency_e2e.sh
 set -u
 sluice=${SLUICE:?set SLUICE to the sluice binary}
@@ -26,7 +26,7 @@ domain: api
 failure_mode: closed
 descriptors:
   - key: report
-    rate_limit: {algorithm: concurrency, requests: 3, max_hold: 1s, name: reports}
+    rate_limit: {algorithm: concurrency, requests: 3, max_hold: 3s, name: reports}
 YAML
 printf 'redis: {timeout: 2s}\n' >"$tmp/rules/sluice.yaml"
 
@@ -44,12 +44,12 @@ acquire() {
 post() {
   curl -s -w ' %{http_code}' -m 5 -d "{\"lease\":\"$3\"}" "http://${datas[$1]}/v1/$2"
 }
-# until_free I CUSTOMER: waits (at most 3 s) until instance I grants CUSTOMER a hold, which it
+# until_free I CUSTOMER: waits (at most 7.5 s) until instance I grants CUSTOMER a hold, which it
 # then releases; prints how many ms that took, or "never".
 until_free() {
   local start _
   start=$(date +%s%3N)
-  for _ in $(seq 60); do
+  for _ in $(seq 150); do
     if [[ $(acquire "$1" "$2") == 200 ]]; then
       post "$1" release "$(cat "$tmp/lease")" >/dev/null
       echo $(($(date +%s%3N) - start))
@@ -59,7 +59,9 @@ until_free() {
   done
   echo never
 }
-within_max_hold() { [[ $1 != never && $1 -le 2000 ]] && echo yes || echo "no ($1 ms)"; }
+# within_max_hold MS: "yes" when MS is within max_hold (3 s) and 2 s for the test's own requests
+# on a loaded machine.
+within_max_hold() { [[ $1 != never && $1 -le 5000 ]] && echo yes || echo "no ($1 ms)"; }
 
 # The load: 16 clients for 2 s, each acquiring on one instance, holding 20 ms, releasing on the
 # next; prints "max=M granted=G refused=R errors=E".
@@ -113,8 +115,9 @@ concurrency_flow() {
   done
   check "$label: the 4th is refused" 429 "$(acquire $((3 % n)) "$c")"
   check "$label: ... naming the limit" '"limit":"reports"' "$(grep -o '"limit":"reports"' "$tmp/acq")"
-  check "$label: ... with Retry-After" 1 "$(header Retry-After)"
-  check "$label: a renew (on another instance)" '{"renewed":1,"expires_in_ms":1000} 200' \
+  check "$label: ... with Retry-After (1 to 3 s)" yes \
+    "$([[ $(header Retry-After) =~ ^[123]$ ]] && echo yes)"
+  check "$label: a renew (on another instance)" '{"renewed":1,"expires_in_ms":3000} 200' \
     "$(post $((1 % n)) renew "${leases[0]}")"
   check "$label: a release (on another instance)" '{"released":1} 200' \
     "$(post $((2 % n)) release "${leases[0]}")"
@@ -154,13 +157,13 @@ start m --config "$tmp/rules"
 datas=("$DATA") admins=("$ADMIN")
 concurrency_flow memory acme
 gauge='sluice_concurrency_holds{domain="api",limit="reports"}'
-for _ in $(seq 60); do [[ $(metric "$ADMIN" "$gauge") == 0 ]] && break; sleep 0.05; done
+for _ in $(seq 100); do [[ $(metric "$ADMIN" "$gauge") == 0 ]] && break; sleep 0.05; done
 check "metrics: holds in use fall to 0 once every hold ended" 0 "$(metric "$ADMIN" "$gauge")"
 acquire 0 gauge >/dev/null; acquire 0 gauge >/dev/null
 check "metrics: ... and count the live ones" 2 "$(metric "$ADMIN" "$gauge")"
 check "metrics: grants counted" yes "$([[ $(metric "$ADMIN" 'sluice_concurrency_requests_total{domain="api",limit="reports",result="granted"}' 0) -gt 100 ]] && echo yes)"
 check "metrics: refusals counted" yes "$([[ $(metric "$ADMIN" 'sluice_concurrency_requests_total{domain="api",limit="reports",result="refused"}' 0) -gt 100 ]] && echo yes)"
-check_contains "explain lists the concurrency limit" "concurrency: at most 3 in flight, max_hold 1s name=reports" \
+check_contains "explain lists the concurrency limit" "concurrency: at most 3 in flight, max_hold 3s name=reports" \
   "$("$sluice" explain --config "$tmp/rules" --domain api report=x)"
 stop
 check "memory: stops cleanly" 0 "$STATUS"

@@ -96,7 +96,7 @@ struct Harness {
   rules::ConfigManager manager{{}, std::string(kConfig)};
   store::MemoryStore store{{.max_entries = 4096, .shards = 4}, &clock};
   engine::Engine engine{&store};
-  http::Service service{&manager, &engine, &clock, "secret"};
+  http::Service service{&manager, &engine, &clock, {{"admin", "secret"}}};
   http::HttpServer server{{.threads = 1,
                            .max_header_bytes = 4096,
                            .max_body_bytes = 16384,

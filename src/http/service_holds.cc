@@ -33,6 +33,13 @@ absl::StatusOr<std::vector<backend::Hold>> LeaseOf(const std::string& body) {
   return *std::move(holds);
 }
 
+// The shortest max_hold of `holds`: when the first of them ends unless renewed ("expires_in_ms").
+int64_t ShortestMaxHold(const std::vector<backend::Hold>& holds) {
+  int64_t shortest = INT64_MAX;
+  for (const backend::Hold& h : holds) shortest = std::min(shortest, h.max_hold_us);
+  return shortest;
+}
+
 // Whole seconds, rounded up, for Retry-After.
 int64_t CeilSeconds(int64_t us) { return (std::max<int64_t>(us, 0) + 999999) / 1000000; }
 
@@ -78,8 +85,7 @@ void Service::Acquire(const HttpRequest& request, HttpResponse& response, Deferr
                             std::max<int64_t>(got.retry_after_us, 0) / 1000);
         SetJson(answer, beast_http::status::too_many_requests, std::move(body));
       } else {
-        int64_t expires = INT64_MAX;
-        for (const backend::Hold& h : got.holds) expires = std::min(expires, h.max_hold_us);
+        const int64_t expires = ShortestMaxHold(got.holds);
         std::string body = R"({"lease":)";
         AppendJsonString(&body, engine::EncodeLease(got.holds));
         body += fmt::format(R"(,"holds":{},"expires_in_ms":{},"remaining":{}}})", got.holds.size(),
@@ -124,8 +130,7 @@ void Service::ReleaseOrRenew(const HttpRequest& request, HttpResponse& response,
         SetJson(answer, beast_http::status::not_found,
                 RenderError("no hold of that lease is live: acquire again"));
       } else if (renew) {
-        int64_t expires = INT64_MAX;
-        for (const backend::Hold& h : *kept) expires = std::min(expires, h.max_hold_us);
+        const int64_t expires = ShortestMaxHold(*kept);
         SetJson(answer, beast_http::status::ok,
                 fmt::format(R"({{"renewed":{},"expires_in_ms":{}}})", *live, expires / 1000));
       } else {

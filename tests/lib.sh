@@ -25,7 +25,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-passed=0 failed=0
+passed=0 failed=0 failed_names=()
 pass() {  # pass NAME: one check passed
   passed=$((passed + 1)); echo "ok   $1"
 }
@@ -33,7 +33,7 @@ pass() {  # pass NAME: one check passed
 # line indented with "  | ", its last 40 lines.
 fail() {
   local lines
-  failed=$((failed + 1)); echo "FAIL $1: $2"
+  failed=$((failed + 1)); failed_names+=("$1"); echo "FAIL $1: $2"
   [[ -n ${3:-} ]] || return 0
   lines=$(printf '%s\n' "$3" | wc -l)
   ((lines <= 40)) || echo "  | ($((lines - 40)) lines left out)"
@@ -75,7 +75,11 @@ check_contains() {  # check_contains NAME NEEDLE HAYSTACK
     fail "$1" "[$2] not in [$3]"; return 1
   fi
 }
-finish() {  # prints the tally; the script's exit status
+# finish: the failed checks' names again (a long output is cut in the middle where ctest's or
+# CI's log is short), then the tally; the script's exit status.
+finish() {
+  local name
+  for name in "${failed_names[@]}"; do echo "failed: $name"; done
   echo "$passed passed, $failed failed"
   ((failed == 0))
 }

@@ -128,6 +128,10 @@ Measured PlayAndMeasure(const SimOptions& o, const Trace& trace, Fleet& fleet, P
   // A recorded trace may end before its warm-up does: then the warm-up ends with the run.
   if (warmup_us > 0 && !warm_end) warm_end = TakeWorkSnapshot(fleet);
   const tools::RedisSnapshot info_after = tools::TakeRedisSnapshot(fleet.stats_clients);
+  for (const tools::RedisSnapshot* s : {&before.info, &info_after}) {
+    if (!s->error.empty())
+      util::Log().warn("INFO failed, so the Redis counts are not right: {}", s->error);
+  }
   m.work = WorkSince(fleet.instances, before.counters);
   m.executed = tools::RedisExecutedBetween(before.info, info_after);
   if (warmup_us > 0) {

@@ -31,6 +31,8 @@ RedisSnapshot TakeRedisSnapshot(const std::vector<std::unique_ptr<redis::Client>
   for (const auto& server : servers) {
     auto info = CallRedis(*server, "", {"INFO", "commandstats"});
     auto cpu = CallRedis(*server, "", {"INFO", "cpu"});
+    if (out.error.empty() && !(info.ok() && cpu.ok()))
+      out.error = std::string((info.ok() ? cpu : info).status().message());
     std::istringstream lines((info.ok() ? info->str : "") + (cpu.ok() ? cpu->str : ""));
     std::string line;
     while (std::getline(lines, line)) {

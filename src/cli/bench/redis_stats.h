@@ -34,6 +34,7 @@ struct CommandStat {
 struct RedisSnapshot {
   std::vector<CommandStat> commands;
   double cpu_seconds = 0;
+  std::string error;  // the first INFO that failed ("" when every server answered both)
 };
 
 // Reads every server's INFO commandstats and INFO cpu.

@@ -499,6 +499,7 @@ int RunServe(const ServeFlags& flags) {
   http::Service service(&manager, &engine, clock, *tokens);
   service.SetOverrideBook(overrides->get());
   service.SetHolds(&(*backends)->holds());
+  service.SetReservations(&(*backends)->reservations());
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
   auto tls = ServeTls::Load(settings, GrpcOn(grpc));

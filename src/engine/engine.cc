@@ -176,7 +176,8 @@ void Collect(const rules::Config& config, const rules::OverrideSet* overrides, i
   response.domain_found = domain != nullptr;
   if (domain == nullptr) return;
 
-  const bool count_denied = domain->count_denied.value_or(config.settings.count_denied);
+  const bool count_denied =
+      request.record || domain->count_denied.value_or(config.settings.count_denied);
   // (Global shadow mode is not a shadow of every limit: it admits after the decision, see
   // Conclude, so that statuses keep their codes.)
   const bool domain_shadow = domain->shadow_mode;
@@ -398,7 +399,9 @@ void Engine::Record(const Batch& batch, std::span<const Decision> decisions, int
     consumed->items.push_back({.limit = *item.limit,
                                .limit_id = item.limit_id,
                                .key = std::string(item.key),
-                               .cost = item.cost});
+                               .cost = item.cost,
+                               .request = static_cast<uint32_t>(batch.pending[k].response),
+                               .descriptor = static_cast<uint32_t>(batch.pending[k].descriptor)});
   }
 }
 
@@ -532,6 +535,48 @@ void Engine::Refund(const Refundable& consumed, int64_t now_us) {
   // Nothing in `items` needs to outlive the call (Backend::Refund).
   backend_->Refund(std::span(items.data(), items.size()), consumed.decided_at_us, now_us,
                    [](absl::Status) {});
+}
+
+void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> actual,
+                       int64_t now_us) {
+  // What was over-estimated, given back; what was under-estimated, recorded past the limit (a
+  // Decide of count_denied items, whose answer nobody waits for: the call keeps what it points to).
+  struct Excess {
+    std::vector<Limit> limits;
+    std::vector<std::string> keys;
+    std::vector<backend::Item> items;
+    std::vector<Decision> decisions;
+  };
+  absl::InlinedVector<backend::Item, 8> back;
+  auto excess = std::make_shared<Excess>();
+  for (size_t i = 0; i < reserved.items.size() && i < actual.size(); ++i) {
+    const Refundable::Item& c = reserved.items[i];
+    if (actual[i] < c.cost) {
+      back.push_back(
+          {.limit = &c.limit, .limit_id = c.limit_id, .key = c.key, .cost = c.cost - actual[i]});
+    } else if (actual[i] > c.cost) {
+      Limit limit = c.limit;
+      limit.penalty.reset();
+      excess->limits.push_back(limit);
+      excess->keys.push_back(c.key);
+      backend::Item& item = excess->items.emplace_back();
+      item.limit_id = c.limit_id;
+      item.cost = actual[i] - c.cost;
+      item.count_denied = true;
+    }
+  }
+  if (!back.empty()) {  // nothing in `back` needs to outlive the call (Backend::Refund)
+    backend_->Refund(std::span(back.data(), back.size()), reserved.decided_at_us, now_us,
+                     [](absl::Status) {});
+  }
+  if (excess->items.empty()) return;
+  for (size_t i = 0; i < excess->items.size(); ++i) {  // (the lists are complete: no more moves)
+    excess->items[i].limit = &excess->limits[i];
+    excess->items[i].key = excess->keys[i];
+  }
+  excess->decisions.resize(excess->items.size());
+  Excess& e = *excess;
+  backend_->Decide(e.items, now_us, e.decisions, [excess](const backend::Outcome&) {});
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {

@@ -60,6 +60,9 @@ struct Request {
   Descriptors descriptors;
   uint64_t hits_addend = 1;  // 0 counts as 1, as in RLS
   bool observed = true;      // recorded into top keys (the admin API's own looks are not)
+  // Every limit records the cost whatever it decides, as count_denied does (POST /v1/report: a
+  // cost already spent is counted, even past the limit).
+  bool record = false;
 };
 
 // The most a client may ask for in one request (/v1/check, /json, gRPC ShouldRateLimit); more is
@@ -140,6 +143,8 @@ struct Refundable {
     uint64_t limit_id = 0;
     std::string key;
     uint64_t cost = 0;
+    uint32_t request = 0;     // which request of the batch it is of
+    uint32_t descriptor = 0;  // which descriptor of that request
   };
   std::vector<Item> items;    // only limits that consumed (allowed, cost > 0)
   int64_t decided_at_us = 0;  // in the backend's clock
@@ -200,6 +205,14 @@ class Engine {
   // background when it does not answer inline (a refund that fails leaves the quota consumed,
   // which never over-admits).
   void Refund(const Refundable& consumed, int64_t now_us);
+
+  // Settles what `reserved` consumed at its items' costs (an estimate) to what it turned out to
+  // cost: item i's to actual[i] (as many as reserved.items). Where the actual cost is lower the
+  // difference is given back (as Refund); where it is higher the excess is recorded whatever the
+  // limits say, as count_denied records a denied request: a state may go past its limit, and its
+  // key then waits until it is back under. A limit's penalty takes no part (the excess is no
+  // offence). On any backend, in the background (a settlement that fails leaves the estimate).
+  void Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us);
 
  private:
   struct Batch;

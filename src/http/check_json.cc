@@ -336,7 +336,11 @@ void AppendStatus(std::string* out, const engine::DescriptorResult& result) {
 
 }  // namespace
 
-absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t max_key_bytes) {
+namespace {
+
+// ParseCheckRequest's work; with `for_us`, a "for" field (a duration) is known too and read there.
+absl::StatusOr<engine::Request> ParseRequest(std::string_view body, size_t max_key_bytes,
+                                             std::optional<int64_t>* for_us) {
   // A parser keeps buffers of about 15 bytes per byte of the largest document it has parsed:
   // each thread keeps one for ordinary bodies, and a larger body gets a parser of its own.
   thread_local simdjson::dom::parser small_parser;
@@ -355,10 +359,27 @@ absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t 
   }
   auto object = AsObject(root, document);
   if (!object.ok()) return object.status();
-  static constexpr std::array<std::string_view, 3> kFields = {"domain", "descriptors", "cost"};
-  std::array<std::optional<element>, 3> fields;
+  static constexpr std::array<std::string_view, 4> kFields = {"domain", "descriptors", "cost",
+                                                              "for"};
+  std::array<std::optional<element>, 4> fields;
   const Where top;  // the request's fields are named without a prefix
-  if (absl::Status s = ReadFields(*object, top, kFields, &fields); !s.ok()) return s;
+  if (for_us != nullptr) {
+    if (absl::Status s = ReadFields(*object, top, kFields, &fields); !s.ok()) return s;
+  } else {
+    static constexpr std::array<std::string_view, 3> kCheckFields = {"domain", "descriptors",
+                                                                     "cost"};
+    std::array<std::optional<element>, 3> check;
+    if (absl::Status s = ReadFields(*object, top, kCheckFields, &check); !s.ok()) return s;
+    std::copy(check.begin(), check.end(), fields.begin());
+  }
+  if (for_us != nullptr && IsGiven(fields[3])) {
+    auto text = AsString(*fields[3], top.Field(kFields[3]), 64, /*may_be_empty=*/false);
+    if (!text.ok()) return text.status();
+    auto duration = ParseDuration(*text);
+    if (!duration.ok())
+      return Problem(top.Field(kFields[3]), std::string(duration.status().message()));
+    *for_us = *duration;
+  }
   engine::Request request;
 
   const Where domain_where = top.Field(kFields[0]);
@@ -401,6 +422,17 @@ absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t 
     }
   }
   return request;
+}
+
+}  // namespace
+
+absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t max_key_bytes) {
+  return ParseRequest(body, max_key_bytes, nullptr);
+}
+
+absl::StatusOr<engine::Request> ParseReserveRequest(std::string_view body, size_t max_key_bytes,
+                                                    std::optional<int64_t>* for_us) {
+  return ParseRequest(body, max_key_bytes, for_us);
 }
 
 std::string StatusName(const engine::DescriptorResult& result) {

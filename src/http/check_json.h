@@ -13,6 +13,8 @@
 #define SLUICE_HTTP_CHECK_JSON_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +27,10 @@ namespace sluice::http {
 // Parses a `/v1/check` body (see above). Never reads outside `body`; any input, however
 // malformed, gives either a Request or an InvalidArgument naming the problem.
 absl::StatusOr<engine::Request> ParseCheckRequest(std::string_view body, size_t max_key_bytes);
+// A `/v1/reserve` body: a `/v1/check` body that may also say "for": a duration ("90s", "5m"),
+// read into `*for_us` (left alone when absent).
+absl::StatusOr<engine::Request> ParseReserveRequest(std::string_view body, size_t max_key_bytes,
+                                                    std::optional<int64_t>* for_us);
 
 // The response body for `response` (see above).
 std::string RenderCheckResponse(const engine::Response& response);

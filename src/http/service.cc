@@ -49,7 +49,8 @@ namespace {
 bool OwnPath(std::string_view path) {
   return path == "/v1/auth" || path.starts_with("/v1/auth/") || path == "/v1/check" ||
          path == "/json" || path == "/healthcheck" || path == "/v1/acquire" ||
-         path == "/v1/release" || path == "/v1/renew";
+         path == "/v1/release" || path == "/v1/renew" || path == "/v1/report" ||
+         path == "/v1/reserve" || path == "/v1/settle";
 }
 
 }  // namespace
@@ -140,6 +141,13 @@ void Service::Route(const HttpRequest& request, const std::string& peer, HttpRes
     if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
     if (path == "/v1/acquire") return Acquire(request, response, deferral);
     return ReleaseOrRenew(request, response, deferral, path == "/v1/renew");
+  }
+  if ((path == "/v1/report" || path == "/v1/reserve" || path == "/v1/settle") &&
+      reservations_ != nullptr) {
+    if (request.method() != beast_http::verb::post) return MethodNotAllowed(response, "POST");
+    if (path == "/v1/report") return Report(request, response, deferral);
+    if (path == "/v1/reserve") return Reserve(request, response, deferral);
+    return Settle(request, response, deferral);
   }
   if (path == "/healthcheck") {  // envoyproxy/ratelimit's health endpoint
     return SetText(response, beast_http::status::ok, "OK");

@@ -26,6 +26,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "backend/holds.h"
+#include "backend/reservations.h"
 #include "engine/engine.h"
 #include "engine/holds.h"
 #include "headers/rate_limit_headers.h"
@@ -51,6 +52,10 @@ class Service {
   // Serves POST /v1/acquire, /v1/release and /v1/renew with `holds` (not owned; the concurrency
   // limits' holds). Call before serving; without it, they are not found.
   void SetHolds(backend::Holds* holds) { holds_ = holds; }
+
+  // Serves POST /v1/report, /v1/reserve and /v1/settle with `reservations` (not owned; where
+  // reservations wait to be settled). Call before serving; without it, they are not found.
+  void SetReservations(backend::Reservations* reservations) { reservations_ = reservations; }
 
   // Serves /v1/overrides from `book` (not owned; the engine's, which must be set on it too).
   // Call before serving; without one, /v1/overrides is not found.
@@ -184,6 +189,10 @@ class Service {
   void Acquire(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   void ReleaseOrRenew(const HttpRequest& request, HttpResponse& response, Deferral& deferral,
                       bool renew);
+  // POST /v1/report, /v1/reserve and /v1/settle (service_costs.cc).
+  void Report(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  void Reserve(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
+  void Settle(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
   // GET, PUT and DELETE /v1/overrides (service_overrides.cc).
   void Overrides(const HttpRequest& request, HttpResponse& response, Deferral& deferral);
 
@@ -193,6 +202,7 @@ class Service {
   const std::vector<rules::AdminToken> admin_tokens_;
   rules::OverrideBook* override_book_ = nullptr;
   backend::Holds* holds_ = nullptr;
+  backend::Reservations* reservations_ = nullptr;
   metrics::Registry* registry_ = nullptr;
   metrics::ServerMetrics* metrics_ = nullptr;
   std::function<void()> before_render_;

@@ -13,9 +13,11 @@
 #include "backend/memory/local_leases.h"
 #include "backend/memory/local_over_limit_cache.h"
 #include "backend/memory/memory_holds.h"
+#include "backend/memory/memory_reservations.h"
 #include "backend/memory/memory_store.h"
 #include "backend/redis/eviction_policy.h"
 #include "backend/redis/redis_holds.h"
+#include "backend/redis/redis_reservations.h"
 #include "backend/redis/redis_store.h"
 #include "backend/ticker.h"
 #include "fmt/format.h"
@@ -54,6 +56,8 @@ struct Stack::Parts {
   // The concurrency limits' holds: on Redis with Redis (after `client`: destroyed before it),
   // else in this process.
   std::unique_ptr<backend::Holds> holds;
+  // Reservations of costs to settle later: as the holds.
+  std::unique_ptr<backend::Reservations> reservations;
 
   void TickLeases() {
     leases->SweepEnded();
@@ -399,6 +403,7 @@ std::unique_ptr<Stack> Stack::Memory(const rules::Settings& settings, const Cloc
   auto parts = std::make_unique<Parts>();
   parts->memory = MakeMemory(settings, clock);
   parts->holds = std::make_unique<store::MemoryHolds>(settings.max_entries);
+  parts->reservations = std::make_unique<store::MemoryReservations>(settings.max_entries);
   return std::unique_ptr<Stack>(new Stack(std::move(parts)));
 }
 
@@ -414,8 +419,11 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& setti
   if (parts->client != nullptr) {
     parts->holds =
         std::make_unique<redis::RedisHolds>(parts->client.get(), settings.redis_key_prefix);
+    parts->reservations =
+        std::make_unique<redis::RedisReservations>(parts->client.get(), settings.redis_key_prefix);
   } else {
     parts->holds = std::make_unique<store::MemoryHolds>(settings.max_entries);
+    parts->reservations = std::make_unique<store::MemoryReservations>(settings.max_entries);
   }
   auto stack = std::unique_ptr<Stack>(new Stack(std::move(parts)));
   stack->where_ = std::move(where);
@@ -425,6 +433,8 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Build(const rules::Settings& setti
 bool Stack::remote() const { return parts_->redis != nullptr; }
 
 backend::Holds& Stack::holds() const { return *parts_->holds; }
+
+backend::Reservations& Stack::reservations() const { return *parts_->reservations; }
 
 absl::StatusOr<std::unique_ptr<rules::OverrideBook>> Stack::OpenOverrides(
     const rules::Settings& settings, const std::string& state_dir,

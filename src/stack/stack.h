@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "backend/backend.h"
 #include "backend/holds.h"
+#include "backend/reservations.h"
 #include "metrics/registry.h"
 #include "metrics/server_metrics.h"
 #include "rules/config.h"
@@ -49,6 +50,8 @@ class Stack {
   // Where the concurrency limits' holds are kept: Redis when decisions go there, else this
   // process.
   backend::Holds& holds() const;
+  // Where reservations of costs wait to be settled (POST /v1/reserve, /v1/settle): as the holds.
+  backend::Reservations& reservations() const;
   // Whether decisions go to Redis.
   bool remote() const;
   // For messages: "memory", "redis 127.0.0.1:6379", "redis cluster via ...".

@@ -214,13 +214,7 @@ for i in 0 1 2; do PID=${spids[$i]} stop; check "redis instance $i stops cleanly
 start_redis_cluster
 mkdir -p "$tmp/cluster-rules"
 cp "$tmp/rules/api.yaml" "$tmp/cluster-rules/"
-cat >"$tmp/cluster-rules/sluice.yaml" <<EOF
-backend: redis
-redis:
-  cluster: true
-  nodes: [redis://127.0.0.1:${cluster_ports[0]}]
-  timeout: 2s
-EOF
+cluster_settings "$tmp/cluster-rules"
 start_four c --config "$tmp/cluster-rules"
 concurrency_flow cluster umbrella
 for i in 0 1 2 3; do PID=${spids[$i]} stop; check "cluster instance $i stops cleanly" 0 "$STATUS"; done

@@ -337,6 +337,19 @@ start_redis_cluster() {
   return 1
 }
 
+# cluster_settings DIR [LINE...]: DIR/sluice.yaml for instances deciding on the cluster
+# start_redis_cluster started (reached through its first node, a 2 s timeout), each LINE (a
+# top-level setting) first.
+cluster_settings() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  {
+    (($# == 0)) || printf '%s\n' "$@"
+    printf 'backend: redis\nredis:\n  cluster: true\n  nodes: [redis://127.0.0.1:%s]\n  timeout: 2s\n' \
+      "${cluster_ports[0]}"
+  } >"$dir/sluice.yaml"
+}
+
 # wait_listening PORT PID [SECONDS]: waits (at most SECONDS, 5) until 127.0.0.1:PORT accepts a
 # connection while the process PID lives: a server that must be told its port (nginx, Caddy)
 # is up. Returns 1 if PID exited or the time ran out.

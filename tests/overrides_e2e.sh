@@ -184,14 +184,7 @@ start_redis_cluster
 cfg=$tmp/cluster-rules
 mkdir -p "$cfg"
 cp "$tmp/rules/api.yaml" "$tmp/rules/tokens" "$cfg/"
-cat >"$cfg/sluice.yaml" <<EOF
-admin: {token_file: tokens}
-backend: redis
-redis:
-  cluster: true
-  nodes: [redis://127.0.0.1:${cluster_ports[0]}]
-  timeout: 2s
-EOF
+cluster_settings "$cfg" "admin: {token_file: tokens}"
 start_four c --config "$cfg"
 check_contains "cluster: the instances decide on it" "backend redis cluster" "$(cat "$tmp/c0.out")"
 overrides_flow cluster globex

@@ -88,13 +88,7 @@ for i in 0 1 2 3; do PID=${spids[$i]} stop; check "redis instance $i stops clean
 start_redis_cluster
 mkdir -p "$tmp/cluster-rules"
 cp "$tmp/rules/api.yaml" "$tmp/cluster-rules/"
-cat >"$tmp/cluster-rules/sluice.yaml" <<EOF
-backend: redis
-redis:
-  cluster: true
-  nodes: [redis://127.0.0.1:${cluster_ports[0]}]
-  timeout: 2s
-EOF
+cluster_settings "$tmp/cluster-rules"
 start_four c --config "$tmp/cluster-rules"
 check_contains "cluster: the instances decide on it" "backend redis cluster" "$(cat "$tmp/c0.out")"
 penalty_flow cluster carol

@@ -177,6 +177,19 @@ class RateLimiter {
   absl::Status Refund(Consumption& consumption);
   void RefundAsync(Consumption& consumption, RefundDone done);
 
+  // Costs known only after the work (an LLM's tokens): decide on an estimate, then settle the
+  // Consumption at what the work cost, once it is known. A lower cost gives the difference back
+  // (as Refund); a higher one records the excess in every limit whatever they say, so the key
+  // may go past its limits and then waits until it is back under (a penalty counts no offence
+  // for it). Empties `consumption`; InvalidArgument for another limiter's.
+  absl::Status Settle(Consumption& consumption, uint64_t actual_cost);
+  void SettleAsync(Consumption& consumption, uint64_t actual_cost, RefundDone done);
+
+  // Records a cost already spent in every limit, admitted or not (as envoyproxy/ratelimit's
+  // count_denied counts a denied request): the Verdict says whether it fitted; it was counted
+  // either way (unless the failure policy answered).
+  absl::StatusOr<Verdict> Record(std::string_view key, uint64_t cost);
+
   // Forgets `key`'s state in every limit ("unblock this customer"): its next request is a
   // fresh key's. Answers how many states there were (0 to limits().size()).
   absl::StatusOr<size_t> Reset(std::string_view key);

@@ -87,6 +87,9 @@ struct ConfigSource {
 bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   if (!flags.config.empty()) source.paths = {flags.config};
   source.name = flags.config.empty() ? "<embedded default>" : flags.config;
+  // --redis: the limits must be within what Redis decides exactly (a settings file's
+  // `backend: redis` says so itself).
+  source.load_options.redis = flags.redis.has_value();
   if (!flags.envoy_env) return true;
   const EnvoyEnv env = ReadEnvoyEnv(ProcessEnvironment());
   for (const EnvoyEnvMessage& m : env.messages) {
@@ -103,6 +106,7 @@ bool ResolveConfigSource(const ServeFlags& flags, ConfigSource& source) {
   const auto& xds = env.load.settings->xds;
   source.name = xds ? "xDS " + xds->server_url : env.rules_path;
   source.load_options = env.load;
+  source.load_options.redis = flags.redis.has_value();
   // As upstream, a runtime directory that is not there is no rules (every request OK) rather
   // than a refusal to start: an image runs with RUNTIME_ROOT on no volume. It is read when it
   // comes (a reload: SIGHUP, POST /v1/reload, or a change the watch sees).

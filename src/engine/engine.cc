@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -537,8 +538,8 @@ void Engine::Refund(const Refundable& consumed, int64_t now_us) {
                    [](absl::Status) {});
 }
 
-void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> actual,
-                       int64_t now_us) {
+void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us,
+                       std::function<void()> done) {
   // What was over-estimated, given back; what was under-estimated, recorded past the limit (a
   // Decide of count_denied items, whose answer nobody waits for: the call keeps what it points to).
   struct Excess {
@@ -565,9 +566,19 @@ void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> act
       item.count_denied = true;
     }
   }
+  // `done` once the last of the (at most two) calls has answered.
+  const int calls = (back.empty() ? 0 : 1) + (excess->items.empty() ? 0 : 1);
+  if (calls == 0) {
+    if (done) done();
+    return;
+  }
+  auto waiting = std::make_shared<std::atomic<int>>(calls);
+  auto answered = [waiting, done = std::move(done)] {
+    if (waiting->fetch_sub(1) == 1 && done) done();
+  };
   if (!back.empty()) {  // nothing in `back` needs to outlive the call (Backend::Refund)
     backend_->Refund(std::span(back.data(), back.size()), reserved.decided_at_us, now_us,
-                     [](absl::Status) {});
+                     [answered](absl::Status) { answered(); });
   }
   if (excess->items.empty()) return;
   for (size_t i = 0; i < excess->items.size(); ++i) {  // (the lists are complete: no more moves)
@@ -576,7 +587,8 @@ void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> act
   }
   excess->decisions.resize(excess->items.size());
   Excess& e = *excess;
-  backend_->Decide(e.items, now_us, e.decisions, [excess](const backend::Outcome&) {});
+  backend_->Decide(e.items, now_us, e.decisions,
+                   [excess, answered](const backend::Outcome&) { answered(); });
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {

@@ -211,8 +211,10 @@ class Engine {
   // difference is given back (as Refund); where it is higher the excess is recorded whatever the
   // limits say, as count_denied records a denied request: a state may go past its limit, and its
   // key then waits until it is back under. A limit's penalty takes no part (the excess is no
-  // offence). On any backend, in the background (a settlement that fails leaves the estimate).
-  void Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us);
+  // offence). On any backend; `done` (may be empty) runs once both are applied, on any thread,
+  // perhaps before this returns (a settlement that fails leaves the estimate).
+  void Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us,
+                 std::function<void()> done = {});
 
  private:
   struct Batch;

@@ -170,19 +170,18 @@ TEST(ReservationTextTest, RoundTripsEveryField) {
 
 TEST(ReservationTextTest, TextThatIsNoReservationIsRefused) {
   Refundable taken;
-  taken.items.push_back({.limit = {.algorithm = Algorithm::kFixedWindow,
-                                   .requests = 10,
-                                   .window_us = kSecondUs},
-                         .limit_id = 1,
-                         .key = "k",
-                         .cost = 3});
+  taken.items.push_back(
+      {.limit = {.algorithm = Algorithm::kFixedWindow, .requests = 10, .window_us = kSecondUs},
+       .limit_id = 1,
+       .key = "k",
+       .cost = 3});
   const std::string good = EncodeReservation(taken);
   ASSERT_TRUE(DecodeReservation(good).has_value());
   for (const std::string& bad :
        {std::string(""), std::string("hello"), good.substr(0, good.size() - 3) + "zz\n",
         std::string("sluice-reservation 1 x\n"),
-        std::string("sluice-reservation 1 5\n1 9 10 1000000 - - - 3 6b\n"),      // no algorithm 9
-        std::string("sluice-reservation 1 5\n1 2 10 0 - - - 3 6b\n"),            // no window
+        std::string("sluice-reservation 1 5\n1 9 10 1000000 - - - 3 6b\n"),  // no algorithm 9
+        std::string("sluice-reservation 1 5\n1 2 10 0 - - - 3 6b\n"),        // no window
         std::string("sluice-reservation 1 5\n1 2 10 1 - calendar_month Mars/X 3 6b\n")}) {
     EXPECT_FALSE(DecodeReservation(bad).has_value()) << bad;
   }

@@ -15,6 +15,7 @@
 
 #include "backend/memory/memory_store.h"
 #include "gmock/gmock.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"
@@ -105,6 +106,30 @@ TEST(ParseCheckRequestTest, FullBodyMapsEveryField) {
   EXPECT_EQ(r.descriptors[1].limit->unit, "minute");
   EXPECT_EQ(r.descriptors[1].hits_addend, 2u);
   EXPECT_EQ(r.hits_addend, 3u);
+}
+
+// /v1/reserve's body: /v1/check's with "for", a duration; /v1/check itself does not know it.
+TEST(ParseReserveRequestTest, ForIsADurationThatOnlyAReservationKnows) {
+  constexpr std::string_view kBody =
+      R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"cost":40,"for":"90s"})";
+  std::optional<int64_t> for_us;
+  auto parsed = ParseReserveRequest(kBody, 256, &for_us);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->hits_addend, 40u);
+  EXPECT_EQ(for_us, 90'000'000);
+  EXPECT_EQ(ParseCheckRequest(kBody, 256).status().message(),
+            "for: unknown field (known: domain, descriptors, cost)");
+  std::optional<int64_t> none;
+  ASSERT_TRUE(
+      ParseReserveRequest(R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]})",
+                          256, &none)
+          .ok());
+  EXPECT_FALSE(none.has_value()) << "absent: the caller's default";
+  auto bad = ParseReserveRequest(
+      R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"for":"soon"})", 256,
+      &none);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "for: ")) << bad.status();
 }
 
 TEST(ParseCheckRequestTest, CostDefaultsToOne) {

@@ -23,8 +23,8 @@
 namespace sluice::http {
 namespace {
 
-constexpr int64_t kDefaultReservationUs = int64_t{300} * 1000000;           // 5 min
-constexpr int64_t kLongestReservationUs = int64_t{24} * 3600 * 1000000;     // 1 day
+constexpr int64_t kDefaultReservationUs = int64_t{300} * 1000000;        // 5 min
+constexpr int64_t kLongestReservationUs = int64_t{24} * 3600 * 1000000;  // 1 day
 
 // {"reservation": "...", "cost": N}, or why not.
 struct Settlement {
@@ -80,20 +80,19 @@ void Service::Report(const HttpRequest& request, HttpResponse& response, Deferra
   std::vector<engine::Request> requests;
   requests.push_back(*std::move(parsed));
   AnswerMaybeLater(response, deferral, [&](Send send) {
-    engine_.CheckAllAsync(config, std::move(requests), clock_->NowMicros(),
-                          [this, config, send](std::vector<engine::Response> decisions) {
-                            const engine::Response& decision = decisions.front();
-                            HttpResponse answer;
-                            SetDecision(*config, decision, beast_http::status::ok, answer);
-                            const bool recorded =
-                                decision.backend == engine::BackendState::kOk ||
+    engine_.CheckAllAsync(
+        config, std::move(requests), clock_->NowMicros(),
+        [this, config, send](std::vector<engine::Response> decisions) {
+          const engine::Response& decision = decisions.front();
+          HttpResponse answer;
+          SetDecision(*config, decision, beast_http::status::ok, answer);
+          const bool recorded = decision.backend == engine::BackendState::kOk ||
                                 decision.backend == engine::BackendState::kLocal;
-                            if (answer.result() == beast_http::status::ok) {
-                              AppendToBody(answer, recorded ? R"(,"recorded":true)"
-                                                            : R"(,"recorded":false)");
-                            }
-                            send(std::move(answer));
-                          });
+          if (answer.result() == beast_http::status::ok) {
+            AppendToBody(answer, recorded ? R"(,"recorded":true)" : R"(,"recorded":false)");
+          }
+          send(std::move(answer));
+        });
   });
 }
 
@@ -126,10 +125,10 @@ void Service::Reserve(const HttpRequest& request, HttpResponse& response, Deferr
         [this, config, call, life_us, send](std::vector<engine::Response> decisions) {
           const engine::Response& decision = decisions.front();
           auto answer = std::make_shared<HttpResponse>();
-          SetDecision(*config, decision,
-                      decision.allowed ? beast_http::status::ok
-                                       : beast_http::status::too_many_requests,
-                      *answer);
+          SetDecision(
+              *config, decision,
+              decision.allowed ? beast_http::status::ok : beast_http::status::too_many_requests,
+              *answer);
           engine::Refundable settled = engine::SettledPart(call->consumed, call->requests);
           if (!decision.allowed || settled.items.empty()) {
             // Nothing to settle (denied, or no limit took the estimate): no reservation kept.
@@ -168,8 +167,7 @@ void Service::Settle(const HttpRequest& request, HttpResponse& response, Deferra
   const uint64_t cost = settlement->cost;
   AnswerMaybeLater(response, deferral, [&](Send send) {
     reservations_->Take(
-        settlement->id, clock_->NowMicros(),
-        [this, cost, send](absl::StatusOr<std::string> text) {
+        settlement->id, clock_->NowMicros(), [this, cost, send](absl::StatusOr<std::string> text) {
           HttpResponse answer;
           std::optional<engine::Refundable> taken;
           if (text.ok()) taken = engine::DecodeReservation(*text);
@@ -184,12 +182,18 @@ void Service::Settle(const HttpRequest& request, HttpResponse& response, Deferra
             SetJson(answer, beast_http::status::internal_server_error,
                     RenderError("the reservation kept is unreadable"));
           } else {
+            // Answered once applied: a check right after the answer sees the settlement.
             const std::vector<uint64_t> actual(taken->items.size(), cost);
-            engine_.Reconcile(*taken, actual, clock_->NowMicros());
             const uint64_t reserved = taken->items.empty() ? 0 : taken->items.front().cost;
-            SetJson(answer, beast_http::status::ok,
-                    fmt::format(R"({{"reserved":{},"cost":{},"limits":{}}})", reserved, cost,
-                                taken->items.size()));
+            const size_t limits = taken->items.size();
+            return engine_.Reconcile(
+                *taken, actual, clock_->NowMicros(), [send, reserved, cost, limits] {
+                  HttpResponse settled;
+                  SetJson(settled, beast_http::status::ok,
+                          fmt::format(R"({{"reserved":{},"cost":{},"limits":{}}})", reserved, cost,
+                                      limits));
+                  send(std::move(settled));
+                });
           }
           send(std::move(answer));
         });

@@ -275,6 +275,61 @@ absl::Status RateLimiter::Refund(Consumption& consumption) {
                                [&](RefundDone done) { RefundAsync(consumption, std::move(done)); });
 }
 
+void RateLimiter::SettleAsync(Consumption& consumption, uint64_t actual_cost, RefundDone done) {
+  if (!done) done = [](absl::Status) {};
+  if (consumption.owner_ != nullptr && consumption.owner_ != this) {
+    return done(absl::InvalidArgumentError("the Consumption is another RateLimiter's"));
+  }
+  if (consumption.empty() || actual_cost == consumption.cost_) {
+    consumption = Consumption();
+    return done(absl::OkStatus());
+  }
+  Consumption taken = std::move(consumption);
+  if (actual_cost < taken.cost_) {  // the difference back
+    std::shared_ptr<Impl::Call> call = impl_->NewCall(taken.key_, taken.cost_ - actual_cost);
+    return impl_->top->Refund(call->items, taken.decided_at_us_, impl_->clock->NowMicros(),
+                              [call, done = std::move(done)](absl::Status s) { done(s); });
+  }
+  // The excess recorded past the limits: a decision of count_denied items, without penalties.
+  struct Excess {
+    std::vector<Limit> limits;
+    std::shared_ptr<Impl::Call> call;
+  };
+  auto excess = std::make_shared<Excess>();
+  excess->call = impl_->NewCall(taken.key_, actual_cost - taken.cost_);
+  for (const backend::Item& item : excess->call->items) excess->limits.push_back(*item.limit);
+  for (size_t i = 0; i < excess->limits.size(); ++i) {
+    excess->limits[i].penalty.reset();
+    excess->call->items[i].limit = &excess->limits[i];
+    excess->call->items[i].count_denied = true;
+  }
+  impl_->top->Decide(
+      excess->call->items, impl_->clock->NowMicros(), excess->call->out,
+      [excess, done = std::move(done)](const backend::Outcome& outcome) {
+        done(outcome.fell_back
+                 ? absl::UnavailableError("not recorded: " + std::string(outcome.status.message()))
+                 : outcome.status);
+      });
+}
+
+absl::Status RateLimiter::Settle(Consumption& consumption, uint64_t actual_cost) {
+  return RunSync<absl::Status>(*impl_->top, impl_->sync_wait_us, [&](RefundDone done) {
+    SettleAsync(consumption, actual_cost, std::move(done));
+  });
+}
+
+absl::StatusOr<Verdict> RateLimiter::Record(std::string_view key, uint64_t cost) {
+  return RunSync<absl::StatusOr<Verdict>>(*impl_->top, impl_->sync_wait_us, [&](VerdictDone done) {
+    std::shared_ptr<Impl::Call> call = impl_->NewCall(key, cost);
+    for (backend::Item& item : call->items) item.count_denied = true;
+    impl_->top->Decide(call->items, impl_->clock->NowMicros(), call->out,
+                       [call, done = std::move(done)](const backend::Outcome& outcome) {
+                         if (!outcome.status.ok()) return done(outcome.status);
+                         done(MakeVerdict(outcome, std::move(call->out)));
+                       });
+  });
+}
+
 void RateLimiter::ResetAsync(std::string_view key, ResetDone done) {
   std::shared_ptr<Impl::Call> call = impl_->NewCall(key, 0);
   impl_->top->Reset(call->items, [call, done = std::move(done)](absl::StatusOr<size_t> n) {

@@ -104,6 +104,27 @@ TEST(RateLimiterRedisTest, RefundPeekAndReset) {
   EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{2, 5}));
 }
 
+// Costs known after the work, on Redis: settled lower (given back) and higher (recorded past the
+// limits), and a cost recorded whatever the limits say.
+TEST(RateLimiterRedisTest, SettleAndRecord) {
+  testing::RedisServer server;
+  auto limiter = Make(OnRedis(server.url()));
+  ASSERT_NE(limiter, nullptr);
+  Verdict estimate = MustDecide(*limiter, "alice", 2);
+  ASSERT_TRUE(estimate.allowed);
+  EXPECT_TRUE(limiter->Settle(estimate.consumption, 1).ok());
+  EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{1, 4}));
+  Verdict under = MustDecide(*limiter, "alice", 1);
+  EXPECT_TRUE(limiter->Settle(under.consumption, 4).ok());  // 3 more: past both
+  EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{0, 0}));
+  EXPECT_FALSE(MustDecide(*limiter, "alice").allowed);
+
+  absl::StatusOr<Verdict> recorded = limiter->Record("bob", 9);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_FALSE(recorded->allowed);
+  EXPECT_EQ(Remaining(*limiter, "bob"), (std::vector<int64_t>{0, 0}));
+}
+
 // A cluster: url names one node, the client finds the others; keys spread over the masters
 // and each is still decided all-or-nothing (its limits share a slot).
 TEST(RateLimiterRedisTest, DecidesOnACluster) {

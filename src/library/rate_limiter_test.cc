@@ -152,6 +152,41 @@ TEST_F(RateLimiterTest, RefundGivesBackToEveryLimitOnce) {
   EXPECT_FALSE(MustDecide(*limiter, "alice").allowed);
 }
 
+// Costs known after the work: decided on an estimate, settled at the actual cost.
+TEST_F(RateLimiterTest, SettleGivesBackOrRecordsPastTheLimits) {
+  auto limiter = Make({FixedWindow(100, kDay), FixedWindow(1000, kDay)});
+  Verdict estimate = MustDecide(*limiter, "alice", 60);
+  ASSERT_TRUE(estimate.allowed);
+  EXPECT_TRUE(limiter->Settle(estimate.consumption, 25).ok());
+  EXPECT_TRUE(estimate.consumption.empty()) << "a settled consumption is spent";
+  EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{75, 975}));
+  EXPECT_TRUE(limiter->Settle(estimate.consumption, 99).ok()) << "settling it again does nothing";
+  EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{75, 975}));
+
+  Verdict under = MustDecide(*limiter, "alice", 10);
+  EXPECT_TRUE(limiter->Settle(under.consumption, 130).ok());  // 120 more, past 100
+  EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{0, 845}));
+  EXPECT_FALSE(MustDecide(*limiter, "alice").allowed);
+  clock_.Advance(kDay);
+  EXPECT_TRUE(MustDecide(*limiter, "alice").allowed) << "the window with the excess ended";
+
+  auto other = Make();
+  Verdict theirs = MustDecide(*other, "alice");
+  EXPECT_EQ(limiter->Settle(theirs.consumption, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RateLimiterTest, RecordCountsACostPastTheLimits) {
+  auto limiter = Make();
+  absl::StatusOr<Verdict> recorded = limiter->Record("alice", 7);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_FALSE(recorded->allowed) << "it did not fit";
+  EXPECT_TRUE(recorded->consumption.empty()) << "nothing to give back";
+  EXPECT_EQ(Remaining(*limiter, "alice"), (std::vector<int64_t>{0, 0}));
+  EXPECT_FALSE(MustDecide(*limiter, "alice").allowed) << "and it was counted";
+  EXPECT_TRUE(limiter->Record("bob", 1)->allowed);
+  EXPECT_EQ(Remaining(*limiter, "bob"), (std::vector<int64_t>{1, 4}));
+}
+
 TEST_F(RateLimiterTest, ADeniedRequestHasNothingToRefund) {
   auto limiter = Make();
   EXPECT_TRUE(MustDecide(*limiter, "alice", 2).allowed);

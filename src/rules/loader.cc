@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "backend/exact_range.h"
 #include "fmt/format.h"
 #include "rules/parsers.h"
 #include "rules/yaml_reader.h"
@@ -38,6 +39,16 @@ size_t CountLimits(const RuleNode& node) {
   size_t n = node.limits.size();
   for (const auto& child : node.children) n += CountLimits(*child);
   return n;
+}
+
+// Every limit of `node` and its children that Redis cannot decide exactly, as an error where it
+// is written.
+void CheckExactRanges(const RuleNode& node, std::vector<ConfigError>& errors) {
+  for (const LimitRule& rule : node.limits) {
+    if (absl::Status s = backend::CheckExactRange(rule.limit); !s.ok())
+      errors.push_back({rule.position, std::string(s.message())});
+  }
+  for (const auto& child : node.children) CheckExactRanges(*child, errors);
 }
 
 class Loader {
@@ -119,6 +130,17 @@ class Loader {
       domain->limit_count = CountLimits(domain->root);
       for (const auto& [name, plan] : domain->plans) domain->limit_count += plan.limits.size();
       config->limit_count += domain->limit_count;
+    }
+    if (options_.redis || config->settings.backend == "redis") {
+      for (const auto& domain : kept) {
+        CheckExactRanges(domain->root, errors_);
+        for (const auto& [name, plan] : domain->plans) {
+          for (const LimitRule& rule : plan.limits) {
+            if (absl::Status s = backend::CheckExactRange(rule.limit); !s.ok())
+              errors_.push_back({rule.position, std::string(s.message())});
+          }
+        }
+      }
     }
     domains_ = std::move(kept);
     if (!errors_.empty()) {

@@ -63,6 +63,9 @@ struct LoadOptions {
   // A path that does not exist is a directory without files (no rules), as upstream reads a
   // runtime directory that is not there (an image started with no volume at RUNTIME_ROOT).
   bool missing_is_empty = false;
+  // Decisions go to Redis (serve --redis): every limit must be within the range Redis decides
+  // exactly (backend/exact_range.h), as with the settings' `backend: redis`.
+  bool redis = false;
 };
 
 // Loads files and directories (see above), and then the domains in `remote`, if any, as if each

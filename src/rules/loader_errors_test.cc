@@ -526,6 +526,46 @@ descriptors:
               SizeIs(2));
 }
 
+// Decisions on Redis (docs/algorithms.md, "Exact range"): a limit Redis's doubles cannot decide
+// exactly is an error where it is written, in the rules and in plans, with `backend: redis` or
+// serve's --redis (LoadOptions::redis); the memory store takes it.
+TEST(LoaderErrorsTest, LimitsTooLargeForRedisWhenDecisionsGoThere) {
+  TempDir dir;
+  dir.Write("rules/d.yaml", R"yaml(domain: d
+descriptors:
+  - key: fits
+    rate_limit: {algorithm: token_bucket, requests: 100000, window: 1d}
+  - key: big
+    rate_limit: {algorithm: token_bucket, requests: 1000000, window: 1d}
+  - key: counter
+    rate_limit: {algorithm: fixed_window, requests: 1000000, window: 365d}
+default_plan: huge
+plans:
+  huge:
+    limits:
+      - {algorithm: sliding_window, requests: 1000, window: 365d}
+)yaml");
+  EXPECT_THAT(LoadConfig({dir.Path("rules")}).errors, IsEmpty()) << "memory: any size";
+  const auto errors = [&](const LoadOptions& options) {
+    std::vector<std::string> lines;
+    for (const ConfigError& e : LoadConfig({dir.Path("rules")}, options).errors)
+      lines.push_back(e.ToString().substr(dir.Path("rules/").size()));
+    return lines;
+  };
+  const std::vector<std::string> expected = {
+      "d.yaml:6:17: limit 1000000/1d token_bucket is too large to decide exactly on Redis "
+      "(capacity x window is 8.64e+16 requests x µs, over 2^53); use fewer requests or a shorter "
+      "window, or fixed_window / sliding_log",
+      "d.yaml:13:9: limit 1000/365d sliding_window is too large to decide exactly on Redis (2 x "
+      "requests x window is 6.31e+16 requests x µs, over 2^53); use fewer requests or a shorter "
+      "window, or fixed_window / sliding_log"};
+  LoadOptions redis;
+  redis.redis = true;
+  EXPECT_EQ(errors(redis), expected);
+  dir.Write("rules/sluice.yaml", "backend: redis\nredis: {url: redis://127.0.0.1:6379}\n");
+  EXPECT_EQ(errors({}), expected);
+}
+
 TEST(SuggestTest, ClosestCandidateWithinASmallDistance) {
   const std::vector<std::string_view> keys = {"rate_limit", "requests_per_unit", "descriptors",
                                               "value"};

@@ -11,7 +11,8 @@ void MemoryReservations::Put(std::string id, std::string text, int64_t now_us, i
     absl::MutexLock lock(&mu_);
     if (++since_prune_ >= kept_.size() / 2 + 64 || kept_.size() >= max_) {
       since_prune_ = 0;
-      absl::erase_if(kept_, [now_us](const auto& entry) { return entry.second.expires_us <= now_us; });
+      absl::erase_if(kept_,
+                     [now_us](const auto& entry) { return entry.second.expires_us <= now_us; });
     }
     if (kept_.size() >= max_) {
       status = absl::ResourceExhaustedError(

@@ -20,8 +20,7 @@ class MemoryReservations : public backend::Reservations {
  public:
   explicit MemoryReservations(size_t max = size_t{1} << 20) : max_(max) {}
 
-  void Put(std::string id, std::string text, int64_t now_us, int64_t ttl_us,
-           PutDone done) override;
+  void Put(std::string id, std::string text, int64_t now_us, int64_t ttl_us, PutDone done) override;
   void Take(std::string_view id, int64_t now_us, TakeDone done) override;
 
   // How many are kept, expired ones not yet dropped included (for tests).

@@ -32,7 +32,8 @@ void RedisReservations::Take(std::string_view id, int64_t /*now_us*/, TakeDone d
   client_->Send(key, std::move(command), [done = std::move(done)](absl::StatusOr<Reply> reply) {
     if (!reply.ok()) return done(reply.status());
     if (reply->IsError()) return done(absl::UnavailableError("redis: reservations: " + reply->str));
-    if (reply->type != Reply::Type::kString) return done(absl::NotFoundError("no such reservation"));
+    if (reply->type != Reply::Type::kString)
+      return done(absl::NotFoundError("no such reservation"));
     done(std::move(reply->str));
   });
 }

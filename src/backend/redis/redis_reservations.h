@@ -19,8 +19,7 @@ class RedisReservations : public backend::Reservations {
   RedisReservations(Client* client, std::string prefix)
       : client_(client), prefix_(std::move(prefix)) {}
 
-  void Put(std::string id, std::string text, int64_t now_us, int64_t ttl_us,
-           PutDone done) override;
+  void Put(std::string id, std::string text, int64_t now_us, int64_t ttl_us, PutDone done) override;
   void Take(std::string_view id, int64_t now_us, TakeDone done) override;
 
   // The key of reservation `id` (for tests).

@@ -246,9 +246,33 @@ void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
   // Across slots: evaluate everywhere first; decide for real only if every slot would admit.
   Run(call, /*commit=*/false, deadline,
       [this, call, deadline, finish](absl::StatusOr<DecideResult> dry) mutable {
-        if (!dry.ok() || !dry->allowed) return finish(std::move(dry));
+        if (!dry.ok()) return finish(std::move(dry));
+        if (!dry->allowed) {
+          RecordCounted(*call, deadline);
+          return finish(std::move(dry));
+        }
         Run(std::move(call), /*commit=*/true, deadline, std::move(finish));
       });
+}
+
+void RedisStore::RecordCounted(const Call& call, SteadyTime deadline) {
+  // A denied request's count_denied items still count their cost, as within one slot: a commit
+  // of theirs alone, in the background (each group decides or records its own; none is given
+  // back, RefundAdmitted leaves count_denied items alone).
+  auto counted = std::make_shared<Call>();
+  counted->limits = call.limits;  // complete: the items' pointers into it stay valid
+  for (const std::vector<size_t>& group : call.groups) {
+    std::vector<size_t> kept;
+    for (size_t i : group) {
+      if (!call.items[i].count_denied || call.items[i].cost == 0) continue;
+      kept.push_back(counted->items.size());
+      counted->items.push_back(call.items[i]);
+      counted->items.back().limit = &counted->limits[i];
+    }
+    if (!kept.empty()) counted->groups.push_back(std::move(kept));
+  }
+  if (counted->items.empty()) return;
+  Run(std::move(counted), /*commit=*/true, deadline, [](absl::StatusOr<DecideResult>) {});
 }
 
 void RedisStore::Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,
@@ -313,7 +337,9 @@ void RedisStore::RefundAdmitted(const Call& call, const std::vector<int64_t>& ad
     if (admitted_at[g] < 0) continue;
     std::vector<DecideItem> items;
     for (size_t i : call.groups[g]) {
-      if (decisions[i].allowed && call.items[i].cost > 0) items.push_back(call.items[i]);
+      // (A count_denied item keeps what it consumed whatever the others decide.)
+      if (decisions[i].allowed && call.items[i].cost > 0 && !call.items[i].count_denied)
+        items.push_back(call.items[i]);
     }
     if (items.empty()) continue;
     cross_slot_refunds_.fetch_add(1, std::memory_order_relaxed);

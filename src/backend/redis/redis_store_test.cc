@@ -592,6 +592,34 @@ TEST(RedisStoreTest, AcrossClusterSlotsNothingIsConsumedWhenOneSlotDenies) {
   EXPECT_EQ(Decide(store, {peek})->decisions[0].remaining, 1);
 }
 
+// count_denied (envoyproxy/ratelimit's counting) across slots: a request denied in one slot still
+// counts in the others, as it does within one slot (a dry run that denies records them).
+TEST(RedisStoreTest, AcrossClusterSlotsCountDeniedItemsCountWhenOneSlotDenies) {
+  testing::RedisCluster cluster(3);
+  ASSERT_TRUE(cluster.created());
+  auto client = Open({cluster.url(0)}, true);
+  ASSERT_TRUE(client->Ready()) << client->last_error();
+  RedisStore store(client.get(), {});
+  const Limit per_user = MakeLimit(Algorithm::kFixedWindow, 10, kHour);
+  const Limit global = MakeLimit(Algorithm::kFixedWindow, 2, kHour);
+  const std::string user = KeyInAnotherSlot(store, "counted");
+  const Item u{.limit = &per_user, .limit_id = 1, .key = user, .cost = 1, .count_denied = true};
+  const Item g{.limit = &global, .limit_id = 2, .key = "global", .cost = 5, .count_denied = true};
+  auto denied = Decide(store, {u, g});  // 5 > 2: denied in the global slot
+  ASSERT_TRUE(denied.ok()) << denied.status();
+  EXPECT_FALSE(denied->allowed);
+  // Both recorded (in the background): the user's 1, the global's 5 past its limit.
+  Item peek_u = u, peek_g = g;
+  peek_u.cost = peek_g.cost = 0;
+  int64_t user_left = -1;
+  for (int i = 0; i < 100 && user_left != 9; ++i) {
+    user_left = Decide(store, {peek_u})->decisions[0].remaining;
+    if (user_left != 9) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(user_left, 9);
+  EXPECT_EQ(Decide(store, {peek_g})->decisions[0].remaining, 0) << "the 5 recorded past 2";
+}
+
 // Many callers race for the last units of a global limit in another slot: some pass the
 // evaluation and then lose the commit there, after their per-user slot consumed. Those slots give
 // it back, so in the end the per-user state holds exactly the admitted requests.

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "algo/algorithms.h"
+#include "backend/exact_range.h"
 #include "redis/connection.h"
 #include "redis/resp.h"
 #include "sluice/limit.h"
@@ -24,10 +25,8 @@ namespace sluice::redis {
 // The source of decide.lua (SCRIPT LOAD answers with the SHA1 that EVALSHA takes).
 std::string_view DecideScript();
 
-// Lua computes in doubles, exact for integers below 2^53. A limit whose products could pass that
-// (capacity * W for the buckets, 2 * N * W for sliding_window) cannot be decided exactly on Redis:
-// InvalidArgument, naming the limit and what to change.
-absl::Status CheckExactRange(const Limit& limit);
+// Whether a limit is within the range the script decides exactly (backend/exact_range.h).
+using backend::CheckExactRange;
 
 // One item of a decide call.
 struct DecideItem {

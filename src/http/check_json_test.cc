@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "backend/memory/memory_store.h"
 #include "gmock/gmock.h"
-#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "rules/config.h"
 #include "rules/loader.h"

@@ -7,6 +7,7 @@
 #include "engine/state_key.h"
 #include "fmt/format.h"
 #include "rules/matcher.h"
+#include "util/hex.h"
 
 namespace sluice::engine {
 
@@ -70,32 +71,8 @@ std::vector<ConfiguredHold> ConfiguredConcurrency(const rules::Config& config) {
 
 namespace {
 
-std::string Hex(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const unsigned char c : bytes) fmt::format_to(std::back_inserter(out), "{:02x}", c);
-  return out;
-}
-
-std::optional<std::string> Unhex(std::string_view text) {
-  if (text.size() % 2 != 0) return std::nullopt;
-  std::string out(text.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    unsigned value = 0;
-    const char* at = text.data() + 2 * i;
-    if (std::from_chars(at, at + 2, value, 16).ptr != at + 2) return std::nullopt;
-    out[i] = static_cast<char>(value);
-  }
-  return out;
-}
-
-template <typename T>
-std::optional<T> Number(std::string_view text, int base) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
+using util::Hex;
+using util::Unhex;
 
 }  // namespace
 
@@ -123,9 +100,9 @@ std::optional<std::vector<backend::Hold>> DecodeLease(std::string_view lease) {
       fields[i] = part.substr(0, dot);
       part.remove_prefix(std::min(part.size(), dot + 1));
     }
-    const auto limit_id = Number<uint64_t>(fields[0], 16);
-    const auto id = Number<uint64_t>(fields[1], 16);
-    const auto max_hold = Number<int64_t>(fields[2], 10);
+    const auto limit_id = util::ParseWhole<uint64_t>(fields[0], 16);
+    const auto id = util::ParseWhole<uint64_t>(fields[1], 16);
+    const auto max_hold = util::ParseWhole<int64_t>(fields[2], 10);
     auto key = Unhex(fields[3]);
     if (!limit_id || !id || !max_hold || *max_hold <= 0 || !key) return std::nullopt;
     holds.push_back({.limit_id = *limit_id,

@@ -1,10 +1,10 @@
 #include "engine/reservation.h"
 
-#include <charconv>
 #include <random>
 #include <sstream>
 
 #include "fmt/format.h"
+#include "util/hex.h"
 
 namespace sluice::engine {
 
@@ -12,31 +12,16 @@ namespace {
 
 constexpr std::string_view kVersion = "sluice-reservation 1";
 
-std::string Hex(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) fmt::format_to(std::back_inserter(out), "{:02x}", c);
-  return out;
-}
-
-std::optional<std::string> Unhex(std::string_view hex) {
+std::optional<std::string> KeyOf(std::string_view hex) {
   if (hex == "-") return std::string();
-  if (hex.size() % 2 != 0) return std::nullopt;
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    unsigned v = 0;
-    const char* first = hex.data() + 2 * i;
-    auto [end, ec] = std::from_chars(first, first + 2, v, 16);
-    if (ec != std::errc() || end != first + 2) return std::nullopt;
-    out[i] = static_cast<char>(v);
-  }
-  return out;
+  return util::Unhex(hex);
 }
 
 template <typename T>
-bool Number(std::string_view text, T& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
+bool Whole(std::string_view text, T& out) {
+  const std::optional<T> value = util::ParseWhole<T>(text);
+  if (value) out = *value;
+  return value.has_value();
 }
 
 // One item's line: limit_id algorithm requests window_us burst|- calendar_unit|- zone|- cost
@@ -48,16 +33,16 @@ std::optional<Refundable::Item> ParseItem(const std::string& line) {
     return std::nullopt;
   Refundable::Item item;
   unsigned algo = 0;
-  if (!Number(id, item.limit_id) || !Number(algorithm, algo) ||
+  if (!Whole(id, item.limit_id) || !Whole(algorithm, algo) ||
       algo > static_cast<unsigned>(Algorithm::kSlidingWindow) ||
-      !Number(requests, item.limit.requests) || !Number(window, item.limit.window_us) ||
-      !Number(cost, item.cost)) {
+      !Whole(requests, item.limit.requests) || !Whole(window, item.limit.window_us) ||
+      !Whole(cost, item.cost)) {
     return std::nullopt;
   }
   item.limit.algorithm = static_cast<Algorithm>(algo);
   if (burst != "-") {
     uint64_t b = 0;
-    if (!Number(burst, b)) return std::nullopt;
+    if (!Whole(burst, b)) return std::nullopt;
     item.limit.burst = b;
   }
   if (unit != "-") {
@@ -65,7 +50,7 @@ std::optional<Refundable::Item> ParseItem(const std::string& line) {
     if (!calendar.ok()) return std::nullopt;
     item.limit.calendar = *calendar;
   }
-  auto bytes = Unhex(key);
+  auto bytes = KeyOf(key);
   if (!bytes || !ValidateLimit(item.limit).ok()) return std::nullopt;
   item.key = *std::move(bytes);
   return item;
@@ -82,7 +67,7 @@ std::string EncodeReservation(const Refundable& taken) {
                    l.burst ? std::to_string(*l.burst) : "-",
                    l.calendar ? std::string(l.calendar->unit_name()) : "-",
                    l.calendar ? l.calendar->time_zone() : "-", item.cost,
-                   item.key.empty() ? "-" : Hex(item.key));
+                   item.key.empty() ? "-" : util::Hex(item.key));
   }
   return out;
 }
@@ -93,7 +78,7 @@ std::optional<Refundable> DecodeReservation(std::string_view text) {
   if (!std::getline(in, line) || !line.starts_with(kVersion) || line.size() <= kVersion.size())
     return std::nullopt;
   Refundable taken;
-  if (!Number(std::string_view(line).substr(kVersion.size() + 1), taken.decided_at_us))
+  if (!Whole(std::string_view(line).substr(kVersion.size() + 1), taken.decided_at_us))
     return std::nullopt;
   while (std::getline(in, line)) {
     auto item = ParseItem(line);

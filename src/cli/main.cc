@@ -263,8 +263,8 @@ struct BenchRedisCommand {
     app->add_option("--cluster-batch", options.cluster_batch,
                     "sluice on a cluster: batch the requests headed to one node (default 1)");
     app->add_option("--mode", options.mode,
-                    "sluice (default), seed (the seed design's script) or zset (a ZSET sliding "
-                    "log)");
+                    "sluice (default), seed (the seed design's script), zset (a ZSET sliding "
+                    "log) or holds (a concurrency limit's acquire and release, --limit at once)");
     app->add_option("--script", options.script, "the Lua file for --mode seed or zset");
   }
   int Run() {

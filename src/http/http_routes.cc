@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/base/attributes.h"
 #include "absl/utility/utility.h"
 #include "fmt/format.h"
+#include "http/costs.h"
 #include "rules/parsers.h"
 
 namespace sluice::http {
@@ -57,7 +59,35 @@ const rules::HttpRoute* FindRoute(const rules::HttpSection& http, std::string_vi
   return nullptr;
 }
 
+// A rate_limits entry's cost for the descriptor just built (the `index`-th of `request`, the
+// `r`-th request): its reserve read from the request as its hits_addend (at least 1: 0 would look
+// without consuming, and leave nothing to settle), and the descriptor listed in `checks`.
+ABSL_ATTRIBUTE_NOINLINE void ApplyCost(const rules::RouteCost& cost, const HttpRequest* original,
+                                       size_t r, engine::Request& request, RouteChecks& checks) {
+  std::optional<std::string_view> header;
+  std::string_view body;
+  if (original != nullptr) {
+    if (cost.reserve.kind == rules::CostSource::Kind::kHeader)
+      header = FieldOf(*original, cost.reserve.name);
+    body = original->body();
+  }
+  const uint64_t reserve = ReadCost(cost.reserve, header, body).value_or(cost.reserve.fallback);
+  request.descriptors.back().hits_addend = std::max<uint64_t>(1, reserve);
+  checks.costed.push_back(
+      {.request = r, .descriptor = request.descriptors.size() - 1, .cost = &cost});
+}
+
 }  // namespace
+
+bool ReadsRequestBody(const rules::Config& config, std::string_view method, std::string_view path) {
+  if (!config.routes_read_bodies) return false;
+  for (const auto& domain : config.domains) {
+    if (!domain->http) continue;
+    const rules::HttpRoute* route = FindRoute(*domain->http, method, path);
+    if (route != nullptr && route->reads_body) return true;
+  }
+  return false;
+}
 
 std::string ClientAddress(std::string_view peer, const std::vector<std::string_view>& forwarded,
                           const std::vector<rules::Cidr>& trusted) {
@@ -114,7 +144,8 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
     engine::Request& request = checks.requests.emplace_back();
     request.domain = domain->name;
     request.descriptors.reserve(route->rate_limits.size());
-    for (const std::vector<HttpAction>& actions : route->rate_limits) {
+    for (size_t k = 0; k < route->rate_limits.size(); ++k) {
+      const std::vector<HttpAction>& actions = route->rate_limits[k];
       engine::Descriptor& descriptor = request.descriptors.emplace_back();
       descriptor.entries.reserve(actions.size());
       bool skip = false;
@@ -158,7 +189,11 @@ absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
         }
         descriptor.entries.back().key = action.descriptor_key;
       }
-      if (skip || descriptor.entries.empty()) request.descriptors.pop_back();
+      if (skip || descriptor.entries.empty()) {
+        request.descriptors.pop_back();
+      } else if (!route->costs.empty() && route->costs[k]) {
+        ApplyCost(*route->costs[k], original.headers, checks.requests.size() - 1, request, checks);
+      }
     }
     if (request.descriptors.empty()) {
       checks.requests.pop_back();

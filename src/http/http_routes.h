@@ -41,9 +41,21 @@ struct OriginalRequest {
 struct RouteChecks {
   absl::InlinedVector<engine::Request, 1> requests;
   absl::InlinedVector<const rules::HttpSection*, 1> sections;
+  // The descriptors whose rate_limits entry has a `cost:` (their hits_addend is its reserve, read
+  // from the request): which request, which descriptor of it, and the cost (in the config).
+  struct Costed {
+    size_t request = 0;
+    size_t descriptor = 0;
+    const rules::RouteCost* cost = nullptr;
+  };
+  std::vector<Costed> costed;
 };
 absl::StatusOr<RouteChecks> BuildRouteChecks(const rules::Config& config,
                                              const OriginalRequest& original);
+
+// Whether a route that `method` and `path` match reads the request's body for a cost (a JSON
+// field): then the body is read whole before the request is decided.
+bool ReadsRequestBody(const rules::Config& config, std::string_view method, std::string_view path);
 
 // The client address of a request that came from `peer` with the X-Forwarded-For values
 // `forwarded` (every X-Forwarded-For field, in order), believing only `trusted` proxies.

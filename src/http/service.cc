@@ -56,7 +56,14 @@ bool OwnPath(std::string_view path) {
 }  // namespace
 
 bool Service::StreamsBody(const HttpRequest& header) const {
-  return !OwnPath(PathOf(header)) && config_->Current()->proxy_domain != nullptr;
+  const std::string_view path = PathOf(header);
+  if (OwnPath(path)) return false;
+  const std::shared_ptr<const rules::Config> config = config_->Current();
+  if (config->proxy_domain == nullptr) return false;
+  // A route whose cost is a JSON field of the body reads it whole first (max_body_bytes).
+  return !ReadsRequestBody(
+      *config, std::string_view(header.method_string().data(), header.method_string().size()),
+      path);
 }
 
 void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,

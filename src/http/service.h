@@ -42,6 +42,8 @@
 
 namespace sluice::http {
 
+struct ProxySettlement;  // a proxied request's costs to settle from its answer (service_proxy.cc)
+
 class Service {
  public:
   // Nothing is owned; everything must outlive the service. `admin_tokens` empty: no auth.
@@ -156,6 +158,9 @@ class Service {
   void ProxyHeld(std::shared_ptr<ProxyCall> call, engine::Response decision);
   void Forward(std::shared_ptr<ProxyCall> call);
   void ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result);
+  // The settlement of `call`'s reserved costs from its upstream's `answer` (a rate_limits
+  // entry's cost.settle), or null when none is to be settled (service_proxy.cc).
+  std::shared_ptr<ProxySettlement> Settlement(const ProxyCall& call, const HttpResponse& answer);
   // Adds a call about to wait out a shaping delay to those CancelUpstreams() ends; false once
   // CancelUpstreams() was called.
   bool TrackDelayed(const std::shared_ptr<ProxyCall>& call);

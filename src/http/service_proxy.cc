@@ -20,6 +20,7 @@
 #include "engine/holds.h"
 #include "fmt/format.h"
 #include "http/check_json.h"
+#include "http/costs.h"
 #include "http/http_routes.h"
 #include "http/service.h"
 #include "http/service_answers.h"
@@ -55,6 +56,33 @@ struct Service::ProxyCall {
   bool cancelled = false;    // the shutdown deadline came during the delay (CancelUpstreams)
   std::shared_ptr<const engine::HoldTargets> hold_targets;  // null: no concurrency limit applies
   std::shared_ptr<HeldSlots> held;
+  std::vector<RouteChecks::Costed> costed;  // descriptors with a `cost:` (into `config`)
+};
+
+// A proxied request's reserved costs, settled from its answer (a rate_limits entry's
+// `cost.settle`): each item that took a reserve with what its source says, from the answer's
+// header (known at once) or its body's JSON (once the body has ended: the meter). A source that
+// says nothing keeps the estimate; so does an answer cut short.
+struct ProxySettlement {
+  UsageMeter meter;
+  engine::Refundable reserved;
+  std::vector<std::optional<uint64_t>> known;  // per item: its header's count
+  std::vector<int> pointer_of;                 // per item: its JSON field in the meter, or -1
+  std::function<void(const engine::Refundable&, std::vector<uint64_t>)> reconcile;
+
+  ProxySettlement(std::vector<std::string> pointers, bool event_stream)
+      : meter(std::move(pointers), event_stream) {}
+  // The body ended (or there is none to wait for): every item settled.
+  void End() {
+    const std::vector<std::optional<uint64_t>> found = meter.End();
+    std::vector<uint64_t> actual;
+    for (size_t i = 0; i < reserved.items.size(); ++i) {
+      const std::optional<uint64_t> v =
+          pointer_of[i] >= 0 ? found[static_cast<size_t>(pointer_of[i])] : known[i];
+      actual.push_back(v.value_or(reserved.items[i].cost));
+    }
+    reconcile(reserved, std::move(actual));
+  }
 };
 
 namespace {
@@ -88,25 +116,33 @@ void CountCut(metrics::Family<metrics::Counter>* cut, std::string_view side) {
 // (the status is out, so that is the only way left to say so), and a client gone drops `body`,
 // which closes the upstream connection instead of pooling it. Either is counted in `cut`
 // (sluice_proxy_answers_cut_total; may be null).
-// `held` (may be null) goes along, and is let go with the rest.
+// `held` (may be null) goes along, and is let go with the rest. `settle` (may be null) sees each
+// piece, and settles the request's costs when the body has ended.
 void PipeBody(std::shared_ptr<UpstreamBody> body, std::shared_ptr<BodyWriter> client,
-              metrics::Family<metrics::Counter>* cut, std::shared_ptr<HeldSlots> held) {
+              metrics::Family<metrics::Counter>* cut, std::shared_ptr<HeldSlots> held,
+              std::shared_ptr<ProxySettlement> settle) {
   UpstreamBody& source = *body;
-  source.Read([body = std::move(body), client = std::move(client), cut, held = std::move(held)](
-                  UpstreamBody::Status status, std::string_view piece) mutable {
-    if (status == UpstreamBody::Status::kError) {
-      CountCut(cut, "upstream");
-      return client->Abort();
-    }
-    if (status == UpstreamBody::Status::kEnd) return client->End();
-    BodyWriter& sink = *client;
-    sink.Write(boost::asio::buffer(piece.data(), piece.size()),
-               [body = std::move(body), client = std::move(client), cut,
-                held = std::move(held)](bool written) mutable {
-                 if (!written) return CountCut(cut, "client");
-                 PipeBody(std::move(body), std::move(client), cut, std::move(held));
-               });
-  });
+  source.Read(
+      [body = std::move(body), client = std::move(client), cut, held = std::move(held),
+       settle = std::move(settle)](UpstreamBody::Status status, std::string_view piece) mutable {
+        if (status == UpstreamBody::Status::kError) {
+          CountCut(cut, "upstream");
+          return client->Abort();
+        }
+        if (status == UpstreamBody::Status::kEnd) {
+          if (settle != nullptr) settle->End();
+          return client->End();
+        }
+        if (settle != nullptr) settle->meter.Feed(piece);
+        BodyWriter& sink = *client;
+        sink.Write(boost::asio::buffer(piece.data(), piece.size()),
+                   [body = std::move(body), client = std::move(client), cut, held = std::move(held),
+                    settle = std::move(settle)](bool written) mutable {
+                     if (!written) return CountCut(cut, "client");
+                     PipeBody(std::move(body), std::move(client), cut, std::move(held),
+                              std::move(settle));
+                   });
+      });
 }
 
 }  // namespace
@@ -148,6 +184,7 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   call->body = deferral.body();
   PrepareUpstreamRequest(call->request, peer);
   call->config = config;
+  call->costed = std::move(checks->costed);
   if (holds_ != nullptr) {
     engine::HoldTargets targets;
     for (const engine::Request& r : checks->requests) {
@@ -369,6 +406,15 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
     engine_.Refund(call->consumed, clock_->NowMicros());
     if (metrics_ != nullptr) metrics_->proxy_refunds->Inc();
   }
+  std::shared_ptr<ProxySettlement> settle;
+  if (!refund && result.outcome == UpstreamOutcome::kOk && !call->costed.empty()) {
+    settle = Settlement(*call, result.response);
+    // Nothing to read from the body (the headers said it all, or there is no body): now.
+    if (settle != nullptr && (settle->meter.empty() || result.body == nullptr)) {
+      settle->End();
+      settle.reset();
+    }
+  }
   // The headers describe the decision as it was made (a refund is not reflected in them). When
   // a limit applied, the upstream's own fields of the same names give way to sluice's: one answer,
   // one set.
@@ -385,11 +431,54 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   metrics::Family<metrics::Counter>* cut =
       metrics_ != nullptr ? metrics_->proxy_answers_cut : nullptr;
   // The holds (if any) go with the body: released when it has streamed, or its client left.
-  call->responder.Stream(
-      std::move(result.response), content_length,
-      [body = std::move(result.body), cut, held = call->held](std::shared_ptr<BodyWriter> client) {
-        if (client != nullptr) PipeBody(body, std::move(client), cut, held);
-      });
+  call->responder.Stream(std::move(result.response), content_length,
+                         [body = std::move(result.body), cut, held = call->held,
+                          settle = std::move(settle)](std::shared_ptr<BodyWriter> client) {
+                           if (client != nullptr)
+                             PipeBody(body, std::move(client), cut, held, settle);
+                         });
+}
+
+std::shared_ptr<ProxySettlement> Service::Settlement(const ProxyCall& call,
+                                                     const HttpResponse& answer) {
+  // The items that took a reserve with a `settle`, and where each one's actual cost is read.
+  engine::Refundable reserved;
+  reserved.decided_at_us = call.consumed.decided_at_us;
+  std::vector<const rules::CostSource*> sources;
+  for (const engine::Refundable::Item& item : call.consumed.items) {
+    for (const RouteChecks::Costed& c : call.costed) {
+      if (c.request != item.request || c.descriptor != item.descriptor || !c.cost->settle) continue;
+      reserved.items.push_back(item);
+      sources.push_back(&*c.cost->settle);
+      break;
+    }
+  }
+  if (reserved.items.empty()) return nullptr;
+  std::vector<std::string> pointers;
+  std::vector<int> pointer_of;
+  std::vector<std::optional<uint64_t>> known;
+  for (const rules::CostSource* source : sources) {
+    known.push_back(source->kind == rules::CostSource::Kind::kHeader
+                        ? ReadCost(*source, FieldOf(answer, source->name), {})
+                        : std::nullopt);
+    int at = -1;
+    if (source->kind == rules::CostSource::Kind::kJson) {
+      const auto it = std::find(pointers.begin(), pointers.end(), source->pointer);
+      at = static_cast<int>(it - pointers.begin());
+      if (it == pointers.end()) pointers.push_back(source->pointer);
+    }
+    pointer_of.push_back(at);
+  }
+  const std::optional<std::string_view> type = FieldOf(answer, "Content-Type");
+  auto settle = std::make_shared<ProxySettlement>(std::move(pointers),
+                                                  type && type->starts_with("text/event-stream"));
+  settle->reserved = std::move(reserved);
+  settle->known = std::move(known);
+  settle->pointer_of = std::move(pointer_of);
+  settle->reconcile = [this](const engine::Refundable& r, std::vector<uint64_t> actual) {
+    engine_.Reconcile(r, actual, clock_->NowMicros());
+  };
+  return settle;
 }
 
 }  // namespace sluice::http

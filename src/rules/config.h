@@ -130,11 +130,35 @@ struct HttpAction {
                                  // header always skips just this descriptor
 };
 
+// Where a cost is read from (a rate_limits entry's `cost:`): a number written in the rules, a
+// header, or a field of a JSON body named by a dotted path ("usage.total_tokens"; kept as the
+// JSON Pointer "/usage/total_tokens").
+struct CostSource {
+  enum class Kind { kFixed, kHeader, kJson };
+  Kind kind = Kind::kFixed;
+  uint64_t fixed = 1;     // kFixed
+  std::string name;       // kHeader: the field's name; kJson: the dotted path as written
+  std::string pointer;    // kJson
+  uint64_t fallback = 1;  // `default:` (reserve): when the header or field is missing or no count
+};
+
+// A rate_limits entry's `cost:` (docs/configuration.md): its descriptor's cost is `reserve`, read
+// from the request before it is decided; in reverse proxy mode, `settle` (when given) is read
+// from the answer (a header, or a JSON field of its body, the last event of an event stream that
+// has it) and the difference is given back or recorded past the limit.
+struct RouteCost {
+  CostSource reserve;
+  std::optional<CostSource> settle;
+};
+
 struct HttpRoute {
   std::string prefix;                                // match.prefix, or
   std::string path;                                  // match.path (exact)
   std::vector<std::string> methods;                  // empty = any
   std::vector<std::vector<HttpAction>> rate_limits;  // each yields one descriptor
+  // Each rate_limits entry's `cost:`, by index; empty when no entry has one.
+  std::vector<std::optional<RouteCost>> costs;
+  bool reads_body = false;  // some entry's reserve is a JSON field of the request's body
   Position position;
 };
 
@@ -351,6 +375,9 @@ struct Config {
   // Reverse proxy mode is on when some domain has `http.upstream`; this is the first such
   // domain by name (the upstream of requests that no upstream domain's route matches).
   const Domain* proxy_domain = nullptr;
+  // Some route reads its request's JSON body for a cost (HttpRoute::reads_body): such requests
+  // are read whole before they are decided, not streamed.
+  bool routes_read_bodies = false;
 
   const Domain* FindDomain(const std::string& name) const {
     auto it = by_name.find(name);

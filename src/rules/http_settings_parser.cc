@@ -119,7 +119,7 @@ class HttpSectionParser {
     const yaml::Node limits = node["rate_limits"];
     if (limits.IsDefined() && r_.CheckSequence(limits, "rate_limits")) {
       for (const yaml::Node& item : limits.items()) {
-        if (!r_.CheckMap(item, "rate_limits entry", {"actions"})) continue;
+        if (!r_.CheckMap(item, "rate_limits entry", {"actions", "cost"})) continue;
         const yaml::Node actions = item["actions"];
         if (!actions.IsDefined() || !r_.CheckSequence(actions, "actions")) {
           r_.Error(item, "a rate_limits entry needs a list of actions");
@@ -130,9 +130,79 @@ class HttpSectionParser {
           if (auto action = ParseAction(a)) parsed.push_back(std::move(*action));
         }
         route.rate_limits.push_back(std::move(parsed));
+        if (const yaml::Node cost = item["cost"]; cost.IsDefined()) {
+          route.costs.resize(route.rate_limits.size());
+          route.costs.back() = ParseCost(cost);
+          route.reads_body =
+              route.reads_body ||
+              (route.costs.back() && route.costs.back()->reserve.kind == CostSource::Kind::kJson);
+        }
       }
+      if (!route.costs.empty()) route.costs.resize(route.rate_limits.size());
     }
     section.routes.push_back(std::move(route));
+  }
+
+  // A rate_limits entry's `cost: {reserve: SOURCE, settle: SOURCE}`.
+  std::optional<RouteCost> ParseCost(const yaml::Node& node) {
+    if (!r_.CheckMap(node, "cost", {"reserve", "settle"})) return std::nullopt;
+    RouteCost cost;
+    if (const yaml::Node reserve = node["reserve"]; reserve.IsDefined()) {
+      auto source = ParseCostSource(reserve, "reserve", /*settle=*/false);
+      if (!source) return std::nullopt;
+      cost.reserve = *std::move(source);
+    }
+    if (const yaml::Node settle = node["settle"]; settle.IsDefined()) {
+      cost.settle = ParseCostSource(settle, "settle", /*settle=*/true);
+      if (!cost.settle) return std::nullopt;
+      if (cost.settle->kind == CostSource::Kind::kFixed) {
+        r_.Error(settle, "settle reads the answer: a header or a json field, not a fixed number");
+        return std::nullopt;
+      }
+    }
+    return cost;
+  }
+
+  // One of {fixed: N}, {header: NAME}, {json: dotted.path}, with `default: N` for a reserve.
+  std::optional<CostSource> ParseCostSource(const yaml::Node& node, const char* what, bool settle) {
+    const std::vector<std::string_view> keys =
+        settle ? std::vector<std::string_view>{"fixed", "header", "json"}
+               : std::vector<std::string_view>{"fixed", "header", "json", "default"};
+    if (!r_.CheckMap(node, what, keys)) return std::nullopt;
+    CostSource source;
+    const int given = (node["fixed"].IsDefined() ? 1 : 0) + (node["header"].IsDefined() ? 1 : 0) +
+                      (node["json"].IsDefined() ? 1 : 0);
+    if (given != 1) {
+      r_.Error(node, fmt::format("{} takes one of {}", what,
+                                 settle ? "header, json" : "fixed, header, json"));
+      return std::nullopt;
+    }
+    if (node["fixed"].IsDefined()) {
+      source.kind = CostSource::Kind::kFixed;
+      source.fixed = r_.Unsigned(node, "fixed", kMaxRequests).value_or(1);
+    } else if (node["header"].IsDefined()) {
+      source.kind = CostSource::Kind::kHeader;
+      source.name = r_.String(node, "header").value_or("");
+    } else {
+      source.kind = CostSource::Kind::kJson;
+      source.name = r_.String(node, "json").value_or("");
+      for (size_t start = 0; start <= source.name.size();) {
+        const size_t dot = std::min(source.name.find('.', start), source.name.size());
+        if (dot == start) {
+          r_.Error(node["json"], "json takes a dotted path of field names (usage.total_tokens)");
+          return std::nullopt;
+        }
+        source.pointer += '/';
+        source.pointer += source.name.substr(start, dot - start);
+        start = dot + 1;
+      }
+    }
+    if (source.kind != CostSource::Kind::kFixed && source.name.empty()) {
+      r_.Error(node, fmt::format("{}: the header or field is empty", what));
+      return std::nullopt;
+    }
+    source.fallback = r_.Unsigned(node, "default", kMaxRequests).value_or(1);
+    return source;
   }
 
   std::optional<HttpAction> ParseAction(const yaml::Node& node) {

@@ -152,7 +152,10 @@ class Loader {
     }
     config->domains = std::move(domains_);
     for (const auto& domain : config->domains) {
-      if (!domain->http || domain->http->upstream.empty()) continue;
+      if (!domain->http) continue;
+      for (const HttpRoute& route : domain->http->routes)
+        config->routes_read_bodies = config->routes_read_bodies || route.reads_body;
+      if (domain->http->upstream.empty()) continue;
       if (config->proxy_domain == nullptr || domain->name < config->proxy_domain->name) {
         config->proxy_domain = domain.get();
       }

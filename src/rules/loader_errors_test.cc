@@ -566,6 +566,28 @@ plans:
   EXPECT_EQ(errors({}), expected);
 }
 
+// A rate_limits entry's `cost:` (reverse proxy and forward-auth): each fault named where it is.
+TEST(LoaderErrorsTest, RouteCostErrors) {
+  const auto errors = [](std::string_view cost) {
+    return Errors(fmt::format(
+        "domain: d\nhttp:\n  routes:\n    - rate_limits:\n        - actions: [{{generic_key: "
+        "{{descriptor_value: v}}}}]\n          cost: {}\n",
+        cost));
+  };
+  EXPECT_THAT(errors("{settle: {fixed: 3}}"),
+              ElementsAre("t.yaml:6:26: settle reads the answer: a header or a json field, not a "
+                          "fixed number"));
+  EXPECT_THAT(errors("{reserve: {fixed: 1, header: X}}"),
+              ElementsAre("t.yaml:6:27: reserve takes one of fixed, header, json"));
+  EXPECT_THAT(errors("{reserve: {json: usage..total}}"),
+              ElementsAre("t.yaml:6:34: json takes a dotted path of field names "
+                          "(usage.total_tokens)"));
+  EXPECT_THAT(errors("{settle: {json: n, default: 4}}"), SizeIs(1));  // no default to settle
+  EXPECT_THAT(errors("{reserve: {json: n}, refund: 1}"), SizeIs(1));
+  EXPECT_THAT(errors("{reserve: {json: max_tokens, default: 100}, settle: {json: usage.total}}"),
+              IsEmpty());
+}
+
 TEST(SuggestTest, ClosestCandidateWithinASmallDistance) {
   const std::vector<std::string_view> keys = {"rate_limit", "requests_per_unit", "descriptors",
                                               "value"};

@@ -2,6 +2,8 @@
 
 #include "backend/redis/redis_holds.h"
 
+#include <openssl/evp.h>
+
 #include <atomic>
 #include <memory>
 #include <random>
@@ -49,16 +51,48 @@ uint64_t NewHoldId() {
   return id;
 }
 
-std::string Command(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id) {
+// The script's SHA1 in hex, as EVALSHA names it.
+const std::string& HoldsSha() {
+  static const std::string sha = [] {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    EVP_Digest(kHoldsScript.data(), kHoldsScript.size(), digest, &size, EVP_sha1(), nullptr);
+    std::string hex;
+    for (unsigned int i = 0; i < size; ++i)
+      fmt::format_to(std::back_inserter(hex), "{:02x}", digest[i]);
+    return hex;
+  }();
+  return sha;
+}
+
+// The script's call, by its SHA (`by_sha`: Redis has it, the usual case) or as text.
+std::string Command(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
+                    bool by_sha) {
   std::string command;
   const std::string op_text(1, op), n_text = std::to_string(n),
                                     hold_text = std::to_string(max_hold_us),
                                     id_text = std::to_string(id);
-  AppendCommand(&command, {"EVAL", kHoldsScript, "1", key, op_text, n_text, hold_text, id_text});
+  AppendCommand(&command, {by_sha ? "EVALSHA" : "EVAL", by_sha ? HoldsSha() : kHoldsScript, "1",
+                           key, op_text, n_text, hold_text, id_text});
   return command;
 }
 
 }  // namespace
+
+void RedisHolds::Run(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
+                     std::function<void(absl::StatusOr<Reply>)> done, bool by_sha) {
+  client_->Send(
+      key, Command(key, op, n, max_hold_us, id, by_sha),
+      [this, key, op, n, max_hold_us, id, by_sha,
+       done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+        // A server that does not have the script yet (new, restarted, flushed): the
+        // text once, which also loads it there.
+        if (by_sha && reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
+          return Run(key, op, n, max_hold_us, id, std::move(done), /*by_sha=*/false);
+        }
+        done(std::move(reply));
+      });
+}
 
 // The acquisitions of several states, gathered as their replies come.
 struct RedisHolds::Gathering {
@@ -99,9 +133,9 @@ void RedisHolds::Acquire(std::span<const backend::HoldRequest> requests, int64_t
     g->result.holds = asked;
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    const std::string key = KeyOf(asked[i].limit_id, asked[i].key);
-    client_->Send(key, Command(key, 'a', requests[i].n, asked[i].max_hold_us, asked[i].id),
-                  [this, g, i](absl::StatusOr<Reply> reply) { Gathered(*g, i, std::move(reply)); });
+    Run(KeyOf(asked[i].limit_id, asked[i].key), 'a', requests[i].n, asked[i].max_hold_us,
+        asked[i].id,
+        [this, g, i](absl::StatusOr<Reply> reply) { Gathered(*g, i, std::move(reply)); });
   }
 }
 
@@ -141,30 +175,38 @@ void RedisHolds::Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply) {
 
 void RedisHolds::Each(std::span<const backend::Hold> holds, char op, CountDone done) {
   if (holds.empty()) return done(size_t{0});
+  // The replies may come on several threads (a cluster's nodes): counted under a lock.
   struct Count {
-    std::atomic<size_t> waiting, live{0};
-    std::atomic<bool> failed{false};
-    absl::Status why;
+    absl::Mutex mu;
+    size_t waiting ABSL_GUARDED_BY(mu) = 0;
+    size_t live ABSL_GUARDED_BY(mu) = 0;
+    absl::Status why ABSL_GUARDED_BY(mu);  // the first failure
     CountDone done;
   };
   auto c = std::make_shared<Count>();
-  c->waiting = holds.size();
+  {
+    absl::MutexLock lock(&c->mu);
+    c->waiting = holds.size();
+  }
   c->done = std::move(done);
   for (const backend::Hold& hold : holds) {
-    const std::string key = KeyOf(hold.limit_id, hold.key);
-    client_->Send(
-        key, Command(key, op, 0, hold.max_hold_us, hold.id), [c](absl::StatusOr<Reply> reply) {
-          if (!reply.ok() || reply->IsError()) {
-            if (!c->failed.exchange(true)) {
-              c->why = !reply.ok() ? reply.status()
-                                   : absl::UnavailableError("redis: holds: " + reply->str);
+    Run(KeyOf(hold.limit_id, hold.key), op, 0, hold.max_hold_us, hold.id,
+        [c](absl::StatusOr<Reply> reply) {
+          absl::StatusOr<size_t> answer;
+          {
+            absl::MutexLock lock(&c->mu);
+            if (!reply.ok() || reply->IsError()) {
+              if (c->why.ok()) {
+                c->why = !reply.ok() ? reply.status()
+                                     : absl::UnavailableError("redis: holds: " + reply->str);
+              }
+            } else if (reply->integer == 1) {
+              ++c->live;
             }
-          } else if (reply->integer == 1) {
-            c->live.fetch_add(1);
+            if (--c->waiting != 0) return;
+            answer = c->why.ok() ? absl::StatusOr<size_t>(c->live) : c->why;
           }
-          if (c->waiting.fetch_sub(1) != 1) return;
-          if (c->failed.load()) return c->done(c->why);
-          c->done(c->live.load());
+          c->done(std::move(answer));
         });
   }
 }

@@ -34,6 +34,9 @@ class RedisHolds : public backend::Holds {
   struct Gathering;
   // The reply of request `i` of an acquisition; the last one answers it.
   void Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply);
+  // One call of the script on `key`'s node: by its SHA, again as text after NOSCRIPT.
+  void Run(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
+           std::function<void(absl::StatusOr<Reply>)> done, bool by_sha = true);
   // Sends one op of the script for each of `holds` and answers how many said 1.
   void Each(std::span<const backend::Hold> holds, char op, CountDone done);
 

@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "backend/redis/redis_holds.h"
 #include "backend/redis/redis_store.h"
 #include "cli/bench/redis_stats.h"
 #include "fmt/compile.h"
@@ -32,10 +33,11 @@ using namespace std::chrono_literals;
 // status, or nullopt to go on.
 std::optional<int> CheckOptions(const BenchRedisOptions& o, std::string* script,
                                 std::ostream& err) {
-  if (o.mode != "sluice" && o.mode != "seed" && o.mode != "zset") {
-    err << "bench redis: --mode is sluice, seed or zset\n";
+  if (o.mode != "sluice" && o.mode != "seed" && o.mode != "zset" && o.mode != "holds") {
+    err << "bench redis: --mode is sluice, seed, zset or holds\n";
     return 2;
   }
+  if (o.mode == "holds") return std::nullopt;  // --limit N: the holds at once per key
   if (o.mode == "sluice") {
     if (auto s = redis::CheckExactRange(o.limit); !s.ok()) {
       err << "bench redis: " << s.message() << "\n";
@@ -68,16 +70,28 @@ class DecisionSender {
   using Finish = std::function<void(bool ok, bool admitted)>;
 
   DecisionSender(const BenchRedisOptions& o, redis::Client* client, redis::RedisStore* store,
-                 std::string sha)
+                 redis::RedisHolds* holds, std::string sha)
       : o_(o),
         client_(client),
         store_(store),
+        holds_(holds),
         sha_(std::move(sha)),
         limit_text_(std::to_string(o.limit.requests)),
         window_ms_(std::to_string(std::max<int64_t>(1, o.limit.window_us / 1000))),
         window_s_(std::to_string(std::max<int64_t>(1, o.limit.window_us / 1000000))) {}
 
   void Send(const std::string& key, Finish finish) const {
+    if (o_.mode == "holds") {  // one acquisition and, when granted, its release
+      const backend::HoldRequest request{
+          .limit_id = 1, .key = key, .n = o_.limit.requests, .max_hold_us = 60'000'000};
+      holds_->Acquire(std::span(&request, 1), 0, [this, finish](backend::Acquisition got) {
+        if (!got.status.ok() || !got.ok) return finish(got.status.ok(), false);
+        holds_->Release(got.holds, 0, [finish](absl::StatusOr<size_t> released) {
+          finish(released.ok() && *released == 1, true);
+        });
+      });
+      return;
+    }
     if (o_.mode == "sluice") {
       const backend::Item item{.limit = &o_.limit, .limit_id = 1, .key = key, .cost = 1};
       store_->DecideAll(std::span(&item, 1), [finish](absl::StatusOr<redis::DecideResult> r) {
@@ -107,6 +121,7 @@ class DecisionSender {
   const BenchRedisOptions& o_;
   redis::Client* client_;
   redis::RedisStore* store_;
+  redis::RedisHolds* holds_;
   const std::string sha_;
   const std::string limit_text_, window_ms_, window_s_;
 };
@@ -204,8 +219,10 @@ std::string ResultJson(const BenchRedisOptions& o, LoadResult& r, const RedisExe
       "\"redis_cpu_us_per_decision\":{:.2f},\"p50_us\":{},"
       "\"p99_us\":{}}}",
       o.mode,
-      o.mode == "sluice" ? AlgorithmName(o.limit.algorithm)
-                         : (o.mode == "seed" ? "sliding_window_counter" : "sliding_log_zset"),
+      o.mode == "sluice"  ? AlgorithmName(o.limit.algorithm)
+      : o.mode == "holds" ? "concurrency"
+      : o.mode == "seed"  ? "sliding_window_counter"
+                          : "sliding_log_zset",
       DescribeLimit(o.limit), o.keys, o.connections, o.inflight, r.seconds, n,
       static_cast<double>(n) / r.seconds, r.allowed, r.errors,
       static_cast<double>(executed.commands) * per,
@@ -249,7 +266,7 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
   const auto stats_clients = RedisStatsClients(**client, client_options);
 
   std::string sha;
-  if (o.mode != "sluice") {
+  if (o.mode == "seed" || o.mode == "zset") {
     auto loaded = CallRedis(**client, "", {"SCRIPT", "LOAD", script});
     if (!loaded.ok() || loaded->type != redis::Reply::Type::kString) {
       err << "bench redis: SCRIPT LOAD failed: "
@@ -262,7 +279,8 @@ int RunBenchRedis(const BenchRedisOptions& o, std::ostream& out, std::ostream& e
                                           .breaker = {.failures_to_open = 1000000},
                                           .buckets = o.buckets,
                                           .batch_cluster = o.cluster_batch});
-  const DecisionSender sender(o, client->get(), &store, std::move(sha));
+  redis::RedisHolds holds(client->get(), "bench:");
+  const DecisionSender sender(o, client->get(), &store, &holds, std::move(sha));
 
   const RedisSnapshot before = TakeRedisSnapshot(stats_clients);
   LoadResult result = RunClosedLoop(o, sender);

@@ -16,33 +16,52 @@
 namespace sluice::redis {
 namespace {
 
-// KEYS[1]: the state's sorted set. ARGV: op (a: acquire, r: release, n: renew), n, max_hold (µs),
-// the hold's id. Acquire answers {1, end, free after it} or {0, retry after (µs; -1 never), 0};
-// release and renew answer 1 when the hold was live.
+// One call does a batch of ops, one per declared key, in Redis's clock (TIME, once). KEYS: each
+// op's sorted set. ARGV: four per op: op (a: acquire, r: release, n: renew), n, max_hold (µs),
+// the hold's id. Answers x, y, z for each op, one flat list: acquire {1, end, free after it} or {0,
+// retry after (µs; -1 never), 0}; release {1, 0, 0} when the hold was there (live, or ended and not
+// dropped yet), renew {1, 0, 0} when it was live; else {0, 0, 0}.
+// (On a cluster a batch's keys share a slot.)
 constexpr std::string_view kHoldsScript = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local key = KEYS[1]
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-local op, hold = ARGV[1], tonumber(ARGV[3])
-if op == 'a' then
-  local n = tonumber(ARGV[2])
-  local live = redis.call('ZCARD', key)
-  if live < n then
-    redis.call('ZADD', key, now + hold, ARGV[4])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local b, j = (i - 1) * 4, (i - 1) * 3
+  local op, n, hold, id = ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), ARGV[b + 4]
+  if op == 'a' then
+    local live = redis.call('ZCOUNT', key, now + 1, '+inf')  -- (the live: ending after now)
+    if live < n then
+      -- Holds never released (their holder died) are dropped here one time in 16, whatever
+      -- the key's traffic (the clock's low bits), and at every refusal below.
+      if now % 16 == 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', now) end
+      redis.call('ZADD', key, now + hold, id)
+      redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
+      out[j + 1], out[j + 2], out[j + 3] = 1, now + hold, n - live - 1
+    elseif n == 0 then
+      out[j + 1], out[j + 2], out[j + 3] = 0, -1, 0
+    else
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      out[j + 1], out[j + 2], out[j + 3] = 0, tonumber(first[2]) - now, 0
+    end
+  elseif op == 'r' then
+    out[j + 1], out[j + 2], out[j + 3] = redis.call('ZREM', key, id), 0, 0
+  elseif redis.call('ZSCORE', key, id) then
+    redis.call('ZADD', key, now + hold, id)
     redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
-    return {1, now + hold, n - live - 1}
+    out[j + 1], out[j + 2], out[j + 3] = 1, 0, 0
+  else
+    out[j + 1], out[j + 2], out[j + 3] = 0, 0, 0
   end
-  if n == 0 then return {0, -1, 0} end
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  return {0, tonumber(first[2]) - now, 0}
 end
-if op == 'r' then return redis.call('ZREM', key, ARGV[4]) end
-if not redis.call('ZSCORE', key, ARGV[4]) then return 0 end
-redis.call('ZADD', key, now + hold, ARGV[4])
-redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
-return 1
+return out
 )lua";
+
+// The most ops of one call, and the calls in flight per queue (a node, or a cluster's slot):
+// ops queued meanwhile go together in the next call.
+constexpr size_t kMaxBatch = 256;
+constexpr int kMaxInFlight = 2;
 
 uint64_t NewHoldId() {
   thread_local std::mt19937_64 random{std::random_device{}()};
@@ -65,33 +84,98 @@ const std::string& HoldsSha() {
   return sha;
 }
 
-// The script's call, by its SHA (`by_sha`: Redis has it, the usual case) or as text.
-std::string Command(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
-                    bool by_sha) {
+}  // namespace
+
+std::string RedisHolds::Encode(const std::vector<Op>& batch, bool by_sha) {
+  std::vector<std::string> numbers;  // ARGV's numbers as text, for the views below
+  numbers.reserve(batch.size() * 3);
+  for (const Op& op : batch) {
+    numbers.push_back(std::to_string(op.n));
+    numbers.push_back(std::to_string(op.max_hold_us));
+    numbers.push_back(std::to_string(op.id));
+  }
+  const std::string count = std::to_string(batch.size());
+  std::vector<std::string_view> args = {
+      by_sha ? "EVALSHA" : "EVAL", by_sha ? std::string_view(HoldsSha()) : kHoldsScript, count};
+  for (const Op& op : batch) args.push_back(op.key);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    args.push_back(batch[i].op == 'a' ? "a" : batch[i].op == 'r' ? "r" : "n");
+    for (size_t k = 0; k < 3; ++k) args.push_back(numbers[i * 3 + k]);
+  }
   std::string command;
-  const std::string op_text(1, op), n_text = std::to_string(n),
-                                    hold_text = std::to_string(max_hold_us),
-                                    id_text = std::to_string(id);
-  AppendCommand(&command, {by_sha ? "EVALSHA" : "EVAL", by_sha ? HoldsSha() : kHoldsScript, "1",
-                           key, op_text, n_text, hold_text, id_text});
+  AppendCommand(&command, std::span<const std::string_view>(args));
   return command;
 }
 
-}  // namespace
+void RedisHolds::Run(std::string key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
+                     std::function<void(absl::StatusOr<Reply>)> done) {
+  const uint16_t queue = client_->cluster() ? KeySlot(key) : 0;
+  std::vector<Op> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    queues_[queue].waiting.push_back({.key = std::move(key),
+                                      .op = op,
+                                      .n = n,
+                                      .max_hold_us = max_hold_us,
+                                      .id = id,
+                                      .done = std::move(done)});
+    batch = TakeBatch(queue, /*starting=*/true);
+  }
+  if (!batch.empty()) Send(queue, std::move(batch), /*by_sha=*/true);
+}
 
-void RedisHolds::Run(const std::string& key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
-                     std::function<void(absl::StatusOr<Reply>)> done, bool by_sha) {
-  client_->Send(
-      key, Command(key, op, n, max_hold_us, id, by_sha),
-      [this, key, op, n, max_hold_us, id, by_sha,
-       done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
-        // A server that does not have the script yet (new, restarted, flushed): the
-        // text once, which also loads it there.
-        if (by_sha && reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
-          return Run(key, op, n, max_hold_us, id, std::move(done), /*by_sha=*/false);
-        }
-        done(std::move(reply));
-      });
+std::vector<RedisHolds::Op> RedisHolds::TakeBatch(uint16_t queue, bool starting) {
+  std::vector<Op> batch;
+  auto it = queues_.find(queue);
+  if (it == queues_.end()) return batch;
+  Queue& q = it->second;
+  if (starting) {
+    if (q.in_flight >= kMaxInFlight) return batch;  // goes with a later call
+    ++q.in_flight;
+  } else if (q.waiting.empty()) {
+    if (--q.in_flight == 0) queues_.erase(it);
+    return batch;
+  }
+  const size_t take = std::min(q.waiting.size(), kMaxBatch);
+  batch.assign(std::make_move_iterator(q.waiting.begin()),
+               std::make_move_iterator(q.waiting.begin() + static_cast<std::ptrdiff_t>(take)));
+  q.waiting.erase(q.waiting.begin(), q.waiting.begin() + static_cast<std::ptrdiff_t>(take));
+  return batch;
+}
+
+void RedisHolds::Send(uint16_t queue, std::vector<Op> batch, bool by_sha) {
+  auto ops = std::make_shared<std::vector<Op>>(std::move(batch));
+  const std::string key = ops->front().key;
+  client_->Send(key, Encode(*ops, by_sha), [this, queue, ops, by_sha](absl::StatusOr<Reply> reply) {
+    // A server that does not have the script yet (new, restarted, flushed): the text once, which
+    // also loads it there.
+    if (by_sha && reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
+      return Send(queue, std::move(*ops), /*by_sha=*/false);
+    }
+    const bool fits = reply.ok() && reply->type == Reply::Type::kArray &&
+                      reply->elements.size() == 3 * ops->size();
+    for (size_t i = 0; i < ops->size(); ++i) {
+      Op& op = (*ops)[i];
+      if (fits) {  // its x, y, z as one array, as the ops read them
+        Reply one;
+        one.type = Reply::Type::kArray;
+        one.elements.assign(std::make_move_iterator(reply->elements.begin() + 3 * i),
+                            std::make_move_iterator(reply->elements.begin() + 3 * i + 3));
+        op.done(std::move(one));
+      } else if (!reply.ok()) {
+        op.done(reply.status());
+      } else {
+        op.done(absl::UnavailableError(
+            "redis: holds: " + (reply->IsError() ? reply->str : std::string("an odd answer"))));
+      }
+    }
+    std::vector<Op> next;
+    {
+      absl::MutexLock lock(&mu_);
+      next = TakeBatch(queue, /*starting=*/false);
+    }
+    if (!next.empty()) Send(queue, std::move(next), /*by_sha=*/true);
+  });
 }
 
 // The acquisitions of several states, gathered as their replies come.
@@ -200,7 +284,7 @@ void RedisHolds::Each(std::span<const backend::Hold> holds, char op, CountDone d
                 c->why = !reply.ok() ? reply.status()
                                      : absl::UnavailableError("redis: holds: " + reply->str);
               }
-            } else if (reply->integer == 1) {
+            } else if (reply->elements.size() == 3 && reply->elements[0].integer == 1) {
               ++c->live;
             }
             if (--c->waiting != 0) return;

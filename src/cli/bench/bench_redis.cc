@@ -223,9 +223,9 @@ std::string ResultJson(const BenchRedisOptions& o, LoadResult& r, const RedisExe
       : o.mode == "holds" ? "concurrency"
       : o.mode == "seed"  ? "sliding_window_counter"
                           : "sliding_log_zset",
-      DescribeLimit(o.limit), o.keys, o.connections, o.inflight, r.seconds, n,
-      static_cast<double>(n) / r.seconds, r.allowed, r.errors,
-      static_cast<double>(executed.commands) * per,
+      o.mode == "holds" ? fmt::format("{} at once", o.limit.requests) : DescribeLimit(o.limit),
+      o.keys, o.connections, o.inflight, r.seconds, n, static_cast<double>(n) / r.seconds,
+      r.allowed, r.errors, static_cast<double>(executed.commands) * per,
       static_cast<double>(executed.script_calls) * per,
       static_cast<double>(executed.script_usec) * per, executed.cpu_seconds * 1e6 * per,
       util::Percentile(r.latencies, 0.50), util::Percentile(r.latencies, 0.99));

@@ -8,7 +8,7 @@
 namespace sluice::http {
 namespace {
 
-std::string_view Trim(std::string_view s) {
+std::string_view TrimBlanks(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
     s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
@@ -43,7 +43,7 @@ std::optional<uint64_t> ReadCost(const rules::CostSource& source,
       return source.fixed;
     case rules::CostSource::Kind::kHeader: {
       if (!header) return std::nullopt;
-      const std::string_view text = Trim(*header);
+      const std::string_view text = TrimBlanks(*header);
       uint64_t value = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (text.empty() || ec != std::errc() || end != text.data() + text.size())
@@ -90,9 +90,9 @@ void UsageMeter::Feed(std::string_view piece) {
 }
 
 void UsageMeter::Line(std::string_view line) {
-  line = Trim(line);
+  line = TrimBlanks(line);
   if (!line.starts_with("data:")) return;
-  line = Trim(line.substr(5));
+  line = TrimBlanks(line.substr(5));
   if (line.empty() || line.front() != '{') return;  // "[DONE]" and the like
   for (size_t i = 0; i < pointers_.size(); ++i) {
     // Most events are pieces of text: only one that names the field is parsed.

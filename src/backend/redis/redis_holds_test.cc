@@ -66,12 +66,15 @@ TEST(RedisHoldsTest, ManyAtOnceAreBatchedAndNeverMoreThanN) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 50; ++i) {
-        const backend::HoldRequest request{.limit_id = 7, .key = "hot", .n = 5,
-                                           .max_hold_us = 60'000'000};
+        const backend::HoldRequest request{
+            .limit_id = 7, .key = "hot", .n = 5, .max_hold_us = 60'000'000};
         holds.Acquire(std::span(&request, 1), 0, [&, all_done](backend::Acquisition got) {
-          if (!got.status.ok()) ++errors;
-          else if (got.ok) ++granted;
-          else ++refused;
+          if (!got.status.ok())
+            ++errors;
+          else if (got.ok)
+            ++granted;
+          else
+            ++refused;
           if (--left == 0) all_done->set_value();
         });
       }

@@ -50,10 +50,7 @@ post() {
 }
 settle() { post "$1" settle "{\"reservation\":\"$2\",\"cost\":$3}"; }
 # left I KEY DESCRIPTOR: what a look (cost 0) at DESCRIPTOR=KEY on instance I says is left.
-left() {
-  curl -s -m 5 -d "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$2\"}]}],\"cost\":0}" \
-    "http://${datas[$1]}/v1/check" | sed -n 's/.*"remaining":\([0-9]*\).*/\1/p'
-}
+left() { remaining_of "${datas[$1]}" llm "$3" "$2"; }
 
 # The load: 8 clients, 15 reservations each of 50 on budget=KEY, on instance k, each settled on
 # the next instance at a cost from 0 to 120; prints "settled=S errors=E".
@@ -128,8 +125,7 @@ costs_flow() {
   echo "     ($label load: $out)"
   check "$label: 8 clients at once: no errors" 0 "$(field_of errors "$out")"
   check "$label: ... exactly what they settled stays counted" "$((1000000 - $(field_of settled "$out")))" \
-    "$(curl -s -m 5 -d "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[{\"key\":\"budget\",\"value\":\"$k-load\"}]}],\"cost\":0}" \
-      "http://${datas[0]}/v1/check" | sed -n 's/.*"remaining":\([0-9]*\).*/\1/p')"
+    "$(left 0 "$k-load" budget)"
 }
 
 # ---------------------------------------------------------------- memory
@@ -137,7 +133,7 @@ start m --config "$tmp/rules"
 datas=("$DATA")
 costs_flow memory acme
 check "bad: a settlement without its cost" 400 "$(post 0 settle '{"reservation":"ab"}')"
-check_contains "bad: ... saying what to give" "an integer >= 0" "$(cat "$tmp/out")"
+check_contains "bad: ... saying what to give" "an integer from 0 to 4294967295" "$(cat "$tmp/out")"
 check "bad: an unknown field" 400 "$(post 0 settle '{"reservation":"ab","cost":1,"tokens":2}')"
 check_contains "bad: ... named" "unknown field 'tokens'" "$(cat "$tmp/out")"
 check "bad: for: soon" 400 "$(post 0 reserve "$(body x 1 '"for":"soon"')")"
@@ -145,10 +141,15 @@ check_contains "bad: ... named" '"error":"for:' "$(cat "$tmp/out")"
 check "bad: for: 2d (longer than a reservation may live)" 400 "$(post 0 reserve "$(body x 1 '"for":"2d"')")"
 check "bad: an unknown domain" 400 "$(post 0 report '{"domain":"nope","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}')"
 check "bad: a GET" 405 "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://$DATA/v1/settle")"
-check "memory: a reservation of no limit: nothing to settle" \
-  '{"reserved":0,"cost":0,"limits":0} 200' \
-  "$(post 0 reserve '{"domain":"llm","descriptors":[{"entries":[{"key":"none","value":"v"}]}]}' >/dev/null
-     settle 0 "" 5 | { read -r s; echo "$(cat "$tmp/out") $s"; })"
+check "memory: a reservation of no limit" 200 \
+  "$(post 0 reserve '{"domain":"llm","descriptors":[{"entries":[{"key":"none","value":"v"}]}]}')"
+check_contains "memory: ... keeps nothing to settle" '"reservation":"","expires_in_ms":0' "$(cat "$tmp/out")"
+check "memory: ... and settling it changes nothing" '{"reserved":0,"cost":0,"limits":0}' \
+  "$([[ $(settle 0 "" 5) == 200 ]] && cat "$tmp/out")"
+check "bad: a reservation of cost 0 (a look)" 400 "$(post 0 reserve "$(body x 0)")"
+check "bad: for: 10ms (shorter than a reservation may live)" 400 \
+  "$(post 0 reserve "$(body x 1 '"for":"10ms"')")"
+check "bad: a settlement past 2^32 - 1" 400 "$(post 0 settle '{"reservation":"ab","cost":4294967296}')"
 stop
 check "memory: stops cleanly" 0 "$STATUS"
 

@@ -427,6 +427,13 @@ check_one() {
     "http://$1/v1/check"
 }
 
+# remaining_of DATA DOMAIN KEY VALUE: what a look (POST /v1/check with cost 0) at one descriptor
+# of one entry KEY=VALUE says is left of its first limit, on DATA (HOST:PORT).
+remaining_of() {
+  curl -s -m 5 -d "{\"domain\":\"$2\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$4\"}]}],\"cost\":0}" \
+    "http://$1/v1/check" | grep -o '"remaining":[0-9]*' | head -1 | cut -d: -f2
+}
+
 # fire DOMAIN KEY VALUE N [INSTANCES...]: N such checks on each instance given (indexes into the
 # array `datas`, HOST:PORT each; all by default), FIRE_PARALLEL (8) at a time per instance, all
 # at once; prints how many were allowed (200).

@@ -65,10 +65,7 @@ chat() {
     -H 'Content-Type: application/json' -d "$3" "http://${datas[$1]}${4:-/v1/chat/completions}"
 }
 # left I KEY DESCRIPTOR: what a look (cost 0) at DESCRIPTOR=KEY on instance I says is left.
-left() {
-  curl -s -m 5 -d "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$2\"}]}],\"cost\":0}" \
-    "http://${datas[$1]}/v1/check" | sed -n 's/.*"remaining":\([0-9]*\).*/\1/p'
-}
+left() { remaining_of "${datas[$1]}" llm "$3" "$2"; }
 served() { curl -s -m 5 "http://$LLM/stats" | sed -n 's/requests=//p'; }
 
 # settle_flow LABEL KEY: the story on the instances in `datas`.

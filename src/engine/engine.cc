@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/state_key.h"
 #include "engine/top_keys.h"
 #include "fmt/format.h"
@@ -539,7 +540,7 @@ void Engine::Refund(const Refundable& consumed, int64_t now_us) {
 }
 
 void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us,
-                       std::function<void()> done) {
+                       std::function<void(absl::Status)> done) {
   // What was over-estimated, given back; what was under-estimated, recorded past the limit (a
   // Decide of count_denied items, whose answer nobody waits for: the call keeps what it points to).
   struct Excess {
@@ -569,16 +570,34 @@ void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> act
   // `done` once the last of the (at most two) calls has answered.
   const int calls = (back.empty() ? 0 : 1) + (excess->items.empty() ? 0 : 1);
   if (calls == 0) {
-    if (done) done();
+    if (done) done(absl::OkStatus());
     return;
   }
-  auto waiting = std::make_shared<std::atomic<int>>(calls);
-  auto answered = [waiting, done = std::move(done)] {
-    if (waiting->fetch_sub(1) == 1 && done) done();
+  struct Waiting {
+    absl::Mutex mu;
+    int calls ABSL_GUARDED_BY(mu) = 0;
+    absl::Status first ABSL_GUARDED_BY(mu);  // the first failure
+    std::function<void(absl::Status)> done;
+  };
+  auto waiting = std::make_shared<Waiting>();
+  {
+    absl::MutexLock lock(&waiting->mu);
+    waiting->calls = calls;
+  }
+  waiting->done = std::move(done);
+  auto answered = [waiting](absl::Status status) {
+    absl::Status first;
+    {
+      absl::MutexLock lock(&waiting->mu);
+      if (waiting->first.ok()) waiting->first = std::move(status);
+      if (--waiting->calls != 0) return;
+      first = waiting->first;
+    }
+    if (waiting->done) waiting->done(std::move(first));
   };
   if (!back.empty()) {  // nothing in `back` needs to outlive the call (Backend::Refund)
     backend_->Refund(std::span(back.data(), back.size()), reserved.decided_at_us, now_us,
-                     [answered](absl::Status) { answered(); });
+                     [answered](absl::Status s) { answered(std::move(s)); });
   }
   if (excess->items.empty()) return;
   for (size_t i = 0; i < excess->items.size(); ++i) {  // (the lists are complete: no more moves)
@@ -588,7 +607,12 @@ void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> act
   excess->decisions.resize(excess->items.size());
   Excess& e = *excess;
   backend_->Decide(e.items, now_us, e.decisions,
-                   [excess, answered](const backend::Outcome&) { answered(); });
+                   [excess, answered](const backend::Outcome& outcome) {
+                     // Decided by the failure policy: nothing was recorded.
+                     answered(outcome.fell_back && outcome.status.ok()
+                                  ? absl::UnavailableError("the backend failed: not recorded")
+                                  : outcome.status);
+                   });
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {

@@ -212,9 +212,10 @@ class Engine {
   // limits say, as count_denied records a denied request: a state may go past its limit, and its
   // key then waits until it is back under. A limit's penalty takes no part (the excess is no
   // offence). On any backend; `done` (may be empty) runs once both are applied, on any thread,
-  // perhaps before this returns (a settlement that fails leaves the estimate).
+  // perhaps before this returns, with the first failure (a settlement that failed leaves the
+  // estimate, or what of it was applied).
   void Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us,
-                 std::function<void()> done = {});
+                 std::function<void(absl::Status)> done = {});
 
  private:
   struct Batch;

@@ -58,7 +58,9 @@ class CostsTest : public EngineTest {
 
   void Settle(const Refundable& settled, uint64_t actual) {
     std::vector<uint64_t> costs(settled.items.size(), actual);
-    engine_.Reconcile(settled, costs, clock_.NowMicros());
+    absl::Status applied = absl::UnknownError("not answered");
+    engine_.Reconcile(settled, costs, clock_.NowMicros(), [&](absl::Status s) { applied = s; });
+    EXPECT_TRUE(applied.ok()) << applied;
   }
 
   // What a look at the key's state says is left.

@@ -36,8 +36,17 @@ std::optional<uint64_t> JsonCount(std::string_view json, const std::string& poin
   return value;
 }
 
-std::optional<uint64_t> ReadCost(const rules::CostSource& source,
-                                 std::optional<std::string_view> header, std::string_view body) {
+namespace {
+
+// A cost read from a message, if it is one: at most kMaxRequests (what a request may cost).
+std::optional<uint64_t> Bounded(std::optional<uint64_t> value) {
+  if (value && *value > kMaxRequests) return std::nullopt;
+  return value;
+}
+
+std::optional<uint64_t> ReadUnbounded(const rules::CostSource& source,
+                                      std::optional<std::string_view> header,
+                                      std::string_view body) {
   switch (source.kind) {
     case rules::CostSource::Kind::kFixed:
       return source.fixed;
@@ -54,6 +63,13 @@ std::optional<uint64_t> ReadCost(const rules::CostSource& source,
       return JsonCount(body, source.pointer);
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<uint64_t> ReadCost(const rules::CostSource& source,
+                                 std::optional<std::string_view> header, std::string_view body) {
+  return Bounded(ReadUnbounded(source, header, body));
 }
 
 void UsageMeter::Feed(std::string_view piece) {
@@ -99,7 +115,7 @@ void UsageMeter::Line(std::string_view line) {
     const std::string_view field =
         std::string_view(pointers_[i]).substr(pointers_[i].rfind('/') + 1);
     if (line.find(field) == std::string_view::npos) continue;
-    if (auto value = JsonCount(line, pointers_[i])) found_[i] = value;
+    if (auto value = Bounded(JsonCount(line, pointers_[i]))) found_[i] = value;
   }
 }
 
@@ -107,7 +123,8 @@ std::vector<std::optional<uint64_t>> UsageMeter::End() {
   if (event_stream_) {
     if (!held_.empty() && !skipping_) Line(held_);  // a last line without its newline
   } else if (!gave_up_) {
-    for (size_t i = 0; i < pointers_.size(); ++i) found_[i] = JsonCount(held_, pointers_[i]);
+    for (size_t i = 0; i < pointers_.size(); ++i)
+      found_[i] = Bounded(JsonCount(held_, pointers_[i]));
   }
   held_.clear();
   return found_;

@@ -19,7 +19,7 @@ namespace sluice::http {
 
 // The count `source` gives: its number (kFixed), `header` (the value of the source's header in
 // the message, if it has one: kHeader) or the JSON field in `body` (kJson); a whole number (a
-// JSON number without a fraction, or a header of digits), else nullopt.
+// JSON number without a fraction, or a header of digits) of at most kMaxRequests, else nullopt.
 std::optional<uint64_t> ReadCost(const rules::CostSource& source,
                                  std::optional<std::string_view> header, std::string_view body);
 

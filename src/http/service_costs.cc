@@ -25,6 +25,7 @@ namespace {
 
 constexpr int64_t kDefaultReservationUs = int64_t{300} * 1000000;        // 5 min
 constexpr int64_t kLongestReservationUs = int64_t{24} * 3600 * 1000000;  // 1 day
+constexpr int64_t kShortestReservationUs = 1000000;                      // 1 s
 
 // {"reservation": "...", "cost": N}, or why not.
 struct Settlement {
@@ -40,9 +41,9 @@ absl::StatusOr<Settlement> SettlementOf(const std::string& body) {
   if (parser.parse(body).get(doc) != simdjson::SUCCESS ||
       doc.get_object().get(object) != simdjson::SUCCESS ||
       object["reservation"].get_string().get(id) != simdjson::SUCCESS ||
-      object["cost"].get_uint64().get(out.cost) != simdjson::SUCCESS) {
+      object["cost"].get_uint64().get(out.cost) != simdjson::SUCCESS || out.cost > kMaxRequests) {
     return absl::InvalidArgumentError(
-        R"(give {"reservation": "...", "cost": N}: the id /v1/reserve answered and what the work cost, an integer >= 0)");
+        R"(give {"reservation": "...", "cost": N}: the id /v1/reserve answered and what the work cost, an integer from 0 to 4294967295)");
   }
   for (const simdjson::dom::key_value_pair field : object) {
     if (field.key != "reservation" && field.key != "cost") {
@@ -63,19 +64,34 @@ void AppendToBody(HttpResponse& response, std::string_view more) {
   body += '}';
 }
 
+// A /v1/check body (with "for" when `for_us` is given) of a domain `config` has, or nullopt with
+// the 400 that says why in `response`.
+std::optional<engine::Request> ParseForDomain(const rules::Config& config,
+                                              const HttpRequest& request,
+                                              std::optional<int64_t>* for_us,
+                                              HttpResponse& response) {
+  auto parsed = for_us != nullptr
+                    ? ParseReserveRequest(request.body(), config.settings.max_key_bytes, for_us)
+                    : ParseCheckRequest(request.body(), config.settings.max_key_bytes);
+  if (!parsed.ok()) {
+    SetJson(response, beast_http::status::bad_request,
+            RenderError(std::string(parsed.status().message())));
+    return std::nullopt;
+  }
+  if (config.FindDomain(parsed->domain) == nullptr) {
+    SetJson(response, beast_http::status::bad_request,
+            RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
+    return std::nullopt;
+  }
+  return *std::move(parsed);
+}
+
 }  // namespace
 
 void Service::Report(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
   std::shared_ptr<const rules::Config> config = config_->Current();
-  auto parsed = ParseCheckRequest(request.body(), config->settings.max_key_bytes);
-  if (!parsed.ok()) {
-    return SetJson(response, beast_http::status::bad_request,
-                   RenderError(std::string(parsed.status().message())));
-  }
-  if (config->FindDomain(parsed->domain) == nullptr) {
-    return SetJson(response, beast_http::status::bad_request,
-                   RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
-  }
+  std::optional<engine::Request> parsed = ParseForDomain(*config, request, nullptr, response);
+  if (!parsed) return;
   parsed->record = true;
   std::vector<engine::Request> requests;
   requests.push_back(*std::move(parsed));
@@ -99,19 +115,17 @@ void Service::Report(const HttpRequest& request, HttpResponse& response, Deferra
 void Service::Reserve(const HttpRequest& request, HttpResponse& response, Deferral& deferral) {
   std::shared_ptr<const rules::Config> config = config_->Current();
   std::optional<int64_t> for_us;
-  auto parsed = ParseReserveRequest(request.body(), config->settings.max_key_bytes, &for_us);
-  if (!parsed.ok()) {
-    return SetJson(response, beast_http::status::bad_request,
-                   RenderError(std::string(parsed.status().message())));
-  }
-  if (config->FindDomain(parsed->domain) == nullptr) {
-    return SetJson(response, beast_http::status::bad_request,
-                   RenderError(fmt::format("unknown domain '{}'", parsed->domain)));
-  }
+  std::optional<engine::Request> parsed = ParseForDomain(*config, request, &for_us, response);
+  if (!parsed) return;
   const int64_t life_us = for_us.value_or(kDefaultReservationUs);
-  if (life_us > kLongestReservationUs) {
+  if (life_us > kLongestReservationUs || life_us < kShortestReservationUs) {
     return SetJson(response, beast_http::status::bad_request,
-                   RenderError("for: longer than a reservation may live (1d)"));
+                   RenderError("for: a reservation lives from 1s to 1d"));
+  }
+  if (std::any_of(parsed->descriptors.begin(), parsed->descriptors.end(),
+                  [](const engine::Descriptor& d) { return d.hits_addend == 0; })) {
+    return SetJson(response, beast_http::status::bad_request,
+                   RenderError("cost: a reservation takes at least 1 (0 only looks)"));
   }
   struct Call {
     std::vector<engine::Request> requests;
@@ -187,11 +201,18 @@ void Service::Settle(const HttpRequest& request, HttpResponse& response, Deferra
             const uint64_t reserved = taken->items.empty() ? 0 : taken->items.front().cost;
             const size_t limits = taken->items.size();
             return engine_.Reconcile(
-                *taken, actual, clock_->NowMicros(), [send, reserved, cost, limits] {
+                *taken, actual, clock_->NowMicros(),
+                [send, reserved, cost, limits](absl::Status applied) {
                   HttpResponse settled;
-                  SetJson(settled, beast_http::status::ok,
-                          fmt::format(R"({{"reserved":{},"cost":{},"limits":{}}})", reserved, cost,
-                                      limits));
+                  if (!applied.ok()) {  // taken, but not applied: the estimate stands
+                    SetJson(settled, beast_http::status::service_unavailable,
+                            RenderError("not settled, the estimate stands: backend: " +
+                                        std::string(applied.message())));
+                  } else {
+                    SetJson(settled, beast_http::status::ok,
+                            fmt::format(R"({{"reserved":{},"cost":{},"limits":{}}})", reserved,
+                                        cost, limits));
+                  }
                   send(std::move(settled));
                 });
           }

@@ -365,14 +365,6 @@ void Service::CancelUpstreams() {
 }
 
 void Service::Forward(std::shared_ptr<ProxyCall> call) {
-  // A client that leaves while the upstream works gives its concurrency slots back at once (the
-  // upstream's answer, when it comes, goes nowhere). Watched only when the client has nothing
-  // more to send: a request without a body, or one read whole before it was decided.
-  if (call->held != nullptr && call->body == nullptr) {
-    call->responder.OnClientGone([weak = std::weak_ptr<ProxyCall>(call)] {
-      if (auto c = weak.lock()) c->held.reset();
-    });
-  }
   const auto timeout = std::chrono::milliseconds(
       std::max<int64_t>(1, call->config->settings.upstream_timeout_us / 1000));
   HttpRequest request = std::move(call->request);

@@ -4,11 +4,14 @@
 
 #include <openssl/evp.h>
 
-#include <atomic>
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "redis/resp.h"
@@ -47,12 +50,15 @@ for i, key in ipairs(KEYS) do
     end
   elseif op == 'r' then
     out[j + 1], out[j + 2], out[j + 3] = redis.call('ZREM', key, id), 0, 0
-  elseif redis.call('ZSCORE', key, id) then
-    redis.call('ZADD', key, now + hold, id)
-    redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
-    out[j + 1], out[j + 2], out[j + 3] = 1, 0, 0
   else
-    out[j + 1], out[j + 2], out[j + 3] = 0, 0, 0
+    local held = redis.call('ZSCORE', key, id)
+    if held and tonumber(held) > now then  -- live (an ended one is never brought back)
+      redis.call('ZADD', key, now + hold, id)
+      redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
+      out[j + 1], out[j + 2], out[j + 3] = 1, 0, 0
+    else
+      out[j + 1], out[j + 2], out[j + 3] = 0, 0, 0
+    end
   end
 end
 return out
@@ -84,9 +90,17 @@ const std::string& HoldsSha() {
   return sha;
 }
 
-}  // namespace
+// One op of a call: its state, what to do, and where its {x, y, z} goes.
+struct Op {
+  std::string key;
+  char op = 'a';
+  uint64_t n = 0;
+  int64_t max_hold_us = 0;
+  uint64_t id = 0;
+  std::function<void(absl::StatusOr<Reply>)> done;
+};
 
-std::string RedisHolds::Encode(const std::vector<Op>& batch, bool by_sha) {
+std::string Encode(const std::vector<Op>& batch, bool by_sha) {
   std::vector<std::string> numbers;  // ARGV's numbers as text, for the views below
   numbers.reserve(batch.size() * 3);
   for (const Op& op : batch) {
@@ -107,88 +121,148 @@ std::string RedisHolds::Encode(const std::vector<Op>& batch, bool by_sha) {
   return command;
 }
 
-void RedisHolds::Run(std::string key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
-                     std::function<void(absl::StatusOr<Reply>)> done) {
-  const uint16_t queue = client_->cluster() ? KeySlot(key) : 0;
-  std::vector<Op> batch;
-  {
-    absl::MutexLock lock(&mu_);
-    queues_[queue].waiting.push_back({.key = std::move(key),
-                                      .op = op,
-                                      .n = n,
-                                      .max_hold_us = max_hold_us,
-                                      .id = id,
-                                      .done = std::move(done)});
-    batch = TakeBatch(queue, /*starting=*/true);
-  }
-  if (!batch.empty()) Send(queue, std::move(batch), /*by_sha=*/true);
-}
+}  // namespace
 
-std::vector<RedisHolds::Op> RedisHolds::TakeBatch(uint16_t queue, bool starting) {
-  std::vector<Op> batch;
-  auto it = queues_.find(queue);
-  if (it == queues_.end()) return batch;
-  Queue& q = it->second;
-  if (starting) {
-    if (q.in_flight >= kMaxInFlight) return batch;  // goes with a later call
-    ++q.in_flight;
-  } else if (q.waiting.empty()) {
-    if (--q.in_flight == 0) queues_.erase(it);
+// The ops' queues, one per server (on a cluster, per slot), shared with the calls in flight:
+// a reply that comes after the RedisHolds is gone (the client failing what it still has, at
+// shutdown) finds them here, answers its ops and sends nothing more. Each queue has at most
+// kMaxInFlight calls out; ops that come meanwhile go together in the next.
+struct RedisHolds::Batcher : std::enable_shared_from_this<Batcher> {
+  struct Queue {
+    std::vector<Op> waiting;
+    int in_flight = 0;
+  };
+  Client* const client;
+  const std::string prefix;
+  absl::Mutex mu;
+  absl::flat_hash_map<uint16_t, Queue> queues ABSL_GUARDED_BY(mu);
+  bool closed ABSL_GUARDED_BY(mu) = false;
+
+  Batcher(Client* c, std::string p) : client(c), prefix(std::move(p)) {}
+
+  std::string KeyOf(uint64_t limit_id, std::string_view key) const {
+    return fmt::format("{}h:{:016x}:{{{}}}", prefix, limit_id, key);
+  }
+
+  // One op of the script on `key`, `done` given its {x, y, z}.
+  void Run(std::string key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
+           std::function<void(absl::StatusOr<Reply>)> done) {
+    const uint16_t queue = client->cluster() ? KeySlot(key) : 0;
+    std::vector<Op> batch;
+    bool refused = false;
+    {
+      absl::MutexLock lock(&mu);
+      refused = closed;
+      if (!refused) {
+        queues[queue].waiting.push_back({.key = std::move(key),
+                                         .op = op,
+                                         .n = n,
+                                         .max_hold_us = max_hold_us,
+                                         .id = id,
+                                         .done = std::move(done)});
+        batch = TakeBatch(queue, /*starting=*/true);
+      }
+    }
+    if (refused) return done(absl::UnavailableError("redis: holds: shutting down"));
+    if (!batch.empty()) Send(queue, std::move(batch), /*by_sha=*/true);
+  }
+
+  // The next batch of `queue`, taking a call slot (`starting`) or keeping the one that just
+  // answered; empty when none (and then, unless starting, the slot is given back).
+  std::vector<Op> TakeBatch(uint16_t queue, bool starting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<Op> batch;
+    auto it = queues.find(queue);
+    if (it == queues.end()) return batch;
+    Queue& q = it->second;
+    if (starting) {
+      if (q.in_flight >= kMaxInFlight) return batch;  // goes with a later call
+      ++q.in_flight;
+    } else if (q.waiting.empty() || closed) {
+      if (--q.in_flight == 0) queues.erase(it);
+      return batch;
+    }
+    const size_t take = std::min(q.waiting.size(), kMaxBatch);
+    batch.assign(std::make_move_iterator(q.waiting.begin()),
+                 std::make_move_iterator(q.waiting.begin() + static_cast<std::ptrdiff_t>(take)));
+    q.waiting.erase(q.waiting.begin(), q.waiting.begin() + static_cast<std::ptrdiff_t>(take));
     return batch;
   }
-  const size_t take = std::min(q.waiting.size(), kMaxBatch);
-  batch.assign(std::make_move_iterator(q.waiting.begin()),
-               std::make_move_iterator(q.waiting.begin() + static_cast<std::ptrdiff_t>(take)));
-  q.waiting.erase(q.waiting.begin(), q.waiting.begin() + static_cast<std::ptrdiff_t>(take));
-  return batch;
-}
 
-void RedisHolds::Send(uint16_t queue, std::vector<Op> batch, bool by_sha) {
-  auto ops = std::make_shared<std::vector<Op>>(std::move(batch));
-  const std::string key = ops->front().key;
-  client_->Send(key, Encode(*ops, by_sha), [this, queue, ops, by_sha](absl::StatusOr<Reply> reply) {
+  // Sends `batch` as one call: by the script's SHA, again as text after NOSCRIPT.
+  void Send(uint16_t queue, std::vector<Op> batch, bool by_sha) {
+    auto ops = std::make_shared<std::vector<Op>>(std::move(batch));
+    const std::string key = ops->front().key;
+    client->Send(key, Encode(*ops, by_sha),
+                 [self = shared_from_this(), queue, ops, by_sha](absl::StatusOr<Reply> reply) {
+                   self->Answer(queue, *ops, by_sha, std::move(reply));
+                 });
+  }
+
+  // A call's reply: each op answered, then the queue's next batch sent.
+  void Answer(uint16_t queue, std::vector<Op>& ops, bool by_sha, absl::StatusOr<Reply> reply) {
     // A server that does not have the script yet (new, restarted, flushed): the text once, which
     // also loads it there.
     if (by_sha && reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
-      return Send(queue, std::move(*ops), /*by_sha=*/false);
+      return Send(queue, std::move(ops), /*by_sha=*/false);
     }
     const bool fits = reply.ok() && reply->type == Reply::Type::kArray &&
-                      reply->elements.size() == 3 * ops->size();
-    for (size_t i = 0; i < ops->size(); ++i) {
-      Op& op = (*ops)[i];
+                      reply->elements.size() == 3 * ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
       if (fits) {  // its x, y, z as one array, as the ops read them
         Reply one;
         one.type = Reply::Type::kArray;
         one.elements.assign(std::make_move_iterator(reply->elements.begin() + 3 * i),
                             std::make_move_iterator(reply->elements.begin() + 3 * i + 3));
-        op.done(std::move(one));
+        ops[i].done(std::move(one));
       } else if (!reply.ok()) {
-        op.done(reply.status());
+        ops[i].done(reply.status());
       } else {
-        op.done(absl::UnavailableError(
+        ops[i].done(absl::UnavailableError(
             "redis: holds: " + (reply->IsError() ? reply->str : std::string("an odd answer"))));
       }
     }
     std::vector<Op> next;
     {
-      absl::MutexLock lock(&mu_);
+      absl::MutexLock lock(&mu);
       next = TakeBatch(queue, /*starting=*/false);
     }
     if (!next.empty()) Send(queue, std::move(next), /*by_sha=*/true);
-  });
-}
+  }
 
-// The acquisitions of several states, gathered as their replies come.
-struct RedisHolds::Gathering {
-  absl::Mutex mu;
-  backend::Acquisition result ABSL_GUARDED_BY(mu);
-  std::vector<bool> taken ABSL_GUARDED_BY(mu);
-  size_t waiting ABSL_GUARDED_BY(mu) = 0;
-  backend::Holds::AcquireDone done;
+  // Sends one op for each of `holds` and answers how many said 1.
+  void Each(std::span<const backend::Hold> holds, char op, CountDone done);
+  // The acquisitions of several states, gathered as their replies come.
+  struct Gathering {
+    absl::Mutex mu;
+    backend::Acquisition result ABSL_GUARDED_BY(mu);
+    std::vector<bool> taken ABSL_GUARDED_BY(mu);
+    size_t waiting ABSL_GUARDED_BY(mu) = 0;
+    backend::Holds::AcquireDone done;
+  };
+  // The reply of request `i` of an acquisition; the last one answers it (all or none: what was
+  // taken goes back when one refused or failed).
+  void Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply);
 };
 
+RedisHolds::RedisHolds(Client* client, std::string prefix)
+    : batcher_(std::make_shared<Batcher>(client, std::move(prefix))) {}
+
+RedisHolds::~RedisHolds() {
+  // What waits is answered now; calls in flight answer their ops when the client fails them.
+  std::vector<Op> waiting;
+  {
+    absl::MutexLock lock(&batcher_->mu);
+    batcher_->closed = true;
+    for (auto& [slot, queue] : batcher_->queues) {
+      for (Op& op : queue.waiting) waiting.push_back(std::move(op));
+      queue.waiting.clear();
+    }
+  }
+  for (Op& op : waiting) op.done(absl::UnavailableError("redis: holds: shutting down"));
+}
+
 std::string RedisHolds::KeyOf(uint64_t limit_id, std::string_view key) const {
-  return fmt::format("{}h:{:016x}:{{{}}}", prefix_, limit_id, key);
+  return batcher_->KeyOf(limit_id, key);
 }
 
 void RedisHolds::Acquire(std::span<const backend::HoldRequest> requests, int64_t /*now_us*/,
@@ -198,7 +272,7 @@ void RedisHolds::Acquire(std::span<const backend::HoldRequest> requests, int64_t
     none.ok = true;
     return done(std::move(none));
   }
-  auto g = std::make_shared<Gathering>();
+  auto g = std::make_shared<Batcher::Gathering>();
   g->done = std::move(done);
   std::vector<backend::Hold> asked;
   for (const backend::HoldRequest& request : requests) {
@@ -217,13 +291,15 @@ void RedisHolds::Acquire(std::span<const backend::HoldRequest> requests, int64_t
     g->result.holds = asked;
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    Run(KeyOf(asked[i].limit_id, asked[i].key), 'a', requests[i].n, asked[i].max_hold_us,
-        asked[i].id,
-        [this, g, i](absl::StatusOr<Reply> reply) { Gathered(*g, i, std::move(reply)); });
+    batcher_->Run(batcher_->KeyOf(asked[i].limit_id, asked[i].key), 'a', requests[i].n,
+                  asked[i].max_hold_us, asked[i].id,
+                  [b = batcher_, g, i](absl::StatusOr<Reply> reply) {
+                    b->Gathered(*g, i, std::move(reply));
+                  });
   }
 }
 
-void RedisHolds::Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply) {
+void RedisHolds::Batcher::Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply) {
   backend::Acquisition result;
   std::vector<backend::Hold> back;
   {
@@ -245,7 +321,6 @@ void RedisHolds::Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply) {
     if (--g.waiting > 0) return;
     result = std::move(g.result);
     if (!result.ok || !result.status.ok()) {
-      // All or none: what was taken goes back.
       for (size_t k = 0; k < g.taken.size(); ++k) {
         if (g.taken[k]) back.push_back(result.holds[k]);
       }
@@ -253,11 +328,11 @@ void RedisHolds::Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply) {
       result.holds.clear();
     }
   }
-  if (!back.empty()) Release(back, 0, [](absl::StatusOr<size_t>) {});
+  if (!back.empty()) Each(back, 'r', [](absl::StatusOr<size_t>) {});
   g.done(std::move(result));
 }
 
-void RedisHolds::Each(std::span<const backend::Hold> holds, char op, CountDone done) {
+void RedisHolds::Batcher::Each(std::span<const backend::Hold> holds, char op, CountDone done) {
   if (holds.empty()) return done(size_t{0});
   // The replies may come on several threads (a cluster's nodes): counted under a lock.
   struct Count {
@@ -296,11 +371,11 @@ void RedisHolds::Each(std::span<const backend::Hold> holds, char op, CountDone d
 }
 
 void RedisHolds::Release(std::span<const backend::Hold> holds, int64_t /*now_us*/, CountDone done) {
-  Each(holds, 'r', std::move(done));
+  batcher_->Each(holds, 'r', std::move(done));
 }
 
 void RedisHolds::Renew(std::span<const backend::Hold> holds, int64_t /*now_us*/, CountDone done) {
-  Each(holds, 'n', std::move(done));
+  batcher_->Each(holds, 'n', std::move(done));
 }
 
 }  // namespace sluice::redis

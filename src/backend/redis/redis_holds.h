@@ -11,13 +11,9 @@
 #define SLUICE_BACKEND_REDIS_REDIS_HOLDS_H_
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "backend/holds.h"
 #include "redis/client.h"
 
@@ -26,7 +22,12 @@ namespace sluice::redis {
 class RedisHolds : public backend::Holds {
  public:
   // `client` is not owned and must outlive this.
-  RedisHolds(Client* client, std::string prefix) : client_(client), prefix_(std::move(prefix)) {}
+  RedisHolds(Client* client, std::string prefix);
+  // Answers the ops still waiting to be sent (Unavailable); a call in flight answers its own
+  // when the client fails it, and nothing more is sent.
+  ~RedisHolds() override;
+  RedisHolds(const RedisHolds&) = delete;
+  RedisHolds& operator=(const RedisHolds&) = delete;
 
   void Acquire(std::span<const backend::HoldRequest> requests, int64_t now_us,
                AcquireDone done) override;
@@ -37,39 +38,10 @@ class RedisHolds : public backend::Holds {
   std::string KeyOf(uint64_t limit_id, std::string_view key) const;
 
  private:
-  struct Gathering;
-  // The reply of request `i` of an acquisition; the last one answers it.
-  void Gathered(Gathering& g, size_t i, absl::StatusOr<Reply> reply);
-  // One op of the script on `key`, `done` given its {x, y, z}: queued with the others headed
-  // to the same queue (the server; on a cluster, the key's slot) and sent in one call with
-  // those waiting when a call slot is free (at most kMaxInFlight calls per queue).
-  struct Op {
-    std::string key;
-    char op = 'a';
-    uint64_t n = 0;
-    int64_t max_hold_us = 0;
-    uint64_t id = 0;
-    std::function<void(absl::StatusOr<Reply>)> done;
-  };
-  struct Queue {
-    std::vector<Op> waiting;
-    int in_flight = 0;
-  };
-  void Run(std::string key, char op, uint64_t n, int64_t max_hold_us, uint64_t id,
-           std::function<void(absl::StatusOr<Reply>)> done);
-  // The next batch of `queue`, taking a call slot (`starting`) or keeping the one that just
-  // answered; empty when none (and then, unless starting, the slot is given back).
-  std::vector<Op> TakeBatch(uint16_t queue, bool starting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends `batch` as one call: by the script's SHA, again as text after NOSCRIPT.
-  void Send(uint16_t queue, std::vector<Op> batch, bool by_sha);
-  static std::string Encode(const std::vector<Op>& batch, bool by_sha);
-  // Sends one op of the script for each of `holds` and answers how many said 1.
-  void Each(std::span<const backend::Hold> holds, char op, CountDone done);
-
-  Client* client_;
-  const std::string prefix_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<uint16_t, Queue> queues_ ABSL_GUARDED_BY(mu_);
+  // The queues of ops per server (or cluster slot) and the calls' replies (redis_holds.cc):
+  // shared with the calls in flight, so that a reply after this object is gone is safe.
+  struct Batcher;
+  std::shared_ptr<Batcher> batcher_;
 };
 
 }  // namespace sluice::redis

@@ -102,6 +102,28 @@ TEST(RedisHoldsTest, AReleaseAnswersOnceAndAFlushedScriptIsSentAgain) {
   EXPECT_TRUE(AcquireNow(holds, "k", 1).ok);
 }
 
+absl::StatusOr<size_t> RenewNow(RedisHolds& holds, const std::vector<backend::Hold>& held) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<size_t>>>();
+  auto future = promise->get_future();
+  holds.Renew(held, 0, [promise](absl::StatusOr<size_t> n) { promise->set_value(n); });
+  if (future.wait_for(10s) != std::future_status::ready) return absl::DeadlineExceededError("");
+  return future.get();
+}
+
+// A hold past its max_hold is not brought back by a renewal: its slot may be another's by now.
+TEST(RedisHoldsTest, AnEndedHoldIsNotRenewed) {
+  testing::RedisServer server;
+  auto client = testing::OpenRedis({server.url()}, false);
+  RedisHolds holds(client.get(), "t:");
+  backend::Acquisition a = AcquireNow(holds, "k", 1, 50'000);
+  ASSERT_TRUE(a.ok);
+  EXPECT_EQ(RenewNow(holds, a.holds).value_or(99), 1u) << "live: renewed";
+  std::this_thread::sleep_for(80ms);  // past the renewed max_hold of 50 ms
+  ASSERT_TRUE(AcquireNow(holds, "k", 1, 60'000'000).ok) << "the slot is free again";
+  EXPECT_EQ(RenewNow(holds, a.holds).value_or(99), 0u) << "ended: not renewed";
+  EXPECT_FALSE(AcquireNow(holds, "k", 1, 60'000'000).ok) << "still one at once";
+}
+
 TEST(RedisHoldsTest, HoldsPastTheirMaxHoldFreeTheirSlots) {
   testing::RedisServer server;
   auto client = testing::OpenRedis({server.url()}, false);

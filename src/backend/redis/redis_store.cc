@@ -247,18 +247,19 @@ void RedisStore::DecideAll(std::span<const backend::Item> items, Done done) {
   Run(call, /*commit=*/false, deadline,
       [this, call, deadline, finish](absl::StatusOr<DecideResult> dry) mutable {
         if (!dry.ok()) return finish(std::move(dry));
-        if (!dry->allowed) {
-          RecordCounted(*call, deadline);
-          return finish(std::move(dry));
+        if (!dry->allowed) {  // answered once its count_denied items are recorded
+          auto denied = std::make_shared<absl::StatusOr<DecideResult>>(std::move(dry));
+          return RecordCounted(*call, deadline,
+                               [denied, finish]() mutable { finish(std::move(*denied)); });
         }
         Run(std::move(call), /*commit=*/true, deadline, std::move(finish));
       });
 }
 
-void RedisStore::RecordCounted(const Call& call, SteadyTime deadline) {
+void RedisStore::RecordCounted(const Call& call, SteadyTime deadline, std::function<void()> then) {
   // A denied request's count_denied items still count their cost, as within one slot: a commit
-  // of theirs alone, in the background (each group decides or records its own; none is given
-  // back, RefundAdmitted leaves count_denied items alone).
+  // of theirs alone (each group decides or records its own; none is given back, RefundAdmitted
+  // leaves count_denied items alone), `then` once it has answered.
   auto counted = std::make_shared<Call>();
   counted->limits = call.limits;  // complete: the items' pointers into it stay valid
   for (const std::vector<size_t>& group : call.groups) {
@@ -271,8 +272,9 @@ void RedisStore::RecordCounted(const Call& call, SteadyTime deadline) {
     }
     if (!kept.empty()) counted->groups.push_back(std::move(kept));
   }
-  if (counted->items.empty()) return;
-  Run(std::move(counted), /*commit=*/true, deadline, [](absl::StatusOr<DecideResult>) {});
+  if (counted->items.empty()) return then();
+  Run(std::move(counted), /*commit=*/true, deadline,
+      [then = std::move(then)](absl::StatusOr<DecideResult>) { then(); });
 }
 
 void RedisStore::Run(std::shared_ptr<Call> call, bool commit, SteadyTime deadline,

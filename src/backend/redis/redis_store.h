@@ -173,8 +173,9 @@ class RedisStore final : public backend::Backend,
   void RefundGroup(std::vector<DecideItem> items, int64_t decided_at_us,
                    std::function<void(absl::Status)> done);
   // After a cross-slot commit that did not admit: the slots that admitted give their share back.
-  // After a dry run across slots denied `call`: records its count_denied items' costs.
-  void RecordCounted(const Call& call, SteadyTime deadline);
+  // After a dry run across slots denied `call`: records its count_denied items' costs, then
+  // runs `then`.
+  void RecordCounted(const Call& call, SteadyTime deadline, std::function<void()> then);
   void RefundAdmitted(const Call& call, const std::vector<int64_t>& admitted_at,
                       const std::vector<Decision>& decisions);
   // The store, for the handlers of late replies (Deadline::late), which may come after it is

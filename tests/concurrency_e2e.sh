@@ -9,7 +9,8 @@
 #   acquired on: never more than N in flight (counted between each grant and its release), N
 #   reached, and refusals.
 # - The reverse proxy (memory): 8 slow requests at once, 3 forwarded and 5 refused with 429, the
-#   slots back once the answers ended.
+#   slots back once the answers ended; three clients that leave while the upstream works end
+#   their exchanges and give their slots back at once.
 # - A holder killed with SIGKILL (it never releases) and an instance killed with SIGKILL: their
 #   slots come back on their own within max_hold (3 s; 2 s more allowed for the test's requests).
 # Usage: SLUICE=path/to/sluice tests/concurrency_e2e.sh
@@ -196,6 +197,19 @@ check "proxy: 8 requests at once, 3 forwarded and 5 refused" "200x3 429x5" "$cod
 check "proxy: the slots are back once the answers ended" "200 200 200" \
   "$(for _ in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' -m 5 "http://$DATA/slow?ms=1"; done | xargs)"
 check "proxy: refusals counted" 5 "$(metric "$ADMIN" 'sluice_proxy_requests_total{outcome="held_refused"}' 0)"
+# Three clients that give up after 0.5 s while the upstream works for 4 s: their exchanges end
+# and their slots come back when they leave, not when the upstream would have answered.
+left=()
+for i in 1 2 3; do curl -s -o /dev/null -m 0.5 "http://$DATA/slow?ms=4000" & left+=($!); done
+wait "${left[@]}"
+for _ in $(seq 40); do
+  [[ $(metric "$ADMIN" 'sluice_proxy_requests_total{outcome="client_gone"}' 0) == 3 ]] && break
+  sleep 0.05
+done
+check "proxy: clients that left while the upstream worked ended their exchanges" 3 \
+  "$(metric "$ADMIN" 'sluice_proxy_requests_total{outcome="client_gone"}' 0)"
+check "proxy: ... and gave their slots back" "200 200 200" \
+  "$(for _ in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' -m 5 "http://$DATA/slow?ms=1"; done | xargs)"
 stop
 check "proxy: stops cleanly" 0 "$STATUS"
 

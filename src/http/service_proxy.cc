@@ -54,6 +54,7 @@ struct Service::ProxyCall {
   std::optional<boost::asio::steady_timer> delay;
   bool client_gone = false;  // the client closed its connection during the delay
   bool cancelled = false;    // the shutdown deadline came during the delay (CancelUpstreams)
+  bool client_left = false;  // the client left while the upstream worked (its exchange ended)
   std::shared_ptr<const engine::HoldTargets> hold_targets;  // null: no concurrency limit applies
   std::shared_ptr<HeldSlots> held;
   std::vector<RouteChecks::Costed> costed;  // descriptors with a `cost:` (into `config`)
@@ -371,12 +372,24 @@ void Service::Forward(std::shared_ptr<ProxyCall> call) {
   const boost::asio::any_io_executor executor = call->executor;
   UpstreamTarget target = call->target;
   std::shared_ptr<BodyReader> body = std::move(call->body);
-  upstream_.Forward(
+  // A request that holds concurrency slots is watched while the upstream works, when its client
+  // has nothing more to send (no body, or one read whole): a client that leaves ends the upstream
+  // exchange and gives the slots back at once, so that leaving and coming back never runs more
+  // than N requests upstream.
+  const bool watch = call->held != nullptr && body == nullptr;
+  const std::weak_ptr<ProxyCall> weak = call;
+  std::function<void()> cancel = upstream_.Forward(
       executor, std::move(target), std::move(request), timeout,
-      [this, call = std::move(call)](UpstreamResult result) {
-        ProxyAnswered(call, std::move(result));
-      },
+      [this, call](UpstreamResult result) { ProxyAnswered(call, std::move(result)); },
       std::move(body));
+  if (!watch) return;
+  call->responder.OnClientGone([weak, cancel = std::move(cancel)] {
+    if (auto c = weak.lock()) {
+      c->client_left = true;
+      c->held.reset();  // (the exchange ends on this thread too: nothing else uses it meanwhile)
+    }
+    cancel();
+  });
 }
 
 void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResult result) {
@@ -399,7 +412,7 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
       CountProxy("upstream_error");
       break;
     case UpstreamOutcome::kCancelled:  // the upstream may have acted on it: nothing refunded
-      CountProxy("cancelled");
+      CountProxy(call->client_left ? "client_gone" : "cancelled");
       break;
   }
   if (refund && !call->consumed.items.empty()) {

@@ -149,21 +149,20 @@ struct RedisHolds::Batcher : std::enable_shared_from_this<Batcher> {
            std::function<void(absl::StatusOr<Reply>)> done) {
     const uint16_t queue = client->cluster() ? KeySlot(key) : 0;
     std::vector<Op> batch;
-    bool refused = false;
     {
-      absl::MutexLock lock(&mu);
-      refused = closed;
-      if (!refused) {
-        queues[queue].waiting.push_back({.key = std::move(key),
-                                         .op = op,
-                                         .n = n,
-                                         .max_hold_us = max_hold_us,
-                                         .id = id,
-                                         .done = std::move(done)});
-        batch = TakeBatch(queue, /*starting=*/true);
+      absl::ReleasableMutexLock lock(&mu);
+      if (closed) {
+        lock.Release();
+        return done(absl::UnavailableError("redis: holds: shutting down"));
       }
+      queues[queue].waiting.push_back({.key = std::move(key),
+                                       .op = op,
+                                       .n = n,
+                                       .max_hold_us = max_hold_us,
+                                       .id = id,
+                                       .done = std::move(done)});
+      batch = TakeBatch(queue, /*starting=*/true);
     }
-    if (refused) return done(absl::UnavailableError("redis: holds: shutting down"));
     if (!batch.empty()) Send(queue, std::move(batch), /*by_sha=*/true);
   }
 

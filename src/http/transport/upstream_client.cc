@@ -119,11 +119,12 @@ class UpstreamClient::Exchange : public std::enable_shared_from_this<Exchange>,
   ~Exchange() override { CloseConnection(); }  // a body not read to its end: never pooled
 
   // UpstreamClient::CancelAll(), on the io_context's thread.
-  void Cancel() {
+  // Ends the exchange: answered kCancelled with `why` when its answer's header has not come.
+  void Cancel(std::string_view why = "not answered before sluice shut down") {
     resolver_.cancel();
     if (!Over()) {
       return Finish(UpstreamOutcome::kCancelled, beast_http::status::service_unavailable,
-                    "not answered before sluice shut down");
+                    std::string(why));
     }
     CloseConnection();  // the body's read pending (or the next) ends with kError
   }
@@ -482,15 +483,25 @@ UpstreamClient::UpstreamClient(UpstreamOptions options) : options_(options) {}
 
 UpstreamClient::~UpstreamClient() = default;
 
-void UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget target,
-                             HttpRequest request, std::chrono::milliseconds timeout,
-                             std::function<void(UpstreamResult)> done,
-                             std::shared_ptr<BodyReader> request_body) {
+std::function<void()> UpstreamClient::Forward(asio::any_io_executor executor, UpstreamTarget target,
+                                              HttpRequest request,
+                                              std::chrono::milliseconds timeout,
+                                              std::function<void(UpstreamResult)> done,
+                                              std::shared_ptr<BodyReader> request_body) {
   auto exchange = std::make_shared<Exchange>(this, executor, std::move(target), std::move(request),
                                              timeout, std::move(done), std::move(request_body));
+  std::function<void()> cancel = [weak = std::weak_ptr<Exchange>(exchange), executor] {
+    asio::post(executor, [weak] {
+      if (auto e = weak.lock()) e->Cancel("not answered: cancelled (its client left)");
+    });
+  };
   // Run on the io_context's thread: pooled connections are touched only there.
-  if (!Track(exchange)) return asio::dispatch(executor, [exchange] { exchange->Cancel(); });
+  if (!Track(exchange)) {
+    asio::dispatch(executor, [exchange] { exchange->Cancel(); });
+    return cancel;
+  }
   asio::dispatch(executor, [exchange] { exchange->Start(); });
+  return cancel;
 }
 
 bool UpstreamClient::Track(const std::shared_ptr<Exchange>& exchange) {

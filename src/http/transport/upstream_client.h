@@ -52,7 +52,8 @@ enum class UpstreamOutcome {
   kConnectError,  // no connection (refused, unresolvable, unreachable): 502
   kTimeout,       // no answer header within the timeout: 504
   kError,         // the connection broke, or the answer's header was malformed: 502
-  kCancelled,     // CancelAll() came before the answer's header (shutting down): 503
+  kCancelled,     // CancelAll() (shutting down), or Forward's canceller, came before the
+                  // answer's header: 503
 };
 
 // The body of an upstream's answer (kOk), read piece by piece, at most body_piece_bytes at a
@@ -81,9 +82,12 @@ class UpstreamClient {
   // and sent as it comes, until the answer's header arrives; the timeout for
   // that header then starts once the body is all sent, and a request whose body was partly read
   // is never retried.
-  void Forward(boost::asio::any_io_executor executor, UpstreamTarget target, HttpRequest request,
-               std::chrono::milliseconds timeout, std::function<void(UpstreamResult)> done,
-               std::shared_ptr<BodyReader> request_body = nullptr);
+  // Returns what ends this exchange alone, as CancelAll ends them all (from any thread, at any
+  // time: after the exchange ended it does nothing), e.g. when its client went away.
+  std::function<void()> Forward(boost::asio::any_io_executor executor, UpstreamTarget target,
+                                HttpRequest request, std::chrono::milliseconds timeout,
+                                std::function<void(UpstreamResult)> done,
+                                std::shared_ptr<BodyReader> request_body = nullptr);
 
   // Closes every idle connection (when: see the top of this file and docs/http-server.md).
   void CloseIdle();

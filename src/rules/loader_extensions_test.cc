@@ -100,7 +100,8 @@ descriptors:
 }
 
 TEST(LoaderExtensionsTest, HotKeysAndHotKeyRate) {
-  const Domain* plain = MustLoad("domain: d\n")->FindDomain("d");
+  const auto plain_config = MustLoad("domain: d\n");  // (kept: the domain lives in it)
+  const Domain* plain = plain_config->FindDomain("d");
   EXPECT_FALSE(plain->lease_hot_keys);  // exact: no promotion
   EXPECT_EQ(plain->hot_key_rate, 1000u);
   auto config = MustLoad("domain: d\nhot_keys: lease\nhot_key_rate: 200\n");

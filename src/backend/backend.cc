@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace sluice::backend {
@@ -39,6 +40,38 @@ void Backend::Peek(std::span<const Item> items, int64_t now_us, std::span<Decisi
   for (Item& item : *looks) item.cost = 0;
   Decide(*looks, now_us, out,
          [looks, done = std::move(done)](const Outcome& outcome) { done(outcome); });
+}
+
+void Backend::RecordPastLimits(std::span<const Item> items, int64_t now_us, RefundDone done) {
+  // Copies (limits without their penalty, keys, count_denied items) that live until `done`.
+  struct Copies {
+    std::vector<Limit> limits;
+    std::vector<std::string> keys;
+    std::vector<Item> items;
+    std::vector<Decision> decisions;
+  };
+  auto c = std::make_shared<Copies>();
+  c->limits.reserve(items.size());
+  c->keys.reserve(items.size());
+  for (const Item& item : items) {
+    c->limits.push_back(*item.limit);
+    c->limits.back().penalty.reset();
+    c->keys.emplace_back(item.key);
+  }
+  c->items.assign(items.begin(), items.end());
+  for (size_t i = 0; i < c->items.size(); ++i) {  // (the lists are complete: no more moves)
+    c->items[i].limit = &c->limits[i];
+    c->items[i].key = c->keys[i];
+    c->items[i].count_denied = true;
+  }
+  c->decisions.resize(c->items.size());
+  Copies& copies = *c;
+  Decide(copies.items, now_us, copies.decisions,
+         [c, done = std::move(done)](const Outcome& outcome) {
+           done(outcome.fell_back && outcome.status.ok()
+                    ? absl::UnavailableError("the backend failed: not recorded")
+                    : outcome.status);
+         });
 }
 
 }  // namespace sluice::backend

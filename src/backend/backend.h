@@ -123,6 +123,12 @@ class Backend {
   // Decide without consuming anything: every item's cost taken as 0.
   void Peek(std::span<const Item> items, int64_t now_us, std::span<Decision> out, Done done);
 
+  // Records `items`' costs whatever their limits say, as count_denied records a denied request
+  // (a state may go past its limit): a cost found after the decision, more than was taken then.
+  // A limit's penalty takes no part (such a cost is no offence). Nothing in `items` needs to
+  // outlive the call; `done` gets Unavailable when the failure policy answered (nothing recorded).
+  void RecordPastLimits(std::span<const Item> items, int64_t now_us, RefundDone done);
+
   // Gives back what `items` (their cost) consumed when Decide admitted them at `decided_at_us`
   // (Outcome's), e.g. the upstream failed: see algo::RefundCompact for what that means per
   // algorithm. Pass only items that consumed. Never makes a state better than a fresh key's.

@@ -6,7 +6,6 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -541,34 +540,20 @@ void Engine::Refund(const Refundable& consumed, int64_t now_us) {
 
 void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> actual, int64_t now_us,
                        std::function<void(absl::Status)> done) {
-  // What was over-estimated, given back; what was under-estimated, recorded past the limit (a
-  // Decide of count_denied items, whose answer nobody waits for: the call keeps what it points to).
-  struct Excess {
-    std::vector<Limit> limits;
-    std::vector<std::string> keys;
-    std::vector<backend::Item> items;
-    std::vector<Decision> decisions;
-  };
-  absl::InlinedVector<backend::Item, 8> back;
-  auto excess = std::make_shared<Excess>();
+  // What was over-estimated, given back; what was under-estimated, recorded past the limit.
+  // (Neither call needs `back` or `excess` to outlive it.)
+  absl::InlinedVector<backend::Item, 8> back, excess;
   for (size_t i = 0; i < reserved.items.size() && i < actual.size(); ++i) {
     const Refundable::Item& c = reserved.items[i];
-    if (actual[i] < c.cost) {
-      back.push_back(
-          {.limit = &c.limit, .limit_id = c.limit_id, .key = c.key, .cost = c.cost - actual[i]});
-    } else if (actual[i] > c.cost) {
-      Limit limit = c.limit;
-      limit.penalty.reset();
-      excess->limits.push_back(limit);
-      excess->keys.push_back(c.key);
-      backend::Item& item = excess->items.emplace_back();
-      item.limit_id = c.limit_id;
-      item.cost = actual[i] - c.cost;
-      item.count_denied = true;
-    }
+    if (actual[i] == c.cost) continue;
+    (actual[i] < c.cost ? back : excess)
+        .push_back({.limit = &c.limit,
+                    .limit_id = c.limit_id,
+                    .key = c.key,
+                    .cost = actual[i] < c.cost ? c.cost - actual[i] : actual[i] - c.cost});
   }
-  // `done` once the last of the (at most two) calls has answered.
-  const int calls = (back.empty() ? 0 : 1) + (excess->items.empty() ? 0 : 1);
+  // `done` once the last of the (at most two) calls has answered, with the first failure.
+  const int calls = (back.empty() ? 0 : 1) + (excess.empty() ? 0 : 1);
   if (calls == 0) {
     if (done) done(absl::OkStatus());
     return;
@@ -595,24 +580,12 @@ void Engine::Reconcile(const Refundable& reserved, std::span<const uint64_t> act
     }
     if (waiting->done) waiting->done(std::move(first));
   };
-  if (!back.empty()) {  // nothing in `back` needs to outlive the call (Backend::Refund)
-    backend_->Refund(std::span(back.data(), back.size()), reserved.decided_at_us, now_us,
-                     [answered](absl::Status s) { answered(std::move(s)); });
+  if (!back.empty()) {
+    backend_->Refund(std::span(back.data(), back.size()), reserved.decided_at_us, now_us, answered);
   }
-  if (excess->items.empty()) return;
-  for (size_t i = 0; i < excess->items.size(); ++i) {  // (the lists are complete: no more moves)
-    excess->items[i].limit = &excess->limits[i];
-    excess->items[i].key = excess->keys[i];
+  if (!excess.empty()) {
+    backend_->RecordPastLimits(std::span(excess.data(), excess.size()), now_us, answered);
   }
-  excess->decisions.resize(excess->items.size());
-  Excess& e = *excess;
-  backend_->Decide(e.items, now_us, e.decisions,
-                   [excess, answered](const backend::Outcome& outcome) {
-                     // Decided by the failure policy: nothing was recorded.
-                     answered(outcome.fell_back && outcome.status.ok()
-                                  ? absl::UnavailableError("the backend failed: not recorded")
-                                  : outcome.status);
-                   });
 }
 
 size_t Engine::Reset(const rules::Config& config, const Request& request) {

@@ -59,8 +59,8 @@ const rules::HttpRoute* FindRoute(const rules::HttpSection& http, std::string_vi
   return nullptr;
 }
 
-// A rate_limits entry's cost for the descriptor just built (the `index`-th of `request`, the
-// `r`-th request): its reserve read from the request as its hits_addend (at least 1: 0 would look
+// A rate_limits entry's cost for the descriptor just built (the last of `request`, the `r`-th
+// request): its reserve read from the request as its hits_addend (at least 1: 0 would look
 // without consuming, and leave nothing to settle), and the descriptor listed in `checks`.
 ABSL_ATTRIBUTE_NOINLINE void ApplyCost(const rules::RouteCost& cost, const HttpRequest* original,
                                        size_t r, engine::Request& request, RouteChecks& checks) {

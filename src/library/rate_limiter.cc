@@ -290,26 +290,9 @@ void RateLimiter::SettleAsync(Consumption& consumption, uint64_t actual_cost, Re
     return impl_->top->Refund(call->items, taken.decided_at_us_, impl_->clock->NowMicros(),
                               [call, done = std::move(done)](absl::Status s) { done(s); });
   }
-  // The excess recorded past the limits: a decision of count_denied items, without penalties.
-  struct Excess {
-    std::vector<Limit> limits;
-    std::shared_ptr<Impl::Call> call;
-  };
-  auto excess = std::make_shared<Excess>();
-  excess->call = impl_->NewCall(taken.key_, actual_cost - taken.cost_);
-  for (const backend::Item& item : excess->call->items) excess->limits.push_back(*item.limit);
-  for (size_t i = 0; i < excess->limits.size(); ++i) {
-    excess->limits[i].penalty.reset();
-    excess->call->items[i].limit = &excess->limits[i];
-    excess->call->items[i].count_denied = true;
-  }
-  impl_->top->Decide(
-      excess->call->items, impl_->clock->NowMicros(), excess->call->out,
-      [excess, done = std::move(done)](const backend::Outcome& outcome) {
-        done(outcome.fell_back
-                 ? absl::UnavailableError("not recorded: " + std::string(outcome.status.message()))
-                 : outcome.status);
-      });
+  // The excess recorded past the limits.
+  std::shared_ptr<Impl::Call> call = impl_->NewCall(taken.key_, actual_cost - taken.cost_);
+  impl_->top->RecordPastLimits(call->items, impl_->clock->NowMicros(), std::move(done));
 }
 
 absl::Status RateLimiter::Settle(Consumption& consumption, uint64_t actual_cost) {

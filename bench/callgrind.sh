@@ -10,7 +10,9 @@
 # and prints "scenario requests instructions instructions/request". The callgrind output stays
 # in a fresh /tmp/sluice-callgrind.XXXXXX/ for callgrind_annotate.
 #
-# Env: SLUICE (build/release/sluice), DURATION (5s), CONNECTIONS (8), PORT (18190),
+# Env: SLUICE (build/release/sluice), CONFIG (what --config names: bench/compare/bench.yaml, or
+#   a settings file whose rules are its policies, e.g. with tracing on: bench/tracing.sh),
+#   DURATION (5s), CONNECTIONS (8), PORT (18190),
 #   ANCHORS (bench/anchors, for the wrk scripts), NKEYS (100000), CALLGRIND_ARGS (more valgrind
 #   options, e.g. --cache-sim=yes to count cache misses, --demangle=no for bench/hot_path_order.sh).
 set -euo pipefail
@@ -23,6 +25,7 @@ CONNECTIONS="${CONNECTIONS:-8}"
 PORT="${PORT:-18190}"
 ANCHORS="${ANCHORS:-$root/bench/anchors}"
 NKEYS="${NKEYS:-100000}"
+CONFIG="${CONFIG:-$here/compare/bench.yaml}"
 scenarios="${*:-allow_1key}"
 
 command -v valgrind >/dev/null || { echo "callgrind: valgrind is missing" >&2; exit 1; }
@@ -44,7 +47,7 @@ for scen in $scenarios; do
     out="$run_dir/callgrind.$scen.out"
     read -r -a extra <<<"${CALLGRIND_ARGS:-}"
     start_prefix=(valgrind --tool=callgrind --instr-atstart=no "${extra[@]}" --callgrind-out-file="$out")
-    start "$run_dir/$scen" --config "$here/compare/bench.yaml" --threads 1 --grpc 0 \
+    start "$run_dir/$scen" --config "$CONFIG" --threads 1 --grpc 0 \
         --listen "127.0.0.1:$PORT" || { cat "$run_dir/$scen.err" >&2; exit 1; }
     url="http://127.0.0.1:$PORT/v1/auth/${scen%%_*}"
     # Warm-up, not counted: code translated by valgrind, lazy bindings resolved, buffers grown.

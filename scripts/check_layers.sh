@@ -34,6 +34,8 @@ TABLE='
 sluice          | sluice                                                              |
 types           | sluice                                                              |
 util            |                                                                     |
+trace           | util sluice                                                         |
+trace/otlp      | trace util sluice                                                   |
 algo            | sluice                                                              |
 backend         | algo sluice                                                         |
 backend/memory  | backend algo util sluice                                            |
@@ -41,18 +43,18 @@ backend/hybrid  | backend algo sluice                                           
 redis           | metrics util sluice                                                 |
 backend/redis   | redis backend/hybrid backend algo metrics util sluice               | backend/memory tests/support/redis_store
 rules           | backend util sluice                                                 | engine backend/memory cli
-engine          | rules backend algo util sluice                                      | backend/memory
+engine          | rules backend algo trace util sluice                                      | backend/memory
 headers         | engine rules util sluice                                            | backend/memory
 metrics         | util                                                                |
 stack           | backend/memory backend/hybrid backend/redis redis backend rules metrics util sluice |
 library         | stack backend/memory backend util sluice                            |
 http/transport  | util sluice                                                         |
-http            | http/transport engine rules headers metrics backend util sluice     | backend/memory
-rls             | engine rules headers metrics backend util sluice                    | backend/memory
+http            | http/transport engine rules headers metrics backend trace util sluice | backend/memory
+rls             | engine rules headers metrics backend trace util sluice              | backend/memory
 xds             | rls rules metrics util sluice                                       |
 cli/bench       | backend/memory backend/redis redis backend algo util sluice         |
 sim             | stack cli/bench backend/memory backend/redis redis backend rules algo util library sluice |
-cli             | http http/transport rls xds stack cli/bench sim library engine rules headers metrics backend util sluice |
+cli             | http http/transport rls xds stack cli/bench sim library engine rules headers metrics backend trace trace/otlp util sluice |
 tests/support   | sluice                                                              |
 tests/support/redis_store | tests/support backend/redis redis sluice                  |
 '
@@ -63,6 +65,8 @@ tests/support/redis_store | tests/support backend/redis redis sluice            
 #   library's classes). A row naming sluice links sluice_types; library has no headers, and a row
 #   naming it may link sluice_library, for sluice::Limiter (sim, cli).
 # - algo: the algorithms are pure functions of the public types. util: nothing of ours.
+# - trace: spans of sluice's work (OpenTelemetry's model), sampling and their bounded queue;
+#   knows nothing of rate limits. trace/otlp: their OTLP exporter (gRPC, HTTP/protobuf), for cli.
 # - backend: the Backend interface, the Failover wrapper (the failure policy), the ids of limits'
 #   states, reset epochs, the ticker and held denials (rules shared by the over-limit cache and
 #   the memory store's kept denials); never an implementation of itself.
@@ -110,7 +114,8 @@ EXCEPTIONS='
 KIT=tests/support
 
 # First path components of third-party headers (not checked), and whole names without one.
-THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy ratelimit grpc CLI boost simdjson'
+THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy ratelimit grpc CLI boost simdjson
+  opentelemetry'
 THIRD_PARTY_FILES='xxhash.h'
 
 declare -A allowed test_allowed excepted

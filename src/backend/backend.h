@@ -89,6 +89,9 @@ struct Outcome {
   // Decided by Failover's policy because the backend behind it failed: each item as its
   // on_failure says.
   bool fell_back = false;
+  // Answered in this process by a wrapper in front of the store ("lease", "copy",
+  // "over_limit_cache": a decision's trace says so); null: by the backend itself.
+  const char* answered_by = nullptr;
 };
 
 class Backend {
@@ -141,6 +144,9 @@ class Backend {
 
   // Whether every call completes before it returns (then a caller may wait for it inline).
   virtual bool answers_inline() const { return false; }
+  // What decides, as traces name a backend call's span ("memory", "redis"; a wrapper: what it
+  // wraps).
+  virtual std::string_view name() const { return "backend"; }
 
   // Whether decisions work now (readiness); a backend in this process is always up.
   virtual Health GetHealth() { return {}; }
@@ -166,6 +172,7 @@ class Wrapper : public Backend {
   }
   void ReadResetEpoch(EpochDone done) override { inner_->ReadResetEpoch(std::move(done)); }
   Health GetHealth() override { return inner_->GetHealth(); }
+  std::string_view name() const override { return inner_->name(); }
 
  protected:
   // Resets `items` on `inner`, then runs `forget` with their states' keys (StateKey), to drop

@@ -38,6 +38,7 @@ class Failover final : public Backend {
     primary_->Reset(items, std::move(done));
   }
   bool answers_inline() const override { return primary_->answers_inline(); }
+  std::string_view name() const override { return primary_->name(); }
   Health GetHealth() override { return primary_->GetHealth(); }
 
   // Items answered by each policy since start (a request counts once per item).

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "cli/envoy_env_reader.h"
+#include "cli/serve_tracing.h"
 #include "fmt/format.h"
 
 namespace sluice::cli {
@@ -461,6 +462,42 @@ void ReadPrometheus(EnvReader& r, EnvoyEnv& out) {
                     out.prometheus_listen, out.prometheus_path));
 }
 
+// Tracing as upstream's TRACING_* configure it (its defaults: service RateLimit, protocol http,
+// sampling rate 1), to the collector OTEL_EXPORTER_OTLP_ENDPOINT names (OpenTelemetry's variable;
+// Envoy Gateway sets it to http://HOST:PORT). A rate is clamped to [0, 1], as OpenTelemetry's
+// ratio sampler takes it.
+void ReadTracing(EnvReader& r, rules::Settings& s) {
+  rules::TracingSettings& t = s.tracing;
+  t.enabled = r.Bool("TRACING_ENABLED", false);
+  t.service_name = r.GetOr("TRACING_SERVICE_NAME", "RateLimit");
+  t.service_namespace = r.GetOr("TRACING_SERVICE_NAMESPACE", "");
+  t.service_instance_id = r.GetOr("TRACING_SERVICE_INSTANCE_ID", "");
+  t.protocol = r.GetOr("TRACING_EXPORTER_PROTOCOL", "http");
+  if (t.protocol != "http" && t.protocol != "grpc") {
+    r.Say(Level::kError, "TRACING_EXPORTER_PROTOCOL",
+          fmt::format("'{}' is not http or grpc", t.protocol));
+  }
+  if (auto rate = r.Get("TRACING_SAMPLING_RATE")) {
+    char* end = nullptr;
+    const double value = std::strtod(rate->c_str(), &end);
+    if (end != rate->c_str() + rate->size() || std::isnan(value)) {
+      r.Say(Level::kError, "TRACING_SAMPLING_RATE", fmt::format("'{}' is not a number", *rate));
+    } else {
+      t.sampling_rate = std::clamp(value, 0.0, 1.0);
+    }
+  }
+  t.endpoint = r.GetOr("OTEL_EXPORTER_OTLP_ENDPOINT", "");
+  if (!t.enabled) return;
+  const trace::otlp::ExporterOptions options = ExporterOptionsFrom(t);
+  if (absl::Status s = CheckTracing(t); !s.ok()) {
+    r.Say(Level::kError, "OTEL_EXPORTER_OTLP_ENDPOINT", std::string(s.message()));
+    return;
+  }
+  r.Say(Level::kInfo, "TRACING_ENABLED",
+        fmt::format("traces to {} over OTLP/{} (sampling rate {}, service {})", options.endpoint,
+                    t.protocol, t.sampling_rate, t.service_name));
+}
+
 void ReadStats(EnvReader& r, const std::map<std::string, std::string>& /*env*/, EnvoyEnv& out) {
   rules::Settings& s = *out.load.settings;
   // Stats and tracing: what sluice has instead.
@@ -470,7 +507,7 @@ void ReadStats(EnvReader& r, const std::map<std::string, std::string>& /*env*/, 
                 "not supported: sluice's metrics are on the admin port's /metrics");
   r.Unsupported("USE_DOG_STATSD", false, Level::kWarning, "not supported: sluice sends no statsd");
   ReadPrometheus(r, out);
-  r.Unsupported("TRACING_ENABLED", false, Level::kWarning, "not supported: sluice does no tracing");
+  ReadTracing(r, s);
 }
 
 }  // namespace

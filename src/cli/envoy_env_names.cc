@@ -46,11 +46,6 @@ constexpr Note kWithoutDecisions[] = {
     {"EXTRA_TAGS", "sluice sends no statsd; add labels when scraping /metrics"},
     {"PROMETHEUS_MAPPER_YAML", "sluice's metric names are its own (docs/operations.md)"},
     {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "sluice's histograms are in seconds"},
-    {"TRACING_SERVICE_NAME", "sluice does no tracing"},
-    {"TRACING_SERVICE_NAMESPACE", "sluice does no tracing"},
-    {"TRACING_SERVICE_INSTANCE_ID", "sluice does no tracing"},
-    {"TRACING_EXPORTER_PROTOCOL", "sluice does no tracing"},
-    {"TRACING_SAMPLING_RATE", "sluice does no tracing"},
     {"GRPC_MAX_CONNECTION_AGE", "sluice keeps a gRPC connection until the client closes it"},
     {"GRPC_MAX_CONNECTION_AGE_GRACE", "sluice keeps a gRPC connection until the client closes it"},
 };
@@ -132,8 +127,9 @@ void EnvReader::NameTheRest() {
     if (value.empty()) continue;
     if (name.starts_with("DOG_STATSD_MOGRIFIER_")) {
       Say(Level::kWarning, name, "not supported: sluice sends no statsd");
-    } else if (name.starts_with("OTEL_EXPORTER_OTLP_")) {
-      Say(Level::kWarning, name, "not supported: sluice does no tracing");
+    } else if (name.starts_with("OTEL_EXPORTER_OTLP_") && !handled_.contains(name)) {
+      Say(Level::kWarning, name,
+          "not supported: sluice's exporter reads OTEL_EXPORTER_OTLP_ENDPOINT alone");
     }
   }
 }

@@ -534,19 +534,68 @@ TEST(EnvoyEnvTest, UnsupportedVariablesThatChangeNoDecisionAreWarnings) {
   Env env = Deployment();
   env["USE_STATSD"] = "true";
   env["STATSD_HOST"] = "statsd";
-  env["TRACING_ENABLED"] = "true";
   env["LOG_FORMAT"] = "json";
   env["DOG_STATSD_MOGRIFIER_HITS_PATTERN"] = "x";
   const EnvoyEnv result = ReadEnvoyEnv(env);
   EXPECT_TRUE(result.ok()) << All(result);
-  for (const char* name : {"USE_STATSD", "STATSD_HOST", "TRACING_ENABLED", "LOG_FORMAT",
-                           "DOG_STATSD_MOGRIFIER_HITS_PATTERN"}) {
+  for (const char* name :
+       {"USE_STATSD", "STATSD_HOST", "LOG_FORMAT", "DOG_STATSD_MOGRIFIER_HITS_PATTERN"}) {
     EXPECT_THAT(Said(result, name, Level::kWarning), ::testing::SizeIs(1)) << name;
   }
   // USE_STATSD is on by default upstream: unset, it is not worth a warning every start.
   EXPECT_THAT(
       Said(ReadEnvoyEnv(With(Deployment(), "USE_STATSD", "")), "USE_STATSD", Level::kWarning),
       IsEmpty());
+}
+
+// Envoy Gateway's tracing variables (internal/infrastructure/kubernetes/ratelimit: its sample
+// rate in percent over 100, with one decimal; the collector as http://HOST:PORT).
+TEST(EnvoyEnvTest, TracingIsConfiguredAsUpstreamAndEnvoyGatewayConfigureIt) {
+  const rules::TracingSettings off = ReadEnvoyEnv(Deployment()).load.settings->tracing;
+  EXPECT_FALSE(off.enabled);
+  EXPECT_EQ(off.service_name, "RateLimit");  // upstream's default name
+  EXPECT_EQ(off.protocol, "http");
+  EXPECT_EQ(off.sampling_rate, 1.0);
+  Env env = Deployment();
+  env["TRACING_ENABLED"] = "true";
+  env["TRACING_SERVICE_NAME"] = "envoy-ratelimit";
+  env["TRACING_SERVICE_NAMESPACE"] = "envoy-gateway-system";
+  env["TRACING_SERVICE_INSTANCE_ID"] = "envoy-ratelimit-5d9f8-abcde";
+  env["TRACING_SAMPLING_RATE"] = "0.5";
+  env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://otel-svc.observability.svc.cluster.local:4318";
+  EnvoyEnv result = ReadEnvoyEnv(env);
+  EXPECT_TRUE(result.ok()) << All(result);
+  const rules::TracingSettings& t = result.load.settings->tracing;
+  EXPECT_TRUE(t.enabled);
+  EXPECT_EQ(t.service_name, "envoy-ratelimit");
+  EXPECT_EQ(t.service_namespace, "envoy-gateway-system");
+  EXPECT_EQ(t.service_instance_id, "envoy-ratelimit-5d9f8-abcde");
+  EXPECT_EQ(t.sampling_rate, 0.5);
+  EXPECT_EQ(t.endpoint, "http://otel-svc.observability.svc.cluster.local:4318");
+  EXPECT_THAT(Said(result, "TRACING_ENABLED", Level::kInfo),
+              ElementsAre(HasSubstr("http://otel-svc.observability.svc.cluster.local:4318")));
+  EXPECT_THAT(Said(result, "OTEL_EXPORTER_OTLP_ENDPOINT", Level::kWarning), IsEmpty());
+  // The exporter's other OpenTelemetry variables are not read: a warning each.
+  EXPECT_THAT(Said(ReadEnvoyEnv(With(env, "OTEL_EXPORTER_OTLP_HEADERS", "api-key=x")),
+                   "OTEL_EXPORTER_OTLP_HEADERS", Level::kWarning),
+              ElementsAre(HasSubstr("OTEL_EXPORTER_OTLP_ENDPOINT alone")));
+  // A rate past 1 samples everything (OpenTelemetry's ratio sampler); grpc is the other protocol.
+  env["TRACING_SAMPLING_RATE"] = "3";
+  env["TRACING_EXPORTER_PROTOCOL"] = "grpc";
+  env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "otel:4317";
+  result = ReadEnvoyEnv(env);
+  EXPECT_TRUE(result.ok()) << All(result);
+  EXPECT_EQ(result.load.settings->tracing.sampling_rate, 1.0);
+  EXPECT_EQ(result.load.settings->tracing.protocol, "grpc");
+  // What cannot be used is an error naming the variable.
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"TRACING_EXPORTER_PROTOCOL", "udp"},
+                                                        {"TRACING_SAMPLING_RATE", "half"},
+                                                        {"OTEL_EXPORTER_OTLP_ENDPOINT", "otel"}}) {
+    const EnvoyEnv bad = ReadEnvoyEnv(With(env, name, value));
+    EXPECT_FALSE(bad.ok()) << name;
+    EXPECT_THAT(Said(bad, name, Level::kError), ::testing::SizeIs(1)) << name;
+  }
 }
 
 TEST(EnvoyEnvTest, IrrelevantVariablesAreInfo) {

@@ -5,6 +5,7 @@
 
 #include "cli/replay.h"
 #include "cli/serve_tls.h"
+#include "cli/serve_tracing.h"
 #include "engine/descriptor_text.h"
 #include "engine/explain.h"
 #include "fmt/format.h"
@@ -32,6 +33,10 @@ int RunCheckConfig(const std::vector<std::string>& paths, std::ostream& out) {
   }
   for (rules::ConfigError& e : CheckListenerTls(result.config->settings)) {
     refused.push_back(std::move(e));
+  }
+  const rules::TracingSettings& tracing = result.config->settings.tracing;
+  if (absl::Status s = CheckTracing(tracing); !s.ok()) {
+    refused.push_back({tracing.endpoint_at, fmt::format("tracing: {}", std::string(s.message()))});
   }
   if (!refused.empty()) {
     for (const auto& e : refused) out << e.ToString() << "\n";

@@ -20,6 +20,7 @@
 #include "cli/envoy_env.h"
 #include "cli/rls_json_endpoint.h"
 #include "cli/serve_tls.h"
+#include "cli/serve_tracing.h"
 #include "engine/configured_limits.h"
 #include "engine/engine.h"
 #include "engine/holds.h"
@@ -312,7 +313,7 @@ bool GrpcOn(const std::string& address) { return !address.empty() && address != 
 absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(
     const std::string& address, const rules::Settings& settings,
     std::function<bool()> backend_serving, rules::ConfigManager& manager, engine::Engine& engine,
-    http::Service& service, const ServeTls& tls) {
+    http::Service& service, const ServeTls& tls, trace::Tracer* tracer) {
   if (!GrpcOn(address)) return nullptr;
   return rls::GrpcServer::Start(
       {.address = address,
@@ -322,7 +323,8 @@ absl::StatusOr<std::unique_ptr<rls::GrpcServer>> StartGrpc(
        .on_decision = [&service](std::string_view domain, const engine::Response& decision,
                                  int64_t us) { service.RecordDecision(domain, decision, us); },
        .threads = settings.grpc_threads,
-       .tls = tls.grpc_files()},
+       .tls = tls.grpc_files(),
+       .tracer = tracer},
       &manager, &engine, SystemClock::Get());
 }
 
@@ -506,6 +508,12 @@ int RunServe(const ServeFlags& flags) {
   service.SetReservations(&(*backends)->reservations());
   service.SetJsonEndpoint(RlsJsonEndpoint());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
+  // Traces (tracing.enabled): spans of the requests served, exported over OTLP until after the
+  // servers have stopped.
+  auto tracing = Tracing::Start(settings.tracing, clock);
+  if (!tracing.ok()) return fail("tracing: ", tracing.status());
+  trace::Tracer* const tracer = *tracing != nullptr ? (*tracing)->tracer() : nullptr;
+  service.SetTracer(tracer);
   auto tls = ServeTls::Load(settings, GrpcOn(grpc));
   if (!tls.ok()) return fail("", tls.status());
   http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
@@ -515,9 +523,15 @@ int RunServe(const ServeFlags& flags) {
       !s.ok()) {
     return fail("metrics: ", s);
   }
+  if (*tracing != nullptr) {
+    if (auto s = (*tracing)->RegisterMetrics(observability.registry); !s.ok()) {
+      return fail("metrics: ", s);
+    }
+  }
   const auto ports = ListenHttp(server, service, listen, admin, **tls, source);
   if (!ports.ok()) return fail("", ports.status());
-  auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls);
+  auto started =
+      StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls, tracer);
   if (!started.ok()) return fail("", started.status());
   const std::unique_ptr<rls::GrpcServer> grpc_server = *std::move(started);
   if (auto s = manager.StartWatching(); !s.ok()) {
@@ -549,6 +563,7 @@ int RunServe(const ServeFlags& flags) {
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   ShutdownGrpc(grpc_server.get(), shutdown_deadline_us.load(), clock);
   if (xds_client) xds_client->Stop();
+  if (*tracing != nullptr) (*tracing)->Stop();  // the last spans
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));
   manager.StopWatching();

@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/decision_trace.h"
 #include "engine/state_key.h"
 #include "engine/top_keys.h"
 #include "fmt/format.h"
@@ -463,6 +464,7 @@ struct Engine::AsyncCall {
   int64_t now_us = 0;
   Done done;
   Refundable* consumed = nullptr;
+  std::unique_ptr<DecisionTrace> trace;  // when the caller's request is traced
 };
 
 void Engine::RequireInline() const {
@@ -475,12 +477,13 @@ void Engine::RequireInline() const {
 
 inline void Engine::DecideInline(const rules::Config& config, std::span<const Request> requests,
                                  std::span<Response> responses, Batch& batch, int64_t now_us,
-                                 Refundable* consumed) {
+                                 Refundable* consumed, DecisionTrace* traced) {
   RequireInline();
   absl::InlinedVector<Decision, 8> decisions(batch.items.size());
   const backend::Outcome outcome =
       backend_->DecideNow(std::span(batch.items.data(), batch.items.size()), now_us,
                           std::span(decisions.data(), decisions.size()));
+  if (traced != nullptr) traced->Answered(outcome);
   const std::span<const Decision> decided(decisions.data(), decisions.size());
   if (outcome.status.ok() && !outcome.fell_back) {  // the usual case, inline
     SettleDecided(config, responses, batch, decided, outcome, now_us, consumed);
@@ -512,7 +515,14 @@ void Engine::CheckAll(const rules::Config& config, std::span<const Request> requ
     const std::shared_ptr<const rules::OverrideSet> overrides = overrides_->Current();
     batch.Build(config, overrides.get(), now_us, requests, responses);
   }
-  DecideInline(config, requests, responses, batch, now_us, consumed);
+  if (trace::CurrentSpan::Get() == nullptr) {  // the usual case: not traced
+    DecideInline(config, requests, responses, batch, now_us, consumed);
+  } else {
+    const std::unique_ptr<DecisionTrace> traced =
+        DecisionTrace::Start(*backend_, batch.items.size());
+    DecideInline(config, requests, responses, batch, now_us, consumed, traced.get());
+    traced->Finish(requests, responses);
+  }
   if (top_keys_ != nullptr) Observe(requests, batch, now_us);
 }
 
@@ -608,18 +618,22 @@ void Engine::CheckAllAsync(std::shared_ptr<const rules::Config> config,
   call->consumed = consumed;
   call->batch.Build(*call->config, CurrentOverrides().get(), now_us, call->requests,
                     std::span(call->responses));
+  call->trace = DecisionTrace::Start(*backend_, call->batch.items.size());
   if (call->batch.items.empty()) {
     Conclude(*call->config, std::span(call->responses), true);
+    if (call->trace) call->trace->Finish(call->requests, call->responses);
     return call->done(std::move(call->responses));
   }
   call->decisions.resize(call->batch.items.size());
   backend_->Decide(std::span(call->batch.items.data(), call->batch.items.size()), now_us,
                    std::span(call->decisions.data(), call->decisions.size()),
                    [this, call](const backend::Outcome& outcome) {
+                     if (call->trace) call->trace->Answered(outcome);
                      Settle(*call->config, call->requests, std::span(call->responses), call->batch,
                             std::span(call->decisions.data(), call->decisions.size()), outcome,
                             call->now_us, call->consumed);
                      if (top_keys_ != nullptr) Observe(call->requests, call->batch, call->now_us);
+                     if (call->trace) call->trace->Finish(call->requests, call->responses);
                      call->done(std::move(call->responses));
                    });
 }

@@ -32,7 +32,8 @@ namespace sluice::engine {
 
 using rules::Entry;
 
-class TopKeys;  // engine/top_keys.h
+class TopKeys;        // engine/top_keys.h
+class DecisionTrace;  // engine/decision_trace.h
 
 // A limit sent with the request instead of the configured ones (RLS RateLimitOverride):
 // requests_per_unit per unit, an epoch-aligned fixed window, as envoyproxy/ratelimit does.
@@ -225,9 +226,10 @@ class Engine {
   // Dies unless the backend answers inline (the synchronous calls).
   void RequireInline() const;
   // Decides `batch` (built from `requests` into `responses`) on the backend, inline.
+  // `traced`: the decision's spans, when its caller's request is traced.
   void DecideInline(const rules::Config& config, std::span<const Request> requests,
                     std::span<Response> responses, Batch& batch, int64_t now_us,
-                    Refundable* consumed);
+                    Refundable* consumed, DecisionTrace* traced = nullptr);
   // With the backend's `outcome` and `decisions` for `batch`: the responses' decisions, each
   // request's backend state, the verdict; what was consumed into `consumed`, or given back when
   // every quota of a request was spent.

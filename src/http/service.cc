@@ -66,19 +66,52 @@ bool Service::StreamsBody(const HttpRequest& header) const {
       path);
 }
 
+std::shared_ptr<trace::Span> Service::StartRequestSpan(const HttpRequest& request) const {
+  const auto field = [&request](std::string_view name) {
+    const auto it = request.find(boost::beast::string_view(name.data(), name.size()));
+    return it == request.end() ? std::string_view()
+                               : std::string_view(it->value().data(), it->value().size());
+  };
+  // Not sampled (the usual case at a low rate): nothing more is looked at or built.
+  const std::optional<trace::Tracer::SampledTrace> sampled = tracer_->Sample(field("traceparent"));
+  if (!sampled) return nullptr;
+  const std::string_view path = PathOf(request);
+  const std::string_view method(request.method_string().data(), request.method_string().size());
+  // "METHOD ROUTE" for sluice's own endpoints; a proxied path may name a customer, so its span
+  // is named by the method alone (OpenTelemetry's rule when there is no route template).
+  const bool own = OwnPath(path);
+  const std::string_view route = !own ? "" : path.starts_with("/v1/auth") ? "/v1/auth" : path;
+  std::string name(method);
+  if (!route.empty()) name.append(" ").append(route);
+  std::shared_ptr<trace::Span> span =
+      tracer_->StartRequest(std::move(name), trace::SpanKind::kServer, *sampled,
+                            sampled->parent ? field("tracestate") : std::string_view());
+  span->Set("http.request.method", std::string(method));
+  if (!route.empty()) span->Set("http.route", std::string(route));
+  if (span->record_keys()) span->Set("url.path", std::string(path));
+  return span;
+}
+
 void Service::HandleData(HttpRequest& request, const std::string& peer, HttpResponse& response,
                          Deferral& deferral) {
+  // Traced: the answers sent later are on the span through CurrentSpan::Shared() (the proxy's
+  // call, AnswerMaybeLater's).
+  std::shared_ptr<trace::Span> span = tracer_ != nullptr ? StartRequestSpan(request) : nullptr;
+  const trace::CurrentSpan scope(span.get());
   const std::string_view path = PathOf(request);
+  std::shared_ptr<const rules::Config> config;
   if (!OwnPath(path)) {
-    std::shared_ptr<const rules::Config> config = config_->Current();
-    if (config->proxy_domain != nullptr) {
-      Proxy(request, peer, response, deferral, std::move(config));
-      if (!deferral.taken()) CountResponse(response);  // else counted when sent
-      return;
-    }
+    config = config_->Current();
+    if (config->proxy_domain == nullptr) config.reset();
   }
-  Route(request, peer, response, deferral);
-  if (!deferral.taken()) CountResponse(response);  // else counted when sent
+  if (config != nullptr) {
+    Proxy(request, peer, response, deferral, std::move(config));
+  } else {
+    Route(request, peer, response, deferral);
+  }
+  if (deferral.taken()) return;  // counted (and put on the span) when sent
+  CountResponse(response);
+  if (span != nullptr) SpanAnswered(*span, response);
 }
 
 void Service::CountStatus(unsigned code) {  // below 1000 (Beast keeps a status there)
@@ -110,8 +143,10 @@ void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
     bool returned ABSL_GUARDED_BY(mu) = false;              // decide() returned without an answer
     std::optional<HttpResponse> early ABSL_GUARDED_BY(mu);  // the answer, when it came before that
     Responder responder ABSL_GUARDED_BY(mu);
+    std::shared_ptr<trace::Span> span;  // the request's, when it is traced
   };
   auto later = std::make_shared<Later>();
+  later->span = trace::CurrentSpan::Shared();
   decide([this, later](HttpResponse answer) {
     absl::ReleasableMutexLock lock(&later->mu);
     if (!later->returned) {
@@ -121,6 +156,10 @@ void Service::AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
     Responder responder = std::move(later->responder);
     lock.Release();
     CountResponse(answer);
+    if (later->span != nullptr) {
+      SpanAnswered(*later->span, answer);
+      later->span->End();
+    }
     responder.Send(std::move(answer));
   });
   absl::MutexLock lock(&later->mu);

@@ -39,6 +39,7 @@
 #include "rules/admin_access.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
+#include "trace/tracer.h"
 
 namespace sluice::http {
 
@@ -58,6 +59,12 @@ class Service {
   // Serves POST /v1/report, /v1/reserve and /v1/settle with `reservations` (not owned; where
   // reservations wait to be settled). Call before serving; without it, they are not found.
   void SetReservations(backend::Reservations* reservations) { reservations_ = reservations; }
+
+  // Traces the data plane's requests with `tracer` (not owned; null, the default: none): a span
+  // per request, a child of its `traceparent` header, with the decision's spans below it and, in
+  // reverse proxy mode, the upstream call's (whose request carries this trace on). Call before
+  // serving.
+  void SetTracer(trace::Tracer* tracer) { tracer_ = tracer; }
 
   // Serves /v1/overrides from `book` (not owned; the engine's, which must be set on it too).
   // Call before serving; without one, /v1/overrides is not found.
@@ -119,6 +126,8 @@ class Service {
   void AnswerMaybeLater(HttpResponse& response, Deferral& deferral,
                         absl::FunctionRef<void(Send)> decide);
   void CountResponse(const HttpResponse& response) { CountStatus(response.result_int()); }
+  // The span of a data-plane request, or null when it is not traced (service.cc).
+  std::shared_ptr<trace::Span> StartRequestSpan(const HttpRequest& request) const;
   void Readyz(HttpResponse& response);
   void RenderMetrics(HttpResponse& response);
 
@@ -152,6 +161,9 @@ class Service {
   void Proxy(HttpRequest& request, const std::string& peer, HttpResponse& response,
              Deferral& deferral, std::shared_ptr<const rules::Config> config);
   void ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided);
+  // Answers a proxied request that is not forwarded (denied, refused, cancelled): counted, on its
+  // span, sent.
+  void SendProxyAnswer(ProxyCall& call, HttpResponse response);
   // Admitted by the rates: takes the concurrency limits' holds (if any apply), then shapes or
   // forwards; a refused hold answers 429 and gives back what the request consumed.
   void ProxyAdmitted(std::shared_ptr<ProxyCall> call, engine::Response decision);
@@ -206,6 +218,7 @@ class Service {
   const Clock* clock_;
   const std::vector<rules::AdminToken> admin_tokens_;
   rules::OverrideBook* override_book_ = nullptr;
+  trace::Tracer* tracer_ = nullptr;
   backend::Holds* holds_ = nullptr;
   backend::Reservations* reservations_ = nullptr;
   metrics::Registry* registry_ = nullptr;

@@ -60,4 +60,9 @@ std::optional<std::string> QueryParam(const HttpRequest& request, std::string_vi
   return std::nullopt;
 }
 
+void SpanAnswered(trace::Span& span, const HttpResponse& response) {
+  span.Set("http.response.status_code", static_cast<int64_t>(response.result_int()));
+  if (response.result_int() >= 500) span.SetError(std::string(response.reason()));
+}
+
 }  // namespace sluice::http

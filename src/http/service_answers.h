@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "http/transport/server.h"
+#include "trace/tracer.h"
 
 namespace sluice::http {
 
@@ -23,6 +24,9 @@ std::optional<std::string> QueryParam(const HttpRequest& request, std::string_vi
 
 // 405 naming the methods `allowed` ("GET, DELETE").
 void MethodNotAllowed(HttpResponse& response, const char* allowed);
+
+// The answer's status on its request's span (a 5xx is the span's error; a 4xx is the client's).
+void SpanAnswered(trace::Span& span, const HttpResponse& response);
 
 }  // namespace sluice::http
 

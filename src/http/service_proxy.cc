@@ -57,7 +57,9 @@ struct Service::ProxyCall {
   bool client_left = false;  // the client left while the upstream worked (its exchange ended)
   std::shared_ptr<const engine::HoldTargets> hold_targets;  // null: no concurrency limit applies
   std::shared_ptr<HeldSlots> held;
-  std::vector<RouteChecks::Costed> costed;  // descriptors with a `cost:` (into `config`)
+  std::vector<RouteChecks::Costed> costed;     // descriptors with a `cost:` (into `config`)
+  std::shared_ptr<trace::Span> span;           // the request's, when it is traced
+  std::shared_ptr<trace::Span> upstream_span;  // its upstream call's
 };
 
 // A proxied request's reserved costs, settled from its answer (a rate_limits entry's
@@ -181,6 +183,7 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
   call->section = section;
   call->target = {.host = section->upstream_host, .port = section->upstream_port};
   call->executor = deferral.executor();
+  call->span = trace::CurrentSpan::Shared();
   call->request = std::move(request);
   call->body = deferral.body();
   PrepareUpstreamRequest(call->request, peer);
@@ -215,11 +218,14 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
       });
 }
 
+void Service::SendProxyAnswer(ProxyCall& call, HttpResponse response) {
+  CountResponse(response);
+  if (call.span != nullptr) SpanAnswered(*call.span, response);
+  call.responder.Send(std::move(response));
+}
+
 void Service::ProxyDecided(std::shared_ptr<ProxyCall> call, RouteDecision decided) {
-  const auto answer = [&](HttpResponse response) {
-    CountResponse(response);
-    call->responder.Send(std::move(response));
-  };
+  const auto answer = [&](HttpResponse response) { SendProxyAnswer(*call, std::move(response)); };
   if (!decided.combined().allowed) {
     CountProxy("denied");
     HttpResponse response;
@@ -267,17 +273,13 @@ void Service::ProxyAdmitted(std::shared_ptr<ProxyCall> call, engine::Response de
             body += '}';
             SetJson(response, beast_http::status::too_many_requests, std::move(body));
           }
-          CountResponse(response);
-          call->responder.Send(std::move(response));
+          SendProxyAnswer(*call, std::move(response));
         });
       });
 }
 
 void Service::ProxyHeld(std::shared_ptr<ProxyCall> call, engine::Response decision) {
-  const auto answer = [&](HttpResponse response) {
-    CountResponse(response);
-    call->responder.Send(std::move(response));
-  };
+  const auto answer = [&](HttpResponse response) { SendProxyAnswer(*call, std::move(response)); };
   int64_t delay_us = 0;
   for (const auto& d : decision.descriptors) {
     for (const auto& limit : d.limits) delay_us = std::max(delay_us, limit.decision.delay_us);
@@ -326,8 +328,7 @@ void Service::ProxyHeld(std::shared_ptr<ProxyCall> call, engine::Response decisi
       engine_.Refund(call->consumed, clock_->NowMicros());
       CountProxy("cancelled");
       HttpResponse response = ShuttingDown();
-      CountResponse(response);
-      return call->responder.Send(std::move(response));
+      return SendProxyAnswer(*call, std::move(response));
     }
     Forward(std::move(call));
   });
@@ -369,6 +370,18 @@ void Service::Forward(std::shared_ptr<ProxyCall> call) {
   const auto timeout = std::chrono::milliseconds(
       std::max<int64_t>(1, call->config->settings.upstream_timeout_us / 1000));
   HttpRequest request = std::move(call->request);
+  if (call->span != nullptr) {
+    // The upstream continues this trace, as a child of the call's span.
+    call->upstream_span = call->span->StartChild(
+        std::string(request.method_string().data(), request.method_string().size()),
+        trace::SpanKind::kClient);
+    call->upstream_span->Set("server.address", call->target.host);
+    call->upstream_span->Set("server.port", static_cast<int64_t>(call->target.port));
+    request.set("traceparent", call->upstream_span->TraceParent());
+    if (!call->upstream_span->trace_state().empty()) {
+      request.set("tracestate", call->upstream_span->trace_state());
+    }
+  }
   const boost::asio::any_io_executor executor = call->executor;
   UpstreamTarget target = call->target;
   std::shared_ptr<BodyReader> body = std::move(call->body);
@@ -415,6 +428,19 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
       CountProxy(call->client_left ? "client_gone" : "cancelled");
       break;
   }
+  if (call->upstream_span != nullptr) {
+    trace::Span& span = *call->upstream_span;
+    if (result.outcome == UpstreamOutcome::kOk) {
+      span.Set("http.response.status_code", static_cast<int64_t>(result.response.result_int()));
+      if (result.response.result_int() >= 500) span.SetError("upstream answered 5xx");
+    } else {
+      span.SetError(result.outcome == UpstreamOutcome::kTimeout        ? "timeout"
+                    : result.outcome == UpstreamOutcome::kConnectError ? "connect error"
+                    : result.outcome == UpstreamOutcome::kCancelled    ? "cancelled"
+                                                                       : "upstream error");
+    }
+    span.End();
+  }
   if (refund && !call->consumed.items.empty()) {
     engine_.Refund(call->consumed, clock_->NowMicros());
     if (metrics_ != nullptr) metrics_->proxy_refunds->Inc();
@@ -439,6 +465,7 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   }
   AddRateLimitHeaders(*call->config, call->decision, result.response);
   CountResponse(result.response);
+  if (call->span != nullptr) SpanAnswered(*call->span, result.response);
   if (result.body == nullptr) return call->responder.Send(std::move(result.response));
   const std::optional<uint64_t> content_length = result.body->content_length();
   metrics::Family<metrics::Counter>* cut =

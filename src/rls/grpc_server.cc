@@ -40,11 +40,51 @@ class RateLimitDecider {
 
   RateLimitDecider(rules::ConfigManager* config, engine::Engine* engine,
                    const GrpcServer::Options& options, const Clock* clock)
-      : config_(config), engine_(*engine), clock_(clock), on_decision_(options.on_decision) {}
+      : config_(config),
+        engine_(*engine),
+        clock_(clock),
+        on_decision_(options.on_decision),
+        tracer_(options.tracer) {}
 
   // `request` must live until `done` has run; `done` runs once, now (memory) or from the
-  // backend's thread (Redis).
-  void Decide(const RateLimitRequest& request, Done done) {
+  // backend's thread (Redis). `context`: the call's, for its trace context metadata.
+  void Decide(const RateLimitRequest& request, const ::grpc::ServerContextBase& context,
+              Done done) {
+    std::shared_ptr<trace::Span> span;
+    if (tracer_ != nullptr) {
+      span = tracer_->StartRequest(kShouldRateLimitSpan, trace::SpanKind::kServer,
+                                   MetadataValue(context, "traceparent"),
+                                   MetadataValue(context, "tracestate"));
+    }
+    if (span == nullptr) return DecideTraced(request, std::move(done));
+    span->Set("rpc.system", std::string("grpc"));
+    span->Set("rpc.service", std::string("envoy.service.ratelimit.v3.RateLimitService"));
+    span->Set("rpc.method", std::string("ShouldRateLimit"));
+    span->Set("sluice.domain", request.domain());
+    trace::CurrentSpan scope(span.get());
+    DecideTraced(request, [span, done = std::move(done)](absl::StatusOr<RateLimitResponse> answer) {
+      span->Set("rpc.grpc.status_code", static_cast<int64_t>(answer.status().code()));
+      if (!answer.ok()) span->SetError(std::string(answer.status().message()));
+      span->End();
+      done(std::move(answer));
+    });
+  }
+
+ private:
+  static constexpr char kShouldRateLimitSpan[] =
+      "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+  // A metadata value, or "" (the first of its key; gRPC keeps keys in lowercase).
+  static std::string_view MetadataValue(const ::grpc::ServerContextBase& context,
+                                        std::string_view key) {
+    const auto& metadata = context.client_metadata();
+    const auto it = metadata.find(::grpc::string_ref(key.data(), key.size()));
+    if (it == metadata.end()) return {};
+    return std::string_view(it->second.data(), it->second.size());
+  }
+
+  // Decide's work, within the caller's span (if any).
+  void DecideTraced(const RateLimitRequest& request, Done done) {
     std::shared_ptr<const rules::Config> config = config_->Current();
     RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
     const int64_t start_us = clock_->NowMicros();
@@ -58,11 +98,11 @@ class RateLimitDecider {
                               std::move(done));
   }
 
- private:
   rules::ConfigManager* config_;
   engine::Engine& engine_;
   const Clock* clock_;
   const std::function<void(std::string_view, const engine::Response&, int64_t)> on_decision_;
+  trace::Tracer* const tracer_;
 };
 
 // Options::threads == 0.
@@ -76,11 +116,12 @@ class RateLimitHandler final
                                               RateLimitResponse* response) override {
     ::grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     // The reactor, `request` and `response` live until Finish.
-    decider_->Decide(*request, [reactor, response](absl::StatusOr<RateLimitResponse> answer) {
-      if (!answer.ok()) return reactor->Finish(ToGrpcStatus(answer.status()));
-      *response = *std::move(answer);
-      reactor->Finish(::grpc::Status::OK);
-    });
+    decider_->Decide(*request, *context,
+                     [reactor, response](absl::StatusOr<RateLimitResponse> answer) {
+                       if (!answer.ok()) return reactor->Finish(ToGrpcStatus(answer.status()));
+                       *response = *std::move(answer);
+                       reactor->Finish(::grpc::Status::OK);
+                     });
     return reactor;
   }
 
@@ -153,11 +194,13 @@ class AsyncRateLimit {
       finishing_ = true;
       // Answered now or from the backend's thread; Finish is safe from any thread, and `this`
       // may be deleted as soon as it is called.
-      owner_->decider_->Decide(request_, [this](absl::StatusOr<RateLimitResponse> answer) {
-        if (!answer.ok()) return responder_.FinishWithError(ToGrpcStatus(answer.status()), this);
-        response_ = *std::move(answer);
-        responder_.Finish(response_, ::grpc::Status::OK, this);
-      });
+      owner_->decider_->Decide(
+          request_, context_, [this](absl::StatusOr<RateLimitResponse> answer) {
+            if (!answer.ok())
+              return responder_.FinishWithError(ToGrpcStatus(answer.status()), this);
+            response_ = *std::move(answer);
+            responder_.Finish(response_, ::grpc::Status::OK, this);
+          });
     }
 
    private:

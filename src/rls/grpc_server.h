@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "rules/config_manager.h"
 #include "sluice/clock.h"
+#include "trace/tracer.h"
 
 namespace sluice::rls {
 
@@ -51,6 +52,9 @@ class GrpcServer {
       std::string cert_file, key_file, client_ca_file;
     };
     std::optional<Tls> tls = {};
+    // Traces ShouldRateLimit calls (a span per call, a child of the `traceparent` metadata Envoy
+    // sends, and the decision's below it); null: none. Not owned; must outlive the server.
+    trace::Tracer* tracer = nullptr;
   };
 
   // Binds and starts serving. Nothing is owned; `config`, `engine` (the process's one engine,

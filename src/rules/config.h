@@ -272,6 +272,24 @@ struct XdsSettings {
   Position at, ca_file_at, cert_file_at, key_file_at;
 };
 
+// `tracing:`: OpenTelemetry traces of the requests served, exported over OTLP (src/trace; what
+// each does: docs/operations.md, "Traces"). Read at start: a reload does not change them.
+struct TracingSettings {
+  bool enabled = false;
+  std::string protocol = "http";  // http (HTTP/protobuf) | grpc
+  std::string endpoint;           // empty: http://127.0.0.1:4318 (http) or 127.0.0.1:4317 (grpc)
+  double sampling_rate = 1.0;     // of the traces sluice starts; a caller's sampled flag wins
+  std::string service_name = "sluice";
+  std::string service_namespace;
+  std::string service_instance_id;  // empty: a random UUID at start
+  bool record_keys = false;         // the descriptors' entries as attributes
+  size_t queue_size = 2048;         // ended spans waiting for the exporter; more are dropped
+  size_t max_batch = 512;           // spans per export call
+  int64_t export_interval_us = 5000000;
+  int64_t export_timeout_us = 10000000;
+  Position endpoint_at;  // where the settings file says the endpoint (or `tracing:`), if it does
+};
+
 // Server-wide settings (the settings file, conventionally sluice.yaml; flags override).
 struct Settings {
   std::string file;                // where they came from; empty = defaults
@@ -364,6 +382,7 @@ struct Settings {
   std::string rls_limit_header = "RateLimit-Limit";
   std::string rls_remaining_header = "RateLimit-Remaining";
   std::string rls_reset_header = "RateLimit-Reset";
+  TracingSettings tracing;
 };
 
 struct Config {

@@ -120,6 +120,50 @@ void ParseGrpc(YamlReader& r, const yaml::Node& doc, Settings& s) {
   }
 }
 
+// tracing: {enabled, protocol, endpoint, sampling_rate, service_name, service_namespace,
+// service_instance_id, record_keys, queue_size, max_batch, export_interval, export_timeout}
+void ParseTracing(YamlReader& r, const yaml::Node& doc, Settings& s) {
+  const yaml::Node tracing = doc["tracing"];
+  if (!tracing.IsDefined() || tracing.IsNull()) return;
+  if (!r.CheckMap(tracing, "tracing",
+                  {"enabled", "protocol", "endpoint", "sampling_rate", "service_name",
+                   "service_namespace", "service_instance_id", "record_keys", "queue_size",
+                   "max_batch", "export_interval", "export_timeout"})) {
+    return;
+  }
+  TracingSettings& t = s.tracing;
+  t.endpoint_at = r.FieldPosition(doc, "tracing");
+  if (tracing["endpoint"].IsDefined()) t.endpoint_at = r.FieldPosition(tracing, "endpoint");
+  t.enabled = r.Bool(tracing, "enabled").value_or(t.enabled);
+  t.protocol = r.String(tracing, "protocol").value_or(t.protocol);
+  if (t.protocol != "http" && t.protocol != "grpc") {
+    r.Error(tracing["protocol"], "tracing.protocol must be http or grpc");
+  }
+  t.endpoint = r.String(tracing, "endpoint").value_or(t.endpoint);
+  t.sampling_rate =
+      r.Number(tracing, "sampling_rate", "tracing.sampling_rate", 0, 1).value_or(t.sampling_rate);
+  t.service_name = r.String(tracing, "service_name").value_or(t.service_name);
+  t.service_namespace = r.String(tracing, "service_namespace").value_or(t.service_namespace);
+  t.service_instance_id = r.String(tracing, "service_instance_id").value_or(t.service_instance_id);
+  t.record_keys = r.Bool(tracing, "record_keys").value_or(t.record_keys);
+  const auto at_least_one = [&](const char* key, size_t& field) {
+    if (const auto n = r.Unsigned(tracing, key, 1 << 20)) {
+      if (*n == 0) r.Error(tracing[key], fmt::format("tracing.{} must be at least 1", key));
+      field = *n;
+    }
+  };
+  at_least_one("queue_size", t.queue_size);
+  at_least_one("max_batch", t.max_batch);
+  const auto above_zero = [&](const char* key, int64_t& field) {
+    if (const auto d = r.Duration(tracing, key)) {
+      if (*d <= 0) r.Error(tracing[key], fmt::format("tracing.{} must be above 0", key));
+      field = *d;
+    }
+  };
+  above_zero("export_interval", t.export_interval_us);
+  above_zero("export_timeout", t.export_timeout_us);
+}
+
 // redis.tls: {ca_file, cert_file, key_file, server_name, skip_hostname_verification}
 void ParseRedisTls(YamlReader& r, const yaml::Node& redis, Settings& s) {
   const yaml::Node tls = redis["tls"];
@@ -469,7 +513,8 @@ Settings ParseSettings(YamlReader& r, const yaml::Node& doc) {
                    "rls",
                    "merge_domains",
                    "config_source",
-                   "state_dir"})) {
+                   "state_dir",
+                   "tracing"})) {
     return s;
   }
   // (In the order errors were always reported in.)
@@ -483,6 +528,7 @@ Settings ParseSettings(YamlReader& r, const yaml::Node& doc) {
   ParseHeaders(r, doc, s);
   ParseHttp(r, doc, s);
   ParseConfigSource(r, doc, s);
+  ParseTracing(r, doc, s);
   if (s.backend == "redis" && s.redis_url.empty() && s.redis_nodes.empty() && !s.redis_sentinel) {
     r.Error(doc["backend"], "backend redis needs redis.url, redis.nodes or redis.sentinel");
   }

@@ -7,7 +7,8 @@
 // Env: TLS_CA (PEM file): TLS, the server verified against it, with TLS_CERT and TLS_KEY (PEM
 //   files) as the client's certificate when set. AGAIN_WHEN (a path): after the first answer,
 //   waits (up to 20 s) until that file exists, then calls again on the same channel (the same
-//   connection) and prints the second answer too.
+//   connection) and prints the second answer too. TRACEPARENT (and TRACESTATE): sent as the
+//   call's metadata, as Envoy sends its trace context.
 
 'use strict';
 
@@ -30,8 +31,12 @@ const loaded = loadProtos(['envoy/service/ratelimit/v3/rls.proto'],
 const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(target, credentials);
 const request = {domain, descriptors: [{entries}], hits_addend: 1};
 
+const metadata = new grpc.Metadata();
+if (process.env.TRACEPARENT) metadata.set('traceparent', process.env.TRACEPARENT);
+if (process.env.TRACESTATE) metadata.set('tracestate', process.env.TRACESTATE);
+
 function call(then) {
-  rls.ShouldRateLimit(request, {deadline: Date.now() + 5000}, (error, response) => {
+  rls.ShouldRateLimit(request, metadata, {deadline: Date.now() + 5000}, (error, response) => {
     if (error) {
       console.log(grpc.status[error.code]);
     } else {

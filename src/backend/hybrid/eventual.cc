@@ -125,7 +125,10 @@ void Eventual::Decide(std::span<const Item> items, int64_t now_us, std::span<Dec
   }
   if (due) Sync();
   bool copied = false;
-  if (const auto outcome = TryLocal(items, mono, out, copied)) return done(*outcome);
+  if (auto outcome = TryLocal(items, mono, out, copied)) {
+    outcome->answered_by = "copy";
+    return done(*outcome);
+  }
   if (!copied && ToLeases(items, mono)) {
     leased_.fetch_add(1, std::memory_order_relaxed);
     return inner_->Decide(items, now_us, out, std::move(done));

@@ -119,7 +119,10 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
   }
   if (const auto at = TrySpend(items, mono, out)) {
     local_.fetch_add(1, std::memory_order_relaxed);
-    return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
+    return done({.status = absl::OkStatus(),
+                 .allowed = true,
+                 .decided_at_us = *at,
+                 .answered_by = "lease"});
   }
   // Leases for the items without enough units and none on its way. A request of one item whose
   // state has a lease call in flight waits for it (a hot key would otherwise send every request
@@ -154,7 +157,10 @@ void Leases::Decide(std::span<const Item> items, int64_t now_us, std::span<Decis
   if (take.empty()) {  // another request's lease came in between: its units may cover this one
     if (const auto at = TrySpend(items, mono, out)) {
       local_.fetch_add(1, std::memory_order_relaxed);
-      return done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
+      return done({.status = absl::OkStatus(),
+                   .allowed = true,
+                   .decided_at_us = *at,
+                   .answered_by = "lease"});
     }
     return inner_->Decide(items, now_us, out, std::move(done));
   }

@@ -81,7 +81,10 @@ bool OverLimitCache::AnswerFromCache(std::span<const Item> items, int64_t now_us
     out[i] = DenialAt(hits[i], mono, /*remaining=*/0);
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
-  done({.status = absl::OkStatus(), .allowed = false, .decided_at_us = now_us});
+  done({.status = absl::OkStatus(),
+        .allowed = false,
+        .decided_at_us = now_us,
+        .answered_by = "over_limit_cache"});
   return true;
 }
 

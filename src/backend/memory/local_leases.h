@@ -58,6 +58,7 @@ class LocalLeases final : public backend::Backend {
   // Resets through `inner`, then ends every thread's leases of those states.
   void Reset(std::span<const Item> items, ResetDone done) override;
   bool answers_inline() const override { return true; }
+  std::string_view name() const override { return "memory"; }
 
   // Requests the calling thread has admitted from leases, and leases it has taken, over every
   // instance: for tests and `sluice bench store`.

@@ -48,6 +48,7 @@ class LocalOverLimitCache final : public backend::Backend {
   // Resets on the store, then ends every kept denial of those states (on every thread).
   void Reset(std::span<const Item> items, ResetDone done) override;
   bool answers_inline() const override { return true; }
+  std::string_view name() const override { return "memory"; }
 
   // Requests the calling thread has answered from its kept denials, over every instance (a
   // shared counter would be the one written line this class exists to avoid): for tests and

@@ -158,6 +158,7 @@ class MemoryStore final : public backend::Backend {
               RefundDone done) override;
   void Reset(std::span<const Item> items, ResetDone done) override;
   bool answers_inline() const override { return true; }
+  std::string_view name() const override { return "memory"; }
 
  private:
   struct Shard;

@@ -148,6 +148,7 @@ class RedisStore final : public backend::Backend,
   static constexpr std::chrono::seconds kIdleProbe{1};
   static constexpr std::chrono::seconds kFailureHold{1};
   Health GetHealth() override;
+  std::string_view name() const override { return "redis"; }
 
  private:
   struct Queued;

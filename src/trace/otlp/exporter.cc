@@ -1,0 +1,486 @@
+#include "trace/otlp/exporter.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <optional>
+#include <vector>
+
+#include "absl/base/attributes.h"
+#include "absl/strings/numbers.h"
+#include "fmt/format.h"
+#include "util/log.h"
+
+namespace sluice::trace::otlp {
+
+absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text, Protocol protocol) {
+  Endpoint endpoint;
+  std::string_view rest = text;
+  if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
+  } else if (rest.starts_with("https://")) {
+    rest.remove_prefix(8);
+    endpoint.tls = true;
+  } else if (rest.find("://") != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        fmt::format("OTLP endpoint '{}': the scheme must be http:// or https://", text));
+  }
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
+  const size_t colon = authority.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("OTLP endpoint '{}': expected HOST:PORT (e.g. http://127.0.0.1:4318)", text));
+  }
+  endpoint.host = std::string(authority.substr(0, colon));
+  if (endpoint.host.size() > 2 && endpoint.host.front() == '[' && endpoint.host.back() == ']') {
+    endpoint.host = endpoint.host.substr(1, endpoint.host.size() - 2);
+  }
+  endpoint.port = std::string(authority.substr(colon + 1));
+  int port = 0;
+  if (!absl::SimpleAtoi(endpoint.port, &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        fmt::format("OTLP endpoint '{}': '{}' is not a port", text, endpoint.port));
+  }
+  if (protocol == Protocol::kHttp) {
+    if (endpoint.tls) {
+      return absl::InvalidArgumentError(fmt::format(
+          "OTLP endpoint '{}': https is supported with protocol grpc only; use http:// or grpc",
+          text));
+    }
+    while (path.ends_with('/')) path.remove_suffix(1);
+    endpoint.path = std::string(path) + "/v1/traces";
+  }
+  return endpoint;
+}
+
+namespace {
+
+// OTLP's messages written straight to the protobuf wire format (varints, fixed-width numbers and
+// length-delimited fields; field numbers from opentelemetry-proto, as in proto/): building the
+// generated messages first cost more than the rest of a traced request. Each message's length is
+// worked out before it is written, so that every byte is written once, in place. The exporter's
+// tests parse the bytes with the generated messages.
+// Where the next byte goes, in a buffer already as long as what is written (the lengths are
+// worked out first): no growth. A write past the end (a length worked out wrong) writes nothing
+// and marks the cursor: the batch is then not sent.
+struct Cursor {
+  char* p;
+  char* end;
+  bool overflowed = false;
+  void push_back(char c) { append(&c, 1); }
+  void append(const char* bytes, size_t n) {
+    if (static_cast<size_t>(end - p) < n) {
+      overflowed = true;
+      return;
+    }
+    std::memcpy(p, bytes, n);
+    p += n;
+  }
+  void append(std::string_view bytes) { append(bytes.data(), bytes.size()); }
+};
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) v >>= 7, ++n;
+  return n;
+}
+// A length-delimited field of `length` bytes: its tag (one byte: every length-delimited field
+// number here is below 16), its length and the bytes.
+size_t FieldSize(size_t length) { return 1 + VarintSize(length) + length; }
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Varint(Cursor& out, uint64_t v) {
+  if (out.end - out.p < 10 && static_cast<size_t>(out.end - out.p) < VarintSize(v)) {
+    out.overflowed = true;
+    return;
+  }
+  while (v >= 0x80) {
+    *out.p++ = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  *out.p++ = static_cast<char>(v);
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Tag(Cursor& out, int field, int type) {
+  Varint(out, static_cast<uint64_t>((field << 3) | type));  // (field 16, flags: two bytes)
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Header(Cursor& out, int field,
+                                                size_t length) {  // a length-delimited field's head
+  Tag(out, field, 2);
+  Varint(out, length);
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Bytes(Cursor& out, int field, std::string_view bytes) {
+  Header(out, field, bytes.size());
+  out.append(bytes);
+}
+template <size_t N>
+void Bytes(Cursor& out, int field, const std::array<uint8_t, N>& bytes) {
+  Bytes(out, field, std::string_view(reinterpret_cast<const char*>(bytes.data()), N));
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Fixed(Cursor& out, int field, uint64_t v, size_t bytes) {
+  Tag(out, field, bytes == 8 ? 1 : 5);
+  char little[8];
+  for (size_t i = 0; i < bytes; ++i, v >>= 8) little[i] = static_cast<char>(v & 0xff);
+  out.append(little, bytes);
+}
+
+// AnyValue's body.
+size_t ValueSize(const AttributeValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) return FieldSize(s->size());
+  if (std::holds_alternative<bool>(value)) return 2;
+  if (const auto* i = std::get_if<int64_t>(&value))
+    return 1 + VarintSize(static_cast<uint64_t>(*i));
+  if (std::holds_alternative<double>(value)) return 9;
+  size_t array = 0;  // ArrayValue: an AnyValue{string_value} per item
+  for (const std::string& item : std::get<std::vector<std::string>>(value)) {
+    array += FieldSize(FieldSize(item.size()));
+  }
+  return FieldSize(array);
+}
+void Value(Cursor& out, const AttributeValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) return Bytes(out, 1, *s);
+  if (const auto* b = std::get_if<bool>(&value)) {
+    Tag(out, 2, 0);
+    return Varint(out, *b ? 1 : 0);
+  }
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    Tag(out, 3, 0);
+    return Varint(out, static_cast<uint64_t>(*i));  // int64: two's complement, as protobuf
+  }
+  if (const auto* d = std::get_if<double>(&value)) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, d, sizeof bits);
+    return Fixed(out, 4, bits, 8);
+  }
+  const auto& list = std::get<std::vector<std::string>>(value);
+  size_t array = 0;
+  for (const std::string& item : list) array += FieldSize(FieldSize(item.size()));
+  Header(out, 5, array);
+  for (const std::string& item : list) {
+    Header(out, 1, FieldSize(item.size()));
+    Bytes(out, 1, item);
+  }
+}
+// KeyValue's body.
+size_t KeyValueSize(std::string_view key, const AttributeValue& value) {
+  return FieldSize(key.size()) + FieldSize(ValueSize(value));
+}
+void KeyValue(Cursor& out, int field, std::string_view key, const AttributeValue& value) {
+  const size_t value_size = ValueSize(value);
+  Header(out, field, FieldSize(key.size()) + FieldSize(value_size));
+  Bytes(out, 1, key);
+  Header(out, 2, value_size);
+  Value(out, value);
+}
+
+size_t StatusSize(const SpanData& s) {
+  return (s.status_message.empty() ? 0 : FieldSize(s.status_message.size())) + 2;
+}
+// Span's body.
+size_t SpanSize(const SpanData& s) {
+  // ids, name, kind, start, end, and flags (field 16: a two-byte tag and four bytes)
+  size_t n = FieldSize(16) + FieldSize(8) + FieldSize(s.name.size()) + 2 + 9 + 9 + 6;
+  if (!s.trace_state.empty()) n += FieldSize(s.trace_state.size());
+  if (s.parent_span_id != SpanId{}) n += FieldSize(8);
+  for (const Attribute& a : s.attributes) n += FieldSize(KeyValueSize(a.key, a.value));
+  if (s.error) n += FieldSize(StatusSize(s));
+  return n;
+}
+// `size`: SpanSize(s).
+void WriteSpan(Cursor& out, const SpanData& s, size_t size) {
+  Header(out, 2, size);  // ScopeSpans.spans
+  Bytes(out, 1, s.trace_id);
+  Bytes(out, 2, s.span_id);
+  if (!s.trace_state.empty()) Bytes(out, 3, s.trace_state);
+  if (s.parent_span_id != SpanId{}) Bytes(out, 4, s.parent_span_id);
+  Bytes(out, 5, s.name);
+  Tag(out, 6, 0);
+  Varint(out, static_cast<uint64_t>(s.kind));  // one byte: kinds are 1-3
+  Fixed(out, 7, static_cast<uint64_t>(s.start_unix_ns), 8);
+  Fixed(out, 8, static_cast<uint64_t>(s.end_unix_ns), 8);
+  for (const Attribute& a : s.attributes) KeyValue(out, 9, a.key, a.value);
+  if (s.error) {
+    Header(out, 15, StatusSize(s));  // Status
+    if (!s.status_message.empty()) Bytes(out, 2, s.status_message);
+    Tag(out, 3, 0);
+    Varint(out, 2);  // STATUS_CODE_ERROR
+  }
+  // Bits 0-7 the W3C flags; bit 8: whether the parent is remote is known; bit 9: it is.
+  Fixed(out, 16, uint64_t{s.flags} | 0x100u | (s.remote_parent ? 0x200u : 0u), 4);
+}
+
+class Encoder {
+ public:
+  // The request of `spans` (one ResourceSpans of one ScopeSpans), in a buffer kept from call to
+  // call; Internal if a length was worked out wrong (a bug: nothing is sent).
+  absl::StatusOr<std::string*> Request(std::span<const SpanData> spans,
+                                       const ExporterOptions& options) {
+    std::vector<std::pair<std::string_view, std::string_view>> resource = {
+        {"service.name", options.service_name},
+        {"service.instance.id", options.service_instance_id},
+        {"telemetry.sdk.name", "sluice"},
+        {"telemetry.sdk.language", "cpp"}};
+    if (!options.service_namespace.empty()) {
+      resource.emplace_back("service.namespace", options.service_namespace);
+    }
+    if (!options.service_version.empty()) {
+      resource.emplace_back("service.version", options.service_version);
+    }
+    size_t resource_size = 0;  // Resource
+    for (const auto& [key, value] : resource) {
+      resource_size += FieldSize(FieldSize(key.size()) + FieldSize(FieldSize(value.size())));
+    }
+    // InstrumentationScope{name, version}
+    const size_t scope_size =
+        FieldSize(6) +
+        (options.service_version.empty() ? 0 : FieldSize(options.service_version.size()));
+    size_t scope_spans_size = FieldSize(scope_size);  // ScopeSpans
+    span_sizes_.clear();
+    for (const SpanData& s : spans) {
+      span_sizes_.push_back(SpanSize(s));
+      scope_spans_size += FieldSize(span_sizes_.back());
+    }
+    const size_t resource_spans_size = FieldSize(resource_size) + FieldSize(scope_spans_size);
+
+    out_.resize(FieldSize(resource_spans_size));
+    Cursor out{out_.data(), out_.data() + out_.size()};
+    Header(out, 1, resource_spans_size);  // ExportTraceServiceRequest.resource_spans
+    Header(out, 1, resource_size);        // ResourceSpans.resource
+    for (const auto& [key, value] : resource) {
+      Header(out, 1, FieldSize(key.size()) + FieldSize(FieldSize(value.size())));
+      Bytes(out, 1, key);
+      Header(out, 2, FieldSize(value.size()));  // AnyValue{string_value}
+      Bytes(out, 1, value);
+    }
+    Header(out, 2, scope_spans_size);  // ResourceSpans.scope_spans
+    Header(out, 1, scope_size);        // ScopeSpans.scope
+    Bytes(out, 1, "sluice");
+    if (!options.service_version.empty()) Bytes(out, 2, options.service_version);
+    for (size_t i = 0; i < spans.size(); ++i) WriteSpan(out, spans[i], span_sizes_[i]);
+    if (out.overflowed || out.p != out.end) {
+      return absl::InternalError("OTLP encoding: a length was worked out wrong");
+    }
+    return &out_;
+  }
+
+ private:
+  std::string out_;
+  std::vector<size_t> span_sizes_;
+};
+
+// A random (version 4) UUID, as envoyproxy/ratelimit names an instance that has no id.
+std::string RandomUuid() {
+  const TraceId bytes = Tracer::NewTraceId();
+  std::string hex;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    uint8_t b = bytes[i];
+    if (i == 6) b = static_cast<uint8_t>((b & 0x0f) | 0x40);
+    if (i == 8) b = static_cast<uint8_t>((b & 0x3f) | 0x80);
+    hex += fmt::format("{:02x}", b);
+    if (i == 3 || i == 5 || i == 7 || i == 9) hex += '-';
+  }
+  return hex;
+}
+
+}  // namespace
+
+std::string EncodeRequest(std::span<const SpanData> spans, const ExporterOptions& options) {
+  Encoder encoder;
+  absl::StatusOr<std::string*> request = encoder.Request(spans, options);
+  return request.ok() ? std::move(**request) : std::string();
+}
+
+class Exporter::Transport {
+ public:
+  virtual ~Transport() = default;
+  // Sends one ExportTraceServiceRequest, `request` its bytes (which it may borrow while it sends:
+  // they are as they were when it returns).
+  virtual absl::Status Send(std::string& request, int64_t timeout_us) = 0;
+};
+
+namespace {
+
+class GrpcTransport final : public Exporter::Transport {
+ public:
+  explicit GrpcTransport(const Endpoint& endpoint) {
+    std::shared_ptr<::grpc::ChannelCredentials> credentials =
+        endpoint.tls ? ::grpc::SslCredentials(::grpc::SslCredentialsOptions{})
+                     : ::grpc::InsecureChannelCredentials();
+    const std::string host =
+        endpoint.host.find(':') != std::string::npos ? "[" + endpoint.host + "]" : endpoint.host;
+    stub_ = std::make_unique<::grpc::GenericStub>(
+        ::grpc::CreateChannel(fmt::format("{}:{}", host, endpoint.port), credentials));
+  }
+
+  // The request's bytes as they are (gRPC's generic stub: no message is built to be serialized
+  // again), and the call waited for.
+  absl::Status Send(std::string& request, int64_t timeout_us) override {
+    ::grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(timeout_us));
+    ::grpc::Slice slice(request);
+    ::grpc::ByteBuffer out(&slice, 1);
+    ::grpc::ByteBuffer in;
+    std::promise<::grpc::Status> done;
+    stub_->UnaryCall(&context, kExportMethod, ::grpc::StubOptions(), &out, &in,
+                     [&done](::grpc::Status status) { done.set_value(std::move(status)); });
+    const ::grpc::Status status = done.get_future().get();
+    if (!status.ok()) {
+      return absl::UnavailableError(fmt::format(
+          "gRPC {}: {}", static_cast<int>(status.error_code()), status.error_message()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr char kExportMethod[] =
+      "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+  std::unique_ptr<::grpc::GenericStub> stub_;
+};
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+
+// HTTP/1.1 with one keep-alive connection, opened again when it fails.
+class HttpTransport final : public Exporter::Transport {
+ public:
+  explicit HttpTransport(Endpoint endpoint) : endpoint_(std::move(endpoint)) {}
+
+  absl::Status Send(std::string& body, int64_t timeout_us) override {
+    absl::Status status = SendOnce(body, timeout_us);
+    if (!status.ok() && reused_) {  // the collector may have closed an idle connection
+      stream_.reset();
+      status = SendOnce(body, timeout_us);
+    }
+    if (!status.ok()) stream_.reset();
+    return status;
+  }
+
+ private:
+  absl::Status SendOnce(std::string& body, int64_t timeout_us) {
+    const auto timeout = std::chrono::microseconds(timeout_us);
+    beast::error_code error;
+    reused_ = stream_.has_value();
+    if (!stream_) {
+      asio::ip::tcp::resolver resolver(io_);
+      const auto found = resolver.resolve(endpoint_.host, endpoint_.port, error);
+      if (error) return absl::UnavailableError(fmt::format("resolve: {}", error.message()));
+      stream_.emplace(io_);
+      stream_->expires_after(timeout);
+      stream_->connect(found, error);
+      if (error) return absl::UnavailableError(fmt::format("connect: {}", error.message()));
+    }
+    beast::http::request<beast::http::string_body> post{beast::http::verb::post, endpoint_.path,
+                                                        11};
+    post.set(beast::http::field::host, endpoint_.host + ":" + endpoint_.port);
+    post.set(beast::http::field::content_type, "application/x-protobuf");
+    post.set(beast::http::field::user_agent, "sluice");
+    post.body().swap(body);  // borrowed, not copied; given back below
+    post.prepare_payload();
+    struct GiveBack {
+      std::string& from;
+      std::string& to;
+      ~GiveBack() { from.swap(to); }
+    } give_back{post.body(), body};
+    // Beast's synchronous calls do not time out by themselves; the socket's own timeout bounds
+    // each read and write of a collector that stops answering.
+    SetSocketTimeout(timeout);
+    beast::http::write(*stream_, post, error);
+    if (error) return absl::UnavailableError(fmt::format("send: {}", error.message()));
+    beast::http::response_parser<beast::http::string_body> parser;
+    parser.body_limit(1 << 20);
+    beast::http::read(*stream_, buffer_, parser, error);
+    if (error) return absl::UnavailableError(fmt::format("answer: {}", error.message()));
+    const auto& response = parser.get();
+    if (!response.keep_alive()) stream_.reset();
+    if (response.result_int() / 100 != 2) {
+      return absl::UnavailableError(fmt::format("HTTP {}", response.result_int()));
+    }
+    return absl::OkStatus();
+  }
+
+  void SetSocketTimeout(std::chrono::microseconds timeout) {
+    timeval tv{.tv_sec = static_cast<time_t>(timeout.count() / 1000000),
+               .tv_usec = static_cast<suseconds_t>(timeout.count() % 1000000)};
+    const int fd = stream_->socket().native_handle();
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+
+  Endpoint endpoint_;
+  asio::io_context io_;
+  std::optional<beast::tcp_stream> stream_;
+  beast::flat_buffer buffer_;
+  bool reused_ = false;
+};
+
+}  // namespace
+
+Exporter::Exporter(Tracer* tracer, ExporterOptions options)
+    : tracer_(tracer), options_(std::move(options)) {}
+
+Exporter::~Exporter() { Stop(); }
+
+absl::Status Exporter::Start() {
+  absl::StatusOr<Endpoint> endpoint = ParseEndpoint(options_.endpoint, options_.protocol);
+  if (!endpoint.ok()) return endpoint.status();
+  if (options_.service_instance_id.empty()) options_.service_instance_id = RandomUuid();
+  if (options_.max_batch == 0) options_.max_batch = 1;
+  if (options_.protocol == Protocol::kGrpc) {
+    transport_ = std::make_unique<GrpcTransport>(*endpoint);
+  } else {
+    transport_ = std::make_unique<HttpTransport>(*std::move(endpoint));
+  }
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void Exporter::Stop() {
+  if (!thread_.joinable()) return;
+  tracer_->Shutdown();
+  thread_.join();
+}
+
+void Exporter::Run() {
+  std::vector<SpanData> taken;  // the queue's storage, swapped in whole (Tracer::Take)
+  Encoder encoder;
+  int64_t failures_logged = 0;
+  for (;;) {
+    taken.clear();
+    const size_t wait_for = std::min(options_.max_batch, tracer_->options().queue_size);
+    if (tracer_->Take(taken, wait_for, SIZE_MAX, absl::Microseconds(options_.interval_us)) == 0) {
+      // Nothing joins the queue once it is shut: shut and empty is the end.
+      if (tracer_->shut_down() && tracer_->queued() == 0) return;
+      continue;
+    }
+    for (size_t from = 0; from < taken.size(); from += options_.max_batch) {
+      const std::span<const SpanData> batch = std::span<const SpanData>(taken).subspan(
+          from, std::min(options_.max_batch, taken.size() - from));
+      absl::StatusOr<std::string*> request = encoder.Request(batch, options_);
+      const absl::Status sent =
+          request.ok() ? transport_->Send(**request, options_.timeout_us) : request.status();
+      if (sent.ok()) {
+        exported_.fetch_add(batch.size(), std::memory_order_relaxed);
+        continue;
+      }
+      failed_.fetch_add(batch.size(), std::memory_order_relaxed);
+      // The first failure, then one in 100: a collector that is down is not a log flood.
+      if (failures_logged++ % 100 == 0) {
+        util::Log().warn("traces: {} spans not exported to {}: {}", batch.size(), options_.endpoint,
+                         std::string(sent.message()));
+      }
+    }
+  }
+}
+
+}  // namespace sluice::trace::otlp

@@ -1,0 +1,183 @@
+// Tests for trace/tracer.h: parent-based ratio sampling (OpenTelemetry's TraceIdRatioBased rule
+// on the trace id's last 8 bytes), request and child spans from a caller's traceparent, their
+// times from the injected clock, the bounded queue and its drops, the current span's scopes.
+
+#include "trace/tracer.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/support/units.h"
+#include "util/trace_context.h"
+
+namespace sluice::trace {
+namespace {
+
+using testing::kMs;
+using testing::kT0;
+
+// The W3C recommendation's example traceparent, sampled and not.
+constexpr char kSampledParent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+constexpr char kUnsampledParent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+// A trace id whose last 8 bytes are `low` (big endian).
+TraceId IdWithLow(uint64_t low) {
+  TraceId id{};
+  id[0] = 1;
+  for (int i = 15; i >= 8; --i, low >>= 8) id[static_cast<size_t>(i)] = static_cast<uint8_t>(low);
+  return id;
+}
+
+TEST(SamplingTest, TheCallersFlagDecidesWhateverTheRate) {
+  const auto sampled = util::ParseTraceParent(kSampledParent);
+  const auto unsampled = util::ParseTraceParent(kUnsampledParent);
+  ASSERT_TRUE(sampled && unsampled);
+  EXPECT_TRUE(Sampled(sampled, sampled->trace_id, 0.0));
+  EXPECT_FALSE(Sampled(unsampled, unsampled->trace_id, 1.0));
+}
+
+TEST(SamplingTest, ANewTraceIsSampledByItsIdBelowRateTimesTwoToThe63) {
+  // Rate 0.5: the bound is 2^62; the id's low 64 bits shifted right by one are compared to it.
+  const uint64_t bound = uint64_t{1} << 62;
+  EXPECT_TRUE(Sampled(std::nullopt, IdWithLow(((bound - 1) << 1) | 1), 0.5));
+  EXPECT_FALSE(Sampled(std::nullopt, IdWithLow(bound << 1), 0.5));
+  EXPECT_TRUE(Sampled(std::nullopt, IdWithLow(~uint64_t{0}), 1.0));
+  EXPECT_FALSE(Sampled(std::nullopt, IdWithLow(0), 0.0));
+  // Over random ids the share sampled is the rate.
+  int sampled = 0;
+  for (int i = 0; i < 20000; ++i) sampled += Sampled(std::nullopt, Tracer::NewTraceId(), 0.1);
+  EXPECT_NEAR(sampled / 20000.0, 0.1, 0.015);
+}
+
+TEST(TracerTest, ARequestWithAValidParentContinuesItsTrace) {
+  ManualClock clock(kT0);
+  Tracer tracer({.sampling_rate = 0.0}, &clock);
+  std::shared_ptr<Span> span =
+      tracer.StartRequest("POST /v1/check", SpanKind::kServer, kSampledParent, "congo=t61rcWkgMzE");
+  ASSERT_NE(span, nullptr);  // the caller sampled it, though this tracer samples none itself
+  const auto parent = util::ParseTraceParent(kSampledParent);
+  EXPECT_EQ(span->trace_id(), parent->trace_id);
+  EXPECT_EQ(span->parent_span_id(), parent->parent_id);
+  EXPECT_NE(span->span_id(), parent->parent_id);
+  EXPECT_EQ(span->trace_state(), "congo=t61rcWkgMzE");
+  // Its callee's parent is this span, in the same trace.
+  const auto callee = util::ParseTraceParent(span->TraceParent());
+  ASSERT_TRUE(callee.has_value());
+  EXPECT_EQ(callee->trace_id, parent->trace_id);
+  EXPECT_EQ(callee->parent_id, span->span_id());
+  EXPECT_TRUE(callee->sampled());
+
+  EXPECT_EQ(tracer.StartRequest("x", SpanKind::kServer, kUnsampledParent, ""), nullptr);
+  // An invalid traceparent is no parent: a new trace, at this tracer's rate (none here).
+  EXPECT_EQ(tracer.StartRequest("x", SpanKind::kServer, "00-zz-01", ""), nullptr);
+}
+
+TEST(TracerTest, AnInvalidParentStartsANewTraceAndAnInvalidStateIsDropped) {
+  ManualClock clock(kT0);
+  Tracer tracer({.sampling_rate = 1.0}, &clock);
+  std::shared_ptr<Span> span = tracer.StartRequest(
+      "r", SpanKind::kServer, "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "a=1");
+  ASSERT_NE(span, nullptr);
+  EXPECT_EQ(span->parent_span_id(), SpanId{});
+  EXPECT_EQ(span->trace_state(), "");  // a state belongs to a parent
+  std::shared_ptr<Span> with_bad_state =
+      tracer.StartRequest("r", SpanKind::kServer, kSampledParent, "a=1,BAD KEY=2");
+  ASSERT_NE(with_bad_state, nullptr);
+  EXPECT_EQ(with_bad_state->trace_state(), "");
+}
+
+TEST(TracerTest, SpansTakeTheirTimesFromTheClockAndEndOnce) {
+  ManualClock clock(kT0);
+  Tracer tracer({}, &clock);
+  {
+    std::shared_ptr<Span> request = tracer.StartRequest("request", SpanKind::kServer, "", "");
+    ASSERT_NE(request, nullptr);
+    clock.Advance(2 * kMs);
+    std::shared_ptr<Span> child = request->StartChild("decide", SpanKind::kInternal);
+    child->Set("sluice.domain", std::string("api"));
+    clock.Advance(3 * kMs);
+    child->End();
+    child->End();  // nothing more
+    child.reset();
+    clock.Advance(1 * kMs);
+    request->SetError("backend unavailable");
+  }  // the request's last owner lets go: it ends
+  std::vector<SpanData> spans;
+  EXPECT_EQ(tracer.Take(spans, 0, 10, absl::ZeroDuration()), 2u);
+  ASSERT_EQ(spans.size(), 2u);
+  const SpanData& child = spans[0];
+  const SpanData& request = spans[1];
+  EXPECT_EQ(child.name, "decide");
+  EXPECT_EQ(child.start_unix_ns, (kT0 + 2 * kMs) * 1000);
+  EXPECT_EQ(child.end_unix_ns, (kT0 + 5 * kMs) * 1000);
+  EXPECT_EQ(child.trace_id, request.trace_id);
+  EXPECT_EQ(child.parent_span_id, request.span_id);
+  ASSERT_EQ(child.attributes.size(), 1u);
+  EXPECT_EQ(child.attributes[0].key, "sluice.domain");
+  EXPECT_EQ(std::get<std::string>(child.attributes[0].value), "api");
+  EXPECT_EQ(request.start_unix_ns, kT0 * 1000);
+  EXPECT_EQ(request.end_unix_ns, (kT0 + 6 * kMs) * 1000);
+  EXPECT_EQ(request.parent_span_id, SpanId{});
+  EXPECT_TRUE(request.error);
+  EXPECT_EQ(request.status_message, "backend unavailable");
+  EXPECT_EQ(tracer.ended(), 2u);
+}
+
+TEST(TracerTest, AFullQueueDropsAndCountsInsteadOfWaiting) {
+  ManualClock clock(kT0);
+  Tracer tracer({.queue_size = 3}, &clock);
+  for (int i = 0; i < 5; ++i) tracer.StartRequest("r", SpanKind::kServer, "", "")->End();
+  EXPECT_EQ(tracer.ended(), 5u);
+  EXPECT_EQ(tracer.dropped(), 2u);
+  EXPECT_EQ(tracer.queued(), 3u);
+  std::vector<SpanData> spans;
+  EXPECT_EQ(tracer.Take(spans, 1, 2, absl::ZeroDuration()), 2u);  // at most `max`
+  EXPECT_EQ(tracer.queued(), 1u);
+  tracer.StartRequest("r", SpanKind::kServer, "", "")->End();  // room again
+  EXPECT_EQ(tracer.dropped(), 2u);
+}
+
+TEST(TracerTest, TakeWaitsForEnoughSpansOrTheTimeoutOrShutdown) {
+  ManualClock clock(kT0);
+  Tracer tracer({}, &clock);
+  std::vector<SpanData> spans;
+  // Nothing queued: it waits out its timeout and takes nothing.
+  EXPECT_EQ(tracer.Take(spans, 1, 10, absl::Milliseconds(20)), 0u);
+  std::thread producer([&tracer] {
+    for (int i = 0; i < 3; ++i) tracer.StartRequest("r", SpanKind::kServer, "", "")->End();
+  });
+  // Woken by the third span, long before its timeout.
+  EXPECT_EQ(tracer.Take(spans, 3, 10, absl::Seconds(30)), 3u);
+  producer.join();
+  std::thread stopper([&tracer] { tracer.Shutdown(); });
+  EXPECT_EQ(tracer.Take(spans, 5, 10, absl::Seconds(30)), 0u);  // woken by the shutdown
+  stopper.join();
+  EXPECT_TRUE(tracer.shut_down());
+  tracer.StartRequest("r", SpanKind::kServer, "", "")->End();  // after shutdown: dropped
+  EXPECT_EQ(tracer.dropped(), 1u);
+}
+
+TEST(CurrentSpanTest, ScopesNestAndRestoreTheOuterSpan) {
+  ManualClock clock(kT0);
+  Tracer tracer({}, &clock);
+  EXPECT_EQ(CurrentSpan::Get(), nullptr);
+  std::shared_ptr<Span> outer = tracer.StartRequest("outer", SpanKind::kServer, "", "");
+  std::shared_ptr<Span> inner = outer->StartChild("inner", SpanKind::kInternal);
+  {
+    CurrentSpan a(outer.get());
+    EXPECT_EQ(CurrentSpan::Get(), outer.get());
+    {
+      CurrentSpan b(inner.get());
+      EXPECT_EQ(CurrentSpan::Get(), inner.get());
+      std::thread other([] { EXPECT_EQ(CurrentSpan::Get(), nullptr); });  // per thread
+      other.join();
+    }
+    EXPECT_EQ(CurrentSpan::Get(), outer.get());
+  }
+  EXPECT_EQ(CurrentSpan::Get(), nullptr);
+}
+
+}  // namespace
+}  // namespace sluice::trace

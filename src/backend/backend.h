@@ -89,8 +89,9 @@ struct Outcome {
   // Decided by Failover's policy because the backend behind it failed: each item as its
   // on_failure says.
   bool fell_back = false;
-  // Answered in this process by a wrapper in front of the store ("lease", "copy",
-  // "over_limit_cache": a decision's trace says so); null: by the backend itself.
+  // Answered in this process by a wrapper in front of the store: "lease" (spent from a lease
+  // held), "lease_taken" (from one taken from the store for it), "copy" (an eventual copy),
+  // "over_limit_cache" (a kept denial); a decision's trace says so. Null: by the store itself.
   const char* answered_by = nullptr;
 };
 

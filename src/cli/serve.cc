@@ -217,7 +217,8 @@ std::function<std::vector<metrics::ServerMetrics::LimitSample>()> LimitSamples(
 
 absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
                           rules::ConfigManager& manager, http::HttpServer& server,
-                          http::Service& service, ServeTls& tls, xds::XdsClient* xds) {
+                          http::Service& service, ServeTls& tls, xds::XdsClient* xds,
+                          Tracing* tracing) {
   auto registered = metrics::ServerMetrics::Register(
       &o.registry, {.store = [&backends] { return backends.StoreStats(); },
                     .config =
@@ -239,6 +240,9 @@ absl::Status StartMetrics(Observability& o, const stack::Stack& backends,
   if (auto s = tls.RegisterMetrics(o.registry); !s.ok()) return s;
   if (xds != nullptr) {
     if (auto s = xds->RegisterMetrics(o.registry); !s.ok()) return s;
+  }
+  if (tracing != nullptr) {
+    if (auto s = tracing->RegisterMetrics(o.registry); !s.ok()) return s;
   }
   metrics::ServerMetrics* m = &*o.server_metrics;
   service.SetMetrics(&o.registry, m, [&o, m, &server] {
@@ -303,6 +307,17 @@ void ShutdownGrpc(rls::GrpcServer* grpc_server, int64_t deadline_us, const Clock
   if (grpc_server == nullptr) return;
   const int64_t left_us = deadline_us - clock->MonotonicMicros();
   grpc_server->Shutdown(std::chrono::milliseconds(std::max<int64_t>(0, left_us / 1000)));
+}
+
+// The data plane's parts beside the engine: the runtime overrides, the holds and reservations of
+// the backend stack, the /json endpoint, the tracer (`tracing` null: none).
+void SetUpService(http::Service& service, stack::Stack& backends, rules::OverrideBook* overrides,
+                  Tracing* tracing) {
+  service.SetOverrideBook(overrides);
+  service.SetHolds(&backends.holds());
+  service.SetReservations(&backends.reservations());
+  service.SetJsonEndpoint(RlsJsonEndpoint());
+  service.SetTracer(Tracing::TracerOf(tracing));
 }
 
 // Whether the gRPC port is on (its address neither empty nor "0").
@@ -502,36 +517,24 @@ int RunServe(const ServeFlags& flags) {
   engine::Engine engine(&(*backends)->backend());
   engine.set_top_keys(top_keys.get());
   engine.set_overrides(overrides->get());
-  http::Service service(&manager, &engine, clock, *tokens);
-  service.SetOverrideBook(overrides->get());
-  service.SetHolds(&(*backends)->holds());
-  service.SetReservations(&(*backends)->reservations());
-  service.SetJsonEndpoint(RlsJsonEndpoint());
-  std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
-  // Traces (tracing.enabled): spans of the requests served, exported over OTLP until after the
-  // servers have stopped.
-  auto tracing = Tracing::Start(settings.tracing, clock);
+  auto tracing = Tracing::Start(settings.tracing, clock);  // (outlives the servers: declared first)
   if (!tracing.ok()) return fail("tracing: ", tracing.status());
-  trace::Tracer* const tracer = *tracing != nullptr ? (*tracing)->tracer() : nullptr;
-  service.SetTracer(tracer);
+  http::Service service(&manager, &engine, clock, *tokens);
+  SetUpService(service, **backends, overrides->get(), tracing->get());
+  std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);
   auto tls = ServeTls::Load(settings, GrpcOn(grpc));
   if (!tls.ok()) return fail("", tls.status());
   http::HttpServer server(ServerOptionsFrom(settings, threads, clock));
   Observability observability;
   if (auto s = StartMetrics(observability, **backends, manager, server, service, **tls,
-                            xds_client.get());
+                            xds_client.get(), tracing->get());
       !s.ok()) {
     return fail("metrics: ", s);
   }
-  if (*tracing != nullptr) {
-    if (auto s = (*tracing)->RegisterMetrics(observability.registry); !s.ok()) {
-      return fail("metrics: ", s);
-    }
-  }
   const auto ports = ListenHttp(server, service, listen, admin, **tls, source);
   if (!ports.ok()) return fail("", ports.status());
-  auto started =
-      StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls, tracer);
+  auto started = StartGrpc(grpc, settings, backend_serving, manager, engine, service, **tls,
+                           Tracing::TracerOf(tracing->get()));
   if (!started.ok()) return fail("", started.status());
   const std::unique_ptr<rls::GrpcServer> grpc_server = *std::move(started);
   if (auto s = manager.StartWatching(); !s.ok()) {
@@ -563,7 +566,6 @@ int RunServe(const ServeFlags& flags) {
   service.CloseUpstreams();  // pooled connections live on the server's io_contexts
   ShutdownGrpc(grpc_server.get(), shutdown_deadline_us.load(), clock);
   if (xds_client) xds_client->Stop();
-  if (*tracing != nullptr) (*tracing)->Stop();  // the last spans
   // What this instance leased and did not spend goes back for the other instances.
   (*backends)->ReturnLeases(absl::Seconds(1));
   manager.StopWatching();

@@ -32,6 +32,10 @@ class Tracing {
   ~Tracing() { Stop(); }
 
   trace::Tracer* tracer() { return &tracer_; }
+  // The tracer of `tracing`, or null when there is none (tracing off).
+  static trace::Tracer* TracerOf(Tracing* tracing) {
+    return tracing == nullptr ? nullptr : tracing->tracer();
+  }
   // sluice_trace_spans_total{outcome}: ended (sampled), dropped (queue full), exported, failed.
   absl::Status RegisterMetrics(metrics::Registry& registry);
   // Sends what is left (each call within the export timeout) and stops. Call once the servers

@@ -240,7 +240,10 @@ std::shared_ptr<Leases::Call> Leases::MakeCall(std::span<const Item> items, int6
 void Leases::Finish(Call& call) {
   if (const auto at = TrySpend(call.items, clock_->MonotonicMicros(), call.out)) {
     local_.fetch_add(1, std::memory_order_relaxed);
-    return call.done({.status = absl::OkStatus(), .allowed = true, .decided_at_us = *at});
+    return call.done({.status = absl::OkStatus(),
+                      .allowed = true,
+                      .decided_at_us = *at,
+                      .answered_by = "lease_taken"});
   }
   inner_->Decide(call.items, call.now_us, call.out, std::move(call.done));
 }

@@ -506,6 +506,8 @@ int RunServe(const ServeFlags& flags) {
   const std::unique_ptr<xds::XdsClient> xds_client = StartXds(settings, manager);
   if (!AwaitFirstRules(settings, manager, stop_signals)) return 0;
 
+  auto tracing = Tracing::Start(settings.tracing, clock);  // outlives all that ends spans
+  if (!tracing.ok()) return fail("tracing: ", tracing.status());
   auto backends = stack::Stack::Build(settings, flags.redis, clock);
   if (!backends.ok()) return fail("", backends.status());
   // A reload gives every lease back: those of a changed limit would otherwise sit unused.
@@ -517,8 +519,6 @@ int RunServe(const ServeFlags& flags) {
   engine::Engine engine(&(*backends)->backend());
   engine.set_top_keys(top_keys.get());
   engine.set_overrides(overrides->get());
-  auto tracing = Tracing::Start(settings.tracing, clock);  // (outlives the servers: declared first)
-  if (!tracing.ok()) return fail("tracing: ", tracing.status());
   http::Service service(&manager, &engine, clock, *tokens);
   SetUpService(service, **backends, overrides->get(), tracing->get());
   std::function<bool()> backend_serving = FollowBackendHealth(**backends, service, manager);

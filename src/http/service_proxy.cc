@@ -220,7 +220,10 @@ void Service::Proxy(HttpRequest& request, const std::string& peer, HttpResponse&
 
 void Service::SendProxyAnswer(ProxyCall& call, HttpResponse response) {
   CountResponse(response);
-  if (call.span != nullptr) SpanAnswered(*call.span, response);
+  if (call.span != nullptr) {
+    SpanAnswered(*call.span, response);
+    call.span->End();
+  }
   call.responder.Send(std::move(response));
 }
 
@@ -378,8 +381,12 @@ void Service::Forward(std::shared_ptr<ProxyCall> call) {
     call->upstream_span->Set("server.address", call->target.host);
     call->upstream_span->Set("server.port", static_cast<int64_t>(call->target.port));
     request.set("traceparent", call->upstream_span->TraceParent());
+    // The caller's tracestate goes on with its trace; one that was invalid, or of a trace that is
+    // not this one, does not (W3C: a tracestate belongs to its traceparent).
     if (!call->upstream_span->trace_state().empty()) {
       request.set("tracestate", call->upstream_span->trace_state());
+    } else {
+      request.erase("tracestate");
     }
   }
   const boost::asio::any_io_executor executor = call->executor;
@@ -465,7 +472,10 @@ void Service::ProxyAnswered(const std::shared_ptr<ProxyCall>& call, UpstreamResu
   }
   AddRateLimitHeaders(*call->config, call->decision, result.response);
   CountResponse(result.response);
-  if (call->span != nullptr) SpanAnswered(*call->span, result.response);
+  if (call->span != nullptr) {
+    SpanAnswered(*call->span, result.response);
+    call->span->End();  // (a streamed body goes on after it)
+  }
   if (result.body == nullptr) return call->responder.Send(std::move(result.response));
   const std::optional<uint64_t> content_length = result.body->content_length();
   metrics::Family<metrics::Counter>* cut =

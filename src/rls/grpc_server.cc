@@ -50,13 +50,13 @@ class RateLimitDecider {
   // backend's thread (Redis). `context`: the call's, for its trace context metadata.
   void Decide(const RateLimitRequest& request, const ::grpc::ServerContextBase& context,
               Done done) {
-    std::shared_ptr<trace::Span> span;
-    if (tracer_ != nullptr) {
-      span = tracer_->StartRequest(kShouldRateLimitSpan, trace::SpanKind::kServer,
-                                   MetadataValue(context, "traceparent"),
-                                   MetadataValue(context, "tracestate"));
-    }
-    if (span == nullptr) return DecideTraced(request, std::move(done));
+    // Not sampled (or no tracer): nothing of the span is built.
+    const std::optional<trace::Tracer::SampledTrace> sampled =
+        tracer_ == nullptr ? std::nullopt : tracer_->Sample(MetadataValue(context, "traceparent"));
+    if (!sampled) return DecideTraced(request, std::move(done));
+    std::shared_ptr<trace::Span> span = tracer_->StartRequest(
+        kShouldRateLimitSpan, trace::SpanKind::kServer, *sampled,
+        sampled->parent ? MetadataValue(context, "tracestate") : std::string_view());
     span->Set("rpc.system", std::string("grpc"));
     span->Set("rpc.service", std::string("envoy.service.ratelimit.v3.RateLimitService"));
     span->Set("rpc.method", std::string("ShouldRateLimit"));

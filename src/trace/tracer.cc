@@ -92,7 +92,7 @@ std::shared_ptr<Span> Tracer::StartRequest(std::string name, SpanKind kind,
   if (trace.parent) {
     data.parent_span_id = trace.parent->parent_id;
     data.remote_parent = true;
-    data.flags = trace.parent->flags;
+    data.flags = trace.parent->flags & 0x03;  // sampled and random: the others are reserved
     if (!tracestate.empty()) data.trace_state = util::ParseTraceState(tracestate).value_or("");
   }
   data.flags |= 1;

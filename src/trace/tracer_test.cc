@@ -4,6 +4,7 @@
 
 #include "trace/tracer.h"
 
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -148,12 +149,14 @@ TEST(TracerTest, TakeWaitsForEnoughSpansOrTheTimeoutOrShutdown) {
   std::thread producer([&tracer] {
     for (int i = 0; i < 3; ++i) tracer.StartRequest("r", SpanKind::kServer, "", "")->End();
   });
-  // Woken by the third span, long before its timeout.
+  // Woken by the third span, long before its timeout (a lost wake-up would wait it out).
+  const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(tracer.Take(spans, 3, 10, absl::Seconds(30)), 3u);
   producer.join();
   std::thread stopper([&tracer] { tracer.Shutdown(); });
   EXPECT_EQ(tracer.Take(spans, 5, 10, absl::Seconds(30)), 0u);  // woken by the shutdown
   stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_TRUE(tracer.shut_down());
   tracer.StartRequest("r", SpanKind::kServer, "", "")->End();  // after shutdown: dropped
   EXPECT_EQ(tracer.dropped(), 1u);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -351,38 +352,40 @@ class GrpcTransport final : public Exporter::Transport {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 
-// HTTP/1.1 with one keep-alive connection, opened again when it fails.
+// HTTP/1.1 with one keep-alive connection, opened again when it fails. Each exchange runs on this
+// thread's own io_context, its connect, write and read bounded by the stream's timer (Beast's
+// synchronous calls are bounded by nothing: a collector that accepts and never answers would hold
+// the thread, and shutdown, forever).
 class HttpTransport final : public Exporter::Transport {
  public:
-  explicit HttpTransport(Endpoint endpoint) : endpoint_(std::move(endpoint)) {}
+  explicit HttpTransport(Endpoint endpoint)
+      : endpoint_(std::move(endpoint)),
+        host_field_((endpoint_.host.find(':') != std::string::npos ? "[" + endpoint_.host + "]"
+                                                                   : endpoint_.host) +
+                    ":" + endpoint_.port) {}
 
   absl::Status Send(std::string& body, int64_t timeout_us) override {
-    absl::Status status = SendOnce(body, timeout_us);
-    if (!status.ok() && reused_) {  // the collector may have closed an idle connection
-      stream_.reset();
-      status = SendOnce(body, timeout_us);
-    }
-    if (!status.ok()) stream_.reset();
-    return status;
+    Outcome outcome = SendOnce(body, timeout_us);
+    // A kept connection the collector closed while idle fails before any answer: once more on a
+    // new one. (Not a timeout, nor an answer: those are the collector's.)
+    if (outcome.reused && outcome.stale) outcome = SendOnce(body, timeout_us);
+    return outcome.status;
   }
 
  private:
-  absl::Status SendOnce(std::string& body, int64_t timeout_us) {
-    const auto timeout = std::chrono::microseconds(timeout_us);
-    beast::error_code error;
-    reused_ = stream_.has_value();
-    if (!stream_) {
-      asio::ip::tcp::resolver resolver(io_);
-      const auto found = resolver.resolve(endpoint_.host, endpoint_.port, error);
-      if (error) return absl::UnavailableError(fmt::format("resolve: {}", error.message()));
-      stream_.emplace(io_);
-      stream_->expires_after(timeout);
-      stream_->connect(found, error);
-      if (error) return absl::UnavailableError(fmt::format("connect: {}", error.message()));
-    }
+  struct Outcome {
+    absl::Status status;
+    bool reused = false;  // on a connection kept from an earlier exchange
+    bool stale = false;   // it failed as a connection closed by the other end does
+  };
+
+  Outcome SendOnce(std::string& body, int64_t timeout_us) {
+    const auto timeout = std::chrono::microseconds(std::max<int64_t>(1, timeout_us));
+    Outcome outcome;
+    outcome.reused = stream_.has_value();
     beast::http::request<beast::http::string_body> post{beast::http::verb::post, endpoint_.path,
                                                         11};
-    post.set(beast::http::field::host, endpoint_.host + ":" + endpoint_.port);
+    post.set(beast::http::field::host, host_field_);
     post.set(beast::http::field::content_type, "application/x-protobuf");
     post.set(beast::http::field::user_agent, "sluice");
     post.body().swap(body);  // borrowed, not copied; given back below
@@ -392,36 +395,84 @@ class HttpTransport final : public Exporter::Transport {
       std::string& to;
       ~GiveBack() { from.swap(to); }
     } give_back{post.body(), body};
-    // Beast's synchronous calls do not time out by themselves; the socket's own timeout bounds
-    // each read and write of a collector that stops answering.
-    SetSocketTimeout(timeout);
-    beast::http::write(*stream_, post, error);
-    if (error) return absl::UnavailableError(fmt::format("send: {}", error.message()));
     beast::http::response_parser<beast::http::string_body> parser;
     parser.body_limit(1 << 20);
-    beast::http::read(*stream_, buffer_, parser, error);
-    if (error) return absl::UnavailableError(fmt::format("answer: {}", error.message()));
+
+    beast::error_code error = asio::error::would_block;  // not finished
+    std::string_view stage;
+    const auto read = [&] {
+      stage = "answer";
+      beast::http::async_read(*stream_, buffer_, parser,
+                              [&](beast::error_code ec, size_t) { error = ec; });
+    };
+    const auto write = [&] {
+      stage = "send";
+      stream_->expires_after(timeout);  // the whole exchange, from here
+      beast::http::async_write(*stream_, post, [&](beast::error_code ec, size_t) {
+        if (ec) {
+          error = ec;
+          return;
+        }
+        read();
+      });
+    };
+    asio::ip::tcp::resolver resolver(io_);
+    io_.restart();
+    if (!stream_) {
+      stream_.emplace(io_);
+      buffer_.clear();  // nothing of an earlier connection's answer
+      stage = "resolve";
+      resolver.async_resolve(
+          endpoint_.host, endpoint_.port,
+          [&](beast::error_code ec, asio::ip::tcp::resolver::results_type found) {
+            if (ec) {
+              error = ec;
+              return;
+            }
+            stage = "connect";
+            stream_->expires_after(timeout);
+            stream_->async_connect(found, [&](beast::error_code ec2, const auto&) {
+              if (ec2) {
+                error = ec2;
+                return;
+              }
+              write();
+            });
+          });
+    } else {
+      write();
+    }
+    // The stream's timer bounds the connect, the write and the read; this, the name's lookup too.
+    io_.run_for(2 * timeout + std::chrono::seconds(1));
+    if (error == asio::error::would_block) {  // still going: stopped, and its handlers drained
+      resolver.cancel();
+      stream_->socket().close();
+      io_.restart();
+      io_.run();
+      error = beast::error::timeout;
+    }
+    if (error) {
+      outcome.stale = stage == "send" ||
+                      (stage == "answer" && parser.got_some() == false &&
+                       (error == beast::http::error::end_of_stream ||
+                        error == asio::error::connection_reset || error == asio::error::eof));
+      stream_.reset();
+      outcome.status = absl::UnavailableError(fmt::format("{}: {}", stage, error.message()));
+      return outcome;
+    }
     const auto& response = parser.get();
     if (!response.keep_alive()) stream_.reset();
     if (response.result_int() / 100 != 2) {
-      return absl::UnavailableError(fmt::format("HTTP {}", response.result_int()));
+      outcome.status = absl::UnavailableError(fmt::format("HTTP {}", response.result_int()));
     }
-    return absl::OkStatus();
-  }
-
-  void SetSocketTimeout(std::chrono::microseconds timeout) {
-    timeval tv{.tv_sec = static_cast<time_t>(timeout.count() / 1000000),
-               .tv_usec = static_cast<suseconds_t>(timeout.count() % 1000000)};
-    const int fd = stream_->socket().native_handle();
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return outcome;
   }
 
   Endpoint endpoint_;
+  const std::string host_field_;  // HOST:PORT, an IPv6 address in brackets
   asio::io_context io_;
   std::optional<beast::tcp_stream> stream_;
   beast::flat_buffer buffer_;
-  bool reused_ = false;
 };
 
 }  // namespace
@@ -455,9 +506,11 @@ void Exporter::Run() {
   std::vector<SpanData> taken;  // the queue's storage, swapped in whole (Tracer::Take)
   Encoder encoder;
   int64_t failures_logged = 0;
+  bool giving_up = false;  // shut down and a batch failed: the rest are not sent (counted failed)
   for (;;) {
     taken.clear();
-    const size_t wait_for = std::min(options_.max_batch, tracer_->options().queue_size);
+    const size_t wait_for =
+        std::max<size_t>(1, std::min(options_.max_batch, tracer_->options().queue_size));
     if (tracer_->Take(taken, wait_for, SIZE_MAX, absl::Microseconds(options_.interval_us)) == 0) {
       // Nothing joins the queue once it is shut: shut and empty is the end.
       if (tracer_->shut_down() && tracer_->queued() == 0) return;
@@ -466,6 +519,10 @@ void Exporter::Run() {
     for (size_t from = 0; from < taken.size(); from += options_.max_batch) {
       const std::span<const SpanData> batch = std::span<const SpanData>(taken).subspan(
           from, std::min(options_.max_batch, taken.size() - from));
+      if (giving_up) {
+        failed_.fetch_add(batch.size(), std::memory_order_relaxed);
+        continue;
+      }
       absl::StatusOr<std::string*> request = encoder.Request(batch, options_);
       const absl::Status sent =
           request.ok() ? transport_->Send(**request, options_.timeout_us) : request.status();
@@ -474,6 +531,9 @@ void Exporter::Run() {
         continue;
       }
       failed_.fetch_add(batch.size(), std::memory_order_relaxed);
+      // At shutdown one failed call is enough: a collector down does not hold the exit for a
+      // timeout per batch.
+      giving_up = tracer_->shut_down();
       // The first failure, then one in 100: a collector that is down is not a log flood.
       if (failures_logged++ % 100 == 0) {
         util::Log().warn("traces: {} spans not exported to {}: {}", batch.size(), options_.endpoint,

@@ -68,7 +68,8 @@ class Exporter {
 
   // Checks the options and starts the thread; an error names what is wrong.
   absl::Status Start();
-  // Shuts the tracer's queue, sends what is left in it (each batch within `timeout`) and joins.
+  // Shuts the tracer's queue, sends what is left in it (each batch within `timeout`; after one
+  // that fails the rest are counted failed, unsent) and joins.
   void Stop();
 
   // Spans the collector took, and those lost with a batch it refused or did not answer.

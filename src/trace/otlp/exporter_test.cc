@@ -7,6 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -228,6 +230,29 @@ TEST(ExporterTest, ACollectorThatIsDownCostsFailedBatchesNotAHang) {
     EXPECT_EQ(exporter.exported(), 0u);
     EXPECT_EQ(exporter.failed() + tracer.dropped(), 30u);
   }
+}
+
+// A collector that takes the connection and never answers (the kernel accepts it into the
+// listener's backlog; nothing reads): each export call ends at its timeout, and Stop gives up on
+// the rest after the first failure there.
+TEST(ExporterTest, AnHttpCollectorThatNeverAnswersCostsTimeoutsNotAHang) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor silent(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  ManualClock clock(kT0);
+  Tracer tracer({.queue_size = 100}, &clock);
+  Exporter exporter(
+      &tracer, {.protocol = Protocol::kHttp,
+                .endpoint = "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port()),
+                .interval_us = 1000,
+                .max_batch = 10,
+                .timeout_us = 200000});
+  ASSERT_TRUE(exporter.Start().ok());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 30; ++i) tracer.StartRequest("r", SpanKind::kServer, "", "")->End();
+  exporter.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(exporter.exported(), 0u);
+  EXPECT_EQ(exporter.failed() + tracer.dropped(), 30u);
 }
 
 }  // namespace

@@ -419,18 +419,23 @@ start_four() {
   done
 }
 
+# check_body DOMAIN KEY VALUE [MORE]: the body of a POST /v1/check of one descriptor of one entry
+# KEY=VALUE; MORE (e.g. ',"cost":0') is added inside the object.
+check_body() {
+  echo "{\"domain\":\"$1\",\"descriptors\":[{\"entries\":[{\"key\":\"$2\",\"value\":\"$3\"}]}]${4:-}}"
+}
+
 # check_one DATA DOMAIN KEY VALUE: one POST /v1/check to DATA (HOST:PORT), one descriptor of one
 # entry KEY=VALUE; prints the status, keeps headers and body (header, $tmp/body).
 check_one() {
   curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' -m 5 -H 'content-type: application/json' \
-    -d "{\"domain\":\"$2\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$4\"}]}]}" \
-    "http://$1/v1/check"
+    -d "$(check_body "$2" "$3" "$4")" "http://$1/v1/check"
 }
 
 # remaining_of DATA DOMAIN KEY VALUE: what a look (POST /v1/check with cost 0) at one descriptor
 # of one entry KEY=VALUE says is left of its first limit, on DATA (HOST:PORT).
 remaining_of() {
-  curl -s -m 5 -d "{\"domain\":\"$2\",\"descriptors\":[{\"entries\":[{\"key\":\"$3\",\"value\":\"$4\"}]}],\"cost\":0}" \
+  curl -s -m 5 -d "$(check_body "$2" "$3" "$4" ',"cost":0')" \
     "http://$1/v1/check" | grep -o '"remaining":[0-9]*' | head -1 | cut -d: -f2
 }
 
@@ -438,7 +443,8 @@ remaining_of() {
 # array `datas`, HOST:PORT each; all by default), FIRE_PARALLEL (8) at a time per instance, all
 # at once; prints how many were allowed (200).
 fire() {
-  local body="{\"domain\":\"$1\",\"descriptors\":[{\"entries\":[{\"key\":\"$2\",\"value\":\"$3\"}]}]}"
+  local body
+  body=$(check_body "$1" "$2" "$3")
   local n=$4 workers=() i; shift 4
   # shellcheck disable=SC2154  # (datas: the caller's instances)
   local which=("$@"); ((${#which[@]})) || which=("${!datas[@]}")

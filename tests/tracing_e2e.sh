@@ -93,9 +93,6 @@ http:
         - actions:
             - request_headers: {header_name: X-User, descriptor_key: user}
 YAML
-check_body() {  # check_body USER: a /v1/check body of one descriptor user=USER
-  echo "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"$1\"}]}]}"
-}
 
 # ---------------------------------------------------------------- over HTTP/protobuf
 start_collector http || fail_setup "the collector did not start: $(cat "$tmp/collector.err")"
@@ -115,7 +112,7 @@ spans=$tmp/otlp-http.out
 T1=4bf92f3577b34da6a3ce929d0e0e4736
 CALLER=00f067aa0ba902b7
 curl -s -o /dev/null -m 5 -H "traceparent: 00-$T1-$CALLER-01" -H 'tracestate: congo=t61rcWkgMzE' \
-  -H 'content-type: application/json' -d "$(check_body alice)" "http://$DATA/v1/check"
+  -H 'content-type: application/json' -d "$(check_body api user alice)" "http://$DATA/v1/check"
 wait_spans "$spans" "$T1" 2 || echo "(the /v1/check spans did not come)"
 check "/v1/check: the request's span of the caller's trace, the decision below it" \
   "POST /v1/check <- caller kind=2
@@ -132,8 +129,8 @@ check "the resource names the service" '"sluice"' "$(attr "$spans" "$T1" decide 
 # Not sampled by its caller, or no caller at all at rate 0: no span.
 T_OFF=11111111111111111111111111111111
 curl -s -o /dev/null -m 5 -H "traceparent: 00-$T_OFF-$CALLER-00" \
-  -H 'content-type: application/json' -d "$(check_body carol)" "http://$DATA/v1/check"
-curl -s -o /dev/null -m 5 -H 'content-type: application/json' -d "$(check_body carol)" \
+  -H 'content-type: application/json' -d "$(check_body api user carol)" "http://$DATA/v1/check"
+curl -s -o /dev/null -m 5 -H 'content-type: application/json' -d "$(check_body api user carol)" \
   "http://$DATA/v1/check"
 
 # Forward-auth, and a denial: alice's third request this hour.
@@ -225,7 +222,7 @@ check "gRPC: service_name" '"sluice-rls"' "$(attr "$spans" "$T5" decide service)
 check "record_keys: the descriptors on the decision" '["user=dave"]' \
   "$(attr "$spans" "$T5" decide sluice.descriptors)"
 # At rate 1, a request without a caller starts a trace of its own (a root span).
-curl -s -o /dev/null -m 5 -H 'content-type: application/json' -d "$(check_body erin)" \
+curl -s -o /dev/null -m 5 -H 'content-type: application/json' -d "$(check_body api user erin)" \
   "http://$DATA/v1/check"
 for _ in $(seq 100); do grep -q 'user=erin' "$spans" && break; sleep 0.05; done
 root_parent=$(python3 - "$spans" <<'PY'
@@ -255,7 +252,7 @@ start redis --config "$tmp/sluice.yaml" --redis "redis://127.0.0.1:$RPORT" ||
   fail_setup "sluice did not start: $(cat "$tmp/redis.err")"
 T6=66666666666666666666666666666666
 curl -s -o /dev/null -m 5 -H "traceparent: 00-$T6-$CALLER-01" \
-  -H 'content-type: application/json' -d "$(check_body frank)" "http://$DATA/v1/check"
+  -H 'content-type: application/json' -d "$(check_body api user frank)" "http://$DATA/v1/check"
 wait_spans "$spans" "$T6" 3 || echo "(the Redis spans did not come)"
 check "Redis: the round trip is a client span below the decision" \
   "POST /v1/check <- caller kind=2
@@ -268,7 +265,7 @@ check "Redis: decided by Redis itself" '"backend"' "$(attr "$spans" "$T6" redis 
 for i in 1 2 3; do
   curl -s -o /dev/null -m 5 -H "traceparent: 00-8888888888888888888888888888888$i-$CALLER-01" \
     -H 'content-type: application/json' \
-    -d '{"domain":"leased","descriptors":[{"entries":[{"key":"user","value":"g"}]}]}' \
+    -d "$(check_body leased user g)" \
     "http://$DATA/v1/check"
 done
 wait_spans "$spans" 88888888888888888888888888888883 3 || echo "(the leased spans did not come)"
@@ -277,7 +274,7 @@ check "leased: a request spent from a lease says so" '"lease"' \
 kill -STOP "$RPID"  # Redis stops answering: the round trip times out
 T7=77777777777777777777777777777777
 curl -s -o /dev/null -m 5 -H "traceparent: 00-$T7-$CALLER-01" \
-  -H 'content-type: application/json' -d "$(check_body frank)" "http://$DATA/v1/check"
+  -H 'content-type: application/json' -d "$(check_body api user frank)" "http://$DATA/v1/check"
 kill -CONT "$RPID"
 wait_spans "$spans" "$T7" 3 || echo "(the failed round trip's spans did not come)"
 check "Redis down: the round trip's span is an error" true "$(attr "$spans" "$T7" redis error)"
@@ -297,7 +294,7 @@ start down --config "$tmp/sluice.yaml" || fail_setup "sluice did not start: $(ca
 answered=0
 for i in $(seq 300); do
   code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 -H 'content-type: application/json' \
-    -d "$(check_body "u$((i % 50))")" "http://$DATA/v1/check")
+    -d "$(check_body api user "u$((i % 50))")" "http://$DATA/v1/check")
   [[ $code == 200 || $code == 429 ]] && answered=$((answered + 1))
 done
 check "collector down: every decision answered" 300 "$answered"
@@ -319,12 +316,12 @@ tracing: {enabled: true, endpoint: "http://$CHTTP", export_interval: 50ms, expor
 YAML
 start slow --config "$tmp/sluice.yaml" || fail_setup "sluice did not start: $(cat "$tmp/slow.err")"
 for i in 1 2 3; do
-  curl -s -o /dev/null -m 5 -H 'content-type: application/json' -d "$(check_body "s$i")" \
+  curl -s -o /dev/null -m 5 -H 'content-type: application/json' -d "$(check_body api user "s$i")" \
     "http://$DATA/v1/check"
 done
 sleep 0.2  # (an export is now held by the collector's delay)
 took=$(curl -s -o /dev/null -w '%{time_total}' -m 5 -H 'content-type: application/json' \
-  -d "$(check_body s9)" "http://$DATA/v1/check")
+  -d "$(check_body api user s9)" "http://$DATA/v1/check")
 check "slow collector: a decision is not held by an export in progress (under 1 s of its 3)" 1 \
   "$(python3 -c "print(int($took < 1.0))")"
 stop "$PID" 15

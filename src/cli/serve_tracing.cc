@@ -38,7 +38,6 @@ Tracing::Tracing(const rules::TracingSettings& settings, const Clock* clock)
 absl::StatusOr<std::unique_ptr<Tracing>> Tracing::Start(const rules::TracingSettings& settings,
                                                         const Clock* clock) {
   if (!settings.enabled) return nullptr;
-  if (absl::Status s = CheckTracing(settings); !s.ok()) return s;
   auto tracing = std::make_unique<Tracing>(settings, clock);
   if (absl::Status s = tracing->exporter_.Start(); !s.ok()) return s;
   util::Log().info("tracing: spans to {} over {} (sampling rate {}, service.instance.id {})",

@@ -53,21 +53,22 @@ class RateLimitDecider {
     // Not sampled (or no tracer): nothing of the span is built.
     const std::optional<trace::Tracer::SampledTrace> sampled =
         tracer_ == nullptr ? std::nullopt : tracer_->Sample(MetadataValue(context, "traceparent"));
-    if (!sampled) return DecideTraced(request, std::move(done));
-    std::shared_ptr<trace::Span> span = tracer_->StartRequest(
-        kShouldRateLimitSpan, trace::SpanKind::kServer, *sampled,
-        sampled->parent ? MetadataValue(context, "tracestate") : std::string_view());
+    if (!sampled) return DecideOnEngine(request, std::move(done));
+    std::shared_ptr<trace::Span> span =
+        tracer_->StartRequest(kShouldRateLimitSpan, trace::SpanKind::kServer, *sampled,
+                              MetadataValue(context, "tracestate"));
     span->Set("rpc.system", std::string("grpc"));
     span->Set("rpc.service", std::string("envoy.service.ratelimit.v3.RateLimitService"));
     span->Set("rpc.method", std::string("ShouldRateLimit"));
     span->Set("sluice.domain", request.domain());
     trace::CurrentSpan scope(span.get());
-    DecideTraced(request, [span, done = std::move(done)](absl::StatusOr<RateLimitResponse> answer) {
-      span->Set("rpc.grpc.status_code", static_cast<int64_t>(answer.status().code()));
-      if (!answer.ok()) span->SetError(std::string(answer.status().message()));
-      span->End();
-      done(std::move(answer));
-    });
+    DecideOnEngine(
+        request, [span, done = std::move(done)](absl::StatusOr<RateLimitResponse> answer) {
+          span->Set("rpc.grpc.status_code", static_cast<int64_t>(answer.status().code()));
+          if (!answer.ok()) span->SetError(std::string(answer.status().message()));
+          span->End();
+          done(std::move(answer));
+        });
   }
 
  private:
@@ -83,8 +84,8 @@ class RateLimitDecider {
     return std::string_view(it->second.data(), it->second.size());
   }
 
-  // Decide's work, within the caller's span (if any).
-  void DecideTraced(const RateLimitRequest& request, Done done) {
+  // Decide's work on the engine (within the call's span, when it is traced).
+  void DecideOnEngine(const RateLimitRequest& request, Done done) {
     std::shared_ptr<const rules::Config> config = config_->Current();
     RlsOptions options = config ? RlsOptionsFromSettings(config->settings) : RlsOptions{};
     const int64_t start_us = clock_->NowMicros();

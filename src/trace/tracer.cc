@@ -29,6 +29,9 @@ void PutWord(std::array<uint8_t, N>& id, size_t from, uint64_t word) {
   for (size_t i = 0; i < 8; ++i) id[from + 7 - i] = static_cast<uint8_t>(word >> (8 * i));
 }
 
+// The ratio rule on a trace id's last 8 bytes (big endian): `bound` is RatioBound's.
+bool BelowBound(uint64_t low, uint64_t bound) { return (low >> 1) < bound; }
+
 }  // namespace
 
 uint64_t RatioBound(double sampling_rate) {
@@ -40,11 +43,9 @@ uint64_t RatioBound(double sampling_rate) {
 bool Sampled(const std::optional<util::TraceParent>& parent, const TraceId& trace_id,
              double sampling_rate) {
   if (parent) return parent->sampled();
-  if (sampling_rate >= 1.0) return true;
-  if (!(sampling_rate > 0.0)) return false;  // NaN too
   uint64_t low = 0;
   for (size_t i = 8; i < 16; ++i) low = (low << 8) | trace_id[i];
-  return (low >> 1) < RatioBound(sampling_rate);
+  return BelowBound(low, RatioBound(sampling_rate));
 }
 
 SpanId Tracer::NewSpanId() {
@@ -71,7 +72,7 @@ std::optional<Tracer::SampledTrace> Tracer::Sample(std::string_view traceparent)
   // The low half decides (Sampled's rule, its bound worked out once); the high half is drawn only
   // for a trace that is sampled.
   const uint64_t low = RandomWord();
-  if (!always_ && (low >> 1) >= bound_) return std::nullopt;
+  if (!BelowBound(low, bound_)) return std::nullopt;
   PutWord(trace.trace_id, 8, low);
   PutWord(trace.trace_id, 0, RandomWord() | 1);
   return trace;
@@ -161,11 +162,6 @@ void Span::End() {
 }
 
 std::shared_ptr<Span> Span::StartChild(std::string name, SpanKind kind) const {
-  return StartChildAt(std::move(name), kind, tracer_->NowUnixNanos());
-}
-
-std::shared_ptr<Span> Span::StartChildAt(std::string name, SpanKind kind,
-                                         int64_t start_unix_ns) const {
   SpanData child;
   child.trace_id = data_.trace_id;
   child.parent_span_id = data_.span_id;
@@ -174,7 +170,7 @@ std::shared_ptr<Span> Span::StartChildAt(std::string name, SpanKind kind,
   child.span_id = Tracer::NewSpanId();
   child.name = std::move(name);
   child.kind = kind;
-  child.start_unix_ns = start_unix_ns;
+  child.start_unix_ns = tracer_->NowUnixNanos();
   return std::make_shared<Span>(tracer_, std::move(child));
 }
 

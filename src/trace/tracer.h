@@ -119,8 +119,6 @@ class Span : public std::enable_shared_from_this<Span> {
 
   // A child of this span starting now (of the same trace, sampled as this one is).
   std::shared_ptr<Span> StartChild(std::string name, SpanKind kind) const;
-  // A child that started at `start_unix_ns` (in the tracer's clock), not yet ended.
-  std::shared_ptr<Span> StartChildAt(std::string name, SpanKind kind, int64_t start_unix_ns) const;
 
   // The `traceparent` that makes this span a callee's parent (e.g. a proxied upstream's).
   std::string TraceParent() const;
@@ -128,7 +126,6 @@ class Span : public std::enable_shared_from_this<Span> {
   const TraceId& trace_id() const { return data_.trace_id; }
   const SpanId& span_id() const { return data_.span_id; }
   const SpanId& parent_span_id() const { return data_.parent_span_id; }
-  const std::string& name() const { return data_.name; }
   bool record_keys() const;
 
  private:
@@ -143,10 +140,7 @@ class Tracer {
  public:
   // `clock` (not owned) gives the spans' times.
   Tracer(TracerOptions options, const Clock* clock)
-      : options_(options),
-        clock_(clock),
-        always_(options.sampling_rate >= 1.0),
-        bound_(RatioBound(options.sampling_rate)) {}
+      : options_(options), clock_(clock), bound_(RatioBound(options.sampling_rate)) {}
 
   // A request's span (kServer for a request served): a child of the caller's span when
   // `traceparent` is a valid one (its `tracestate` is kept, if valid), else the root of a new
@@ -154,8 +148,9 @@ class Tracer {
   std::shared_ptr<Span> StartRequest(std::string name, SpanKind kind, std::string_view traceparent,
                                      std::string_view tracestate);
 
-  // The same in two steps, for a caller that would rather not build the span's name (or read
-  // the tracestate) for a request that is not sampled: the sampling decision, then the span.
+  // The same in two steps, for a caller that would rather not build the span's name for a
+  // request that is not sampled: the sampling decision, then the span (`tracestate` is read
+  // only when the trace has a parent).
   struct SampledTrace {
     TraceId trace_id{};
     std::optional<util::TraceParent> parent;  // the caller's, when it sent a valid one
@@ -190,7 +185,6 @@ class Tracer {
  private:
   const TracerOptions options_;
   const Clock* clock_;
-  const bool always_;     // sampling_rate >= 1
   const uint64_t bound_;  // RatioBound(sampling_rate)
   std::atomic<uint64_t> ended_{0};
   std::atomic<uint64_t> dropped_{0};

@@ -81,7 +81,6 @@ struct Cursor {
   char* p;
   char* end;
   bool overflowed = false;
-  void push_back(char c) { append(&c, 1); }
   void append(const char* bytes, size_t n) {
     if (static_cast<size_t>(end - p) < n) {
       overflowed = true;
@@ -136,6 +135,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Fixed(Cursor& out, int field, uint64_t 
   out.append(little, bytes);
 }
 
+// ArrayValue's body: an AnyValue{string_value} per item.
+size_t ArraySize(const std::vector<std::string>& list) {
+  size_t array = 0;
+  for (const std::string& item : list) array += FieldSize(FieldSize(item.size()));
+  return array;
+}
 // AnyValue's body.
 size_t ValueSize(const AttributeValue& value) {
   if (const auto* s = std::get_if<std::string>(&value)) return FieldSize(s->size());
@@ -143,11 +148,7 @@ size_t ValueSize(const AttributeValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value))
     return 1 + VarintSize(static_cast<uint64_t>(*i));
   if (std::holds_alternative<double>(value)) return 9;
-  size_t array = 0;  // ArrayValue: an AnyValue{string_value} per item
-  for (const std::string& item : std::get<std::vector<std::string>>(value)) {
-    array += FieldSize(FieldSize(item.size()));
-  }
-  return FieldSize(array);
+  return FieldSize(ArraySize(std::get<std::vector<std::string>>(value)));
 }
 void Value(Cursor& out, const AttributeValue& value) {
   if (const auto* s = std::get_if<std::string>(&value)) return Bytes(out, 1, *s);
@@ -165,9 +166,7 @@ void Value(Cursor& out, const AttributeValue& value) {
     return Fixed(out, 4, bits, 8);
   }
   const auto& list = std::get<std::vector<std::string>>(value);
-  size_t array = 0;
-  for (const std::string& item : list) array += FieldSize(FieldSize(item.size()));
-  Header(out, 5, array);
+  Header(out, 5, ArraySize(list));
   for (const std::string& item : list) {
     Header(out, 1, FieldSize(item.size()));
     Bytes(out, 1, item);
@@ -223,15 +222,13 @@ void WriteSpan(Cursor& out, const SpanData& s, size_t size) {
 
 class Encoder {
  public:
-  // The request of `spans` (one ResourceSpans of one ScopeSpans), in a buffer kept from call to
-  // call; Internal if a length was worked out wrong (a bug: nothing is sent).
-  absl::StatusOr<std::string*> Request(std::span<const SpanData> spans,
-                                       const ExporterOptions& options) {
-    std::vector<std::pair<std::string_view, std::string_view>> resource = {
+  // The resource and the scope are the same in every request of `options`: written here, once.
+  explicit Encoder(const ExporterOptions& options) {
+    std::vector<std::pair<std::string_view, AttributeValue>> resource = {
         {"service.name", options.service_name},
         {"service.instance.id", options.service_instance_id},
-        {"telemetry.sdk.name", "sluice"},
-        {"telemetry.sdk.language", "cpp"}};
+        {"telemetry.sdk.name", std::string("sluice")},
+        {"telemetry.sdk.language", std::string("cpp")}};
     if (!options.service_namespace.empty()) {
       resource.emplace_back("service.namespace", options.service_namespace);
     }
@@ -239,43 +236,50 @@ class Encoder {
       resource.emplace_back("service.version", options.service_version);
     }
     size_t resource_size = 0;  // Resource
-    for (const auto& [key, value] : resource) {
-      resource_size += FieldSize(FieldSize(key.size()) + FieldSize(FieldSize(value.size())));
-    }
+    for (const auto& [key, value] : resource) resource_size += FieldSize(KeyValueSize(key, value));
+    resource_.resize(FieldSize(resource_size));
+    Cursor r{resource_.data(), resource_.data() + resource_.size()};
+    Header(r, 1, resource_size);  // ResourceSpans.resource
+    for (const auto& [key, value] : resource) KeyValue(r, 1, key, value);
     // InstrumentationScope{name, version}
-    const size_t scope_size =
-        FieldSize(6) +
-        (options.service_version.empty() ? 0 : FieldSize(options.service_version.size()));
-    size_t scope_spans_size = FieldSize(scope_size);  // ScopeSpans
+    const std::string_view version = options.service_version;
+    const size_t scope_size = FieldSize(6) + (version.empty() ? 0 : FieldSize(version.size()));
+    scope_.resize(FieldSize(scope_size));
+    Cursor c{scope_.data(), scope_.data() + scope_.size()};
+    Header(c, 1, scope_size);  // ScopeSpans.scope
+    Bytes(c, 1, "sluice");
+    if (!version.empty()) Bytes(c, 2, version);
+    well_formed_ = !r.overflowed && r.p == r.end && !c.overflowed && c.p == c.end;
+  }
+
+  // The request of `spans` (one ResourceSpans of one ScopeSpans), in a buffer kept from call to
+  // call; Internal if a length was worked out wrong (a bug: nothing is sent).
+  absl::StatusOr<std::string*> Request(std::span<const SpanData> spans) {
+    size_t scope_spans_size = scope_.size();  // ScopeSpans
     span_sizes_.clear();
     for (const SpanData& s : spans) {
       span_sizes_.push_back(SpanSize(s));
       scope_spans_size += FieldSize(span_sizes_.back());
     }
-    const size_t resource_spans_size = FieldSize(resource_size) + FieldSize(scope_spans_size);
+    const size_t resource_spans_size = resource_.size() + FieldSize(scope_spans_size);
 
     out_.resize(FieldSize(resource_spans_size));
     Cursor out{out_.data(), out_.data() + out_.size()};
     Header(out, 1, resource_spans_size);  // ExportTraceServiceRequest.resource_spans
-    Header(out, 1, resource_size);        // ResourceSpans.resource
-    for (const auto& [key, value] : resource) {
-      Header(out, 1, FieldSize(key.size()) + FieldSize(FieldSize(value.size())));
-      Bytes(out, 1, key);
-      Header(out, 2, FieldSize(value.size()));  // AnyValue{string_value}
-      Bytes(out, 1, value);
-    }
+    out.append(resource_);
     Header(out, 2, scope_spans_size);  // ResourceSpans.scope_spans
-    Header(out, 1, scope_size);        // ScopeSpans.scope
-    Bytes(out, 1, "sluice");
-    if (!options.service_version.empty()) Bytes(out, 2, options.service_version);
+    out.append(scope_);
     for (size_t i = 0; i < spans.size(); ++i) WriteSpan(out, spans[i], span_sizes_[i]);
-    if (out.overflowed || out.p != out.end) {
+    if (!well_formed_ || out.overflowed || out.p != out.end) {
       return absl::InternalError("OTLP encoding: a length was worked out wrong");
     }
     return &out_;
   }
 
  private:
+  std::string resource_;  // ResourceSpans.resource, as a field
+  std::string scope_;     // ScopeSpans.scope, as a field
+  bool well_formed_ = false;
   std::string out_;
   std::vector<size_t> span_sizes_;
 };
@@ -297,8 +301,8 @@ std::string RandomUuid() {
 }  // namespace
 
 std::string EncodeRequest(std::span<const SpanData> spans, const ExporterOptions& options) {
-  Encoder encoder;
-  absl::StatusOr<std::string*> request = encoder.Request(spans, options);
+  Encoder encoder(options);
+  absl::StatusOr<std::string*> request = encoder.Request(spans);
   return request.ok() ? std::move(**request) : std::string();
 }
 
@@ -504,7 +508,7 @@ void Exporter::Stop() {
 
 void Exporter::Run() {
   std::vector<SpanData> taken;  // the queue's storage, swapped in whole (Tracer::Take)
-  Encoder encoder;
+  Encoder encoder(options_);
   int64_t failures_logged = 0;
   bool giving_up = false;  // shut down and a batch failed: the rest are not sent (counted failed)
   for (;;) {
@@ -523,7 +527,7 @@ void Exporter::Run() {
         failed_.fetch_add(batch.size(), std::memory_order_relaxed);
         continue;
       }
-      absl::StatusOr<std::string*> request = encoder.Request(batch, options_);
+      absl::StatusOr<std::string*> request = encoder.Request(batch);
       const absl::Status sent =
           request.ok() ? transport_->Send(**request, options_.timeout_us) : request.status();
       if (sent.ok()) {

@@ -321,10 +321,7 @@ TEST(LeaseDeadlineTest, LeasesPastTheirDeadlineTakeNothing) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->granted, 1u);
   std::this_thread::sleep_for(100ms);  // the store's SCRIPT LOAD is done: EVALSHA from here on
-  auto sleeping = std::async(std::launch::async, [&] {
-    return testing::RedisCommand(*admin, {"DEBUG", "SLEEP", "0.6"});
-  });
-  std::this_thread::sleep_for(50ms);  // it sleeps
+  auto sleeping = testing::BlockRedis(*admin, server.url(), 0.6);
   const auto grants = LeaseAtOnce(store, std::vector<Ask>(20, {item, 5, 100 * kMs}));
   for (const auto& grant : grants) {
     EXPECT_EQ(grant.status().code(), absl::StatusCode::kDeadlineExceeded) << grant.status();

@@ -396,10 +396,7 @@ TEST(RedisStoreTest, CallsThatTimedOutDuringDebugSleepConsumeNothing) {
   const Limit limit = MakeLimit(Algorithm::kTokenBucket, 40, kHour);
   ASSERT_TRUE(Decide(store, {{.limit = &limit, .limit_id = 1, .key = "slept", .cost = 1}}).ok());
   std::this_thread::sleep_for(100ms);
-  auto sleeping = std::async(std::launch::async, [&] {
-    return Command(*admin, {"DEBUG", "SLEEP", "0.6"});
-  });
-  std::this_thread::sleep_for(50ms);  // it sleeps
+  auto sleeping = testing::BlockRedis(*admin, server.url(), 0.6);
   const auto answers = DecideManyAtOnce(store, limit, "slept", 20);
   for (const Answered& a : answers) {
     EXPECT_EQ(a.status.code(), absl::StatusCode::kDeadlineExceeded) << a.status;

@@ -61,6 +61,23 @@ inline absl::StatusOr<redis::Reply> RedisCommand(redis::Client& client,
   return future.get();
 }
 
+// Blocks the server of `url` with DEBUG SLEEP `seconds` (sent on `admin`, whose timeout must
+// outlast it) and returns once it is seen blocked: a PING of a client of its own has had no answer
+// within 50 ms (at most 5 s of tries). The future holds DEBUG SLEEP's answer. (A fixed wait after
+// sending it was not enough on a loaded machine: the calls a test sent next were answered first.)
+inline std::future<absl::StatusOr<redis::Reply>> BlockRedis(redis::Client& admin,
+                                                            const std::string& url,
+                                                            double seconds) {
+  auto probe = OpenRedis({url}, false, std::chrono::milliseconds(50));  // (ready before it sleeps)
+  auto sleeping = std::async(std::launch::async, [&admin, seconds] {
+    return RedisCommand(admin, {"DEBUG", "SLEEP", std::to_string(seconds)});
+  });
+  for (int i = 0; i < 100 && RedisCommand(*probe, {"PING"}).ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return sleeping;
+}
+
 inline absl::StatusOr<redis::DecideResult> DecideNow(redis::RedisStore& store,
                                                      const std::vector<backend::Item>& items) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<redis::DecideResult>>>();

@@ -321,6 +321,11 @@ class AsioConnection : public Connection, public std::enable_shared_from_this<As
                                                                   size_t) {
       if (gen != self->generation_) return;
       self->writing_ = false;
+      // Under TLS 1.3 the client's handshake ends before the server has checked the client's
+      // certificate; a server that refuses it sends an alert and closes, and the login written
+      // meanwhile may meet a reset. The read in flight then fails with the alert, which names
+      // the cause (or with the reset): leave the failure to it (the login's deadline bounds it).
+      if (ec && self->tls_ && self->state() != State::kReady) return;
       if (ec)
         return self->Fail(fmt::format("write to {}: {}", self->options_.endpoint.Address(),
                                       self->tls_ ? TlsIoError(ec) : ec.message()));

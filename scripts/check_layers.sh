@@ -119,11 +119,14 @@ THIRD_PARTY='absl fmt spdlog gtest gmock benchmark google envoy ratelimit grpc C
 THIRD_PARTY_FILES='xxhash.h'
 
 declare -A allowed test_allowed excepted
+# (No process per row or per file below: the planted test runs this script a dozen times.)
 while IFS='|' read -r module deps test_deps; do
-  module=$(echo "$module" | xargs)
+  module=${module//[[:space:]]/}
   [[ -z $module ]] && continue
-  allowed[$module]=" $module $(echo "$deps" | xargs) "
-  test_allowed[$module]=" $KIT $(echo "$test_deps" | xargs) "
+  read -ra words <<<"$deps"
+  allowed[$module]=" $module ${words[*]} "
+  read -ra words <<<"$test_deps"
+  test_allowed[$module]=" $KIT ${words[*]} "
 done <<<"$TABLE"
 while read -r from to _; do
   [[ -z $from ]] && continue
@@ -223,10 +226,26 @@ while IFS= read -r -d '' cmake_file; do
     violations=$((violations + 1))
     continue
   fi
-  text=$(sed 's/#.*//' "$cmake_file" | tr '\n' ' ')
-  # One line per link: TARGET [test] LIBRARIES...
-  while read -r target kind libraries; do
-    [[ -z $target ]] && continue
+  # The file without comments, on one line.
+  mapfile -t lines <"$cmake_file"
+  text=""
+  for line in "${lines[@]}"; do text+="${line%%#*} "; done
+  # One entry per link: TARGET lib|test LIBRARIES... (a test's libraries are those after LINK).
+  links=()
+  rest=$text
+  while [[ $rest =~ (target_link_libraries|sluice_test)\(([^\)]*)\) ]]; do
+    rest=${rest#*"${BASH_REMATCH[0]}"}
+    read -ra words <<<"${BASH_REMATCH[2]}"
+    if [[ ${BASH_REMATCH[1]} == sluice_test ]]; then
+      [[ ${BASH_REMATCH[2]} == *" LINK "* ]] || continue
+      read -ra libraries <<<"${BASH_REMATCH[2]#* LINK }"
+      links+=("${words[0]} test ${libraries[*]}")
+    else
+      links+=("${words[0]} lib ${words[*]:1}")
+    fi
+  done
+  for link in "${links[@]}"; do
+    read -r target kind libraries <<<"$link"
     for library in $libraries; do
       [[ $library == sluice_* ]] || continue
       to=${library_module[$library]:-}
@@ -241,10 +260,7 @@ while IFS= read -r -d '' cmake_file; do
       echo "$cmake_file: $target -> $to ($library) is not allowed"
       violations=$((violations + 1))
     done
-  done < <(grep -oE 'target_link_libraries\([^)]*\)' <<<"$text" |
-    sed -E 's/^target_link_libraries\( *([^ )]+)(.*)\)$/\1 lib \2/'
-    grep -oE 'sluice_test\([^)]*\)' <<<"$text" |
-    sed -E 's/^sluice_test\( *([^ )]+).* LINK (.*)\)$/\1 test \2/')
+  done
 done < <(find src "$KIT" -name CMakeLists.txt -print0 2>/dev/null | sort -z)
 
 for edge in "${!excepted[@]}"; do

@@ -2,7 +2,9 @@
 # What traces cost forward-auth (issue 38): three `sluice serve --threads 1`, the same rules
 # (bench/compare/bench.yaml), one without tracing, one sampling 1 % of the traces it starts, one
 # sampling every one, each exporting over OTLP/HTTP to the test collector (tests/otlp_collector.cc,
-# --quiet: decoded, then dropped). wrk drives /v1/auth/allow (one key, no traceparent: sluice's
+# --quiet 2: read and answered, not decoded; DECODE=1: --quiet 1, decoded, then dropped). The
+# collector shares the machine's cores with sluice and wrk, where a real one runs elsewhere: the
+# lighter it is, the less it takes from sluice in a run that counts sluice's CPU. wrk drives /v1/auth/allow (one key, no traceparent: sluice's
 # own ratio sampler decides) on each in turn, ROUNDS times.
 #
 #   bench/tracing.sh        prints one table; progress on stderr
@@ -18,7 +20,7 @@
 # move, the exporter thread's work included.
 #
 # Env: DURATION (5s), CONNECTIONS (64), ROUNDS (3), WARMUP (1s), SLUICE (build/release/sluice),
-#   COLLECTOR (build/release/otlp_collector), CALLGRIND (0).
+#   COLLECTOR (build/release/otlp_collector), DECODE (0), CALLGRIND (0).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,7 +43,7 @@ command -v wrk >/dev/null || die "wrk is missing (scripts/bootstrap.sh installs 
 source "$here/lib.sh"
 run_dir=$tmp
 
-"$COLLECTOR" --quiet 1 >"$run_dir/collector.out" 2>&1 &
+"$COLLECTOR" --quiet "$([[ ${DECODE:-0} == 1 ]] && echo 1 || echo 2)" >"$run_dir/collector.out" 2>&1 &
 pids+=("$!")
 for _ in $(seq 100); do grep -q '^otlp_collector:' "$run_dir/collector.out" && break; sleep 0.05; done
 collector_http=$(sed -n 's/^otlp_collector: grpc [^ ]* http \(.*\)/\1/p' "$run_dir/collector.out")

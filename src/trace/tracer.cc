@@ -86,9 +86,55 @@ std::shared_ptr<Span> Tracer::StartRequest(std::string name, SpanKind kind,
   return StartRequest(std::move(name), kind, *trace, tracestate);
 }
 
+Span::Span(Tracer* tracer) : tracer_(tracer) {}
+
+void Span::Set(std::string_view key, AttributeValue value) {
+  data_.attributes.emplace_back(key, std::move(value));
+}
+
+std::vector<Attribute> Tracer::FreshAttributes() {
+  // (Shared by the tracers of a process: lists are storage only.)
+  thread_local std::vector<std::vector<Attribute>> stock;
+  if (stock.empty()) {
+    absl::MutexLock lock(&mu_);
+    const size_t n = std::min<size_t>(spare_.size(), 32);
+    for (size_t i = 0; i < n; ++i) {
+      stock.push_back(std::move(spare_.back()));
+      spare_.pop_back();
+    }
+  }
+  std::vector<Attribute> attributes;
+  if (!stock.empty()) {
+    attributes.swap(stock.back());
+    stock.pop_back();
+    attributes.clear();  // (the values' memory freed on the thread that likely allocated it)
+  } else {
+    attributes.reserve(kUsualAttributes);
+  }
+  return attributes;
+}
+
+std::shared_ptr<Span> Tracer::NewSpan() {
+  auto span = std::make_shared<Span>(this);
+  span->data_.attributes = FreshAttributes();
+  return span;
+}
+
+void Tracer::Recycle(std::vector<SpanData>& spent) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (SpanData& span : spent) {
+      if (spare_.size() >= options_.queue_size) break;
+      if (span.attributes.capacity() > 0) spare_.push_back(std::move(span.attributes));
+    }
+  }
+  spent.clear();
+}
+
 std::shared_ptr<Span> Tracer::StartRequest(std::string name, SpanKind kind,
                                            const SampledTrace& trace, std::string_view tracestate) {
-  SpanData data;
+  std::shared_ptr<Span> span = NewSpan();
+  SpanData& data = span->data_;
   data.trace_id = trace.trace_id;
   if (trace.parent) {
     data.parent_span_id = trace.parent->parent_id;
@@ -101,10 +147,10 @@ std::shared_ptr<Span> Tracer::StartRequest(std::string name, SpanKind kind,
   data.name = std::move(name);
   data.kind = kind;
   data.start_unix_ns = NowUnixNanos();
-  return std::make_shared<Span>(this, std::move(data));
+  return span;
 }
 
-void Tracer::Submit(SpanData span) {
+void Tracer::Submit(SpanData&& span) {
   ended_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (queue_.size() >= options_.queue_size || shut_down_) {
@@ -162,7 +208,8 @@ void Span::End() {
 }
 
 std::shared_ptr<Span> Span::StartChild(std::string name, SpanKind kind) const {
-  SpanData child;
+  std::shared_ptr<Span> span = tracer_->NewSpan();
+  SpanData& child = span->data_;
   child.trace_id = data_.trace_id;
   child.parent_span_id = data_.span_id;
   child.flags = data_.flags;
@@ -171,7 +218,7 @@ std::shared_ptr<Span> Span::StartChild(std::string name, SpanKind kind) const {
   child.name = std::move(name);
   child.kind = kind;
   child.start_unix_ns = tracer_->NowUnixNanos();
-  return std::make_shared<Span>(tracer_, std::move(child));
+  return span;
 }
 
 std::string Span::TraceParent() const {

@@ -98,17 +98,14 @@ class Tracer;
 
 class Span : public std::enable_shared_from_this<Span> {
  public:
-  // Use Tracer::StartRequest or StartChild.
-  Span(Tracer* tracer, SpanData data) : tracer_(tracer), data_(std::move(data)) {}
+  // Use Tracer::StartRequest or StartChild (which fill in its data).
+  explicit Span(Tracer* tracer);
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
   ~Span() { End(); }
 
   // `key` must be a string literal (it is kept as a view).
-  void Set(std::string_view key, AttributeValue value) {
-    if (data_.attributes.empty()) data_.attributes.reserve(kUsualAttributes);
-    data_.attributes.push_back({key, std::move(value)});
-  }
+  void Set(std::string_view key, AttributeValue value);
   // Status ERROR with `message`.
   void SetError(std::string message) {
     data_.error = true;
@@ -129,7 +126,7 @@ class Span : public std::enable_shared_from_this<Span> {
   bool record_keys() const;
 
  private:
-  static constexpr size_t kUsualAttributes = 4;  // room made at the first (one allocation)
+  friend class Tracer;
 
   Tracer* tracer_;
   SpanData data_;
@@ -160,13 +157,18 @@ class Tracer {
                                      std::string_view tracestate);
 
   // Queues an ended span for the exporter, or drops it (counted) when the queue is full.
-  void Submit(SpanData span);
+  void Submit(SpanData&& span);
 
   // The exporter's side: waits until `min` spans are queued, Shutdown() was called or `timeout`
   // has passed, then moves up to `max` of the oldest into `out` (appended; when `out` is empty
   // and all fit, the queue's storage and out's are swapped: no copy, no allocation). Returns how
   // many.
   size_t Take(std::vector<SpanData>& out, size_t min, size_t max, absl::Duration timeout);
+  // The exporter's side, after a batch was sent: the spans' attribute lists are kept (as many as
+  // the queue holds) for new spans, which empty and fill them, so that a span's attributes take
+  // no allocation: allocated on a request's thread and freed on the exporter's, they took glibc's
+  // slow paths at every span. `spent` is left empty.
+  void Recycle(std::vector<SpanData>& spent);
   // Wakes a waiting Take for good (its later calls wait no longer).
   void Shutdown();
 
@@ -183,6 +185,15 @@ class Tracer {
   static TraceId NewTraceId();
 
  private:
+  friend class Span;
+  static constexpr size_t kUsualAttributes = 4;  // room made for a new span's attributes
+
+  // A new span of this tracer (its data's attribute list taken from the recycled ones).
+  std::shared_ptr<Span> NewSpan();
+  // An empty attribute list with room, recycled when there is one; taken by a thread's spans
+  // from a stock of its own, filled from spare_ a few dozen at a time (one lock for them all).
+  std::vector<Attribute> FreshAttributes();
+
   const TracerOptions options_;
   const Clock* clock_;
   const uint64_t bound_;  // RatioBound(sampling_rate)
@@ -193,6 +204,7 @@ class Tracer {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar ready_;                      // signalled when wake_at_ spans are queued
   size_t wake_at_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no exporter waits
+  std::vector<std::vector<Attribute>> spare_ ABSL_GUARDED_BY(mu_);  // Recycle's, empty
 };
 
 // The span the calling thread works for: a frontend sets it while it hands a request to the

@@ -162,6 +162,32 @@ TEST(TracerTest, TakeWaitsForEnoughSpansOrTheTimeoutOrShutdown) {
   EXPECT_EQ(tracer.dropped(), 1u);
 }
 
+// The exporter hands sent spans back (Recycle): their attribute lists are reused by new spans,
+// which start with none of the old attributes, however many lists were recycled.
+TEST(TracerTest, RecycledAttributeListsComeBackEmpty) {
+  ManualClock clock(kT0);
+  Tracer tracer({}, &clock);
+  std::vector<SpanData> spans;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 50; ++i) {
+      std::shared_ptr<Span> span = tracer.StartRequest("r", SpanKind::kServer, "", "");
+      span->Set("round", int64_t{round});
+      span->Set("i", int64_t{i});
+      if (i % 2 == 0) span->Set("even", true);
+      span->End();
+    }
+    ASSERT_EQ(tracer.Take(spans, 50, 100, absl::ZeroDuration()), 50u);
+    for (int i = 0; i < 50; ++i) {
+      const std::vector<Attribute>& attributes = spans[static_cast<size_t>(i)].attributes;
+      ASSERT_EQ(attributes.size(), i % 2 == 0 ? 3u : 2u) << "round " << round << ", span " << i;
+      EXPECT_EQ(std::get<int64_t>(attributes[0].value), round);
+      EXPECT_EQ(std::get<int64_t>(attributes[1].value), i);
+    }
+    tracer.Recycle(spans);
+    EXPECT_TRUE(spans.empty());
+  }
+}
+
 TEST(CurrentSpanTest, ScopesNestAndRestoreTheOuterSpan) {
   ManualClock clock(kT0);
   Tracer tracer({}, &clock);

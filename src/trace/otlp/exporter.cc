@@ -86,10 +86,33 @@ struct Cursor {
       overflowed = true;
       return;
     }
-    std::memcpy(p, bytes, n);
+    // Most of what is written is short (attribute names and values, span names): copied inline
+    // by two overlapping fixed-size copies, not by a call to memcpy.
+    if (n >= 8 && n <= 16) {
+      std::memcpy(p, bytes, 8);
+      std::memcpy(p + n - 8, bytes + n - 8, 8);
+    } else if (n >= 4 && n < 8) {
+      std::memcpy(p, bytes, 4);
+      std::memcpy(p + n - 4, bytes + n - 4, 4);
+    } else if (n < 4) {
+      for (size_t i = 0; i < n; ++i) p[i] = bytes[i];
+    } else {
+      std::memcpy(p, bytes, n);
+    }
     p += n;
   }
   void append(std::string_view bytes) { append(bytes.data(), bytes.size()); }
+  // N bytes, N known when compiled: copied inline, not by a call to memcpy (ids, fixed numbers:
+  // a dozen such copies a span).
+  template <size_t N>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void append(const char* bytes) {
+    if (static_cast<size_t>(end - p) < N) {
+      overflowed = true;
+      return;
+    }
+    std::memcpy(p, bytes, N);
+    p += N;
+  }
 };
 
 size_t VarintSize(uint64_t v) {
@@ -126,13 +149,17 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Bytes(Cursor& out, int field, std::stri
 }
 template <size_t N>
 void Bytes(Cursor& out, int field, const std::array<uint8_t, N>& bytes) {
-  Bytes(out, field, std::string_view(reinterpret_cast<const char*>(bytes.data()), N));
+  Header(out, field, N);
+  out.append<N>(reinterpret_cast<const char*>(bytes.data()));
 }
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Fixed(Cursor& out, int field, uint64_t v, size_t bytes) {
-  Tag(out, field, bytes == 8 ? 1 : 5);
-  char little[8];
-  for (size_t i = 0; i < bytes; ++i, v >>= 8) little[i] = static_cast<char>(v & 0xff);
-  out.append(little, bytes);
+// A fixed64 (Bytes 8) or fixed32 (Bytes 4) field, little endian.
+template <size_t Bytes>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Fixed(Cursor& out, int field, uint64_t v) {
+  static_assert(Bytes == 4 || Bytes == 8);
+  Tag(out, field, Bytes == 8 ? 1 : 5);
+  char little[Bytes];
+  for (size_t i = 0; i < Bytes; ++i, v >>= 8) little[i] = static_cast<char>(v & 0xff);
+  out.append<Bytes>(little);
 }
 
 // ArrayValue's body: an AnyValue{string_value} per item.
@@ -163,7 +190,7 @@ void Value(Cursor& out, const AttributeValue& value) {
   if (const auto* d = std::get_if<double>(&value)) {
     uint64_t bits = 0;
     std::memcpy(&bits, d, sizeof bits);
-    return Fixed(out, 4, bits, 8);
+    return Fixed<8>(out, 4, bits);
   }
   const auto& list = std::get<std::vector<std::string>>(value);
   Header(out, 5, ArraySize(list));
@@ -173,12 +200,13 @@ void Value(Cursor& out, const AttributeValue& value) {
   }
 }
 // KeyValue's body.
-size_t KeyValueSize(std::string_view key, const AttributeValue& value) {
-  return FieldSize(key.size()) + FieldSize(ValueSize(value));
+size_t KeyValueSize(std::string_view key, size_t value_size) {
+  return FieldSize(key.size()) + FieldSize(value_size);
 }
-void KeyValue(Cursor& out, int field, std::string_view key, const AttributeValue& value) {
-  const size_t value_size = ValueSize(value);
-  Header(out, field, FieldSize(key.size()) + FieldSize(value_size));
+// `value_size`: ValueSize(value).
+void KeyValue(Cursor& out, int field, std::string_view key, const AttributeValue& value,
+              size_t value_size) {
+  Header(out, field, KeyValueSize(key, value_size));
   Bytes(out, 1, key);
   Header(out, 2, value_size);
   Value(out, value);
@@ -187,18 +215,22 @@ void KeyValue(Cursor& out, int field, std::string_view key, const AttributeValue
 size_t StatusSize(const SpanData& s) {
   return (s.status_message.empty() ? 0 : FieldSize(s.status_message.size())) + 2;
 }
-// Span's body.
-size_t SpanSize(const SpanData& s) {
+// Span's body; each attribute's ValueSize appended to `value_sizes`, for WriteSpan.
+size_t SpanSize(const SpanData& s, std::vector<size_t>& value_sizes) {
   // ids, name, kind, start, end, and flags (field 16: a two-byte tag and four bytes)
   size_t n = FieldSize(16) + FieldSize(8) + FieldSize(s.name.size()) + 2 + 9 + 9 + 6;
   if (!s.trace_state.empty()) n += FieldSize(s.trace_state.size());
   if (s.parent_span_id != SpanId{}) n += FieldSize(8);
-  for (const Attribute& a : s.attributes) n += FieldSize(KeyValueSize(a.key, a.value));
+  for (const Attribute& a : s.attributes) {
+    value_sizes.push_back(ValueSize(a.value));
+    n += FieldSize(KeyValueSize(a.key, value_sizes.back()));
+  }
   if (s.error) n += FieldSize(StatusSize(s));
   return n;
 }
-// `size`: SpanSize(s).
-void WriteSpan(Cursor& out, const SpanData& s, size_t size) {
+// `size`: SpanSize(s); `value_sizes`: the sizes it worked out, from this span's first (moved on
+// past this span's last).
+void WriteSpan(Cursor& out, const SpanData& s, size_t size, const size_t*& value_sizes) {
   Header(out, 2, size);  // ScopeSpans.spans
   Bytes(out, 1, s.trace_id);
   Bytes(out, 2, s.span_id);
@@ -207,9 +239,9 @@ void WriteSpan(Cursor& out, const SpanData& s, size_t size) {
   Bytes(out, 5, s.name);
   Tag(out, 6, 0);
   Varint(out, static_cast<uint64_t>(s.kind));  // one byte: kinds are 1-3
-  Fixed(out, 7, static_cast<uint64_t>(s.start_unix_ns), 8);
-  Fixed(out, 8, static_cast<uint64_t>(s.end_unix_ns), 8);
-  for (const Attribute& a : s.attributes) KeyValue(out, 9, a.key, a.value);
+  Fixed<8>(out, 7, static_cast<uint64_t>(s.start_unix_ns));
+  Fixed<8>(out, 8, static_cast<uint64_t>(s.end_unix_ns));
+  for (const Attribute& a : s.attributes) KeyValue(out, 9, a.key, a.value, *value_sizes++);
   if (s.error) {
     Header(out, 15, StatusSize(s));  // Status
     if (!s.status_message.empty()) Bytes(out, 2, s.status_message);
@@ -217,7 +249,7 @@ void WriteSpan(Cursor& out, const SpanData& s, size_t size) {
     Varint(out, 2);  // STATUS_CODE_ERROR
   }
   // Bits 0-7 the W3C flags; bit 8: whether the parent is remote is known; bit 9: it is.
-  Fixed(out, 16, uint64_t{s.flags} | 0x100u | (s.remote_parent ? 0x200u : 0u), 4);
+  Fixed<4>(out, 16, uint64_t{s.flags} | 0x100u | (s.remote_parent ? 0x200u : 0u));
 }
 
 class Encoder {
@@ -236,11 +268,13 @@ class Encoder {
       resource.emplace_back("service.version", options.service_version);
     }
     size_t resource_size = 0;  // Resource
-    for (const auto& [key, value] : resource) resource_size += FieldSize(KeyValueSize(key, value));
+    for (const auto& [key, value] : resource) {
+      resource_size += FieldSize(KeyValueSize(key, ValueSize(value)));
+    }
     resource_.resize(FieldSize(resource_size));
     Cursor r{resource_.data(), resource_.data() + resource_.size()};
     Header(r, 1, resource_size);  // ResourceSpans.resource
-    for (const auto& [key, value] : resource) KeyValue(r, 1, key, value);
+    for (const auto& [key, value] : resource) KeyValue(r, 1, key, value, ValueSize(value));
     // InstrumentationScope{name, version}
     const std::string_view version = options.service_version;
     const size_t scope_size = FieldSize(6) + (version.empty() ? 0 : FieldSize(version.size()));
@@ -257,8 +291,9 @@ class Encoder {
   absl::StatusOr<std::string*> Request(std::span<const SpanData> spans) {
     size_t scope_spans_size = scope_.size();  // ScopeSpans
     span_sizes_.clear();
+    value_sizes_.clear();
     for (const SpanData& s : spans) {
-      span_sizes_.push_back(SpanSize(s));
+      span_sizes_.push_back(SpanSize(s, value_sizes_));
       scope_spans_size += FieldSize(span_sizes_.back());
     }
     const size_t resource_spans_size = resource_.size() + FieldSize(scope_spans_size);
@@ -269,7 +304,8 @@ class Encoder {
     out.append(resource_);
     Header(out, 2, scope_spans_size);  // ResourceSpans.scope_spans
     out.append(scope_);
-    for (size_t i = 0; i < spans.size(); ++i) WriteSpan(out, spans[i], span_sizes_[i]);
+    const size_t* value_sizes = value_sizes_.data();
+    for (size_t i = 0; i < spans.size(); ++i) WriteSpan(out, spans[i], span_sizes_[i], value_sizes);
     if (!well_formed_ || out.overflowed || out.p != out.end) {
       return absl::InternalError("OTLP encoding: a length was worked out wrong");
     }
@@ -282,6 +318,7 @@ class Encoder {
   bool well_formed_ = false;
   std::string out_;
   std::vector<size_t> span_sizes_;
+  std::vector<size_t> value_sizes_;  // every attribute's ValueSize, span after span
 };
 
 // A random (version 4) UUID, as envoyproxy/ratelimit names an instance that has no id.
@@ -512,7 +549,7 @@ void Exporter::Run() {
   int64_t failures_logged = 0;
   bool giving_up = false;  // shut down and a batch failed: the rest are not sent (counted failed)
   for (;;) {
-    taken.clear();
+    tracer_->Recycle(taken);  // (empties it)
     const size_t wait_for =
         std::max<size_t>(1, std::min(options_.max_batch, tracer_->options().queue_size));
     if (tracer_->Take(taken, wait_for, SIZE_MAX, absl::Microseconds(options_.interval_us)) == 0) {

@@ -138,6 +138,27 @@ TEST(EncodeTest, ASpanBecomesOtlpsMessageFieldForField) {
   ExportTraceServiceRequest again;
   ASSERT_TRUE(again.ParseFromString(EncodeRequest(std::span(&root, 1), {})));
   EXPECT_TRUE(again.resource_spans(0).scope_spans(0).spans(0).parent_span_id().empty());
+  // Strings of every length from 0 to 40 (short ones are copied by fixed-size pieces), as
+  // attribute values, and as the span's name.
+  SpanData lengths = ExampleSpan();
+  lengths.attributes.clear();
+  std::vector<std::string> values;
+  for (size_t n = 0; n <= 40; ++n) {
+    std::string value;
+    for (size_t i = 0; i < n; ++i) value += static_cast<char>('a' + (n + i) % 26);
+    values.push_back(value);
+    lengths.attributes.push_back({"x.length", value});
+  }
+  lengths.name = values[13];
+  ExportTraceServiceRequest by_length;
+  ASSERT_TRUE(by_length.ParseFromString(EncodeRequest(std::span(&lengths, 1), {})));
+  const auto& decoded = by_length.resource_spans(0).scope_spans(0).spans(0);
+  EXPECT_EQ(decoded.name(), values[13]);
+  ASSERT_EQ(decoded.attributes_size(), 41);
+  for (size_t n = 0; n <= 40; ++n) {
+    EXPECT_EQ(decoded.attributes(static_cast<int>(n)).value().string_value(), values[n]) << n;
+    EXPECT_EQ(decoded.attributes(static_cast<int>(n)).key(), "x.length");
+  }
   EXPECT_EQ(again.resource_spans(0).scope_spans(0).spans(0).flags(), 0x101u);
 }
 

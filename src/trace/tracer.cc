@@ -89,7 +89,7 @@ std::shared_ptr<Span> Tracer::StartRequest(std::string name, SpanKind kind,
 Span::Span(Tracer* tracer) : tracer_(tracer) {}
 
 void Span::Set(std::string_view key, AttributeValue value) {
-  data_.attributes.emplace_back(key, std::move(value));
+  data_.attributes.push_back({key, std::move(value)});
 }
 
 std::vector<Attribute> Tracer::FreshAttributes() {

@@ -145,6 +145,11 @@ stop
 # overrides_flow LABEL CUSTOMER: the shared story on the instances in `datas` and `admins`.
 overrides_flow() {
   local label=$1 customer=$2 body took
+  # A limit Redis cannot decide exactly (a token bucket of a million a day): refused, as in rules.
+  body='{"domain":"api","entries":[{"key":"api_key","value":"'$customer'"}],"limits":[{"requests":1000000,"unit":"day","algorithm":"token_bucket"}]}'
+  check "$label: a limit too large for Redis's exact range: 400" 400 \
+    "$(put "${admins[0]}" token-of-alice "$body")"
+  check_contains "$label: ... saying why" "too large to decide exactly on Redis" "$(cat "$tmp/put")"
   body=${acme//acme/$customer}
   check "$label: PUT on instance 0" 200 "$(put "${admins[0]}" token-of-alice "$body")"
   took=$(until_everywhere yes "$customer")

@@ -397,6 +397,10 @@ struct Config {
   // Some route reads its request's JSON body for a cost (HttpRoute::reads_body): such requests
   // are read whole before they are decided, not streamed.
   bool routes_read_bodies = false;
+  // Decisions go to Redis (settings' backend: redis, or serve --redis): every limit, the rules'
+  // and the runtime overrides', must be within the range Redis decides exactly
+  // (backend/exact_range.h). (A request's own RLS limit is a fixed window: always within it.)
+  bool decided_on_redis = false;
 
   const Domain* FindDomain(const std::string& name) const {
     auto it = by_name.find(name);

@@ -131,7 +131,8 @@ class Loader {
       for (const auto& [name, plan] : domain->plans) domain->limit_count += plan.limits.size();
       config->limit_count += domain->limit_count;
     }
-    if (options_.redis || config->settings.backend == "redis") {
+    config->decided_on_redis = options_.redis || config->settings.backend == "redis";
+    if (config->decided_on_redis) {
       for (const auto& domain : kept) {
         CheckExactRanges(domain->root, errors_);
         for (const auto& [name, plan] : domain->plans) {
@@ -420,8 +421,9 @@ LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& 
   return loader.Finish();
 }
 
-LoadResult LoadConfigText(const std::string& file, std::string_view text) {
-  Loader loader(LoadOptions{});
+LoadResult LoadConfigText(const std::string& file, std::string_view text,
+                          const LoadOptions& options) {
+  Loader loader(options);
   loader.AddText(file, text, /*named_directly=*/false);
   return loader.Finish();
 }

@@ -74,7 +74,8 @@ LoadResult LoadConfig(const std::vector<std::string>& paths, const LoadOptions& 
                       const RemoteDomains* remote = nullptr);
 
 // Loads one in-memory document, named `file` in errors (the embedded default, tests).
-LoadResult LoadConfigText(const std::string& file, std::string_view text);
+LoadResult LoadConfigText(const std::string& file, std::string_view text,
+                          const LoadOptions& options = {});
 
 // Closest candidate within a small edit distance, or empty: the "did you mean" of errors.
 std::string Suggest(std::string_view word, const std::vector<std::string_view>& candidates);

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "backend/exact_range.h"
 #include "backend/limit_id.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -149,6 +150,13 @@ absl::StatusOr<Override> ParseOverride(std::string_view text, const Config& conf
           R"(give the limits, as a descriptor's: "limits": [{"requests": 1000, "unit": "minute"}])");
     } else {
       o.limits = ParseLimitList(r, limits, domain, "limits");
+      // On Redis, as the rules' limits (the loader): a limit Redis cannot decide exactly is
+      // refused (a stored one is skipped, with the reason logged).
+      for (size_t i = 0; config.decided_on_redis && i < o.limits.size(); ++i) {
+        if (absl::Status s = backend::CheckExactRange(o.limits[i].limit); !s.ok()) {
+          r.Error(i < limits.items().size() ? limits.items()[i] : limits, std::string(s.message()));
+        }
+      }
       std::vector<std::string> items;
       for (const yaml::Node& item : limits.items()) {
         items.push_back(r.MapAsJson(item, "limits entry").value_or("{}"));

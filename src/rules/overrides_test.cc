@@ -147,6 +147,38 @@ TEST_F(OverrideParseTest, ErrorsNameTheField) {
   EXPECT_THAT(ErrorOf(OverrideJsonWith(R"(, "for": "0s")")), HasSubstr("for"));
 }
 
+// When decisions go to Redis, an override's limit must be one Redis decides exactly, as the
+// rules' must (backend/exact_range.h): a token bucket of a million a day is refused there (a
+// stored one too: the book skips it), named by its place; the memory store takes it; a fixed
+// window of any size is fine on Redis.
+TEST_F(OverrideParseTest, OnRedisALimitRedisCannotDecideExactlyIsRefused) {
+  LoadOptions redis;
+  redis.redis = true;
+  const LoadResult on_redis = LoadConfigText("t.yaml", kOverrideRulesYaml, redis);
+  ASSERT_NE(on_redis.config, nullptr) << test::Joined(on_redis.errors);
+  EXPECT_TRUE(on_redis.config->decided_on_redis);
+  EXPECT_FALSE(config_->decided_on_redis);
+  const std::string too_large =
+      R"({"domain": "api", "entries": [{"key": "api_key", "value": "acme"}],
+          "limits": [{"requests": 5, "unit": "minute"},
+                     {"requests": 1000000, "unit": "day", "algorithm": "token_bucket"}]})";
+  for (const bool stored : {false, true}) {
+    const absl::StatusOr<Override> refused =
+        ParseOverride(too_large, *on_redis.config, kOverrideNowUs, stored);
+    ASSERT_FALSE(refused.ok()) << "stored " << stored;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("too large to decide exactly on Redis"));
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("override:3:"));  // its line
+  }
+  EXPECT_TRUE(Parse(too_large).ok()) << Parse(too_large).status();  // the memory store's config
+  const std::string huge_window =
+      R"({"domain": "api", "entries": [{"key": "api_key", "value": "acme"}],
+          "limits": [{"requests": 4294967295, "unit": "year"}]})";
+  const absl::StatusOr<Override> fixed =
+      ParseOverride(huge_window, *on_redis.config, kOverrideNowUs, /*stored=*/false);
+  EXPECT_TRUE(fixed.ok()) << fixed.status();
+}
 TEST_F(OverrideParseTest, AKeyGivenTwiceIsAnError) {
   // An entry's key twice: no descriptor carries both.
   EXPECT_THAT(ErrorOf(R"({"domain": "api",

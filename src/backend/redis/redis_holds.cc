@@ -20,19 +20,39 @@ namespace sluice::redis {
 namespace {
 
 // One call does a batch of ops, one per declared key, in Redis's clock (TIME, once). KEYS: each
-// op's sorted set. ARGV: four per op: op (a: acquire, r: release, n: renew), n, max_hold (µs),
-// the hold's id. Answers x, y, z for each op, one flat list: acquire {1, end, free after it} or {0,
-// retry after (µs; -1 never), 0}; release {1, 0, 0} when the hold was there (live, or ended and not
-// dropped yet), renew {1, 0, 0} when it was live; else {0, 0, 0}.
-// (On a cluster a batch's keys share a slot.)
+// op's sorted set. ARGV, each op's in turn: `a` (acquire), n, max_hold (µs), the hold's id; `n`
+// (renew), max_hold, id; `r` (release), id. Answers one flat list: for an acquire three values,
+// {1, end, free after it} or {0, retry after (µs; -1 never), 0}; for a release one, 1 when the
+// hold was there (live, or ended and not dropped yet), for a renew one, 1 when it was live; else
+// 0. (A release carries and answers no more than it needs: half of a hold's ops are releases,
+// and their arguments and answers were a good part of their cost to Redis.) (On a cluster a
+// batch's keys share a slot.)
 constexpr std::string_view kHoldsScript = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
-for i, key in ipairs(KEYS) do
-  local b, j = (i - 1) * 4, (i - 1) * 3
-  local op, n, hold, id = ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), ARGV[b + 4]
-  if op == 'a' then
+local b, j = 0, 0
+for _, key in ipairs(KEYS) do
+  local op = ARGV[b + 1]
+  if op == 'r' then
+    j = j + 1
+    out[j] = redis.call('ZREM', key, ARGV[b + 2])
+    b = b + 2
+  elseif op == 'n' then
+    local hold, id = tonumber(ARGV[b + 2]), ARGV[b + 3]
+    b = b + 3
+    local held = redis.call('ZSCORE', key, id)
+    j = j + 1
+    if held and tonumber(held) > now then  -- live (an ended one is never brought back)
+      redis.call('ZADD', key, now + hold, id)
+      redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
+      out[j] = 1
+    else
+      out[j] = 0
+    end
+  else
+    local n, hold, id = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), ARGV[b + 4]
+    b = b + 4
     local live = redis.call('ZCOUNT', key, now + 1, '+inf')  -- (the live: ending after now)
     if live < n then
       -- Holds never released (their holder died) are dropped here one time in 16, whatever
@@ -48,17 +68,7 @@ for i, key in ipairs(KEYS) do
       local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
       out[j + 1], out[j + 2], out[j + 3] = 0, tonumber(first[2]) - now, 0
     end
-  elseif op == 'r' then
-    out[j + 1], out[j + 2], out[j + 3] = redis.call('ZREM', key, id), 0, 0
-  else
-    local held = redis.call('ZSCORE', key, id)
-    if held and tonumber(held) > now then  -- live (an ended one is never brought back)
-      redis.call('ZADD', key, now + hold, id)
-      redis.call('PEXPIRE', key, math.ceil(hold / 1000) + 1000)
-      out[j + 1], out[j + 2], out[j + 3] = 1, 0, 0
-    else
-      out[j + 1], out[j + 2], out[j + 3] = 0, 0, 0
-    end
+    j = j + 3
   end
 end
 return out
@@ -100,21 +110,27 @@ struct Op {
   std::function<void(absl::StatusOr<Reply>)> done;
 };
 
+// How many values the script answers for `op`, and how many numbers it takes after the op's
+// letter.
+size_t Answers(const Op& op) { return op.op == 'a' ? 3 : 1; }
+size_t Arguments(const Op& op) { return op.op == 'a' ? 3 : op.op == 'n' ? 2 : 1; }
+
 std::string Encode(const std::vector<Op>& batch, bool by_sha) {
-  std::vector<std::string> numbers;  // ARGV's numbers as text, for the views below
-  numbers.reserve(batch.size() * 3);
+  std::vector<std::string> numbers;   // ARGV's numbers as text, for the views below
+  numbers.reserve(batch.size() * 3);  // (no reallocation: the views stay valid)
   for (const Op& op : batch) {
-    numbers.push_back(std::to_string(op.n));
-    numbers.push_back(std::to_string(op.max_hold_us));
+    if (op.op == 'a') numbers.push_back(std::to_string(op.n));
+    if (op.op != 'r') numbers.push_back(std::to_string(op.max_hold_us));
     numbers.push_back(std::to_string(op.id));
   }
   const std::string count = std::to_string(batch.size());
   std::vector<std::string_view> args = {
       by_sha ? "EVALSHA" : "EVAL", by_sha ? std::string_view(HoldsSha()) : kHoldsScript, count};
   for (const Op& op : batch) args.push_back(op.key);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    args.push_back(batch[i].op == 'a' ? "a" : batch[i].op == 'r' ? "r" : "n");
-    for (size_t k = 0; k < 3; ++k) args.push_back(numbers[i * 3 + k]);
+  size_t next = 0;
+  for (const Op& op : batch) {
+    args.push_back(op.op == 'a' ? "a" : op.op == 'r' ? "r" : "n");
+    for (size_t k = 0; k < Arguments(op); ++k) args.push_back(numbers[next++]);
   }
   std::string command;
   AppendCommand(&command, std::span<const std::string_view>(args));
@@ -204,14 +220,23 @@ struct RedisHolds::Batcher : std::enable_shared_from_this<Batcher> {
     if (by_sha && reply.ok() && reply->IsError() && reply->str.starts_with("NOSCRIPT")) {
       return Send(queue, std::move(ops), /*by_sha=*/false);
     }
-    const bool fits = reply.ok() && reply->type == Reply::Type::kArray &&
-                      reply->elements.size() == 3 * ops.size();
+    size_t answers = 0;
+    for (const Op& op : ops) answers += Answers(op);
+    const bool fits =
+        reply.ok() && reply->type == Reply::Type::kArray && reply->elements.size() == answers;
+    size_t at = 0;  // the next op's first value
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (fits) {  // its x, y, z as one array, as the ops read them
+      if (fits) {  // its x, y, z as one array, as the ops read them (y, z 0 for one value)
         Reply one;
         one.type = Reply::Type::kArray;
-        one.elements.assign(std::make_move_iterator(reply->elements.begin() + 3 * i),
-                            std::make_move_iterator(reply->elements.begin() + 3 * i + 3));
+        const auto first = reply->elements.begin() + static_cast<std::ptrdiff_t>(at);
+        one.elements.assign(
+            std::make_move_iterator(first),
+            std::make_move_iterator(first + static_cast<std::ptrdiff_t>(Answers(ops[i]))));
+        at += Answers(ops[i]);
+        Reply zero;
+        zero.type = Reply::Type::kInteger;
+        while (one.elements.size() < 3) one.elements.push_back(zero);
         ops[i].done(std::move(one));
       } else if (!reply.ok()) {
         ops[i].done(reply.status());

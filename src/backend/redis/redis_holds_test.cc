@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,72 @@ absl::StatusOr<size_t> RenewNow(RedisHolds& holds, const std::vector<backend::Ho
   holds.Renew(held, 0, [promise](absl::StatusOr<size_t> n) { promise->set_value(n); });
   if (future.wait_for(10s) != std::future_status::ready) return absl::DeadlineExceededError("");
   return future.get();
+}
+
+std::future<backend::Acquisition> AcquireLater(RedisHolds& holds, const std::string& key,
+                                               uint64_t n) {
+  const backend::HoldRequest request{.limit_id = 7, .key = key, .n = n, .max_hold_us = 60'000'000};
+  auto promise = std::make_shared<std::promise<backend::Acquisition>>();
+  holds.Acquire(std::span(&request, 1), 0,
+                [promise](backend::Acquisition got) { promise->set_value(std::move(got)); });
+  return promise->get_future();
+}
+
+// The count of a Release (`renew` false) or a Renew of `held`, when it comes.
+std::future<absl::StatusOr<size_t>> CountLater(RedisHolds& holds,
+                                               const std::vector<backend::Hold>& held, bool renew) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<size_t>>>();
+  auto done = [promise](absl::StatusOr<size_t> n) { promise->set_value(n); };
+  if (renew) {
+    holds.Renew(held, 0, done);
+  } else {
+    holds.Release(held, 0, done);
+  }
+  return promise->get_future();
+}
+
+// Acquisitions, renewals and releases queued while the calls in flight wait go together in one
+// call, each op's arguments and answer as long as its kind needs: each is answered as if alone,
+// in the order sent.
+TEST(RedisHoldsTest, MixedOpsInOneCallAreEachAnsweredAsAlone) {
+  testing::RedisServer server;
+  auto client = testing::OpenRedis({server.url()}, false);
+  auto admin = testing::OpenRedis({server.url()}, false);
+  RedisHolds holds(client.get(), "t:");
+  const backend::Acquisition x = AcquireNow(holds, "x", 1);
+  const backend::Acquisition y = AcquireNow(holds, "y", 1);
+  const backend::Acquisition z = AcquireNow(holds, "z", 1);
+  ASSERT_TRUE(x.ok && y.ok && z.ok);
+  const int64_t calls_before = ScriptCalls(*admin);
+  ASSERT_TRUE(testing::RedisCommand(*admin, {"CLIENT", "PAUSE", "300", "ALL"}).ok());
+  // Two calls take the call slots and wait for Redis; the rest queue behind them.
+  auto p1 = AcquireLater(holds, "p1", 1);
+  auto p2 = AcquireLater(holds, "p2", 1);
+  auto release_x = CountLater(holds, x.holds, /*renew=*/false);
+  auto renew_y = CountLater(holds, y.holds, /*renew=*/true);
+  auto x_again = AcquireLater(holds, "x", 1);  // after x's release: free
+  auto release_z = CountLater(holds, z.holds, /*renew=*/false);
+  auto release_z_again = CountLater(holds, z.holds, /*renew=*/false);
+  auto y_again = AcquireLater(holds, "y", 1);  // y is held (and renewed): refused
+  auto z_again = AcquireLater(holds, "z", 1);  // after z's release: free
+  for (auto* f : {&p1, &p2, &x_again, &y_again, &z_again}) {
+    ASSERT_EQ(f->wait_for(10s), std::future_status::ready);
+  }
+  EXPECT_TRUE(p1.get().ok);
+  EXPECT_TRUE(p2.get().ok);
+  EXPECT_EQ(release_x.get().value_or(99), 1u);
+  EXPECT_EQ(renew_y.get().value_or(99), 1u);
+  EXPECT_TRUE(x_again.get().ok);
+  EXPECT_EQ(release_z.get().value_or(99), 1u);
+  EXPECT_EQ(release_z_again.get().value_or(99), 0u);
+  const backend::Acquisition refused = y_again.get();
+  EXPECT_TRUE(refused.status.ok()) << refused.status;
+  EXPECT_FALSE(refused.ok);
+  EXPECT_GT(refused.retry_after_us, 0);
+  EXPECT_TRUE(z_again.get().ok);
+  // 9 ops in at most 4 calls: the 7 queued went together (or in two, had one slot come back).
+  const int64_t calls = ScriptCalls(*admin) - calls_before;
+  EXPECT_LE(calls, 4) << calls << " script calls";
 }
 
 // A hold past its max_hold is not brought back by a renewal: its slot may be another's by now.

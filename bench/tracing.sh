@@ -4,8 +4,9 @@
 # sampling every one, each exporting over OTLP/HTTP to the test collector (tests/otlp_collector.cc,
 # --quiet 2: read and answered, not decoded; DECODE=1: --quiet 1, decoded, then dropped). The
 # collector shares the machine's cores with sluice and wrk, where a real one runs elsewhere: the
-# lighter it is, the less it takes from sluice in a run that counts sluice's CPU. wrk drives /v1/auth/allow (one key, no traceparent: sluice's
-# own ratio sampler decides) on each in turn, ROUNDS times.
+# lighter it is, the less it takes from sluice in a run that counts sluice's CPU. wrk drives
+# /v1/auth/allow (one key, no traceparent: sluice's own ratio sampler decides) on each in turn,
+# ROUNDS times.
 #
 #   bench/tracing.sh        prints one table; progress on stderr
 #

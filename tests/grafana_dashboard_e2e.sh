@@ -30,11 +30,10 @@
 #
 # --dashboard FILE checks FILE instead of deploy/grafana/sluice.json (a variant being tried).
 # --planted also checks this checker: after the dashboard's own checks, on the same live data, it
-# runs the checks on copies of the
-# dashboard each holding one fault (a misspelt metric, a PromQL syntax error, a misspelt
-# variable, a domain filter dropped, a legend label misspelt, a panel on a fixed data source, a
-# panel without targets or without a title, the domain variable's query misspelt, a file that is
-# not JSON): each copy must fail, and only on the checks its fault breaks.
+# runs the checks on copies of the dashboard each holding one fault (a misspelt metric, a PromQL
+# syntax error, a misspelt variable, a domain filter dropped, a legend label misspelt, a panel on
+# a fixed data source, a panel without targets or without a title, the domain variable's query
+# misspelt, a file that is not JSON): each copy must fail, and only on the checks its fault breaks.
 #
 # Prints `ok`/`FAIL` per check, then `N passed, M failed`; exits 1 on any failure. Every process
 # it starts is stopped by pid on exit (tests/lib.sh). Bounded: about 10 s, 60 s at the very most.

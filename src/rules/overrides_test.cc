@@ -179,6 +179,7 @@ TEST_F(OverrideParseTest, OnRedisALimitRedisCannotDecideExactlyIsRefused) {
       ParseOverride(huge_window, *on_redis.config, kOverrideNowUs, /*stored=*/false);
   EXPECT_TRUE(fixed.ok()) << fixed.status();
 }
+
 TEST_F(OverrideParseTest, AKeyGivenTwiceIsAnError) {
   // An entry's key twice: no descriptor carries both.
   EXPECT_THAT(ErrorOf(R"({"domain": "api",

@@ -204,7 +204,8 @@ class Tracer {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar ready_;                      // signalled when wake_at_ spans are queued
   size_t wake_at_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no exporter waits
-  std::vector<std::vector<Attribute>> spare_ ABSL_GUARDED_BY(mu_);  // Recycle's, empty
+  // Recycle's attribute lists (emptied by FreshAttributes, on the thread that takes them).
+  std::vector<std::vector<Attribute>> spare_ ABSL_GUARDED_BY(mu_);
 };
 
 // The span the calling thread works for: a frontend sets it while it hands a request to the

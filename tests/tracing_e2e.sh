@@ -244,9 +244,12 @@ descriptors:
   - key: user
     rate_limit: {algorithm: token_bucket, requests: 1000, window: 1s}
 YAML
+# A deadline of 500 ms: a round trip on a loaded machine takes more than the default 10 ms, and
+# the "worked" checks need one that worked (the STOPped Redis below times out all the same).
 cat >"$tmp/sluice.yaml" <<YAML
 rules: ./rules
 tracing: {enabled: true, endpoint: "http://$CHTTP", sampling_rate: 0, export_interval: 100ms}
+redis: {timeout: 500ms}
 YAML
 start redis --config "$tmp/sluice.yaml" --redis "redis://127.0.0.1:$RPORT" ||
   fail_setup "sluice did not start: $(cat "$tmp/redis.err")"

@@ -8,9 +8,9 @@
 
 namespace sluice::engine {
 
-std::unique_ptr<DecisionTrace> DecisionTrace::Start(const backend::Backend& backend, size_t items) {
+std::optional<DecisionTrace> DecisionTrace::Start(const backend::Backend& backend, size_t items) {
   const trace::Span* parent = trace::CurrentSpan::Get();
-  if (parent == nullptr) return nullptr;
+  if (parent == nullptr) return std::nullopt;
   std::shared_ptr<trace::Span> decide = parent->StartChild("decide", trace::SpanKind::kInternal);
   std::shared_ptr<trace::Span> call = nullptr;
   // A backend that answers inline (the memory store) makes no call worth a span of its own: its
@@ -20,11 +20,11 @@ std::unique_ptr<DecisionTrace> DecisionTrace::Start(const backend::Backend& back
     const bool remote = name.starts_with("redis");
     call = decide->StartChild(std::string(name),
                               remote ? trace::SpanKind::kClient : trace::SpanKind::kInternal);
-    call->Set("sluice.backend", std::string(name));
+    call->Set("sluice.backend", name);
     call->Set("sluice.items", static_cast<int64_t>(items));
-    if (remote) call->Set("db.system", std::string("redis"));
+    if (remote) call->Set("db.system", "redis");
   }
-  return std::make_unique<DecisionTrace>(std::move(decide), std::move(call));
+  return DecisionTrace(std::move(decide), std::move(call));
 }
 
 void DecisionTrace::Answered(const backend::Outcome& outcome) {
@@ -36,20 +36,26 @@ void DecisionTrace::Answered(const backend::Outcome& outcome) {
   }
   // In this process from a lease, a copy or a kept denial, or by a call to the backend.
   backend_->Set("sluice.answered_by",
-                std::string(outcome.answered_by != nullptr ? outcome.answered_by : "backend"));
+                outcome.answered_by != nullptr ? outcome.answered_by : "backend");
   backend_->End();
 }
 
 void DecisionTrace::Finish(std::span<const Request> requests, std::span<const Response> responses) {
   const size_t n = std::min(requests.size(), responses.size());
-  std::vector<std::string> limits;
+  // The limits' names, in strings kept by the thread from decision to decision (no allocation
+  // once they have grown): only their first `used` are this decision's.
+  thread_local std::vector<std::string> limits;
+  size_t used = 0;
   bool allowed = true;
   const char* backend_state = nullptr;
   for (size_t r = 0; r < n; ++r) {
     const Response& response = responses[r];
     allowed = allowed && response.allowed;
     for (const DescriptorResult& d : response.descriptors) {
-      for (const AppliedLimit& limit : d.limits) limits.push_back(LimitName(limit));
+      for (const AppliedLimit& limit : d.limits) {
+        if (used == limits.size()) limits.emplace_back();
+        limits[used++] = LimitName(limit);  // (a short name is moved in without an allocation)
+      }
     }
     switch (response.backend) {
       case BackendState::kOk:
@@ -72,14 +78,14 @@ void DecisionTrace::Finish(std::span<const Request> requests, std::span<const Re
     for (size_t r = 0; r < n; ++r) domains.push_back(requests[r].domain);
     decide_->Set("sluice.domain", std::move(domains));
   }
-  decide_->Set("sluice.limits", std::move(limits));
-  decide_->Set("sluice.verdict", std::string(allowed ? "allowed" : "denied"));
+  decide_->Set("sluice.limits", std::span<const std::string>(limits.data(), used));
+  decide_->Set("sluice.verdict", allowed ? "allowed" : "denied");
   if (n == 1 && !allowed) {
     if (const AppliedLimit* headline = responses.front().Headline(); headline != nullptr) {
       decide_->Set("sluice.denied_by", LimitName(*headline));
     }
   }
-  if (backend_state != nullptr) decide_->Set("sluice.backend_state", std::string(backend_state));
+  if (backend_state != nullptr) decide_->Set("sluice.backend_state", backend_state);
   if (decide_->record_keys()) {
     std::vector<std::string> keys;
     for (size_t r = 0; r < n; ++r) {

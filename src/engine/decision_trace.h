@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "backend/backend.h"
@@ -21,9 +22,9 @@ namespace sluice::engine {
 
 class DecisionTrace {
  public:
-  // The decision's span and its backend call's, both starting now; null when the calling thread
-  // works for no span.
-  static std::unique_ptr<DecisionTrace> Start(const backend::Backend& backend, size_t items);
+  // The decision's span and its backend call's, both starting now; nullopt when the calling
+  // thread works for no span.
+  static std::optional<DecisionTrace> Start(const backend::Backend& backend, size_t items);
 
   // The backend answered with `outcome`: its span ends.
   void Answered(const backend::Outcome& outcome);

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
@@ -36,7 +37,10 @@ std::string LimitName(const AppliedLimit& limit) { return LimitName(limit.name, 
 
 std::string LimitName(std::string_view name, const Limit& limit) {
   if (!name.empty()) return std::string(name);
-  return fmt::format("{}-per-{}", limit.requests, FormatDuration(limit.window_us));
+  char digits[24];  // (no format: a traced decision names every limit it applied)
+  std::string text(digits, std::to_chars(digits, digits + sizeof digits, limit.requests).ptr);
+  text.append("-per-").append(FormatDuration(limit.window_us));
+  return text;
 }
 
 // Is `a` more restrictive than `b`? A deny beats an allow; between denies the longer wait
@@ -464,7 +468,7 @@ struct Engine::AsyncCall {
   int64_t now_us = 0;
   Done done;
   Refundable* consumed = nullptr;
-  std::unique_ptr<DecisionTrace> trace;  // when the caller's request is traced
+  std::optional<DecisionTrace> trace;  // when the caller's request is traced
 };
 
 void Engine::RequireInline() const {
@@ -518,9 +522,8 @@ void Engine::CheckAll(const rules::Config& config, std::span<const Request> requ
   if (trace::CurrentSpan::Get() == nullptr) {  // the usual case: not traced
     DecideInline(config, requests, responses, batch, now_us, consumed);
   } else {
-    const std::unique_ptr<DecisionTrace> traced =
-        DecisionTrace::Start(*backend_, batch.items.size());
-    DecideInline(config, requests, responses, batch, now_us, consumed, traced.get());
+    std::optional<DecisionTrace> traced = DecisionTrace::Start(*backend_, batch.items.size());
+    DecideInline(config, requests, responses, batch, now_us, consumed, &*traced);
     traced->Finish(requests, responses);
   }
   if (top_keys_ != nullptr) Observe(requests, batch, now_us);

@@ -4,6 +4,7 @@
 // answer inline (the memory store makes none); a failing backend's span carries its error.
 
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,17 +22,21 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, name: per-user}
 )";
 
-// The attribute `key` of `span`, or nullptr.
-const trace::AttributeValue* AttributeOf(const trace::SpanData& span, std::string_view key) {
-  for (const trace::Attribute& a : span.attributes) {
-    if (a.key == key) return &a.value;
+// The attribute `key` of `span`, or nullopt.
+std::optional<trace::wire::AttributeValue> AttributeOf(const trace::SpanData& span,
+                                                       std::string_view key) {
+  const auto attributes = trace::wire::ReadAttributes(span.attributes);
+  EXPECT_TRUE(attributes.has_value()) << "the span's attributes are not well formed";
+  for (const trace::wire::Attribute& a :
+       attributes.value_or(std::vector<trace::wire::Attribute>{})) {
+    if (a.key == key) return a.value;
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 std::string StringOf(const trace::SpanData& span, std::string_view key) {
-  const trace::AttributeValue* value = AttributeOf(span, key);
-  return value == nullptr ? "<none>" : std::get<std::string>(*value);
+  const std::optional<trace::wire::AttributeValue> value = AttributeOf(span, key);
+  return !value ? "<none>" : std::get<std::string>(*value);
 }
 
 class EngineTraceTest : public EngineTest {
@@ -77,8 +82,8 @@ TEST_F(EngineTraceTest, ADecisionIsASpanBelowTheRequest) {
   EXPECT_EQ(StringOf(decide, "sluice.verdict"), "allowed");
   EXPECT_EQ(std::get<std::vector<std::string>>(*AttributeOf(decide, "sluice.limits")),
             std::vector<std::string>{"per-user"});
-  EXPECT_EQ(AttributeOf(decide, "sluice.denied_by"), nullptr);
-  EXPECT_EQ(AttributeOf(decide, "sluice.descriptors"), nullptr);  // keys stay out by default
+  EXPECT_FALSE(AttributeOf(decide, "sluice.denied_by").has_value());
+  EXPECT_FALSE(AttributeOf(decide, "sluice.descriptors").has_value());  // keys stay out by default
   EXPECT_FALSE(decide.error);
 
   // The second request of the minute is denied, by per-user.
@@ -95,9 +100,22 @@ TEST_F(EngineTraceTest, TheKeysAreRecordedOnlyWhenTheTracerIsToldTo) {
   Response response;
   const std::vector<trace::SpanData> spans = TracedCheck(tracer, "bob", &response);
   ASSERT_EQ(spans.size(), 2u);
-  const trace::AttributeValue* keys = AttributeOf(spans[0], "sluice.descriptors");
-  ASSERT_NE(keys, nullptr);
+  const std::optional<trace::wire::AttributeValue> keys =
+      AttributeOf(spans[0], "sluice.descriptors");
+  ASSERT_TRUE(keys.has_value());
   EXPECT_EQ(std::get<std::vector<std::string>>(*keys), std::vector<std::string>{"user=bob"});
+}
+
+// What the decide span (and the JSON answers) call a limit: its name, else its rate.
+TEST(LimitNameTest, AnUnnamedLimitIsCalledByItsRequestsPerWindow) {
+  Limit limit;
+  limit.requests = 100;
+  limit.window_us = 1000000;
+  EXPECT_EQ(LimitName("per-user", limit), "per-user");
+  EXPECT_EQ(LimitName("", limit), "100-per-1s");
+  limit.requests = UINT64_MAX;
+  limit.window_us = int64_t{90} * 60 * 1000000;
+  EXPECT_EQ(LimitName("", limit), "18446744073709551615-per-90m");
 }
 
 // Fails every decision, from a thread of its own.

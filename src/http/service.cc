@@ -87,9 +87,9 @@ std::shared_ptr<trace::Span> Service::StartRequestSpan(const HttpRequest& reques
   std::shared_ptr<trace::Span> span =
       tracer_->StartRequest(std::move(name), trace::SpanKind::kServer, *sampled,
                             sampled->parent ? field("tracestate") : std::string_view());
-  span->Set("http.request.method", std::string(method));
-  if (!route.empty()) span->Set("http.route", std::string(route));
-  if (span->record_keys()) span->Set("url.path", std::string(path));
+  span->Set("http.request.method", method);
+  if (!route.empty()) span->Set("http.route", route);
+  if (span->record_keys()) span->Set("url.path", path);
   return span;
 }
 

@@ -57,9 +57,9 @@ class RateLimitDecider {
     std::shared_ptr<trace::Span> span =
         tracer_->StartRequest(kShouldRateLimitSpan, trace::SpanKind::kServer, *sampled,
                               MetadataValue(context, "tracestate"));
-    span->Set("rpc.system", std::string("grpc"));
-    span->Set("rpc.service", std::string("envoy.service.ratelimit.v3.RateLimitService"));
-    span->Set("rpc.method", std::string("ShouldRateLimit"));
+    span->Set("rpc.system", "grpc");
+    span->Set("rpc.service", "envoy.service.ratelimit.v3.RateLimitService");
+    span->Set("rpc.method", "ShouldRateLimit");
     span->Set("sluice.domain", request.domain());
     trace::CurrentSpan scope(span.get());
     DecideOnEngine(

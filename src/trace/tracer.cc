@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <memory>
 #include <random>
 
 namespace sluice::trace {
@@ -28,6 +29,54 @@ template <size_t N>
 void PutWord(std::array<uint8_t, N>& id, size_t from, uint64_t word) {
   for (size_t i = 0; i < 8; ++i) id[from + 7 - i] = static_cast<uint8_t>(word >> (8 * i));
 }
+
+// Where spans live: each span's block (the Span and its shared_ptr's counts) comes from a stock
+// kept by the thread, which a freed block goes back to, up to kKept of them: a traced request's
+// spans then cost no malloc and free (they were most of what it allocated).
+template <typename T>
+struct SpanBlocks {
+  using value_type = T;
+  static constexpr size_t kKept = 64;
+
+  SpanBlocks() = default;
+  template <typename U>
+  explicit SpanBlocks(const SpanBlocks<U>& /*other*/) {}
+
+  T* allocate(size_t n) {
+    Stock* stock = Stock::Of();
+    if (n != 1 || stock == nullptr || stock->blocks.empty()) return std::allocator<T>().allocate(n);
+    T* block = stock->blocks.back();
+    stock->blocks.pop_back();
+    return block;
+  }
+  void deallocate(T* block, size_t n) {
+    Stock* stock = Stock::Of();
+    if (n != 1 || stock == nullptr || stock->blocks.size() >= kKept) {
+      return std::allocator<T>().deallocate(block, n);
+    }
+    stock->blocks.push_back(block);
+  }
+  friend bool operator==(const SpanBlocks&, const SpanBlocks&) { return true; }
+
+  // A thread's blocks; freed when the thread ends (after which its spans use malloc and free).
+  struct Stock {
+    explicit Stock(bool* ended) : ended(ended) { blocks.reserve(kKept); }
+    Stock(const Stock&) = delete;
+    Stock& operator=(const Stock&) = delete;
+    ~Stock() {
+      for (T* block : blocks) std::allocator<T>().deallocate(block, 1);
+      *ended = true;
+    }
+    static Stock* Of() {
+      thread_local bool ended = false;  // (trivially destroyed: valid until the thread's end)
+      if (ended) return nullptr;
+      thread_local Stock stock(&ended);
+      return &stock;
+    }
+    bool* ended;
+    std::vector<T*> blocks;
+  };
+};
 
 // The ratio rule on a trace id's last 8 bytes (big endian): `bound` is RatioBound's.
 bool BelowBound(uint64_t low, uint64_t bound) { return (low >> 1) < bound; }
@@ -88,13 +137,9 @@ std::shared_ptr<Span> Tracer::StartRequest(std::string name, SpanKind kind,
 
 Span::Span(Tracer* tracer) : tracer_(tracer) {}
 
-void Span::Set(std::string_view key, AttributeValue value) {
-  data_.attributes.push_back({key, std::move(value)});
-}
-
-std::vector<Attribute> Tracer::FreshAttributes() {
-  // (Shared by the tracers of a process: lists are storage only.)
-  thread_local std::vector<std::vector<Attribute>> stock;
+wire::Buffer Tracer::FreshAttributes() {
+  // (Shared by the tracers of a process: buffers are storage only.)
+  thread_local std::vector<wire::Buffer> stock;
   if (stock.empty()) {
     absl::MutexLock lock(&mu_);
     const size_t n = std::min<size_t>(spare_.size(), 32);
@@ -103,11 +148,11 @@ std::vector<Attribute> Tracer::FreshAttributes() {
       spare_.pop_back();
     }
   }
-  std::vector<Attribute> attributes;
+  wire::Buffer attributes;
   if (!stock.empty()) {
-    attributes.swap(stock.back());
+    attributes = std::move(stock.back());
     stock.pop_back();
-    attributes.clear();  // (the values' memory freed on the thread that likely allocated it)
+    attributes.clear();
   } else {
     attributes.reserve(kUsualAttributes);
   }
@@ -115,7 +160,7 @@ std::vector<Attribute> Tracer::FreshAttributes() {
 }
 
 std::shared_ptr<Span> Tracer::NewSpan() {
-  auto span = std::make_shared<Span>(this);
+  auto span = std::allocate_shared<Span>(SpanBlocks<Span>(), this);
   span->data_.attributes = FreshAttributes();
   return span;
 }
@@ -125,7 +170,9 @@ void Tracer::Recycle(std::vector<SpanData>& spent) {
     absl::MutexLock lock(&mu_);
     for (SpanData& span : spent) {
       if (spare_.size() >= options_.queue_size) break;
-      if (span.attributes.capacity() > 0) spare_.push_back(std::move(span.attributes));
+      if (span.attributes.capacity() >= kUsualAttributes) {
+        spare_.push_back(std::move(span.attributes));
+      }
     }
   }
   spent.clear();

@@ -32,16 +32,17 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "sluice/clock.h"
+#include "trace/wire.h"
 #include "util/trace_context.h"
 
 namespace sluice::trace {
@@ -51,13 +52,6 @@ using SpanId = std::array<uint8_t, 8>;
 
 // OTLP's Span.SpanKind values.
 enum class SpanKind { kInternal = 1, kServer = 2, kClient = 3 };
-
-using AttributeValue = std::variant<std::string, int64_t, bool, double, std::vector<std::string>>;
-
-struct Attribute {
-  std::string_view key;  // a string literal (OpenTelemetry's attribute names are fixed)
-  AttributeValue value;
-};
 
 // An ended span, as the exporter sends it.
 struct SpanData {
@@ -71,7 +65,9 @@ struct SpanData {
   SpanKind kind = SpanKind::kInternal;
   int64_t start_unix_ns = 0;
   int64_t end_unix_ns = 0;
-  std::vector<Attribute> attributes;
+  // The attributes as they are sent: OTLP Span.attributes fields, one KeyValue each, in the
+  // order they were set (wire.h).
+  wire::Buffer attributes;
   bool error = false;  // Status ERROR, with status_message; else UNSET
   std::string status_message;
 };
@@ -104,8 +100,15 @@ class Span : public std::enable_shared_from_this<Span> {
   Span& operator=(const Span&) = delete;
   ~Span() { End(); }
 
-  // `key` must be a string literal (it is kept as a view).
-  void Set(std::string_view key, AttributeValue value);
+  // The attribute `key` = `value` (a string, an integer, a boolean, a double or a list of
+  // strings), written at once as it is sent (wire.h). Integers are int64_t: `Set(k, 5)` would not
+  // know which one it is.
+  void Set(std::string_view key, std::string_view value) { Append(key, value); }
+  void Set(std::string_view key, const char* value) { Append(key, std::string_view(value)); }
+  void Set(std::string_view key, int64_t value) { Append(key, value); }
+  void Set(std::string_view key, bool value) { Append(key, value); }
+  void Set(std::string_view key, double value) { Append(key, value); }
+  void Set(std::string_view key, std::span<const std::string> values) { Append(key, values); }
   // Status ERROR with `message`.
   void SetError(std::string message) {
     data_.error = true;
@@ -127,6 +130,11 @@ class Span : public std::enable_shared_from_this<Span> {
 
  private:
   friend class Tracer;
+
+  template <typename T>
+  void Append(std::string_view key, T value) {
+    wire::AppendAttribute(data_.attributes, wire::kSpanAttributes, key, value);
+  }
 
   Tracer* tracer_;
   SpanData data_;
@@ -164,10 +172,10 @@ class Tracer {
   // and all fit, the queue's storage and out's are swapped: no copy, no allocation). Returns how
   // many.
   size_t Take(std::vector<SpanData>& out, size_t min, size_t max, absl::Duration timeout);
-  // The exporter's side, after a batch was sent: the spans' attribute lists are kept (as many as
-  // the queue holds) for new spans, which empty and fill them, so that a span's attributes take
-  // no allocation: allocated on a request's thread and freed on the exporter's, they took glibc's
-  // slow paths at every span. `spent` is left empty.
+  // The exporter's side, after a batch was sent: the spans' attribute buffers are kept (as many
+  // as the queue holds) for new spans, which empty and fill them, so that a span's attributes
+  // take no allocation: allocated on a request's thread and freed on the exporter's, they took
+  // glibc's slow paths at every span. `spent` is left empty.
   void Recycle(std::vector<SpanData>& spent);
   // Wakes a waiting Take for good (its later calls wait no longer).
   void Shutdown();
@@ -186,13 +194,13 @@ class Tracer {
 
  private:
   friend class Span;
-  static constexpr size_t kUsualAttributes = 4;  // room made for a new span's attributes
+  static constexpr size_t kUsualAttributes = 192;  // bytes of room made for a new span's
 
-  // A new span of this tracer (its data's attribute list taken from the recycled ones).
+  // A new span of this tracer (its data's attribute buffer taken from the recycled ones).
   std::shared_ptr<Span> NewSpan();
-  // An empty attribute list with room, recycled when there is one; taken by a thread's spans
+  // An empty attribute buffer with room, recycled when there is one; taken by a thread's spans
   // from a stock of its own, filled from spare_ a few dozen at a time (one lock for them all).
-  std::vector<Attribute> FreshAttributes();
+  wire::Buffer FreshAttributes();
 
   const TracerOptions options_;
   const Clock* clock_;
@@ -204,8 +212,8 @@ class Tracer {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar ready_;                      // signalled when wake_at_ spans are queued
   size_t wake_at_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no exporter waits
-  // Recycle's attribute lists (emptied by FreshAttributes, on the thread that takes them).
-  std::vector<std::vector<Attribute>> spare_ ABSL_GUARDED_BY(mu_);
+  // Recycle's attribute buffers (emptied by FreshAttributes).
+  std::vector<wire::Buffer> spare_ ABSL_GUARDED_BY(mu_);
 };
 
 // The span the calling thread works for: a frontend sets it while it hands a request to the

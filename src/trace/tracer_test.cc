@@ -5,6 +5,7 @@
 #include "trace/tracer.h"
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,13 @@ using testing::kT0;
 // The W3C recommendation's example traceparent, sampled and not.
 constexpr char kSampledParent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 constexpr char kUnsampledParent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+// A span's attributes, read back from their wire form (every one well formed).
+std::vector<wire::Attribute> Decode(std::string_view bytes) {
+  std::optional<std::vector<wire::Attribute>> attributes = wire::ReadAttributes(bytes);
+  EXPECT_TRUE(attributes.has_value());
+  return attributes.value_or(std::vector<wire::Attribute>{});
+}
 
 // A trace id whose last 8 bytes are `low` (big endian).
 TraceId IdWithLow(uint64_t low) {
@@ -115,9 +123,10 @@ TEST(TracerTest, SpansTakeTheirTimesFromTheClockAndEndOnce) {
   EXPECT_EQ(child.end_unix_ns, (kT0 + 5 * kMs) * 1000);
   EXPECT_EQ(child.trace_id, request.trace_id);
   EXPECT_EQ(child.parent_span_id, request.span_id);
-  ASSERT_EQ(child.attributes.size(), 1u);
-  EXPECT_EQ(child.attributes[0].key, "sluice.domain");
-  EXPECT_EQ(std::get<std::string>(child.attributes[0].value), "api");
+  const std::vector<wire::Attribute> attributes = Decode(child.attributes);
+  ASSERT_EQ(attributes.size(), 1u);
+  EXPECT_EQ(attributes[0].key, "sluice.domain");
+  EXPECT_EQ(std::get<std::string>(attributes[0].value), "api");
   EXPECT_EQ(request.start_unix_ns, kT0 * 1000);
   EXPECT_EQ(request.end_unix_ns, (kT0 + 6 * kMs) * 1000);
   EXPECT_EQ(request.parent_span_id, SpanId{});
@@ -162,9 +171,9 @@ TEST(TracerTest, TakeWaitsForEnoughSpansOrTheTimeoutOrShutdown) {
   EXPECT_EQ(tracer.dropped(), 1u);
 }
 
-// The exporter hands sent spans back (Recycle): their attribute lists are reused by new spans,
-// which start with none of the old attributes, however many lists were recycled.
-TEST(TracerTest, RecycledAttributeListsComeBackEmpty) {
+// The exporter hands sent spans back (Recycle): their attribute buffers are reused by new spans,
+// which start with none of the old attributes, however many buffers were recycled.
+TEST(TracerTest, RecycledAttributeBuffersComeBackEmpty) {
   ManualClock clock(kT0);
   Tracer tracer({}, &clock);
   std::vector<SpanData> spans;
@@ -178,14 +187,58 @@ TEST(TracerTest, RecycledAttributeListsComeBackEmpty) {
     }
     ASSERT_EQ(tracer.Take(spans, 50, 100, absl::ZeroDuration()), 50u);
     for (int i = 0; i < 50; ++i) {
-      const std::vector<Attribute>& attributes = spans[static_cast<size_t>(i)].attributes;
+      const std::vector<wire::Attribute> attributes =
+          Decode(spans[static_cast<size_t>(i)].attributes);
       ASSERT_EQ(attributes.size(), i % 2 == 0 ? 3u : 2u) << "round " << round << ", span " << i;
+      EXPECT_EQ(attributes[0].key, "round");
       EXPECT_EQ(std::get<int64_t>(attributes[0].value), round);
       EXPECT_EQ(std::get<int64_t>(attributes[1].value), i);
     }
     tracer.Recycle(spans);
     EXPECT_TRUE(spans.empty());
   }
+}
+
+TEST(WireBufferTest, GrowsKeepingWhatWasWrittenAndClearsKeepingItsRoom) {
+  wire::Buffer buffer;
+  std::string expected;
+  for (int i = 0; i < 300; ++i) {  // through several growths
+    const std::string piece = std::to_string(i) + ",";
+    wire::CopyBytes(buffer.Extend(piece.size()), piece.data(), piece.size());
+    expected += piece;
+  }
+  EXPECT_EQ(buffer.view(), expected);
+  wire::Buffer copy = buffer;  // a copy of its own
+  const size_t room = buffer.capacity();
+  buffer.clear();
+  EXPECT_TRUE(buffer.empty());
+  EXPECT_EQ(buffer.capacity(), room);
+  EXPECT_EQ(copy.view(), expected);
+  wire::Buffer moved = std::move(copy);
+  EXPECT_EQ(moved.view(), expected);
+  EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): what a move leaves is defined
+}
+
+// Every kind of value, read back as it was set; bytes that are not attributes are refused.
+TEST(WireTest, AttributesReadBackAsTheyWereWrittenAndGarbageIsRefused) {
+  wire::Buffer buffer;
+  const std::vector<std::string> list = {"a", std::string(200, 'b'), ""};
+  wire::AppendAttribute(buffer, wire::kSpanAttributes, "s", std::string_view("text"));
+  wire::AppendAttribute(buffer, wire::kSpanAttributes, "i", int64_t{-7});
+  wire::AppendAttribute(buffer, wire::kSpanAttributes, "b", true);
+  wire::AppendAttribute(buffer, wire::kSpanAttributes, "d", -0.25);
+  wire::AppendAttribute(buffer, wire::kSpanAttributes, "l", std::span<const std::string>(list));
+  const std::vector<wire::Attribute> read = Decode(buffer);
+  ASSERT_EQ(read.size(), 5u);
+  EXPECT_EQ(std::get<std::string>(read[0].value), "text");
+  EXPECT_EQ(std::get<int64_t>(read[1].value), -7);
+  EXPECT_TRUE(std::get<bool>(read[2].value));
+  EXPECT_EQ(std::get<double>(read[3].value), -0.25);
+  EXPECT_EQ(std::get<std::vector<std::string>>(read[4].value), list);
+  EXPECT_EQ(read[4].key, "l");
+  const std::string_view whole = buffer.view();
+  EXPECT_FALSE(wire::ReadAttributes(whole.substr(0, whole.size() - 1)).has_value());  // cut short
+  EXPECT_FALSE(wire::ReadAttributes("\x4a\x01").has_value());  // a field that runs past the end
 }
 
 TEST(CurrentSpanTest, ScopesNestAndRestoreTheOuterSpan) {

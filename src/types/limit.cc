@@ -187,12 +187,19 @@ absl::StatusOr<int64_t> ParseDuration(std::string_view text) {
 }
 
 std::string FormatDuration(int64_t duration_us) {
+  // (std::to_chars into a short string, not a format: a traced decision names its limits so.)
+  const DurationUnit* unit = &kDurationUnits.front();  // 0: "0us"
   for (auto it = kDurationUnits.rbegin(); it != kDurationUnits.rend(); ++it) {
     if (duration_us != 0 && duration_us % it->us == 0) {
-      return fmt::format("{}{}", duration_us / it->us, it->suffix);
+      unit = &*it;
+      break;
     }
   }
-  return fmt::format("{}us", duration_us);
+  char digits[24];
+  char* end = std::to_chars(digits, digits + sizeof digits, duration_us / unit->us).ptr;
+  std::string text(digits, end);
+  text.append(unit->suffix);
+  return text;
 }
 
 }  // namespace sluice

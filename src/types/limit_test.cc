@@ -102,6 +102,9 @@ TEST(FormatDuration, UsesTheLargestExactUnit) {
   EXPECT_EQ(FormatDuration(250 * kMs), "250ms");
   EXPECT_EQ(FormatDuration(1), "1us");
   EXPECT_EQ(FormatDuration(1500), "1500us");
+  EXPECT_EQ(FormatDuration(0), "0us");
+  EXPECT_EQ(FormatDuration(3650 * kDay), "3650d");  // 521 weeks and 3 days
+  EXPECT_EQ(FormatDuration(123456789 * kMinute), "123456789m");
   EXPECT_EQ(FormatDuration(kMaxWindowUs), "3660d");
 }
 

@@ -21,6 +21,7 @@
 #include "absl/base/attributes.h"
 #include "absl/strings/numbers.h"
 #include "fmt/format.h"
+#include "trace/wire.h"
 #include "util/log.h"
 
 namespace sluice::trace::otlp {
@@ -72,8 +73,9 @@ namespace {
 // OTLP's messages written straight to the protobuf wire format (varints, fixed-width numbers and
 // length-delimited fields; field numbers from opentelemetry-proto, as in proto/): building the
 // generated messages first cost more than the rest of a traced request. Each message's length is
-// worked out before it is written, so that every byte is written once, in place. The exporter's
-// tests parse the bytes with the generated messages.
+// worked out before it is written, so that every byte is written once, in place; a span's
+// attributes come written already (trace/wire.h). The exporter's tests parse the bytes with the
+// generated messages.
 // Where the next byte goes, in a buffer already as long as what is written (the lengths are
 // worked out first): no growth. A write past the end (a length worked out wrong) writes nothing
 // and marks the cursor: the batch is then not sent.
@@ -86,19 +88,7 @@ struct Cursor {
       overflowed = true;
       return;
     }
-    // Most of what is written is short (attribute names and values, span names): copied inline
-    // by two overlapping fixed-size copies, not by a call to memcpy.
-    if (n >= 8 && n <= 16) {
-      std::memcpy(p, bytes, 8);
-      std::memcpy(p + n - 8, bytes + n - 8, 8);
-    } else if (n >= 4 && n < 8) {
-      std::memcpy(p, bytes, 4);
-      std::memcpy(p + n - 4, bytes + n - 4, 4);
-    } else if (n < 4) {
-      for (size_t i = 0; i < n; ++i) p[i] = bytes[i];
-    } else {
-      std::memcpy(p, bytes, n);
-    }
+    wire::CopyBytes(p, bytes, n);
     p += n;
   }
   void append(std::string_view bytes) { append(bytes.data(), bytes.size()); }
@@ -115,14 +105,8 @@ struct Cursor {
   }
 };
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) v >>= 7, ++n;
-  return n;
-}
-// A length-delimited field of `length` bytes: its tag (one byte: every length-delimited field
-// number here is below 16), its length and the bytes.
-size_t FieldSize(size_t length) { return 1 + VarintSize(length) + length; }
+using wire::FieldSize;
+using wire::VarintSize;
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Varint(Cursor& out, uint64_t v) {
   if (out.end - out.p < 10 && static_cast<size_t>(out.end - out.p) < VarintSize(v)) {
@@ -162,75 +146,21 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Fixed(Cursor& out, int field, uint64_t 
   out.append<Bytes>(little);
 }
 
-// ArrayValue's body: an AnyValue{string_value} per item.
-size_t ArraySize(const std::vector<std::string>& list) {
-  size_t array = 0;
-  for (const std::string& item : list) array += FieldSize(FieldSize(item.size()));
-  return array;
-}
-// AnyValue's body.
-size_t ValueSize(const AttributeValue& value) {
-  if (const auto* s = std::get_if<std::string>(&value)) return FieldSize(s->size());
-  if (std::holds_alternative<bool>(value)) return 2;
-  if (const auto* i = std::get_if<int64_t>(&value))
-    return 1 + VarintSize(static_cast<uint64_t>(*i));
-  if (std::holds_alternative<double>(value)) return 9;
-  return FieldSize(ArraySize(std::get<std::vector<std::string>>(value)));
-}
-void Value(Cursor& out, const AttributeValue& value) {
-  if (const auto* s = std::get_if<std::string>(&value)) return Bytes(out, 1, *s);
-  if (const auto* b = std::get_if<bool>(&value)) {
-    Tag(out, 2, 0);
-    return Varint(out, *b ? 1 : 0);
-  }
-  if (const auto* i = std::get_if<int64_t>(&value)) {
-    Tag(out, 3, 0);
-    return Varint(out, static_cast<uint64_t>(*i));  // int64: two's complement, as protobuf
-  }
-  if (const auto* d = std::get_if<double>(&value)) {
-    uint64_t bits = 0;
-    std::memcpy(&bits, d, sizeof bits);
-    return Fixed<8>(out, 4, bits);
-  }
-  const auto& list = std::get<std::vector<std::string>>(value);
-  Header(out, 5, ArraySize(list));
-  for (const std::string& item : list) {
-    Header(out, 1, FieldSize(item.size()));
-    Bytes(out, 1, item);
-  }
-}
-// KeyValue's body.
-size_t KeyValueSize(std::string_view key, size_t value_size) {
-  return FieldSize(key.size()) + FieldSize(value_size);
-}
-// `value_size`: ValueSize(value).
-void KeyValue(Cursor& out, int field, std::string_view key, const AttributeValue& value,
-              size_t value_size) {
-  Header(out, field, KeyValueSize(key, value_size));
-  Bytes(out, 1, key);
-  Header(out, 2, value_size);
-  Value(out, value);
-}
-
 size_t StatusSize(const SpanData& s) {
   return (s.status_message.empty() ? 0 : FieldSize(s.status_message.size())) + 2;
 }
-// Span's body; each attribute's ValueSize appended to `value_sizes`, for WriteSpan.
-size_t SpanSize(const SpanData& s, std::vector<size_t>& value_sizes) {
+// Span's body.
+size_t SpanSize(const SpanData& s) {
   // ids, name, kind, start, end, and flags (field 16: a two-byte tag and four bytes)
   size_t n = FieldSize(16) + FieldSize(8) + FieldSize(s.name.size()) + 2 + 9 + 9 + 6;
   if (!s.trace_state.empty()) n += FieldSize(s.trace_state.size());
   if (s.parent_span_id != SpanId{}) n += FieldSize(8);
-  for (const Attribute& a : s.attributes) {
-    value_sizes.push_back(ValueSize(a.value));
-    n += FieldSize(KeyValueSize(a.key, value_sizes.back()));
-  }
+  n += s.attributes.size();  // (its fields written when they were set)
   if (s.error) n += FieldSize(StatusSize(s));
   return n;
 }
-// `size`: SpanSize(s); `value_sizes`: the sizes it worked out, from this span's first (moved on
-// past this span's last).
-void WriteSpan(Cursor& out, const SpanData& s, size_t size, const size_t*& value_sizes) {
+// `size`: SpanSize(s).
+void WriteSpan(Cursor& out, const SpanData& s, size_t size) {
   Header(out, 2, size);  // ScopeSpans.spans
   Bytes(out, 1, s.trace_id);
   Bytes(out, 2, s.span_id);
@@ -241,7 +171,7 @@ void WriteSpan(Cursor& out, const SpanData& s, size_t size, const size_t*& value
   Varint(out, static_cast<uint64_t>(s.kind));  // one byte: kinds are 1-3
   Fixed<8>(out, 7, static_cast<uint64_t>(s.start_unix_ns));
   Fixed<8>(out, 8, static_cast<uint64_t>(s.end_unix_ns));
-  for (const Attribute& a : s.attributes) KeyValue(out, 9, a.key, a.value, *value_sizes++);
+  out.append(s.attributes.view());
   if (s.error) {
     Header(out, 15, StatusSize(s));  // Status
     if (!s.status_message.empty()) Bytes(out, 2, s.status_message);
@@ -256,25 +186,20 @@ class Encoder {
  public:
   // The resource and the scope are the same in every request of `options`: written here, once.
   explicit Encoder(const ExporterOptions& options) {
-    std::vector<std::pair<std::string_view, AttributeValue>> resource = {
-        {"service.name", options.service_name},
-        {"service.instance.id", options.service_instance_id},
-        {"telemetry.sdk.name", std::string("sluice")},
-        {"telemetry.sdk.language", std::string("cpp")}};
-    if (!options.service_namespace.empty()) {
-      resource.emplace_back("service.namespace", options.service_namespace);
-    }
-    if (!options.service_version.empty()) {
-      resource.emplace_back("service.version", options.service_version);
-    }
-    size_t resource_size = 0;  // Resource
-    for (const auto& [key, value] : resource) {
-      resource_size += FieldSize(KeyValueSize(key, ValueSize(value)));
-    }
-    resource_.resize(FieldSize(resource_size));
+    wire::Buffer attributes;  // Resource's
+    const auto add = [&attributes](std::string_view key, std::string_view value) {
+      wire::AppendAttribute(attributes, wire::kResourceAttributes, key, value);
+    };
+    add("service.name", options.service_name);
+    add("service.instance.id", options.service_instance_id);
+    add("telemetry.sdk.name", "sluice");
+    add("telemetry.sdk.language", "cpp");
+    if (!options.service_namespace.empty()) add("service.namespace", options.service_namespace);
+    if (!options.service_version.empty()) add("service.version", options.service_version);
+    resource_.resize(FieldSize(attributes.size()));
     Cursor r{resource_.data(), resource_.data() + resource_.size()};
-    Header(r, 1, resource_size);  // ResourceSpans.resource
-    for (const auto& [key, value] : resource) KeyValue(r, 1, key, value, ValueSize(value));
+    Header(r, 1, attributes.size());  // ResourceSpans.resource
+    r.append(attributes.view());
     // InstrumentationScope{name, version}
     const std::string_view version = options.service_version;
     const size_t scope_size = FieldSize(6) + (version.empty() ? 0 : FieldSize(version.size()));
@@ -291,9 +216,8 @@ class Encoder {
   absl::StatusOr<std::string*> Request(std::span<const SpanData> spans) {
     size_t scope_spans_size = scope_.size();  // ScopeSpans
     span_sizes_.clear();
-    value_sizes_.clear();
     for (const SpanData& s : spans) {
-      span_sizes_.push_back(SpanSize(s, value_sizes_));
+      span_sizes_.push_back(SpanSize(s));
       scope_spans_size += FieldSize(span_sizes_.back());
     }
     const size_t resource_spans_size = resource_.size() + FieldSize(scope_spans_size);
@@ -304,8 +228,7 @@ class Encoder {
     out.append(resource_);
     Header(out, 2, scope_spans_size);  // ResourceSpans.scope_spans
     out.append(scope_);
-    const size_t* value_sizes = value_sizes_.data();
-    for (size_t i = 0; i < spans.size(); ++i) WriteSpan(out, spans[i], span_sizes_[i], value_sizes);
+    for (size_t i = 0; i < spans.size(); ++i) WriteSpan(out, spans[i], span_sizes_[i]);
     if (!well_formed_ || out.overflowed || out.p != out.end) {
       return absl::InternalError("OTLP encoding: a length was worked out wrong");
     }
@@ -318,7 +241,6 @@ class Encoder {
   bool well_formed_ = false;
   std::string out_;
   std::vector<size_t> span_sizes_;
-  std::vector<size_t> value_sizes_;  // every attribute's ValueSize, span after span
 };
 
 // A random (version 4) UUID, as envoyproxy/ratelimit names an instance that has no id.

@@ -10,7 +10,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
+#include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "opentelemetry/proto/collector/trace/v1/trace_service.grpc.pb.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
 #include "tests/support/units.h"
+#include "trace/wire.h"
 
 namespace sluice::trace::otlp {
 namespace {
@@ -53,6 +56,12 @@ TEST(EndpointTest, HttpAppendsTheTracesPathAndGrpcTakesHostAndPort) {
   EXPECT_FALSE(ParseEndpoint("https://c:4318", Protocol::kHttp).ok());
 }
 
+// Appends an attribute to `span` as Span::Set does.
+template <typename T>
+void Add(SpanData& span, std::string_view key, T value) {
+  wire::AppendAttribute(span.attributes, wire::kSpanAttributes, key, value);
+}
+
 SpanData ExampleSpan() {
   SpanData span;
   span.trace_id = {0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6,
@@ -65,12 +74,13 @@ SpanData ExampleSpan() {
   span.kind = SpanKind::kServer;
   span.start_unix_ns = kT0 * 1000;
   span.end_unix_ns = kT0 * 1000 + 250000;
-  span.attributes = {{"sluice.domain", std::string("api")},
-                     {"http.response.status_code", int64_t{429}},
-                     {"sluice.allowed", false},
-                     {"sluice.limits", std::vector<std::string>{"per-user", "100-per-1s"}},
-                     {"x.negative", int64_t{-5}},
-                     {"x.double", 2.5}};
+  Add(span, "sluice.domain", std::string_view("api"));
+  Add(span, "http.response.status_code", int64_t{429});
+  Add(span, "sluice.allowed", false);
+  const std::vector<std::string> limits = {"per-user", "100-per-1s"};
+  Add(span, "sluice.limits", std::span<const std::string>(limits));
+  Add(span, "x.negative", int64_t{-5});
+  Add(span, "x.double", 2.5);
   span.error = true;
   span.status_message = "denied";
   return span;
@@ -116,11 +126,15 @@ TEST(EncodeTest, ASpanBecomesOtlpsMessageFieldForField) {
   EXPECT_EQ(out.attributes(3).value().array_value().values(1).string_value(), "100-per-1s");
   EXPECT_EQ(out.status().code(), 2);  // STATUS_CODE_ERROR
   EXPECT_EQ(out.status().message(), "denied");
-  // Lengths past one varint byte (a long name, an attribute of 300 bytes), several spans, a
-  // namespace and a version in the resource.
+  // Lengths past one varint byte (a long name, an attribute of 300 bytes, a key of 130, a list
+  // of 40 items), several spans, a namespace and a version in the resource.
   SpanData long_one = ExampleSpan();
   long_one.name = std::string(200, 'n');
-  long_one.attributes.push_back({"x.long", std::string(300, 'v')});
+  Add(long_one, "x.long", std::string_view(std::string(300, 'v')));
+  const std::string long_key(130, 'k');
+  Add(long_one, long_key, std::numeric_limits<int64_t>::min());
+  const std::vector<std::string> many(40, "ten bytes!");
+  Add(long_one, "x.many", std::span<const std::string>(many));
   const std::vector<SpanData> three = {ExampleSpan(), long_one, ExampleSpan()};
   ExportTraceServiceRequest several;
   ASSERT_TRUE(several.ParseFromString(EncodeRequest(
@@ -128,7 +142,12 @@ TEST(EncodeTest, ASpanBecomesOtlpsMessageFieldForField) {
   const auto& spans = several.resource_spans(0).scope_spans(0).spans();
   ASSERT_EQ(spans.size(), 3);
   EXPECT_EQ(spans[1].name(), std::string(200, 'n'));
+  ASSERT_EQ(spans[1].attributes_size(), 9);
   EXPECT_EQ(spans[1].attributes(6).value().string_value(), std::string(300, 'v'));
+  EXPECT_EQ(spans[1].attributes(7).key(), long_key);
+  EXPECT_EQ(spans[1].attributes(7).value().int_value(), std::numeric_limits<int64_t>::min());
+  ASSERT_EQ(spans[1].attributes(8).value().array_value().values_size(), 40);
+  EXPECT_EQ(spans[1].attributes(8).value().array_value().values(39).string_value(), "ten bytes!");
   EXPECT_EQ(spans[2].status().message(), "denied");
   EXPECT_EQ(several.resource_spans(0).scope_spans(0).scope().version(), "1.2");
   // A root span has no parent id at all.
@@ -147,7 +166,7 @@ TEST(EncodeTest, ASpanBecomesOtlpsMessageFieldForField) {
     std::string value;
     for (size_t i = 0; i < n; ++i) value += static_cast<char>('a' + (n + i) % 26);
     values.push_back(value);
-    lengths.attributes.push_back({"x.length", value});
+    Add(lengths, "x.length", std::string_view(value));
   }
   lengths.name = values[13];
   ExportTraceServiceRequest by_length;

@@ -194,7 +194,7 @@ class Tracer {
 
  private:
   friend class Span;
-  static constexpr size_t kUsualAttributes = 192;  // bytes of room made for a new span's
+  static constexpr size_t kUsualAttributes = 192;  // room (bytes) for a new span's attributes
 
   // A new span of this tracer (its data's attribute buffer taken from the recycled ones).
   std::shared_ptr<Span> NewSpan();

@@ -42,8 +42,8 @@ void DecisionTrace::Answered(const backend::Outcome& outcome) {
 
 void DecisionTrace::Finish(std::span<const Request> requests, std::span<const Response> responses) {
   const size_t n = std::min(requests.size(), responses.size());
-  // The limits' names, in strings kept by the thread from decision to decision (no allocation
-  // once they have grown): only their first `used` are this decision's.
+  // The limits' names, in a list the thread keeps from decision to decision (a short name takes
+  // no allocation): only its first `used` are this decision's.
   thread_local std::vector<std::string> limits;
   size_t used = 0;
   bool allowed = true;
@@ -54,7 +54,7 @@ void DecisionTrace::Finish(std::span<const Request> requests, std::span<const Re
     for (const DescriptorResult& d : response.descriptors) {
       for (const AppliedLimit& limit : d.limits) {
         if (used == limits.size()) limits.emplace_back();
-        limits[used++] = LimitName(limit);  // (a short name is moved in without an allocation)
+        limits[used++] = LimitName(limit);
       }
     }
     switch (response.backend) {

@@ -170,7 +170,8 @@ void Tracer::Recycle(std::vector<SpanData>& spent) {
     absl::MutexLock lock(&mu_);
     for (SpanData& span : spent) {
       if (spare_.size() >= options_.queue_size) break;
-      if (span.attributes.capacity() >= kUsualAttributes) {
+      const size_t room = span.attributes.capacity();
+      if (room >= kUsualAttributes && room <= kKeptAttributes) {
         spare_.push_back(std::move(span.attributes));
       }
     }

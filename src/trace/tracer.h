@@ -109,6 +109,9 @@ class Span : public std::enable_shared_from_this<Span> {
   void Set(std::string_view key, bool value) { Append(key, value); }
   void Set(std::string_view key, double value) { Append(key, value); }
   void Set(std::string_view key, std::span<const std::string> values) { Append(key, values); }
+  // (Any other pointer would otherwise be taken for a boolean.)
+  template <typename T>
+  void Set(std::string_view key, T* value) = delete;
   // Status ERROR with `message`.
   void SetError(std::string message) {
     data_.error = true;
@@ -195,6 +198,7 @@ class Tracer {
  private:
   friend class Span;
   static constexpr size_t kUsualAttributes = 192;  // room (bytes) for a new span's attributes
+  static constexpr size_t kKeptAttributes = 4096;  // larger buffers are not recycled
 
   // A new span of this tracer (its data's attribute buffer taken from the recycled ones).
   std::shared_ptr<Span> NewSpan();

@@ -1,6 +1,7 @@
 #include "trace/wire.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace sluice::trace::wire {
 
@@ -20,9 +21,11 @@ template <typename WriteValue>
 void AppendKeyValue(Buffer& out, int field, std::string_view key, size_t value_size,
                     WriteValue write_value) {
   const size_t body = FieldSize(key.size()) + FieldSize(value_size);
-  char* p = PutHeader(out.Extend(FieldSize(body)), field, body);
+  char* const start = out.Extend(FieldSize(body));
+  char* p = PutHeader(start, field, body);
   p = PutBytes(p, 1, key);
-  write_value(PutHeader(p, 2, value_size));
+  [[maybe_unused]] const char* end = write_value(PutHeader(p, 2, value_size));
+  assert(end == start + FieldSize(body));  // (the sizes above match what was written)
 }
 
 }  // namespace

@@ -131,6 +131,9 @@ inline char* PutBytes(char* p, int field, std::string_view bytes) {
 // Appends the attribute `key` = `value` to `out` as a KeyValue in field `field` (AnyValue's
 // string_value, int_value, bool_value, double_value or array_value of string_values).
 void AppendAttribute(Buffer& out, int field, std::string_view key, std::string_view value);
+inline void AppendAttribute(Buffer& out, int field, std::string_view key, const char* value) {
+  AppendAttribute(out, field, key, std::string_view(value));  // (not the bool's overload)
+}
 void AppendAttribute(Buffer& out, int field, std::string_view key, int64_t value);
 void AppendAttribute(Buffer& out, int field, std::string_view key, bool value);
 void AppendAttribute(Buffer& out, int field, std::string_view key, double value);

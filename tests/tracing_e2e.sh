@@ -299,7 +299,7 @@ requests=()
 for i in $(seq 300); do
   ((i == 1)) || requests+=(--next)
   requests+=(-s -o /dev/null -w '%{http_code}\n' -m 5 -H 'content-type: application/json'
-    -d "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"u$((i % 50))\"}]}]}"
+    -d "$(check_body api user "u$((i % 50))")"
     "http://$DATA/v1/check")
 done
 answered=$(curl "${requests[@]}" | grep -cE '^(200|429)$')

@@ -52,11 +52,8 @@ void AppendAttribute(Buffer& out, int field, std::string_view key, bool value) {
 void AppendAttribute(Buffer& out, int field, std::string_view key, double value) {
   uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof bits);
-  AppendKeyValue(out, field, key, 9, [bits](char* p) {
-    p = PutTag(p, 4, 1);  // fixed64, little endian
-    for (size_t i = 0; i < 8; ++i) *p++ = static_cast<char>((bits >> (8 * i)) & 0xff);
-    return p;
-  });
+  AppendKeyValue(out, field, key, 9,
+                 [bits](char* p) { return PutFixed<8>(PutTag(p, 4, 1), bits); });
 }
 
 void AppendAttribute(Buffer& out, int field, std::string_view key,

@@ -113,6 +113,13 @@ inline char* PutVarint(char* p, uint64_t v) {
   *p++ = static_cast<char>(v);
   return p;
 }
+// A fixed64 (N 8) or fixed32 (N 4), little endian.
+template <size_t N>
+inline char* PutFixed(char* p, uint64_t v) {
+  static_assert(N == 4 || N == 8);
+  for (size_t i = 0; i < N; ++i, v >>= 8) *p++ = static_cast<char>(v & 0xff);
+  return p;
+}
 // A tag of a field below 16.
 inline char* PutTag(char* p, int field, int type) {
   *p++ = static_cast<char>((field << 3) | type);

@@ -113,11 +113,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Varint(Cursor& out, uint64_t v) {
     out.overflowed = true;
     return;
   }
-  while (v >= 0x80) {
-    *out.p++ = static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  *out.p++ = static_cast<char>(v);
+  out.p = wire::PutVarint(out.p, v);
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Tag(Cursor& out, int field, int type) {
   Varint(out, static_cast<uint64_t>((field << 3) | type));  // (field 16, flags: two bytes)
@@ -139,10 +135,9 @@ void Bytes(Cursor& out, int field, const std::array<uint8_t, N>& bytes) {
 // A fixed64 (Bytes 8) or fixed32 (Bytes 4) field, little endian.
 template <size_t Bytes>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Fixed(Cursor& out, int field, uint64_t v) {
-  static_assert(Bytes == 4 || Bytes == 8);
   Tag(out, field, Bytes == 8 ? 1 : 5);
   char little[Bytes];
-  for (size_t i = 0; i < Bytes; ++i, v >>= 8) little[i] = static_cast<char>(v & 0xff);
+  wire::PutFixed<Bytes>(little, v);
   out.append<Bytes>(little);
 }
 

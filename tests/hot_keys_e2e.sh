@@ -59,8 +59,9 @@ descriptors:
   - key: big
     rate_limit: {algorithm: fixed_window, requests: 1000000, window: 1h}
 EOF
-# A window's lease lives 1 s here.
-printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 200ms\n  lease_interval: 100ms\n  window_lease_life: 1s\n' \
+# A window's lease lives 1 s here. The deadline is one a loaded machine does not reach: a call
+# that timed out would be a 503 (failure_mode closed) and spoil the exact counts.
+printf 'rules: %s\nredis:\n  instances: 2\n  timeout: 2s\n  lease_interval: 100ms\n  window_lease_life: 1s\n' \
   "$tmp/rules" >"$tmp/sluice.yaml"
 
 clear_of_hour_end 90  # (its fixed windows must not roll over while it counts them)
@@ -130,11 +131,18 @@ first=$(both hot capped dave 3000)  # 3000 requests for a limit of 1000
 echo "     capped: $first of 3000 admitted"
 check "capped: no more than the limit admitted across 2 instances" yes \
   "$([[ $first -le 1000 && $first -ge 500 ]] && echo yes || echo "no: $first")"
-sleep 1.3  # the leases end; their unspent units go back
-hammer "${datas[0]}" hot capped sweep 1 >/dev/null; hammer "${datas[1]}" hot capped sweep 1 >/dev/null
-sleep 0.3
-second=$(both hot capped dave 1200)
-check "capped: exactly the limit once the leases ended" 1000 "$((first + second))"
+# Rounds until one admits none (at most 4): a round can end with units in leases taken near its
+# end, which go back when those leases end (1 s) and the next round gets.
+total=$first
+for _ in 1 2 3 4; do
+  sleep 1.3  # the leases end; their unspent units go back
+  hammer "${datas[0]}" hot capped sweep 1 >/dev/null; hammer "${datas[1]}" hot capped sweep 1 >/dev/null
+  sleep 0.3
+  more=$(both hot capped dave 1200)
+  total=$((total + more))
+  ((more > 0)) || break
+done
+check "capped: exactly the limit once the leases ended" 1000 "$total"
 
 # --------------------------------------------------------------------- demoted once it cools down
 sleep 4.5  # quiet for longer than HotKeys::kDemoteAfterSeconds

@@ -29,7 +29,7 @@ backend: redis
 redis:
   url: $2
   instances: 4
-  timeout: 500ms
+  timeout: 2s
   tls:
 $3
 EOF

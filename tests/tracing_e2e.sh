@@ -265,12 +265,14 @@ check "Redis: the round trip names its database" '"redis"' "$(attr "$spans" "$T6
 check "Redis: a round trip that worked is no error" false "$(attr "$spans" "$T6" redis error)"
 check "Redis: decided by Redis itself" '"backend"' "$(attr "$spans" "$T6" redis sluice.answered_by)"
 # consistency: leased: the first request takes a lease from Redis, a later one spends it here.
+# (One curl on one connection: a token bucket's lease lives 100 ms, lease_interval.)
+leased_args=()
 for i in 1 2 3; do
-  curl -s -o /dev/null -m 5 -H "traceparent: 00-8888888888888888888888888888888$i-$CALLER-01" \
-    -H 'content-type: application/json' \
-    -d "$(check_body leased user g)" \
-    "http://$DATA/v1/check"
+  ((i == 1)) || leased_args+=(--next)
+  leased_args+=(-s -o /dev/null -m 5 -H "traceparent: 00-8888888888888888888888888888888$i-$CALLER-01"
+    -H 'content-type: application/json' -d "$(check_body leased user g)" "http://$DATA/v1/check")
 done
+curl "${leased_args[@]}"
 wait_spans "$spans" 88888888888888888888888888888883 3 || echo "(the leased spans did not come)"
 check "leased: a request spent from a lease says so" '"lease"' \
   "$(attr "$spans" 88888888888888888888888888888883 redis sluice.answered_by)"
@@ -328,8 +330,8 @@ done
 sleep 0.2  # (an export is now held by the collector's delay)
 took=$(curl -s -o /dev/null -w '%{time_total}' -m 5 -H 'content-type: application/json' \
   -d "$(check_body api user s9)" "http://$DATA/v1/check")
-check "slow collector: a decision is not held by an export in progress (under 1 s of its 3)" 1 \
-  "$(python3 -c "print(int($took < 1.0))")"
+check "slow collector: a decision is not held by an export in progress (under 2 s of its 3)" 1 \
+  "$(python3 -c "print(int($took < 2.0))")"
 stop "$PID" 15
 check "slow collector: serve still stops cleanly" 0 "$STATUS"
 

@@ -59,8 +59,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         global count, slow
         if self.path == "/headers":
-            print("headers", self.headers.get("X-Api-Key"), self.headers.get("X-Forwarded-For"),
-                  flush=True)
+            # (One write a line, under the lock: print's separate writes of the text and of its
+            # newline interleave between threads.)
+            with lock:
+                sys.stdout.write(f"headers {self.headers.get('X-Api-Key')} "
+                                 f"{self.headers.get('X-Forwarded-For')}\n")
+                sys.stdout.flush()
             n = 0
         else:
             with lock:
@@ -70,8 +74,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if n == 400:
             time.sleep(0.3)
         if time.monotonic() - started > 0.1:
-            slow += 1
-            print(f"slow responses: {slow}", flush=True)
+            with lock:
+                slow += 1
+                sys.stdout.write(f"slow responses: {slow}\n")
+                sys.stdout.flush()
         body = b"ok"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

@@ -522,6 +522,18 @@ field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$2"; }
 # The headers of the last request made with -D "$tmp/headers".
 header() { grep -i "^$1:" "$tmp/headers" | head -1 | cut -d' ' -f2- | tr -d '\r'; }
 
+# now_ms: the wall clock in milliseconds.
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+
+# until_true SECONDS COMMAND...: runs COMMAND every 50 ms until it succeeds; 1 if SECONDS passed.
+until_true() {
+  local limit=$(($(now_ms) + $1 * 1000)); shift
+  until "$@"; do
+    (($(now_ms) < limit)) || return 1
+    sleep 0.05
+  done
+}
+
 # clear_of_hour_end SECONDS: if the next hour of the clock (an epoch-aligned window of an hour or
 # a day ends there) is less than SECONDS away, sleeps past it. For a test that counts a fixed
 # window of an hour or a day exactly: one that rolls over while it runs admits the limit again.

@@ -223,10 +223,8 @@ failures() {
     echo "$listener $(metric_tls "sluice_tls_reloads_total{listener=\"$listener\",result=\"failure\"}")"
   done
 }
-for _ in $(seq 100); do
-  [[ $(failures) == $'data 1\nadmin 1\ngrpc 1' ]] && break
-  sleep 0.1
-done
+each_failed_once() { [[ $(failures) == $'data 1\nadmin 1\ngrpc 1' ]]; }
+until_true 10 each_failed_once
 for port in "$data_port" "$admin_port" "$grpc_port"; do
   check "port $port: a bad new pair keeps the certificate in use" sluice-rotated "$(served_cn "$port")"
 done

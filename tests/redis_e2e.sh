@@ -139,10 +139,8 @@ check "after the pause: decided on Redis again within 5 s" 1 "$((back > 0 && bac
 # DEBUG SLEEP: the server stops answering for 3 s (checked once it does: a PING gets no answer).
 redis-cli -p "$rport" debug sleep 3 >/dev/null &
 sleeper=$!
-for _ in $(seq 40); do
-  timeout 0.2 redis-cli -p "$rport" ping >/dev/null 2>&1 || break
-  sleep 0.05
-done
+silent() { ! timeout 0.2 redis-cli -p "$rport" ping >/dev/null 2>&1; }
+until_true 3 silent
 check "debug sleep: closed domain 503" 503 "$(check_one "${datas[2]}" closed user hank)"
 wait "$sleeper"
 back=$(tenths_until_decided "${datas[2]}" hank)

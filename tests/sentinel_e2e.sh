@@ -15,7 +15,6 @@ sluice=${SLUICE:?set SLUICE to the sluice binary}
 source "$(dirname "$0")/lib.sh"
 need_tools curl redis-server redis-sentinel redis-cli
 
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
 
 # start_sentinel MASTER_PORT: a redis-sentinel on a free port watching 127.0.0.1:MASTER_PORT as
 # mymaster (quorum 2, down after 1 s); its config and log in $tmp. Sets SPORT.
@@ -48,15 +47,6 @@ master_port() {
   local p
   for p in "${sports[@]}"; do
     redis-cli -p "$p" sentinel get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p | grep . && return
-  done
-}
-
-# until_true SECONDS COMMAND...: runs COMMAND every 50 ms until it succeeds; 1 if SECONDS passed.
-until_true() {
-  local limit=$(($(now_ms) + $1 * 1000)); shift
-  until "$@"; do
-    (($(now_ms) < limit)) || return 1
-    sleep 0.05
   done
 }
 

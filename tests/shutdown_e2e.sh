@@ -82,7 +82,6 @@ done
 check "all exchanges in flight before SIGTERM (and the shaped one not forwarded)" \
   "7 1 first part" "$(stat requests) $(stat holding) $(grep -o 'first part' "$tmp/hold.body")"
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 begin=$(now_ms)
 kill -TERM "$PID"
 while kill -0 "$PID" 2>/dev/null && (($(now_ms) - begin < 10000)); do sleep 0.02; done
